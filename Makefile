@@ -1,0 +1,103 @@
+# batchfs — one non-recursive Makefile. Each folder adds its sources and tests
+# in its own module.mk; everything is built under build/.
+#
+#   make              build/batchfs, build/libbatchfs_core.a, the loader libraries
+#   make check        build and run every test (exit 77 = skipped)
+#   make demo         the demo from README.md
+#   make fuzz         libFuzzer targets (clang), FUZZ_SECONDS each
+#   make bench        side-by-side benchmark (not part of check)
+#   SANITIZE=address,undefined make ...   any target under ASan/UBSan
+#   WERROR=1 (default in CI) turns warnings into errors
+
+CC ?= cc
+BUILD ?= build
+PYTHON ?= /usr/bin/python3
+PREFIX ?= /usr/local
+WERROR ?= $(if $(CI),1,0)
+
+PKGS := fuse3 libzip
+CUDA_HOME ?= /usr/local/cuda
+HAVE_CUDA_H := $(shell test -f $(CUDA_HOME)/include/cuda.h && echo 1)
+
+CPPFLAGS += -D_GNU_SOURCE -D_FILE_OFFSET_BITS=64 -DFUSE_USE_VERSION=314 -I.
+CPPFLAGS += $(call pc_cflags,$(PKGS))
+CFLAGS ?= -O2 -g
+CFLAGS += -std=gnu11 -Wall -Wextra -Wshadow -Wstrict-prototypes \
+	-Wmissing-prototypes -Wno-unused-parameter -fno-strict-aliasing \
+	-pthread -MMD -MP
+ifeq ($(WERROR),1)
+CFLAGS += -Werror
+endif
+ifneq ($(SANITIZE),)
+CFLAGS += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=all
+LDFLAGS += -fsanitize=$(SANITIZE)
+endif
+LDLIBS += -pthread
+
+# pkg-config is asked lazily (after `deps`) so a fresh machine works.
+pc_cflags = $(shell pkg-config --cflags $(1) 2>/dev/null)
+pc_libs = $(shell pkg-config --libs $(1) 2>/dev/null)
+
+all: deps-build
+	@$(MAKE) --no-print-directory build-all
+
+.PHONY: all build-all deps-build deps-test deps-torch check check-build \
+	clean demo fuzz bench bench-loader install format format-check
+
+deps-build:
+	@scripts/deps.sh build
+deps-test:
+	@scripts/deps.sh test
+deps-torch:
+	@scripts/deps.sh torch
+
+# Every module.mk appends to these.
+CORE_SRCS :=
+CLI_SRCS :=
+TEST_PROGS :=
+TEST_SCRIPTS :=
+BUILD_ALL :=
+FUZZ_TARGETS :=
+
+include fs/module.mk
+include tools/module.mk
+include mount/module.mk
+include loader/module.mk
+include tests/module.mk
+
+CORE_OBJS := $(CORE_SRCS:%.c=$(BUILD)/obj/%.o)
+CLI_OBJS := $(CLI_SRCS:%.c=$(BUILD)/obj/%.o)
+
+$(BUILD)/obj/%.o: %.c
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(EXTRA_CFLAGS_$(subst /,_,$(basename $<))) -c $< -o $@
+
+$(BUILD)/libbatchfs_core.a: $(CORE_OBJS)
+	@mkdir -p $(@D)
+	rm -f $@ && ar rcs $@ $^
+
+$(BUILD)/batchfs: $(CLI_OBJS) $(BUILD)/libbatchfs_core.a
+	$(CC) $(LDFLAGS) -o $@ $(CLI_OBJS) $(BUILD)/libbatchfs_core.a \
+		$(call pc_libs,$(PKGS)) $(LDLIBS) -lm
+
+build-all: $(BUILD)/batchfs $(BUILD)/libbatchfs_core.a $(BUILD_ALL)
+
+# make check: build everything (tests included), then run every test.
+check: deps-torch
+	@$(MAKE) --no-print-directory check-build
+	@BUILD=$(BUILD) PYTHON=$(PYTHON) tests/run.sh $(TEST_PROGS) $(TEST_SCRIPTS)
+
+check-build: build-all $(TEST_PROGS)
+
+clean:
+	rm -rf $(BUILD)
+
+FORMAT_FILES = $(shell git ls-files '*.c' '*.h' 2>/dev/null)
+format:
+	clang-format -i $(FORMAT_FILES)
+format-check:
+	@clang-format --dry-run --Werror $(FORMAT_FILES)
+
+.SECONDARY:
+
+-include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

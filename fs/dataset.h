@@ -1,0 +1,76 @@
+/* fs/dataset: one archive, or several with identical fields (shards,
+ * concatenated along dim 0), seen as N samples of named fields.
+ *
+ * Sample i of field f is a C-order little-endian row of
+ * field->row_bytes bytes; bfs_dataset_gather() produces rows for any
+ * storage offset, view or stride straight from the read-only mappings. */
+#ifndef BFS_DATASET_H
+#define BFS_DATASET_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fs/dtype.h"
+#include "fs/error.h"
+#include "fs/pickle.h"
+
+struct bfs_zip;
+
+struct bfs_field {
+	char *name;
+	enum bfs_dtype dtype;
+	int ndim;			    /* per-sample dims (tensor ndim - 1) */
+	int64_t shape[BFS_MAX_DIMS];	    /* per-sample shape */
+	uint64_t row_bytes;		    /* product(shape) * elsize */
+};
+
+/* One archive of a dataset, as reported by `batchfs inspect`. */
+struct bfs_shard_info {
+	const char *path;
+	const struct bfs_zip *zip;	/* records, offsets, prefix */
+	uint64_t first_sample;		/* global index of its sample 0 */
+	uint64_t samples;
+	int version;			/* the archive's version record */
+	int big_endian;			/* byteorder record says "big" */
+	enum bfs_container container;
+	const struct bfs_pickle_result *pickle; /* tensors as pickled */
+};
+
+struct bfs_dataset;
+
+/* Open 'n_paths' archives as one dataset. Every archive must have the same
+ * field names, dtypes and per-sample shapes; every field of an archive must
+ * have the same dim 0. Big-endian archives are byte-swapped on gather.
+ * Returns 0 and sets *out, or -errno with 'err' naming the file, offset and
+ * reason (e.g. "field 'labels' has 999 samples, 'images' has 1000").
+ * Cost: maps each archive, parses its directory and pickle; no data read. */
+int bfs_dataset_open(struct bfs_dataset **out, const char *const *paths,
+		     size_t n_paths, struct bfs_error *err);
+
+/* Free everything; accepts NULL and half-built objects. */
+void bfs_dataset_close(struct bfs_dataset *ds);
+
+uint64_t bfs_dataset_samples(const struct bfs_dataset *ds);
+size_t bfs_dataset_nfields(const struct bfs_dataset *ds);
+/* Field 'i' in archive order (0 <= i < nfields). */
+const struct bfs_field *bfs_dataset_field(const struct bfs_dataset *ds,
+					  size_t i);
+size_t bfs_dataset_nshards(const struct bfs_dataset *ds);
+/* Shard 'i' (0 <= i < nshards); pointers live as long as 'ds'. */
+void bfs_dataset_shard(const struct bfs_dataset *ds, size_t i,
+		       struct bfs_shard_info *out);
+
+/* Copy samples idx[0..n) of field 'f' into 'dst', row after row
+ * (n * row_bytes bytes), converting to C-order little-endian.
+ * Thread-safe (read-only). Returns 0, -ERANGE for an index >= samples, or
+ * -EIO when an archive shrank or faulted under us (truncated or replaced
+ * on disk), with a log line naming the file and sample. */
+int bfs_dataset_gather(const struct bfs_dataset *ds, size_t f,
+		       const uint64_t *idx, size_t n, void *dst);
+
+/* Advise the kernel that samples idx[0..n) of every field will be read
+ * soon (madvise MADV_WILLNEED on their pages). Best effort, never fails. */
+void bfs_dataset_advise(const struct bfs_dataset *ds, const uint64_t *idx,
+			size_t n);
+
+#endif

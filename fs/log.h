@@ -1,0 +1,30 @@
+/* Logging for the whole tree: one function, a module prefix, a level.
+ *
+ * Nothing in fs/ or loader/ prints to stdout; everything goes through
+ * bfs_log(), which writes one line to stderr (or to the sink the daemon
+ * installs, e.g. syslog once it has gone to the background). */
+#ifndef BFS_LOG_H
+#define BFS_LOG_H
+
+#include <stdarg.h>
+
+enum bfs_log_level {
+	BFS_LOG_ERR = 0,
+	BFS_LOG_WARN = 1,
+	BFS_LOG_INFO = 2,
+	BFS_LOG_DEBUG = 3,
+};
+
+/* A sink receives one formatted line without its trailing newline. */
+typedef void (*bfs_log_sink_fn)(enum bfs_log_level level, const char *line);
+
+/* Log one line "batchfs[module]: message". Thread-safe; never fails.
+ * 'module' is a short literal such as "zip" or "pool". */
+void bfs_log(enum bfs_log_level level, const char *module, const char *fmt,
+	     ...) __attribute__((format(printf, 3, 4)));
+
+/* Set the most verbose level printed (default BFS_LOG_INFO) and the sink
+ * (NULL = stderr). Call before starting threads. */
+void bfs_log_setup(enum bfs_log_level max_level, bfs_log_sink_fn sink);
+
+#endif

@@ -1,0 +1,87 @@
+/* fs/order: which samples form batch K of epoch N — PyTorch's samplers and
+ * DataLoader generator consumption, bit for bit
+ * (research/dataloader-spec.md §1-2).
+ *
+ * Epoch N's order is a pure function of (options, N): any batch of any epoch
+ * is directly addressable. */
+#ifndef BFS_ORDER_H
+#define BFS_ORDER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fs/error.h"
+
+enum bfs_sampler {
+	BFS_SAMPLER_SEQUENTIAL,	 /* DataLoader(ds, B) */
+	BFS_SAMPLER_RANDOM,	 /* shuffle=True / RandomSampler */
+	BFS_SAMPLER_SUBSET,	 /* SubsetRandomSampler(indices) */
+	BFS_SAMPLER_WEIGHTED,	 /* WeightedRandomSampler(w, M, True) */
+	BFS_SAMPLER_DISTRIBUTED, /* DistributedSampler(ds, W, R, ...) */
+};
+
+enum bfs_torch_compat {
+	BFS_TORCH_1_13 = 113, /* randperm of torch 1.13 .. 2.6 */
+	BFS_TORCH_2_7 = 207,  /* 2.7+: inside-out randperm for n >= 214748364 */
+};
+
+struct bfs_order_opts {
+	enum bfs_sampler sampler;
+	uint64_t n;	     /* len(dataset) */
+	uint64_t batch_size; /* >= 1 */
+	bool drop_last;
+	uint64_t seed; /* torch.Generator().manual_seed(seed) / sampler seed */
+	/* RANDOM: */
+	bool replacement;
+	uint64_t num_samples; /* 0 = len(dataset) (RANDOM); required WEIGHTED */
+	/* SUBSET: indices into the dataset (copied) */
+	const int64_t *subset;
+	size_t subset_len;
+	/* WEIGHTED: one weight per sample (copied) */
+	const double *weights;
+	size_t weights_len;
+	/* DISTRIBUTED: */
+	uint32_t world_size, rank;
+	bool shuffle;
+	enum bfs_torch_compat compat;
+	/* Optional torch.Generator.get_state() bytes (5056) to start from
+	 * instead of manual_seed(seed); NULL = use seed. */
+	const uint8_t *generator_state;
+	size_t generator_state_len;
+};
+
+struct bfs_order;
+
+/* Validate options (as PyTorch would: batch_size > 0, num_samples > 0,
+ * rank < world_size, indices within n, weights finite and >= 0 ...) and
+ * build the engine. Returns 0 or -EINVAL with 'err' saying which option is
+ * wrong and why. */
+int bfs_order_create(struct bfs_order **out, const struct bfs_order_opts *o,
+		     struct bfs_error *err);
+
+/* Free; accepts NULL. */
+void bfs_order_destroy(struct bfs_order *o);
+
+/* Batches per epoch = len(DataLoader) for this rank. */
+uint64_t bfs_order_len(const struct bfs_order *o);
+
+/* Samples in batch k (batch_size, or fewer for the last batch when
+ * drop_last is off); 0 when k >= len. */
+uint64_t bfs_order_batch_rows(const struct bfs_order *o, uint64_t k);
+
+/* Fill idx[0 .. rows) with the dataset indices of batch k of epoch e.
+ * Thread-safe. The first call for an epoch computes (and caches) that
+ * epoch's order; it returns as soon as batch k is known (forward
+ * Fisher-Yates fixes a[i] after step i). Returns 0, -ENOENT when k >= len,
+ * -ENOMEM. */
+int bfs_order_batch(struct bfs_order *o, uint64_t e, uint64_t k,
+		    uint64_t *idx);
+
+/* The equivalent PyTorch construction, one line of Python, e.g.
+ * "DataLoader(ds, batch_size=256, shuffle=True, drop_last=False,
+ *  generator=torch.Generator().manual_seed(7))". Returns the length that
+ * snprintf would (the string is always NUL-terminated when len > 0). */
+int bfs_order_describe(const struct bfs_order *o, char *buf, size_t len);
+
+#endif

@@ -1,0 +1,59 @@
+/* fs/pickle: a restricted pickle VM for torch.save's data.pkl, modelled on
+ * torch.load(weights_only=True) (research/torch-format.md §2.6).
+ *
+ * It never executes anything: GLOBALs are looked up in a static allowlist,
+ * REDUCE is only interpreted for the allowlisted callables. The result is the
+ * flat list of tensors of the top-level container. */
+#ifndef BFS_PICKLE_H
+#define BFS_PICKLE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fs/dtype.h"
+#include "fs/error.h"
+
+#define BFS_MAX_DIMS 64
+
+enum bfs_container {
+	BFS_CONTAINER_DICT,	   /* dict or OrderedDict: names are the keys */
+	BFS_CONTAINER_LIST,	   /* list: names "0", "1", ... */
+	BFS_CONTAINER_TUPLE,	   /* tuple: names "0", "1", ... */
+	BFS_CONTAINER_TENSOR,	   /* a bare tensor: one field named "0" */
+};
+
+struct bfs_pickle_tensor {
+	char *name;		/* field name (key, or list position) */
+	enum bfs_dtype dtype;	/* tensor element type */
+	char *storage_key;	/* "0": record "<prefix>/data/0" */
+	enum bfs_dtype storage_dtype; /* storage's type (UINT8 for Untyped) */
+	uint64_t storage_numel; /* in storage_dtype elements (bytes if Untyped) */
+	uint64_t offset;	/* storage_offset, in tensor elements */
+	int ndim;		/* 0..BFS_MAX_DIMS */
+	int64_t size[BFS_MAX_DIMS];
+	int64_t stride[BFS_MAX_DIMS]; /* in elements */
+	int requires_grad;	/* informational */
+	int is_parameter;	/* built by _rebuild_parameter */
+};
+
+struct bfs_pickle_result {
+	enum bfs_container container;
+	struct bfs_pickle_tensor *tensors; /* in pickle (archive) order */
+	size_t n_tensors;
+};
+
+/* Run the restricted VM over data.pkl bytes [buf, buf+len).
+ * Validates every opcode, bound, global and tensor geometry (extent within
+ * the storage, checked math). The top-level object must be a dict,
+ * OrderedDict, list or tuple of tensors (or one tensor).
+ * Returns 0 and fills *out, or -EINVAL/-ENOMEM/-E2BIG with 'err' naming
+ * 'label', the byte offset in the pickle and the reason (e.g. the refused
+ * global "os system"). Memory: O(len); no recursion.
+ * Free with bfs_pickle_result_free(). */
+int bfs_pickle_load(const uint8_t *buf, size_t len, const char *label,
+		    struct bfs_pickle_result *out, struct bfs_error *err);
+
+/* Free what bfs_pickle_load allocated; accepts a zeroed struct. */
+void bfs_pickle_result_free(struct bfs_pickle_result *r);
+
+#endif

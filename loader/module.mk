@@ -1,0 +1,1 @@
+# loader/: the companion library (built by its own rules below).

@@ -1,0 +1,28 @@
+#!/bin/sh
+# Install the Debian packages a make target needs, if they are missing.
+# Usage: scripts/deps.sh build|test|torch
+# build: compilers' libraries; test: + cmocka, fuse3 tools, zip tools;
+# torch: + python3-torch and python3-numpy for interop tests.
+set -eu
+want="libfuse3-dev fuse3 libzip-dev pkg-config"
+case "${1:-build}" in
+build) ;;
+test) want="$want libcmocka-dev zip unzip python3-numpy" ;;
+torch) want="$want libcmocka-dev zip unzip python3-numpy python3-torch" ;;
+*) echo "usage: $0 build|test|torch" >&2; exit 2 ;;
+esac
+missing=""
+for p in $want; do
+	st=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
+	case "$st" in *" installed") ;; *) missing="$missing $p" ;; esac
+done
+[ -z "$missing" ] && exit 0
+echo "deps: installing$missing" >&2
+if [ "$(id -u)" -ne 0 ]; then
+	SUDO=sudo
+else
+	SUDO=
+fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq >&2
+$SUDO apt-get install -y -qq --no-install-recommends $missing >&2

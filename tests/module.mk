@@ -1,0 +1,50 @@
+# tests/: unit tests (cmocka, one program per tests/unit/test_*.c), mount and
+# interop tests (scripts), fuzz targets. tests/lib/ holds shared helpers.
+#
+# Unit tests link the core library plus cmocka, libzip and libfuse.
+UNIT_SRCS := $(sort $(wildcard tests/unit/test_*.c))
+UNIT_PROGS := $(UNIT_SRCS:tests/unit/%.c=$(BUILD)/tests/%)
+TEST_LIB_SRCS := $(sort $(wildcard tests/lib/*.c))
+TEST_LIB_OBJS := $(TEST_LIB_SRCS:%.c=$(BUILD)/obj/%.o)
+
+$(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(TEST_LIB_OBJS) $(BUILD)/libbatchfs_core.a
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $< $(TEST_LIB_OBJS) $(BUILD)/libbatchfs_core.a \
+		$(call pc_libs,cmocka $(PKGS)) $(LDLIBS) -lm
+
+TEST_PROGS += $(UNIT_PROGS)
+# Scripts: mount tests, then interop tests (real torch).
+TEST_SCRIPTS += $(sort $(wildcard tests/mount/test_*.sh tests/mount/test_*.py))
+TEST_SCRIPTS += $(sort $(wildcard tests/interop/test_*.sh tests/interop/test_*.py))
+TEST_SCRIPTS += $(sort $(wildcard tests/gpu/test_*.sh tests/gpu/test_*.py))
+
+# Fuzz targets: tests/fuzz/fuzz_<name>.c, built with clang -fsanitize=fuzzer.
+# make fuzz FUZZ_SECONDS=600 runs each for that long over its seed corpus.
+FUZZ_SECONDS ?= 60
+FUZZ_CC ?= clang
+FUZZ_SRCS := $(sort $(wildcard tests/fuzz/fuzz_*.c))
+FUZZ_BINS := $(FUZZ_SRCS:tests/fuzz/%.c=$(BUILD)/fuzz/%)
+FUZZ_CORE := $(filter-out fs/log.c,$(sort $(wildcard fs/*.c))) fs/log.c
+
+$(BUILD)/fuzz/%: tests/fuzz/%.c $(FUZZ_CORE)
+	@mkdir -p $(@D)
+	$(FUZZ_CC) $(CPPFLAGS) -std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined \
+		-o $@ $< $(FUZZ_CORE) -lm -pthread
+
+fuzz:
+	@$(MAKE) --no-print-directory $(FUZZ_BINS)
+	@for f in $(FUZZ_BINS); do \
+		n=$$(basename $$f); c=$(BUILD)/fuzz/corpus-$$n; mkdir -p $$c; \
+		echo "fuzz: $$n for $(FUZZ_SECONDS)s"; \
+		$$f -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 $$c tests/fuzz/seeds/$${n#fuzz_} \
+			2>&1 | tail -n 12 || exit 1; \
+	done
+
+# Helper programs used by test scripts: tests/bin/<name>.c -> build/tests/bin/<name>
+TEST_BIN_SRCS := $(sort $(wildcard tests/bin/*.c))
+TEST_BINS := $(TEST_BIN_SRCS:tests/bin/%.c=$(BUILD)/tests/bin/%)
+$(BUILD)/tests/bin/%: $(BUILD)/obj/tests/bin/%.o $(TEST_LIB_OBJS) $(BUILD)/libbatchfs_core.a
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $< $(TEST_LIB_OBJS) $(BUILD)/libbatchfs_core.a \
+		$(call pc_libs,cmocka $(PKGS)) $(LDLIBS) -lm
+check-build: $(TEST_BINS)

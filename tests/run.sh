@@ -1,0 +1,53 @@
+#!/bin/bash
+# Run every test given on the command line; print one line per test and a
+# closing "N passed, N failed, N skipped" line. Exit status 1 if any failed.
+#
+# A test is an executable, a .sh (bash) or a .py (run with $PYTHON, the system
+# python that has torch). Exit 0 = pass, 77 = skipped, anything else = fail.
+# Each test gets its own work directory in $BFS_TEST_TMP (removed afterwards
+# unless it failed) and finds the binaries through $BUILD / $BATCHFS.
+# TESTS_FILTER=regex runs only the tests whose path matches.
+set -u
+BUILD=${BUILD:-build}
+PYTHON=${PYTHON:-/usr/bin/python3}
+export BUILD PYTHON
+export BATCHFS="$(cd "$BUILD" && pwd)/batchfs"
+export BFS_SRC="$(pwd)"
+logdir="$BUILD/test-logs"
+mkdir -p "$logdir"
+pass=0 fail=0 skip=0 failed=""
+for t in "$@"; do
+	if [ -n "${TESTS_FILTER:-}" ] && ! [[ "$t" =~ $TESTS_FILTER ]]; then
+		continue
+	fi
+	name=$(echo "$t" | sed 's|^\./||; s|/|_|g')
+	log="$logdir/$name.log"
+	work=$(mktemp -d /tmp/bfs-test.XXXXXX)
+	start=$(date +%s.%N)
+	case "$t" in
+	*.py) cmd=("$PYTHON" "$t") ;;
+	*.sh) cmd=(bash "$t") ;;
+	*) cmd=("$t") ;;
+	esac
+	BFS_TEST_TMP="$work" timeout --kill-after=10 "${TEST_TIMEOUT:-900}" \
+		"${cmd[@]}" >"$log" 2>&1
+	rc=$?
+	secs=$(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}')
+	# Leaked mounts under the work dir must never outlive a test.
+	grep " $work" /proc/mounts | awk '{print $2}' | while read -r m; do
+		fusermount3 -uz "$m" 2>/dev/null || umount -l "$m" 2>/dev/null
+	done
+	case $rc in
+	0) pass=$((pass + 1)); printf 'PASS  %-55s %6.1fs\n' "$t" "$secs"
+	   rm -rf "$work" ;;
+	77) skip=$((skip + 1)); printf 'SKIP  %-55s %s\n' "$t" \
+		"$(grep -m1 -i 'skip' "$log" | cut -c1-60)"
+	   rm -rf "$work" ;;
+	*) fail=$((fail + 1)); failed="$failed $t"
+	   printf 'FAIL  %-55s (exit %d, log %s, work %s)\n' "$t" "$rc" "$log" "$work"
+	   tail -n 30 "$log" | sed 's/^/      | /' ;;
+	esac
+done
+[ -n "$failed" ] && echo "failed:$failed"
+echo "$pass passed, $fail failed, $skip skipped"
+[ "$fail" -eq 0 ]
