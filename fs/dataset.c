@@ -1,0 +1,671 @@
+/* fs/dataset: fields and rows over one or several torch.save archives.
+ *
+ * Open: each archive is mapped and parsed by fs/zip, its version, byteorder
+ * and kind (TorchScript refused) are checked, data.pkl is run through the
+ * restricted VM of fs/pickle, and every tensor is bound to its storage
+ * record "<prefix>/data/<key>" (record size must equal numel x elsize of the
+ * storage type exactly, as torch checks). Every top-level tensor is a field;
+ * all share dim 0 (= the archive's sample count). Shards must agree on field
+ * names, dtypes and per-sample shapes; they are concatenated along dim 0.
+ *
+ * Gather: a row is addressed as  base + (offset + s * stride0) * elsize  plus
+ * the per-sample strides. At open the per-sample dims are simplified (size-1
+ * dims dropped, mergeable dims merged) so a C-contiguous row is one memcpy;
+ * anything else walks the dims with an odometer (no recursion), copying runs
+ * of the innermost dim. Big-endian archives are swapped in the destination.
+ *
+ * Faults: the archive stays mapped, never copied. A file truncated under us
+ * would raise SIGBUS on access. Before each gather the shards touched are
+ * fstat()ed (shrunk => -EIO); as a second line of defence the copy runs under
+ * a per-thread sigsetjmp with a process-wide SIGBUS handler installed once
+ * (pthread_once) that siglongjmp()s back when the fault happened inside a
+ * guarded copy on that thread, and otherwise hands the signal to whatever
+ * handler was installed before ours (or the default action).
+ *
+ * Invariants: after open, a bfs_dataset is immutable, so gather/advise are
+ * thread-safe without locks. The only mutable state is the thread-local
+ * jump-buffer pointer and the once-installed previous SIGBUS action. */
+#include "fs/dataset.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "fs/log.h"
+#include "fs/zip.h"
+
+#define MOD "dataset"
+#define VERSION_MAX 10
+
+/* How one field of one shard is laid out in that shard's mapping. */
+struct bind {
+	const uint8_t *base;	/* first byte of sample 0 of this field */
+	uint64_t stride0;	/* bytes between samples */
+	int ndim;		/* simplified per-sample dims */
+	int64_t size[BFS_MAX_DIMS];
+	int64_t stride[BFS_MAX_DIMS]; /* in bytes */
+	uint64_t span;		/* bytes a row touches from its start */
+	int contiguous;		/* a row is row_bytes consecutive bytes */
+};
+
+struct shard {
+	char *path;
+	struct bfs_zip *zip;
+	struct bfs_pickle_result pk;
+	uint64_t first, samples;
+	int version, big_endian;
+	struct bind *binds; /* [nfields] */
+};
+
+struct bfs_dataset {
+	struct shard *shards;
+	size_t nshards;
+	struct bfs_field *fields;
+	size_t nfields;
+	uint64_t samples;
+};
+
+/* ---- opening ---------------------------------------------------------- */
+
+/* Record "<prefix>/<rel>" as a short NUL-terminated string in 'buf'
+ * (trailing newline stripped); 0, -ENOENT if absent, -EINVAL if too long. */
+static int small_record(const struct bfs_zip *z, const char *rel, char *buf,
+			size_t cap)
+{
+	const struct bfs_zip_entry *e = bfs_zip_find(z, rel);
+
+	if (!e)
+		return -ENOENT;
+	if (e->size >= cap)
+		return -EINVAL;
+	memcpy(buf, bfs_zip_data(z, e), e->size);
+	buf[e->size] = 0;
+	if (e->size && buf[e->size - 1] == '\n')
+		buf[e->size - 1] = 0;
+	return 0;
+}
+
+static int check_kind(struct shard *sh, struct bfs_error *err)
+{
+	const struct bfs_zip *z = sh->zip;
+	size_t plen = strlen(z->prefix);
+	char buf[32];
+	char *end;
+	long v;
+	int rc;
+
+	for (size_t i = 0; i < z->n_entries; i++) {
+		const char *rel = z->entries[i].name + plen + 1;
+		if (!strcmp(rel, "constants.pkl") || !strncmp(rel, "code/", 5))
+			return bfs_error_set(
+				err, -EINVAL, sh->path, z->entries[i].lfh_off,
+				"TorchScript archive (record '%s'): not a "
+				"torch.save dataset",
+				z->entries[i].name);
+	}
+	rc = small_record(z, "version", buf, sizeof(buf));
+	if (rc == -ENOENT)
+		rc = small_record(z, ".data/version", buf, sizeof(buf));
+	if (rc == -ENOENT)
+		return bfs_error_set(err, -EINVAL, sh->path, BFS_NO_OFFSET,
+				     "no 'version' record");
+	errno = 0;
+	v = rc ? 0 : strtol(buf, &end, 10);
+	if (rc || errno || end == buf || *end || v < 1 || v > VERSION_MAX)
+		return bfs_error_set(err, -EINVAL, sh->path, BFS_NO_OFFSET,
+				     "unsupported archive version (want 1..%d)",
+				     VERSION_MAX);
+	sh->version = (int)v;
+	rc = small_record(z, "byteorder", buf, sizeof(buf));
+	if (rc == -ENOENT || (!rc && !strcmp(buf, "little")))
+		return 0;
+	if (!rc && !strcmp(buf, "big")) {
+		sh->big_endian = 1;
+		return 0;
+	}
+	return bfs_error_set(err, -EINVAL, sh->path, BFS_NO_OFFSET,
+			     "byteorder record is neither 'little' nor 'big'");
+}
+
+/* a * b + c into *out, refusing u64 overflow. */
+static int mul_add(uint64_t a, uint64_t b, uint64_t c, uint64_t *out)
+{
+	uint64_t p;
+
+	if (__builtin_mul_overflow(a, b, &p) ||
+	    __builtin_add_overflow(p, c, out))
+		return -EOVERFLOW;
+	return 0;
+}
+
+/* Drop size-1 dims and merge dims that are contiguous with each other. */
+static void simplify(struct bind *b, const struct bfs_pickle_tensor *t,
+		     size_t es)
+{
+	int n = 0;
+
+	for (int d = 1; d < t->ndim; d++) {
+		if (t->size[d] == 1)
+			continue;
+		int64_t st = t->stride[d] * (int64_t)es;
+		if (n && b->stride[n - 1] == st * t->size[d]) {
+			b->size[n - 1] *= t->size[d];
+			b->stride[n - 1] = st;
+			continue;
+		}
+		b->size[n] = t->size[d];
+		b->stride[n] = st;
+		n++;
+	}
+	b->ndim = n;
+	b->contiguous = n == 0 || (n == 1 && b->stride[0] == (int64_t)es);
+}
+
+/* Bind tensor 't' of shard 'sh' to its storage record. */
+static int bind_tensor(struct shard *sh, const struct bfs_pickle_tensor *t,
+		       struct bind *b, struct bfs_error *err)
+{
+	const struct bfs_dtype_info *di = bfs_dtype_info(t->dtype);
+	const struct bfs_dtype_info *si = bfs_dtype_info(t->storage_dtype);
+	const struct bfs_zip_entry *e;
+	uint64_t nbytes, extent = 0, off;
+	char rel[96];
+
+	if (!di || !si || (t->storage_dtype != t->dtype &&
+			   t->storage_dtype != BFS_DT_UINT8))
+		return bfs_error_set(err, -EINVAL, sh->path, BFS_NO_OFFSET,
+				     "field '%s': unsupported dtype/storage",
+				     t->name);
+	if (t->ndim == 0)
+		return bfs_error_set(err, -EINVAL, sh->path, BFS_NO_OFFSET,
+				     "field '%s' is a 0-dim tensor (no sample "
+				     "dimension)",
+				     t->name);
+	snprintf(rel, sizeof(rel), "data/%s", t->storage_key);
+	e = bfs_zip_find(sh->zip, rel);
+	if (!e)
+		return bfs_error_set(err, -EINVAL, sh->path, BFS_NO_OFFSET,
+				     "field '%s': storage record '%s/%s' missing",
+				     t->name, sh->zip->prefix, rel);
+	if (mul_add(t->storage_numel, si->size, 0, &nbytes) || nbytes != e->size)
+		return bfs_error_set(err, -EINVAL, sh->path, e->lfh_off,
+				     "field '%s': record '%s' has %" PRIu64
+				     " bytes, storage needs %" PRIu64 " x %zu",
+				     t->name, e->name, e->size,
+				     t->storage_numel, si->size);
+	/* Extent in bytes, re-checked here in the storage's own units. */
+	int empty = 0;
+	for (int d = 0; d < t->ndim; d++)
+		empty |= t->size[d] == 0;
+	if (!empty) {
+		uint64_t last = t->offset;
+		for (int d = 0; d < t->ndim; d++)
+			if (t->size[d] < 0 || t->stride[d] < 0 ||
+			    mul_add((uint64_t)(t->size[d] - 1),
+				    (uint64_t)t->stride[d], last, &last))
+				goto bad_extent;
+		if (mul_add(last + 1, di->size, 0, &extent) || last == UINT64_MAX ||
+		    extent > nbytes)
+			goto bad_extent;
+	}
+	if (mul_add(t->offset, di->size, 0, &off) || (empty && off > nbytes))
+		goto bad_extent;
+	b->base = bfs_zip_data(sh->zip, e) + (empty ? 0 : off);
+	b->stride0 = (uint64_t)t->stride[0] * di->size;
+	simplify(b, t, di->size);
+	b->span = empty ? 0 : di->size;
+	for (int d = 0; d < b->ndim; d++)
+		b->span += (uint64_t)(b->size[d] - 1) * (uint64_t)b->stride[d];
+	return 0;
+bad_extent:
+	return bfs_error_set(err, -EINVAL, sh->path, e->lfh_off,
+			     "field '%s': view exceeds its storage record '%s'",
+			     t->name, e->name);
+}
+
+/* Fields of the first shard become the dataset's fields. */
+static int make_fields(struct bfs_dataset *ds, const struct shard *sh)
+{
+	ds->nfields = sh->pk.n_tensors;
+	ds->fields = calloc(ds->nfields ? ds->nfields : 1, sizeof(*ds->fields));
+	if (!ds->fields)
+		return -ENOMEM;
+	for (size_t i = 0; i < ds->nfields; i++) {
+		const struct bfs_pickle_tensor *t = &sh->pk.tensors[i];
+		struct bfs_field *f = &ds->fields[i];
+		f->name = strdup(t->name);
+		if (!f->name)
+			return -ENOMEM;
+		f->dtype = t->dtype;
+		f->ndim = t->ndim - 1;
+		f->row_bytes = bfs_dtype_info(t->dtype)->size;
+		for (int d = 1; d < t->ndim; d++) {
+			f->shape[d - 1] = t->size[d];
+			f->row_bytes *= (uint64_t)t->size[d];
+		}
+	}
+	return 0;
+}
+
+/* Shard 'sh' must have exactly the dataset's fields. */
+static int match_fields(const struct bfs_dataset *ds, const struct shard *sh,
+			struct bfs_error *err)
+{
+	if (sh->pk.n_tensors != ds->nfields)
+		return bfs_error_set(err, -EINVAL, sh->path, BFS_NO_OFFSET,
+				     "has %zu fields, '%s' has %zu",
+				     sh->pk.n_tensors, ds->shards[0].path,
+				     ds->nfields);
+	for (size_t i = 0; i < ds->nfields; i++) {
+		const struct bfs_pickle_tensor *t = &sh->pk.tensors[i];
+		const struct bfs_field *f = &ds->fields[i];
+		int same = !strcmp(t->name, f->name) && t->dtype == f->dtype &&
+			   t->ndim - 1 == f->ndim;
+		for (int d = 1; same && d < t->ndim; d++)
+			same = t->size[d] == f->shape[d - 1];
+		if (!same)
+			return bfs_error_set(
+				err, -EINVAL, sh->path, BFS_NO_OFFSET,
+				"field %zu '%s' (%s) does not match field '%s' "
+				"(%s, same per-sample shape required) of '%s'",
+				i, t->name, bfs_dtype_info(t->dtype)->torch_name,
+				f->name, bfs_dtype_info(f->dtype)->torch_name,
+				ds->shards[0].path);
+	}
+	return 0;
+}
+
+static int open_shard(struct bfs_dataset *ds, struct shard *sh,
+		      const char *path, struct bfs_error *err)
+{
+	const struct bfs_zip_entry *pkl;
+	int rc;
+
+	sh->path = strdup(path);
+	if (!sh->path)
+		return -ENOMEM;
+	rc = bfs_zip_open(&sh->zip, path, err);
+	if (rc)
+		return rc;
+	rc = check_kind(sh, err);
+	if (rc)
+		return rc;
+	pkl = bfs_zip_find(sh->zip, "data.pkl");
+	if (!pkl)
+		return bfs_error_set(err, -EINVAL, path, BFS_NO_OFFSET,
+				     "no '%s/data.pkl' record",
+				     sh->zip->prefix);
+	rc = bfs_pickle_load(bfs_zip_data(sh->zip, pkl), pkl->size,
+			     pkl->name, &sh->pk, err);
+	if (rc)
+		return rc;
+	sh->binds = calloc(sh->pk.n_tensors ? sh->pk.n_tensors : 1,
+			   sizeof(*sh->binds));
+	if (!sh->binds)
+		return -ENOMEM;
+	for (size_t i = 0; i < sh->pk.n_tensors; i++) {
+		const struct bfs_pickle_tensor *t = &sh->pk.tensors[i];
+		rc = bind_tensor(sh, t, &sh->binds[i], err);
+		if (rc)
+			return rc;
+		if (i == 0)
+			sh->samples = (uint64_t)t->size[0];
+		else if ((uint64_t)t->size[0] != sh->samples)
+			return bfs_error_set(
+				err, -EINVAL, path, BFS_NO_OFFSET,
+				"field '%s' has %" PRId64 " samples, '%s' has "
+				"%" PRIu64 " (all fields must share dim 0)",
+				t->name, t->size[0], sh->pk.tensors[0].name,
+				sh->samples);
+	}
+	if (ds->fields)
+		return match_fields(ds, sh, err);
+	return make_fields(ds, sh);
+}
+
+int bfs_dataset_open(struct bfs_dataset **out, const char *const *paths,
+		     size_t n_paths, struct bfs_error *err)
+{
+	struct bfs_dataset *ds;
+	int rc = -ENOMEM;
+
+	*out = NULL;
+	if (!n_paths)
+		return bfs_error_set(err, -EINVAL, NULL, BFS_NO_OFFSET,
+				     "no archive given");
+	ds = calloc(1, sizeof(*ds));
+	if (!ds)
+		return -ENOMEM;
+	ds->shards = calloc(n_paths, sizeof(*ds->shards));
+	if (!ds->shards)
+		goto err_close;
+	for (size_t i = 0; i < n_paths; i++) {
+		struct shard *sh = &ds->shards[i];
+		ds->nshards = i + 1;
+		rc = open_shard(ds, sh, paths[i], err);
+		if (rc == -ENOMEM)
+			bfs_error_set(err, rc, paths[i], BFS_NO_OFFSET,
+				      "out of memory");
+		if (rc)
+			goto err_close;
+		sh->first = ds->samples;
+		if (__builtin_add_overflow(ds->samples, sh->samples,
+					   &ds->samples)) {
+			rc = bfs_error_set(err, -EOVERFLOW, paths[i],
+					   BFS_NO_OFFSET, "too many samples");
+			goto err_close;
+		}
+	}
+	*out = ds;
+	return 0;
+err_close:
+	bfs_dataset_close(ds);
+	return rc;
+}
+
+void bfs_dataset_close(struct bfs_dataset *ds)
+{
+	if (!ds)
+		return;
+	for (size_t i = 0; ds->shards && i < ds->nshards; i++) {
+		struct shard *sh = &ds->shards[i];
+		free(sh->binds);
+		bfs_pickle_result_free(&sh->pk);
+		bfs_zip_close(sh->zip);
+		free(sh->path);
+	}
+	for (size_t i = 0; ds->fields && i < ds->nfields; i++)
+		free(ds->fields[i].name);
+	free(ds->fields);
+	free(ds->shards);
+	free(ds);
+}
+
+uint64_t bfs_dataset_samples(const struct bfs_dataset *ds)
+{
+	return ds->samples;
+}
+
+size_t bfs_dataset_nfields(const struct bfs_dataset *ds)
+{
+	return ds->nfields;
+}
+
+const struct bfs_field *bfs_dataset_field(const struct bfs_dataset *ds,
+					  size_t i)
+{
+	return i < ds->nfields ? &ds->fields[i] : NULL;
+}
+
+size_t bfs_dataset_nshards(const struct bfs_dataset *ds)
+{
+	return ds->nshards;
+}
+
+void bfs_dataset_shard(const struct bfs_dataset *ds, size_t i,
+		       struct bfs_shard_info *out)
+{
+	const struct shard *sh = &ds->shards[i];
+
+	out->path = sh->path;
+	out->zip = sh->zip;
+	out->first_sample = sh->first;
+	out->samples = sh->samples;
+	out->version = sh->version;
+	out->big_endian = sh->big_endian;
+	out->container = sh->pk.container;
+	out->pickle = &sh->pk;
+}
+
+/* ---- gathering -------------------------------------------------------- */
+
+/* The shard holding global sample 'g' (binary search over first). */
+static size_t shard_of(const struct bfs_dataset *ds, uint64_t g)
+{
+	size_t lo = 0, hi = ds->nshards;
+
+	while (hi - lo > 1) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (ds->shards[mid].first <= g)
+			lo = mid;
+		else
+			hi = mid;
+	}
+	/* lo = the last shard starting at or before g: never an empty one
+	 * (the shard after an empty one starts at the same sample). */
+	return lo;
+}
+
+static void copy_elems(uint8_t *dst, const uint8_t *src, int64_t n,
+		       int64_t stride, size_t es)
+{
+	for (int64_t i = 0; i < n; i++, dst += es, src += stride)
+		switch (es) {
+		case 1: *dst = *src; break;
+		case 2: memcpy(dst, src, 2); break;
+		case 4: memcpy(dst, src, 4); break;
+		case 8: memcpy(dst, src, 8); break;
+		default: memcpy(dst, src, es); break;
+		}
+}
+
+/* One row of a non-contiguous field: odometer over the outer dims, runs of
+ * the innermost dim. */
+static void copy_strided(uint8_t *dst, const uint8_t *row,
+			 const struct bind *b, size_t es)
+{
+	int64_t ctr[BFS_MAX_DIMS] = {0};
+	int in = b->ndim - 1;
+	int64_t n = b->size[in], st = b->stride[in];
+	const uint8_t *src = row;
+
+	for (;;) {
+		if (st == (int64_t)es)
+			memcpy(dst, src, (size_t)n * es);
+		else
+			copy_elems(dst, src, n, st, es);
+		dst += (size_t)n * es;
+		int d = in - 1;
+		while (d >= 0 && ++ctr[d] == b->size[d]) {
+			src -= (b->size[d] - 1) * b->stride[d];
+			ctr[d] = 0;
+			d--;
+		}
+		if (d < 0)
+			return;
+		src += b->stride[d];
+	}
+}
+
+static void byteswap(uint8_t *p, uint64_t bytes, size_t unit)
+{
+	for (uint64_t i = 0; i + unit <= bytes; i += unit)
+		for (size_t a = 0, z = unit - 1; a < z; a++, z--) {
+			uint8_t t = p[i + a];
+			p[i + a] = p[i + z];
+			p[i + z] = t;
+		}
+}
+
+/* The SIGBUS guard. 'guard_jmp' is set only while this thread copies from
+ * a mapping; 'old_bus' is written once under pthread_once. */
+static __thread sigjmp_buf *volatile guard_jmp;
+static struct sigaction old_bus;
+static pthread_once_t guard_once = PTHREAD_ONCE_INIT;
+
+static void on_sigbus(int sig, siginfo_t *si, void *uc)
+{
+	if (guard_jmp)
+		siglongjmp(*guard_jmp, 1);
+	/* Not ours: give it to the previous handler, or die as by default. */
+	if ((old_bus.sa_flags & SA_SIGINFO) && old_bus.sa_sigaction) {
+		old_bus.sa_sigaction(sig, si, uc);
+	} else if (old_bus.sa_handler != SIG_DFL &&
+		   old_bus.sa_handler != SIG_IGN && old_bus.sa_handler) {
+		old_bus.sa_handler(sig);
+	} else {
+		signal(SIGBUS, SIG_DFL);
+		raise(SIGBUS);
+	}
+}
+
+static void guard_install(void)
+{
+	struct sigaction sa;
+
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_sigaction = on_sigbus;
+	/* NODEFER: jumping out of the handler must not leave SIGBUS blocked. */
+	sa.sa_flags = SA_SIGINFO | SA_NODEFER;
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGBUS, &sa, &old_bus);
+}
+
+/* -EIO (with a log line) if the file of 'sh' shrank below its mapping. */
+static int check_size(const struct shard *sh, uint64_t sample,
+		      const struct bfs_field *f)
+{
+	struct stat st;
+
+	if (sh->zip->fd < 0)
+		return 0;
+	if (fstat(sh->zip->fd, &st) == 0 &&
+	    (uint64_t)st.st_size >= sh->zip->map_size)
+		return 0;
+	bfs_log(BFS_LOG_ERR, MOD,
+		"%s: archive truncated or unreadable (size now %" PRId64
+		" < %" PRIu64 " mapped); sample %" PRIu64 " of field '%s' "
+		"not read",
+		sh->path, (int64_t)st.st_size, sh->zip->map_size, sample,
+		f->name);
+	return -EIO;
+}
+
+/* Check every shard touched by idx[] once (bitmap for the first 64). */
+static int check_shards(const struct bfs_dataset *ds, const struct bfs_field *f,
+			const uint64_t *idx, size_t n)
+{
+	uint64_t seen = 0;
+	int rc;
+
+	if (ds->nshards > 64) {
+		for (size_t i = 0; i < ds->nshards; i++)
+			if ((rc = check_size(&ds->shards[i],
+					     ds->shards[i].first, f)))
+				return rc;
+		return 0;
+	}
+	for (size_t i = 0; i < n; i++) {
+		size_t s = shard_of(ds, idx[i]);
+		if (seen & (1ull << s))
+			continue;
+		seen |= 1ull << s;
+		if ((rc = check_size(&ds->shards[s], idx[i], f)))
+			return rc;
+	}
+	return 0;
+}
+
+/* The copy loop proper; runs under the SIGBUS guard. '*at' tracks the
+ * sample being copied so a fault can be reported. */
+static void copy_rows(const struct bfs_dataset *ds, size_t fi,
+		      const uint64_t *idx, size_t n, uint8_t *dst,
+		      volatile size_t *at)
+{
+	const struct bfs_field *f = &ds->fields[fi];
+	size_t es = bfs_dtype_info(f->dtype)->size;
+	size_t unit = bfs_dtype_info(f->dtype)->swap_unit;
+
+	for (size_t i = 0; i < n; i++, dst += f->row_bytes) {
+		size_t s = shard_of(ds, idx[i]);
+		const struct shard *sh = &ds->shards[s];
+		const struct bind *b = &sh->binds[fi];
+		const uint8_t *row = b->base + (idx[i] - sh->first) * b->stride0;
+
+		*at = i;
+		if (!f->row_bytes)
+			continue;
+		if (b->contiguous)
+			memcpy(dst, row, f->row_bytes);
+		else
+			copy_strided(dst, row, b, es);
+		if (sh->big_endian && unit > 1)
+			byteswap(dst, f->row_bytes, unit);
+	}
+}
+
+int bfs_dataset_gather(const struct bfs_dataset *ds, size_t f,
+		       const uint64_t *idx, size_t n, void *dst)
+{
+	sigjmp_buf jb;
+	volatile size_t at = 0;
+	uint8_t *volatile out = dst; /* live across sigsetjmp */
+	int rc;
+
+	if (f >= ds->nfields)
+		return -EINVAL;
+	for (size_t i = 0; i < n; i++)
+		if (idx[i] >= ds->samples)
+			return -ERANGE;
+	rc = check_shards(ds, &ds->fields[f], idx, n);
+	if (rc)
+		return rc;
+	pthread_once(&guard_once, guard_install);
+	if (sigsetjmp(jb, 0)) {
+		guard_jmp = NULL;
+		const struct shard *sh = &ds->shards[shard_of(ds, idx[at])];
+		bfs_log(BFS_LOG_ERR, MOD,
+			"%s: SIGBUS reading sample %" PRIu64 " of field '%s' "
+			"(archive truncated or replaced under us)",
+			sh->path, idx[at], ds->fields[f].name);
+		return -EIO;
+	}
+	guard_jmp = &jb;
+	copy_rows(ds, f, idx, n, out, &at);
+	guard_jmp = NULL;
+	return 0;
+}
+
+void bfs_dataset_advise(const struct bfs_dataset *ds, const uint64_t *idx,
+			size_t n)
+{
+	long pg = sysconf(_SC_PAGESIZE);
+	uintptr_t mask = (uintptr_t)(pg > 0 ? pg : 4096) - 1;
+
+	for (size_t fi = 0; fi < ds->nfields; fi++) {
+		uintptr_t lo = 0, hi = 0; /* pending range, coalesced */
+		for (size_t i = 0; i < n; i++) {
+			if (idx[i] >= ds->samples)
+				continue;
+			const struct shard *sh =
+				&ds->shards[shard_of(ds, idx[i])];
+			const struct bind *b = &sh->binds[fi];
+			if (!b->span)
+				continue;
+			uintptr_t a = (uintptr_t)(b->base + (idx[i] - sh->first) *
+								    b->stride0);
+			uintptr_t e = a + b->span;
+			a &= ~mask;
+			e = (e + mask) & ~mask;
+			if (hi && a <= hi && e >= lo) {
+				lo = a < lo ? a : lo;
+				hi = e > hi ? e : hi;
+				continue;
+			}
+			if (hi)
+				madvise((void *)lo, hi - lo, MADV_WILLNEED);
+			lo = a;
+			hi = e;
+		}
+		if (hi)
+			madvise((void *)lo, hi - lo, MADV_WILLNEED);
+	}
+}
