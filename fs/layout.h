@@ -1,0 +1,79 @@
+/* fs/layout: the bytes of a batch file (DESIGN.md §2).
+ *
+ * A batch file is a safetensors file: u64 LE header length N, N bytes of
+ * JSON padded with spaces so the data starts at a multiple of 4096 (4096
+ * unless the JSON is bigger), then each field's [rows, *shape] C-order
+ * little-endian bytes with no holes. Fields are ordered by descending
+ * element size, ties by name, so each stays naturally aligned.
+ *
+ * Every size here is arithmetic: nothing is gathered to know a file's size. */
+#ifndef BFS_LAYOUT_H
+#define BFS_LAYOUT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fs/dataset.h"
+#include "fs/error.h"
+
+#define BFS_LAYOUT_ALIGN 4096u
+
+struct bfs_layout_field {
+	const struct bfs_field *f; /* borrowed from the dataset */
+	size_t ds_index;	   /* index for bfs_dataset_gather */
+	const char *st_dtype;	   /* safetensors dtype code */
+};
+
+struct bfs_layout {
+	size_t nfields;
+	struct bfs_layout_field *fields; /* file order */
+	uint64_t row_bytes;		 /* sum of the fields' row_bytes */
+};
+
+/* Lay out 'n' fields (fields[i] is dataset field i). Refuses a dtype that
+ * safetensors cannot express (complex32, complex128): -ENOTSUP with 'err'
+ * naming the field and the dtype. Returns 0 or -errno. */
+int bfs_layout_init_fields(struct bfs_layout *l,
+			   const struct bfs_field *const *fields, size_t n,
+			   struct bfs_error *err);
+
+/* bfs_layout_init_fields over every field of 'ds'. */
+int bfs_layout_init(struct bfs_layout *l, const struct bfs_dataset *ds,
+		    struct bfs_error *err);
+
+/* Free what init allocated; accepts a zeroed or half-built layout. */
+void bfs_layout_fini(struct bfs_layout *l);
+
+/* The JSON header of batch k of epoch e holding 'rows' samples, unpadded,
+ * into buf (NUL-terminated when len > 0). Returns the length snprintf
+ * would, so bfs_layout_json(l, e, k, rows, NULL, 0) measures it. */
+size_t bfs_layout_json(const struct bfs_layout *l, uint64_t e, uint64_t k,
+		       uint64_t rows, char *buf, size_t len);
+
+/* Byte offset of the data = 8 + padded JSON: a multiple of 4096. */
+uint64_t bfs_layout_data_offset(const struct bfs_layout *l, uint64_t e,
+				uint64_t k, uint64_t rows);
+
+/* Exact size of the batch file. */
+uint64_t bfs_layout_file_size(const struct bfs_layout *l, uint64_t e,
+			      uint64_t k, uint64_t rows);
+
+/* Write the whole batch file (header, then each field's rows gathered
+ * from 'ds' at indices idx[0..rows)) into dst, which must hold
+ * bfs_layout_file_size() bytes. Returns 0 or the -errno of the gather
+ * (-EIO archive faulted, -ERANGE bad index, -ENOMEM). */
+int bfs_layout_fill(const struct bfs_layout *l, const struct bfs_dataset *ds,
+		    uint64_t e, uint64_t k, const uint64_t *idx, uint64_t rows,
+		    void *dst);
+
+/* Append 's' as a JSON string literal (quotes included, escaped) to buf
+ * at *pos, never writing past len; *pos advances by the full length even
+ * when truncated (snprintf semantics). */
+void bfs_layout_json_str(char *buf, size_t len, size_t *pos, const char *s);
+
+/* snprintf-style append used by the renderers: *pos advances by the full
+ * formatted length even when buf is too small. */
+void bfs_layout_append(char *buf, size_t len, size_t *pos, const char *fmt,
+		       ...) __attribute__((format(printf, 4, 5)));
+
+#endif

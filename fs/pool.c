@@ -1,0 +1,560 @@
+/* fs/pool: materialize batches on worker threads, prefetch, one budget.
+ *
+ * Model. Every batch the pool knows is a 'struct bfs_batch' in a hash
+ * table keyed by pos = e * len + k. States:
+ *   QUEUED  on the work queue (demand at the head, prefetch at the tail)
+ *   BUSY    a worker is gathering it; its buffer counts against the budget
+ *   READY   bytes valid; on the LRU list while in the table
+ *   FAILED  the gather failed; 'err' says why (removed from the table)
+ * A batch leaves the table when it was read to its end (bfs_pool_consumed),
+ * when it is evicted (LRU, idle = no reference) for room, or when it
+ * failed. It is freed when it is out of the table and has no reference, so
+ * a buffer in use by a read is never freed.
+ *
+ * Budget. cache_bytes = bytes of all allocated buffers (BUSY or READY, in
+ * the table or still referenced). Before a gather the worker makes room by
+ * evicting idle READY batches, least recently used first; a prefetch only
+ * evicts batches behind it in the stream, and is dropped when that is not
+ * enough. A demanded batch is gathered even when the budget cannot hold it
+ * (a batch larger than the budget works, alone), so memory is bounded by
+ * budget + the batches readers hold at this instant.
+ *
+ * Prefetch. Each acquire of position pos queues pos+1 .. pos+prefetch
+ * (across epochs, below 'epochs'), skipping what the table already holds
+ * and what an earlier acquire already scheduled (pf_upto).
+ *
+ * Lock order: one mutex (p->lock) protects every field marked [L] and every
+ * batch's state/refs/links. Workers drop it while gathering. There is no
+ * other lock, so no order to respect; bfs_order and bfs_dataset calls are
+ * thread-safe on their own and are made without p->lock held.
+ *
+ * Debug: BATCHFS_DEBUG_GATHER_DELAY_MS is read by the CLI into
+ * opts.debug_delay_ms (workers sleep that long before each gather), so
+ * tests can force a read timeout. */
+#include "fs/pool.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fs/log.h"
+
+#define NBUCKETS 4096u
+
+enum bstate { B_QUEUED, B_BUSY, B_READY, B_FAILED };
+
+struct bfs_batch {
+	uint64_t pos, e, k, rows;
+	uint64_t size;	   /* file size */
+	uint64_t map_size; /* size rounded to pages */
+	void *buf;	   /* mmap'd, page aligned; NULL until BUSY */
+	enum bstate state; /* [L] */
+	int err;	   /* [L] when FAILED */
+	unsigned refs;	   /* [L] acquirers waiting or reading */
+	bool in_table;	   /* [L] */
+	bool prefetched;   /* [L] queued by prefetch, not yet demanded */
+	bool demanded;	   /* [L] */
+	struct bfs_batch *hnext;       /* [L] hash chain */
+	struct bfs_batch *prev, *next; /* [L] queue (QUEUED) or LRU (READY) */
+};
+
+struct list {
+	struct bfs_batch *head, *tail;
+};
+
+struct bfs_pool {
+	const struct bfs_dataset *ds;
+	struct bfs_order *order;
+	const struct bfs_layout *layout;
+	struct bfs_pool_opts o;
+	uint64_t len;	/* batches per epoch */
+	uint64_t total; /* len * epochs: positions that exist */
+
+	pthread_mutex_t lock;
+	pthread_cond_t work;  /* [L] queue not empty or stop */
+	pthread_cond_t ready; /* [L] some batch became READY/FAILED */
+	bool stop;	      /* [L] */
+	struct bfs_batch *table[NBUCKETS]; /* [L] */
+	struct list queue;		   /* [L] QUEUED batches */
+	struct list lru;		   /* [L] READY in table, MRU at head */
+	uint64_t pf_upto;		   /* [L] highest pos prefetched + 1 */
+	struct bfs_pool_stats st;	   /* [L] */
+
+	pthread_t *threads;
+	unsigned nthreads;
+};
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static void list_push_head(struct list *l, struct bfs_batch *b)
+{
+	b->prev = NULL;
+	b->next = l->head;
+	if (l->head)
+		l->head->prev = b;
+	else
+		l->tail = b;
+	l->head = b;
+}
+
+static void list_push_tail(struct list *l, struct bfs_batch *b)
+{
+	b->next = NULL;
+	b->prev = l->tail;
+	if (l->tail)
+		l->tail->next = b;
+	else
+		l->head = b;
+	l->tail = b;
+}
+
+static void list_del(struct list *l, struct bfs_batch *b)
+{
+	if (b->prev)
+		b->prev->next = b->next;
+	else
+		l->head = b->next;
+	if (b->next)
+		b->next->prev = b->prev;
+	else
+		l->tail = b->prev;
+	b->prev = b->next = NULL;
+}
+
+static struct bfs_batch **bucket(struct bfs_pool *p, uint64_t pos)
+{
+	return &p->table[(pos * 0x9E3779B97F4A7C15ull >> 40) % NBUCKETS];
+}
+
+static struct bfs_batch *find(struct bfs_pool *p, uint64_t pos)
+{
+	for (struct bfs_batch *b = *bucket(p, pos); b; b = b->hnext)
+		if (b->pos == pos)
+			return b;
+	return NULL;
+}
+
+/* Free a batch that is out of the table with no reference. [L] */
+static void batch_free(struct bfs_pool *p, struct bfs_batch *b)
+{
+	if (b->buf) {
+		munmap(b->buf, b->map_size);
+		p->st.cache_bytes -= b->map_size;
+		p->st.cache_batches--;
+	}
+	free(b);
+}
+
+/* Take b out of the table (and its list); free it if nobody holds it. [L] */
+static void unlink_batch(struct bfs_pool *p, struct bfs_batch *b)
+{
+	struct bfs_batch **pp = bucket(p, b->pos);
+
+	if (!b->in_table)
+		return;
+	while (*pp != b)
+		pp = &(*pp)->hnext;
+	*pp = b->hnext;
+	b->in_table = false;
+	if (b->state == B_QUEUED)
+		list_del(&p->queue, b);
+	else if (b->state == B_READY)
+		list_del(&p->lru, b);
+	if (b->refs == 0 && b->state != B_BUSY)
+		batch_free(p, b);
+}
+
+/* A new QUEUED batch for pos, in the table. NULL on ENOMEM. [L] */
+static struct bfs_batch *batch_new(struct bfs_pool *p, uint64_t pos,
+				   bool demand)
+{
+	struct bfs_batch *b = calloc(1, sizeof(*b));
+	struct bfs_batch **pp = bucket(p, pos);
+
+	if (!b)
+		return NULL;
+	b->pos = pos;
+	b->e = pos / p->len;
+	b->k = pos % p->len;
+	b->rows = bfs_order_batch_rows(p->order, b->k);
+	b->size = bfs_layout_file_size(p->layout, b->e, b->k, b->rows);
+	b->map_size = (b->size + 4095) & ~(uint64_t)4095;
+	b->state = B_QUEUED;
+	b->in_table = true;
+	b->prefetched = !demand;
+	b->demanded = demand;
+	b->hnext = *pp;
+	*pp = b;
+	if (demand)
+		list_push_head(&p->queue, b);
+	else
+		list_push_tail(&p->queue, b);
+	pthread_cond_signal(&p->work);
+	return b;
+}
+
+/* Evict idle READY batches (LRU first) until 'need' more bytes fit. A
+ * prefetch ('limit' = its pos) only evicts batches before it in the
+ * stream. Returns true when the bytes fit. [L] */
+static bool make_room(struct bfs_pool *p, uint64_t need, uint64_t limit)
+{
+	struct bfs_batch *b = p->lru.tail;
+
+	while (p->st.cache_bytes + need > p->o.budget_bytes && b) {
+		struct bfs_batch *prev = b->prev;
+
+		if (b->refs == 0 && b->pos < limit) {
+			unlink_batch(p, b);
+			p->st.evictions++;
+		}
+		b = prev;
+	}
+	return p->st.cache_bytes + need <= p->o.budget_bytes;
+}
+
+/* Gather b into a fresh buffer, without the lock. Returns 0 or -errno. */
+static int gather(struct bfs_pool *p, struct bfs_batch *b, uint64_t **idx,
+		  uint64_t *idx_cap)
+{
+	int rc;
+
+	if (p->o.debug_delay_ms)
+		usleep(p->o.debug_delay_ms * 1000u);
+	if (b->rows > *idx_cap) {
+		uint64_t *n = realloc(*idx, b->rows * sizeof(**idx));
+
+		if (!n)
+			return -ENOMEM;
+		*idx = n;
+		*idx_cap = b->rows;
+	}
+	rc = bfs_order_batch(p->order, b->e, b->k, *idx);
+	if (rc < 0)
+		return rc;
+	bfs_dataset_advise(p->ds, *idx, b->rows);
+	return bfs_layout_fill(p->layout, p->ds, b->e, b->k, *idx, b->rows,
+			       b->buf);
+}
+
+/* Pick the next batch to gather and reserve its budget; NULL = stop. [L] */
+static struct bfs_batch *next_job(struct bfs_pool *p)
+{
+	for (;;) {
+		struct bfs_batch *b;
+
+		while (!p->stop && !p->queue.head)
+			pthread_cond_wait(&p->work, &p->lock);
+		if (p->stop)
+			return NULL;
+		b = p->queue.head;
+		list_del(&p->queue, b);
+		if (!make_room(p, b->map_size,
+			       b->demanded ? UINT64_MAX : b->pos) &&
+		    !b->demanded) {
+			/* Prefetch with no room: forget it; a read re-queues */
+			p->st.prefetch_skipped++;
+			b->state = B_FAILED; /* not on any list now */
+			unlink_batch(p, b);
+			continue;
+		}
+		b->state = B_BUSY;
+		p->st.cache_bytes += b->map_size;
+		p->st.cache_batches++;
+		return b;
+	}
+}
+
+static void *worker_main(void *arg)
+{
+	struct bfs_pool *p = arg;
+	uint64_t *idx = NULL, idx_cap = 0;
+	sigset_t all;
+
+	sigfillset(&all);
+	pthread_sigmask(SIG_BLOCK, &all, NULL);
+	pthread_mutex_lock(&p->lock);
+	for (;;) {
+		struct bfs_batch *b = next_job(p);
+		uint64_t t0;
+		int rc;
+
+		if (!b)
+			break;
+		pthread_mutex_unlock(&p->lock);
+		t0 = now_ns();
+		b->buf = mmap(NULL, b->map_size, PROT_READ | PROT_WRITE,
+			      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		if (b->buf == MAP_FAILED) {
+			b->buf = NULL;
+			rc = -ENOMEM;
+		} else {
+			rc = gather(p, b, &idx, &idx_cap);
+		}
+		pthread_mutex_lock(&p->lock);
+		if (!b->buf) {
+			p->st.cache_bytes -= b->map_size;
+			p->st.cache_batches--;
+		}
+		p->st.worker_busy_ns += now_ns() - t0;
+		if (rc == 0) {
+			b->state = B_READY;
+			p->st.batches_materialized++;
+			if (b->in_table)
+				list_push_head(&p->lru, b);
+			else if (b->refs == 0)
+				batch_free(p, b);
+		} else {
+			bfs_log(BFS_LOG_ERR, "pool",
+				"epoch %llu batch %llu: gather failed: %s",
+				(unsigned long long)b->e,
+				(unsigned long long)b->k, strerror(-rc));
+			b->state = B_FAILED;
+			b->err = rc;
+			p->st.errors++;
+			if (b->in_table)
+				unlink_batch(p, b); /* frees if unreferenced */
+			else if (b->refs == 0)
+				batch_free(p, b);
+		}
+		pthread_cond_broadcast(&p->ready);
+	}
+	pthread_mutex_unlock(&p->lock);
+	free(idx);
+	return NULL;
+}
+
+int bfs_pool_create(struct bfs_pool **out, const struct bfs_dataset *ds,
+		    struct bfs_order *order, const struct bfs_layout *layout,
+		    const struct bfs_pool_opts *o)
+{
+	struct bfs_pool *p = calloc(1, sizeof(*p));
+	pthread_condattr_t ca;
+	int rc = 0;
+
+	*out = NULL;
+	if (!p)
+		return -ENOMEM;
+	p->ds = ds;
+	p->order = order;
+	p->layout = layout;
+	p->o = *o;
+	if (p->o.workers < 1)
+		p->o.workers = 1;
+	p->len = bfs_order_len(order);
+	p->total = p->len * o->epochs;
+	p->st.cache_budget_bytes = o->budget_bytes;
+	p->st.workers = p->o.workers;
+	p->st.prefetch_depth = o->prefetch;
+	pthread_mutex_init(&p->lock, NULL);
+	pthread_cond_init(&p->work, NULL);
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&p->ready, &ca);
+	pthread_condattr_destroy(&ca);
+	p->threads = calloc(p->o.workers, sizeof(*p->threads));
+	if (!p->threads) {
+		rc = -ENOMEM;
+		goto err_destroy;
+	}
+	for (; p->nthreads < p->o.workers; p->nthreads++) {
+		rc = -pthread_create(&p->threads[p->nthreads], NULL,
+				     worker_main, p);
+		if (rc < 0)
+			goto err_destroy;
+	}
+	*out = p;
+	return 0;
+err_destroy:
+	bfs_pool_destroy(p);
+	return rc;
+}
+
+void bfs_pool_destroy(struct bfs_pool *p)
+{
+	if (!p)
+		return;
+	pthread_mutex_lock(&p->lock);
+	p->stop = true;
+	pthread_cond_broadcast(&p->work);
+	pthread_mutex_unlock(&p->lock);
+	for (unsigned i = 0; i < p->nthreads; i++)
+		pthread_join(p->threads[i], NULL);
+	for (unsigned i = 0; i < NBUCKETS; i++) {
+		while (p->table[i]) {
+			struct bfs_batch *b = p->table[i];
+
+			b->refs = 0;
+			if (b->state == B_BUSY)
+				b->state = B_FAILED;
+			unlink_batch(p, b);
+		}
+	}
+	free(p->threads);
+	pthread_cond_destroy(&p->ready);
+	pthread_cond_destroy(&p->work);
+	pthread_mutex_destroy(&p->lock);
+	free(p);
+}
+
+/* Queue the prefetch window after 'pos'. [L] */
+static void schedule(struct bfs_pool *p, uint64_t pos)
+{
+	uint64_t from = pos + 1, to = pos + 1 + p->o.prefetch;
+
+	if (to > p->total)
+		to = p->total;
+	/* Continuing the window: only its new end. Behind it (a reader
+	 * went back) or past it (a jump ahead): the whole window, where
+	 * find() skips what is already there. */
+	if (p->pf_upto > from && p->pf_upto <= to)
+		from = p->pf_upto;
+	for (uint64_t q = from; q < to; q++)
+		if (!find(p, q) && !batch_new(p, q, false))
+			break;
+	if (to > p->pf_upto)
+		p->pf_upto = to;
+}
+
+/* Log a read that timed out: epoch, batch and its first sample. Called
+ * without the lock (it recomputes the batch's indices). */
+static void log_timeout(struct bfs_pool *p, uint64_t e, uint64_t k)
+{
+	uint64_t rows = bfs_order_batch_rows(p->order, k);
+	uint64_t *idx = malloc((rows ? rows : 1) * sizeof(*idx));
+	long long first = -1;
+
+	if (idx && bfs_order_batch(p->order, e, k, idx) == 0 && rows)
+		first = (long long)idx[0];
+	free(idx);
+	bfs_log(BFS_LOG_ERR, "pool",
+		"epoch %llu batch %llu (sample %lld, %llu samples) not ready "
+		"after %u ms: read fails with EIO",
+		(unsigned long long)e, (unsigned long long)k, first,
+		(unsigned long long)rows, p->o.timeout_ms);
+}
+
+/* Count the acquire in the prefetch stats and make b demanded. [L] */
+static void note_demand(struct bfs_pool *p, struct bfs_batch *b)
+{
+	if (b->demanded)
+		return;
+	b->demanded = true;
+	if (b->state == B_QUEUED) {
+		p->st.prefetch_misses++;
+		list_del(&p->queue, b);
+		list_push_head(&p->queue, b);
+	} else {
+		p->st.prefetch_hits++;
+	}
+}
+
+int bfs_pool_acquire(struct bfs_pool *p, uint64_t e, uint64_t k,
+		     struct bfs_batch **out)
+{
+	uint64_t pos = e * p->len + k, t0 = now_ns();
+	struct timespec dl;
+	struct bfs_batch *b;
+	int rc = 0;
+
+	*out = NULL;
+	if (k >= p->len || e >= p->o.epochs)
+		return -ENOENT;
+	clock_gettime(CLOCK_MONOTONIC, &dl);
+	dl.tv_sec += p->o.timeout_ms / 1000;
+	dl.tv_nsec += (long)(p->o.timeout_ms % 1000) * 1000000L;
+	if (dl.tv_nsec >= 1000000000L) {
+		dl.tv_sec++;
+		dl.tv_nsec -= 1000000000L;
+	}
+	pthread_mutex_lock(&p->lock);
+	b = find(p, pos);
+	if (!b) {
+		b = batch_new(p, pos, true);
+		p->st.prefetch_misses++;
+	} else {
+		note_demand(p, b);
+	}
+	schedule(p, pos);
+	if (!b) {
+		rc = -ENOMEM;
+		goto out_unlock;
+	}
+	b->refs++;
+	while (b->state == B_QUEUED || b->state == B_BUSY) {
+		if (pthread_cond_timedwait(&p->ready, &p->lock, &dl) ==
+		    ETIMEDOUT)
+			break;
+	}
+	if (b->state == B_READY) {
+		if (b->in_table) { /* most recently used */
+			list_del(&p->lru, b);
+			list_push_head(&p->lru, b);
+		}
+		*out = b;
+	} else {
+		rc = b->state == B_FAILED ? b->err : -ETIMEDOUT;
+		if (rc == -ETIMEDOUT)
+			p->st.timeouts++;
+		if (--b->refs == 0 && !b->in_table && b->state != B_BUSY)
+			batch_free(p, b);
+	}
+	p->st.read_wait_ns += now_ns() - t0;
+out_unlock:
+	pthread_mutex_unlock(&p->lock);
+	if (rc == -ETIMEDOUT)
+		log_timeout(p, e, k);
+	return rc;
+}
+
+void bfs_pool_release(struct bfs_pool *p, struct bfs_batch *b,
+		      uint64_t served)
+{
+	if (!b)
+		return;
+	pthread_mutex_lock(&p->lock);
+	p->st.bytes_served += served;
+	if (--b->refs == 0 && !b->in_table)
+		batch_free(p, b);
+	pthread_mutex_unlock(&p->lock);
+}
+
+void bfs_pool_consumed(struct bfs_pool *p, uint64_t e, uint64_t k)
+{
+	struct bfs_batch *b;
+
+	pthread_mutex_lock(&p->lock);
+	b = find(p, e * p->len + k);
+	p->st.batches_served++;
+	if (b && b->state == B_READY)
+		unlink_batch(p, b);
+	pthread_mutex_unlock(&p->lock);
+}
+
+const void *bfs_batch_data(const struct bfs_batch *b)
+{
+	return b->buf;
+}
+
+uint64_t bfs_batch_size(const struct bfs_batch *b)
+{
+	return b->size;
+}
+
+void bfs_pool_stats(struct bfs_pool *p, struct bfs_pool_stats *out)
+{
+	pthread_mutex_lock(&p->lock);
+	*out = p->st;
+	pthread_mutex_unlock(&p->lock);
+}

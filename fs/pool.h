@@ -1,0 +1,80 @@
+/* fs/pool: worker threads that materialize batch files into page-aligned
+ * buffers, prefetch ahead of the readers, and keep everything under one
+ * byte budget (DESIGN.md §6).
+ *
+ * A batch is addressed by its position pos = e * len + k in the stream of
+ * all epochs (len = batches per epoch). */
+#ifndef BFS_POOL_H
+#define BFS_POOL_H
+
+#include <stdint.h>
+
+#include "fs/dataset.h"
+#include "fs/layout.h"
+#include "fs/order.h"
+
+struct bfs_pool_opts {
+	unsigned workers;	 /* gather threads, >= 1 */
+	unsigned prefetch;	 /* batches materialized ahead of readers */
+	uint64_t budget_bytes;	 /* all batch buffers together */
+	unsigned timeout_ms;	 /* longest wait of a read, > 0 */
+	uint64_t epochs;	 /* prefetch stays below epoch 'epochs' */
+	unsigned debug_delay_ms; /* sleep before each gather (tests only) */
+};
+
+/* Counters since the pool was created (a snapshot; see bfs_pool_stats). */
+struct bfs_pool_stats {
+	uint64_t batches_materialized; /* gathers completed */
+	uint64_t batches_served;       /* batches read to their end */
+	uint64_t bytes_served;	       /* bytes handed to readers */
+	uint64_t prefetch_hits;	       /* demanded batch was prefetched */
+	uint64_t prefetch_misses;      /* demanded batch had to be queued */
+	uint64_t prefetch_skipped;     /* prefetch dropped: budget full */
+	uint64_t evictions;	       /* idle batches dropped for room */
+	uint64_t cache_bytes;	       /* bytes of batch buffers now */
+	uint64_t cache_batches;	       /* batch buffers now */
+	uint64_t cache_budget_bytes;   /* --cache-mb */
+	uint64_t worker_busy_ns;       /* time spent gathering */
+	uint64_t read_wait_ns;	       /* time reads waited for batches */
+	uint64_t timeouts;	       /* reads that gave up (EIO) */
+	uint64_t errors;	       /* gathers that failed */
+	uint64_t workers, prefetch_depth;
+};
+
+struct bfs_pool;
+struct bfs_batch; /* a materialized batch: refcounted, read-only */
+
+/* Start 'o->workers' threads (signals blocked in them). The pool borrows
+ * ds, order and layout, which must outlive it. Returns 0 or -errno. */
+int bfs_pool_create(struct bfs_pool **out, const struct bfs_dataset *ds,
+		    struct bfs_order *order, const struct bfs_layout *layout,
+		    const struct bfs_pool_opts *o);
+
+/* Stop and join the workers, free every buffer. Batches still acquired
+ * must have been released. Accepts NULL. */
+void bfs_pool_destroy(struct bfs_pool *p);
+
+/* Get batch k of epoch e, materializing it if needed (demand jumps ahead
+ * of prefetch), and schedule the next 'prefetch' batches. Waits at most
+ * timeout_ms. Returns 0 and a reference in *out, or -ENOENT (no such
+ * batch), -ETIMEDOUT (not ready in time; a log line names epoch, batch
+ * and first sample), -EIO / -ERANGE (the gather failed), -ENOMEM. */
+int bfs_pool_acquire(struct bfs_pool *p, uint64_t e, uint64_t k,
+		     struct bfs_batch **out);
+
+/* Drop a reference from bfs_pool_acquire; 'served' bytes were handed to
+ * a reader from it (counted in stats). Accepts NULL. */
+void bfs_pool_release(struct bfs_pool *p, struct bfs_batch *b,
+		      uint64_t served);
+
+/* A reader has read batch (e, k) to its end: drop it from the cache (its
+ * buffer goes once the last reference is released). */
+void bfs_pool_consumed(struct bfs_pool *p, uint64_t e, uint64_t k);
+
+/* The batch's bytes and size (the whole batch file). */
+const void *bfs_batch_data(const struct bfs_batch *b);
+uint64_t bfs_batch_size(const struct bfs_batch *b);
+
+void bfs_pool_stats(struct bfs_pool *p, struct bfs_pool_stats *out);
+
+#endif
