@@ -1,0 +1,578 @@
+/* fs/tree: names, inode numbers, attributes and text files of a mount.
+ *
+ * Everything is computed, nothing is stored per file: an inode number is
+ * kind << 60 | epoch << 36 | batch, a directory entry number is the batch
+ * number + 2, a batch file's size comes from fs/layout. README and
+ * dataset.json are rendered once at creation (they never change); stats is
+ * rendered on each request with fixed-width values, so its size never
+ * changes either; index files are rendered from fs/order on demand.
+ *
+ * Thread-safety: after bfs_tree_create everything here is read-only; the
+ * pool and the order engine are thread-safe. */
+#include "fs/tree.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define KIND_SHIFT 60
+#define EPOCH_SHIFT 36
+
+struct bfs_tree {
+	const struct bfs_dataset *ds;
+	struct bfs_order *order;
+	const struct bfs_layout *layout;
+	struct bfs_pool *pool;
+	uint64_t len, epochs;
+	char *readme, *json;
+	size_t readme_len, json_len;
+	uid_t uid;
+	gid_t gid;
+	struct timespec when;
+};
+
+uint64_t bfs_tree_ino(const struct bfs_node *n)
+{
+	if (n->kind == BFS_NODE_ROOT)
+		return 1;
+	return (uint64_t)n->kind << KIND_SHIFT | n->epoch << EPOCH_SHIFT |
+	       n->batch;
+}
+
+int bfs_tree_decode(const struct bfs_tree *t, uint64_t ino,
+		    struct bfs_node *out)
+{
+	memset(out, 0, sizeof(*out));
+	if (ino == 1)
+		return 0;
+	out->kind = (enum bfs_node_kind)(ino >> KIND_SHIFT);
+	out->epoch = (ino >> EPOCH_SHIFT) & (BFS_TREE_MAX_EPOCHS - 1);
+	out->batch = ino & (BFS_TREE_MAX_BATCHES - 1);
+	switch (out->kind) {
+	case BFS_NODE_README:
+	case BFS_NODE_DATASET:
+	case BFS_NODE_STATS:
+	case BFS_NODE_EPOCHS:
+	case BFS_NODE_INDEXES:
+		return out->epoch || out->batch ? -ENOENT : 0;
+	case BFS_NODE_EPOCH:
+	case BFS_NODE_INDEX:
+		return out->epoch < t->epochs && !out->batch ? 0 : -ENOENT;
+	case BFS_NODE_BATCH:
+	case BFS_NODE_INDEXFILE:
+		return out->epoch < t->epochs && out->batch < t->len ? 0
+								       : -ENOENT;
+	default:
+		return -ENOENT;
+	}
+}
+
+uint64_t bfs_tree_batch_size(const struct bfs_tree *t, uint64_t e,
+			     uint64_t k)
+{
+	return bfs_layout_file_size(t->layout, e, k,
+				    bfs_order_batch_rows(t->order, k));
+}
+
+/* ---- text files ---- */
+
+static void render_stats(const struct bfs_tree *t, char *buf, size_t len,
+			 size_t *pos)
+{
+	struct bfs_pool_stats s;
+	const struct {
+		const char *name;
+		const uint64_t *v;
+	} rows[] = {
+		{"batches_served", &s.batches_served},
+		{"bytes_served", &s.bytes_served},
+		{"batches_materialized", &s.batches_materialized},
+		{"prefetch_hits", &s.prefetch_hits},
+		{"prefetch_misses", &s.prefetch_misses},
+		{"prefetch_skipped", &s.prefetch_skipped},
+		{"evictions", &s.evictions},
+		{"cache_bytes", &s.cache_bytes},
+		{"cache_batches", &s.cache_batches},
+		{"cache_budget_bytes", &s.cache_budget_bytes},
+		{"worker_busy_ns", &s.worker_busy_ns},
+		{"read_wait_ns", &s.read_wait_ns},
+		{"read_timeouts", &s.timeouts},
+		{"gather_errors", &s.errors},
+		{"workers", &s.workers},
+		{"prefetch_depth", &s.prefetch_depth},
+	};
+
+	memset(&s, 0, sizeof(s));
+	if (t->pool)
+		bfs_pool_stats(t->pool, &s);
+	/* Fixed width: the file's size is the same at every getattr. */
+	for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++)
+		bfs_layout_append(buf, len, pos, "%-22s %20" PRIu64 "\n",
+				  rows[i].name, *rows[i].v);
+}
+
+static int render_index(const struct bfs_tree *t, uint64_t e, uint64_t k,
+			char *buf, size_t len, size_t *pos)
+{
+	uint64_t rows = bfs_order_batch_rows(t->order, k);
+	uint64_t *idx = malloc((rows ? rows : 1) * sizeof(*idx));
+	int rc;
+
+	if (!idx)
+		return -ENOMEM;
+	rc = bfs_order_batch(t->order, e, k, idx);
+	for (uint64_t i = 0; rc == 0 && i < rows; i++)
+		bfs_layout_append(buf, len, pos, "%" PRIu64 "\n", idx[i]);
+	free(idx);
+	return rc;
+}
+
+/* Render a text node into buf (snprintf semantics through *pos). */
+static int render(const struct bfs_tree *t, const struct bfs_node *n,
+		  char *buf, size_t len, size_t *pos)
+{
+	switch (n->kind) {
+	case BFS_NODE_README:
+		bfs_layout_append(buf, len, pos, "%s", t->readme);
+		return 0;
+	case BFS_NODE_DATASET:
+		bfs_layout_append(buf, len, pos, "%s", t->json);
+		return 0;
+	case BFS_NODE_STATS:
+		render_stats(t, buf, len, pos);
+		return 0;
+	case BFS_NODE_INDEXFILE:
+		return render_index(t, n->epoch, n->batch, buf, len, pos);
+	default:
+		return -EISDIR;
+	}
+}
+
+int bfs_tree_render(const struct bfs_tree *t, uint64_t ino, char **text,
+		    size_t *len)
+{
+	struct bfs_node n;
+	size_t need = 0, got = 0;
+	char *buf;
+	int rc = bfs_tree_decode(t, ino, &n);
+
+	*text = NULL;
+	*len = 0;
+	if (rc == 0)
+		rc = render(t, &n, NULL, 0, &need);
+	if (rc < 0)
+		return rc;
+	buf = malloc(need + 1);
+	if (!buf)
+		return -ENOMEM;
+	rc = render(t, &n, buf, need + 1, &got);
+	if (rc < 0 || got != need) { /* stats are fixed width: never */
+		free(buf);
+		return rc < 0 ? rc : -EAGAIN;
+	}
+	*text = buf;
+	*len = need;
+	return 0;
+}
+
+/* ---- attributes ---- */
+
+static bool is_dir(enum bfs_node_kind k)
+{
+	return k == BFS_NODE_ROOT || k == BFS_NODE_EPOCHS ||
+	       k == BFS_NODE_INDEXES || k == BFS_NODE_EPOCH ||
+	       k == BFS_NODE_INDEX;
+}
+
+static void fill_stat(const struct bfs_tree *t, const struct bfs_node *n,
+		      uint64_t size, struct stat *st)
+{
+	memset(st, 0, sizeof(*st));
+	st->st_ino = bfs_tree_ino(n);
+	st->st_uid = t->uid;
+	st->st_gid = t->gid;
+	st->st_blksize = BFS_TREE_BLKSIZE;
+	st->st_atim = st->st_mtim = st->st_ctim = t->when;
+	if (is_dir(n->kind)) {
+		st->st_mode = S_IFDIR | 0555;
+		st->st_nlink = n->kind == BFS_NODE_ROOT ? 4
+			       : n->kind == BFS_NODE_EPOCHS ||
+					 n->kind == BFS_NODE_INDEXES
+				       ? 2 + (nlink_t)t->epochs
+				       : 2;
+		st->st_size = 4096;
+	} else {
+		st->st_mode = S_IFREG | 0444;
+		st->st_nlink = 1;
+		st->st_size = (off_t)size;
+	}
+	st->st_blocks = (st->st_size + 511) / 512;
+}
+
+static int node_stat(const struct bfs_tree *t, const struct bfs_node *n,
+		     struct stat *st)
+{
+	size_t size = 0;
+	int rc = 0;
+
+	switch (n->kind) {
+	case BFS_NODE_BATCH:
+		size = bfs_tree_batch_size(t, n->epoch, n->batch);
+		break;
+	case BFS_NODE_README:
+	case BFS_NODE_DATASET:
+	case BFS_NODE_STATS:
+	case BFS_NODE_INDEXFILE:
+		rc = render(t, n, NULL, 0, &size);
+		break;
+	default:
+		break;
+	}
+	if (rc == 0)
+		fill_stat(t, n, size, st);
+	return rc;
+}
+
+int bfs_tree_getattr(const struct bfs_tree *t, uint64_t ino,
+		     struct stat *st)
+{
+	struct bfs_node n;
+	int rc = bfs_tree_decode(t, ino, &n);
+
+	return rc < 0 ? rc : node_stat(t, &n, st);
+}
+
+/* ---- names ---- */
+
+/* Strict decimal (no sign, no leading zero, no overflow); -1 if not. */
+static int parse_num(const char *s, uint64_t *out)
+{
+	uint64_t v = 0;
+
+	if (!*s || (s[0] == '0' && s[1]))
+		return -1;
+	for (; *s; s++) {
+		if (*s < '0' || *s > '9' || v > (UINT64_MAX - 9) / 10)
+			return -1;
+		v = v * 10 + (uint64_t)(*s - '0');
+	}
+	*out = v;
+	return 0;
+}
+
+static const struct {
+	const char *name;
+	enum bfs_node_kind kind;
+} root_names[] = {
+	{"README", BFS_NODE_README},   {"dataset.json", BFS_NODE_DATASET},
+	{"epoch", BFS_NODE_EPOCHS},    {"index", BFS_NODE_INDEXES},
+	{"stats", BFS_NODE_STATS},
+};
+#define NROOT (sizeof(root_names) / sizeof(root_names[0]))
+
+/* The child 'name' of directory p, or -ENOENT / -ENOTDIR. */
+static int child(const struct bfs_tree *t, const struct bfs_node *p,
+		 const char *name, struct bfs_node *c)
+{
+	uint64_t v;
+
+	memset(c, 0, sizeof(*c));
+	switch (p->kind) {
+	case BFS_NODE_ROOT:
+		for (size_t i = 0; i < NROOT; i++)
+			if (!strcmp(name, root_names[i].name)) {
+				c->kind = root_names[i].kind;
+				return 0;
+			}
+		return -ENOENT;
+	case BFS_NODE_EPOCHS:
+	case BFS_NODE_INDEXES:
+		if (parse_num(name, &v) < 0 || v >= t->epochs)
+			return -ENOENT;
+		c->kind = p->kind == BFS_NODE_EPOCHS ? BFS_NODE_EPOCH
+						     : BFS_NODE_INDEX;
+		c->epoch = v;
+		return 0;
+	case BFS_NODE_EPOCH:
+	case BFS_NODE_INDEX:
+		if (strncmp(name, "batch_", 6) ||
+		    parse_num(name + 6, &v) < 0 || v >= t->len)
+			return -ENOENT;
+		c->kind = p->kind == BFS_NODE_EPOCH ? BFS_NODE_BATCH
+						    : BFS_NODE_INDEXFILE;
+		c->epoch = p->epoch;
+		c->batch = v;
+		return 0;
+	default:
+		return -ENOTDIR;
+	}
+}
+
+int bfs_tree_lookup(const struct bfs_tree *t, uint64_t parent,
+		    const char *name, struct stat *st)
+{
+	struct bfs_node p, c;
+	int rc = bfs_tree_decode(t, parent, &p);
+
+	if (rc == 0)
+		rc = child(t, &p, name, &c);
+	if (rc == 0)
+		rc = node_stat(t, &c, st);
+	return rc;
+}
+
+static void parent_of(const struct bfs_node *n, struct bfs_node *p)
+{
+	memset(p, 0, sizeof(*p));
+	if (n->kind == BFS_NODE_EPOCH)
+		p->kind = BFS_NODE_EPOCHS;
+	else if (n->kind == BFS_NODE_INDEX)
+		p->kind = BFS_NODE_INDEXES;
+}
+
+int bfs_tree_dirent(const struct bfs_tree *t, uint64_t ino, uint64_t off,
+		    char *name, size_t name_len, struct stat *st)
+{
+	struct bfs_node d, c;
+	uint64_t i;
+	int rc = bfs_tree_decode(t, ino, &d);
+
+	if (rc < 0)
+		return rc;
+	if (!is_dir(d.kind))
+		return -ENOTDIR;
+	if (off < 2) {
+		if (off == 0)
+			c = d;
+		else
+			parent_of(&d, &c);
+		snprintf(name, name_len, "%s", off == 0 ? "." : "..");
+		return node_stat(t, &c, st) < 0 ? -EIO : 1;
+	}
+	i = off - 2;
+	memset(&c, 0, sizeof(c));
+	switch (d.kind) {
+	case BFS_NODE_ROOT:
+		if (i >= NROOT)
+			return 0;
+		c.kind = root_names[i].kind;
+		snprintf(name, name_len, "%s", root_names[i].name);
+		break;
+	case BFS_NODE_EPOCHS:
+	case BFS_NODE_INDEXES:
+		if (i >= t->epochs)
+			return 0;
+		c.kind = d.kind == BFS_NODE_EPOCHS ? BFS_NODE_EPOCH
+						   : BFS_NODE_INDEX;
+		c.epoch = i;
+		snprintf(name, name_len, "%" PRIu64, i);
+		break;
+	default: /* EPOCH, INDEX */
+		if (i >= t->len)
+			return 0;
+		c.kind = d.kind == BFS_NODE_EPOCH ? BFS_NODE_BATCH
+						  : BFS_NODE_INDEXFILE;
+		c.epoch = d.epoch;
+		c.batch = i;
+		snprintf(name, name_len, "batch_%" PRIu64, i);
+		break;
+	}
+	rc = node_stat(t, &c, st);
+	return rc < 0 ? rc : 1;
+}
+
+/* ---- creation: README and dataset.json ---- */
+
+static void json_fields(const struct bfs_tree *t, char *b, size_t n,
+			size_t *pos)
+{
+	bfs_layout_append(b, n, pos, "  \"fields\": [");
+	for (size_t i = 0; i < t->layout->nfields; i++) {
+		const struct bfs_layout_field *lf = &t->layout->fields[i];
+
+		bfs_layout_append(b, n, pos, "%s\n    {\"name\": ",
+				  i ? "," : "");
+		bfs_layout_json_str(b, n, pos, lf->f->name);
+		bfs_layout_append(b, n, pos,
+				  ", \"dtype\": \"%s\", \"safetensors_dtype\":"
+				  " \"%s\", \"shape\": [",
+				  bfs_dtype_info(lf->f->dtype)->torch_name,
+				  lf->st_dtype);
+		for (int d = 0; d < lf->f->ndim; d++)
+			bfs_layout_append(b, n, pos, "%s%lld", d ? ", " : "",
+					  (long long)lf->f->shape[d]);
+		bfs_layout_append(b, n, pos, "], \"row_bytes\": %" PRIu64 "}",
+				  lf->f->row_bytes);
+	}
+	bfs_layout_append(b, n, pos, "\n  ],\n");
+}
+
+/* dataset.json: everything a program needs to read the batches. */
+static void render_json(const struct bfs_tree *t,
+			const struct bfs_tree_info *in, const char *torch,
+			char *b, size_t n, size_t *pos)
+{
+	bfs_layout_append(b, n, pos, "{\n  \"sources\": [");
+	for (size_t i = 0; i < bfs_dataset_nshards(t->ds); i++) {
+		struct bfs_shard_info sh;
+
+		bfs_dataset_shard(t->ds, i, &sh);
+		bfs_layout_append(b, n, pos, "%s", i ? ", " : "");
+		bfs_layout_json_str(b, n, pos, sh.path);
+	}
+	bfs_layout_append(b, n, pos, "],\n");
+	json_fields(t, b, n, pos);
+	bfs_layout_append(
+		b, n, pos,
+		"  \"samples\": %" PRIu64 ",\n  \"batch_size\": %" PRIu64
+		",\n  \"batches_per_epoch\": %" PRIu64 ",\n  \"last_batch_"
+		"size\": %" PRIu64 ",\n  \"epochs\": %" PRIu64
+		",\n  \"drop_last\": %s,\n  \"sampler\": \"%s\",\n  "
+		"\"shuffle\": %s,\n  \"seed\": %" PRIu64
+		",\n  \"seed_source\": \"%s\",\n  \"pytorch\": ",
+		bfs_dataset_samples(t->ds),
+		t->len ? bfs_order_batch_rows(t->order, 0) : 0, t->len,
+		t->len ? bfs_order_batch_rows(t->order, t->len - 1) : 0,
+		t->epochs, in->drop_last ? "true" : "false",
+		in->sampler, in->shuffle ? "true" : "false", in->seed,
+		in->seed_random ? "getrandom" : "--seed");
+	bfs_layout_json_str(b, n, pos, torch);
+	bfs_layout_append(b, n, pos,
+			  ",\n  \"format\": \"safetensors\",\n  \"batch_"
+			  "format\": \"batchfs/1\",\n  \"header_size\": %" PRIu64
+			  ",\n  \"batch_path\": \"epoch/{epoch}/batch_{batch}"
+			  "\",\n  \"index_path\": \"index/{epoch}/batch_{batch}"
+			  "\"\n}\n",
+			  bfs_layout_data_offset(t->layout, 0, 0,
+						 t->len ? bfs_order_batch_rows(
+								  t->order, 0)
+							: 0));
+}
+
+/* The reader in README: json + numpy only. */
+static const char readme_reader[] =
+	"import json, numpy as np\n"
+	"NP = {\"F64\": \"<f8\", \"F32\": \"<f4\", \"F16\": \"<f2\", "
+	"\"BF16\": \"<u2\", \"I64\": \"<i8\", \"I32\": \"<i4\",\n"
+	"      \"I16\": \"<i2\", \"I8\": \"i1\", \"U64\": \"<u8\", "
+	"\"U32\": \"<u4\", \"U16\": \"<u2\", \"U8\": \"u1\",\n"
+	"      \"BOOL\": \"?\", \"C64\": \"<c8\", \"F8_E4M3\": \"u1\", "
+	"\"F8_E5M2\": \"u1\"}   # BF16/F8: raw bits\n"
+	"def read_batch(path):\n"
+	"    buf = open(path, \"rb\").read()        # one big read\n"
+	"    n = int.from_bytes(buf[:8], \"little\")\n"
+	"    head = json.loads(buf[8:8 + n]); head.pop(\"__metadata__\")\n"
+	"    return {k: np.frombuffer(buf, NP[v[\"dtype\"]], "
+	"offset=8 + n + v[\"data_offsets\"][0],\n"
+	"                             count=int(np.prod(v[\"shape\"])))"
+	".reshape(v[\"shape\"])\n"
+	"            for k, v in head.items()}\n";
+
+static void render_readme(const struct bfs_tree *t,
+			  const struct bfs_tree_info *in, const char *torch,
+			  char *b, size_t n, size_t *pos)
+{
+	bfs_layout_append(
+		b, n, pos,
+		"batchfs: a dataset as a directory of training batches\n\n"
+		"Mounted on %s from %zu archive(s), %" PRIu64
+		" samples, %zu field(s).\nOptions: %s\n\n"
+		"  epoch/N/batch_K   batch K of epoch N: a safetensors file "
+		"(8-byte LE header\n                    length, JSON header, "
+		"data at byte %" PRIu64 ")\n"
+		"  index/N/batch_K   its sample indices, one per line\n"
+		"  dataset.json      fields, sizes, sampler, seed\n"
+		"  stats             live counters (name value)\n\n"
+		"%" PRIu64 " batches per epoch; epochs 0..%" PRIu64
+		" can be opened (ls epoch lists them all).\n"
+		"The batches are exactly those of this PyTorch loader "
+		"(default_collate of dict samples):\n\n  %s\n\n"
+		"Read a batch with numpy only:\n\n",
+		in->mountpoint ? in->mountpoint : "?",
+		bfs_dataset_nshards(t->ds), bfs_dataset_samples(t->ds),
+		bfs_dataset_nfields(t->ds), in->options ? in->options : "",
+		bfs_layout_data_offset(t->layout, 0, 0,
+				       t->len ? bfs_order_batch_rows(t->order, 0)
+					      : 0),
+		t->len, t->epochs ? t->epochs - 1 : 0, torch);
+	bfs_layout_append(b, n, pos,
+			  "%sbatch = read_batch(\"%s/epoch/0/batch_0\")\n\n"
+			  "Read with >= 1 MiB reads (cat, cp, np.fromfile, "
+			  "readinto): small reads cost a round trip each.\n"
+			  "Unmount with: batchfs umount %s\n",
+			  readme_reader, in->mountpoint ? in->mountpoint : ".",
+			  in->mountpoint ? in->mountpoint : "MOUNTPOINT");
+}
+
+/* Render into a fresh malloc'd string (two passes: measure, write). */
+#define RENDER_ALLOC(out, outlen, call_with_b_n_pos)                          \
+	do {                                                                  \
+		char *b = NULL;                                               \
+		size_t n = 0, pos = 0;                                        \
+		call_with_b_n_pos;                                            \
+		n = pos + 1;                                                  \
+		pos = 0;                                                      \
+		b = malloc(n);                                                \
+		if (!b)                                                       \
+			return -ENOMEM;                                       \
+		call_with_b_n_pos;                                            \
+		(out) = b;                                                    \
+		(outlen) = pos;                                               \
+	} while (0)
+
+static int render_static(struct bfs_tree *t, const struct bfs_tree_info *in)
+{
+	char torch[1024];
+
+	bfs_order_describe(t->order, torch, sizeof(torch));
+	RENDER_ALLOC(t->json, t->json_len,
+		     render_json(t, in, torch, b, n, &pos));
+	RENDER_ALLOC(t->readme, t->readme_len,
+		     render_readme(t, in, torch, b, n, &pos));
+	return 0;
+}
+
+int bfs_tree_create(struct bfs_tree **out, const struct bfs_dataset *ds,
+		    struct bfs_order *order, const struct bfs_layout *layout,
+		    struct bfs_pool *pool, const struct bfs_tree_info *info)
+{
+	struct bfs_tree *t;
+	int rc;
+
+	*out = NULL;
+	if (info->epochs > BFS_TREE_MAX_EPOCHS ||
+	    bfs_order_len(order) >= BFS_TREE_MAX_BATCHES)
+		return -E2BIG;
+	t = calloc(1, sizeof(*t));
+	if (!t)
+		return -ENOMEM;
+	t->ds = ds;
+	t->order = order;
+	t->layout = layout;
+	t->pool = pool;
+	t->len = bfs_order_len(order);
+	t->epochs = info->epochs;
+	t->uid = getuid();
+	t->gid = getgid();
+	clock_gettime(CLOCK_REALTIME, &t->when);
+	rc = render_static(t, info);
+	if (rc < 0) {
+		bfs_tree_destroy(t);
+		return rc;
+	}
+	*out = t;
+	return 0;
+}
+
+void bfs_tree_destroy(struct bfs_tree *t)
+{
+	if (!t)
+		return;
+	free(t->readme);
+	free(t->json);
+	free(t);
+}

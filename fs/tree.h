@@ -1,0 +1,106 @@
+/* fs/tree: the namespace of a mount (DESIGN.md §1) — names, inode numbers,
+ * attributes, directory listings and the text files — with no FUSE in it.
+ *
+ *   /README  /dataset.json  /stats
+ *   /epoch/N/batch_K        batch K of epoch N (safetensors, fs/layout)
+ *   /index/N/batch_K        its sample indices as text, one per line
+ *
+ * Inode numbers encode (kind, epoch, batch) arithmetically, so nothing
+ * grows with use: ino = kind << 60 | epoch << 36 | batch (root = 1). Hence
+ * at most 2^24 epochs and 2^36 batches per epoch. */
+#ifndef BFS_TREE_H
+#define BFS_TREE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/stat.h>
+
+#include "fs/dataset.h"
+#include "fs/layout.h"
+#include "fs/order.h"
+#include "fs/pool.h"
+
+#define BFS_TREE_MAX_EPOCHS (1ull << 24)
+#define BFS_TREE_MAX_BATCHES (1ull << 36)
+#define BFS_TREE_BLKSIZE (1u << 20)
+
+enum bfs_node_kind {
+	BFS_NODE_ROOT = 0,
+	BFS_NODE_README,
+	BFS_NODE_DATASET,   /* dataset.json */
+	BFS_NODE_STATS,
+	BFS_NODE_EPOCHS,    /* /epoch */
+	BFS_NODE_INDEXES,   /* /index */
+	BFS_NODE_EPOCH,	    /* /epoch/N */
+	BFS_NODE_INDEX,	    /* /index/N */
+	BFS_NODE_BATCH,	    /* /epoch/N/batch_K */
+	BFS_NODE_INDEXFILE, /* /index/N/batch_K */
+};
+
+struct bfs_node {
+	enum bfs_node_kind kind;
+	uint64_t epoch, batch;
+};
+
+/* What the text files describe besides the dataset itself. Strings are
+ * copied. */
+struct bfs_tree_info {
+	const char *const *sources; /* archive paths as given */
+	size_t nsources;
+	uint64_t epochs;
+	uint64_t seed;
+	bool shuffle;	    /* a random order at all */
+	bool drop_last;
+	bool seed_random;   /* picked with getrandom (no --seed) */
+	const char *sampler; /* "sequential", "random", ... */
+	const char *options; /* the mount options, one line */
+	const char *mountpoint;
+};
+
+struct bfs_tree;
+
+/* Build the namespace; renders README and dataset.json once. 'pool' may
+ * be NULL (stats then read zero). Borrowed objects must outlive the tree.
+ * Returns 0, -E2BIG when epochs or batches exceed the inode encoding,
+ * -ENOMEM. */
+int bfs_tree_create(struct bfs_tree **out, const struct bfs_dataset *ds,
+		    struct bfs_order *order, const struct bfs_layout *layout,
+		    struct bfs_pool *pool, const struct bfs_tree_info *info);
+
+/* Accepts NULL. */
+void bfs_tree_destroy(struct bfs_tree *t);
+
+/* Inode number of a node, and back. decode returns 0 or -ENOENT for a
+ * number that names nothing in this tree (epoch or batch out of range). */
+uint64_t bfs_tree_ino(const struct bfs_node *n);
+int bfs_tree_decode(const struct bfs_tree *t, uint64_t ino,
+		    struct bfs_node *out);
+
+/* Attributes of ino: exact st_size (text files are rendered to size
+ * them), st_blksize 1 MiB, read-only modes. 0 or -ENOENT. */
+int bfs_tree_getattr(const struct bfs_tree *t, uint64_t ino,
+		     struct stat *st);
+
+/* Name 'name' in directory 'parent': 0 and its attributes (st_ino set),
+ * -ENOENT, or -ENOTDIR when parent is a file. */
+int bfs_tree_lookup(const struct bfs_tree *t, uint64_t parent,
+		    const char *name, struct stat *st);
+
+/* Entry number 'off' of directory ino (0 ".", 1 "..", then the children;
+ * a batch directory's entry 2 + K is batch_K). Returns 1 and fills name
+ * and st (st_ino set), 0 past the end, -ENOTDIR or -ENOENT. */
+int bfs_tree_dirent(const struct bfs_tree *t, uint64_t ino, uint64_t off,
+		    char *name, size_t name_len, struct stat *st);
+
+/* Contents of a text file (README, dataset.json, stats, index/N/batch_K)
+ * in a malloc'd buffer the caller frees. 0, -EISDIR/-EINVAL (not a text
+ * file), -ENOENT, -ENOMEM. */
+int bfs_tree_render(const struct bfs_tree *t, uint64_t ino, char **text,
+		    size_t *len);
+
+/* Batch file size of (e, k), from the layout. */
+uint64_t bfs_tree_batch_size(const struct bfs_tree *t, uint64_t e,
+			     uint64_t k);
+
+#endif
