@@ -1,0 +1,793 @@
+/* fs/order: PyTorch's samplers and DataLoader generator consumption, bit
+ * for bit (research/dataloader-spec.md §1-2).
+ *
+ * Model. Every epoch is iterated with a fresh DataLoader iterator to its
+ * end. The sampler's generator G (manual_seed(seed), or set_state(blob))
+ * then consumes a fixed number of words per epoch, independent of the
+ * values drawn:
+ *   shuffle form  DataLoader(shuffle=True, generator=G): _base_seed (2
+ *                 words) is drawn from G first, then randperm(n) and the
+ *                 discarded tail randperm(n)            2 + 2·perm(n)
+ *   sampler forms DataLoader(sampler=X(generator=G)): _base_seed comes from
+ *                 the *global* generator, G sees only the sampler:
+ *                 RandomSampler w/o replacement  perm(n)·(m / n + 1)
+ *                 RandomSampler with replacement m (2m if n >= 2^32)
+ *                 SubsetRandomSampler            perm(len(indices))
+ *                 WeightedRandomSampler          2M (M > 1), 2n (M == 1)
+ *   DistributedSampler: a fresh Generator().manual_seed(seed + epoch).
+ * perm(n) = n - 1 words (0 for n <= 1), or 2n for the inside-out shuffle of
+ * torch >= 2.7 when n >= 214748364.
+ *
+ * So G's state at the start of epoch e is G0 advanced by e·words: states at
+ * epoch starts are cached (snapshots, 2.5 KB per epoch up to the highest
+ * epoch asked for) and each new one costs one bfs_mt_skip from the nearest
+ * earlier snapshot.
+ *
+ * An epoch's sampler output ("stream") is computed lazily in one of
+ * BFS_ORDER_SLOTS slots (LRU over epochs), only as far as the batch asked
+ * for: forward Fisher-Yates fixes a[i] at step i, so batch k needs (k+1)·B
+ * steps. Permutations are stored XOR their position (v ^ i), so memory
+ * fresh from calloc (zero pages, mapped lazily) already is the identity and
+ * starting an epoch costs O(1), not O(n). Values are uint32 when they fit.
+ *
+ * Locks (lock order: slot->lock, then snap_lock; table_lock is never held
+ * while taking another):
+ *   table_lock  slot assignment: slots[].epoch, .used, .pins, .stamp, clock
+ *   slot->lock  the slot's stream: vals, filled, mt, started
+ *   snap_lock   snaps, nsnaps
+ * A slot is reassigned only while unpinned; a caller pins its slot under
+ * table_lock, fills and copies under slot->lock, and unpins. */
+#include "fs/order.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fs/mt19937.h"
+
+#define BFS_ORDER_SLOTS 3
+#define LARGE_PERM_N	214748364ull /* UINT32_MAX / 20 (torch >= 2.7) */
+#define MAX_CATEGORIES	(1ull << 24)
+#define FILL_CHUNK	4096 /* fill at least this far ahead per call */
+#define LOOKAHEAD	64   /* Fisher-Yates swap targets drawn ahead */
+
+enum stream_kind {
+	K_NONE,	   /* sequential / unshuffled distributed: arithmetic */
+	K_PERM,	   /* concatenated randperm blocks of size 'perm_n' */
+	K_REPL,	   /* randint(high=n) per sample */
+	K_WEIGHT,  /* multinomial with replacement, M > 1 */
+	K_WEIGHT1, /* multinomial, M == 1: exponential trick */
+};
+
+struct slot {
+	pthread_mutex_t lock;
+	/* under table_lock: */
+	uint64_t epoch;
+	int used;
+	unsigned pins;
+	uint64_t stamp;
+	/* under lock: */
+	void *vals;	 /* uint32_t or uint64_t [o->cap] */
+	uint64_t filled; /* stream positions [0, filled) are final */
+	int started;
+	struct bfs_mt mt; /* positioned to continue the stream */
+};
+
+struct bfs_order {
+	struct bfs_order_opts opt; /* read-only after create */
+	int64_t *subset;
+	double *weights, *cdf;
+	enum stream_kind kind;
+	int shuffle_form; /* DataLoader(shuffle=True, generator=G) */
+	int narrow;	  /* stream values < 2^32 */
+	uint64_t samples; /* len(sampler) for this rank */
+	uint64_t batches;
+	uint64_t perm_n;      /* K_PERM block size */
+	uint64_t cap;	      /* stream length computed per epoch */
+	uint64_t pre_words;   /* words drawn before the sampler */
+	uint64_t epoch_words; /* words G consumes per epoch */
+	struct bfs_mt mt0;    /* G at the start of epoch 0 */
+
+	pthread_mutex_t snap_lock;
+	struct bfs_mt **snaps; /* [nsnaps], NULL where not computed */
+	uint64_t nsnaps;
+
+	pthread_mutex_t table_lock;
+	pthread_cond_t table_cond;
+	uint64_t clock;
+	struct slot slots[BFS_ORDER_SLOTS];
+};
+
+static int invalid(struct bfs_error *err, const char *fmt, uint64_t v)
+{
+	return bfs_error_set(err, -EINVAL, "order options", BFS_NO_OFFSET, fmt,
+			     v);
+}
+
+static uint64_t perm_words(const struct bfs_order *o, uint64_t n)
+{
+	if (n <= 1)
+		return 0;
+	if (o->opt.compat == BFS_TORCH_2_7 && n >= LARGE_PERM_N)
+		return 2 * n;
+	return n - 1;
+}
+
+static int validate(const struct bfs_order_opts *p, struct bfs_error *err)
+{
+	if (p->batch_size < 1)
+		return invalid(err,
+			       "batch_size should be a positive integer "
+			       "value, but got batch_size=%" PRIu64,
+			       p->batch_size);
+	if (p->compat != BFS_TORCH_1_13 && p->compat != BFS_TORCH_2_7)
+		return invalid(err, "unknown torch_compat %" PRIu64,
+			       (uint64_t)p->compat);
+	if (p->generator_state && (p->sampler == BFS_SAMPLER_SEQUENTIAL ||
+				   p->sampler == BFS_SAMPLER_DISTRIBUTED))
+		return invalid(err,
+			       "a generator state has no use with this "
+			       "sampler (sampler %" PRIu64 " draws no "
+			       "words from a given generator)",
+			       (uint64_t)p->sampler);
+	switch (p->sampler) {
+	case BFS_SAMPLER_SEQUENTIAL:
+		return 0;
+	case BFS_SAMPLER_RANDOM:
+		if (p->n == 0)
+			return invalid(err,
+				       "num_samples should be a positive "
+				       "integer value, but got "
+				       "num_samples=%" PRIu64 " (the "
+				       "dataset is empty)",
+				       p->n);
+		if (p->num_samples > (1ull << 62))
+			return invalid(err,
+				       "num_samples=%" PRIu64 " is too large",
+				       p->num_samples);
+		return 0;
+	case BFS_SAMPLER_SUBSET:
+		for (size_t i = 0; i < p->subset_len; i++)
+			if (p->subset[i] < 0 || (uint64_t)p->subset[i] >= p->n)
+				return bfs_error_set(
+				    err, -EINVAL, "subset indices",
+				    BFS_NO_OFFSET,
+				    "index %" PRId64 " at position %zu is "
+				    "outside the dataset (0 .. %" PRIu64 ")",
+				    p->subset[i], i, p->n);
+		return 0;
+	case BFS_SAMPLER_WEIGHTED:
+		return 0; /* checked in setup_weights */
+	case BFS_SAMPLER_DISTRIBUTED:
+		if (p->world_size < 1)
+			return invalid(err,
+				       "world_size (num_replicas) must be "
+				       ">= 1, got %" PRIu64,
+				       (uint64_t)p->world_size);
+		if (p->rank >= p->world_size)
+			return bfs_error_set(
+			    err, -EINVAL, "order options", BFS_NO_OFFSET,
+			    "Invalid rank %u, rank should be in the "
+			    "interval [0, %u]",
+			    p->rank, p->world_size - 1);
+		return 0;
+	}
+	return invalid(err, "unknown sampler %" PRIu64, (uint64_t)p->sampler);
+}
+
+/* torch.multinomial's checks and its sequential double cumsum / total,
+ * last bucket forced to 1 (MultinomialKernel.cpp). */
+static int setup_weights(struct bfs_order *o, struct bfs_error *err)
+{
+	const struct bfs_order_opts *p = &o->opt;
+	double sum = 0;
+	size_t n = p->weights_len;
+
+	if (p->num_samples < 1)
+		return invalid(err,
+			       "WeightedRandomSampler needs num_samples "
+			       ">= 1, got %" PRIu64,
+			       p->num_samples);
+	if (p->replacement == false)
+		return invalid(err,
+			       "WeightedRandomSampler(replacement=False) "
+			       "is not supported (its order is not "
+			       "portable across torch versions; "
+			       "num_samples=%" PRIu64 ")",
+			       p->num_samples);
+	if (n != p->n)
+		return bfs_error_set(err, -EINVAL, "weights", BFS_NO_OFFSET,
+				     "%zu weights for a dataset of %" PRIu64
+				     " samples: give one weight per sample",
+				     n, p->n);
+	if (n > MAX_CATEGORIES)
+		return bfs_error_set(err, -EINVAL, "weights", BFS_NO_OFFSET,
+				     "number of categories cannot exceed 2^24 "
+				     "(got %zu weights)",
+				     n);
+	if (p->num_samples == 1 && p->compat != BFS_TORCH_1_13)
+		return invalid(err,
+			       "WeightedRandomSampler with num_samples="
+			       "%" PRIu64 " uses torch's exponential_(), "
+			       "whose stream differs between versions; "
+			       "only torch_compat 1.13 reproduces it",
+			       p->num_samples);
+	o->weights = malloc(n * sizeof(double));
+	o->cdf = malloc(n * sizeof(double));
+	if (!o->weights || !o->cdf)
+		return -ENOMEM;
+	for (size_t j = 0; j < n; j++) {
+		double w = p->weights[j];
+
+		if (!isfinite(w) || w < 0)
+			return bfs_error_set(
+			    err, -EINVAL, "weights", BFS_NO_OFFSET,
+			    "weight %zu is %g: invalid "
+			    "multinomial distribution (weights "
+			    "must be finite and >= 0)",
+			    j, w);
+		o->weights[j] = w;
+		sum += w;
+		o->cdf[j] = sum;
+	}
+	if (!(sum > 0))
+		return bfs_error_set(err, -EINVAL, "weights", BFS_NO_OFFSET,
+				     "invalid multinomial distribution (sum "
+				     "of probabilities <= 0)");
+	for (size_t j = 0; j < n; j++)
+		o->cdf[j] /= sum;
+	o->cdf[n - 1] = 1.0;
+	return 0;
+}
+
+/* Stream shape, words per epoch and len() for the validated options. */
+static int setup_stream(struct bfs_order *o, struct bfs_error *err)
+{
+	const struct bfs_order_opts *p = &o->opt;
+	uint64_t n = p->n, m = p->num_samples ? p->num_samples : p->n;
+	uint64_t big = n >= (1ull << 32) ? 2 : 1, N, R, per_rank;
+
+	o->narrow = n < (1ull << 32);
+	switch (p->sampler) {
+	case BFS_SAMPLER_SEQUENTIAL:
+		o->kind = K_NONE;
+		o->samples = n;
+		break;
+	case BFS_SAMPLER_RANDOM:
+		o->samples = m;
+		o->cap = m;
+		if (p->replacement) {
+			o->kind = K_REPL;
+			o->epoch_words = m * big;
+			break;
+		}
+		o->kind = K_PERM;
+		o->perm_n = n;
+		o->cap = (m / n + (m % n != 0)) * n;
+		o->epoch_words = perm_words(o, n) * (m / n + 1);
+		o->shuffle_form = p->num_samples == 0;
+		if (o->shuffle_form)
+			o->pre_words = 2;
+		o->epoch_words += o->pre_words;
+		break;
+	case BFS_SAMPLER_SUBSET:
+		o->kind = K_PERM;
+		o->perm_n = o->cap = o->samples = p->subset_len;
+		o->narrow = p->subset_len < (1ull << 32);
+		o->epoch_words = perm_words(o, p->subset_len);
+		break;
+	case BFS_SAMPLER_WEIGHTED: {
+		int rc = setup_weights(o, err);
+
+		if (rc)
+			return rc;
+		o->samples = o->cap = p->num_samples;
+		o->kind = p->num_samples == 1 ? K_WEIGHT1 : K_WEIGHT;
+		o->epoch_words = 2 * (p->num_samples == 1 ? n : p->num_samples);
+		break;
+	}
+	case BFS_SAMPLER_DISTRIBUTED:
+		N = n;
+		R = p->world_size;
+		if (p->drop_last && N % R)
+			/* ceil((N - R) / R), which Python makes 0 for N < R */
+			per_rank = N < R ? 0 : (N - R) / R + ((N - R) % R != 0);
+		else
+			per_rank = N / R + (N % R != 0);
+		o->samples = per_rank;
+		o->kind = p->shuffle ? K_PERM : K_NONE;
+		o->perm_n = o->cap = N;
+		break;
+	}
+	if (p->drop_last)
+		o->batches = o->samples / p->batch_size;
+	else
+		o->batches = o->samples / p->batch_size +
+			     (o->samples % p->batch_size != 0);
+	return 0;
+}
+
+void bfs_order_destroy(struct bfs_order *o)
+{
+	if (!o)
+		return;
+	for (int i = 0; i < BFS_ORDER_SLOTS; i++) {
+		free(o->slots[i].vals);
+		pthread_mutex_destroy(&o->slots[i].lock);
+	}
+	for (uint64_t e = 0; e < o->nsnaps; e++)
+		free(o->snaps[e]);
+	free(o->snaps);
+	pthread_mutex_destroy(&o->snap_lock);
+	pthread_mutex_destroy(&o->table_lock);
+	pthread_cond_destroy(&o->table_cond);
+	free(o->subset);
+	free(o->weights);
+	free(o->cdf);
+	free(o);
+}
+
+int bfs_order_create(struct bfs_order **out, const struct bfs_order_opts *p,
+		     struct bfs_error *err)
+{
+	struct bfs_order *o;
+	int rc;
+
+	*out = NULL;
+	rc = validate(p, err);
+	if (rc)
+		return rc;
+	o = calloc(1, sizeof(*o));
+	if (!o)
+		return -ENOMEM;
+	o->opt = *p;
+	o->opt.subset = NULL;
+	o->opt.weights = NULL;
+	o->opt.generator_state = NULL;
+	pthread_mutex_init(&o->snap_lock, NULL);
+	pthread_mutex_init(&o->table_lock, NULL);
+	pthread_cond_init(&o->table_cond, NULL);
+	for (int i = 0; i < BFS_ORDER_SLOTS; i++)
+		pthread_mutex_init(&o->slots[i].lock, NULL);
+	if (p->sampler == BFS_SAMPLER_SUBSET && p->subset_len) {
+		o->subset = malloc(p->subset_len * sizeof(int64_t));
+		rc = -ENOMEM;
+		if (!o->subset)
+			goto err_destroy;
+		memcpy(o->subset, p->subset, p->subset_len * sizeof(int64_t));
+	}
+	if (p->sampler == BFS_SAMPLER_WEIGHTED)
+		o->opt.weights = p->weights; /* setup_weights copies them */
+	rc = setup_stream(o, err);
+	o->opt.weights = NULL;
+	if (rc)
+		goto err_destroy;
+	if (p->generator_state) {
+		rc = bfs_mt_import(&o->mt0, p->generator_state,
+				   p->generator_state_len, "generator state",
+				   err);
+		if (rc)
+			goto err_destroy;
+	} else {
+		bfs_mt_seed(&o->mt0, p->seed);
+	}
+	*out = o;
+	return 0;
+err_destroy:
+	bfs_order_destroy(o);
+	return rc;
+}
+
+uint64_t bfs_order_len(const struct bfs_order *o)
+{
+	return o->batches;
+}
+
+uint64_t bfs_order_batch_rows(const struct bfs_order *o, uint64_t k)
+{
+	uint64_t bs = o->opt.batch_size;
+
+	if (k >= o->batches)
+		return 0;
+	if (o->samples - k * bs < bs)
+		return o->samples - k * bs;
+	return bs;
+}
+
+/* G at the start of epoch e's sampler. Caches the state of every epoch
+ * start it passes (snap_lock). */
+static int epoch_generator(struct bfs_order *o, uint64_t e, struct bfs_mt *mt)
+{
+	struct bfs_mt cur;
+	uint64_t b;
+	int rc = 0;
+
+	if (o->opt.sampler == BFS_SAMPLER_DISTRIBUTED) {
+		bfs_mt_seed(mt, o->opt.seed + e);
+		return 0;
+	}
+	pthread_mutex_lock(&o->snap_lock);
+	if (e >= o->nsnaps) {
+		uint64_t want = e + 1 > 2 * o->nsnaps ? e + 1 : 2 * o->nsnaps;
+		struct bfs_mt **s = realloc(o->snaps, want * sizeof(*s));
+
+		rc = -ENOMEM;
+		if (!s)
+			goto out_unlock;
+		memset(s + o->nsnaps, 0, (want - o->nsnaps) * sizeof(*s));
+		o->snaps = s;
+		o->nsnaps = want;
+	}
+	for (b = e; b > 0 && !o->snaps[b]; b--)
+		;
+	cur = o->snaps[b] ? *o->snaps[b] : o->mt0;
+	for (; b < e; b++) {
+		bfs_mt_skip(&cur, o->epoch_words);
+		o->snaps[b + 1] = malloc(sizeof(cur));
+		if (o->snaps[b + 1]) /* else recompute next time */
+			*o->snaps[b + 1] = cur;
+	}
+	*mt = cur;
+	rc = 0;
+out_unlock:
+	pthread_mutex_unlock(&o->snap_lock);
+	if (!rc)
+		bfs_mt_skip(mt, o->pre_words);
+	return rc;
+}
+
+/* Forward Fisher-Yates steps [from, to) of randperm(P) on a[] stored as
+ * value ^ position: z = random() % (P - i), swap(a[i], a[i + z]). The swap
+ * targets are drawn LOOKAHEAD steps early (the words do not depend on the
+ * data) and prefetched, which hides most of the memory latency. */
+#define DEFINE_FISHER_YATES(name, T)                                           \
+	static void name(T *a, T P, T from, T to, struct bfs_mt *mt)           \
+	{                                                                      \
+		T ring[LOOKAHEAD], pre = from, s, j, vi, vj;                   \
+                                                                               \
+		for (; pre < to && pre - from < LOOKAHEAD; pre++) {            \
+			j = pre + (T)bfs_mt_random(mt) % (P - pre);            \
+			ring[pre % LOOKAHEAD] = j;                             \
+			__builtin_prefetch(&a[j], 1, 0);                       \
+		}                                                              \
+		for (s = from; s < to; s++) {                                  \
+			j = ring[s % LOOKAHEAD];                               \
+			if (pre < to) {                                        \
+				T z = pre + (T)bfs_mt_random(mt) % (P - pre);  \
+				ring[pre % LOOKAHEAD] = z;                     \
+				__builtin_prefetch(&a[z], 1, 0);               \
+				pre++;                                         \
+			}                                                      \
+			vi = a[s] ^ s;                                         \
+			vj = a[j] ^ j;                                         \
+			a[s] = vj ^ s;                                         \
+			a[j] = vi ^ j;                                         \
+		}                                                              \
+	}
+DEFINE_FISHER_YATES(fy32, uint32_t)
+DEFINE_FISHER_YATES(fy64, uint64_t)
+
+/* torch >= 2.7 randperm for P >= 214748364: inside-out shuffle,
+ * z = random64() % (i + 1); a[i] = a[z]; a[z] = i. */
+static void inside_out(void *vals, int narrow, uint64_t P, struct bfs_mt *mt)
+{
+	uint32_t *a32 = vals;
+	uint64_t *a64 = vals;
+
+	for (uint64_t i = 0; i < P; i++) {
+		uint64_t z = bfs_mt_random64(mt) % (i + 1), v;
+
+		v = narrow ? a32[z] ^ z : a64[z] ^ z;
+		if (z == i)
+			v = i;
+		if (narrow) {
+			a32[i] = (uint32_t)(v ^ i);
+			a32[z] = (uint32_t)(i ^ z);
+		} else {
+			a64[i] = v ^ i;
+			a64[z] = i ^ z;
+		}
+	}
+}
+
+static void put(struct bfs_order *o, void *vals, uint64_t p, uint64_t v)
+{
+	if (o->narrow)
+		((uint32_t *)vals)[p] = (uint32_t)v;
+	else
+		((uint64_t *)vals)[p] = v;
+}
+
+static uint64_t get(const struct bfs_order *o, const void *vals, uint64_t p)
+{
+	return o->narrow ? ((const uint32_t *)vals)[p]
+			 : ((const uint64_t *)vals)[p];
+}
+
+/* Extend the current randperm block of 'sl' towards stream position
+ * 'target' (at least FILL_CHUNK steps, at most to the block's end). */
+static void fill_perm(struct bfs_order *o, struct slot *sl, uint64_t target)
+{
+	uint64_t P = o->perm_n, b = sl->filled / P, step = sl->filled % P;
+	uint64_t to = target - b * P;
+	void *base = o->narrow ? (void *)((uint32_t *)sl->vals + b * P)
+			       : (void *)((uint64_t *)sl->vals + b * P);
+
+	if (perm_words(o, P) == 2 * P) {
+		inside_out(base, o->narrow, P, &sl->mt);
+		sl->filled = (b + 1) * P;
+		return;
+	}
+	if (to < step + FILL_CHUNK)
+		to = step + FILL_CHUNK;
+	if (to >= P - 1)
+		to = P - 1; /* after step P-2 the last element is fixed too */
+	if (o->narrow)
+		fy32(base, (uint32_t)P, (uint32_t)step, (uint32_t)to, &sl->mt);
+	else
+		fy64(base, P, step, to, &sl->mt);
+	sl->filled = to == P - 1 ? (b + 1) * P : b * P + to;
+}
+
+/* M == 1 weighted draw (1.13): q = w / Exp(1) with Exp = -log(1 - u),
+ * u = 53-bit uniform; argmax (first maximum). */
+static uint64_t weighted_one(struct bfs_order *o, struct bfs_mt *mt)
+{
+	uint64_t best = 0;
+	double best_q = 0;
+
+	for (uint64_t j = 0; j < o->opt.n; j++) {
+		uint64_t w = bfs_mt_random64(mt) & ((1ull << 53) - 1);
+		double u = (double)w * 0x1p-53;
+		double q = o->weights[j] / (-1.0 / 1.0 * log(1.0 - u));
+
+		if (j == 0 || q > best_q || (isnan(q) && !isnan(best_q))) {
+			best = j;
+			best_q = q;
+		}
+	}
+	return best;
+}
+
+static uint64_t weighted_sample(const struct bfs_order *o, struct bfs_mt *mt)
+{
+	double u = (double)(bfs_mt_random64(mt) & ((1ull << 53) - 1)) * 0x1p-53;
+	uint64_t left = 0, right = o->opt.n;
+
+	while (right > left) {
+		uint64_t mid = left + (right - left) / 2;
+
+		if (o->cdf[mid] < u)
+			left = mid + 1;
+		else
+			right = mid;
+	}
+	return left;
+}
+
+/* Make stream positions [0, target) of the slot's epoch final. Called with
+ * sl->lock held. */
+static int fill_to(struct bfs_order *o, struct slot *sl, uint64_t e,
+		   uint64_t target)
+{
+	uint64_t n = o->opt.n, end;
+	int rc;
+
+	if (!sl->started) {
+		rc = epoch_generator(o, e, &sl->mt);
+		if (rc)
+			return rc;
+		sl->filled = 0;
+		sl->started = 1;
+	}
+	while (sl->filled < target) {
+		switch (o->kind) {
+		case K_PERM:
+			fill_perm(o, sl, target);
+			break;
+		case K_REPL:
+			end = target + FILL_CHUNK < o->cap ? target + FILL_CHUNK
+							   : o->cap;
+			for (uint64_t p = sl->filled; p < end; p++)
+				put(o, sl->vals, p,
+				    n >= (1ull << 32)
+					? bfs_mt_random64(&sl->mt) % n
+					: bfs_mt_random(&sl->mt) % n);
+			sl->filled = end;
+			break;
+		case K_WEIGHT:
+			end = target + FILL_CHUNK < o->cap ? target + FILL_CHUNK
+							   : o->cap;
+			for (uint64_t p = sl->filled; p < end; p++)
+				put(o, sl->vals, p,
+				    weighted_sample(o, &sl->mt));
+			sl->filled = end;
+			break;
+		case K_WEIGHT1:
+			put(o, sl->vals, 0, weighted_one(o, &sl->mt));
+			sl->filled = 1;
+			break;
+		case K_NONE:
+			return 0;
+		}
+	}
+	return 0;
+}
+
+/* Pin the slot holding epoch e, assigning the least recently used unpinned
+ * slot if none does (waits while all are pinned). */
+static struct slot *slot_acquire(struct bfs_order *o, uint64_t e)
+{
+	struct slot *sl = NULL;
+
+	pthread_mutex_lock(&o->table_lock);
+	for (;;) {
+		for (int i = 0; i < BFS_ORDER_SLOTS; i++)
+			if (o->slots[i].used && o->slots[i].epoch == e)
+				sl = &o->slots[i];
+		if (sl)
+			break;
+		for (int i = 0; i < BFS_ORDER_SLOTS; i++) {
+			struct slot *c = &o->slots[i];
+
+			if (c->pins == 0 &&
+			    (!sl || !c->used ||
+			     (sl->used && c->stamp < sl->stamp)))
+				sl = c;
+		}
+		if (sl) {
+			/* Unpinned: nobody holds sl->lock. */
+			sl->used = 1;
+			sl->epoch = e;
+			sl->started = 0;
+			sl->filled = 0;
+			break;
+		}
+		pthread_cond_wait(&o->table_cond, &o->table_lock);
+	}
+	sl->pins++;
+	sl->stamp = ++o->clock;
+	pthread_mutex_unlock(&o->table_lock);
+	return sl;
+}
+
+static void slot_release(struct bfs_order *o, struct slot *sl, int failed)
+{
+	pthread_mutex_lock(&o->table_lock);
+	sl->pins--;
+	if (failed && sl->pins == 0)
+		sl->used = 0;
+	pthread_cond_broadcast(&o->table_cond);
+	pthread_mutex_unlock(&o->table_lock);
+}
+
+/* Fresh zeroed stream memory (= identity permutation) for a new epoch. */
+static int slot_prepare(struct bfs_order *o, struct slot *sl)
+{
+	size_t el = o->narrow ? 4 : 8;
+
+	if (sl->started)
+		return 0;
+	free(sl->vals);
+	sl->vals = calloc(o->cap ? o->cap : 1, el);
+	return sl->vals ? 0 : -ENOMEM;
+}
+
+/* Stream position of row r of batch k (DistributedSampler: the rank's
+ * stride over the padded list; padding repeats the list from its head). */
+static uint64_t stream_pos(const struct bfs_order *o, uint64_t k, uint64_t r)
+{
+	uint64_t i = k * o->opt.batch_size + r;
+
+	if (o->opt.sampler != BFS_SAMPLER_DISTRIBUTED)
+		return i;
+	return (o->opt.rank + i * o->opt.world_size) % o->opt.n;
+}
+
+static uint64_t stream_value(const struct bfs_order *o, const void *vals,
+			     uint64_t p)
+{
+	uint64_t v;
+
+	if (o->kind != K_PERM)
+		return get(o, vals, p);
+	v = get(o, vals, p) ^ (p % o->perm_n);
+	return o->subset ? (uint64_t)o->subset[v] : v;
+}
+
+int bfs_order_batch(struct bfs_order *o, uint64_t e, uint64_t k, uint64_t *idx)
+{
+	uint64_t rows = bfs_order_batch_rows(o, k), need = 0;
+	struct slot *sl;
+	int rc;
+
+	if (k >= o->batches)
+		return -ENOENT;
+	if (o->kind == K_NONE) {
+		for (uint64_t r = 0; r < rows; r++)
+			idx[r] = stream_pos(o, k, r);
+		return 0;
+	}
+	for (uint64_t r = 0; r < rows; r++) {
+		uint64_t p = stream_pos(o, k, r) + 1;
+
+		need = p > need ? p : need;
+	}
+	sl = slot_acquire(o, e);
+	pthread_mutex_lock(&sl->lock);
+	rc = slot_prepare(o, sl);
+	if (!rc)
+		rc = fill_to(o, sl, e, need);
+	if (!rc)
+		for (uint64_t r = 0; r < rows; r++)
+			idx[r] = stream_value(o, sl->vals, stream_pos(o, k, r));
+	pthread_mutex_unlock(&sl->lock);
+	slot_release(o, sl, rc != 0);
+	return rc;
+}
+
+static int describe_generator(const struct bfs_order *o, char *buf, size_t len)
+{
+	if (o->opt.generator_state_len)
+		return snprintf(buf, len, "torch.Generator().set_state(state)");
+	return snprintf(buf, len, "torch.Generator().manual_seed(%" PRIu64 ")",
+			o->opt.seed);
+}
+
+int bfs_order_describe(const struct bfs_order *o, char *buf, size_t len)
+{
+	const struct bfs_order_opts *p = &o->opt;
+	char gen[96], head[96];
+	const char *dl = p->drop_last ? "True" : "False";
+
+	describe_generator(o, gen, sizeof(gen));
+	snprintf(head, sizeof(head), "DataLoader(ds, batch_size=%" PRIu64,
+		 p->batch_size);
+	switch (p->sampler) {
+	case BFS_SAMPLER_SEQUENTIAL:
+		return snprintf(buf, len, "%s, drop_last=%s)", head, dl);
+	case BFS_SAMPLER_RANDOM:
+		if (o->shuffle_form && !p->replacement)
+			return snprintf(buf, len,
+					"%s, shuffle=True, drop_last=%s, "
+					"generator=%s)",
+					head, dl, gen);
+		if (p->num_samples)
+			return snprintf(
+			    buf, len,
+			    "%s, drop_last=%s, sampler=RandomSampler"
+			    "(ds, replacement=%s, num_samples=%" PRIu64
+			    ", generator=%s))",
+			    head, dl, p->replacement ? "True" : "False",
+			    p->num_samples, gen);
+		return snprintf(buf, len,
+				"%s, drop_last=%s, sampler=RandomSampler(ds, "
+				"replacement=True, generator=%s))",
+				head, dl, gen);
+	case BFS_SAMPLER_SUBSET:
+		return snprintf(buf, len,
+				"%s, drop_last=%s, sampler=SubsetRandomSampler"
+				"(indices, generator=%s))",
+				head, dl, gen);
+	case BFS_SAMPLER_WEIGHTED:
+		return snprintf(
+		    buf, len,
+		    "%s, drop_last=%s, sampler=WeightedRandomSampler"
+		    "(weights, num_samples=%" PRIu64
+		    ", replacement=True, generator=%s))",
+		    head, dl, p->num_samples, gen);
+	case BFS_SAMPLER_DISTRIBUTED:
+		return snprintf(buf, len,
+				"%s, drop_last=%s, sampler=DistributedSampler"
+				"(ds, num_replicas=%u, rank=%u, shuffle=%s, "
+				"seed=%" PRIu64 ", drop_last=%s))  # and "
+				"sampler.set_epoch(N) before epoch N",
+				head, dl, p->world_size, p->rank,
+				p->shuffle ? "True" : "False", p->seed, dl);
+	}
+	return snprintf(buf, len, "(unknown sampler)");
+}

@@ -1,0 +1,299 @@
+/* fs/order_input: load the --subset / --weights / --generator-state files.
+ *
+ * Every file is read whole (they are small next to a dataset: 8 bytes per
+ * index). Text: one value per line, surrounding blanks and blank lines
+ * ignored. .npy: a minimal reader of the format's version 1-3 header
+ * ('descr', 'fortran_order', 'shape') for 1-D arrays of the few dtypes these
+ * options take; anything else is refused with the byte offset and reason.
+ * No shared state. */
+#include "fs/order_input.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_INPUT_BYTES (1ull << 36)
+#define MAX_STATE_BYTES (1u << 20)
+
+/* Read all of 'path' into a malloc'd, NUL-terminated buffer. */
+static int slurp(const char *path, size_t limit, char **out, size_t *len,
+		 struct bfs_error *err)
+{
+	FILE *f = fopen(path, "rb");
+	char *buf = NULL;
+	long size;
+	int rc = -errno;
+
+	if (!f)
+		return bfs_error_set(err, rc, path, BFS_NO_OFFSET,
+				     "cannot open: %s", strerror(-rc));
+	rc = -EIO;
+	if (fseek(f, 0, SEEK_END) != 0 || (size = ftell(f)) < 0 ||
+	    fseek(f, 0, SEEK_SET) != 0) {
+		bfs_error_set(err, rc, path, BFS_NO_OFFSET,
+			      "cannot determine the file size");
+		goto out_close;
+	}
+	rc = -EFBIG;
+	if ((unsigned long)size > limit) {
+		bfs_error_set(err, rc, path, BFS_NO_OFFSET,
+			      "file is %ld bytes, more than the %zu allowed",
+			      size, limit);
+		goto out_close;
+	}
+	rc = -ENOMEM;
+	buf = malloc((size_t)size + 1);
+	if (!buf)
+		goto out_close;
+	rc = -EIO;
+	if (fread(buf, 1, (size_t)size, f) != (size_t)size) {
+		bfs_error_set(err, rc, path, BFS_NO_OFFSET, "read failed");
+		goto out_close;
+	}
+	buf[size] = 0;
+	*out = buf;
+	*len = (size_t)size;
+	buf = NULL;
+	rc = 0;
+out_close:
+	free(buf);
+	fclose(f);
+	return rc;
+}
+
+struct npy {
+	char kind;     /* 'i' or 'f' */
+	int size;      /* 4 or 8 */
+	int swap;      /* big-endian data */
+	size_t count;  /* elements */
+	size_t offset; /* of the data */
+};
+
+/* Find "'key':" in the header dict and return what follows it. */
+static const char *npy_key(const char *hdr, const char *key)
+{
+	char pat[32];
+	const char *p;
+
+	snprintf(pat, sizeof(pat), "'%s':", key);
+	p = strstr(hdr, pat);
+	if (!p)
+		return NULL;
+	p += strlen(pat);
+	while (*p == ' ')
+		p++;
+	return p;
+}
+
+static int npy_header(const char *path, const char *buf, size_t len,
+		      struct npy *h, struct bfs_error *err)
+{
+	const unsigned char *u = (const unsigned char *)buf;
+	size_t hlen, start;
+	char hdr[4096], *end;
+	const char *d, *s;
+
+	if (len < 10 || (u[6] != 1 && u[6] != 2 && u[6] != 3))
+		return bfs_error_set(err, -EINVAL, path, 6,
+				     "unsupported .npy version");
+	start = u[6] == 1 ? 10 : 12;
+	hlen = u[6] == 1 ? (size_t)(u[8] | u[9] << 8)
+			 : (size_t)u[8] | (size_t)u[9] << 8 |
+			       (size_t)u[10] << 16 | (size_t)u[11] << 24;
+	if (len < start || hlen >= sizeof(hdr) || hlen > len - start)
+		return bfs_error_set(err, -EINVAL, path, 8,
+				     ".npy header length %zu runs past the "
+				     "file (%zu bytes)",
+				     hlen, len);
+	memcpy(hdr, buf + start, hlen);
+	hdr[hlen] = 0;
+	h->offset = start + hlen;
+	d = npy_key(hdr, "descr");
+	if (!d || strlen(d) < 5 || d[0] != '\'' || d[4] != '\'' ||
+	    !strchr("<>|=", d[1]) || (d[2] != 'i' && d[2] != 'f') ||
+	    (d[3] != '4' && d[3] != '8'))
+		return bfs_error_set(err, -EINVAL, path, start,
+				     ".npy dtype must be one of int32, int64, "
+				     "float32, float64 (header: %s)",
+				     hdr);
+	h->swap = d[1] == '>';
+	h->kind = d[2];
+	h->size = d[3] - '0';
+	s = npy_key(hdr, "fortran_order");
+	if (!s)
+		return bfs_error_set(err, -EINVAL, path, start,
+				     ".npy header lacks fortran_order");
+	s = npy_key(hdr, "shape");
+	if (!s || *s != '(')
+		return bfs_error_set(err, -EINVAL, path, start,
+				     ".npy header lacks a shape");
+	errno = 0;
+	h->count = strtoull(s + 1, &end, 10);
+	while (*end == ' ')
+		end++;
+	if (errno || end == s + 1 || *end != ',' ||
+	    (end[1] != ')' && !(end[1] == ' ' && end[2] == ')')))
+		return bfs_error_set(err, -EINVAL, path, start,
+				     ".npy array must be 1-D (shape %.40s)", s);
+	if (h->count > (len - h->offset) / (size_t)h->size)
+		return bfs_error_set(err, -EINVAL, path, h->offset,
+				     ".npy data holds %zu bytes, the shape "
+				     "needs %zu",
+				     len - h->offset, h->count * h->size);
+	return 0;
+}
+
+/* Element i of the .npy data as raw little-endian bits. */
+static uint64_t npy_bits(const char *buf, const struct npy *h, size_t i)
+{
+	const unsigned char *p =
+	    (const unsigned char *)buf + h->offset + i * (size_t)h->size;
+	uint64_t v = 0;
+
+	for (int b = 0; b < h->size; b++) {
+		int at = h->swap ? b : h->size - 1 - b;
+
+		v = (v << 8) | p[at];
+	}
+	return v;
+}
+
+static double npy_double(const char *buf, const struct npy *h, size_t i)
+{
+	uint64_t bits = npy_bits(buf, h, i);
+	double d;
+	float f;
+	uint32_t b32 = (uint32_t)bits;
+
+	if (h->size == 4) {
+		memcpy(&f, &b32, 4);
+		return f;
+	}
+	memcpy(&d, &bits, 8);
+	return d;
+}
+
+static int64_t npy_int(const char *buf, const struct npy *h, size_t i)
+{
+	uint64_t bits = npy_bits(buf, h, i);
+
+	if (h->size == 4)
+		return (int32_t)(uint32_t)bits;
+	return (int64_t)bits;
+}
+
+/* Parse a file of numbers: ints (want_int) or doubles into a malloc'd
+ * array of 8-byte elements. */
+static int load_numbers(const char *path, int want_int, void **out, size_t *n,
+			struct bfs_error *err)
+{
+	char *buf = NULL, *line, *end;
+	size_t len, count = 0, cap = 0, lineno = 0;
+	uint64_t *vals = NULL;
+	struct npy h;
+	int rc;
+
+	rc = slurp(path, MAX_INPUT_BYTES, &buf, &len, err);
+	if (rc)
+		return rc;
+	if (len >= 6 && memcmp(buf, "\x93NUMPY", 6) == 0) {
+		rc = npy_header(path, buf, len, &h, err);
+		if (rc)
+			goto out_free;
+		if ((h.kind == 'i') != want_int) {
+			rc =
+			    bfs_error_set(err, -EINVAL, path, 10,
+					  ".npy holds %s, expected %s",
+					  h.kind == 'i' ? "integers" : "floats",
+					  want_int ? "integers" : "floats");
+			goto out_free;
+		}
+		rc = -ENOMEM;
+		vals = malloc((h.count ? h.count : 1) * sizeof(uint64_t));
+		if (!vals)
+			goto out_free;
+		for (size_t i = 0; i < h.count; i++) {
+			int64_t iv = want_int ? npy_int(buf, &h, i) : 0;
+			double dv = want_int ? 0 : npy_double(buf, &h, i);
+
+			memcpy(&vals[i], want_int ? (void *)&iv : (void *)&dv,
+			       8);
+		}
+		count = h.count;
+		rc = 0;
+		goto out_done;
+	}
+	for (line = buf; line && *line; line = end) {
+		char *nl = strchr(line, '\n'), *stop;
+		int64_t iv;
+		double dv;
+
+		end = nl ? nl + 1 : NULL;
+		if (nl)
+			*nl = 0;
+		lineno++;
+		while (*line == ' ' || *line == '\t' || *line == '\r')
+			line++;
+		if (!*line)
+			continue;
+		errno = 0;
+		if (want_int)
+			iv = strtoll(line, &stop, 10);
+		else
+			dv = strtod(line, &stop);
+		while (*stop == ' ' || *stop == '\t' || *stop == '\r')
+			stop++;
+		if (errno == ERANGE || stop == line || *stop) {
+			rc = bfs_error_set(
+			    err, -EINVAL, path, BFS_NO_OFFSET,
+			    "line %zu: '%.40s' is not %s", lineno, line,
+			    want_int ? "an integer" : "a number");
+			goto out_free;
+		}
+		if (count == cap) {
+			uint64_t *nv;
+
+			cap = cap ? 2 * cap : 1024;
+			nv = realloc(vals, cap * sizeof(uint64_t));
+			rc = -ENOMEM;
+			if (!nv)
+				goto out_free;
+			vals = nv;
+		}
+		memcpy(&vals[count++], want_int ? (void *)&iv : (void *)&dv, 8);
+	}
+	rc = 0;
+out_done:
+	if (!vals)
+		vals = malloc(sizeof(uint64_t)); /* empty file: 0 values */
+	if (!vals)
+		rc = -ENOMEM;
+	if (!rc) {
+		*out = vals;
+		*n = count;
+		vals = NULL;
+	}
+out_free:
+	free(vals);
+	free(buf);
+	return rc;
+}
+
+int bfs_order_load_indices(const char *path, int64_t **out, size_t *n,
+			   struct bfs_error *err)
+{
+	return load_numbers(path, 1, (void **)out, n, err);
+}
+
+int bfs_order_load_weights(const char *path, double **out, size_t *n,
+			   struct bfs_error *err)
+{
+	return load_numbers(path, 0, (void **)out, n, err);
+}
+
+int bfs_order_load_state(const char *path, uint8_t **out, size_t *len,
+			 struct bfs_error *err)
+{
+	return slurp(path, MAX_STATE_BYTES, (char **)out, len, err);
+}
