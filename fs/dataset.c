@@ -303,8 +303,12 @@ static int open_shard(struct bfs_dataset *ds, struct shard *sh,
 		return bfs_error_set(err, -EINVAL, path, BFS_NO_OFFSET,
 				     "no '%s/data.pkl' record",
 				     sh->zip->prefix);
-	rc = bfs_pickle_load(bfs_zip_data(sh->zip, pkl), pkl->size,
-			     pkl->name, &sh->pk, err);
+	char *label = NULL;
+	if (asprintf(&label, "%s:%s", path, pkl->name) < 0)
+		return -ENOMEM;
+	rc = bfs_pickle_load(bfs_zip_data(sh->zip, pkl), pkl->size, label,
+			     &sh->pk, err);
+	free(label);
 	if (rc)
 		return rc;
 	sh->binds = calloc(sh->pk.n_tensors ? sh->pk.n_tensors : 1,
@@ -496,10 +500,13 @@ static void byteswap(uint8_t *p, uint64_t bytes, size_t unit)
 }
 
 /* The SIGBUS guard. 'guard_jmp' is set only while this thread copies from
- * a mapping; 'old_bus' is written once under pthread_once. */
+ * a mapping. 'old_bus' (the handler we chain to) is written under
+ * 'guard_lock' when we (re)install ours: someone else (a test harness, a
+ * host program) may replace our handler after we installed it, so every
+ * gather checks that ours is still in place (one sigaction call). */
 static __thread sigjmp_buf *volatile guard_jmp;
 static struct sigaction old_bus;
-static pthread_once_t guard_once = PTHREAD_ONCE_INIT;
+static pthread_mutex_t guard_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static void on_sigbus(int sig, siginfo_t *si, void *uc)
 {
@@ -519,14 +526,21 @@ static void on_sigbus(int sig, siginfo_t *si, void *uc)
 
 static void guard_install(void)
 {
-	struct sigaction sa;
+	struct sigaction sa, cur;
 
+	if (sigaction(SIGBUS, NULL, &cur) == 0 &&
+	    (cur.sa_flags & SA_SIGINFO) && cur.sa_sigaction == on_sigbus)
+		return;
+	pthread_mutex_lock(&guard_lock);
 	memset(&sa, 0, sizeof(sa));
 	sa.sa_sigaction = on_sigbus;
 	/* NODEFER: jumping out of the handler must not leave SIGBUS blocked. */
 	sa.sa_flags = SA_SIGINFO | SA_NODEFER;
 	sigemptyset(&sa.sa_mask);
-	sigaction(SIGBUS, &sa, &old_bus);
+	if (sigaction(SIGBUS, NULL, &cur) == 0 &&
+	    !((cur.sa_flags & SA_SIGINFO) && cur.sa_sigaction == on_sigbus))
+		sigaction(SIGBUS, &sa, &old_bus);
+	pthread_mutex_unlock(&guard_lock);
 }
 
 /* -EIO (with a log line) if the file of 'sh' shrank below its mapping. */
@@ -618,7 +632,7 @@ int bfs_dataset_gather(const struct bfs_dataset *ds, size_t f,
 	rc = check_shards(ds, &ds->fields[f], idx, n);
 	if (rc)
 		return rc;
-	pthread_once(&guard_once, guard_install);
+	guard_install();
 	if (sigsetjmp(jb, 0)) {
 		guard_jmp = NULL;
 		const struct shard *sh = &ds->shards[shard_of(ds, idx[at])];

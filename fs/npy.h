@@ -1,0 +1,53 @@
+/* fs/npy: the NumPy .npy header (research/torch-format.md §4.2), parsed
+ * from untrusted bytes and written in numpy's own layout.
+ *
+ * Only what batchfs needs: one array, a dtype batchfs knows (fs/dtype.h),
+ * C order. The data that follows the header is the caller's business (it
+ * may be larger than RAM: callers stream it). */
+#ifndef BFS_NPY_H
+#define BFS_NPY_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "fs/dtype.h"
+#include "fs/error.h"
+#include "fs/pickle.h" /* BFS_MAX_DIMS */
+
+/* Longest header accepted (numpy's own limit is 10,000 characters). */
+#define BFS_NPY_MAX_HEADER 65536
+
+struct bfs_npy {
+	enum bfs_dtype dtype;
+	int big_endian;	     /* descr '>': data must be swapped by swap_unit */
+	int ndim;
+	int64_t shape[BFS_MAX_DIMS];
+	uint64_t data_off;   /* bytes before the data (magic .. header end) */
+	uint64_t data_bytes; /* product(shape) * elsize, overflow-checked */
+};
+
+/* Parse the header at the start of [buf, buf+len) ('len' may exceed the
+ * header). Refuses, with 'err' naming 'label', the offset and the reason:
+ * bad magic/version, a truncated header, Fortran order, object/structured
+ * or unknown dtypes, negative or overflowing shapes.
+ * Returns 0, or -EINVAL (-EAGAIN when 'len' is too short to hold the whole
+ * header: call again with at least out->data_off bytes). */
+int bfs_npy_parse(const uint8_t *buf, size_t len, const char *label,
+		  struct bfs_npy *out, struct bfs_error *err);
+
+/* Read and parse the header of the open file 'fd' (from offset 0, with
+ * pread; the file position is not used). Also checks that the file holds
+ * exactly data_off + data_bytes bytes. Returns 0 or -errno with 'err'. */
+int bfs_npy_read_header(int fd, const char *label, struct bfs_npy *out,
+			struct bfs_error *err);
+
+/* Write numpy's header for a little-endian C-order array of 'dtype' and
+ * 'shape[ndim]' into buf[cap], padded with spaces and '\n' so that the data
+ * starts at a multiple of 'align' (64 = numpy's ARRAY_ALIGN; 4096 for
+ * page-aligned data). Returns the header length (= data offset) or
+ * -EINVAL (dtype without a numpy descr) / -ENOSPC (cap too small). */
+ssize_t bfs_npy_write_header(char *buf, size_t cap, enum bfs_dtype dtype,
+			     int ndim, const int64_t *shape, size_t align);
+
+#endif

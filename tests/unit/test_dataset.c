@@ -1,0 +1,559 @@
+/* fs/dataset over archives this test writes itself (a tiny stored-ZIP and
+ * protocol-2 pickle writer below, independent of `batchfs pack` and torch):
+ * gather of contiguous, strided, view, big-endian and sharded data, and the
+ * refusals (each message must name the file and the field). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "fs/dataset.h"
+#include "fs/log.h"
+
+/* ---- a growable byte buffer ------------------------------------------- */
+
+struct buf {
+	uint8_t *p;
+	size_t n, cap;
+};
+
+static void put(struct buf *b, const void *src, size_t n)
+{
+	if (b->n + n > b->cap) {
+		b->cap = (b->n + n) * 2 + 64;
+		b->p = realloc(b->p, b->cap);
+		assert_non_null(b->p);
+	}
+	memcpy(b->p + b->n, src, n);
+	b->n += n;
+}
+
+static void put_u8(struct buf *b, uint8_t v)
+{
+	put(b, &v, 1);
+}
+
+static void put_le(struct buf *b, uint64_t v, int bytes)
+{
+	for (int i = 0; i < bytes; i++)
+		put_u8(b, (uint8_t)(v >> (8 * i)));
+}
+
+static void put_str(struct buf *b, const char *s)
+{
+	put(b, s, strlen(s));
+}
+
+/* ---- a protocol-2 pickle of tensors, as torch.save writes them -------- */
+
+struct tspec {
+	const char *name;
+	enum bfs_dtype dtype;
+	const char *key;     /* storage key */
+	int64_t numel;	     /* storage elements */
+	int64_t offset;	     /* storage offset */
+	int ndim;
+	int64_t size[4], stride[4];
+};
+
+static void pk_unicode(struct buf *b, const char *s)
+{
+	put_u8(b, 'X');
+	put_le(b, strlen(s), 4);
+	put_str(b, s);
+}
+
+static void pk_int(struct buf *b, int64_t v)
+{
+	put_u8(b, 'J');
+	put_le(b, (uint64_t)v, 4);
+}
+
+static void pk_tensor(struct buf *b, const struct tspec *t)
+{
+	put_str(b, "ctorch._utils\n_rebuild_tensor_v2\n(");
+	put_str(b, "(");
+	pk_unicode(b, "storage");
+	put_str(b, "ctorch\n");
+	put_str(b, bfs_dtype_info(t->dtype)->storage);
+	put_str(b, "\n");
+	pk_unicode(b, t->key);
+	pk_unicode(b, "cpu");
+	pk_int(b, t->numel);
+	put_str(b, "tQ");
+	pk_int(b, t->offset);
+	put_str(b, "(");
+	for (int d = 0; d < t->ndim; d++)
+		pk_int(b, t->size[d]);
+	put_str(b, "t(");
+	for (int d = 0; d < t->ndim; d++)
+		pk_int(b, t->stride[d]);
+	put_str(b, "t\x89" "ccollections\nOrderedDict\n)RtR");
+}
+
+static void pk_dict(struct buf *b, const struct tspec *ts, size_t n)
+{
+	put_str(b, "\x80\x02}(");
+	for (size_t i = 0; i < n; i++) {
+		pk_unicode(b, ts[i].name);
+		pk_tensor(b, &ts[i]);
+	}
+	put_str(b, "u.");
+}
+
+/* ---- a stored ZIP (CRC 0 = "not computed", no ZIP64) ------------------ */
+
+struct rec {
+	char name[64];
+	const void *data;
+	size_t size;
+};
+
+static char tmpdir[256];
+
+static void write_zip(const char *path, const struct rec *r, size_t n)
+{
+	struct buf b = {0}, cd = {0};
+	FILE *f;
+
+	for (size_t i = 0; i < n; i++) {
+		uint64_t lho = b.n;
+		size_t nl = strlen(r[i].name);
+		put_le(&b, 0x04034b50, 4);
+		put_le(&b, 0, 2 + 2 + 2 + 2 + 2); /* ver, flags, method, t, d */
+		put_le(&b, 0, 4);		   /* crc */
+		put_le(&b, r[i].size, 4);
+		put_le(&b, r[i].size, 4);
+		put_le(&b, nl, 2);
+		put_le(&b, 0, 2);
+		put_str(&b, r[i].name);
+		put(&b, r[i].data, r[i].size);
+		put_le(&cd, 0x02014b50, 4);
+		put_le(&cd, 0, 2 + 2 + 2 + 2 + 2 + 2);
+		put_le(&cd, 0, 4);
+		put_le(&cd, r[i].size, 4);
+		put_le(&cd, r[i].size, 4);
+		put_le(&cd, nl, 2);
+		put_le(&cd, 0, 2 + 2 + 2 + 2);
+		put_le(&cd, 0, 4);
+		put_le(&cd, lho, 4);
+		put_str(&cd, r[i].name);
+	}
+	uint64_t cd_off = b.n;
+	put(&b, cd.p, cd.n);
+	put_le(&b, 0x06054b50, 4);
+	put_le(&b, 0, 4);
+	put_le(&b, n, 2);
+	put_le(&b, n, 2);
+	put_le(&b, cd.n, 4);
+	put_le(&b, cd_off, 4);
+	put_le(&b, 0, 2);
+	f = fopen(path, "wb");
+	assert_non_null(f);
+	assert_int_equal(fwrite(b.p, 1, b.n, f), b.n);
+	assert_int_equal(fclose(f), 0);
+	free(b.p);
+	free(cd.p);
+}
+
+/* An archive "<tmpdir>/<file>" with prefix "arc": data.pkl for ts[],
+ * the given storages ("arc/data/<key>"), version, optional byteorder and
+ * optional extra record. Returns the path (static storage per call site). */
+struct storage {
+	const char *key;
+	const void *data;
+	size_t size;
+};
+
+static const char *make_archive(const char *file, const struct tspec *ts,
+				size_t nt, const struct storage *st, size_t ns,
+				const char *version, const char *byteorder,
+				const char *extra)
+{
+	static char paths[16][300];
+	static int next;
+	struct rec r[16];
+	struct buf pk = {0};
+	size_t n = 0;
+	char *path = paths[next++ % 16];
+
+	pk_dict(&pk, ts, nt);
+	snprintf(r[n].name, sizeof(r[n].name), "arc/data.pkl");
+	r[n].data = pk.p, r[n++].size = pk.n;
+	for (size_t i = 0; i < ns; i++) {
+		snprintf(r[n].name, sizeof(r[n].name), "arc/data/%s", st[i].key);
+		r[n].data = st[i].data, r[n++].size = st[i].size;
+	}
+	if (version) {
+		snprintf(r[n].name, sizeof(r[n].name), "arc/version");
+		r[n].data = version, r[n++].size = strlen(version);
+	}
+	if (byteorder) {
+		snprintf(r[n].name, sizeof(r[n].name), "arc/byteorder");
+		r[n].data = byteorder, r[n++].size = strlen(byteorder);
+	}
+	if (extra) {
+		snprintf(r[n].name, sizeof(r[n].name), "arc/%s", extra);
+		r[n].data = "x", r[n++].size = 1;
+	}
+	snprintf(path, 300, "%s/%s", tmpdir, file);
+	write_zip(path, r, n);
+	free(pk.p);
+	return path;
+}
+
+static struct bfs_dataset *open1(const char *path)
+{
+	struct bfs_dataset *ds = NULL;
+	struct bfs_error err = {{0}};
+	int rc = bfs_dataset_open(&ds, &path, 1, &err);
+
+	if (rc)
+		fail_msg("open %s: %s", path, err.msg);
+	return ds;
+}
+
+/* Expect open to fail with a message containing every string in 'want'. */
+static void expect_refusal(const char *const *paths, size_t n,
+			   const char *want1, const char *want2)
+{
+	struct bfs_dataset *ds = NULL;
+	struct bfs_error err = {{0}};
+	int rc = bfs_dataset_open(&ds, paths, n, &err);
+
+	assert_true(rc < 0);
+	assert_null(ds);
+	if (!strstr(err.msg, want1) || (want2 && !strstr(err.msg, want2)))
+		fail_msg("message '%s' lacks '%s' / '%s'", err.msg, want1,
+			 want2 ? want2 : "");
+}
+
+/* ---- fixtures ----------------------------------------------------------- */
+
+static float xf[5][3];	     /* x: f32 [5,3], contiguous */
+static int64_t yl[5];	     /* y: i64 [5] */
+static float base[4 * 6];    /* a 6x4 storage for strided views */
+
+static int setup(void **state)
+{
+	const char *t = getenv("BFS_TEST_TMP");
+
+	snprintf(tmpdir, sizeof(tmpdir), "%s", t ? t : "/tmp");
+	snprintf(tmpdir + strlen(tmpdir), sizeof(tmpdir) - strlen(tmpdir),
+		 "/test_dataset.%d", (int)getpid());
+	if (mkdir(tmpdir, 0700) && errno != EEXIST)
+		fail_msg("mkdir %s: %s", tmpdir, strerror(errno));
+	for (int i = 0; i < 5; i++) {
+		for (int j = 0; j < 3; j++)
+			xf[i][j] = (float)(i * 10 + j);
+		yl[i] = (int64_t)i * 1000000007LL - 3;
+	}
+	for (int i = 0; i < 24; i++)
+		base[i] = (float)i + 0.5f;
+	return 0;
+}
+
+static const char *simple_archive(const char *file, int64_t y_samples)
+{
+	struct tspec ts[] = {
+		{"x", BFS_DT_FLOAT32, "0", 15, 0, 2, {5, 3}, {3, 1}},
+		{"y", BFS_DT_INT64, "1", 5, 0, 1, {y_samples}, {1}},
+	};
+	struct storage st[] = {{"0", xf, sizeof(xf)}, {"1", yl, sizeof(yl)}};
+	return make_archive(file, ts, 2, st, 2, "3\n", "little", NULL);
+}
+
+/* ---- tests -------------------------------------------------------------- */
+
+static void contiguous_rows_come_back_in_index_order(void **state)
+{
+	struct bfs_dataset *ds = open1(simple_archive("simple.pt", 5));
+	uint64_t idx[] = {4, 0, 2, 2};
+	float got[4][3];
+	int64_t gy[4];
+
+	assert_int_equal(bfs_dataset_samples(ds), 5);
+	assert_int_equal(bfs_dataset_nfields(ds), 2);
+	assert_string_equal(bfs_dataset_field(ds, 0)->name, "x");
+	assert_int_equal(bfs_dataset_field(ds, 0)->row_bytes, 12);
+	assert_int_equal(bfs_dataset_field(ds, 1)->ndim, 0);
+	assert_int_equal(bfs_dataset_gather(ds, 0, idx, 4, got), 0);
+	assert_int_equal(bfs_dataset_gather(ds, 1, idx, 4, gy), 0);
+	for (int i = 0; i < 4; i++) {
+		assert_memory_equal(got[i], xf[idx[i]], sizeof(got[i]));
+		assert_true(gy[i] == yl[idx[i]]);
+	}
+	uint64_t bad = 5;
+	assert_int_equal(bfs_dataset_gather(ds, 0, &bad, 1, got), -ERANGE);
+	bfs_dataset_advise(ds, idx, 4); /* best effort: must not crash */
+	bfs_dataset_close(ds);
+}
+
+/* Views of one 6x4 storage: a slice with an offset, a transpose, a stepped
+ * column view, all sharing dim 0 = 6 (per-sample shape differs). */
+static void strided_views_of_one_storage_gather_like_torch(void **state)
+{
+	struct tspec ts[] = {
+		/* base[:, 1:3]: [6,2] stride (4,1) offset 1 */
+		{"slice", BFS_DT_FLOAT32, "0", 24, 1, 2, {6, 2}, {4, 1}},
+		/* base.view(4,6).t(): [6,4] stride (1,6) */
+		{"trans", BFS_DT_FLOAT32, "0", 24, 0, 2, {6, 4}, {1, 6}},
+		/* base[:, ::2] as [6,1,2] stride (4,2,2): size-1 dim inside */
+		{"step", BFS_DT_FLOAT32, "0", 24, 0, 3, {6, 1, 2}, {4, 99, 2}},
+		/* whole storage, contiguous [6,2,2] */
+		{"all", BFS_DT_FLOAT32, "0", 24, 0, 3, {6, 2, 2}, {4, 2, 1}},
+	};
+	struct storage st[] = {{"0", base, sizeof(base)}};
+	const char *p = make_archive("views.pt", ts, 4, st, 1, "3\n", NULL,
+				     NULL);
+	struct bfs_dataset *ds = open1(p);
+	uint64_t idx[] = {5, 1, 3, 0, 5};
+	float got[5 * 4];
+
+	assert_int_equal(bfs_dataset_samples(ds), 6);
+	for (size_t f = 0; f < 4; f++) {
+		const struct tspec *t = &ts[f];
+		const struct bfs_field *fl = bfs_dataset_field(ds, f);
+		assert_int_equal(bfs_dataset_gather(ds, f, idx, 5, got), 0);
+		size_t k = 0;
+		for (int i = 0; i < 5; i++) {
+			int64_t n1 = t->ndim > 1 ? t->size[1] : 1;
+			int64_t n2 = t->ndim > 2 ? t->size[2] : 1;
+			for (int64_t a = 0; a < n1; a++)
+				for (int64_t c = 0; c < n2; c++, k++) {
+					int64_t e = t->offset +
+						    (int64_t)idx[i] * t->stride[0] +
+						    a * t->stride[1] +
+						    (t->ndim > 2 ? c * t->stride[2] : 0);
+					if (got[k] != base[e])
+						fail_msg("field %s sample %d el %zu: %g != %g",
+							 t->name, (int)idx[i], k,
+							 got[k], base[e]);
+				}
+		}
+		assert_int_equal(k * 4, 5 * fl->row_bytes);
+	}
+	bfs_dataset_close(ds);
+}
+
+static void big_endian_archives_are_swapped_per_element(void **state)
+{
+	uint8_t i32be[3 * 4], c64be[3 * 8], u8[3] = {7, 8, 9};
+	int32_t want32[3] = {1, -2, 0x01020304};
+	float wantc[6] = {1.5f, -2.25f, 3.0f, 4.0f, -0.0f, 1e10f};
+	for (int i = 0; i < 3; i++)
+		for (int k = 0; k < 4; k++)
+			i32be[i * 4 + k] = (uint8_t)((uint32_t)want32[i] >> (24 - 8 * k));
+	for (int i = 0; i < 6; i++) {
+		uint32_t u;
+		memcpy(&u, &wantc[i], 4);
+		for (int k = 0; k < 4; k++)
+			c64be[i * 4 + k] = (uint8_t)(u >> (24 - 8 * k));
+	}
+	struct tspec ts[] = {
+		{"i", BFS_DT_INT32, "0", 3, 0, 1, {3}, {1}},
+		{"c", BFS_DT_COMPLEX64, "1", 3, 0, 1, {3}, {1}},
+		{"b", BFS_DT_UINT8, "2", 3, 0, 1, {3}, {1}},
+	};
+	struct storage st[] = {{"0", i32be, 12}, {"1", c64be, 24}, {"2", u8, 3}};
+	const char *p = make_archive("be.pt", ts, 3, st, 3, "3\n", "big", NULL);
+	struct bfs_dataset *ds = open1(p);
+	struct bfs_shard_info si;
+	uint64_t idx[] = {2, 0, 1};
+	int32_t gi[3];
+	float gc[6];
+	uint8_t gb[3];
+
+	bfs_dataset_shard(ds, 0, &si);
+	assert_int_equal(si.big_endian, 1);
+	assert_int_equal(si.version, 3);
+	assert_int_equal(bfs_dataset_gather(ds, 0, idx, 3, gi), 0);
+	assert_int_equal(bfs_dataset_gather(ds, 1, idx, 3, gc), 0);
+	assert_int_equal(bfs_dataset_gather(ds, 2, idx, 3, gb), 0);
+	for (int i = 0; i < 3; i++) {
+		assert_int_equal(gi[i], want32[idx[i]]);
+		assert_memory_equal(&gc[2 * i], &wantc[2 * idx[i]], 8);
+		assert_int_equal(gb[i], u8[idx[i]]);
+	}
+	bfs_dataset_close(ds);
+}
+
+static void shards_concatenate_along_dim0(void **state)
+{
+	const char *paths[3];
+	struct bfs_dataset *ds = NULL;
+	struct bfs_error err = {{0}};
+	struct tspec e[] = {
+		{"x", BFS_DT_FLOAT32, "0", 0, 0, 2, {0, 3}, {3, 1}},
+		{"y", BFS_DT_INT64, "1", 0, 0, 1, {0}, {1}},
+	};
+	struct storage est[] = {{"0", "", 0}, {"1", "", 0}};
+	uint64_t idx[] = {9, 0, 5, 4, 3};
+	float got[5][3];
+	struct bfs_shard_info si;
+
+	paths[0] = simple_archive("s0.pt", 5);
+	paths[1] = make_archive("s1.pt", e, 2, est, 2, "3\n", NULL, NULL);
+	paths[2] = simple_archive("s2.pt", 5);
+	if (bfs_dataset_open(&ds, paths, 3, &err))
+		fail_msg("%s", err.msg);
+	assert_int_equal(bfs_dataset_samples(ds), 10);
+	assert_int_equal(bfs_dataset_nshards(ds), 3);
+	bfs_dataset_shard(ds, 2, &si);
+	assert_int_equal(si.first_sample, 5);
+	assert_int_equal(bfs_dataset_gather(ds, 0, idx, 5, got), 0);
+	for (int i = 0; i < 5; i++)
+		assert_memory_equal(got[i], xf[idx[i] % 5], 12);
+	bfs_dataset_close(ds);
+}
+
+static void refusals_name_the_file_and_the_field(void **state)
+{
+	const char *p;
+	struct tspec scalar[] = {
+		{"x", BFS_DT_FLOAT32, "0", 15, 0, 2, {5, 3}, {3, 1}},
+		{"lr", BFS_DT_FLOAT32, "0", 15, 0, 0, {0}, {0}},
+	};
+	struct tspec toolong[] = {
+		{"x", BFS_DT_FLOAT32, "0", 16, 0, 2, {5, 3}, {3, 1}},
+	};
+	struct tspec outside[] = {
+		{"x", BFS_DT_FLOAT32, "0", 15, 1, 2, {5, 3}, {3, 1}},
+	};
+	struct storage st[] = {{"0", xf, sizeof(xf)}};
+
+	p = simple_archive("mismatch.pt", 4);
+	expect_refusal(&p, 1, "mismatch.pt", "field 'y' has 4 samples");
+	p = make_archive("scalar.pt", scalar, 2, st, 1, "3\n", NULL, NULL);
+	expect_refusal(&p, 1, "scalar.pt", "'lr' is a 0-dim");
+	p = make_archive("size.pt", toolong, 1, st, 1, "3\n", NULL, NULL);
+	expect_refusal(&p, 1, "size.pt", "field 'x': record");
+	p = make_archive("extent.pt", outside, 1, st, 1, "3\n", NULL, NULL);
+	expect_refusal(&p, 1, "extent.pt", "exceeds");
+	p = make_archive("v11.pt", toolong, 0, st, 1, "11\n", NULL, NULL);
+	expect_refusal(&p, 1, "v11.pt", "version");
+	p = make_archive("nov.pt", toolong, 0, st, 1, NULL, NULL, NULL);
+	expect_refusal(&p, 1, "nov.pt", "version");
+	p = make_archive("bo.pt", toolong, 0, st, 1, "3\n", "middle", NULL);
+	expect_refusal(&p, 1, "bo.pt", "byteorder");
+	p = make_archive("ts.pt", toolong, 0, st, 1, "3\n", NULL,
+			 "constants.pkl");
+	expect_refusal(&p, 1, "ts.pt", "TorchScript");
+
+	/* Shards must agree: y as int32 in the second one. */
+	const char *paths[2];
+	int32_t yi[5] = {0};
+	struct tspec other[] = {
+		{"x", BFS_DT_FLOAT32, "0", 15, 0, 2, {5, 3}, {3, 1}},
+		{"y", BFS_DT_INT32, "1", 5, 0, 1, {5}, {1}},
+	};
+	struct storage ost[] = {{"0", xf, sizeof(xf)}, {"1", yi, sizeof(yi)}};
+	paths[0] = simple_archive("ok.pt", 5);
+	paths[1] = make_archive("int32.pt", other, 2, ost, 2, "3\n", NULL, NULL);
+	expect_refusal(paths, 2, "int32.pt", "'y'");
+}
+
+/* Truncation is detected before the copy: -EIO and a log line naming the
+ * file and the sample. */
+static char last_log[1024];
+static int sigbus_logs;
+static void capture(enum bfs_log_level level, const char *line)
+{
+	snprintf(last_log, sizeof(last_log), "%s", line);
+	sigbus_logs += strstr(line, "SIGBUS") != NULL;
+}
+
+static void truncated_archive_gives_eio_and_names_the_sample(void **state)
+{
+	const char *p = simple_archive("trunc.pt", 5);
+	struct bfs_dataset *ds = open1(p);
+	uint64_t idx[] = {3};
+	float got[3];
+
+	assert_int_equal(truncate(p, 100), 0);
+	bfs_log_setup(BFS_LOG_INFO, capture);
+	assert_int_equal(bfs_dataset_gather(ds, 0, idx, 1, got), -EIO);
+	bfs_log_setup(BFS_LOG_INFO, NULL);
+	assert_non_null(strstr(last_log, "trunc.pt"));
+	assert_non_null(strstr(last_log, "sample 3"));
+	bfs_dataset_close(ds);
+}
+
+/* A file shrinking and growing back while another thread gathers: every
+ * gather returns 0 or -EIO; SIGBUS never kills the process. */
+struct flip {
+	const char *path;
+	off_t size;
+	volatile int stop;
+};
+
+static void *flipper(void *arg)
+{
+	struct flip *fl = arg;
+
+	while (!fl->stop) {
+		if (truncate(fl->path, 4096) || truncate(fl->path, fl->size))
+			break;
+	}
+	return NULL;
+}
+
+static void archive_truncated_during_gather_never_crashes(void **state)
+{
+	enum { N = 64, ROW = 64 * 1024 };
+	uint8_t *big = calloc(N, ROW), *dst = malloc(ROW * 8);
+	struct tspec ts[] = {
+		{"x", BFS_DT_UINT8, "0", N * ROW, 0, 2, {N, ROW}, {ROW, 1}},
+	};
+	struct storage st[] = {{"0", big, (size_t)N * ROW}};
+	const char *p = make_archive("flip.pt", ts, 1, st, 1, "3\n", NULL, NULL);
+	struct bfs_dataset *ds = open1(p);
+	struct flip fl = {p, 0, 0};
+	struct stat sb;
+	pthread_t th;
+	int eio = 0, ok = 0;
+
+	assert_int_equal(stat(p, &sb), 0);
+	fl.size = sb.st_size;
+	bfs_log_setup(BFS_LOG_INFO, capture);
+	assert_int_equal(pthread_create(&th, NULL, flipper, &fl), 0);
+	for (int round = 0; round < 2000; round++) {
+		uint64_t idx[8];
+		for (int i = 0; i < 8; i++)
+			idx[i] = (uint64_t)(round * 7 + i * 13) % N;
+		int rc = bfs_dataset_gather(ds, 0, idx, 8, dst);
+		assert_true(rc == 0 || rc == -EIO);
+		rc ? eio++ : ok++;
+	}
+	fl.stop = 1;
+	pthread_join(th, NULL);
+	bfs_log_setup(BFS_LOG_INFO, NULL);
+	print_message("flip: %d gathers ok, %d -EIO (%d caught as SIGBUS)\n",
+		      ok, eio, sigbus_logs);
+	bfs_dataset_close(ds);
+	free(big);
+	free(dst);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(contiguous_rows_come_back_in_index_order),
+		cmocka_unit_test(strided_views_of_one_storage_gather_like_torch),
+		cmocka_unit_test(big_endian_archives_are_swapped_per_element),
+		cmocka_unit_test(shards_concatenate_along_dim0),
+		cmocka_unit_test(refusals_name_the_file_and_the_field),
+		cmocka_unit_test(truncated_archive_gives_eio_and_names_the_sample),
+		cmocka_unit_test(archive_truncated_during_gather_never_crashes),
+	};
+	return cmocka_run_group_tests(tests, setup, NULL);
+}
