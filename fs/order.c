@@ -13,7 +13,7 @@
  *                 RandomSampler w/o replacement  perm(n)·(m / n + 1)
  *                 RandomSampler with replacement m (2m if n >= 2^32)
  *                 SubsetRandomSampler            perm(len(indices))
- *                 WeightedRandomSampler          2M (M > 1), 2n (M == 1)
+ *                 WeightedRandomSampler          2M
  *   DistributedSampler: a fresh Generator().manual_seed(seed + epoch).
  * perm(n) = n - 1 words (0 for n <= 1), or 2n for the inside-out shuffle of
  * torch >= 2.7 when n >= 214748364.
@@ -56,11 +56,10 @@
 #define LOOKAHEAD	64   /* Fisher-Yates swap targets drawn ahead */
 
 enum stream_kind {
-	K_NONE,	   /* sequential / unshuffled distributed: arithmetic */
-	K_PERM,	   /* concatenated randperm blocks of size 'perm_n' */
-	K_REPL,	   /* randint(high=n) per sample */
-	K_WEIGHT,  /* multinomial with replacement, M > 1 */
-	K_WEIGHT1, /* multinomial, M == 1: exponential trick */
+	K_NONE,	  /* sequential / unshuffled distributed: arithmetic */
+	K_PERM,	  /* concatenated randperm blocks of size 'perm_n' */
+	K_REPL,	  /* randint(high=n) per sample */
+	K_WEIGHT, /* multinomial with replacement */
 };
 
 struct slot {
@@ -80,7 +79,7 @@ struct slot {
 struct bfs_order {
 	struct bfs_order_opts opt; /* read-only after create */
 	int64_t *subset;
-	double *weights, *cdf;
+	double *cdf; /* WEIGHTED: normalized cumulative weights */
 	enum stream_kind kind;
 	int shuffle_form; /* DataLoader(shuffle=True, generator=G) */
 	int narrow;	  /* stream values < 2^32 */
@@ -192,13 +191,9 @@ static int setup_weights(struct bfs_order *o, struct bfs_error *err)
 			       "WeightedRandomSampler needs num_samples "
 			       ">= 1, got %" PRIu64,
 			       p->num_samples);
-	if (p->replacement == false)
-		return invalid(err,
-			       "WeightedRandomSampler(replacement=False) "
-			       "is not supported (its order is not "
-			       "portable across torch versions; "
-			       "num_samples=%" PRIu64 ")",
-			       p->num_samples);
+	/* 'replacement' is RandomSampler's option: WeightedRandomSampler
+	 * here is always replacement=True, as fs/order.h states (its
+	 * replacement=False order is not portable across torch versions). */
 	if (n != p->n)
 		return bfs_error_set(err, -EINVAL, "weights", BFS_NO_OFFSET,
 				     "%zu weights for a dataset of %" PRIu64
@@ -216,9 +211,8 @@ static int setup_weights(struct bfs_order *o, struct bfs_error *err)
 			       "whose stream differs between versions; "
 			       "only torch_compat 1.13 reproduces it",
 			       p->num_samples);
-	o->weights = malloc(n * sizeof(double));
 	o->cdf = malloc(n * sizeof(double));
-	if (!o->weights || !o->cdf)
+	if (!o->cdf)
 		return -ENOMEM;
 	for (size_t j = 0; j < n; j++) {
 		double w = p->weights[j];
@@ -230,7 +224,6 @@ static int setup_weights(struct bfs_order *o, struct bfs_error *err)
 			    "multinomial distribution (weights "
 			    "must be finite and >= 0)",
 			    j, w);
-		o->weights[j] = w;
 		sum += w;
 		o->cdf[j] = sum;
 	}
@@ -286,8 +279,8 @@ static int setup_stream(struct bfs_order *o, struct bfs_error *err)
 		if (rc)
 			return rc;
 		o->samples = o->cap = p->num_samples;
-		o->kind = p->num_samples == 1 ? K_WEIGHT1 : K_WEIGHT;
-		o->epoch_words = 2 * (p->num_samples == 1 ? n : p->num_samples);
+		o->kind = K_WEIGHT;
+		o->epoch_words = 2 * p->num_samples;
 		break;
 	}
 	case BFS_SAMPLER_DISTRIBUTED:
@@ -326,7 +319,6 @@ void bfs_order_destroy(struct bfs_order *o)
 	pthread_mutex_destroy(&o->table_lock);
 	pthread_cond_destroy(&o->table_cond);
 	free(o->subset);
-	free(o->weights);
 	free(o->cdf);
 	free(o);
 }
@@ -533,26 +525,6 @@ static void fill_perm(struct bfs_order *o, struct slot *sl, uint64_t target)
 	sl->filled = to == P - 1 ? (b + 1) * P : b * P + to;
 }
 
-/* M == 1 weighted draw (1.13): q = w / Exp(1) with Exp = -log(1 - u),
- * u = 53-bit uniform; argmax (first maximum). */
-static uint64_t weighted_one(struct bfs_order *o, struct bfs_mt *mt)
-{
-	uint64_t best = 0;
-	double best_q = 0;
-
-	for (uint64_t j = 0; j < o->opt.n; j++) {
-		uint64_t w = bfs_mt_random64(mt) & ((1ull << 53) - 1);
-		double u = (double)w * 0x1p-53;
-		double q = o->weights[j] / (-1.0 / 1.0 * log(1.0 - u));
-
-		if (j == 0 || q > best_q || (isnan(q) && !isnan(best_q))) {
-			best = j;
-			best_q = q;
-		}
-	}
-	return best;
-}
-
 static uint64_t weighted_sample(const struct bfs_order *o, struct bfs_mt *mt)
 {
 	double u = (double)(bfs_mt_random64(mt) & ((1ull << 53) - 1)) * 0x1p-53;
@@ -606,10 +578,6 @@ static int fill_to(struct bfs_order *o, struct slot *sl, uint64_t e,
 				put(o, sl->vals, p,
 				    weighted_sample(o, &sl->mt));
 			sl->filled = end;
-			break;
-		case K_WEIGHT1:
-			put(o, sl->vals, 0, weighted_one(o, &sl->mt));
-			sl->filled = 1;
 			break;
 		case K_NONE:
 			return 0;
