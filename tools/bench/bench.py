@@ -19,7 +19,9 @@ of BENCH_REPS passes; the machine is shared and noisy (+-30 %).
 
 Environment: BATCHFS, NULLFS (binaries), BENCH_SCALE (default 1),
 BENCH_REPS (3), BENCH_DL_SECONDS (6), BENCH_TMP (a parent directory for the
-work dir), BENCH_MOUNT_OPTS (extra `batchfs mount` options), BENCH_JSON
+work dir), BENCH_MOUNT_OPTS (extra `batchfs mount` options for every mount),
+BENCH_MODES (the read modes (d) is measured in: "default,--direct-io"
+= the default and with --direct-io), BENCH_JSON
 (also write the results there). Everything it mounts, spawns or writes is
 removed on exit, also on failure or Ctrl-C. Exit 1 if a measurement failed.
 """
@@ -47,6 +49,10 @@ SCALE = float(os.environ.get("BENCH_SCALE", "1"))
 REPS = max(1, int(os.environ.get("BENCH_REPS", "3")))
 DL_SECONDS = float(os.environ.get("BENCH_DL_SECONDS", "6"))
 MOUNT_OPTS = os.environ.get("BENCH_MOUNT_OPTS", "").split()
+# Read modes compared: "default" = batchfs's default; others are extra
+# `batchfs mount` options, comma-separated (BENCH_MODES="default").
+MODES = [m.strip() for m in os.environ.get(
+    "BENCH_MODES", "default,--direct-io").split(",") if m.strip()]
 SEED = 7
 MIB = 1 << 20
 LATENCY_SAMPLES = 10**6
@@ -181,11 +187,16 @@ def nullfs_read(work, size):
         work.unmount(mnt)
 
 
-def mount_batchfs(work, arch, batch, mnt):
+def mode_opts(mode):
+    return [] if mode == "default" else mode.split()
+
+
+def mount_batchfs(work, arch, batch, mnt, mode="default"):
     work.mounts.append(mnt)
     t0 = time.perf_counter()
     run([BATCHFS, "mount", "--batch-size", str(batch), "--shuffle",
-         "--seed", str(SEED)] + MOUNT_OPTS + [arch, mnt], timeout=120)
+         "--seed", str(SEED)] + MOUNT_OPTS + mode_opts(mode) + [arch, mnt],
+        timeout=120)
     return time.perf_counter() - t0
 
 
@@ -245,11 +256,11 @@ def check_batch0(mnt, tensors, batch):
     return "ok (batch 0 of epoch 0 == DataLoader's, bytes checked)"
 
 
-def bench_batchfs(work, arch, batch, n, row, tensors):
+def bench_batchfs(work, arch, batch, n, row, tensors, mode):
     nb = (n + batch - 1) // batch
     mnt = work.mountpoint("batchfs")
     res = {}
-    mount_batchfs(work, arch, batch, mnt)
+    mount_batchfs(work, arch, batch, mnt, mode)
     try:
         buf = mmap.mmap(-1, 4096 + batch * row + MIB)  # page aligned
         epoch = 1
@@ -350,12 +361,14 @@ def workload(work, name, shape, batch, n0, results):
     r["memcpy"] = c_bench(["--memcpy", str(epoch)])
     r["nullfs"] = nullfs_read(work, epoch)
     tensors = torch.load(arch)
-    try:
-        r["batchfs"] = bench_batchfs(work, arch, batch, n, row, tensors)
-    except (Failed, OSError, subprocess.TimeoutExpired) as e:
-        r["batchfs"] = None
-        r["batchfs_error"] = str(e)
-        log("  batchfs: FAILED: %s" % e)
+    r["batchfs"] = {}
+    for mode in MODES:
+        try:
+            r["batchfs"][mode] = bench_batchfs(work, arch, batch, n, row,
+                                               tensors, mode)
+        except (Failed, OSError, subprocess.TimeoutExpired) as e:
+            r["batchfs"][mode] = {"error": str(e)}
+            log("  batchfs (%s): FAILED: %s" % (mode, e))
     r["dl0"] = bench_dataloader(tensors, batch, 0) * row / 1e9
     r["dl2"] = bench_dataloader(tensors, batch, 2) * row / 1e9
     del tensors
@@ -366,52 +379,57 @@ def workload(work, name, shape, batch, n0, results):
 
 def print_table(name, r):
     row = r["row"]
-    bf = r["batchfs"] or {}
+    modes = r["batchfs"]
     lines = [
         ("(a) page cache read, 1 MiB reads (warm)", r["pagecache"]),
         ("(b) memcpy, 1 thread", r["memcpy"]),
         ("(c) null FUSE, direct_io, 1 MiB reads", r["nullfs"]["1M"]),
         ("    null FUSE, direct_io, 128 KiB reads", r["nullfs"]["128K"]),
-        ("(d) batchfs, Python readinto 1 MiB", bf.get("py 1M")),
-        ("    batchfs, Python readinto 128 KiB", bf.get("py 128K")),
-        ("    batchfs, Python readinto whole file", bf.get("py whole")),
-        ("    batchfs, C read() 1 MiB (bench --read)", bf.get("C 1M")),
-        ("(e) DataLoader num_workers=0", r["dl0"]),
-        ("    DataLoader num_workers=2", r["dl2"]),
     ]
-    log("\n  %-44s %8s %11s" % (name + " (median of %d)" % REPS, "GB/s",
+    for i, (mode, bf) in enumerate(modes.items()):
+        tag = "(d)" if i == 0 else "   "
+        lines += [
+            ("%s batchfs %s: Python readinto 1 MiB" % (tag, mode),
+             bf.get("py 1M")),
+            ("    batchfs %s: Python readinto 128 KiB" % mode,
+             bf.get("py 128K")),
+            ("    batchfs %s: Python readinto whole file" % mode,
+             bf.get("py whole")),
+            ("    batchfs %s: C read() 1 MiB" % mode, bf.get("C 1M")),
+        ]
+    lines += [("(e) DataLoader num_workers=0", r["dl0"]),
+              ("    DataLoader num_workers=2", r["dl2"])]
+    log("\n  %-52s %8s %11s" % (name + " (median of %d)" % REPS, "GB/s",
                                 "samples/s"))
     for label, g in lines:
-        log("  %-44s %8s %11s" % (label, "n/a" if g is None else "%.3f" % g,
+        log("  %-52s %8s %11s" % (label, "n/a" if g is None else "%.3f" % g,
                                   fmt_rate(None if g is None
                                            else g * 1e9 / row)))
-    d = bf.get("py 1M")
     best_dl = max(r["dl0"], r["dl2"])
     large = name.startswith("large")
 
-    def ratio(label, den, target):
-        v = "n/a" if d is None else "%.2fx" % (d / den)
+    def ratio(label, d, den, target):
         mark = ""
-        if d is not None and target:
+        if target:
             mark = "  [%s %s]" % (target[0], "MET" if d / den >= target[1]
                                   else "MISSED")
-        log("  %-44s %8s%s" % (label, v, mark))
-    log("")
-    ratio("batchfs / (c) null FUSE", r["nullfs"]["1M"],
-          ("target >= 0.9x", 0.9) if large else None)
-    ratio("batchfs / (a) page cache", r["pagecache"], None)
-    ratio("batchfs / (b) memcpy", r["memcpy"], None)
-    ratio("batchfs / best DataLoader (samples/s)", best_dl,
-          ("target >= 2x", 2.0) if large else ("target >= 20x", 20.0))
-    if bf.get("py 1M") and bf.get("py 128K"):
-        log("  %-44s %7.2fx  [G7 target >= 0.3x]" % (
-            "batchfs 128 KiB / 1 MiB reads", bf["py 128K"] / bf["py 1M"]))
-    if r["batchfs"]:
-        log("  parity: " + bf["check"])
-        stats = " ".join(bf["stats"].split())
-        log("  stats after the run: " + stats[:600])
-    else:
-        log("  batchfs: not measured: " + r.get("batchfs_error", ""))
+        log("  %-52s %7.2fx%s" % (label, d / den, mark))
+    for mode, bf in modes.items():
+        log("\n  batchfs %s (Python readinto 1 MiB) vs:" % mode)
+        d = bf.get("py 1M")
+        if d is None:
+            log("    not measured: " + bf.get("error", ""))
+            continue
+        ratio("  (c) null FUSE", d, r["nullfs"]["1M"],
+              ("target >= 0.9x", 0.9) if large else None)
+        ratio("  (a) page cache", d, r["pagecache"], None)
+        ratio("  (b) memcpy", d, r["memcpy"], None)
+        ratio("  best DataLoader (samples/s)", d, best_dl,
+              ("target >= 2x", 2.0) if large else ("target >= 20x", 20.0))
+        ratio("  itself: 128 KiB / 1 MiB reads", bf["py 128K"], d,
+              ("G7 target >= 0.3x", 0.3))
+        log("    parity: " + bf["check"])
+        log("    stats: " + " ".join(bf["stats"].split())[:600])
 
 
 def main():
@@ -430,11 +448,13 @@ def main():
     try:
         for name, shape, batch, n0 in WORKLOADS:
             workload(work, name, shape, batch, n0, results)
-            ok = ok and results[name]["batchfs"] is not None
+            ok = ok and all("error" not in v
+                            for v in results[name]["batchfs"].values())
         log("\n== time from `batchfs mount` to the first byte of batch 0, "
             "%d samples (median of %d)" % (LATENCY_SAMPLES, LATENCY_REPS))
         try:
-            if not any(results[w[0]]["batchfs"] for w in WORKLOADS):
+            if not any("error" not in v for w in WORKLOADS
+                       for v in results[w[0]]["batchfs"].values()):
                 raise Failed("skipped: batchfs mount failed above")
             m, f, t = bench_latency(work)
             results["latency"] = {"mount": m, "first_byte": f, "total": t}
