@@ -110,6 +110,8 @@ static void render_stats(const struct bfs_tree *t, char *buf, size_t len,
 	if (t->pool)
 		bfs_pool_stats(t->pool, &s);
 	/* Fixed width: the file's size is the same at every getattr. */
+	bfs_layout_append(buf, len, pos, "%-22s %20ld\n", "pid",
+			  (long)getpid());
 	for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++)
 		bfs_layout_append(buf, len, pos, "%-22s %20" PRIu64 "\n",
 				  rows[i].name, *rows[i].v);
