@@ -1,0 +1,165 @@
+#!/usr/bin/python3
+"""Daemon lifecycle: SIGTERM unmounts cleanly; kill -9 leaves no mount
+(auto_unmount); umount names the process that keeps a mount busy; bad
+options exit 2 naming the option; a corrupt archive exits 1 with file,
+offset and reason and leaves no mount; a tiny --cache-mb with a batch
+bigger than it still serves correct bytes; a batch not ready within
+--timeout fails the read with EIO and logs epoch, batch and sample."""
+import errno
+import os
+import signal
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import mountlib as ml  # noqa: E402
+
+import torch  # noqa: E402
+
+ml.require_fuse()
+TMP = ml.TMP
+
+
+def archive(name, n, row):
+    path = os.path.join(TMP, name)
+    g = torch.Generator().manual_seed(n)
+    d = {"x": torch.randint(0, 256, (n, row), generator=g).to(torch.uint8),
+         "y": torch.arange(n)}
+    torch.save(d, path)
+    return path, d
+
+
+def helper_pids(mnt):
+    """fusermount3 --auto-unmount helpers watching mnt."""
+    out = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            cmd = open("/proc/%s/cmdline" % pid, "rb").read().split(b"\0")
+        except OSError:
+            continue
+        if cmd and cmd[0].endswith(b"fusermount3") and \
+                os.path.realpath(mnt).encode() in cmd:
+            out.append(int(pid))
+    return out
+
+
+def sigterm_unmounts(path):
+    _, mnt = ml.mount(path, None, "--batch-size", 10)
+    pid = ml.daemon_pid(mnt)
+    ml.read_file(mnt + "/epoch/0/batch_0")
+    os.kill(pid, signal.SIGTERM)
+    assert ml.wait_pid_exit(pid), "daemon did not exit on SIGTERM"
+    assert not ml.is_mounted(mnt), "SIGTERM left the mount"
+
+
+def sigkill_leaves_no_mount(path):
+    _, mnt = ml.mount(path, None, "--batch-size", 10)
+    pid = ml.daemon_pid(mnt)
+    helpers = helper_pids(mnt)
+    assert helpers, "no auto_unmount helper"
+    os.kill(pid, signal.SIGKILL)
+    assert ml.wait_pid_exit(pid)
+    for h in helpers:
+        assert ml.wait_pid_exit(h), "auto_unmount helper did not finish"
+    assert not ml.is_mounted(mnt), "kill -9 left a dead mount"
+
+
+def umount_busy_names_holder(path):
+    _, mnt = ml.mount(path, None)
+    fd = os.open(mnt + "/README", os.O_RDONLY)
+    p = ml.umount(mnt)
+    assert p.returncode == 1, p
+    assert "pid %d" % os.getpid() in p.stderr, p.stderr
+    os.close(fd)
+    assert ml.umount(mnt).returncode == 0
+    assert not ml.is_mounted(mnt)
+
+
+def bad_options(path):
+    mnt = os.path.join(TMP, "bad")
+    os.makedirs(mnt, exist_ok=True)
+    for opts, name in [(["--batch-size", "0"], "--batch-size"),
+                       (["--batch-size", "x"], "--batch-size"),
+                       (["--seed", "-1"], "--seed"),
+                       (["--epochs", "0"], "--epochs"),
+                       (["--workers", ""], "--workers"),
+                       (["--cache-mb", "1.5"], "--cache-mb"),
+                       (["--timeout", "0"], "--timeout"),
+                       (["--torch-compat", "3.0"], "--torch-compat"),
+                       (["--rank", "1"], "--rank"),
+                       (["--frobnicate"], "--frobnicate")]:
+        p, _ = ml.mount(path, mnt, *opts, check=False)
+        assert p.returncode == 2, (opts, p.returncode, p.stderr)
+        first = p.stderr.splitlines()[0]
+        assert name in first, (opts, first)
+        assert "usage: batchfs mount" in p.stderr
+        assert not ml.is_mounted(mnt)
+    p = subprocess.run([ml.BATCHFS, "mount", path], capture_output=True,
+                       text=True)
+    assert p.returncode == 2 and "MOUNTPOINT" in p.stderr
+    p = subprocess.run([ml.BATCHFS, "mount", "--help"], capture_output=True,
+                       text=True)
+    assert p.returncode == 0 and "--batch-size" in p.stdout
+
+
+def corrupt_archive(path):
+    bad = os.path.join(TMP, "corrupt.pt")
+    data = bytearray(open(path, "rb").read())
+    data[-22:-18] = b"XXXX"  # the end-of-central-directory signature
+    open(bad, "wb").write(bytes(data))
+    for victim in [bad, os.path.join(TMP, "missing.pt")]:
+        p, mnt = ml.mount(victim, None, check=False)
+        assert p.returncode == 1, (p.returncode, p.stderr)
+        assert victim in p.stderr, p.stderr
+        assert not ml.is_mounted(mnt)
+    p, mnt = ml.mount(bad, None, check=False)
+    assert "offset" in p.stderr, p.stderr
+
+
+def tiny_budget_big_batch():
+    path, d = archive("big.pt", 64, 64 * 1024)  # 4 MiB batches > 1 MiB budget
+    _, mnt = ml.mount(path, None, "--batch-size", 64, "--shuffle", "--seed",
+                      3, "--cache-mb", 1, "--prefetch", 4)
+    for e in range(3):
+        idx = ml.read_index(mnt + "/index/%d/batch_0" % e)
+        _, arrs = ml.read_batch(mnt + "/epoch/%d/batch_0" % e)
+        assert arrs["x"].tobytes() == d["x"][idx].numpy().tobytes()
+        assert arrs["y"].tolist() == idx
+    s = ml.stats(mnt)
+    assert s["cache_budget_bytes"] == 1 << 20
+    assert s["cache_bytes"] <= 1 << 20, s  # nothing held once read
+    assert ml.umount(mnt).returncode == 0
+
+
+def timeout_gives_eio_and_log(path):
+    log = os.path.join(TMP, "daemon.log")
+    _, mnt = ml.mount(path, None, "--batch-size", 10, "--timeout", 1,
+                      "--log-file", log,
+                      env={"BATCHFS_DEBUG_GATHER_DELAY_MS": "3000"})
+    idx = ml.read_index(mnt + "/index/0/batch_2")
+    try:
+        ml.read_file(mnt + "/epoch/0/batch_2")
+        raise AssertionError("read did not fail")
+    except OSError as ex:
+        assert ex.errno == errno.EIO, ex
+    text = open(log).read()
+    assert "epoch 0 batch 2 (sample %d" % idx[0] in text, text
+    assert ml.stats(mnt)["read_timeouts"] >= 1
+    assert ml.umount(mnt).returncode == 0
+
+
+def main():
+    path, _ = archive("small.pt", 100, 16)
+    sigterm_unmounts(path)
+    sigkill_leaves_no_mount(path)
+    umount_busy_names_holder(path)
+    bad_options(path)
+    corrupt_archive(path)
+    tiny_budget_big_batch()
+    timeout_gives_eio_and_log(path)
+    print("ok")
+
+
+main()
