@@ -1,1 +1,102 @@
 # loader/: the companion library (built by its own rules below).
+#
+#   build/libbatchfs_loader.a, build/libbatchfs_loader.so   (part of `make`)
+#   make install        header, libraries, batchfs_loader.pc under
+#                       $(DESTDIR)$(PREFIX)
+#   make bench-loader   CPU-mode throughput vs plain read() (and the GPU part
+#                       when a GPU is present); BENCH_LOADER_MB, _BATCH_MB
+#
+# Objects are position-independent and built with -fvisibility=hidden: only
+# the BFS_LOADER_API functions of loader/batchfs_loader.h are exported
+# (tests/loader/test_loader_symbols.sh checks it). The CUDA backend is
+# compiled against the toolkit's cuda.h when present; nothing links libcuda.
+LOADER_SRCS := loader/log.c loader/st_header.c loader/gpu_cuda.c loader/loader.c
+LOADER_OBJS := $(LOADER_SRCS:%.c=$(BUILD)/obj/%.o)
+LOADER_A := $(BUILD)/libbatchfs_loader.a
+LOADER_SO := $(BUILD)/libbatchfs_loader.so
+LOADER_SONAME := libbatchfs_loader.so.0
+LOADER_LIBS := -pthread -ldl
+LOADER_VERSION := 0.1.0
+ifeq ($(HAVE_CUDA_H),1)
+LOADER_CUDA_FLAGS := -DBFS_HAVE_CUDA_H -I$(CUDA_HOME)/include
+endif
+
+$(BUILD)/obj/loader/%.o: loader/%.c
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) $(LOADER_CUDA_FLAGS) $(CFLAGS) -fPIC \
+		-fvisibility=hidden -c $< -o $@
+
+$(LOADER_A): $(LOADER_OBJS)
+	@mkdir -p $(@D)
+	rm -f $@ && ar rcs $@ $^
+
+$(LOADER_SO): $(LOADER_OBJS)
+	$(CC) $(LDFLAGS) -shared -Wl,-soname,$(LOADER_SONAME) -Wl,-z,defs \
+		-o $@ $^ $(LOADER_LIBS)
+
+BUILD_ALL += $(LOADER_A) $(LOADER_SO)
+
+install: $(LOADER_A) $(LOADER_SO)
+	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig
+	install -m 644 loader/batchfs_loader.h $(DESTDIR)$(PREFIX)/include/
+	install -m 644 $(LOADER_A) $(DESTDIR)$(PREFIX)/lib/
+	install -m 755 $(LOADER_SO) \
+		$(DESTDIR)$(PREFIX)/lib/$(LOADER_SONAME).$(LOADER_VERSION)
+	ln -sf $(LOADER_SONAME).$(LOADER_VERSION) \
+		$(DESTDIR)$(PREFIX)/lib/$(LOADER_SONAME)
+	ln -sf $(LOADER_SONAME) $(DESTDIR)$(PREFIX)/lib/libbatchfs_loader.so
+	sed -e 's|@PREFIX@|$(PREFIX)|; s|@VERSION@|$(LOADER_VERSION)|' \
+		loader/batchfs_loader.pc.in \
+		>$(DESTDIR)$(PREFIX)/lib/pkgconfig/batchfs_loader.pc
+
+# ---- tests (tests/loader/, tests/gpu/) ----
+# Test programs link the static library plus a batch-file writer.
+LOADER_TEST_CFLAGS = $(CPPFLAGS) $(CFLAGS)
+LOADER_ST_WRITE := tests/loader/st_write.c
+LOADER_TEST_DEPS = $(LOADER_A) $(LOADER_ST_WRITE) tests/loader/st_write.h
+
+$(BUILD)/tests/loader/test_loader_host: tests/loader/test_loader_host.c \
+		$(LOADER_TEST_DEPS)
+	@mkdir -p $(@D)
+	$(CC) $(LOADER_TEST_CFLAGS) $(LDFLAGS) -o $@ $< $(LOADER_ST_WRITE) \
+		$(LOADER_A) $(call pc_libs,cmocka) $(LOADER_LIBS)
+
+# Small programs that test scripts run (probe of the mode; GPU check).
+$(BUILD)/tests/loader/%: tests/loader/%.c $(LOADER_TEST_DEPS)
+	@mkdir -p $(@D)
+	$(CC) $(LOADER_TEST_CFLAGS) $(LOADER_CUDA_FLAGS) $(LDFLAGS) -o $@ $< \
+		$(LOADER_ST_WRITE) $(LOADER_A) $(call pc_libs,cmocka) \
+		$(LOADER_LIBS)
+
+LOADER_TEST_BINS := $(BUILD)/tests/loader/loader_probe
+TEST_PROGS += $(BUILD)/tests/loader/test_loader_host
+TEST_SCRIPTS += tests/loader/test_loader_symbols.sh \
+	tests/loader/test_loader_nodriver.sh
+
+ifeq ($(HAVE_CUDA_H)$(LOADER_FAKE_READY),11)
+# The fake driver: a libcuda.so.1 that performs copies with memcpy and
+# records every call (selected with LD_LIBRARY_PATH by the test script).
+LOADER_FAKE_CUDA := $(BUILD)/tests/fake/libcuda.so.1
+$(LOADER_FAKE_CUDA): tests/loader/fake_libcuda.c tests/loader/fake_libcuda.h
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) $(LOADER_CUDA_FLAGS) $(CFLAGS) -fPIC -shared \
+		-Wl,-soname,libcuda.so.1 -o $@ $< -pthread
+LOADER_TEST_BINS += $(LOADER_FAKE_CUDA) $(BUILD)/tests/loader/test_loader_cuda \
+	$(BUILD)/tests/loader/gpu_loader_check
+TEST_SCRIPTS += tests/loader/test_loader_cuda_fake.sh
+endif
+
+check-build: $(LOADER_TEST_BINS)
+
+# ---- benchmark ----
+BENCH_LOADER := $(BUILD)/bench/bench_loader
+$(BENCH_LOADER): loader/bench/bench_loader.c $(LOADER_TEST_DEPS)
+	@mkdir -p $(@D)
+	$(CC) $(LOADER_TEST_CFLAGS) $(LOADER_CUDA_FLAGS) $(LDFLAGS) -o $@ $< \
+		$(LOADER_ST_WRITE) $(LOADER_A) $(LOADER_LIBS)
+
+BENCH_LOADER_MB ?= 1024
+BENCH_LOADER_BATCH_MB ?= 64
+bench-loader: $(BENCH_LOADER)
+	$(BENCH_LOADER) --total-mb $(BENCH_LOADER_MB) \
+		--batch-mb $(BENCH_LOADER_BATCH_MB)
