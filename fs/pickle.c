@@ -34,7 +34,7 @@
 #define MAX_MEMO	(1u << 20)
 #define MAX_GLOBAL_LINE 256
 /* Heap budget: generous for real pickles (~10x), a wall for crafted ones. */
-#define MEM_LIMIT(len) ((size_t)64 * (len) + ((size_t)1 << 20))
+#define MEM_LIMIT(len) ((size_t)128 * (len) + ((size_t)16 << 20))
 
 enum kind {
 	V_UNSET = 0, /* empty memo slot */
@@ -131,6 +131,7 @@ struct vm {
 	size_t memo_cap, memo_len;
 	struct obj *objs;
 	size_t mem, mem_limit;
+	int alloc_rc; /* why the last allocation failed: -ENOMEM or -E2BIG */
 };
 
 #define FAIL(vm, ...)                                                          \
@@ -138,6 +139,7 @@ struct vm {
 
 static int nomem(struct vm *vm)
 {
+	vm->alloc_rc = -ENOMEM;
 	return bfs_error_set(vm->err, -ENOMEM, vm->label, vm->op,
 			     "out of memory");
 }
@@ -147,10 +149,11 @@ static int nomem(struct vm *vm)
 static int charge(struct vm *vm, size_t bytes)
 {
 	if (bytes > vm->mem_limit - vm->mem)
-		return bfs_error_set(vm->err, -E2BIG, vm->label, vm->op,
-				     "pickle needs more than %zu bytes of "
-				     "memory",
-				     vm->mem_limit);
+		return vm->alloc_rc =
+			   bfs_error_set(vm->err, -E2BIG, vm->label, vm->op,
+					 "pickle needs more than %zu bytes of "
+					 "memory",
+					 vm->mem_limit);
 	vm->mem += bytes;
 	return 0;
 }
@@ -229,7 +232,7 @@ static int push_obj(struct vm *vm, void *o)
 /* Push a freshly made object; NULL means its allocation failed. */
 static int push_new(struct vm *vm, void *o)
 {
-	return o ? push_obj(vm, o) : -ENOMEM;
+	return o ? push_obj(vm, o) : vm->alloc_rc;
 }
 
 /* Values above the innermost MARK. */
@@ -342,8 +345,6 @@ static struct str_obj *new_str(struct vm *vm, const uint8_t *s, size_t n)
 {
 	struct str_obj *o;
 
-	if (n > SIZE_MAX - sizeof(*o) - 1)
-		return NULL;
 	o = new_obj(vm, V_STR, sizeof(*o) + n + 1);
 	if (!o)
 		return NULL;
@@ -371,7 +372,7 @@ static int op_unicode(struct vm *vm, int lenbytes)
 		return FAIL(vm, "string is not valid UTF-8");
 	s = new_str(vm, vm->p + vm->pos, (size_t)n);
 	if (!s)
-		return -ENOMEM;
+		return vm->alloc_rc;
 	vm->pos += (size_t)n;
 	return push_obj(vm, s);
 }
@@ -454,7 +455,7 @@ static int op_global(struct vm *vm)
 	nl1 = memchr(s, '\n', m);
 	if (!nl1)
 		return FAIL(vm,
-			    "GLOBAL module name unterminated or longer "
+			    "truncated pickle, or GLOBAL module name longer "
 			    "than %d bytes",
 			    MAX_GLOBAL_LINE);
 	left -= (size_t)(nl1 + 1 - s);
@@ -462,7 +463,7 @@ static int op_global(struct vm *vm)
 	nl2 = memchr(nl1 + 1, '\n', m);
 	if (!nl2)
 		return FAIL(vm,
-			    "GLOBAL name unterminated or longer than %d "
+			    "truncated pickle, or GLOBAL name longer than %d "
 			    "bytes",
 			    MAX_GLOBAL_LINE);
 	vm->pos += (size_t)(nl2 + 1 - s);
@@ -507,8 +508,9 @@ static int make_tuple(struct vm *vm, size_t n)
 		return FAIL(vm, "stack underflow (TUPLE%zu)", n);
 	t = new_seq(vm, V_TUPLE, n);
 	if (!t)
-		return -ENOMEM;
-	memcpy(t->v, vm->stack + vm->sp - n, n * sizeof(struct val));
+		return vm->alloc_rc;
+	if (n)
+		memcpy(t->v, vm->stack + vm->sp - n, n * sizeof(struct val));
 	t->n = n;
 	vm->sp -= n;
 	return push_obj(vm, t);
@@ -541,7 +543,8 @@ static int fill(struct vm *vm, size_t base, int kind)
 	rc = grow(vm, &c->v, &c->cap, c->n + n, SIZE_MAX / 32);
 	if (rc)
 		return rc == -E2BIG ? FAIL(vm, "container too large") : rc;
-	memcpy(c->v + c->n, vm->stack + base, n * sizeof(struct val));
+	if (n)
+		memcpy(c->v + c->n, vm->stack + base, n * sizeof(struct val));
 	c->n += n;
 	vm->sp = base;
 	return 0;
@@ -634,7 +637,7 @@ static int op_persid(struct vm *vm)
 		return FAIL(vm, "storage '%s': bad element count", key->s);
 	st = new_obj(vm, V_STORAGE, sizeof(*st));
 	if (!st)
-		return -ENOMEM;
+		return vm->alloc_rc;
 	st->dtype = (enum bfs_dtype)t->v[1].u.g.dtype;
 	st->untyped = t->v[1].u.g.id == G_UNTYPED_STORAGE;
 	st->numel = (uint64_t)t->v[4].u.i;
@@ -705,7 +708,7 @@ static int rebuild_tensor(struct vm *vm, struct seq_obj *a, int v3)
 	st = (struct storage_obj *)a->v[0].u.o;
 	o = new_obj(vm, V_TENSOR, sizeof(*o));
 	if (!o)
-		return -ENOMEM;
+		return vm->alloc_rc;
 	o->st = st;
 	o->t.storage_dtype = st->dtype;
 	o->t.storage_numel = st->numel;
@@ -793,7 +796,7 @@ static int rebuild_param(struct vm *vm, struct seq_obj *a, int with_state)
 				"or state");
 	o = copy_tensor(vm, a->v[0]);
 	if (!o)
-		return vm->err->msg[0] ? -ENOMEM
+		return vm->err->msg[0] ? vm->alloc_rc
 				       : FAIL(vm, "_rebuild_parameter of a %s",
 					      kind_name(a->v[0]));
 	o->t.is_parameter = 1;
@@ -1063,27 +1066,41 @@ static int step(struct vm *vm)
 
 /* ---- the result ---- */
 
-static char *dup_name(const char *s)
-{
-	return strdup(s);
-}
-
-/* Append tensor 'tv' named 'name' to the result. */
+/* Append tensor 'tv' (checked by field_ok) named 'name' to the result. */
 static int add_tensor(struct vm *vm, struct bfs_pickle_result *r, struct val tv,
 		      const char *name)
 {
-	struct bfs_pickle_tensor *t = &r->tensors[r->n_tensors];
+	struct bfs_pickle_tensor *t = &r->tensors[r->n_tensors++];
 	const struct tensor_obj *o = (const struct tensor_obj *)tv.u.o;
 
-	if (tv.kind != V_TENSOR)
-		return FAIL(vm, "top-level field '%s' is a %s, not a tensor",
-			    name, kind_name(tv));
 	*t = o->t;
-	t->name = dup_name(name);
-	t->storage_key = dup_name(o->st->key->s);
-	r->n_tensors++;
-	if (!t->name || !t->storage_key)
-		return nomem(vm);
+	t->name = strdup(name);
+	t->storage_key = strdup(o->st->key->s);
+	return t->name && t->storage_key ? 0 : nomem(vm);
+}
+
+/* Field i of the top-level container: a tensor under a str key. */
+static int field_ok(struct vm *vm, const struct seq_obj *c, size_t i)
+{
+	struct val v = c->v[c->h.kind == V_DICT ? 2 * i + 1 : i];
+	struct str_obj *k;
+
+	if (c->h.kind == V_DICT) {
+		k = as_str(c->v[2 * i]);
+		if (!k || k->len != strlen(k->s))
+			return FAIL(vm,
+				    "top-level dict key %zu is a %s, not a "
+				    "string without NUL",
+				    i, kind_name(c->v[2 * i]));
+		if (v.kind != V_TENSOR)
+			return FAIL(vm,
+				    "top-level field '%s' is a %s, not a "
+				    "tensor",
+				    k->s, kind_name(v));
+	} else if (v.kind != V_TENSOR) {
+		return FAIL(vm, "top-level item %zu is a %s, not a tensor", i,
+			    kind_name(v));
+	}
 	return 0;
 }
 
@@ -1132,58 +1149,52 @@ static int check_fields(struct vm *vm, const struct bfs_pickle_result *r)
 	return rc;
 }
 
-/* The object left at STOP into *r. */
+static const enum bfs_container containers[] = {
+    [V_DICT] = BFS_CONTAINER_DICT,
+    [V_LIST] = BFS_CONTAINER_LIST,
+    [V_TUPLE] = BFS_CONTAINER_TUPLE,
+    [V_TENSOR] = BFS_CONTAINER_TENSOR,
+};
+
+/* The object left at STOP into *r: types checked first, then the result
+ * (about 1 KiB per tensor) is charged to the budget and built. */
 static int build_result(struct vm *vm, struct val top,
 			struct bfs_pickle_result *r)
 {
 	struct seq_obj *c = NULL;
-	size_t n = 1, step_ = 1;
+	size_t n = 1;
 	int rc = 0;
 
-	switch (top.kind) {
-	case V_DICT:
-		r->container = BFS_CONTAINER_DICT;
-		break;
-	case V_LIST:
-		r->container = BFS_CONTAINER_LIST;
-		break;
-	case V_TUPLE:
-		r->container = BFS_CONTAINER_TUPLE;
-		break;
-	case V_TENSOR:
-		r->container = BFS_CONTAINER_TENSOR;
-		break;
-	default:
+	if (top.kind != V_DICT && top.kind != V_LIST && top.kind != V_TUPLE &&
+	    top.kind != V_TENSOR)
 		return FAIL(vm,
 			    "top-level object is a %s, not a dict, list, "
 			    "tuple or tensor",
 			    kind_name(top));
-	}
+	r->container = containers[top.kind];
 	if (top.kind != V_TENSOR) {
 		c = (struct seq_obj *)top.u.o;
-		step_ = top.kind == V_DICT ? 2 : 1;
-		n = c->n / step_;
+		n = top.kind == V_DICT ? c->n / 2 : c->n;
 	}
+	for (size_t i = 0; c && i < n && !rc; i++)
+		rc = field_ok(vm, c, i);
+	if (!rc)
+		rc = charge(vm, n * sizeof(*r->tensors));
+	if (rc)
+		return rc;
 	r->tensors = calloc(n ? n : 1, sizeof(*r->tensors));
 	if (!r->tensors)
 		return nomem(vm);
 	for (size_t i = 0; i < n && !rc; i++) {
 		char num[24];
-		struct str_obj *k;
-		if (!c) {
+		snprintf(num, sizeof(num), "%zu", i);
+		if (!c)
 			rc = add_tensor(vm, r, top, "0");
-		} else if (step_ == 1) {
-			snprintf(num, sizeof(num), "%zu", i);
+		else if (top.kind == V_DICT)
+			rc = add_tensor(vm, r, c->v[2 * i + 1],
+					as_str(c->v[2 * i])->s);
+		else
 			rc = add_tensor(vm, r, c->v[i], num);
-		} else if (!(k = as_str(c->v[2 * i])) ||
-			   k->len != strlen(k->s)) {
-			rc = FAIL(vm,
-				  "top-level dict key %zu is not a string "
-				  "without NUL",
-				  i);
-		} else {
-			rc = add_tensor(vm, r, c->v[2 * i + 1], k->s);
-		}
 	}
 	return rc ? rc : check_fields(vm, r);
 }
@@ -1227,8 +1238,11 @@ int bfs_pickle_load(const uint8_t *buf, size_t len, const char *label,
 		    struct bfs_pickle_result *out, struct bfs_error *err)
 {
 	struct bfs_error local = {""};
-	struct vm vm = {
-	    .p = buf, .len = len, .label = label, .err = err ? err : &local};
+	struct vm vm = {.p = buf,
+			.len = len,
+			.label = label,
+			.err = err ? err : &local,
+			.alloc_rc = -ENOMEM};
 	int rc;
 
 	memset(out, 0, sizeof(*out));
