@@ -128,8 +128,6 @@ static const char *err_name(struct bfs_loader_gpu *g, CUresult r)
 	switch (r) { /* the ones a stub or missing device give */
 	case CUDA_ERROR_STUB_LIBRARY:
 		return "CUDA_ERROR_STUB_LIBRARY";
-	case 35: /* cudaErrorInsufficientDriver, as the runtime says */
-		return "insufficient driver";
 	case CUDA_ERROR_NO_DEVICE:
 		return "CUDA_ERROR_NO_DEVICE";
 	default:
