@@ -11,6 +11,6 @@ $(BENCH_NULLFS): $(BUILD)/obj/tools/bench/nullfs.o
 	$(CC) $(LDFLAGS) -o $@ $^ $(call pc_libs,fuse3) $(LDLIBS)
 
 bench: deps-torch
-	@$(MAKE) --no-print-directory build-all $(BENCH_NULLFS)
+	@$(MAKE) --no-print-directory $(BUILD)/batchfs $(BENCH_NULLFS)
 	BATCHFS=$(abspath $(BUILD)/batchfs) NULLFS=$(abspath $(BENCH_NULLFS)) \
 		$(PYTHON) tools/bench/bench.py
