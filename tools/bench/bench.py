@@ -432,18 +432,33 @@ def print_table(name, r):
         log("    stats: " + " ".join(bf["stats"].split())[:600])
 
 
+def source_version():
+    try:
+        head = run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"]).strip()
+        dirty = run(["git", "-C", ROOT, "status", "--porcelain", "--",
+                     "fs", "mount", "tools"]).strip()
+        return head + (" + uncommitted changes" if dirty else "")
+    except (Failed, OSError):
+        return "unknown"
+
+
 def main():
+    global BATCHFS
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, lambda s, f: sys.exit(128 + s))
     for exe in (BATCHFS, NULLFS):
         if not os.access(exe, os.X_OK):
             sys.exit("bench: %s missing (run `make bench`)" % exe)
     work = Work()
+    # Our own copy, so a concurrent `make` cannot swap it mid-run.
+    shutil.copy2(BATCHFS, work.path("batchfs.bin"))
+    BATCHFS = work.path("batchfs.bin")
     results = {"scale": SCALE, "reps": REPS}
     ok = True
     log("batchfs bench: BENCH_SCALE=%g, median of %d passes, host %s, "
         "%d CPUs, work dir %s. Shared VM: expect +-30 %% run to run."
         % (SCALE, REPS, os.uname().nodename, os.cpu_count(), work.dir))
+    log("source: %s" % source_version())
     log("GB/s = payload bytes (images + labels) per second, 10^9 B/s.")
     try:
         for name, shape, batch, n0 in WORKLOADS:
