@@ -6,7 +6,7 @@
  *   BUSY    a worker is gathering it; its buffer counts against the budget
  *   READY   bytes valid; on the LRU list while in the table
  *   FAILED  the gather failed; 'err' says why (removed from the table)
- * A batch leaves the table when it was read to its end (bfs_pool_consumed),
+ * A batch leaves the table when it was read to its end (bfs_pool_served),
  * when it is evicted (LRU, idle = no reference) for room, or when it
  * failed. It is freed when it is out of the table and has no reference, so
  * a buffer in use by a read is never freed.
@@ -518,27 +518,25 @@ out_unlock:
 	return rc;
 }
 
-void bfs_pool_release(struct bfs_pool *p, struct bfs_batch *b,
-		      uint64_t served)
+void bfs_pool_release(struct bfs_pool *p, struct bfs_batch *b)
 {
 	if (!b)
 		return;
 	pthread_mutex_lock(&p->lock);
-	p->st.bytes_served += served;
 	if (--b->refs == 0 && !b->in_table)
 		batch_free(p, b);
 	pthread_mutex_unlock(&p->lock);
 }
 
-void bfs_pool_consumed(struct bfs_pool *p, uint64_t e, uint64_t k)
+void bfs_pool_served(struct bfs_pool *p, struct bfs_batch *b, uint64_t bytes,
+		     bool last)
 {
-	struct bfs_batch *b;
-
 	pthread_mutex_lock(&p->lock);
-	b = find(p, e * p->len + k);
-	p->st.batches_served++;
-	if (b && b->state == B_READY)
-		unlink_batch(p, b);
+	p->st.bytes_served += bytes;
+	if (last) {
+		p->st.batches_served++;
+		unlink_batch(p, b); /* b->refs > 0: freed at release */
+	}
 	pthread_mutex_unlock(&p->lock);
 }
 

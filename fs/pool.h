@@ -7,6 +7,7 @@
 #ifndef BFS_POOL_H
 #define BFS_POOL_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "fs/dataset.h"
@@ -62,14 +63,15 @@ void bfs_pool_destroy(struct bfs_pool *p);
 int bfs_pool_acquire(struct bfs_pool *p, uint64_t e, uint64_t k,
 		     struct bfs_batch **out);
 
-/* Drop a reference from bfs_pool_acquire; 'served' bytes were handed to
- * a reader from it (counted in stats). Accepts NULL. */
-void bfs_pool_release(struct bfs_pool *p, struct bfs_batch *b,
-		      uint64_t served);
+/* Drop a reference from bfs_pool_acquire. Accepts NULL. */
+void bfs_pool_release(struct bfs_pool *p, struct bfs_batch *b);
 
-/* A reader has read batch (e, k) to its end: drop it from the cache (its
- * buffer goes once the last reference is released). */
-void bfs_pool_consumed(struct bfs_pool *p, uint64_t e, uint64_t k);
+/* Count 'bytes' about to be handed to a reader from b (call it before the
+ * reply, while holding the reference, so stats are never behind what a
+ * reader saw). 'last' = this reader has now read b to its end: b leaves
+ * the cache (its buffer goes with the last reference). */
+void bfs_pool_served(struct bfs_pool *p, struct bfs_batch *b, uint64_t bytes,
+		     bool last);
 
 /* The batch's bytes and size (the whole batch file). */
 const void *bfs_batch_data(const struct bfs_batch *b);

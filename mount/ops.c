@@ -259,12 +259,17 @@ static void read_batch(fuse_req_t req, struct bfs_mount *m, struct handle *h,
 								       : -rc);
 		return;
 	}
+	if (b) {
+		/* Account before replying: the reader may look at stats as
+		 * soon as it has its bytes. */
+		bool last = atomic_fetch_add(&h->served, n) + n >= h->size &&
+			    !atomic_exchange(&h->consumed, true);
+
+		bfs_pool_served(m->pool, b, n, last);
+	}
 	fuse_reply_buf(req, b ? (const char *)bfs_batch_data(b) + off : NULL,
 		       (size_t)n);
-	bfs_pool_release(m->pool, b, n);
-	if (n && atomic_fetch_add(&h->served, n) + n >= h->size &&
-	    !atomic_exchange(&h->consumed, true))
-		bfs_pool_consumed(m->pool, h->node.epoch, h->node.batch);
+	bfs_pool_release(m->pool, b);
 }
 
 static void bfs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,

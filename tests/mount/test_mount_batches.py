@@ -182,6 +182,21 @@ def check_text(mnt, archive):
     assert s["cache_budget_bytes"] == 512 << 20
 
 
+def check_stats_accounting(archive):
+    """Reading an epoch once, in order, serves each batch once and leaves
+    only the prefetch window in memory."""
+    _, mnt = ml.mount(archive, None, "--batch-size", 100, "--shuffle",
+                      "--seed", 1, "--workers", 2, "--prefetch", 3)
+    names = ["batch_%d" % k for k in range(10)]
+    total = sum(len(ml.read_file(mnt + "/epoch/0/" + b)) for b in names)
+    s = ml.stats(mnt)
+    assert s["batches_served"] == 10, s
+    assert s["bytes_served"] == total, s
+    assert s["prefetch_hits"] + s["prefetch_misses"] == 10, s
+    assert s["cache_batches"] <= 3, s
+    assert ml.umount(mnt).returncode == 0
+
+
 def main():
     archive = os.path.join(TMP, "data.pt")
     n = 1000
@@ -204,6 +219,7 @@ def main():
     assert ml.umount(mnt).returncode == 0
     assert not ml.is_mounted(mnt)
     check_listing_lengths(archive, n)
+    check_stats_accounting(archive)
     print("ok")
 
 
