@@ -3,6 +3,7 @@
  * On the first refusal prints the error message to stderr and exits 1.
  * Used by tests/interop/test_corrupt_archives.py until (and beside)
  * `batchfs inspect`. */
+#include <errno.h>
 #include <stdio.h>
 
 #include "fs/pickle.h"
@@ -16,6 +17,18 @@ static void print_dims(const int64_t *d, int n)
 	printf("]");
 }
 
+/* Run the pickle VM over record 'e', labelled "PATH:RECORD" as
+ * fs/dataset does. */
+static int load_pickle(const struct bfs_zip *z, const struct bfs_zip_entry *e,
+		       const char *path, struct bfs_pickle_result *r,
+		       struct bfs_error *err)
+{
+	char label[4096];
+
+	snprintf(label, sizeof(label), "%s:%s", path, e->name);
+	return bfs_pickle_load(bfs_zip_data(z, e), e->size, label, r, err);
+}
+
 static int check(const char *path)
 {
 	struct bfs_error err = {""};
@@ -27,11 +40,10 @@ static int check(const char *path)
 	if (rc == 0) {
 		e = bfs_zip_find(z, "data.pkl");
 		if (!e)
-			rc = bfs_error_set(&err, -1, path, BFS_NO_OFFSET,
+			rc = bfs_error_set(&err, -EINVAL, path, BFS_NO_OFFSET,
 					   "no data.pkl record");
 		else
-			rc = bfs_pickle_load(bfs_zip_data(z, e), e->size,
-					     e->name, &r, &err);
+			rc = load_pickle(z, e, path, &r, &err);
 	}
 	if (rc) {
 		fprintf(stderr, "zipcheck: %s\n", err.msg);
