@@ -48,6 +48,12 @@ static void put_le(struct buf *b, uint64_t v, int bytes)
 		put_u8(b, (uint8_t)(v >> (8 * i)));
 }
 
+static void put_zeros(struct buf *b, size_t n)
+{
+	while (n--)
+		put_u8(b, 0);
+}
+
 static void put_str(struct buf *b, const char *s)
 {
 	put(b, s, strlen(s));
@@ -129,7 +135,7 @@ static void write_zip(const char *path, const struct rec *r, size_t n)
 		uint64_t lho = b.n;
 		size_t nl = strlen(r[i].name);
 		put_le(&b, 0x04034b50, 4);
-		put_le(&b, 0, 2 + 2 + 2 + 2 + 2); /* ver, flags, method, t, d */
+		put_zeros(&b, 2 + 2 + 2 + 2 + 2); /* ver, flags, method, t, d */
 		put_le(&b, 0, 4);		   /* crc */
 		put_le(&b, r[i].size, 4);
 		put_le(&b, r[i].size, 4);
@@ -138,12 +144,12 @@ static void write_zip(const char *path, const struct rec *r, size_t n)
 		put_str(&b, r[i].name);
 		put(&b, r[i].data, r[i].size);
 		put_le(&cd, 0x02014b50, 4);
-		put_le(&cd, 0, 2 + 2 + 2 + 2 + 2 + 2);
+		put_zeros(&cd, 2 + 2 + 2 + 2 + 2 + 2);
 		put_le(&cd, 0, 4);
 		put_le(&cd, r[i].size, 4);
 		put_le(&cd, r[i].size, 4);
 		put_le(&cd, nl, 2);
-		put_le(&cd, 0, 2 + 2 + 2 + 2);
+		put_zeros(&cd, 2 + 2 + 2 + 2);
 		put_le(&cd, 0, 4);
 		put_le(&cd, lho, 4);
 		put_str(&cd, r[i].name);
