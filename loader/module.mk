@@ -73,7 +73,7 @@ TEST_PROGS += $(BUILD)/tests/loader/test_loader_host
 TEST_SCRIPTS += tests/loader/test_loader_symbols.sh \
 	tests/loader/test_loader_nodriver.sh
 
-ifeq ($(HAVE_CUDA_H)$(LOADER_FAKE_READY),11)
+ifeq ($(HAVE_CUDA_H),1)
 # The fake driver: a libcuda.so.1 that performs copies with memcpy and
 # records every call (selected with LD_LIBRARY_PATH by the test script).
 LOADER_FAKE_CUDA := $(BUILD)/tests/fake/libcuda.so.1

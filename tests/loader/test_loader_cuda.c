@@ -1,0 +1,365 @@
+/* The loader's CUDA backend against the fake driver (fake_libcuda.c, found
+ * through LD_LIBRARY_PATH; run by test_loader_cuda_fake.sh).
+ *
+ * Pins down: the stream/event protocol (the copy into a device slot waits
+ * on the consumer's "released" event of the slot's previous batch; "ready"
+ * is recorded right after each copy; the consumer stream waits on "ready"
+ * inside next()), one host registration per ring at open and none until
+ * close, every object freed at close (also with batches outstanding), and
+ * the bytes that reach "device" memory, checked in stream order by a
+ * delayed check standing in for the consumer's kernel. */
+#include "loader/batchfs_loader.h"
+#include "tests/loader/fake_libcuda.h"
+#include "tests/loader/st_write.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <limits.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <cmocka.h>
+
+enum { MARK_NEXT = 1, MARK_RELEASE = 2 };
+
+static fake_log_fn flog;
+static fake_mark_fn fmark;
+static fake_stats_fn fstats;
+static fake_check_fn fcheck;
+static fake_config_fn fconfig;
+static char workdir[2048];
+static unsigned ndirs;
+
+static void quiet(void *arg, enum bfs_loader_log_level lv, const char *line)
+{
+}
+
+/* nb batches of varied sizes (batch 1 with a header > 4 KiB) in a new dir;
+ * returns the dir (static buffer per call) */
+static const char *make_batches(unsigned nb)
+{
+	static char dir[2100];
+	char path[2200];
+
+	snprintf(dir, sizeof(dir), "%s/d%u", workdir, ndirs++);
+	mkdir(dir, 0755);
+	for (unsigned k = 0; k < nb; k++) {
+		uint64_t rows = 200 + 97 * k;
+		size_t n1 = rows * 4 * 5, n2 = rows * 8, n3 = rows * 3;
+		unsigned char *d = malloc(n1 + n2 + n3);
+		struct st_tensor t[3] = {
+			{"labels", "I64", 1, {rows}, d + n1, n2},
+			{"x", "F32", 2, {rows, 5}, d, n1},
+			{"rgb", "U8", 2, {rows, 3}, d + n1 + n2, n3},
+		};
+		st_fill(d, n1 + n2 + n3, k);
+		snprintf(path, sizeof(path), "%s/batch_%u", dir, k);
+		assert_true(st_write(path, t, 3, 0, k, k == 1 ? 5000 : 0) > 0);
+		free(d);
+	}
+	return dir;
+}
+
+static unsigned char *slurp(const char *dir, uint64_t k, size_t *n)
+{
+	char path[2200];
+	FILE *f;
+	unsigned char *p;
+	struct stat sb;
+
+	snprintf(path, sizeof(path), "%s/batch_%llu", dir,
+		 (unsigned long long)k);
+	assert_int_equal(stat(path, &sb), 0);
+	*n = (size_t)sb.st_size;
+	p = malloc(*n);
+	f = fopen(path, "rb");
+	assert_non_null(f);
+	assert_int_equal(fread(p, 1, *n, f), *n);
+	fclose(f);
+	return p;
+}
+
+static void expect_clean_driver(void)
+{
+	struct fake_stats s;
+
+	fstats(&s);
+	if (s.violations)
+		fail_msg("%ld driver misuse(s), last: %s", s.violations,
+			 s.last_violation);
+	assert_int_equal(s.check_failures, 0);
+	assert_int_equal(s.streams, 0);
+	assert_int_equal(s.events, 0);
+	assert_int_equal(s.allocs, 0);
+	assert_int_equal(s.registered, 0);
+	assert_int_equal(s.ctx_retained, 0);
+	assert_int_equal(s.register_after_copy, 0);
+}
+
+/* Index of the next (dir 1) or previous (dir -1) stream operation on
+ * 'stream' from i (other threads' calls interleave in the log). */
+static size_t on_stream(const struct fake_rec *r, size_t n, size_t i,
+			unsigned stream, int dir)
+{
+	for (i += (size_t)dir; i < n; i += (size_t)dir)
+		if ((r[i].op == F_COPY || r[i].op == F_RECORD ||
+		     r[i].op == F_WAIT) &&
+		    r[i].stream == stream)
+			return i;
+	fail_msg("no operation on stream %u", stream);
+	return 0;
+}
+
+/* Walk the call log of one loader run (records from 'from') and check the
+ * stream/event protocol. 'consumer' = the consumer's stream id. */
+static void check_protocol(size_t from, unsigned consumer, unsigned nslots,
+			   unsigned nb)
+{
+	const struct fake_rec *r;
+	size_t n, ncopies = 0, nreg = 0, nunreg = 0, first_copy = 0,
+		  last_copy = 0;
+	unsigned copy_stream = ~0u;
+	/* per device slot (by dptr): ready event, released event and whether
+	 * a copy / a release happened */
+	struct {
+		uint64_t d;
+		unsigned ready, released, copies, releases;
+	} sl[16] = {{0}};
+	unsigned nsl = 0;
+
+	flog(&r, &n);
+#define SLOT(dptr)                                                             \
+	({                                                                     \
+		unsigned _j = 0;                                               \
+		while (_j < nsl && sl[_j].d != (dptr))                         \
+			_j++;                                                  \
+		if (_j == nsl) {                                               \
+			assert_true(nsl < 16);                                 \
+			sl[nsl++].d = (dptr);                                  \
+		}                                                              \
+		_j;                                                            \
+	})
+	for (size_t i = from; i < n; i++) {
+		const struct fake_rec *x = &r[i];
+		if (x->op == F_REGISTER) {
+			nreg++;
+			assert_int_equal(ncopies, 0);
+		} else if (x->op == F_UNREGISTER) {
+			nunreg++;
+		} else if (x->op == F_COPY) {
+			unsigned j = SLOT(x->a);
+			if (copy_stream == ~0u) {
+				copy_stream = x->stream;
+				first_copy = i;
+			}
+			assert_int_equal(x->stream, copy_stream);
+			assert_int_not_equal(copy_stream, consumer);
+			last_copy = i;
+			ncopies++;
+			/* ready recorded right after the copy, same stream */
+			size_t a = on_stream(r, n, i, copy_stream, 1);
+			assert_int_equal(r[a].op, F_RECORD);
+			if (sl[j].copies)
+				assert_int_equal(r[a].event, sl[j].ready);
+			sl[j].ready = r[a].event;
+			/* reuse: released by the consumer, and waited for */
+			if (sl[j].copies) {
+				size_t p = on_stream(r, n, i, copy_stream, -1);
+				assert_int_equal(sl[j].releases, sl[j].copies);
+				assert_int_equal(r[p].op, F_WAIT);
+				assert_int_equal(r[p].event, sl[j].released);
+			}
+			sl[j].copies++;
+		} else if (x->op == F_MARK && x->a == MARK_NEXT) {
+			unsigned j = SLOT(x->n);
+			/* next() put a wait on the ready event of this slot,
+			 * on the consumer stream, after the copy */
+			size_t w = on_stream(r, n, i, consumer, -1);
+			assert_true(w >= from);
+			assert_int_equal(r[w].op, F_WAIT);
+			assert_int_equal(r[w].event, sl[j].ready);
+			assert_true(sl[j].copies == sl[j].releases + 1);
+		} else if (x->op == F_MARK && x->a == MARK_RELEASE) {
+			unsigned j = SLOT(x->n);
+			/* release() records on the consumer stream */
+			size_t a = on_stream(r, n, i, consumer, 1);
+			assert_int_equal(r[a].op, F_RECORD);
+			sl[j].released = r[a].event;
+			sl[j].releases++;
+		}
+	}
+	assert_int_equal(ncopies, nb);
+	assert_int_equal(nsl, nslots);
+	assert_int_equal(nreg, 1);
+	assert_int_equal(nunreg, 1);
+	assert_true(first_copy > 0 && last_copy > first_copy);
+	/* the unregistration comes after the last copy (at close) */
+	for (size_t i = from; i < n; i++)
+		if (r[i].op == F_UNREGISTER)
+			assert_true(i > last_copy);
+}
+
+/* Read nb batches in CUDA mode on the NULL stream; each batch is checked
+ * on the consumer stream after 'check_delay' us, then released. */
+static void run_ordered(unsigned nslots, unsigned nb, unsigned copy_delay,
+			unsigned check_delay, unsigned flags)
+{
+	const char *dir = make_batches(nb);
+	struct bfs_loader *L;
+	struct bfs_loader_batch b;
+	struct bfs_loader_stats s;
+	const struct fake_rec *r;
+	size_t from, n;
+	unsigned char *want;
+
+	fconfig(copy_delay);
+	flog(&r, &from);
+	assert_int_equal(bfs_loader_open(&L, &(struct bfs_loader_opts){
+						     .dir = dir,
+						     .mode = BFS_LOADER_CUDA,
+						     .slots = nslots,
+						     .readers = 3,
+						     .chunk = 8192,
+						     .flags = flags,
+						     .log = quiet}),
+			 0);
+	assert_int_equal(bfs_loader_mode(L), BFS_LOADER_CUDA);
+	for (unsigned k = 0; k < nb; k++) {
+		assert_int_equal(bfs_loader_next(L, &b, NULL), 0);
+		fmark(MARK_NEXT, b.dev);
+		assert_int_equal(b.index, k);
+		want = slurp(dir, k, &n);
+		assert_int_equal(b.nbytes, n);
+		if (flags & BFS_LOADER_KEEP_HOST) {
+			assert_non_null(b.host);
+			assert_memory_equal(b.host, want, n);
+		} else {
+			assert_null(b.host);
+			assert_null(b.tensors[0].host);
+		}
+		assert_int_equal(b.ntensors, 3);
+		/* tensors in file order: labels (I64), x (F32), rgb (U8) */
+		assert_string_equal(b.tensors[0].name, "labels");
+		assert_string_equal(b.tensors[1].name, "x");
+		assert_int_equal(b.tensors[0].dev, b.dev + b.tensors[0].offset);
+		assert_int_equal(b.tensors[0].offset, k == 1 ? 8192 : 4096);
+		/* the consumer's "kernel": reads the whole batch later, in
+		 * stream order */
+		fcheck(NULL, b.dev, want, n, check_delay);
+		free(want);
+		fmark(MARK_RELEASE, b.dev);
+		assert_int_equal(bfs_loader_release(L, &b, NULL), 0);
+	}
+	assert_int_equal(bfs_loader_next(L, &b, NULL), BFS_LOADER_EOF);
+	assert_int_equal(bfs_loader_stats(L, &s), 0);
+	assert_int_equal(s.copies, nb);
+	assert_int_equal(s.pin_calls, 1);
+	bfs_loader_close(L);
+	check_protocol(from, 0, nslots < nb ? nslots : nb, nb);
+	expect_clean_driver();
+}
+
+static void copies_wait_for_release_and_bytes_reach_the_device(void **st)
+{
+	struct fake_stats s0, s1;
+
+	fstats(&s0);
+	/* slow consumer: the copy engine must wait for the releases */
+	run_ordered(2, 9, 100, 3000, 0);
+	run_ordered(3, 10, 100, 2000, 0);
+	/* slow copies: the consumer must wait for ready */
+	run_ordered(3, 8, 3000, 0, 0);
+	fstats(&s1);
+	assert_int_equal(s1.checks - s0.checks, 27);
+}
+
+static void keep_host_keeps_the_host_copy_until_release(void **st)
+{
+	run_ordered(2, 6, 200, 500, BFS_LOADER_KEEP_HOST);
+}
+
+static void close_with_batches_outstanding_frees_everything(void **st)
+{
+	const char *dir = make_batches(6);
+	struct bfs_loader *L;
+	struct bfs_loader_batch b;
+
+	fconfig(500);
+	assert_int_equal(bfs_loader_open(&L, &(struct bfs_loader_opts){
+						     .dir = dir,
+						     .mode = BFS_LOADER_CUDA}),
+			 0);
+	assert_int_equal(bfs_loader_next(L, &b, NULL), 0);
+	assert_int_equal(bfs_loader_next(L, &b, NULL), 0);
+	bfs_loader_close(L);
+	expect_clean_driver();
+	/* and straight after open, copies possibly in flight */
+	assert_int_equal(bfs_loader_open(&L, &(struct bfs_loader_opts){
+						     .dir = dir,
+						     .mode = BFS_LOADER_CUDA}),
+			 0);
+	bfs_loader_close(L);
+	expect_clean_driver();
+}
+
+static void auto_picks_cuda_and_a_bad_device_is_refused(void **st)
+{
+	const char *dir = make_batches(2);
+	struct bfs_loader *L;
+
+	assert_int_equal(bfs_loader_open(&L, &(struct bfs_loader_opts){
+						     .dir = dir, .log = quiet}),
+			 0);
+	assert_int_equal(bfs_loader_mode(L), BFS_LOADER_CUDA);
+	bfs_loader_close(L);
+	assert_int_equal(bfs_loader_open(&L, &(struct bfs_loader_opts){
+						     .dir = dir, .device = 1,
+						     .mode = BFS_LOADER_CUDA,
+						     .log = quiet}),
+			 -ENODEV);
+	assert_int_equal(bfs_loader_open(&L, &(struct bfs_loader_opts){
+						     .dir = dir, .device = 1,
+						     .log = quiet}),
+			 0);
+	assert_int_equal(bfs_loader_mode(L), BFS_LOADER_CPU);
+	bfs_loader_close(L);
+	expect_clean_driver();
+}
+
+int main(void)
+{
+	const char *t = getenv("BFS_TEST_TMP");
+	char tmpl[] = "/tmp/bfs-loader-cuda-XXXXXX";
+	void *dl = dlopen("libcuda.so.1", RTLD_NOW);
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(
+			copies_wait_for_release_and_bytes_reach_the_device),
+		cmocka_unit_test(keep_host_keeps_the_host_copy_until_release),
+		cmocka_unit_test(
+			close_with_batches_outstanding_frees_everything),
+		cmocka_unit_test(auto_picks_cuda_and_a_bad_device_is_refused),
+	};
+
+	if (!dl || !(flog = (fake_log_fn)dlsym(dl, "fake_log"))) {
+		fprintf(stderr, "libcuda.so.1 is not the fake driver "
+				"(set LD_LIBRARY_PATH=build/tests/fake)\n");
+		return 1;
+	}
+	fmark = (fake_mark_fn)dlsym(dl, "fake_mark");
+	fstats = (fake_stats_fn)dlsym(dl, "fake_stats");
+	fcheck = (fake_check_fn)dlsym(dl, "fake_enqueue_check");
+	fconfig = (fake_config_fn)dlsym(dl, "fake_config");
+	if (t && *t)
+		snprintf(workdir, sizeof(workdir), "%s", t);
+	else if (mkdtemp(tmpl))
+		snprintf(workdir, sizeof(workdir), "%s", tmpl);
+	else
+		return 1;
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
