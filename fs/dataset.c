@@ -40,20 +40,21 @@
 #include <unistd.h>
 
 #include "fs/log.h"
+#include "fs/npy.h"
 #include "fs/zip.h"
 
-#define MOD "dataset"
+#define MOD	    "dataset"
 #define VERSION_MAX 10
 
 /* How one field of one shard is laid out in that shard's mapping. */
 struct bind {
-	const uint8_t *base;	/* first byte of sample 0 of this field */
-	uint64_t stride0;	/* bytes between samples */
-	int ndim;		/* simplified per-sample dims */
+	const uint8_t *base; /* first byte of sample 0 of this field */
+	uint64_t stride0;    /* bytes between samples */
+	int ndim;	     /* simplified per-sample dims */
 	int64_t size[BFS_MAX_DIMS];
 	int64_t stride[BFS_MAX_DIMS]; /* in bytes */
-	uint64_t span;		/* bytes a row touches from its start */
-	int contiguous;		/* a row is row_bytes consecutive bytes */
+	uint64_t span;		      /* bytes a row touches from its start */
+	int contiguous;		      /* a row is row_bytes consecutive bytes */
 };
 
 struct shard {
@@ -106,10 +107,10 @@ static int check_kind(struct shard *sh, struct bfs_error *err)
 		const char *rel = z->entries[i].name + plen + 1;
 		if (!strcmp(rel, "constants.pkl") || !strncmp(rel, "code/", 5))
 			return bfs_error_set(
-				err, -EINVAL, sh->path, z->entries[i].lfh_off,
-				"TorchScript archive (record '%s'): not a "
-				"torch.save dataset",
-				z->entries[i].name);
+			    err, -EINVAL, sh->path, z->entries[i].lfh_off,
+			    "TorchScript archive (record '%s'): not a "
+			    "torch.save dataset",
+			    z->entries[i].name);
 	}
 	rc = small_record(z, "version", buf, sizeof(buf));
 	if (rc == -ENOENT)
@@ -179,8 +180,8 @@ static int bind_tensor(struct shard *sh, const struct bfs_pickle_tensor *t,
 	uint64_t nbytes, extent = 0, off;
 	char rel[96];
 
-	if (!di || !si || (t->storage_dtype != t->dtype &&
-			   t->storage_dtype != BFS_DT_UINT8))
+	if (!di || !si ||
+	    (t->storage_dtype != t->dtype && t->storage_dtype != BFS_DT_UINT8))
 		return bfs_error_set(err, -EINVAL, sh->path, BFS_NO_OFFSET,
 				     "field '%s': unsupported dtype/storage",
 				     t->name);
@@ -192,10 +193,12 @@ static int bind_tensor(struct shard *sh, const struct bfs_pickle_tensor *t,
 	snprintf(rel, sizeof(rel), "data/%s", t->storage_key);
 	e = bfs_zip_find(sh->zip, rel);
 	if (!e)
-		return bfs_error_set(err, -EINVAL, sh->path, BFS_NO_OFFSET,
-				     "field '%s': storage record '%s/%s' missing",
-				     t->name, sh->zip->prefix, rel);
-	if (mul_add(t->storage_numel, si->size, 0, &nbytes) || nbytes != e->size)
+		return bfs_error_set(
+		    err, -EINVAL, sh->path, BFS_NO_OFFSET,
+		    "field '%s': storage record '%s/%s' missing", t->name,
+		    sh->zip->prefix, rel);
+	if (mul_add(t->storage_numel, si->size, 0, &nbytes) ||
+	    nbytes != e->size)
 		return bfs_error_set(err, -EINVAL, sh->path, e->lfh_off,
 				     "field '%s': record '%s' has %" PRIu64
 				     " bytes, storage needs %" PRIu64 " x %zu",
@@ -212,8 +215,8 @@ static int bind_tensor(struct shard *sh, const struct bfs_pickle_tensor *t,
 			    mul_add((uint64_t)(t->size[d] - 1),
 				    (uint64_t)t->stride[d], last, &last))
 				goto bad_extent;
-		if (mul_add(last + 1, di->size, 0, &extent) || last == UINT64_MAX ||
-		    extent > nbytes)
+		if (mul_add(last + 1, di->size, 0, &extent) ||
+		    last == UINT64_MAX || extent > nbytes)
 			goto bad_extent;
 	}
 	if (mul_add(t->offset, di->size, 0, &off) || (empty && off > nbytes))
@@ -273,12 +276,12 @@ static int match_fields(const struct bfs_dataset *ds, const struct shard *sh,
 			same = t->size[d] == f->shape[d - 1];
 		if (!same)
 			return bfs_error_set(
-				err, -EINVAL, sh->path, BFS_NO_OFFSET,
-				"field %zu '%s' (%s) does not match field '%s' "
-				"(%s, same per-sample shape required) of '%s'",
-				i, t->name, bfs_dtype_info(t->dtype)->torch_name,
-				f->name, bfs_dtype_info(f->dtype)->torch_name,
-				ds->shards[0].path);
+			    err, -EINVAL, sh->path, BFS_NO_OFFSET,
+			    "field %zu '%s' (%s) does not match field '%s' "
+			    "(%s, same per-sample shape required) of '%s'",
+			    i, t->name, bfs_dtype_info(t->dtype)->torch_name,
+			    f->name, bfs_dtype_info(f->dtype)->torch_name,
+			    ds->shards[0].path);
 	}
 	return 0;
 }
@@ -311,8 +314,8 @@ static int open_shard(struct bfs_dataset *ds, struct shard *sh,
 	free(label);
 	if (rc)
 		return rc;
-	sh->binds = calloc(sh->pk.n_tensors ? sh->pk.n_tensors : 1,
-			   sizeof(*sh->binds));
+	sh->binds =
+	    calloc(sh->pk.n_tensors ? sh->pk.n_tensors : 1, sizeof(*sh->binds));
 	if (!sh->binds)
 		return -ENOMEM;
 	for (size_t i = 0; i < sh->pk.n_tensors; i++) {
@@ -324,11 +327,11 @@ static int open_shard(struct bfs_dataset *ds, struct shard *sh,
 			sh->samples = (uint64_t)t->size[0];
 		else if ((uint64_t)t->size[0] != sh->samples)
 			return bfs_error_set(
-				err, -EINVAL, path, BFS_NO_OFFSET,
-				"field '%s' has %" PRId64 " samples, '%s' has "
-				"%" PRIu64 " (all fields must share dim 0)",
-				t->name, t->size[0], sh->pk.tensors[0].name,
-				sh->samples);
+			    err, -EINVAL, path, BFS_NO_OFFSET,
+			    "field '%s' has %" PRId64 " samples, '%s' has "
+			    "%" PRIu64 " (all fields must share dim 0)",
+			    t->name, t->size[0], sh->pk.tensors[0].name,
+			    sh->samples);
 	}
 	if (ds->fields)
 		return match_fields(ds, sh, err);
@@ -453,18 +456,28 @@ static void copy_elems(uint8_t *dst, const uint8_t *src, int64_t n,
 {
 	for (int64_t i = 0; i < n; i++, dst += es, src += stride)
 		switch (es) {
-		case 1: *dst = *src; break;
-		case 2: memcpy(dst, src, 2); break;
-		case 4: memcpy(dst, src, 4); break;
-		case 8: memcpy(dst, src, 8); break;
-		default: memcpy(dst, src, es); break;
+		case 1:
+			*dst = *src;
+			break;
+		case 2:
+			memcpy(dst, src, 2);
+			break;
+		case 4:
+			memcpy(dst, src, 4);
+			break;
+		case 8:
+			memcpy(dst, src, 8);
+			break;
+		default:
+			memcpy(dst, src, es);
+			break;
 		}
 }
 
 /* One row of a non-contiguous field: odometer over the outer dims, runs of
  * the innermost dim. */
-static void copy_strided(uint8_t *dst, const uint8_t *row,
-			 const struct bind *b, size_t es)
+static void copy_strided(uint8_t *dst, const uint8_t *row, const struct bind *b,
+			 size_t es)
 {
 	int64_t ctr[BFS_MAX_DIMS] = {0};
 	int in = b->ndim - 1;
@@ -487,16 +500,6 @@ static void copy_strided(uint8_t *dst, const uint8_t *row,
 			return;
 		src += b->stride[d];
 	}
-}
-
-static void byteswap(uint8_t *p, uint64_t bytes, size_t unit)
-{
-	for (uint64_t i = 0; i + unit <= bytes; i += unit)
-		for (size_t a = 0, z = unit - 1; a < z; a++, z--) {
-			uint8_t t = p[i + a];
-			p[i + a] = p[i + z];
-			p[i + z] = t;
-		}
 }
 
 /* The SIGBUS guard. 'guard_jmp' is set only while this thread copies from
@@ -528,8 +531,8 @@ static void guard_install(void)
 {
 	struct sigaction sa, cur;
 
-	if (sigaction(SIGBUS, NULL, &cur) == 0 &&
-	    (cur.sa_flags & SA_SIGINFO) && cur.sa_sigaction == on_sigbus)
+	if (sigaction(SIGBUS, NULL, &cur) == 0 && (cur.sa_flags & SA_SIGINFO) &&
+	    cur.sa_sigaction == on_sigbus)
 		return;
 	pthread_mutex_lock(&guard_lock);
 	memset(&sa, 0, sizeof(sa));
@@ -602,7 +605,8 @@ static void copy_rows(const struct bfs_dataset *ds, size_t fi,
 		size_t s = shard_of(ds, idx[i]);
 		const struct shard *sh = &ds->shards[s];
 		const struct bind *b = &sh->binds[fi];
-		const uint8_t *row = b->base + (idx[i] - sh->first) * b->stride0;
+		const uint8_t *row =
+		    b->base + (idx[i] - sh->first) * b->stride0;
 
 		*at = i;
 		if (!f->row_bytes)
@@ -612,7 +616,7 @@ static void copy_rows(const struct bfs_dataset *ds, size_t fi,
 		else
 			copy_strided(dst, row, b, es);
 		if (sh->big_endian && unit > 1)
-			byteswap(dst, f->row_bytes, unit);
+			bfs_npy_byteswap(dst, f->row_bytes, unit);
 	}
 }
 
@@ -660,12 +664,13 @@ void bfs_dataset_advise(const struct bfs_dataset *ds, const uint64_t *idx,
 			if (idx[i] >= ds->samples)
 				continue;
 			const struct shard *sh =
-				&ds->shards[shard_of(ds, idx[i])];
+			    &ds->shards[shard_of(ds, idx[i])];
 			const struct bind *b = &sh->binds[fi];
 			if (!b->span)
 				continue;
-			uintptr_t a = (uintptr_t)(b->base + (idx[i] - sh->first) *
-								    b->stride0);
+			uintptr_t a =
+			    (uintptr_t)(b->base +
+					(idx[i] - sh->first) * b->stride0);
 			uintptr_t e = a + b->span;
 			a &= ~mask;
 			e = (e + mask) & ~mask;

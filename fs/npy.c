@@ -30,9 +30,10 @@ struct scan {
 	struct bfs_error *err;
 };
 
-#define BAD(s, ...)                                                          \
-	bfs_error_set((s)->err, -EINVAL, (s)->label,                         \
-		      (s)->base + (uint64_t)((s)->p - (s)->start), __VA_ARGS__)
+#define BAD(s, ...)                                                            \
+	bfs_error_set((s)->err, -EINVAL, (s)->label,                           \
+		      (s)->base + (uint64_t)((s)->p - (s)->start),             \
+		      __VA_ARGS__)
 
 static void skip_ws(struct scan *s)
 {
@@ -81,10 +82,12 @@ static int parse_descr(struct scan *s, struct bfs_npy *o)
 		return BAD(s, "npy: structured dtypes are not supported");
 	if (quoted(s, d, sizeof(d)))
 		return -EINVAL;
-	if (d[0] == '|' && (d[1] == 'O' || d[1] == 'V' || d[1] == 'S' ||
-			    d[1] == 'U'))
-		return BAD(s, "npy: dtype '%s' (object/void/string) is not a "
-			      "tensor dtype", d);
+	if (d[0] == '|' &&
+	    (d[1] == 'O' || d[1] == 'V' || d[1] == 'S' || d[1] == 'U'))
+		return BAD(s,
+			   "npy: dtype '%s' (object/void/string) is not a "
+			   "tensor dtype",
+			   d);
 	/* Normalise the byte-order character to numpy's canonical one. */
 	snprintf(le, sizeof(le), "%s", d);
 	o->big_endian = d[0] == '>';
@@ -199,9 +202,9 @@ int bfs_npy_parse(const uint8_t *buf, size_t len, const char *label,
 	memset(out, 0, sizeof(*out));
 	if (len < 10)
 		return len >= 6 && memcmp(buf, magic, 6)
-			       ? bfs_error_set(err, -EINVAL, label, 0,
-					       "not a .npy file (bad magic)")
-			       : -EAGAIN;
+			   ? bfs_error_set(err, -EINVAL, label, 0,
+					   "not a .npy file (bad magic)")
+			   : -EAGAIN;
 	if (memcmp(buf, magic, 6))
 		return bfs_error_set(err, -EINVAL, label, 0,
 				     "not a .npy file (bad magic)");
@@ -228,8 +231,11 @@ int bfs_npy_parse(const uint8_t *buf, size_t len, const char *label,
 	if (len < out->data_off)
 		return -EAGAIN;
 	s = (struct scan){(const char *)buf + pre,
-			  (const char *)buf + pre + hlen, label, pre,
-			  (const char *)buf + pre, err};
+			  (const char *)buf + pre + hlen,
+			  label,
+			  pre,
+			  (const char *)buf + pre,
+			  err};
 	if (parse_dict(&s, out))
 		return -EINVAL;
 	while (s.p < s.end && (*s.p == ' ' || *s.p == '\n'))
@@ -263,8 +269,8 @@ int bfs_npy_read_header(int fd, const char *label, struct bfs_npy *out,
 		buf = nb;
 		ssize_t got = pread(fd, buf, cap, 0);
 		if (got < 0) {
-			rc = bfs_error_set(err, -errno, label, 0,
-					   "read: %s", strerror(errno));
+			rc = bfs_error_set(err, -errno, label, 0, "read: %s",
+					   strerror(errno));
 			goto out_free;
 		}
 		rc = bfs_npy_parse(buf, (size_t)got, label, out, err);
@@ -279,8 +285,8 @@ int bfs_npy_read_header(int fd, const char *label, struct bfs_npy *out,
 	}
 	if (rc)
 		goto out_free;
-	if (fstat(fd, &st) || (uint64_t)st.st_size != out->data_off +
-							   out->data_bytes)
+	if (fstat(fd, &st) ||
+	    (uint64_t)st.st_size != out->data_off + out->data_bytes)
 		rc = bfs_error_set(err, -EINVAL, label, BFS_NO_OFFSET,
 				   "file holds %" PRId64 " bytes, header "
 				   "says %" PRIu64 " + %" PRIu64,
@@ -324,4 +330,18 @@ ssize_t bfs_npy_write_header(char *buf, size_t cap, enum bfs_dtype dtype,
 	memset(buf + 10 + n, ' ', total - 10 - n - 1);
 	buf[total - 1] = '\n';
 	return (ssize_t)total;
+}
+
+void bfs_npy_byteswap(void *p, uint64_t bytes, size_t unit)
+{
+	uint8_t *b = p;
+
+	if (unit < 2)
+		return;
+	for (uint64_t i = 0; i + unit <= bytes; i += unit)
+		for (size_t a = 0, z = unit - 1; a < z; a++, z--) {
+			uint8_t t = b[i + a];
+			b[i + a] = b[i + z];
+			b[i + z] = t;
+		}
 }

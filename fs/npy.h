@@ -20,7 +20,7 @@
 
 struct bfs_npy {
 	enum bfs_dtype dtype;
-	int big_endian;	     /* descr '>': data must be swapped by swap_unit */
+	int big_endian; /* descr '>': data must be swapped by swap_unit */
 	int ndim;
 	int64_t shape[BFS_MAX_DIMS];
 	uint64_t data_off;   /* bytes before the data (magic .. header end) */
@@ -49,5 +49,10 @@ int bfs_npy_read_header(int fd, const char *label, struct bfs_npy *out,
  * -EINVAL (dtype without a numpy descr) / -ENOSPC (cap too small). */
 ssize_t bfs_npy_write_header(char *buf, size_t cap, enum bfs_dtype dtype,
 			     int ndim, const int64_t *shape, size_t align);
+
+/* Reverse the byte order of every 'unit'-byte group of [p, p+bytes) in
+ * place (unit = bfs_dtype_info()->swap_unit: the element size, half of it
+ * for complex). Used for big-endian .npy data and big-endian archives. */
+void bfs_npy_byteswap(void *p, uint64_t bytes, size_t unit);
 
 #endif

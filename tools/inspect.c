@@ -65,10 +65,14 @@ static void print_shape(FILE *f, uint64_t n0, const struct bfs_field *fl)
 static const char *container_name(enum bfs_container c)
 {
 	switch (c) {
-	case BFS_CONTAINER_DICT: return "dict";
-	case BFS_CONTAINER_LIST: return "list";
-	case BFS_CONTAINER_TUPLE: return "tuple";
-	case BFS_CONTAINER_TENSOR: return "tensor";
+	case BFS_CONTAINER_DICT:
+		return "dict";
+	case BFS_CONTAINER_LIST:
+		return "list";
+	case BFS_CONTAINER_TUPLE:
+		return "tuple";
+	case BFS_CONTAINER_TENSOR:
+		return "tensor";
 	}
 	return "?";
 }
@@ -122,7 +126,7 @@ static void archive_text(const struct bfs_dataset *ds, int verbose)
 		}
 		for (size_t t = 0; t < si.pickle->n_tensors; t++) {
 			const struct bfs_pickle_tensor *pt =
-				&si.pickle->tensors[t];
+			    &si.pickle->tensors[t];
 			printf("  tensor %s: storage data/%s (%s, %" PRIu64
 			       " el), offset %" PRIu64 ", stride (",
 			       pt->name, pt->storage_key,
@@ -166,7 +170,8 @@ static int verify_archive(const struct bfs_shard_info *si)
 		zip_error_t e;
 		zip_error_init_with_code(&e, zerr);
 		fprintf(stderr, "batchfs inspect: %s: libzip cannot open: %s\n",
-			si->path, za ? "out of memory" : zip_error_strerror(&e));
+			si->path,
+			za ? "out of memory" : zip_error_strerror(&e));
 		zip_error_fini(&e);
 		free(buf);
 		if (za)
@@ -175,8 +180,9 @@ static int verify_archive(const struct bfs_shard_info *si)
 	}
 	n = zip_get_num_entries(za, 0);
 	if (n != (zip_int64_t)si->zip->n_entries) {
-		fprintf(stderr, "batchfs inspect: %s: libzip sees %" PRId64
-				" records, batchfs %zu\n",
+		fprintf(stderr,
+			"batchfs inspect: %s: libzip sees %" PRId64
+			" records, batchfs %zu\n",
 			si->path, (int64_t)n, si->zip->n_entries);
 		bad++;
 	}
@@ -191,8 +197,9 @@ static int verify_archive(const struct bfs_shard_info *si)
 			if (!strcmp(si->zip->entries[k].name, st.name))
 				e = &si->zip->entries[k];
 		if (!e || e->size != st.size || e->crc32 != st.crc) {
-			fprintf(stderr, "batchfs inspect: %s: record '%s': "
-					"libzip and batchfs disagree\n",
+			fprintf(stderr,
+				"batchfs inspect: %s: record '%s': "
+				"libzip and batchfs disagree\n",
 				si->path, st.name);
 			bad++;
 			continue;
@@ -207,8 +214,9 @@ static int verify_archive(const struct bfs_shard_info *si)
 		while (zf && (r = zip_fread(zf, buf, 1 << 20)) > 0)
 			got += r;
 		if (!zf || r < 0 || (zip_uint64_t)got != st.size) {
-			fprintf(stderr, "batchfs inspect: %s: offset %" PRIu64
-					": record '%s': %s\n",
+			fprintf(stderr,
+				"batchfs inspect: %s: offset %" PRIu64
+				": record '%s': %s\n",
 				si->path, e->data_off, st.name,
 				zf ? zip_error_strerror(zip_file_get_error(zf))
 				   : zip_error_strerror(zip_get_error(za)));
@@ -272,7 +280,7 @@ struct st {
 };
 
 static int st_fail(struct st *s, const char *fmt, ...)
-	__attribute__((format(printf, 2, 3)));
+    __attribute__((format(printf, 2, 3)));
 static int st_fail(struct st *s, const char *fmt, ...)
 {
 	va_list ap;
@@ -329,7 +337,7 @@ static int hex4(struct st *s, uint32_t *v)
 	*v = 0;
 	for (int i = 0; i < 4; i++, s->p++) {
 		char c = s->p < s->end ? *s->p : 0;
-		int d = c >= '0' && c <= '9'	 ? c - '0'
+		int d = c >= '0' && c <= '9'   ? c - '0'
 			: c >= 'a' && c <= 'f' ? c - 'a' + 10
 			: c >= 'A' && c <= 'F' ? c - 'A' + 10
 					       : -1;
@@ -343,8 +351,11 @@ static int hex4(struct st *s, uint32_t *v)
 /* Length of a valid UTF-8 sequence at p (< end), 0 if invalid. */
 static size_t utf8_len(const unsigned char *p, const unsigned char *end)
 {
-	size_t n = *p < 0x80 ? 1 : (*p >> 5) == 6 ? 2 : (*p >> 4) == 14 ? 3
-		   : (*p >> 3) == 30 ? 4 : 0;
+	size_t n = *p < 0x80	     ? 1
+		   : (*p >> 5) == 6  ? 2
+		   : (*p >> 4) == 14 ? 3
+		   : (*p >> 3) == 30 ? 4
+				     : 0;
 	uint32_t c;
 
 	if (!n || (size_t)(end - p) < n)
@@ -401,12 +412,14 @@ static int st_string(struct st *s, char **out)
 		} else if (e == 'u' && !hex4(s, &u)) {
 			if (u >= 0xD800 && u < 0xDC00) {
 				if (s->end - s->p < 6 || s->p[0] != '\\' ||
-				    s->p[1] != 'u' || (s->p += 2, hex4(s, &lo)) ||
-				    lo < 0xDC00 || lo > 0xDFFF) {
+				    s->p[1] != 'u' ||
+				    (s->p += 2, hex4(s, &lo)) || lo < 0xDC00 ||
+				    lo > 0xDFFF) {
 					free(o);
 					return st_fail(s, "bad surrogate pair");
 				}
-				u = 0x10000 + ((u - 0xD800) << 10) + (lo - 0xDC00);
+				u = 0x10000 + ((u - 0xD800) << 10) +
+				    (lo - 0xDC00);
 			} else if ((u >= 0xDC00 && u <= 0xDFFF) || u == 0) {
 				free(o);
 				return st_fail(s, "bad \\u escape");
@@ -593,8 +606,9 @@ static int top_member(struct st *s, char *key, void *arg)
 	if (st_object(s, tensor_member, t))
 		return -1;
 	if (!t->dtype[0] || t->ndim < 0 || !t->end)
-		return st_fail(s, "tensor '%s' needs dtype, shape and "
-				  "data_offsets",
+		return st_fail(s,
+			       "tensor '%s' needs dtype, shape and "
+			       "data_offsets",
 			       key);
 	t->end--;
 	return 0;
@@ -632,12 +646,14 @@ static int st_check(struct st *s, uint64_t hlen, uint64_t fsize)
 		}
 		if (t->end < t->begin || t->end - t->begin != bytes) {
 			free(sorted);
-			return st_fail(s, "tensor '%s': data_offsets [%" PRIu64
-					  ", %" PRIu64 "] do not hold %s%s "
-					  "bytes of its shape",
+			return st_fail(s,
+				       "tensor '%s': data_offsets [%" PRIu64
+				       ", %" PRIu64 "] do not hold %s%s "
+				       "bytes of its shape",
 				       t->name, t->begin, t->end,
 				       bytes == UINT64_MAX ? "the " : "",
-				       bytes == UINT64_MAX ? "overflowing" : "");
+				       bytes == UINT64_MAX ? "overflowing"
+							   : "");
 		}
 		sorted[i] = *t;
 	}
@@ -645,8 +661,9 @@ static int st_check(struct st *s, uint64_t hlen, uint64_t fsize)
 	for (size_t i = 0; i < s->n; i++) {
 		if (sorted[i].begin != pos) {
 			s->p = s->start + sorted[i].hoff;
-			st_fail(s, "tensor '%s' starts at %" PRIu64 ", expected "
-				   "%" PRIu64 " (%s)",
+			st_fail(s,
+				"tensor '%s' starts at %" PRIu64 ", expected "
+				"%" PRIu64 " (%s)",
 				sorted[i].name, sorted[i].begin, pos,
 				sorted[i].begin > pos ? "hole" : "overlap");
 			free(sorted);
@@ -657,8 +674,9 @@ static int st_check(struct st *s, uint64_t hlen, uint64_t fsize)
 	free(sorted);
 	s->p = s->start + hlen; /* the data starts here */
 	if (8 + hlen + pos != fsize)
-		return st_fail(s, "file holds %" PRIu64 " bytes, header "
-				  "describes %" PRIu64,
+		return st_fail(s,
+			       "file holds %" PRIu64 " bytes, header "
+			       "describes %" PRIu64,
 			       fsize, 8 + hlen + pos);
 	return 0;
 }
@@ -668,7 +686,8 @@ static void st_print(const struct st *s, uint64_t hlen, int json)
 	if (json) {
 		printf("{\"file\": ");
 		json_str(stdout, s->path);
-		printf(", \"header_bytes\": %" PRIu64 ", \"metadata\": {", hlen);
+		printf(", \"header_bytes\": %" PRIu64 ", \"metadata\": {",
+		       hlen);
 		for (size_t i = 0; i < s->nmeta; i++) {
 			printf("%s", i ? ", " : "");
 			json_str(stdout, s->meta[2 * i]);
@@ -687,7 +706,7 @@ static void st_print(const struct st *s, uint64_t hlen, int json)
 	for (size_t i = 0; i < s->n; i++) {
 		const struct st_tensor *t = &s->t[i];
 		const char *tn =
-			bfs_dtype_info(bfs_dtype_from_st(t->dtype))->torch_name;
+		    bfs_dtype_info(bfs_dtype_from_st(t->dtype))->torch_name;
 		if (json) {
 			printf("%s{\"name\": ", i ? ", " : "");
 			json_str(stdout, t->name);
@@ -724,9 +743,10 @@ static int inspect_batch(const char *path, int fd, uint64_t fsize,
 	for (int i = 7; i >= 0; i--)
 		hlen = hlen << 8 | lenb[i];
 	if (hlen > ST_MAX_HEADER || hlen > fsize - 8) {
-		fprintf(stderr, "batchfs inspect: %s: offset 0: header length "
-				"%" PRIu64 " exceeds the file or the 100 MB "
-				"limit\n",
+		fprintf(stderr,
+			"batchfs inspect: %s: offset 0: header length "
+			"%" PRIu64 " exceeds the file or the 100 MB "
+			"limit\n",
 			path, hlen);
 		goto out;
 	}
@@ -786,38 +806,41 @@ static enum kind classify(const char *path, int *fd, uint64_t *size)
 		if (b[8] == '{')
 			return KIND_BATCH;
 	}
-	fprintf(stderr, "batchfs inspect: %s: offset 0: neither a torch.save "
-			"archive (PK\\3\\4) nor a safetensors batch file\n",
+	fprintf(stderr,
+		"batchfs inspect: %s: offset 0: neither a torch.save "
+		"archive (PK\\3\\4) nor a safetensors batch file\n",
 		path);
 	return KIND_BAD;
 }
 
 static void usage(FILE *f)
 {
-	fprintf(f,
-		"usage: batchfs inspect [-v] [--verify] [--json] FILE...\n"
-		"\n"
-		"Describe torch.save archives or safetensors batch files.\n"
-		"Several archives are one dataset (shards concatenated along\n"
-		"dim 0, as `batchfs mount` sees them): its fields (name, dtype,\n"
-		"shape, bytes), sample count, and each archive's version and\n"
-		"byte order. A batch file (8-byte header length, then JSON) is\n"
-		"validated as the safetensors spec requires and its header is\n"
-		"printed: fields, dtypes, shapes, data offsets, __metadata__.\n"
-		"\n"
-		"  -v, --verbose  also list every record (name, data offset,\n"
-		"                 size, crc32) and each tensor's storage view\n"
-		"      --verify   read every record through libzip and check its\n"
-		"                 CRC-32 (CRC 0 on a non-empty record means \"not\n"
-		"                 computed\": reported, not a failure)\n"
-		"      --json     print one JSON object: for archives\n"
-		"                 {\"samples\": N, \"fields\": [{\"name\", \"dtype\",\n"
-		"                 \"shape\"}]} (torch dtype names, full shapes);\n"
-		"                 for one batch file its header with torch names\n"
-		"  -h, --help     this help\n"
-		"\n"
-		"Exit status: 0 ok, 1 bad or unreadable input (the reason, file\n"
-		"and byte offset on stderr), 2 bad usage.\n");
+	fprintf(
+	    f,
+	    "usage: batchfs inspect [-v] [--verify] [--json] FILE...\n"
+	    "\n"
+	    "Describe torch.save archives or safetensors batch files.\n"
+	    "Several archives are one dataset (shards concatenated along\n"
+	    "dim 0, as `batchfs mount` sees them): its fields (name, dtype,\n"
+	    "shape, bytes), sample count, and each archive's version and\n"
+	    "byte order. A batch file (8-byte header length, then JSON) is\n"
+	    "validated as the safetensors spec requires and its header is\n"
+	    "printed: fields, dtypes, shapes, data offsets, __metadata__.\n"
+	    "\n"
+	    "  -v, --verbose  also list every record (name, data offset,\n"
+	    "                 size, crc32) and each tensor's storage view\n"
+	    "      --verify   read every record through libzip and check its\n"
+	    "                 CRC-32 (CRC 0 on a non-empty record means \"not\n"
+	    "                 computed\": reported, not a failure)\n"
+	    "      --json     print one JSON object: for archives\n"
+	    "                 {\"samples\": N, \"fields\": [{\"name\", "
+	    "\"dtype\",\n"
+	    "                 \"shape\"}]} (torch dtype names, full shapes);\n"
+	    "                 for one batch file its header with torch names\n"
+	    "  -h, --help     this help\n"
+	    "\n"
+	    "Exit status: 0 ok, 1 bad or unreadable input (the reason, file\n"
+	    "and byte offset on stderr), 2 bad usage.\n");
 }
 
 static int bad_usage(const char *msg, const char *arg)
@@ -831,11 +854,11 @@ static int bad_usage(const char *msg, const char *arg)
 int bfs_cmd_inspect(int argc, char **argv)
 {
 	static const struct option lopts[] = {
-		{"verbose", no_argument, NULL, 'v'},
-		{"verify", no_argument, NULL, 'V'},
-		{"json", no_argument, NULL, 'j'},
-		{"help", no_argument, NULL, 'h'},
-		{0},
+	    {"verbose", no_argument, NULL, 'v'},
+	    {"verify", no_argument, NULL, 'V'},
+	    {"json", no_argument, NULL, 'j'},
+	    {"help", no_argument, NULL, 'h'},
+	    {0},
 	};
 	struct opts o = {0};
 	char **arch = NULL;
@@ -847,10 +870,18 @@ int bfs_cmd_inspect(int argc, char **argv)
 	opterr = 0;
 	while ((c = getopt_long(argc, argv, "+vh", lopts, NULL)) != -1) {
 		switch (c) {
-		case 'v': o.verbose = 1; break;
-		case 'V': o.verify = 1; break;
-		case 'j': o.json = 1; break;
-		case 'h': usage(stdout); return 0;
+		case 'v':
+			o.verbose = 1;
+			break;
+		case 'V':
+			o.verify = 1;
+			break;
+		case 'j':
+			o.json = 1;
+			break;
+		case 'h':
+			usage(stdout);
+			return 0;
 		default:
 			return bad_usage("unknown option", argv[optind - 1]);
 		}

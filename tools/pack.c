@@ -39,18 +39,18 @@
 #include "fs/npy.h"
 #include "tools/cmd.h"
 
-#define CHUNK (1u << 20)
-#define ALIGN 64
-#define U32_MAX 0xFFFFFFFFu
+#define CHUNK	  (1u << 20)
+#define ALIGN	  64
+#define U32_MAX	  0xFFFFFFFFu
 #define DEMO_SIDE 32
 
 /* One tensor to write: from a .npy file or generated (demo). */
 struct input {
 	const char *name;
-	const char *path;	/* NULL for generated data */
+	const char *path; /* NULL for generated data */
 	int fd;
-	struct bfs_npy npy;	/* dtype, shape, data offset/bytes */
-	int demo_kind;		/* 1 images, 2 labels */
+	struct bfs_npy npy; /* dtype, shape, data offset/bytes */
+	int demo_kind;	    /* 1 images, 2 labels */
 };
 
 /* A written record, for the central directory. */
@@ -92,8 +92,9 @@ static uint32_t crc_update(uint32_t crc, const uint8_t *p, size_t n)
 {
 	crc = ~crc;
 	while (n >= 8) {
-		uint32_t a = crc ^ (p[0] | (uint32_t)p[1] << 8 |
-				    (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24);
+		uint32_t a =
+		    crc ^ (p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+			   (uint32_t)p[3] << 24);
 		crc = crc_tab[7][a & 0xFF] ^ crc_tab[6][(a >> 8) & 0xFF] ^
 		      crc_tab[5][(a >> 16) & 0xFF] ^ crc_tab[4][a >> 24] ^
 		      crc_tab[3][p[4]] ^ crc_tab[2][p[5]] ^ crc_tab[1][p[6]] ^
@@ -106,7 +107,8 @@ static uint32_t crc_update(uint32_t crc, const uint8_t *p, size_t n)
 	return ~crc;
 }
 
-/* ---- output primitives ---------------------------------------------------- */
+/* ---- output primitives ----------------------------------------------------
+ */
 
 static void out_bytes(struct out *o, const void *p, size_t n)
 {
@@ -134,8 +136,7 @@ static void out_zeros(struct out *o, size_t n)
 
 /* Local header for record 'name' of 'size' bytes at the current position;
  * returns the record (crc filled in later). */
-static struct rec *begin_record(struct out *o, const char *name,
-				uint64_t size)
+static struct rec *begin_record(struct out *o, const char *name, uint64_t size)
 {
 	struct rec *r = realloc(o->recs, (o->n + 1) * sizeof(*r));
 	size_t nl = strlen(name);
@@ -162,9 +163,9 @@ static struct rec *begin_record(struct out *o, const char *name,
 	start = o->pos + 30 + nl + z64 + 4;
 	pad = (unsigned)((ALIGN - start % ALIGN) % ALIGN);
 	out_le(o, 0x04034b50, 4);
-	out_le(o, 0, 2);	/* version needed: 0, as torch */
+	out_le(o, 0, 2); /* version needed: 0, as torch */
 	out_le(o, r->flags, 2);
-	out_le(o, 0, 2 + 2 + 2);	/* method, time, date */
+	out_le(o, 0, 2 + 2 + 2); /* method, time, date */
 	out_zeros(o, 4 + 4 + 4); /* crc, sizes: in the descriptor */
 	out_le(o, nl, 2);
 	out_le(o, z64 + 4 + pad, 2);
@@ -335,8 +336,8 @@ static int pk_tensor(struct pk *b, const struct input *in, size_t key)
 	snprintf(k, sizeof(k), "%zu", key);
 	rc |= pk_str(b, "ctorch._utils\n_rebuild_tensor_v2\n((");
 	rc |= pk_unicode(b, "storage");
-	rc |= pk_str(b, "ctorch\n") || pk_str(b, di->storage) ||
-	      pk_str(b, "\n");
+	rc |=
+	    pk_str(b, "ctorch\n") || pk_str(b, di->storage) || pk_str(b, "\n");
 	rc |= pk_unicode(b, k) || pk_unicode(b, "cpu") || pk_int(b, numel);
 	rc |= pk_str(b, "tQ") || pk_int(b, 0) || pk_str(b, "(");
 	for (int d = 0; d < in->npy.ndim; d++)
@@ -344,7 +345,8 @@ static int pk_tensor(struct pk *b, const struct input *in, size_t key)
 	rc |= pk_str(b, "t(");
 	for (int d = 0; d < in->npy.ndim; d++)
 		rc |= pk_int(b, stride[d]);
-	rc |= pk_str(b, "t\x89" "ccollections\nOrderedDict\n)RtR");
+	rc |= pk_str(b, "t\x89"
+			"ccollections\nOrderedDict\n)RtR");
 	return rc ? -ENOMEM : 0;
 }
 
@@ -358,16 +360,6 @@ static int build_pickle(struct pk *b, const struct input *in, size_t n)
 }
 
 /* ---- data records -------------------------------------------------------- */
-
-static void swap_chunk(uint8_t *p, size_t n, size_t unit)
-{
-	for (size_t i = 0; i + unit <= n; i += unit)
-		for (size_t a = 0, z = unit - 1; a < z; a++, z--) {
-			uint8_t t = p[i + a];
-			p[i + a] = p[i + z];
-			p[i + z] = t;
-		}
-}
 
 /* Deterministic demo content for bytes [off, off+n) of the images or
  * labels tensor: pixel = a hash of its flat index, label = (i*7) % 10. */
@@ -407,15 +399,16 @@ static int copy_data(struct out *o, struct input *in, size_t key,
 			ssize_t got = pread(in->fd, buf, n,
 					    (off_t)(in->npy.data_off + off));
 			if (got <= 0) {
-				fprintf(stderr, "batchfs pack: %s: read failed "
-						"at offset %" PRIu64 ": %s\n",
+				fprintf(stderr,
+					"batchfs pack: %s: read failed "
+					"at offset %" PRIu64 ": %s\n",
 					in->path, in->npy.data_off + off,
 					got ? strerror(errno) : "file shrank");
 				return -EIO;
 			}
 			n = (size_t)got;
 			if (in->npy.big_endian)
-				swap_chunk(buf, n, di->swap_unit);
+				bfs_npy_byteswap(buf, n, di->swap_unit);
 		} else {
 			demo_fill(in, off, buf, n);
 		}
@@ -432,25 +425,29 @@ static int copy_data(struct out *o, struct input *in, size_t key,
 
 static void usage(FILE *f)
 {
-	fprintf(f,
-		"usage: batchfs pack -o OUT.pt NAME=FILE.npy [NAME=FILE.npy ...]\n"
-		"       batchfs pack --demo N -o OUT.pt\n"
-		"\n"
-		"Write a torch.save archive (torch's exact ZIP64 layout: stored\n"
-		"records, 64-byte aligned data, real CRC-32s) holding a dict of\n"
-		"tensors, one per NAME=FILE.npy, in argument order, so that\n"
-		"torch.load(OUT, weights_only=True) returns {NAME: tensor, ...}.\n"
-		"Inputs are streamed in 1 MiB chunks (they may exceed RAM).\n"
-		"Supported npy dtypes: bool, uint8, int8, int16, int32, int64,\n"
-		"float16, float32, float64, complex64, complex128 (big-endian\n"
-		"files are byte-swapped). Refused: Fortran order, object,\n"
-		"string, structured dtypes, and unsigned types torch lacks.\n"
-		"\n"
-		"  -o, --output OUT.pt  the archive to write (replaced atomically)\n"
-		"      --demo N         a synthetic dataset instead of .npy files:\n"
-		"                       images uint8 [N,3,32,32], labels int64 [N]\n"
-		"                       (deterministic content)\n"
-		"  -h, --help           this help\n");
+	fprintf(
+	    f,
+	    "usage: batchfs pack -o OUT.pt NAME=FILE.npy [NAME=FILE.npy ...]\n"
+	    "       batchfs pack --demo N -o OUT.pt\n"
+	    "\n"
+	    "Write a torch.save archive (torch's exact ZIP64 layout: stored\n"
+	    "records, 64-byte aligned data, real CRC-32s) holding a dict of\n"
+	    "tensors, one per NAME=FILE.npy, in argument order, so that\n"
+	    "torch.load(OUT, weights_only=True) returns {NAME: tensor, ...}.\n"
+	    "Inputs are streamed in 1 MiB chunks (they may exceed RAM).\n"
+	    "Supported npy dtypes: bool, uint8, int8, int16, int32, int64,\n"
+	    "float16, float32, float64, complex64, complex128 (big-endian\n"
+	    "files are byte-swapped). Refused: Fortran order, object,\n"
+	    "string, structured dtypes, and unsigned types torch lacks.\n"
+	    "\n"
+	    "  -o, --output OUT.pt  the archive to write (replaced "
+	    "atomically)\n"
+	    "      --demo N         a synthetic dataset instead of .npy "
+	    "files:\n"
+	    "                       images uint8 [N,3,32,32], labels int64 "
+	    "[N]\n"
+	    "                       (deterministic content)\n"
+	    "  -h, --help           this help\n");
 }
 
 static int bad_usage(const char *msg, const char *arg)
@@ -584,10 +581,10 @@ out_free:
 int bfs_cmd_pack(int argc, char **argv)
 {
 	static const struct option opts[] = {
-		{"output", required_argument, NULL, 'o'},
-		{"demo", required_argument, NULL, 'd'},
-		{"help", no_argument, NULL, 'h'},
-		{0},
+	    {"output", required_argument, NULL, 'o'},
+	    {"demo", required_argument, NULL, 'd'},
+	    {"help", no_argument, NULL, 'h'},
+	    {0},
 	};
 	const char *outp = NULL;
 	int64_t demo = -1;

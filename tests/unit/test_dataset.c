@@ -64,9 +64,9 @@ static void put_str(struct buf *b, const char *s)
 struct tspec {
 	const char *name;
 	enum bfs_dtype dtype;
-	const char *key;     /* storage key */
-	int64_t numel;	     /* storage elements */
-	int64_t offset;	     /* storage offset */
+	const char *key; /* storage key */
+	int64_t numel;	 /* storage elements */
+	int64_t offset;	 /* storage offset */
 	int ndim;
 	int64_t size[4], stride[4];
 };
@@ -103,7 +103,8 @@ static void pk_tensor(struct buf *b, const struct tspec *t)
 	put_str(b, "t(");
 	for (int d = 0; d < t->ndim; d++)
 		pk_int(b, t->stride[d]);
-	put_str(b, "t\x89" "ccollections\nOrderedDict\n)RtR");
+	put_str(b, "t\x89"
+		   "ccollections\nOrderedDict\n)RtR");
 }
 
 static void pk_dict(struct buf *b, const struct tspec *ts, size_t n)
@@ -136,7 +137,7 @@ static void write_zip(const char *path, const struct rec *r, size_t n)
 		size_t nl = strlen(r[i].name);
 		put_le(&b, 0x04034b50, 4);
 		put_zeros(&b, 2 + 2 + 2 + 2 + 2); /* ver, flags, method, t, d */
-		put_le(&b, 0, 4);		   /* crc */
+		put_le(&b, 0, 4);		  /* crc */
 		put_le(&b, r[i].size, 4);
 		put_le(&b, r[i].size, 4);
 		put_le(&b, nl, 2);
@@ -196,7 +197,8 @@ static const char *make_archive(const char *file, const struct tspec *ts,
 	snprintf(r[n].name, sizeof(r[n].name), "arc/data.pkl");
 	r[n].data = pk.p, r[n++].size = pk.n;
 	for (size_t i = 0; i < ns; i++) {
-		snprintf(r[n].name, sizeof(r[n].name), "arc/data/%s", st[i].key);
+		snprintf(r[n].name, sizeof(r[n].name), "arc/data/%s",
+			 st[i].key);
 		r[n].data = st[i].data, r[n++].size = st[i].size;
 	}
 	if (version) {
@@ -245,9 +247,9 @@ static void expect_refusal(const char *const *paths, size_t n,
 
 /* ---- fixtures ----------------------------------------------------------- */
 
-static float xf[5][3];	     /* x: f32 [5,3], contiguous */
-static int64_t yl[5];	     /* y: i64 [5] */
-static float base[4 * 6];    /* a 6x4 storage for strided views */
+static float xf[5][3];	  /* x: f32 [5,3], contiguous */
+static int64_t yl[5];	  /* y: i64 [5] */
+static float base[4 * 6]; /* a 6x4 storage for strided views */
 
 static int setup(void **state)
 {
@@ -271,8 +273,8 @@ static int setup(void **state)
 static const char *simple_archive(const char *file, int64_t y_samples)
 {
 	struct tspec ts[] = {
-		{"x", BFS_DT_FLOAT32, "0", 15, 0, 2, {5, 3}, {3, 1}},
-		{"y", BFS_DT_INT64, "1", 5, 0, 1, {y_samples}, {1}},
+	    {"x", BFS_DT_FLOAT32, "0", 15, 0, 2, {5, 3}, {3, 1}},
+	    {"y", BFS_DT_INT64, "1", 5, 0, 1, {y_samples}, {1}},
 	};
 	struct storage st[] = {{"0", xf, sizeof(xf)}, {"1", yl, sizeof(yl)}};
 	return make_archive(file, ts, 2, st, 2, "3\n", "little", NULL);
@@ -309,18 +311,18 @@ static void contiguous_rows_come_back_in_index_order(void **state)
 static void strided_views_of_one_storage_gather_like_torch(void **state)
 {
 	struct tspec ts[] = {
-		/* base[:, 1:3]: [6,2] stride (4,1) offset 1 */
-		{"slice", BFS_DT_FLOAT32, "0", 24, 1, 2, {6, 2}, {4, 1}},
-		/* base.view(4,6).t(): [6,4] stride (1,6) */
-		{"trans", BFS_DT_FLOAT32, "0", 24, 0, 2, {6, 4}, {1, 6}},
-		/* base[:, ::2] as [6,1,2] stride (4,2,2): size-1 dim inside */
-		{"step", BFS_DT_FLOAT32, "0", 24, 0, 3, {6, 1, 2}, {4, 99, 2}},
-		/* whole storage, contiguous [6,2,2] */
-		{"all", BFS_DT_FLOAT32, "0", 24, 0, 3, {6, 2, 2}, {4, 2, 1}},
+	    /* base[:, 1:3]: [6,2] stride (4,1) offset 1 */
+	    {"slice", BFS_DT_FLOAT32, "0", 24, 1, 2, {6, 2}, {4, 1}},
+	    /* base.view(4,6).t(): [6,4] stride (1,6) */
+	    {"trans", BFS_DT_FLOAT32, "0", 24, 0, 2, {6, 4}, {1, 6}},
+	    /* base[:, ::2] as [6,1,2] stride (4,2,2): size-1 dim inside */
+	    {"step", BFS_DT_FLOAT32, "0", 24, 0, 3, {6, 1, 2}, {4, 99, 2}},
+	    /* whole storage, contiguous [6,2,2] */
+	    {"all", BFS_DT_FLOAT32, "0", 24, 0, 3, {6, 2, 2}, {4, 2, 1}},
 	};
 	struct storage st[] = {{"0", base, sizeof(base)}};
-	const char *p = make_archive("views.pt", ts, 4, st, 1, "3\n", NULL,
-				     NULL);
+	const char *p =
+	    make_archive("views.pt", ts, 4, st, 1, "3\n", NULL, NULL);
 	struct bfs_dataset *ds = open1(p);
 	uint64_t idx[] = {5, 1, 3, 0, 5};
 	float got[5 * 4];
@@ -336,14 +338,17 @@ static void strided_views_of_one_storage_gather_like_torch(void **state)
 			int64_t n2 = t->ndim > 2 ? t->size[2] : 1;
 			for (int64_t a = 0; a < n1; a++)
 				for (int64_t c = 0; c < n2; c++, k++) {
-					int64_t e = t->offset +
-						    (int64_t)idx[i] * t->stride[0] +
-						    a * t->stride[1] +
-						    (t->ndim > 2 ? c * t->stride[2] : 0);
+					int64_t e =
+					    t->offset +
+					    (int64_t)idx[i] * t->stride[0] +
+					    a * t->stride[1] +
+					    (t->ndim > 2 ? c * t->stride[2]
+							 : 0);
 					if (got[k] != base[e])
-						fail_msg("field %s sample %d el %zu: %g != %g",
-							 t->name, (int)idx[i], k,
-							 got[k], base[e]);
+						fail_msg("field %s sample %d "
+							 "el %zu: %g != %g",
+							 t->name, (int)idx[i],
+							 k, got[k], base[e]);
 				}
 		}
 		assert_int_equal(k * 4, 5 * fl->row_bytes);
@@ -358,7 +363,8 @@ static void big_endian_archives_are_swapped_per_element(void **state)
 	float wantc[6] = {1.5f, -2.25f, 3.0f, 4.0f, -0.0f, 1e10f};
 	for (int i = 0; i < 3; i++)
 		for (int k = 0; k < 4; k++)
-			i32be[i * 4 + k] = (uint8_t)((uint32_t)want32[i] >> (24 - 8 * k));
+			i32be[i * 4 + k] =
+			    (uint8_t)((uint32_t)want32[i] >> (24 - 8 * k));
 	for (int i = 0; i < 6; i++) {
 		uint32_t u;
 		memcpy(&u, &wantc[i], 4);
@@ -366,11 +372,12 @@ static void big_endian_archives_are_swapped_per_element(void **state)
 			c64be[i * 4 + k] = (uint8_t)(u >> (24 - 8 * k));
 	}
 	struct tspec ts[] = {
-		{"i", BFS_DT_INT32, "0", 3, 0, 1, {3}, {1}},
-		{"c", BFS_DT_COMPLEX64, "1", 3, 0, 1, {3}, {1}},
-		{"b", BFS_DT_UINT8, "2", 3, 0, 1, {3}, {1}},
+	    {"i", BFS_DT_INT32, "0", 3, 0, 1, {3}, {1}},
+	    {"c", BFS_DT_COMPLEX64, "1", 3, 0, 1, {3}, {1}},
+	    {"b", BFS_DT_UINT8, "2", 3, 0, 1, {3}, {1}},
 	};
-	struct storage st[] = {{"0", i32be, 12}, {"1", c64be, 24}, {"2", u8, 3}};
+	struct storage st[] = {
+	    {"0", i32be, 12}, {"1", c64be, 24}, {"2", u8, 3}};
 	const char *p = make_archive("be.pt", ts, 3, st, 3, "3\n", "big", NULL);
 	struct bfs_dataset *ds = open1(p);
 	struct bfs_shard_info si;
@@ -399,8 +406,8 @@ static void shards_concatenate_along_dim0(void **state)
 	struct bfs_dataset *ds = NULL;
 	struct bfs_error err = {{0}};
 	struct tspec e[] = {
-		{"x", BFS_DT_FLOAT32, "0", 0, 0, 2, {0, 3}, {3, 1}},
-		{"y", BFS_DT_INT64, "1", 0, 0, 1, {0}, {1}},
+	    {"x", BFS_DT_FLOAT32, "0", 0, 0, 2, {0, 3}, {3, 1}},
+	    {"y", BFS_DT_INT64, "1", 0, 0, 1, {0}, {1}},
 	};
 	struct storage est[] = {{"0", "", 0}, {"1", "", 0}};
 	uint64_t idx[] = {9, 0, 5, 4, 3};
@@ -426,14 +433,14 @@ static void refusals_name_the_file_and_the_field(void **state)
 {
 	const char *p;
 	struct tspec scalar[] = {
-		{"x", BFS_DT_FLOAT32, "0", 15, 0, 2, {5, 3}, {3, 1}},
-		{"lr", BFS_DT_FLOAT32, "0", 15, 0, 0, {0}, {0}},
+	    {"x", BFS_DT_FLOAT32, "0", 15, 0, 2, {5, 3}, {3, 1}},
+	    {"lr", BFS_DT_FLOAT32, "0", 15, 0, 0, {0}, {0}},
 	};
 	struct tspec toolong[] = {
-		{"x", BFS_DT_FLOAT32, "0", 16, 0, 2, {5, 3}, {3, 1}},
+	    {"x", BFS_DT_FLOAT32, "0", 16, 0, 2, {5, 3}, {3, 1}},
 	};
 	struct tspec outside[] = {
-		{"x", BFS_DT_FLOAT32, "0", 15, 1, 2, {5, 3}, {3, 1}},
+	    {"x", BFS_DT_FLOAT32, "0", 15, 1, 2, {5, 3}, {3, 1}},
 	};
 	struct storage st[] = {{"0", xf, sizeof(xf)}};
 
@@ -459,12 +466,13 @@ static void refusals_name_the_file_and_the_field(void **state)
 	const char *paths[2];
 	int32_t yi[5] = {0};
 	struct tspec other[] = {
-		{"x", BFS_DT_FLOAT32, "0", 15, 0, 2, {5, 3}, {3, 1}},
-		{"y", BFS_DT_INT32, "1", 5, 0, 1, {5}, {1}},
+	    {"x", BFS_DT_FLOAT32, "0", 15, 0, 2, {5, 3}, {3, 1}},
+	    {"y", BFS_DT_INT32, "1", 5, 0, 1, {5}, {1}},
 	};
 	struct storage ost[] = {{"0", xf, sizeof(xf)}, {"1", yi, sizeof(yi)}};
 	paths[0] = simple_archive("ok.pt", 5);
-	paths[1] = make_archive("int32.pt", other, 2, ost, 2, "3\n", NULL, NULL);
+	paths[1] =
+	    make_archive("int32.pt", other, 2, ost, 2, "3\n", NULL, NULL);
 	expect_refusal(paths, 2, "int32.pt", "'y'");
 }
 
@@ -518,10 +526,11 @@ static void archive_truncated_during_gather_never_crashes(void **state)
 	enum { N = 64, ROW = 64 * 1024 };
 	uint8_t *big = calloc(N, ROW), *dst = malloc(ROW * 8);
 	struct tspec ts[] = {
-		{"x", BFS_DT_UINT8, "0", N * ROW, 0, 2, {N, ROW}, {ROW, 1}},
+	    {"x", BFS_DT_UINT8, "0", N * ROW, 0, 2, {N, ROW}, {ROW, 1}},
 	};
 	struct storage st[] = {{"0", big, (size_t)N * ROW}};
-	const char *p = make_archive("flip.pt", ts, 1, st, 1, "3\n", NULL, NULL);
+	const char *p =
+	    make_archive("flip.pt", ts, 1, st, 1, "3\n", NULL, NULL);
 	struct bfs_dataset *ds = open1(p);
 	struct flip fl = {p, 0, 0};
 	struct stat sb;
@@ -553,13 +562,13 @@ static void archive_truncated_during_gather_never_crashes(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(contiguous_rows_come_back_in_index_order),
-		cmocka_unit_test(strided_views_of_one_storage_gather_like_torch),
-		cmocka_unit_test(big_endian_archives_are_swapped_per_element),
-		cmocka_unit_test(shards_concatenate_along_dim0),
-		cmocka_unit_test(refusals_name_the_file_and_the_field),
-		cmocka_unit_test(truncated_archive_gives_eio_and_names_the_sample),
-		cmocka_unit_test(archive_truncated_during_gather_never_crashes),
+	    cmocka_unit_test(contiguous_rows_come_back_in_index_order),
+	    cmocka_unit_test(strided_views_of_one_storage_gather_like_torch),
+	    cmocka_unit_test(big_endian_archives_are_swapped_per_element),
+	    cmocka_unit_test(shards_concatenate_along_dim0),
+	    cmocka_unit_test(refusals_name_the_file_and_the_field),
+	    cmocka_unit_test(truncated_archive_gives_eio_and_names_the_sample),
+	    cmocka_unit_test(archive_truncated_during_gather_never_crashes),
 	};
 	return cmocka_run_group_tests(tests, setup, NULL);
 }

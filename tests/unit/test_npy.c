@@ -21,11 +21,13 @@ static void written_headers_parse_back_aligned(void **state)
 	for (size_t align = 64; align <= 4096; align *= 64) {
 		for (int nd = 0; nd <= 3; nd++) {
 			ssize_t len = bfs_npy_write_header(
-				buf, sizeof(buf), BFS_DT_FLOAT32, nd, shape, align);
+			    buf, sizeof(buf), BFS_DT_FLOAT32, nd, shape, align);
 			assert_true(len > 0 && len % (ssize_t)align == 0);
 			assert_int_equal(buf[len - 1], '\n');
-			assert_int_equal(bfs_npy_parse((uint8_t *)buf, (size_t)len,
-						       "w", &n, &err), 0);
+			assert_int_equal(bfs_npy_parse((uint8_t *)buf,
+						       (size_t)len, "w", &n,
+						       &err),
+					 0);
 			assert_int_equal(n.dtype, BFS_DT_FLOAT32);
 			assert_int_equal(n.ndim, nd);
 			assert_int_equal(n.data_off, (uint64_t)len);
@@ -38,8 +40,8 @@ static void written_headers_parse_back_aligned(void **state)
 		}
 	}
 	/* bfloat16 has no numpy descr. */
-	assert_int_equal(bfs_npy_write_header(buf, sizeof(buf),
-					      BFS_DT_BFLOAT16, 1, shape, 64),
+	assert_int_equal(bfs_npy_write_header(buf, sizeof(buf), BFS_DT_BFLOAT16,
+					      1, shape, 64),
 			 -EINVAL);
 }
 
@@ -88,27 +90,27 @@ static void bad_headers_are_refused_with_a_reason(void **state)
 	static const struct {
 		const char *dict, *why;
 	} bad[] = {
-		{"{'descr': '<f4', 'fortran_order': True, 'shape': (2,), }",
-		 "Fortran"},
-		{"{'descr': '|O', 'fortran_order': False, 'shape': (2,), }",
-		 "object"},
-		{"{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': "
-		 "(2,), }",
-		 "structured"},
-		{"{'descr': '<f4', 'fortran_order': False, 'shape': (-2,), }",
-		 "dimension"},
-		{"{'descr': '<f4', 'fortran_order': False, 'shape': "
-		 "(99999999999, 99999999999), }",
-		 "overflows"},
-		{"{'descr': '<f4', 'shape': (2,), }", "needs"},
-		{"{'descr': '<f4', 'descr': '<f4', 'fortran_order': False, "
-		 "'shape': (2,)}",
-		 "duplicate"},
-		{"{'descr': '<f4', 'fortran_order': False, 'shape': (2,), "
-		 "'x': 1}",
-		 "unknown key"},
-		{"{'descr': '<f4', 'fortran_order': False, 'shape': (2,)} junk",
-		 "trailing"},
+	    {"{'descr': '<f4', 'fortran_order': True, 'shape': (2,), }",
+	     "Fortran"},
+	    {"{'descr': '|O', 'fortran_order': False, 'shape': (2,), }",
+	     "object"},
+	    {"{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': "
+	     "(2,), }",
+	     "structured"},
+	    {"{'descr': '<f4', 'fortran_order': False, 'shape': (-2,), }",
+	     "dimension"},
+	    {"{'descr': '<f4', 'fortran_order': False, 'shape': "
+	     "(99999999999, 99999999999), }",
+	     "overflows"},
+	    {"{'descr': '<f4', 'shape': (2,), }", "needs"},
+	    {"{'descr': '<f4', 'descr': '<f4', 'fortran_order': False, "
+	     "'shape': (2,)}",
+	     "duplicate"},
+	    {"{'descr': '<f4', 'fortran_order': False, 'shape': (2,), "
+	     "'x': 1}",
+	     "unknown key"},
+	    {"{'descr': '<f4', 'fortran_order': False, 'shape': (2,)} junk",
+	     "trailing"},
 	};
 	uint8_t buf[512];
 
@@ -123,17 +125,16 @@ static void bad_headers_are_refused_with_a_reason(void **state)
 				 err.msg, bad[i].why);
 	}
 	memcpy(buf, "\x93NUMPX", 6);
-	assert_int_equal(bfs_npy_parse(buf, 64, "x", &(struct bfs_npy){0},
-				       NULL),
-			 -EINVAL);
+	assert_int_equal(
+	    bfs_npy_parse(buf, 64, "x", &(struct bfs_npy){0}, NULL), -EINVAL);
 }
 
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(written_headers_parse_back_aligned),
-		cmocka_unit_test(numpy_spellings_are_accepted),
-		cmocka_unit_test(bad_headers_are_refused_with_a_reason),
+	    cmocka_unit_test(written_headers_parse_back_aligned),
+	    cmocka_unit_test(numpy_spellings_are_accepted),
+	    cmocka_unit_test(bad_headers_are_refused_with_a_reason),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
