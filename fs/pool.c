@@ -525,6 +525,9 @@ void bfs_pool_release(struct bfs_pool *p, struct bfs_batch *b)
 	pthread_mutex_lock(&p->lock);
 	if (--b->refs == 0 && !b->in_table)
 		batch_free(p, b);
+	/* Back under budget once an over-budget demand is done with. */
+	if (p->st.cache_bytes > p->o.budget_bytes)
+		make_room(p, 0, UINT64_MAX);
 	pthread_mutex_unlock(&p->lock);
 }
 

@@ -1,0 +1,144 @@
+/* The batch file layout is valid safetensors: u64 LE header length, JSON
+ * starting with '{' padded with spaces to a page boundary, fields ordered by
+ * element size then name, data_offsets tiling the data with no holes. */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "fs/layout.h"
+
+static struct bfs_field f_img = {"images", BFS_DT_UINT8, 3, {3, 2, 2}, 12};
+static struct bfs_field f_lab = {"labels", BFS_DT_INT64, 0, {0}, 8};
+static struct bfs_field f_w = {"w", BFS_DT_FLOAT32, 1, {5}, 20};
+static struct bfs_field f_a = {"a", BFS_DT_INT32, 1, {2}, 8};
+static struct bfs_field f_bf = {"q\"x", BFS_DT_BFLOAT16, 0, {0}, 2};
+
+static void fields_are_ordered_by_element_size_then_name(void **state)
+{
+	const struct bfs_field *fs[] = {&f_img, &f_lab, &f_w, &f_a, &f_bf};
+	struct bfs_layout l;
+
+	assert_int_equal(bfs_layout_init_fields(&l, fs, 5, NULL), 0);
+	assert_string_equal(l.fields[0].f->name, "labels");
+	assert_string_equal(l.fields[1].f->name, "a");
+	assert_string_equal(l.fields[2].f->name, "w");
+	assert_string_equal(l.fields[3].f->name, "q\"x");
+	assert_string_equal(l.fields[4].f->name, "images");
+	assert_int_equal(l.fields[0].ds_index, 1);
+	assert_int_equal(l.row_bytes, 12 + 8 + 20 + 8 + 2);
+	bfs_layout_fini(&l);
+}
+
+static void header_is_exact_json_padded_to_4096(void **state)
+{
+	const struct bfs_field *fs[] = {&f_img, &f_lab, &f_bf};
+	struct bfs_layout l;
+	char json[1024];
+	const char *want =
+		"{\"__metadata__\":{\"format\":\"batchfs/1\",\"epoch\":\"3\","
+		"\"batch\":\"17\"},\"labels\":{\"dtype\":\"I64\",\"shape\":[5],"
+		"\"data_offsets\":[0,40]},\"q\\\"x\":{\"dtype\":\"BF16\","
+		"\"shape\":[5],\"data_offsets\":[40,50]},\"images\":{\"dtype\":"
+		"\"U8\",\"shape\":[5,3,2,2],\"data_offsets\":[50,110]}}";
+
+	assert_int_equal(bfs_layout_init_fields(&l, fs, 3, NULL), 0);
+	assert_int_equal(bfs_layout_json(&l, 3, 17, 5, json, sizeof(json)),
+			 strlen(want));
+	assert_string_equal(json, want);
+	assert_int_equal(bfs_layout_data_offset(&l, 3, 17, 5), 4096);
+	assert_int_equal(bfs_layout_file_size(&l, 3, 17, 5), 4096 + 110);
+	/* a truncated render still reports the full length */
+	assert_int_equal(bfs_layout_json(&l, 3, 17, 5, json, 10),
+			 strlen(want));
+	assert_int_equal(strlen(json), 9);
+	bfs_layout_fini(&l);
+}
+
+static void a_header_bigger_than_a_page_moves_data_to_the_next_page(
+	void **state)
+{
+	enum { N = 120 };
+	static struct bfs_field many[N];
+	const struct bfs_field *fs[N];
+	struct bfs_layout l;
+	size_t json;
+
+	for (int i = 0; i < N; i++) {
+		many[i] = (struct bfs_field){NULL, BFS_DT_FLOAT32, 1, {7}, 28};
+		many[i].name = malloc(16);
+		snprintf(many[i].name, 16, "field_%03d", i);
+		fs[i] = &many[i];
+	}
+	assert_int_equal(bfs_layout_init_fields(&l, fs, N, NULL), 0);
+	json = bfs_layout_json(&l, 0, 0, 9, NULL, 0);
+	assert_true(json + 8 > 4096);
+	assert_int_equal(bfs_layout_data_offset(&l, 0, 0, 9),
+			 (json + 8 + 4095) / 4096 * 4096);
+	assert_int_equal(bfs_layout_file_size(&l, 0, 0, 9),
+			 bfs_layout_data_offset(&l, 0, 0, 9) + 9 * 28 * N);
+	bfs_layout_fini(&l);
+	for (int i = 0; i < N; i++)
+		free(many[i].name);
+}
+
+static void dtypes_without_a_safetensors_code_are_refused_by_name(
+	void **state)
+{
+	struct bfs_field c128 = {"spec", BFS_DT_COMPLEX128, 0, {0}, 16};
+	const struct bfs_field *fs[] = {&f_lab, &c128};
+	struct bfs_layout l;
+	struct bfs_error err = {{0}};
+
+	assert_int_equal(bfs_layout_init_fields(&l, fs, 2, &err), -ENOTSUP);
+	assert_non_null(strstr(err.msg, "spec"));
+	assert_non_null(strstr(err.msg, "complex128"));
+	assert_null(l.fields);
+	bfs_layout_fini(&l); /* idempotent */
+}
+
+static void zero_rows_and_zero_size_fields_make_empty_spans(void **state)
+{
+	struct bfs_field empty = {"e", BFS_DT_FLOAT32, 1, {0}, 0};
+	const struct bfs_field *fs[] = {&empty, &f_lab};
+	struct bfs_layout l;
+	char json[512];
+
+	assert_int_equal(bfs_layout_init_fields(&l, fs, 2, NULL), 0);
+	bfs_layout_json(&l, 0, 0, 4, json, sizeof(json));
+	assert_non_null(strstr(json, "\"e\":{\"dtype\":\"F32\",\"shape\":"
+				     "[4,0],\"data_offsets\":[32,32]}"));
+	assert_int_equal(bfs_layout_file_size(&l, 0, 0, 0), 4096);
+	bfs_layout_fini(&l);
+}
+
+static void json_strings_escape_quotes_backslashes_and_controls(void **state)
+{
+	char buf[64];
+	size_t pos = 0;
+
+	bfs_layout_json_str(buf, sizeof(buf), &pos, "a\"b\\c\n\x01");
+	assert_string_equal(buf, "\"a\\\"b\\\\c\\u000a\\u0001\"");
+	assert_int_equal(pos, strlen(buf));
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(fields_are_ordered_by_element_size_then_name),
+		cmocka_unit_test(header_is_exact_json_padded_to_4096),
+		cmocka_unit_test(
+			a_header_bigger_than_a_page_moves_data_to_the_next_page),
+		cmocka_unit_test(
+			dtypes_without_a_safetensors_code_are_refused_by_name),
+		cmocka_unit_test(
+			zero_rows_and_zero_size_fields_make_empty_spans),
+		cmocka_unit_test(
+			json_strings_escape_quotes_backslashes_and_controls),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,192 @@
+/* The worker pool hands out batches whose bytes equal a direct gather of
+ * the order's indices, from any thread, in any order, under any budget;
+ * a batch not ready within the timeout is -ETIMEDOUT; nothing leaks. */
+#include <errno.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "fs/pool.h"
+
+struct fix {
+	struct bfs_dataset *ds;
+	struct bfs_order *order;
+	struct bfs_layout layout;
+};
+
+static struct fix fx;
+
+/* A demo archive of n samples (labels i64, images u8 [3,32,32]) written by
+ * batchfs pack, opened as dataset with a shuffled order of batch 'bs'. */
+static int setup(void **state)
+{
+	const char *bin = getenv("BATCHFS"), *tmp = getenv("BFS_TEST_TMP");
+	char path[512], cmd[1200];
+	const char *paths[1] = {path};
+	struct bfs_order_opts o = {.sampler = BFS_SAMPLER_RANDOM,
+				   .batch_size = 32, .seed = 5,
+				   .compat = BFS_TORCH_1_13};
+
+	snprintf(path, sizeof(path), "%s/pool_demo.pt", tmp ? tmp : "/tmp");
+	snprintf(cmd, sizeof(cmd), "'%s' pack --demo 300 -o '%s' >/dev/null",
+		 bin, path);
+	if (!bin || system(cmd) != 0)
+		return -1;
+	if (bfs_dataset_open(&fx.ds, paths, 1, NULL) < 0 ||
+	    bfs_layout_init(&fx.layout, fx.ds, NULL) < 0)
+		return -1;
+	o.n = bfs_dataset_samples(fx.ds);
+	return bfs_order_create(&fx.order, &o, NULL);
+}
+
+static int teardown(void **state)
+{
+	bfs_order_destroy(fx.order);
+	bfs_layout_fini(&fx.layout);
+	bfs_dataset_close(fx.ds);
+	return 0;
+}
+
+static struct bfs_pool *pool(uint64_t budget, unsigned prefetch,
+			     unsigned delay_ms, unsigned timeout_ms)
+{
+	struct bfs_pool_opts o = {.workers = 2, .prefetch = prefetch,
+				  .budget_bytes = budget,
+				  .timeout_ms = timeout_ms, .epochs = 4,
+				  .debug_delay_ms = delay_ms};
+	struct bfs_pool *p;
+
+	assert_int_equal(bfs_pool_create(&p, fx.ds, fx.order, &fx.layout, &o),
+			 0);
+	return p;
+}
+
+/* Acquire (e, k) and compare with a direct layout fill. */
+static void expect_batch(struct bfs_pool *p, uint64_t e, uint64_t k,
+			 bool read_all)
+{
+	uint64_t rows = bfs_order_batch_rows(fx.order, k);
+	uint64_t size = bfs_layout_file_size(&fx.layout, e, k, rows);
+	uint64_t *idx = malloc(rows * sizeof(*idx));
+	void *want = malloc(size);
+	struct bfs_batch *b;
+
+	assert_int_equal(bfs_order_batch(fx.order, e, k, idx), 0);
+	assert_int_equal(
+		bfs_layout_fill(&fx.layout, fx.ds, e, k, idx, rows, want), 0);
+	assert_int_equal(bfs_pool_acquire(p, e, k, &b), 0);
+	assert_int_equal(bfs_batch_size(b), size);
+	assert_memory_equal(bfs_batch_data(b), want, size);
+	bfs_pool_served(p, b, size, read_all);
+	bfs_pool_release(p, b);
+	free(want);
+	free(idx);
+}
+
+static void every_batch_equals_a_direct_gather(void **state)
+{
+	struct bfs_pool *p = pool(64 << 20, 4, 0, 30000);
+	uint64_t len = bfs_order_len(fx.order);
+	struct bfs_pool_stats st;
+
+	for (uint64_t e = 0; e < 2; e++)
+		for (uint64_t k = 0; k < len; k++)
+			expect_batch(p, e, k, true);
+	bfs_pool_stats(p, &st);
+	assert_int_equal(st.batches_served, 2 * len);
+	assert_true(st.prefetch_hits > 0);
+	assert_int_equal(st.prefetch_hits + st.prefetch_misses, 2 * len);
+	bfs_pool_destroy(p);
+}
+
+static void out_of_range_batches_are_enoent(void **state)
+{
+	struct bfs_pool *p = pool(64 << 20, 2, 0, 30000);
+	struct bfs_batch *b;
+
+	assert_int_equal(bfs_pool_acquire(p, 0, bfs_order_len(fx.order), &b),
+			 -ENOENT);
+	assert_int_equal(bfs_pool_acquire(p, 4, 0, &b), -ENOENT);
+	assert_null(b);
+	bfs_pool_destroy(p);
+}
+
+static void a_budget_smaller_than_a_batch_still_serves_it_alone(void **state)
+{
+	struct bfs_pool *p = pool(4096, 8, 0, 30000);
+	struct bfs_pool_stats st;
+
+	for (uint64_t k = 0; k < 4; k++)
+		expect_batch(p, 1, k, false); /* never read to the end */
+	bfs_pool_stats(p, &st);
+	assert_true(st.cache_batches <= 1);
+	assert_true(st.prefetch_skipped > 0);
+	bfs_pool_destroy(p);
+}
+
+static void a_slow_batch_times_out(void **state)
+{
+	struct bfs_pool *p = pool(64 << 20, 0, 400, 50);
+	struct bfs_batch *b;
+	struct bfs_pool_stats st;
+
+	assert_int_equal(bfs_pool_acquire(p, 0, 3, &b), -ETIMEDOUT);
+	assert_null(b);
+	bfs_pool_stats(p, &st);
+	assert_int_equal(st.timeouts, 1);
+	bfs_pool_destroy(p); /* joins the worker still gathering */
+}
+
+static void *hammer(void *arg)
+{
+	struct bfs_pool *p = arg;
+	uint64_t len = bfs_order_len(fx.order);
+	unsigned seed = (unsigned)(uintptr_t)pthread_self();
+
+	for (int i = 0; i < 60; i++) {
+		uint64_t e = (uint64_t)rand_r(&seed) % 4;
+		uint64_t k = (uint64_t)rand_r(&seed) % len;
+		expect_batch(p, e, k, rand_r(&seed) % 2);
+	}
+	return NULL;
+}
+
+static void concurrent_readers_under_a_small_budget_get_right_bytes(
+	void **state)
+{
+	struct bfs_pool *p = pool(3 * 110000, 3, 0, 30000);
+	pthread_t t[4];
+	struct bfs_pool_stats st;
+
+	for (int i = 0; i < 4; i++)
+		pthread_create(&t[i], NULL, hammer, p);
+	for (int i = 0; i < 4; i++)
+		pthread_join(t[i], NULL);
+	bfs_pool_stats(p, &st);
+	assert_true(st.cache_bytes <= st.cache_budget_bytes);
+	assert_int_equal(st.errors, 0);
+	bfs_pool_destroy(p);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(every_batch_equals_a_direct_gather),
+		cmocka_unit_test(out_of_range_batches_are_enoent),
+		cmocka_unit_test(
+			a_budget_smaller_than_a_batch_still_serves_it_alone),
+		cmocka_unit_test(a_slow_batch_times_out),
+		cmocka_unit_test(
+			concurrent_readers_under_a_small_budget_get_right_bytes),
+	};
+	if (!getenv("BATCHFS")) {
+		printf("skip: BATCHFS (for batchfs pack) is not set\n");
+		return 77;
+	}
+	return cmocka_run_group_tests(tests, setup, teardown);
+}
