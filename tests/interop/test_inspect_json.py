@@ -52,6 +52,9 @@ def fixtures_match_torch(fx, m):
         want = json.load(open(os.path.join(fx, name + ".json")))
         got = inspect_json(os.path.join(fx, name + ".pt"))
         assert got == want, (name, got, want)
+        # libzip's listing (names, sizes, CRCs) and CRC check agree with ours
+        rc, out, err = run("--verify", os.path.join(fx, name + ".pt"))
+        assert rc == 0 and "every CRC-32 verified" in out, (name, out, err)
         print("ok json %-20s %s" % (name, json.dumps(got)[:70]))
     for name, files in m["sharded"].items():
         sdir = os.path.join(fx, "shards")
