@@ -1,0 +1,230 @@
+/* The namespace is arithmetic and exact: inode numbers round-trip, names
+ * parse strictly, st_size equals the bytes of every file before anything
+ * is materialized, listings enumerate len(DataLoader) batches. */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "fs/tree.h"
+
+static struct bfs_dataset *ds;
+static struct bfs_order *order;
+static struct bfs_layout layout;
+static struct bfs_tree *tree;
+
+/* pack --demo 50 (labels i64, images u8 [3,32,32]), batch 16, no
+ * drop_last: 4 batches, the last of 2 samples; 3 epochs. */
+static int setup(void **state)
+{
+	const char *bin = getenv("BATCHFS"), *tmp = getenv("BFS_TEST_TMP");
+	char path[512], cmd[1200];
+	const char *paths[1] = {path};
+	const char *srcs[1] = {"demo.pt"};
+	struct bfs_order_opts o = {.sampler = BFS_SAMPLER_RANDOM,
+				   .batch_size = 16, .seed = 9,
+				   .compat = BFS_TORCH_1_13};
+	struct bfs_tree_info ti = {.sources = srcs, .nsources = 1,
+				   .epochs = 3, .seed = 9, .shuffle = true,
+				   .sampler = "random", .options = "--x",
+				   .mountpoint = "/m"};
+
+	snprintf(path, sizeof(path), "%s/tree_demo.pt", tmp ? tmp : "/tmp");
+	snprintf(cmd, sizeof(cmd), "'%s' pack --demo 50 -o '%s' >/dev/null",
+		 bin, path);
+	if (!bin || system(cmd) != 0 ||
+	    bfs_dataset_open(&ds, paths, 1, NULL) < 0 ||
+	    bfs_layout_init(&layout, ds, NULL) < 0)
+		return -1;
+	o.n = bfs_dataset_samples(ds);
+	if (bfs_order_create(&order, &o, NULL) < 0)
+		return -1;
+	return bfs_tree_create(&tree, ds, order, &layout, NULL, &ti);
+}
+
+static int teardown(void **state)
+{
+	bfs_tree_destroy(tree);
+	bfs_order_destroy(order);
+	bfs_layout_fini(&layout);
+	bfs_dataset_close(ds);
+	return 0;
+}
+
+static uint64_t ino_of(const char *path)
+{
+	uint64_t ino = 1;
+	char buf[256], *save = NULL;
+	struct stat st;
+
+	snprintf(buf, sizeof(buf), "%s", path);
+	for (char *p = strtok_r(buf, "/", &save); p;
+	     p = strtok_r(NULL, "/", &save)) {
+		if (bfs_tree_lookup(tree, ino, p, &st) < 0)
+			return 0;
+		ino = st.st_ino;
+	}
+	return ino;
+}
+
+static void inode_numbers_round_trip_and_reject_out_of_range(void **state)
+{
+	struct bfs_node n = {BFS_NODE_BATCH, 2, 3}, back;
+
+	assert_int_equal(bfs_tree_decode(tree, bfs_tree_ino(&n), &back), 0);
+	assert_int_equal(back.kind, BFS_NODE_BATCH);
+	assert_int_equal(back.epoch, 2);
+	assert_int_equal(back.batch, 3);
+	n.batch = 4; /* len is 4 */
+	assert_int_equal(bfs_tree_decode(tree, bfs_tree_ino(&n), &back),
+			 -ENOENT);
+	n.batch = 0;
+	n.epoch = 3; /* epochs is 3 */
+	assert_int_equal(bfs_tree_decode(tree, bfs_tree_ino(&n), &back),
+			 -ENOENT);
+	assert_int_equal(bfs_tree_decode(tree, 1, &back), 0);
+	assert_int_equal(back.kind, BFS_NODE_ROOT);
+	assert_int_equal(bfs_tree_decode(tree, 2, &back), -ENOENT);
+	assert_int_equal(ino_of("epoch/2/batch_3"),
+			 bfs_tree_ino(&(struct bfs_node){BFS_NODE_BATCH, 2, 3}));
+}
+
+static void names_parse_strictly(void **state)
+{
+	const char *bad[] = {"epoch/3", "epoch/03", "epoch/-0", "epoch/+1",
+			     "epoch/0/batch_4", "epoch/0/batch_01",
+			     "epoch/0/batch_", "epoch/0/Batch_0", "Readme",
+			     "epoch/0/batch_99999999999999999999999",
+			     "index/0/batch_1x", "README/x"};
+	struct stat st;
+
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		assert_int_equal(ino_of(bad[i]), 0);
+	assert_int_equal(bfs_tree_lookup(tree, ino_of("README"), "x", &st),
+			 -ENOTDIR);
+	assert_true(ino_of("index/2/batch_0") != 0);
+	assert_true(ino_of("epoch/0/batch_0") != 0);
+}
+
+static void sizes_are_exact_before_anything_is_read(void **state)
+{
+	const char *files[] = {"README", "dataset.json", "stats",
+			       "index/0/batch_0", "index/1/batch_3"};
+	struct stat st;
+
+	for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
+		uint64_t ino = ino_of(files[i]);
+		char *text;
+		size_t len;
+
+		assert_int_equal(bfs_tree_getattr(tree, ino, &st), 0);
+		assert_int_equal(bfs_tree_render(tree, ino, &text, &len), 0);
+		assert_int_equal(st.st_size, len);
+		assert_int_equal(strlen(text), len);
+		assert_int_equal(st.st_blksize, 1 << 20);
+		assert_true(S_ISREG(st.st_mode) && !(st.st_mode & 0222));
+		free(text);
+	}
+	/* a batch: header page + 16 rows of 8 + 3072 bytes; the last: 2 */
+	assert_int_equal(bfs_tree_getattr(tree, ino_of("epoch/1/batch_0"), &st),
+			 0);
+	assert_int_equal(st.st_size, 4096 + 16 * 3080);
+	assert_int_equal(bfs_tree_getattr(tree, ino_of("epoch/1/batch_3"), &st),
+			 0);
+	assert_int_equal(st.st_size, 4096 + 2 * 3080);
+}
+
+static void listings_enumerate_every_entry_once(void **state)
+{
+	char name[64];
+	struct stat st;
+	uint64_t off = 0;
+	int rc;
+
+	while ((rc = bfs_tree_dirent(tree, ino_of("epoch/1"), off, name,
+				     sizeof(name), &st)) == 1) {
+		if (off >= 2) {
+			char want[32], path[48];
+			snprintf(want, sizeof(want), "batch_%llu",
+				 (unsigned long long)(off - 2));
+			assert_string_equal(name, want);
+			snprintf(path, sizeof(path), "epoch/1/%s", want);
+			assert_int_equal(st.st_ino, ino_of(path));
+		}
+		off++;
+	}
+	assert_int_equal(rc, 0);
+	assert_int_equal(off, 2 + 4);
+	for (off = 0; bfs_tree_dirent(tree, 1, off, name, sizeof(name), &st);)
+		off++;
+	assert_int_equal(off, 2 + 5);
+	for (off = 0;
+	     bfs_tree_dirent(tree, ino_of("epoch"), off, name, sizeof(name), &st);)
+		off++;
+	assert_int_equal(off, 2 + 3);
+	assert_int_equal(bfs_tree_dirent(tree, ino_of("README"), 0, name,
+					 sizeof(name), &st),
+			 -ENOTDIR);
+}
+
+static void index_files_list_the_batch_indices(void **state)
+{
+	uint64_t idx[16];
+	char *text, *p;
+	size_t len;
+
+	assert_int_equal(bfs_order_batch(order, 2, 1, idx), 0);
+	assert_int_equal(
+		bfs_tree_render(tree, ino_of("index/2/batch_1"), &text, &len), 0);
+	p = text;
+	for (int i = 0; i < 16; i++) {
+		assert_int_equal(strtoull(p, &p, 10), idx[i]);
+		assert_true(*p++ == '\n');
+	}
+	assert_true(*p == '\0');
+	free(text);
+}
+
+static void dataset_json_and_readme_describe_the_mount(void **state)
+{
+	char *text;
+	size_t len;
+
+	assert_int_equal(bfs_tree_render(tree, ino_of("dataset.json"), &text,
+					 &len),
+			 0);
+	assert_non_null(strstr(text, "\"batches_per_epoch\": 4,"));
+	assert_non_null(strstr(text, "\"samples\": 50,"));
+	assert_non_null(strstr(text, "\"seed\": 9,"));
+	assert_non_null(strstr(text, "manual_seed(9)"));
+	assert_non_null(strstr(text, "\"header_size\": 4096"));
+	free(text);
+	assert_int_equal(bfs_tree_render(tree, ino_of("README"), &text, &len),
+			 0);
+	assert_non_null(strstr(text, "DataLoader("));
+	assert_non_null(strstr(text, "def read_batch(path):"));
+	free(text);
+	assert_int_equal(bfs_tree_render(tree, ino_of("epoch"), &text, &len),
+			 -EISDIR);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(inode_numbers_round_trip_and_reject_out_of_range),
+		cmocka_unit_test(names_parse_strictly),
+		cmocka_unit_test(sizes_are_exact_before_anything_is_read),
+		cmocka_unit_test(listings_enumerate_every_entry_once),
+		cmocka_unit_test(index_files_list_the_batch_indices),
+		cmocka_unit_test(dataset_json_and_readme_describe_the_mount),
+	};
+	if (!getenv("BATCHFS")) {
+		printf("skip: BATCHFS (for batchfs pack) is not set\n");
+		return 77;
+	}
+	return cmocka_run_group_tests(tests, setup, teardown);
+}
