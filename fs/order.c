@@ -123,7 +123,8 @@ static int validate(const struct bfs_order_opts *p, struct bfs_error *err)
 			       "batch_size should be a positive integer "
 			       "value, but got batch_size=%" PRIu64,
 			       p->batch_size);
-	if (p->compat != BFS_TORCH_1_13 && p->compat != BFS_TORCH_2_7)
+	if (p->compat != 0 && p->compat != BFS_TORCH_1_13 &&
+	    p->compat != BFS_TORCH_2_7)
 		return invalid(err, "unknown torch_compat %" PRIu64,
 			       (uint64_t)p->compat);
 	if (p->generator_state && (p->sampler == BFS_SAMPLER_SEQUENTIAL ||
@@ -204,7 +205,7 @@ static int setup_weights(struct bfs_order *o, struct bfs_error *err)
 				     "number of categories cannot exceed 2^24 "
 				     "(got %zu weights)",
 				     n);
-	if (p->num_samples == 1 && p->compat != BFS_TORCH_1_13)
+	if (p->num_samples == 1 && p->compat == BFS_TORCH_2_7)
 		return invalid(err,
 			       "WeightedRandomSampler with num_samples="
 			       "%" PRIu64 " uses torch's exponential_(), "
@@ -337,6 +338,8 @@ int bfs_order_create(struct bfs_order **out, const struct bfs_order_opts *p,
 	if (!o)
 		return -ENOMEM;
 	o->opt = *p;
+	if (!o->opt.compat) /* zero-initialised options: the default */
+		o->opt.compat = BFS_TORCH_1_13;
 	o->opt.subset = NULL;
 	o->opt.weights = NULL;
 	o->opt.generator_state = NULL;

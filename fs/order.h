@@ -44,7 +44,7 @@ struct bfs_order_opts {
 	/* DISTRIBUTED: */
 	uint32_t world_size, rank;
 	bool shuffle;
-	enum bfs_torch_compat compat;
+	enum bfs_torch_compat compat; /* 0 = BFS_TORCH_1_13 */
 	/* Optional torch.Generator.get_state() bytes (5056) to start from
 	 * instead of manual_seed(seed); NULL = use seed. */
 	const uint8_t *generator_state;
@@ -75,8 +75,7 @@ uint64_t bfs_order_batch_rows(const struct bfs_order *o, uint64_t k);
  * epoch's order; it returns as soon as batch k is known (forward
  * Fisher-Yates fixes a[i] after step i). Returns 0, -ENOENT when k >= len,
  * -ENOMEM. */
-int bfs_order_batch(struct bfs_order *o, uint64_t e, uint64_t k,
-		    uint64_t *idx);
+int bfs_order_batch(struct bfs_order *o, uint64_t e, uint64_t k, uint64_t *idx);
 
 /* The equivalent PyTorch construction, one line of Python, e.g.
  * "DataLoader(ds, batch_size=256, shuffle=True, drop_last=False,

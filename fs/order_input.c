@@ -2,9 +2,9 @@
  *
  * Every file is read whole (they are small next to a dataset: 8 bytes per
  * index). Text: one value per line, surrounding blanks and blank lines
- * ignored. .npy: a minimal reader of the format's version 1-3 header
- * ('descr', 'fortran_order', 'shape') for 1-D arrays of the few dtypes these
- * options take; anything else is refused with the byte offset and reason.
+ * ignored. .npy: fs/npy parses the header; 1-D arrays of the few dtypes
+ * these options take are accepted, anything else is refused with the byte
+ * offset and reason.
  * No shared state. */
 #include "fs/order_input.h"
 
@@ -12,6 +12,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "fs/npy.h"
 
 #define MAX_INPUT_BYTES (1ull << 36)
 #define MAX_STATE_BYTES (1u << 20)
@@ -70,77 +72,43 @@ struct npy {
 	size_t offset; /* of the data */
 };
 
-/* Find "'key':" in the header dict and return what follows it. */
-static const char *npy_key(const char *hdr, const char *key)
-{
-	char pat[32];
-	const char *p;
-
-	snprintf(pat, sizeof(pat), "'%s':", key);
-	p = strstr(hdr, pat);
-	if (!p)
-		return NULL;
-	p += strlen(pat);
-	while (*p == ' ')
-		p++;
-	return p;
-}
-
+/* fs/npy parses the header; these options take 1-D int32/int64/float32/
+ * float64 arrays only. */
 static int npy_header(const char *path, const char *buf, size_t len,
 		      struct npy *h, struct bfs_error *err)
 {
-	const unsigned char *u = (const unsigned char *)buf;
-	size_t hlen, start;
-	char hdr[4096], *end;
-	const char *d, *s;
+	struct bfs_npy np;
+	int rc = bfs_npy_parse((const uint8_t *)buf, len, path, &np, err);
 
-	if (len < 10 || (u[6] != 1 && u[6] != 2 && u[6] != 3))
-		return bfs_error_set(err, -EINVAL, path, 6,
-				     "unsupported .npy version");
-	start = u[6] == 1 ? 10 : 12;
-	hlen = u[6] == 1 ? (size_t)(u[8] | u[9] << 8)
-			 : (size_t)u[8] | (size_t)u[9] << 8 |
-			       (size_t)u[10] << 16 | (size_t)u[11] << 24;
-	if (len < start || hlen >= sizeof(hdr) || hlen > len - start)
-		return bfs_error_set(err, -EINVAL, path, 8,
-				     ".npy header length %zu runs past the "
-				     "file (%zu bytes)",
-				     hlen, len);
-	memcpy(hdr, buf + start, hlen);
-	hdr[hlen] = 0;
-	h->offset = start + hlen;
-	d = npy_key(hdr, "descr");
-	if (!d || strlen(d) < 5 || d[0] != '\'' || d[4] != '\'' ||
-	    !strchr("<>|=", d[1]) || (d[2] != 'i' && d[2] != 'f') ||
-	    (d[3] != '4' && d[3] != '8'))
-		return bfs_error_set(err, -EINVAL, path, start,
+	if (rc == -EAGAIN)
+		return bfs_error_set(err, -EINVAL, path, len,
+				     ".npy header runs past the end of the "
+				     "file");
+	if (rc)
+		return rc;
+	h->swap = np.big_endian;
+	h->kind =
+	    np.dtype == BFS_DT_INT32 || np.dtype == BFS_DT_INT64 ? 'i' : 'f';
+	h->size =
+	    np.dtype == BFS_DT_INT32 || np.dtype == BFS_DT_FLOAT32 ? 4 : 8;
+	if (np.dtype != BFS_DT_INT32 && np.dtype != BFS_DT_INT64 &&
+	    np.dtype != BFS_DT_FLOAT32 && np.dtype != BFS_DT_FLOAT64)
+		return bfs_error_set(err, -EINVAL, path, 10,
 				     ".npy dtype must be one of int32, int64, "
-				     "float32, float64 (header: %s)",
-				     hdr);
-	h->swap = d[1] == '>';
-	h->kind = d[2];
-	h->size = d[3] - '0';
-	s = npy_key(hdr, "fortran_order");
-	if (!s)
-		return bfs_error_set(err, -EINVAL, path, start,
-				     ".npy header lacks fortran_order");
-	s = npy_key(hdr, "shape");
-	if (!s || *s != '(')
-		return bfs_error_set(err, -EINVAL, path, start,
-				     ".npy header lacks a shape");
-	errno = 0;
-	h->count = strtoull(s + 1, &end, 10);
-	while (*end == ' ')
-		end++;
-	if (errno || end == s + 1 || *end != ',' ||
-	    (end[1] != ')' && !(end[1] == ' ' && end[2] == ')')))
-		return bfs_error_set(err, -EINVAL, path, start,
-				     ".npy array must be 1-D (shape %.40s)", s);
-	if (h->count > (len - h->offset) / (size_t)h->size)
-		return bfs_error_set(err, -EINVAL, path, h->offset,
+				     "float32, float64");
+	if (np.ndim != 1)
+		return bfs_error_set(err, -EINVAL, path, 10,
+				     ".npy array must be 1-D (it has %d "
+				     "dimensions)",
+				     np.ndim);
+	if (np.data_bytes > len - np.data_off)
+		return bfs_error_set(err, -EINVAL, path, np.data_off,
 				     ".npy data holds %zu bytes, the shape "
-				     "needs %zu",
-				     len - h->offset, h->count * h->size);
+				     "needs %llu",
+				     len - (size_t)np.data_off,
+				     (unsigned long long)np.data_bytes);
+	h->count = (size_t)np.shape[0];
+	h->offset = (size_t)np.data_off;
 	return 0;
 }
 
@@ -191,7 +159,7 @@ static int load_numbers(const char *path, int want_int, void **out, size_t *n,
 	char *buf = NULL, *line, *end;
 	size_t len, count = 0, cap = 0, lineno = 0;
 	uint64_t *vals = NULL;
-	struct npy h;
+	struct npy h = {0};
 	int rc;
 
 	rc = slurp(path, MAX_INPUT_BYTES, &buf, &len, err);

@@ -1,0 +1,432 @@
+/* fs/order: torch's randperm through the engine, batch arithmetic, random
+ * access, thread safety, validation messages, and the input files.
+ *
+ * Values from torch 1.13.1 (/usr/bin/python3):
+ *   for s in [0, 42, 2**32+42]:
+ *       print(torch.randperm(10,
+ * generator=torch.Generator().manual_seed(s)).tolist()) p =
+ * torch.randperm(10**8, generator=torch.Generator().manual_seed(12345))
+ *   p.numpy().astype('<u4').tofile('perm.u4')
+ * and FNV-1a 64 (offset 0xcbf29ce484222325, prime 0x100000001b3) over the
+ * bytes of perm.u4 (each value as little-endian uint32) = 0x8ec63e7f1936d92d,
+ * computed with a 5-line C loop over the file.
+ * The sampler form RandomSampler(ds, num_samples=n, generator=g) draws
+ * nothing before its randperm, so epoch 0 is torch.randperm(n, g) itself. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "fs/order.h"
+#include "fs/order_input.h"
+
+static struct bfs_order *make(const struct bfs_order_opts *o)
+{
+	struct bfs_error err = {{0}};
+	struct bfs_order *ord = NULL;
+	int rc = bfs_order_create(&ord, o, &err);
+
+	if (rc)
+		fail_msg("bfs_order_create: %s", err.msg);
+	return ord;
+}
+
+static struct bfs_order_opts perm_opts(uint64_t n, uint64_t seed, uint64_t bs)
+{
+	struct bfs_order_opts o = {
+	    .sampler = BFS_SAMPLER_RANDOM,
+	    .n = n,
+	    .num_samples = n,
+	    .batch_size = bs,
+	    .seed = seed,
+	    .compat = BFS_TORCH_1_13,
+	};
+	return o;
+}
+
+static void randperm_of_ten_matches_torch(void **state)
+{
+	static const struct {
+		uint64_t seed, p[10];
+	} k[] = {
+	    {0, {4, 1, 7, 5, 3, 9, 0, 8, 6, 2}},
+	    {42, {2, 6, 1, 8, 4, 5, 0, 9, 3, 7}},
+	    {(1ull << 32) + 42, {2, 6, 1, 8, 4, 5, 0, 9, 3, 7}},
+	};
+	uint64_t idx[10];
+
+	for (size_t i = 0; i < sizeof(k) / sizeof(k[0]); i++) {
+		struct bfs_order_opts o = perm_opts(10, k[i].seed, 10);
+		struct bfs_order *ord = make(&o);
+
+		assert_int_equal(bfs_order_batch(ord, 0, 0, idx), 0);
+		assert_memory_equal(idx, k[i].p, sizeof(idx));
+		bfs_order_destroy(ord);
+	}
+}
+
+static void randperm_of_1e8_hashes_like_torch(void **state)
+{
+	const uint64_t n = 100000000, bs = 1 << 20;
+	struct bfs_order_opts o = perm_opts(n, 12345, bs);
+	struct bfs_order *ord = make(&o);
+	uint64_t *idx = malloc(bs * sizeof(*idx)), h = 0xcbf29ce484222325ull;
+
+	assert_non_null(idx);
+	for (uint64_t k = 0; k < bfs_order_len(ord); k++) {
+		uint64_t rows = bfs_order_batch_rows(ord, k);
+
+		assert_int_equal(bfs_order_batch(ord, 0, k, idx), 0);
+		for (uint64_t r = 0; r < rows; r++)
+			for (int b = 0; b < 4; b++)
+				h = (h ^ ((idx[r] >> (8 * b)) & 0xff)) *
+				    0x100000001b3ull;
+	}
+	assert_int_equal(h, 0x8ec63e7f1936d92dull);
+	free(idx);
+	bfs_order_destroy(ord);
+}
+
+static void len_and_rows_follow_drop_last(void **state)
+{
+	struct bfs_order_opts o = {.n = 10, .batch_size = 4};
+	struct bfs_order *ord = make(&o);
+	uint64_t idx[4];
+
+	assert_int_equal(bfs_order_len(ord), 3);
+	assert_int_equal(bfs_order_batch_rows(ord, 0), 4);
+	assert_int_equal(bfs_order_batch_rows(ord, 2), 2);
+	assert_int_equal(bfs_order_batch_rows(ord, 3), 0);
+	assert_int_equal(bfs_order_batch(ord, 0, 2, idx), 0);
+	assert_int_equal(idx[0], 8);
+	assert_int_equal(idx[1], 9);
+	assert_int_equal(bfs_order_batch(ord, 0, 3, idx), -ENOENT);
+	bfs_order_destroy(ord);
+	o.drop_last = true;
+	o.sampler = BFS_SAMPLER_RANDOM;
+	ord = make(&o);
+	assert_int_equal(bfs_order_len(ord), 2);
+	assert_int_equal(bfs_order_batch_rows(ord, 1), 4);
+	assert_int_equal(bfs_order_batch(ord, 5, 2, idx), -ENOENT);
+	bfs_order_destroy(ord);
+	/* Distributed with fewer samples than ranks, drop_last: nothing. */
+	o.sampler = BFS_SAMPLER_DISTRIBUTED;
+	o.n = 3;
+	o.world_size = 8;
+	o.rank = 7;
+	ord = make(&o);
+	assert_int_equal(bfs_order_len(ord), 0);
+	bfs_order_destroy(ord);
+}
+
+/* All batches of epochs [0, epochs) into out[e][k * bs + r]. */
+static void all_batches(struct bfs_order *ord, uint64_t epochs, uint64_t bs,
+			uint64_t *out)
+{
+	uint64_t per_epoch = bfs_order_len(ord) * bs;
+
+	for (uint64_t e = 0; e < epochs; e++)
+		for (uint64_t k = 0; k < bfs_order_len(ord); k++)
+			assert_int_equal(
+			    bfs_order_batch(ord, e, k,
+					    out + e * per_epoch + k * bs),
+			    0);
+}
+
+static void epoch_7_batch_3_cold_equals_sequential(void **state)
+{
+	struct bfs_order_opts o = {
+	    .sampler = BFS_SAMPLER_RANDOM,
+	    .n = 5003,
+	    .batch_size = 64,
+	    .seed = 99,
+	};
+	struct bfs_order *seq = make(&o), *cold = make(&o);
+	uint64_t *all = calloc(8 * bfs_order_len(seq) * 64, sizeof(*all));
+	uint64_t idx[64];
+
+	all_batches(seq, 8, 64, all);
+	assert_int_equal(bfs_order_batch(cold, 7, 3, idx), 0);
+	assert_memory_equal(idx, all + 7 * bfs_order_len(seq) * 64 + 3 * 64,
+			    sizeof(idx));
+	/* Going back to epoch 2 after the cache moved on still agrees. */
+	for (uint64_t e = 3; e < 7; e++)
+		assert_int_equal(bfs_order_batch(cold, e, 0, idx), 0);
+	assert_int_equal(bfs_order_batch(cold, 2, 5, idx), 0);
+	assert_memory_equal(idx, all + 2 * bfs_order_len(seq) * 64 + 5 * 64,
+			    sizeof(idx));
+	free(all);
+	bfs_order_destroy(seq);
+	bfs_order_destroy(cold);
+}
+
+struct worker {
+	struct bfs_order *ord;
+	uint64_t *out;
+	unsigned seed;
+};
+
+#define T_EPOCHS 6
+#define T_BS	 1000
+
+/* Walks every (epoch, batch) in a thread-specific shuffled order. */
+static void *worker_main(void *arg)
+{
+	struct worker *w = arg;
+	uint64_t len = bfs_order_len(w->ord), total = T_EPOCHS * len;
+	uint64_t *jobs = malloc(total * sizeof(*jobs));
+
+	for (uint64_t j = 0; j < total; j++)
+		jobs[j] = j;
+	for (uint64_t j = total - 1; j > 0; j--) {
+		uint64_t z = rand_r(&w->seed) % (j + 1), t = jobs[j];
+
+		jobs[j] = jobs[z];
+		jobs[z] = t;
+	}
+	for (uint64_t j = 0; j < total; j++) {
+		uint64_t e = jobs[j] / len, k = jobs[j] % len;
+
+		if (bfs_order_batch(w->ord, e, k,
+				    w->out + (e * len + k) * T_BS))
+			break;
+	}
+	free(jobs);
+	return NULL;
+}
+
+static void four_threads_get_the_sequential_answer(void **state)
+{
+	struct bfs_order_opts o = perm_opts(200003, 5, T_BS);
+	struct bfs_order *ref, *shared;
+	struct worker w[4];
+	pthread_t th[4];
+	uint64_t len, *want;
+
+	o.num_samples = 0; /* shuffle form: 2 words + tail per epoch */
+	ref = make(&o);
+	shared = make(&o);
+	len = bfs_order_len(ref);
+	want = calloc(T_EPOCHS * len * T_BS, sizeof(*want));
+	all_batches(ref, T_EPOCHS, T_BS, want);
+	for (int i = 0; i < 4; i++) {
+		w[i].ord = shared;
+		w[i].seed = (unsigned)i + 1;
+		w[i].out = calloc(T_EPOCHS * len * T_BS, sizeof(uint64_t));
+		pthread_create(&th[i], NULL, worker_main, &w[i]);
+	}
+	for (int i = 0; i < 4; i++) {
+		pthread_join(th[i], NULL);
+		assert_memory_equal(w[i].out, want,
+				    T_EPOCHS * len * T_BS * sizeof(*want));
+		free(w[i].out);
+	}
+	free(want);
+	bfs_order_destroy(ref);
+	bfs_order_destroy(shared);
+}
+
+static void expect_refusal(struct bfs_order_opts *o, const char *needle)
+{
+	struct bfs_error err = {{0}};
+	struct bfs_order *ord = NULL;
+
+	assert_int_equal(bfs_order_create(&ord, o, &err), -EINVAL);
+	assert_null(ord);
+	if (!strstr(err.msg, needle))
+		fail_msg("message '%s' lacks '%s'", err.msg, needle);
+}
+
+static void bad_options_are_refused_like_pytorch(void **state)
+{
+	int64_t sub[] = {0, 5, 10};
+	double w[4] = {1, 2, NAN, 1}, zero[4] = {0};
+	uint8_t blob[10] = {0};
+	struct bfs_order_opts o = {.n = 10, .batch_size = 0};
+
+	expect_refusal(&o, "batch_size should be a positive integer");
+	o.batch_size = 2;
+	o.sampler = BFS_SAMPLER_DISTRIBUTED;
+	o.world_size = 4;
+	o.rank = 4;
+	expect_refusal(&o, "Invalid rank 4, rank should be in the interval "
+			   "[0, 3]");
+	o.sampler = BFS_SAMPLER_SUBSET;
+	o.subset = sub;
+	o.subset_len = 3;
+	expect_refusal(&o, "index 10 at position 2 is outside the dataset");
+	o.sampler = BFS_SAMPLER_WEIGHTED;
+	o.n = 4;
+	o.weights = w;
+	o.weights_len = 4;
+	expect_refusal(&o, "needs num_samples >= 1");
+	o.num_samples = 3;
+	expect_refusal(&o, "weight 2 is nan");
+	w[2] = -1;
+	expect_refusal(&o, "weight 2 is -1");
+	o.weights = zero;
+	expect_refusal(&o, "sum of probabilities <= 0");
+	o.weights = w;
+	w[2] = 1;
+	o.weights_len = 3;
+	expect_refusal(&o, "3 weights for a dataset of 4 samples");
+	o.weights_len = 4;
+	o.num_samples = 1;
+	o.compat = BFS_TORCH_2_7;
+	expect_refusal(&o, "only torch_compat 1.13");
+	o.compat = BFS_TORCH_1_13;
+	o.sampler = BFS_SAMPLER_RANDOM;
+	o.n = 0;
+	expect_refusal(&o, "num_samples should be a positive integer");
+	o.n = 4;
+	o.generator_state = blob;
+	o.generator_state_len = sizeof(blob);
+	expect_refusal(&o, "generator state is 10 bytes");
+	o.sampler = BFS_SAMPLER_DISTRIBUTED;
+	o.rank = 0;
+	expect_refusal(&o, "a generator state has no use");
+}
+
+static void weights_beyond_2_pow_24_are_refused(void **state)
+{
+	size_t n = (1u << 24) + 1;
+	double *w = calloc(n, sizeof(*w));
+	struct bfs_order_opts o = {
+	    .sampler = BFS_SAMPLER_WEIGHTED,
+	    .n = n,
+	    .batch_size = 1,
+	    .num_samples = 5,
+	    .weights = w,
+	    .weights_len = n,
+	};
+
+	w[0] = 1;
+	expect_refusal(&o, "number of categories cannot exceed 2^24");
+	free(w);
+}
+
+static void describe_writes_the_pytorch_call(void **state)
+{
+	struct bfs_order_opts o = {
+	    .sampler = BFS_SAMPLER_RANDOM,
+	    .n = 100,
+	    .batch_size = 256,
+	    .seed = 7,
+	};
+	struct bfs_order *ord = make(&o);
+	char buf[512];
+
+	bfs_order_describe(ord, buf, sizeof(buf));
+	assert_string_equal(buf, "DataLoader(ds, batch_size=256, shuffle=True, "
+				 "drop_last=False, generator=torch.Generator()."
+				 "manual_seed(7))");
+	bfs_order_destroy(ord);
+	o.replacement = true;
+	o.num_samples = 30;
+	o.drop_last = true;
+	ord = make(&o);
+	bfs_order_describe(ord, buf, sizeof(buf));
+	assert_string_equal(buf,
+			    "DataLoader(ds, batch_size=256, drop_last=True, "
+			    "sampler=RandomSampler(ds, replacement=True, "
+			    "num_samples=30, generator=torch.Generator()."
+			    "manual_seed(7)))");
+	/* Truncation reports the full length, like snprintf. */
+	assert_int_equal(bfs_order_describe(ord, buf, 8), strlen(buf));
+	assert_string_equal(buf, "DataLoa");
+	bfs_order_destroy(ord);
+}
+
+static char *write_file(const char *name, const void *data, size_t len)
+{
+	static char path[256];
+	const char *dir = getenv("BFS_TEST_TMP");
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/%s", dir ? dir : "/tmp", name);
+	f = fopen(path, "wb");
+	assert_non_null(f);
+	assert_int_equal(fwrite(data, 1, len, f), len);
+	fclose(f);
+	return path;
+}
+
+static void input_files_load_text_npy_and_state(void **state)
+{
+	static const char npy_hdr[] =
+	    "\x93NUMPY\x01\x00\x76\x00{'descr': '<i4', 'fortran_order': "
+	    "False, 'shape': (3,), }";
+	char npy[128 + 12] = {0}, *path;
+	int32_t vals[3] = {7, -1, 300000};
+	struct bfs_error err = {{0}};
+	int64_t *idx;
+	double *w;
+	uint8_t *st;
+	size_t n;
+
+	path = write_file("i.txt", "3\n  14 \n\n15\n", 12);
+	assert_int_equal(bfs_order_load_indices(path, &idx, &n, &err), 0);
+	assert_int_equal(n, 3);
+	assert_int_equal(idx[2], 15);
+	free(idx);
+	path = write_file("bad.txt", "3\n1x\n", 5);
+	assert_int_equal(bfs_order_load_indices(path, &idx, &n, &err), -EINVAL);
+	assert_non_null(strstr(err.msg, "bad.txt: line 2: '1x' is not an "
+					"integer"));
+	memset(&err, 0, sizeof(err));
+	memset(npy, ' ', 128);
+	memcpy(npy, npy_hdr, sizeof(npy_hdr) - 1);
+	npy[127] = '\n';
+	memcpy(npy + 128, vals, sizeof(vals));
+	path = write_file("i.npy", npy, 128 + sizeof(vals));
+	assert_int_equal(bfs_order_load_indices(path, &idx, &n, &err), 0);
+	assert_int_equal(n, 3);
+	assert_int_equal(idx[0], 7);
+	assert_int_equal(idx[1], -1);
+	assert_int_equal(idx[2], 300000);
+	free(idx);
+	assert_int_equal(bfs_order_load_weights(path, &w, &n, &err), -EINVAL);
+	assert_non_null(strstr(err.msg, ".npy holds integers, expected "
+					"floats"));
+	memset(&err, 0, sizeof(err));
+	path = write_file("short.npy", npy, 128 + 4);
+	assert_int_equal(bfs_order_load_indices(path, &idx, &n, &err), -EINVAL);
+	assert_non_null(strstr(err.msg, "short.npy"));
+	path = write_file("w.txt", "0.5\n1e-3\n", 9);
+	assert_int_equal(bfs_order_load_weights(path, &w, &n, &err), 0);
+	assert_int_equal(n, 2);
+	assert_true(w[1] == 1e-3);
+	free(w);
+	path = write_file("s.bin", "abc", 3);
+	assert_int_equal(bfs_order_load_state(path, &st, &n, &err), 0);
+	assert_int_equal(n, 3);
+	assert_memory_equal(st, "abc", 3);
+	free(st);
+	memset(&err, 0, sizeof(err));
+	assert_int_equal(bfs_order_load_state("/nonexistent/x", &st, &n, &err),
+			 -ENOENT);
+	assert_non_null(strstr(err.msg, "/nonexistent/x: cannot open"));
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(randperm_of_ten_matches_torch),
+	    cmocka_unit_test(randperm_of_1e8_hashes_like_torch),
+	    cmocka_unit_test(len_and_rows_follow_drop_last),
+	    cmocka_unit_test(epoch_7_batch_3_cold_equals_sequential),
+	    cmocka_unit_test(four_threads_get_the_sequential_answer),
+	    cmocka_unit_test(bad_options_are_refused_like_pytorch),
+	    cmocka_unit_test(weights_beyond_2_pow_24_are_refused),
+	    cmocka_unit_test(describe_writes_the_pytorch_call),
+	    cmocka_unit_test(input_files_load_text_npy_and_state),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
