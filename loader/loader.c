@@ -613,7 +613,7 @@ static int scan_dir(const struct bfs_loader *L, const char *dir,
 		(*ks)[(*n)++] = k;
 	}
 	closedir(d);
-	if (rc == 0)
+	if (rc == 0 && *n)
 		qsort(*ks, (size_t)*n, sizeof(k), cmp_u64);
 	return rc;
 }

@@ -71,7 +71,8 @@ $(BUILD)/tests/loader/%: tests/loader/%.c $(LOADER_TEST_DEPS)
 LOADER_TEST_BINS := $(BUILD)/tests/loader/loader_probe
 TEST_PROGS += $(BUILD)/tests/loader/test_loader_host
 TEST_SCRIPTS += tests/loader/test_loader_symbols.sh \
-	tests/loader/test_loader_nodriver.sh
+	tests/loader/test_loader_nodriver.sh \
+	tests/loader/test_loader_python.py
 
 ifeq ($(HAVE_CUDA_H),1)
 # The fake driver: a libcuda.so.1 that performs copies with memcpy and
