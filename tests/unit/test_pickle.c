@@ -132,22 +132,37 @@ struct tspec {
 /* _rebuild_tensor_v2(storage, offset, size, stride, False, OrderedDict())
  * with the REDUCE; 'extra' = a 7th (metadata) argument already written
  * by the caller when non-NULL. */
+/* MARK 'storage' GLOBAL(torch <storage>) key location: the persistent id
+ * up to its element count (the caller writes it, then TUPLE BINPERSID). */
+static void pk_pid_head(struct pk *p, const char *storage, const char *key,
+			const char *location)
+{
+	pk_op(p, '(');
+	pk_str(p, "storage");
+	pk_global(p, "torch", storage);
+	pk_str(p, key);
+	pk_str(p, location);
+}
+
+/* offset, size, stride, False, OrderedDict(): the arguments after the
+ * storage. */
+static void pk_geometry(struct pk *p, int64_t offset, int ndim,
+			const int64_t *size, const int64_t *stride)
+{
+	pk_int(p, offset);
+	pk_int_tuple(p, ndim, size);
+	pk_int_tuple(p, ndim, stride);
+	pk_op(p, 0x89);
+	pk_odict(p);
+}
+
 static void pk_tensor_args(struct pk *p, const struct tspec *t)
 {
 	pk_op(p, '(');
-	pk_op(p, '(');
-	pk_str(p, "storage");
-	pk_global(p, "torch", t->storage);
-	pk_str(p, t->key);
-	pk_str(p, "cpu");
+	pk_pid_head(p, t->storage, t->key, "cpu");
 	pk_int(p, t->numel);
-	pk_op(p, 't');
-	pk_op(p, 'Q');
-	pk_int(p, t->offset);
-	pk_int_tuple(p, t->ndim, t->size);
-	pk_int_tuple(p, t->ndim, t->stride);
-	pk_op(p, 0x89);
-	pk_odict(p);
+	pk_raw(p, LIT("tQ"));
+	pk_geometry(p, t->offset, t->ndim, t->size, t->stride);
 }
 
 static void pk_tensor(struct pk *p, const struct tspec *t)
@@ -310,33 +325,19 @@ static void views_share_one_storage_through_the_memo(void **state)
 	pk_raw(&p, LIT("\x80\x02}("));
 	pk_str(&p, "base");
 	pk_global(&p, "torch._utils", "_rebuild_tensor_v2");
-	pk_raw(&p, LIT("q\x01(("));
-	pk_str(&p, "storage");
-	pk_global(&p, "torch", "FloatStorage");
-	pk_str(&p, "0");
-	pk_str(&p, "cpu");
+	pk_raw(&p, LIT("q\x01("));
+	pk_pid_head(&p, "FloatStorage", "0", "cpu");
 	pk_int(&p, 24);
 	pk_raw(&p, LIT("tq\x02Q")); /* memo 2 = the persistent id */
-	pk_int(&p, 0);
-	pk_int_tuple(&p, 2, (int64_t[]){4, 6});
-	pk_int_tuple(&p, 2, (int64_t[]){6, 1});
-	pk_op(&p, 0x89);
-	pk_odict(&p);
+	pk_geometry(&p, 0, 2, (int64_t[]){4, 6}, (int64_t[]){6, 1});
 	pk_raw(&p, LIT("tR"));
 	pk_str(&p, "mid");
 	pk_raw(&p, LIT("h\x01(h\x02Q"));
-	pk_int(&p, 8);
-	pk_int_tuple(&p, 2, (int64_t[]){2, 3});
-	pk_int_tuple(&p, 2, (int64_t[]){6, 1});
-	pk_op(&p, 0x89);
-	pk_odict(&p);
+	pk_geometry(&p, 8, 2, (int64_t[]){2, 3}, (int64_t[]){6, 1});
 	pk_raw(&p, LIT("tR"));
 	pk_str(&p, "t");
-	pk_raw(&p, LIT("h\x01(h\x02QK\x00"));
-	pk_int_tuple(&p, 2, (int64_t[]){6, 4});
-	pk_int_tuple(&p, 2, (int64_t[]){1, 6});
-	pk_op(&p, 0x89);
-	pk_odict(&p);
+	pk_raw(&p, LIT("h\x01(h\x02Q"));
+	pk_geometry(&p, 0, 2, (int64_t[]){6, 4}, (int64_t[]){1, 6});
 	pk_raw(&p, LIT("tRu."));
 	expect_ok(&p);
 	assert_int_equal(res.n_tensors, 3);
@@ -371,39 +372,39 @@ static void parameter_is_unwrapped_and_marked(void **state)
 	free(p.b);
 }
 
+/* A whole pickle: uint8 tensor over storage "1" of 'numel' elements (raw
+ * int opcode), offset 0, size tuple 'size' (raw, TUPLE1 included),
+ * stride (1,). */
+static void pk_byte_tensor(struct pk *p, const void *numel, size_t numel_len,
+			   const void *size, size_t size_len)
+{
+	pk_raw(p, LIT("\x80\x02"));
+	pk_global(p, "torch._utils", "_rebuild_tensor_v2");
+	pk_op(p, '(');
+	pk_pid_head(p, "ByteStorage", "1", "cpu");
+	pk_raw(p, numel, numel_len);
+	pk_raw(p, LIT("tQK\x00"));
+	pk_raw(p, size, size_len);
+	pk_raw(p, LIT("K\x01\x85\x89"));
+	pk_odict(p);
+	pk_raw(p, LIT("tR."));
+}
+
 /* uint8[2^32 + 64] as big.pt: numel and size are LONG1 5-byte ints. */
 static void long1_sizes_beyond_2_31_are_exact(void **state)
 {
 	struct pk p = {0};
 	int64_t big = ((int64_t)1 << 32) + 64;
 
-	pk_raw(&p, LIT("\x80\x02"));
-	pk_global(&p, "torch._utils", "_rebuild_tensor_v2");
-	pk_raw(&p, LIT("(("));
-	pk_str(&p, "storage");
-	pk_global(&p, "torch", "ByteStorage");
-	pk_str(&p, "1");
-	pk_str(&p, "cpu");
-	pk_raw(&p, LIT("\x8a\x05\x40\x00\x00\x00\x01tQK\x00"));
-	pk_raw(&p, LIT("\x8a\x05\x40\x00\x00\x00\x01\x85K\x01\x85\x89"));
-	pk_odict(&p);
-	pk_raw(&p, LIT("tR."));
+	pk_byte_tensor(&p, LIT("\x8a\x05\x40\x00\x00\x00\x01"),
+		       LIT("\x8a\x05\x40\x00\x00\x00\x01\x85"));
 	expect_ok(&p);
 	assert_int_equal(res.tensors[0].storage_numel, big);
 	assert_int_equal(res.tensors[0].size[0], big);
 
 	/* LONG1 is sign-extended: \xff = -1 is a negative size. */
 	p.len = 0;
-	pk_raw(&p, LIT("\x80\x02"));
-	pk_global(&p, "torch._utils", "_rebuild_tensor_v2");
-	pk_raw(&p, LIT("(("));
-	pk_str(&p, "storage");
-	pk_global(&p, "torch", "ByteStorage");
-	pk_str(&p, "1");
-	pk_str(&p, "cpu");
-	pk_raw(&p, LIT("K\x04tQK\x00\x8a\x01\xff\x85K\x01\x85\x89"));
-	pk_odict(&p);
-	pk_raw(&p, LIT("tR."));
+	pk_byte_tensor(&p, LIT("K\x04"), LIT("\x8a\x01\xff\x85"));
 	expect_refused(&p, "tensor size is not a tuple of <= 64 ints >= 0");
 	free(p.b);
 }
@@ -619,11 +620,8 @@ static void meta_storage_and_bad_ids_are_refused(void **state)
 {
 	struct pk p = {0};
 
-	pk_raw(&p, LIT("\x80\x02(("));
-	pk_str(&p, "storage");
-	pk_global(&p, "torch", "FloatStorage");
-	pk_str(&p, "0");
-	pk_str(&p, "meta");
+	pk_raw(&p, LIT("\x80\x02("));
+	pk_pid_head(&p, "FloatStorage", "0", "meta");
 	pk_raw(&p, LIT("K\x06tQ."));
 	expect_refused(&p, "storage '0' is on the 'meta' device");
 
@@ -710,6 +708,38 @@ static void reduce_and_build_are_restricted(void **state)
 	free(p.b);
 }
 
+/* model.state_dict() is an OrderedDict whose '_metadata' attribute is
+ * pickled as BUILD state: ignored, as torch's weights_only loader does. */
+static void state_dict_metadata_build_is_ignored(void **state)
+{
+	struct pk p = {0};
+
+	pk_raw(&p, LIT("\x80\x02"));
+	pk_odict(&p);
+	pk_op(&p, '(');
+	pk_str(&p, "0.weight");
+	pk_tensor(&p, &f32_2x3);
+	pk_op(&p, 'u');
+	pk_op(&p, '}');
+	pk_str(&p, "_metadata");
+	pk_odict(&p);
+	pk_op(&p, '(');
+	pk_str(&p, "");
+	pk_op(&p, '}');
+	pk_str(&p, "version");
+	pk_raw(&p, LIT("K\x01sus"));
+	pk_raw(&p, LIT("b."));
+	expect_ok(&p);
+	assert_int_equal(res.n_tensors, 1);
+	assert_string_equal(res.tensors[0].name, "0.weight");
+
+	p.len = 2; /* a list is no instance state */
+	pk_odict(&p);
+	pk_raw(&p, LIT("]b."));
+	expect_refused(&p, "BUILD of a dict with a list state");
+	free(p.b);
+}
+
 static void oversized_pickles_are_refused(void **state)
 {
 	static uint8_t one;
@@ -756,6 +786,8 @@ int main(void)
 	    cmocka_unit_test_teardown(
 		duplicate_keys_and_conflicting_storages_are_refused, teardown),
 	    cmocka_unit_test_teardown(reduce_and_build_are_restricted,
+				      teardown),
+	    cmocka_unit_test_teardown(state_dict_metadata_build_is_ignored,
 				      teardown),
 	    cmocka_unit_test_teardown(oversized_pickles_are_refused, teardown),
 	};
