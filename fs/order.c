@@ -53,7 +53,7 @@
 #define LARGE_PERM_N	214748364ull /* UINT32_MAX / 20 (torch >= 2.7) */
 #define MAX_CATEGORIES	(1ull << 24)
 #define FILL_CHUNK	512 /* fill at least this far ahead per call */
-#define LOOKAHEAD	64   /* Fisher-Yates swap targets drawn ahead */
+#define LOOKAHEAD	64  /* Fisher-Yates swap targets drawn ahead */
 
 enum stream_kind {
 	K_NONE,	  /* sequential / unshuffled distributed: arithmetic */
