@@ -439,8 +439,8 @@ static int resolve_global(struct vm *vm, const char *mod, size_t mlen,
 	}
 	shown[k] = 0;
 	return FAIL(vm,
-		    "refused global '%s' (not in the torch.load "
-		    "weights_only allowlist)",
+		    "refused global '%s' (batchfs only allows the "
+		    "tensor-rebuild globals of torch.save)",
 		    shown);
 }
 
