@@ -54,6 +54,11 @@
 #define DEF_CHUNK (4u << 20)
 #define SLOT_ALIGN (2u << 20)
 #define NONE UINT64_MAX
+#ifndef MADV_POPULATE_WRITE
+#define POPULATE_WRITE 23 /* Linux 5.14; older kernels: EINVAL, memset */
+#else
+#define POPULATE_WRITE MADV_POPULATE_WRITE
+#endif
 
 enum hstate { H_FREE, H_READING, H_READ, H_COPYING, H_HELD, H_FAILED };
 enum dstate { D_FREE, D_QUEUED, D_HELD };
@@ -722,12 +727,18 @@ static int make_ring(struct bfs_loader *L)
 {
 	int rc = 0;
 
+	/* Transparent huge pages where allowed (fewer faults and TLB misses
+	 * for the kernel's copy into the ring), then populate up front so no
+	 * read takes a page fault. */
 	L->ring = mmap(NULL, L->ring_bytes, PROT_READ | PROT_WRITE,
-		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+		       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (L->ring == MAP_FAILED) {
 		L->ring = NULL;
 		return -ENOMEM;
 	}
+	madvise(L->ring, L->ring_bytes, MADV_HUGEPAGE);
+	if (madvise(L->ring, L->ring_bytes, POPULATE_WRITE) != 0)
+		memset(L->ring, 0, L->ring_bytes);
 	L->slots = calloc(L->nslots, sizeof(*L->slots));
 	L->inflight = calloc(L->nslots, sizeof(*L->inflight));
 	if (!L->slots || !L->inflight)
