@@ -17,7 +17,9 @@
  * evicts batches behind it in the stream, and is dropped when that is not
  * enough. A demanded batch is gathered even when the budget cannot hold it
  * (a batch larger than the budget works, alone), so memory is bounded by
- * budget + the batches readers hold at this instant.
+ * budget + the batches readers hold at this instant. Freed buffers are
+ * kept as spares (at most workers + 1, counted in cache_bytes) and reused
+ * for batches of the same size; they are the first thing dropped for room.
  *
  * Prefetch. Each acquire of position pos queues pos+1 .. pos+prefetch
  * (across epochs, below 'epochs'), skipping what the table already holds
@@ -46,6 +48,7 @@
 #include "fs/log.h"
 
 #define NBUCKETS 4096u
+#define MAX_SPARES 8u /* bounded further by workers + 1 */
 
 enum bstate { B_QUEUED, B_BUSY, B_READY, B_FAILED };
 
@@ -84,6 +87,9 @@ struct bfs_pool {
 	struct list queue;		   /* [L] QUEUED batches */
 	struct list lru;		   /* [L] READY in table, MRU at head */
 	uint64_t pf_upto;		   /* [L] highest pos prefetched + 1 */
+	void *spare[MAX_SPARES];	   /* [L] freed buffers kept for reuse */
+	uint64_t spare_size[MAX_SPARES];   /* [L] their sizes */
+	unsigned nspare;		   /* [L] */
 	struct bfs_pool_stats st;	   /* [L] */
 
 	pthread_t *threads;
@@ -146,15 +152,46 @@ static struct bfs_batch *find(struct bfs_pool *p, uint64_t pos)
 	return NULL;
 }
 
-/* Free a batch that is out of the table with no reference. [L] */
+/* Free a batch that is out of the table with no reference. Its buffer is
+ * kept as a spare (still counted in cache_bytes) when there is a slot:
+ * reusing it spares the next gather the page faults and zeroing of a
+ * fresh mapping. [L] */
 static void batch_free(struct bfs_pool *p, struct bfs_batch *b)
 {
 	if (b->buf) {
-		munmap(b->buf, b->map_size);
-		p->st.cache_bytes -= b->map_size;
 		p->st.cache_batches--;
+		if (p->nspare < MAX_SPARES && p->nspare <= p->o.workers) {
+			p->spare[p->nspare] = b->buf;
+			p->spare_size[p->nspare++] = b->map_size;
+		} else {
+			munmap(b->buf, b->map_size);
+			p->st.cache_bytes -= b->map_size;
+		}
 	}
 	free(b);
+}
+
+/* Unmap spare i. [L] */
+static void drop_spare(struct bfs_pool *p, unsigned i)
+{
+	munmap(p->spare[i], p->spare_size[i]);
+	p->st.cache_bytes -= p->spare_size[i];
+	p->spare[i] = p->spare[--p->nspare];
+	p->spare_size[i] = p->spare_size[p->nspare];
+}
+
+/* Give b a spare buffer of its exact size, if one exists. [L] */
+static bool take_spare(struct bfs_pool *p, struct bfs_batch *b)
+{
+	for (unsigned i = 0; i < p->nspare; i++) {
+		if (p->spare_size[i] != b->map_size)
+			continue;
+		b->buf = p->spare[i];
+		p->spare[i] = p->spare[--p->nspare];
+		p->spare_size[i] = p->spare_size[p->nspare];
+		return true;
+	}
+	return false;
 }
 
 /* Take b out of the table (and its list); free it if nobody holds it. [L] */
@@ -212,12 +249,17 @@ static bool make_room(struct bfs_pool *p, uint64_t need, uint64_t limit)
 {
 	struct bfs_batch *b = p->lru.tail;
 
+	while (p->st.cache_bytes + need > p->o.budget_bytes && p->nspare)
+		drop_spare(p, p->nspare - 1);
 	while (p->st.cache_bytes + need > p->o.budget_bytes && b) {
 		struct bfs_batch *prev = b->prev;
 
 		if (b->refs == 0 && b->pos < limit) {
-			unlink_batch(p, b);
+			unlink_batch(p, b); /* its buffer may become a spare */
 			p->st.evictions++;
+			while (p->st.cache_bytes + need > p->o.budget_bytes &&
+			       p->nspare)
+				drop_spare(p, p->nspare - 1);
 		}
 		b = prev;
 	}
@@ -260,6 +302,11 @@ static struct bfs_batch *next_job(struct bfs_pool *p)
 			return NULL;
 		b = p->queue.head;
 		list_del(&p->queue, b);
+		if (take_spare(p, b)) { /* already counted in cache_bytes */
+			b->state = B_BUSY;
+			p->st.cache_batches++;
+			return b;
+		}
 		if (!make_room(p, b->map_size,
 			       b->demanded ? UINT64_MAX : b->pos) &&
 		    !b->demanded) {
@@ -294,14 +341,13 @@ static void *worker_main(void *arg)
 			break;
 		pthread_mutex_unlock(&p->lock);
 		t0 = now_ns();
-		b->buf = mmap(NULL, b->map_size, PROT_READ | PROT_WRITE,
-			      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-		if (b->buf == MAP_FAILED) {
-			b->buf = NULL;
-			rc = -ENOMEM;
-		} else {
-			rc = gather(p, b, &idx, &idx_cap);
+		if (!b->buf) {
+			b->buf = mmap(NULL, b->map_size, PROT_READ | PROT_WRITE,
+				      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+			if (b->buf == MAP_FAILED)
+				b->buf = NULL;
 		}
+		rc = b->buf ? gather(p, b, &idx, &idx_cap) : -ENOMEM;
 		pthread_mutex_lock(&p->lock);
 		if (!b->buf) {
 			p->st.cache_bytes -= b->map_size;
@@ -401,6 +447,8 @@ void bfs_pool_destroy(struct bfs_pool *p)
 			unlink_batch(p, b);
 		}
 	}
+	while (p->nspare)
+		drop_spare(p, p->nspare - 1);
 	free(p->threads);
 	pthread_cond_destroy(&p->ready);
 	pthread_cond_destroy(&p->work);

@@ -114,12 +114,21 @@ int bfs_cmd_umount(int argc, char **argv)
 		return 2;
 	}
 	mnt = realpath(argv[1], real) ? real : argv[1];
-	if (fusermount_u(mnt) == 0)
-		return 0;
-	if (report_holders(mnt) > 0)
-		fprintf(stderr, "batchfs umount: %s is busy (processes above); "
+	/* A file closed an instant ago can still hold the mount while the
+	 * kernel finishes releasing it: retry a few times (~0.5 s) as long as
+	 * no process holds anything under the mount. */
+	for (int i = 0; i < 10; i++) {
+		if (fusermount_u(mnt) == 0)
+			return 0;
+		if (report_holders(mnt) > 0) {
+			fprintf(stderr,
+				"batchfs umount: %s is busy (processes above); "
 				"close them, or detach now with "
 				"fusermount3 -uz %s\n",
-			mnt, mnt);
+				mnt, mnt);
+			return 1;
+		}
+		usleep(50000);
+	}
 	return 1;
 }

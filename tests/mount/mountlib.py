@@ -93,6 +93,8 @@ def wait_pid_exit(pid, timeout=10.0):
 
 def umount(mnt):
     p = subprocess.run([BATCHFS, "umount", mnt], capture_output=True, text=True)
+    if p.returncode:
+        print("umount %s: %s" % (mnt, p.stderr))
     if mnt in _mounts and p.returncode == 0:
         _mounts.remove(mnt)
     return p

@@ -193,7 +193,10 @@ def check_stats_accounting(archive):
     assert s["batches_served"] == 10, s
     assert s["bytes_served"] == total, s
     assert s["prefetch_hits"] + s["prefetch_misses"] == 10, s
-    assert s["cache_batches"] <= 3, s
+    # the prefetch window (3), plus the batch just served: its buffer goes
+    # when the read that served its last bytes drops its reference, which
+    # happens right after the reply (the reader may be faster)
+    assert s["cache_batches"] <= 3 + 1, s
     assert ml.umount(mnt).returncode == 0
 
 

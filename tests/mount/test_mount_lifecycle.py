@@ -130,6 +130,11 @@ def tiny_budget_big_batch():
     s = ml.stats(mnt)
     assert s["cache_budget_bytes"] == 1 << 20
     assert s["cache_bytes"] <= 1 << 20, s  # nothing held once read
+    # daemon memory: budget + 64 MiB (anonymous memory; the archive's
+    # mapping is file-backed page cache)
+    status = open("/proc/%d/status" % ml.daemon_pid(mnt)).read()
+    anon_kb = int(status.split("RssAnon:")[1].split()[0])
+    assert anon_kb * 1024 <= (1 << 20) + (64 << 20), anon_kb
     assert ml.umount(mnt).returncode == 0
 
 
