@@ -41,8 +41,8 @@ install: $(LOADER_A) $(LOADER_SO)
 	install -m 644 loader/batchfs_loader.h $(DESTDIR)$(PREFIX)/include/
 	install -m 644 $(LOADER_A) $(DESTDIR)$(PREFIX)/lib/
 	install -m 755 $(LOADER_SO) \
-		$(DESTDIR)$(PREFIX)/lib/$(LOADER_SONAME).$(LOADER_VERSION)
-	ln -sf $(LOADER_SONAME).$(LOADER_VERSION) \
+		$(DESTDIR)$(PREFIX)/lib/libbatchfs_loader.so.$(LOADER_VERSION)
+	ln -sf libbatchfs_loader.so.$(LOADER_VERSION) \
 		$(DESTDIR)$(PREFIX)/lib/$(LOADER_SONAME)
 	ln -sf $(LOADER_SONAME) $(DESTDIR)$(PREFIX)/lib/libbatchfs_loader.so
 	sed -e 's|@PREFIX@|$(PREFIX)|; s|@VERSION@|$(LOADER_VERSION)|' \
