@@ -240,6 +240,61 @@ def configs():
     return out
 
 
+def mount_part(cfgs, per_kind=5):
+    """Mount with the same options; index/N/batch_K (and the x field of
+    epoch/N/batch_K, x = arange(n)) must equal torch's batches. Returns the
+    number of mismatching configurations, or None when it cannot run."""
+    batchfs = os.environ.get("BATCHFS") or os.path.join(SRC, BUILD, "batchfs")
+    if not os.access(batchfs, os.X_OK):
+        print("mount part skipped: no build/batchfs")
+        return None
+    os.environ["BATCHFS"] = batchfs
+    sys.path.insert(0, os.path.join(SRC, "tests", "mount"))
+    import mountlib as ml
+    if not os.access("/dev/fuse", os.R_OK | os.W_OK):
+        print("mount part skipped: /dev/fuse is not usable")
+        return None
+    chosen, seen = [], {}
+    for cfg in cfgs:
+        key = (cfg["kind"], bool(cfg.get("state")))
+        if seen.get(key, 0) < per_kind:
+            seen[key] = seen.get(key, 0) + 1
+            chosen.append(cfg)
+    archives, bad = {}, 0
+    for cfg in chosen:
+        n = cfg["n"]
+        if n not in archives:
+            archives[n] = os.path.join(TMP, f"arange{n}.pt")
+            torch.save({"x": torch.arange(n)}, archives[n])
+        want = torch_batches(cfg)
+        opts = dump_args(cfg) + ["--epochs", str(cfg["epochs"])]
+        p, mnt = ml.mount(archives[n], None, *opts, check=False)
+        got = []
+        if p.returncode == 0:
+            for e in range(cfg["epochs"]):
+                got.append(f"epoch {e}")
+                names = os.listdir(f"{mnt}/index/{e}")
+                for k in range(len(names)):
+                    idx = ml.read_index(f"{mnt}/index/{e}/batch_{k}")
+                    got.append(" ".join(map(str, idx)))
+                    if k == len(names) // 2:
+                        _, arrs = ml.read_batch(f"{mnt}/epoch/{e}/batch_{k}")
+                        if arrs["x"].tolist() != idx:
+                            got.append("epoch file differs from index")
+            ml.umount(mnt)
+        if p.returncode != 0 or got != want:
+            bad += 1
+            where = next((j for j, (a, b) in enumerate(zip(got, want))
+                          if a != b), min(len(got), len(want)))
+            print(f"MOUNT MISMATCH: batchfs mount {shlex.join(opts)} "
+                  f"(n={n})\n  rc={p.returncode} {p.stderr.strip()}\n"
+                  f"  line {where}: got {got[where:where + 1]} want "
+                  f"{want[where:where + 1]}")
+    print(f"order golden (mount): {len(chosen) - bad}/{len(chosen)} mounted "
+          f"configurations serve torch's index/N/batch_K")
+    return bad
+
+
 def main():
     cfgs = configs()
     rng = random.Random(7)
@@ -269,7 +324,8 @@ def main():
                   f"{got[where:where + 1]} want {want[where:where + 1]}")
     print(f"order golden: {len(cfgs) - bad}/{len(cfgs)} configurations "
           f"match torch {torch.__version__}")
-    return 1 if bad else 0
+    mount_bad = mount_part(cfgs)
+    return 1 if bad or mount_bad else 0
 
 
 if __name__ == "__main__":
