@@ -60,8 +60,9 @@ struct bfs_loader;
 #define BFS_LOADER_EOF 1
 
 enum bfs_loader_mode {
-	BFS_LOADER_AUTO = 0, /* CUDA when a driver and a device work, else CPU */
-	BFS_LOADER_CPU = 1,  /* host memory only; dev == host pointer */
+	BFS_LOADER_AUTO =
+	    0,		    /* CUDA when a driver and a device work, else CPU */
+	BFS_LOADER_CPU = 1, /* host memory only; dev == host pointer */
 	BFS_LOADER_CUDA = 2, /* CUDA or fail (-ENODEV / -ENOSYS) */
 };
 
@@ -110,38 +111,38 @@ struct bfs_loader_opts {
 /* One tensor of a delivered batch. Everything it points to is owned by the
  * loader and stays valid until the batch is released. */
 struct bfs_loader_tensor {
-	const char *name;	/* NUL-terminated, UTF-8 */
-	char dtype[12];		/* safetensors code: "F32", "BF16", "BOOL", ... */
-	uint32_t elem_size;	/* bytes per element, 0 for an unknown code */
-	uint32_t ndim;		/* number of dimensions (0 = scalar) */
-	const uint64_t *shape;	/* ndim sizes */
-	uint64_t nbytes;	/* byte length of the data */
-	uint64_t offset;	/* from the start of the file */
-	const void *host;	/* host copy; NULL in CUDA mode unless
-				   BFS_LOADER_KEEP_HOST */
-	uint64_t dev;		/* CUdeviceptr; (uintptr_t)host in CPU mode */
+	const char *name;   /* NUL-terminated, UTF-8 */
+	char dtype[12];	    /* safetensors code: "F32", "BF16", "BOOL", ... */
+	uint32_t elem_size; /* bytes per element, 0 for an unknown code */
+	uint32_t ndim;	    /* number of dimensions (0 = scalar) */
+	const uint64_t *shape; /* ndim sizes */
+	uint64_t nbytes;       /* byte length of the data */
+	uint64_t offset;       /* from the start of the file */
+	const void *host;      /* host copy; NULL in CUDA mode unless
+				  BFS_LOADER_KEEP_HOST */
+	uint64_t dev;	       /* CUdeviceptr; (uintptr_t)host in CPU mode */
 };
 
 /* A delivered batch. Filled by bfs_loader_next(); hand the same struct (or
  * a copy of it) back to bfs_loader_release(). */
 struct bfs_loader_batch {
-	uint64_t index;		/* position in the file list (K) */
-	uint64_t nbytes;	/* size of the whole file */
+	uint64_t index;	 /* position in the file list (K) */
+	uint64_t nbytes; /* size of the whole file */
 	uint32_t ntensors;
 	const struct bfs_loader_tensor *tensors;
-	const void *host;	/* the whole file; same rule as tensor.host */
-	uint64_t dev;		/* the whole file on the device */
-	uint32_t slot;		/* ring slot (internal; do not change) */
+	const void *host; /* the whole file; same rule as tensor.host */
+	uint64_t dev;	  /* the whole file on the device */
+	uint32_t slot;	  /* ring slot (internal; do not change) */
 };
 
 /* Counters since open. Plain numbers; read with bfs_loader_stats(). */
 struct bfs_loader_stats {
-	uint64_t batches;	 /* delivered by next() */
-	uint64_t bytes_read;	 /* read from files */
-	uint64_t copies;	 /* host-to-device copies enqueued */
-	uint64_t wait_ns;	 /* time next() spent waiting for a batch */
-	uint64_t ring_bytes;	 /* host ring size (pinned in CUDA mode) */
-	uint64_t pin_calls;	 /* cuMemHostRegister calls (1 per ring) */
+	uint64_t batches;    /* delivered by next() */
+	uint64_t bytes_read; /* read from files */
+	uint64_t copies;     /* host-to-device copies enqueued */
+	uint64_t wait_ns;    /* time next() spent waiting for a batch */
+	uint64_t ring_bytes; /* host ring size (pinned in CUDA mode) */
+	uint64_t pin_calls;  /* cuMemHostRegister calls (1 per ring) */
 };
 
 /* Open a loader: list the files (stat each: the largest sets the slot
@@ -163,8 +164,9 @@ BFS_LOADER_API int bfs_loader_open(struct bfs_loader **out,
  * Returns 0, BFS_LOADER_EOF after the last batch, or -errno: the latched
  * error of this or an earlier batch (-EIO short read, i.e. the file is
  * shorter than its size at open, or a CUDA failure; -EBADMSG bad header;
- * or the errno of open/read), -EBUSY when every ring slot is held by the caller (release
- * one first). The batch's memory stays valid until bfs_loader_release(). */
+ * or the errno of open/read), -EBUSY when every ring slot is held by the caller
+ * (release one first). The batch's memory stays valid until
+ * bfs_loader_release(). */
 BFS_LOADER_API int bfs_loader_next(struct bfs_loader *L,
 				   struct bfs_loader_batch *b, void *stream);
 

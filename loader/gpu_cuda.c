@@ -48,23 +48,24 @@ const char *bfs_loader_gpu_err(const struct bfs_loader_gpu *g)
 		return -ENOSYS;                                                \
 	}
 int bfs_loader_gpu_bind(struct bfs_loader_gpu *g) NOGPU
-int bfs_loader_gpu_push(struct bfs_loader_gpu *g) NOGPU
-int bfs_loader_gpu_pop(struct bfs_loader_gpu *g) NOGPU
-int bfs_loader_gpu_register(struct bfs_loader_gpu *g, void *p, size_t n) NOGPU
-int bfs_loader_gpu_unregister(struct bfs_loader_gpu *g, void *p) NOGPU
-int bfs_loader_gpu_alloc(struct bfs_loader_gpu *g, size_t n,
-			 uint64_t *d) NOGPU
-int bfs_loader_gpu_free(struct bfs_loader_gpu *g, uint64_t d) NOGPU
-int bfs_loader_gpu_event_create(struct bfs_loader_gpu *g, void **ev) NOGPU
-int bfs_loader_gpu_event_destroy(struct bfs_loader_gpu *g, void *ev) NOGPU
-int bfs_loader_gpu_copy(struct bfs_loader_gpu *g, uint64_t dst,
-			const void *src, size_t n, void *w, void *r) NOGPU
-int bfs_loader_gpu_event_query(struct bfs_loader_gpu *g, void *ev) NOGPU
-int bfs_loader_gpu_event_sync(struct bfs_loader_gpu *g, void *ev) NOGPU
-int bfs_loader_gpu_stream_wait(struct bfs_loader_gpu *g, void *s,
-			       void *ev) NOGPU
-int bfs_loader_gpu_record(struct bfs_loader_gpu *g, void *ev, void *s) NOGPU
-int bfs_loader_gpu_sync_copy_stream(struct bfs_loader_gpu *g) NOGPU
+    int bfs_loader_gpu_push(struct bfs_loader_gpu *g) NOGPU
+    int bfs_loader_gpu_pop(struct bfs_loader_gpu *g) NOGPU
+    int bfs_loader_gpu_register(struct bfs_loader_gpu *g, void *p,
+				size_t n) NOGPU
+    int bfs_loader_gpu_unregister(struct bfs_loader_gpu *g, void *p) NOGPU
+    int bfs_loader_gpu_alloc(struct bfs_loader_gpu *g, size_t n,
+			     uint64_t *d) NOGPU
+    int bfs_loader_gpu_free(struct bfs_loader_gpu *g, uint64_t d) NOGPU
+    int bfs_loader_gpu_event_create(struct bfs_loader_gpu *g, void **ev) NOGPU
+    int bfs_loader_gpu_event_destroy(struct bfs_loader_gpu *g, void *ev) NOGPU
+    int bfs_loader_gpu_copy(struct bfs_loader_gpu *g, uint64_t dst,
+			    const void *src, size_t n, void *w, void *r) NOGPU
+    int bfs_loader_gpu_event_query(struct bfs_loader_gpu *g, void *ev) NOGPU
+    int bfs_loader_gpu_event_sync(struct bfs_loader_gpu *g, void *ev) NOGPU
+    int bfs_loader_gpu_stream_wait(struct bfs_loader_gpu *g, void *s,
+				   void *ev) NOGPU
+    int bfs_loader_gpu_record(struct bfs_loader_gpu *g, void *ev, void *s) NOGPU
+    int bfs_loader_gpu_sync_copy_stream(struct bfs_loader_gpu *g) NOGPU
 
 #else /* BFS_HAVE_CUDA_H */
 
@@ -105,7 +106,7 @@ int bfs_loader_gpu_sync_copy_stream(struct bfs_loader_gpu *g) NOGPU
 
 struct bfs_loader_gpu {
 	void *dl;
-#define MEMBER(f, sym, args) CUresult (*f) args;
+#define MEMBER(f, sym, args) CUresult(*f) args;
 	FUNCS(MEMBER)
 #undef MEMBER
 	CUdevice dev;
@@ -180,8 +181,7 @@ static int resolve(struct bfs_loader_gpu *g, char *why, size_t whylen)
 }
 
 /* Init, count, pick and retain: any failure here means "no usable GPU". */
-static int probe(struct bfs_loader_gpu *g, int device, char *why,
-		 size_t whylen)
+static int probe(struct bfs_loader_gpu *g, int device, char *why, size_t whylen)
 {
 	int n = 0, ver = 0;
 	CUresult r;
@@ -194,8 +194,10 @@ static int probe(struct bfs_loader_gpu *g, int device, char *why,
 	}
 	g->DriverGetVersion(&ver);
 	if ((r = g->DeviceGetCount(&n)) != CUDA_SUCCESS || n <= 0) {
-		snprintf(why, whylen, "no CUDA device (cuDeviceGetCount: %s, "
-			 "n=%d)", err_name(g, r), n);
+		snprintf(why, whylen,
+			 "no CUDA device (cuDeviceGetCount: %s, "
+			 "n=%d)",
+			 err_name(g, r), n);
 		return -ENODEV;
 	}
 	if (device < 0 || device >= n) {
@@ -227,8 +229,8 @@ int bfs_loader_gpu_open(struct bfs_loader_gpu **out, int device, char *why,
 		snprintf(why, whylen, "out of memory");
 		return -ENOMEM;
 	}
-	g->dl = dlopen(lib && *lib ? lib : "libcuda.so.1",
-		       RTLD_NOW | RTLD_LOCAL);
+	g->dl =
+	    dlopen(lib && *lib ? lib : "libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
 	if (!g->dl) {
 		snprintf(why, whylen, "no CUDA driver (%s)", dlerror());
 		rc = -ENOSYS;
@@ -290,8 +292,7 @@ int bfs_loader_gpu_pop(struct bfs_loader_gpu *g)
 
 int bfs_loader_gpu_register(struct bfs_loader_gpu *g, void *p, size_t n)
 {
-	return check(g,
-		     g->MemHostRegister(p, n, CU_MEMHOSTREGISTER_PORTABLE),
+	return check(g, g->MemHostRegister(p, n, CU_MEMHOSTREGISTER_PORTABLE),
 		     "cuMemHostRegister");
 }
 
@@ -327,9 +328,8 @@ int bfs_loader_gpu_event_destroy(struct bfs_loader_gpu *g, void *ev)
 	return check(g, g->EventDestroy((CUevent)ev), "cuEventDestroy");
 }
 
-int bfs_loader_gpu_copy(struct bfs_loader_gpu *g, uint64_t dst,
-			const void *src, size_t n, void *wait_ev,
-			void *ready_ev)
+int bfs_loader_gpu_copy(struct bfs_loader_gpu *g, uint64_t dst, const void *src,
+			size_t n, void *wait_ev, void *ready_ev)
 {
 	int rc = 0;
 
@@ -337,10 +337,9 @@ int bfs_loader_gpu_copy(struct bfs_loader_gpu *g, uint64_t dst,
 		rc = check(g, g->StreamWaitEvent(g->copy, (CUevent)wait_ev, 0),
 			   "cuStreamWaitEvent(copy stream, released)");
 	if (rc == 0)
-		rc = check(g,
-			   g->MemcpyHtoDAsync((CUdeviceptr)dst, src, n,
-					      g->copy),
-			   "cuMemcpyHtoDAsync");
+		rc = check(
+		    g, g->MemcpyHtoDAsync((CUdeviceptr)dst, src, n, g->copy),
+		    "cuMemcpyHtoDAsync");
 	if (rc == 0)
 		rc = check(g, g->EventRecord((CUevent)ready_ev, g->copy),
 			   "cuEventRecord(ready)");
@@ -357,12 +356,10 @@ int bfs_loader_gpu_event_query(struct bfs_loader_gpu *g, void *ev)
 
 int bfs_loader_gpu_event_sync(struct bfs_loader_gpu *g, void *ev)
 {
-	return check(g, g->EventSynchronize((CUevent)ev),
-		     "cuEventSynchronize");
+	return check(g, g->EventSynchronize((CUevent)ev), "cuEventSynchronize");
 }
 
-int bfs_loader_gpu_stream_wait(struct bfs_loader_gpu *g, void *stream,
-			       void *ev)
+int bfs_loader_gpu_stream_wait(struct bfs_loader_gpu *g, void *stream, void *ev)
 {
 	return check(g, g->StreamWaitEvent((CUstream)stream, (CUevent)ev, 0),
 		     "cuStreamWaitEvent(consumer stream, ready)");

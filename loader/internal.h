@@ -22,7 +22,7 @@ struct bfs_loader_logger {
 /* Format one line "batchfs[loader]: ..." and hand it to the logger. */
 void bfs_loader_log(const struct bfs_loader_logger *lg,
 		    enum bfs_loader_log_level level, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
+    __attribute__((format(printf, 3, 4)));
 
 /* ---- safetensors header (st_header.c) ---- */
 
@@ -77,9 +77,8 @@ int bfs_loader_gpu_event_create(struct bfs_loader_gpu *g, void **ev);
 int bfs_loader_gpu_event_destroy(struct bfs_loader_gpu *g, void *ev);
 /* On the copy stream: wait for 'wait_ev' (if not NULL), copy, record
  * 'ready_ev'. */
-int bfs_loader_gpu_copy(struct bfs_loader_gpu *g, uint64_t dst,
-			const void *src, size_t n, void *wait_ev,
-			void *ready_ev);
+int bfs_loader_gpu_copy(struct bfs_loader_gpu *g, uint64_t dst, const void *src,
+			size_t n, void *wait_ev, void *ready_ev);
 /* 0 when complete, 1 when not yet, -EIO on error. */
 int bfs_loader_gpu_event_query(struct bfs_loader_gpu *g, void *ev);
 int bfs_loader_gpu_event_sync(struct bfs_loader_gpu *g, void *ev);

@@ -49,11 +49,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#define DEF_SLOTS 3
+#define DEF_SLOTS   3
 #define DEF_READERS 4
-#define DEF_CHUNK (4u << 20)
-#define SLOT_ALIGN (2u << 20)
-#define NONE UINT64_MAX
+#define DEF_CHUNK   (4u << 20)
+#define SLOT_ALIGN  (2u << 20)
+#define NONE	    UINT64_MAX
 #ifndef MADV_POPULATE_WRITE
 #define POPULATE_WRITE 23 /* Linux 5.14; older kernels: EINVAL, memset */
 #else
@@ -166,8 +166,8 @@ static int pread_full(int fd, unsigned char *p, size_t len, uint64_t off,
 {
 	*got = 0;
 	while (*got < len) {
-		ssize_t n = pread(fd, p + *got, len - *got,
-				  (off_t)(off + *got));
+		ssize_t n =
+		    pread(fd, p + *got, len - *got, (off_t)(off + *got));
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0)
@@ -219,8 +219,8 @@ static void read_chunk(struct bfs_loader *L, struct slot *s)
 {
 	size_t c = s->next_chunk++, got;
 	uint64_t off = (uint64_t)c * L->chunk, k = s->hbatch;
-	size_t len = (size_t)(s->size - off < L->chunk ? s->size - off
-						       : L->chunk);
+	size_t len =
+	    (size_t)(s->size - off < L->chunk ? s->size - off : L->chunk);
 	int rc;
 
 	pthread_mutex_unlock(&L->mu);
@@ -265,8 +265,8 @@ static void start_batch(struct bfs_loader *L, struct slot *s)
 		return;
 	}
 	s->fd = fd;
-	s->nchunks = s->size ? (size_t)((s->size + L->chunk - 1) / L->chunk)
-			     : 1;
+	s->nchunks =
+	    s->size ? (size_t)((s->size + L->chunk - 1) / L->chunk) : 1;
 }
 
 /* A slot with chunks left to read, lowest batch first (mu held). */
@@ -341,7 +341,7 @@ static int try_copy(struct bfs_loader *L)
 	L->copy_next++;
 	L->st.copies++;
 	L->inflight[(L->in_head + L->in_n++) % L->nslots] =
-		(unsigned)(s - L->slots);
+	    (unsigned)(s - L->slots);
 	pthread_cond_broadcast(&L->ready_cv);
 	return 1;
 }
@@ -496,8 +496,7 @@ int bfs_loader_release(struct bfs_loader *L, const struct bfs_loader_batch *b,
 	pthread_mutex_lock(&L->mu);
 	if (rc < 0)
 		latch(L, L->deliver_next, rc, "release of batch %llu: %s",
-		      (unsigned long long)b->index,
-		      bfs_loader_gpu_err(L->gpu));
+		      (unsigned long long)b->index, bfs_loader_gpu_err(L->gpu));
 	s->released_recorded = L->gpu && rc == 0;
 	s->ds = D_FREE;
 	bfs_loader_meta_free(s->dmeta);
@@ -586,8 +585,8 @@ static int batch_number(const char *name, uint64_t *k)
 }
 
 /* The numbers of the batch_K files of 'dir', sorted, into *ks / *n. */
-static int scan_dir(const struct bfs_loader *L, const char *dir,
-		    uint64_t **ks, uint64_t *n)
+static int scan_dir(const struct bfs_loader *L, const char *dir, uint64_t **ks,
+		    uint64_t *n)
 {
 	size_t cap = 0;
 	struct dirent *e;
@@ -607,7 +606,8 @@ static int scan_dir(const struct bfs_loader *L, const char *dir,
 		if (!batch_number(e->d_name, &k))
 			continue;
 		if (*n == cap) {
-			void *q = realloc(*ks, (cap ? cap * 2 : 64) * sizeof(k));
+			void *q =
+			    realloc(*ks, (cap ? cap * 2 : 64) * sizeof(k));
 			if (!q) {
 				rc = -ENOMEM;
 				break;
@@ -643,7 +643,8 @@ static int list_files(struct bfs_loader *L, const struct bfs_loader_opts *o)
 			}
 	}
 	if (rc == 0 && n == 0) {
-		bfs_loader_log(&L->log, BFS_LOADER_LOG_ERR, "%s: no batch files",
+		bfs_loader_log(&L->log, BFS_LOADER_LOG_ERR,
+			       "%s: no batch files",
 			       o->dir ? o->dir : "file list");
 		rc = -ENOENT;
 	}
@@ -690,7 +691,8 @@ static int size_slots(struct bfs_loader *L)
 	}
 	if (max > SIZE_MAX / 4 - SLOT_ALIGN)
 		return -EFBIG;
-	L->slot_bytes = (size_t)(max + SLOT_ALIGN - 1) / SLOT_ALIGN * SLOT_ALIGN;
+	L->slot_bytes =
+	    (size_t)(max + SLOT_ALIGN - 1) / SLOT_ALIGN * SLOT_ALIGN;
 	if (L->nfiles < L->nslots)
 		L->nslots = (unsigned)L->nfiles;
 	L->ring_bytes = L->slot_bytes * L->nslots;

@@ -30,11 +30,10 @@ static const struct {
 	const char *code;
 	uint32_t size;
 } dtypes[] = {
-	{"BOOL", 1},	{"U8", 1},	{"I8", 1},	 {"F8_E4M3", 1},
-	{"F8_E5M2", 1}, {"F8_E8M0", 1}, {"I16", 2},	 {"U16", 2},
-	{"F16", 2},	{"BF16", 2},	{"I32", 4},	 {"U32", 4},
-	{"F32", 4},	{"C32", 4},	{"I64", 8},	 {"U64", 8},
-	{"F64", 8},	{"C64", 8},	{"C128", 16},
+    {"BOOL", 1},    {"U8", 1},	{"I8", 1},  {"F8_E4M3", 1}, {"F8_E5M2", 1},
+    {"F8_E8M0", 1}, {"I16", 2}, {"U16", 2}, {"F16", 2},	    {"BF16", 2},
+    {"I32", 4},	    {"U32", 4}, {"F32", 4}, {"C32", 4},	    {"I64", 8},
+    {"U64", 8},	    {"F64", 8}, {"C64", 8}, {"C128", 16},
 };
 
 uint32_t bfs_loader_dtype_size(const char *code)
@@ -61,7 +60,7 @@ struct parser {
 };
 
 static int fail(struct parser *p, const char *fmt, ...)
-	__attribute__((format(printf, 2, 3)));
+    __attribute__((format(printf, 2, 3)));
 static int fail(struct parser *p, const char *fmt, ...)
 {
 	int k = snprintf(p->msg, p->msglen, "header offset %zu: ", 8 + p->i);
@@ -330,8 +329,7 @@ static int entry(struct parser *p, struct bfs_loader_tensor *t,
 		return -EBADMSG;
 	do {
 		size_t at = p->i;
-		if (string(p, key, sizeof(key), NULL) < 0 ||
-		    expect(p, ':') < 0)
+		if (string(p, key, sizeof(key), NULL) < 0 || expect(p, ':') < 0)
 			return -EBADMSG;
 		if (strcmp(key, "dtype") == 0 && !(seen & 1)) {
 			rc = string(p, t->dtype, sizeof(t->dtype), NULL);
@@ -353,7 +351,7 @@ static int entry(struct parser *p, struct bfs_loader_tensor *t,
 		return -EBADMSG;
 	if (seen != 7)
 		return fail(p, "tensor lacks %s",
-			    !(seen & 1) ? "dtype"
+			    !(seen & 1)	  ? "dtype"
 			    : !(seen & 2) ? "shape"
 					  : "data_offsets");
 	if (e > data_len)
@@ -372,9 +370,10 @@ static int entry(struct parser *p, struct bfs_loader_tensor *t,
 			n *= d;
 		}
 		if (n != t->nbytes)
-			return fail(p, "shape × %u bytes = %llu, data_offsets "
-				    "span %llu", t->elem_size,
-				    (unsigned long long)n,
+			return fail(p,
+				    "shape × %u bytes = %llu, data_offsets "
+				    "span %llu",
+				    t->elem_size, (unsigned long long)n,
 				    (unsigned long long)t->nbytes);
 	}
 	return 0;

@@ -119,20 +119,20 @@ static double pinned_peak(void *dl)
 {
 	CUresult (*init)(unsigned) = (CUresult(*)(unsigned))dlsym(dl, "cuInit");
 	CUresult (*get)(CUdevice *, int) =
-		(CUresult(*)(CUdevice *, int))dlsym(dl, "cuDeviceGet");
+	    (CUresult(*)(CUdevice *, int))dlsym(dl, "cuDeviceGet");
 	CUresult (*retain)(CUcontext *, CUdevice) = (CUresult(*)(
-		CUcontext *, CUdevice))dlsym(dl, "cuDevicePrimaryCtxRetain");
+	    CUcontext *, CUdevice))dlsym(dl, "cuDevicePrimaryCtxRetain");
 	CUresult (*setcur)(CUcontext) =
-		(CUresult(*)(CUcontext))dlsym(dl, "cuCtxSetCurrent");
+	    (CUresult(*)(CUcontext))dlsym(dl, "cuCtxSetCurrent");
 	CUresult (*reg)(void *, size_t, unsigned) = (CUresult(*)(
-		void *, size_t, unsigned))dlsym(dl, "cuMemHostRegister_v2");
-	CUresult (*alloc)(CUdeviceptr *, size_t) = (CUresult(*)(
-		CUdeviceptr *, size_t))dlsym(dl, "cuMemAlloc_v2");
+	    void *, size_t, unsigned))dlsym(dl, "cuMemHostRegister_v2");
+	CUresult (*alloc)(CUdeviceptr *, size_t) =
+	    (CUresult(*)(CUdeviceptr *, size_t))dlsym(dl, "cuMemAlloc_v2");
 	CUresult (*h2d)(CUdeviceptr, const void *, size_t, CUstream) =
-		(CUresult(*)(CUdeviceptr, const void *, size_t,
-			     CUstream))dlsym(dl, "cuMemcpyHtoDAsync_v2");
+	    (CUresult(*)(CUdeviceptr, const void *, size_t, CUstream))dlsym(
+		dl, "cuMemcpyHtoDAsync_v2");
 	CUresult (*sync)(CUstream) =
-		(CUresult(*)(CUstream))dlsym(dl, "cuStreamSynchronize");
+	    (CUresult(*)(CUstream))dlsym(dl, "cuStreamSynchronize");
 	size_t n = 64u << 20;
 	void *h = aligned_alloc(4096, n);
 	CUdeviceptr d;
@@ -174,7 +174,8 @@ static void gpu_part(struct bfs_loader_opts o, double bytes, int reps)
 		e[r] = bytes / steady / 1e9;
 	}
 	printf("GPU pinned HtoD peak P:          %6.2f GB/s\n", p);
-	printf("loader file->device E:           %6.2f GB/s\n", median(e, reps));
+	printf("loader file->device E:           %6.2f GB/s\n",
+	       median(e, reps));
 	printf("ratio E/P:                       %6.3f\n", median(e, reps) / p);
 	printf("(step time with a spin kernel: not implemented)\n");
 #else
@@ -214,18 +215,22 @@ int main(int argc, char **argv)
 	memset(buf, 0, (size_t)batch_mb << 20);
 	plain_read(dir, nb, buf, (size_t)batch_mb << 20); /* warm the cache */
 
-	struct bfs_loader_opts o = {.dir = dir, .mode = BFS_LOADER_CPU,
-				    .readers = readers, .slots = slots,
+	struct bfs_loader_opts o = {.dir = dir,
+				    .mode = BFS_LOADER_CPU,
+				    .readers = readers,
+				    .slots = slots,
 				    .chunk = (size_t)chunk_kb << 10};
 	for (int r = 0; r < reps; r++) {
-		tr[r] = bytes / plain_read(dir, nb, buf,
-					   (size_t)batch_mb << 20) / 1e9;
+		tr[r] = bytes /
+			plain_read(dir, nb, buf, (size_t)batch_mb << 20) / 1e9;
 		tl[r] = bytes / via_loader(&o, &steady) / 1e9;
 		ts[r] = bytes / steady / 1e9;
 	}
 	printf("bench-loader: %d files x %d MiB in %s (page cache warm), "
-	       "median of %d\n", nb, batch_mb, dir, reps);
-	printf("plain read() into one buffer:    %6.2f GB/s\n", median(tr, reps));
+	       "median of %d\n",
+	       nb, batch_mb, dir, reps);
+	printf("plain read() into one buffer:    %6.2f GB/s\n",
+	       median(tr, reps));
 	printf("loader CPU mode, next..EOF:      %6.2f GB/s  ratio %.3f\n",
 	       median(ts, reps), median(ts, reps) / median(tr, reps));
 	printf("loader CPU mode, open..close:    %6.2f GB/s  ratio %.3f\n",

@@ -319,8 +319,11 @@ API CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr d, const void *src, size_t n,
 	need_ctx("cuMemcpyHtoDAsync");
 	if (!registered(src, n))
 		violation("copy from unregistered (pageable) host memory");
-	*o = (struct sop){.kind = S_COPY, .dst = (void *)(uintptr_t)d,
-			  .src = src, .n = n, .delay = copy_delay};
+	*o = (struct sop){.kind = S_COPY,
+			  .dst = (void *)(uintptr_t)d,
+			  .src = src,
+			  .n = n,
+			  .delay = copy_delay};
 	push_op(S(h), o);
 	st.copies++;
 	copies_live++;
@@ -407,9 +410,9 @@ API CUresult cuEventQuery(CUevent e)
 {
 	struct fevent *ev = (struct fevent *)e;
 	CUresult r;
-	LOCKED(need_ctx("cuEventQuery");
-	       r = ev->done >= ev->recorded ? CUDA_SUCCESS
-					    : CUDA_ERROR_NOT_READY);
+	LOCKED(need_ctx("cuEventQuery"); r = ev->done >= ev->recorded
+						 ? CUDA_SUCCESS
+						 : CUDA_ERROR_NOT_READY);
 	return r;
 }
 
@@ -443,30 +446,30 @@ static const struct {
 	const char *name;
 	void *fn;
 } table[] = {
-	{"cuInit", (void *)cuInit},
-	{"cuDriverGetVersion", (void *)cuDriverGetVersion},
-	{"cuDeviceGetCount", (void *)cuDeviceGetCount},
-	{"cuDeviceGet", (void *)cuDeviceGet},
-	{"cuDevicePrimaryCtxRetain", (void *)cuDevicePrimaryCtxRetain},
-	{"cuDevicePrimaryCtxRelease", (void *)cuDevicePrimaryCtxRelease_v2},
-	{"cuCtxSetCurrent", (void *)cuCtxSetCurrent},
-	{"cuCtxPushCurrent", (void *)cuCtxPushCurrent_v2},
-	{"cuCtxPopCurrent", (void *)cuCtxPopCurrent_v2},
-	{"cuMemHostRegister", (void *)cuMemHostRegister_v2},
-	{"cuMemHostUnregister", (void *)cuMemHostUnregister},
-	{"cuMemAlloc", (void *)cuMemAlloc_v2},
-	{"cuMemFree", (void *)cuMemFree_v2},
-	{"cuMemcpyHtoDAsync", (void *)cuMemcpyHtoDAsync_v2},
-	{"cuStreamCreate", (void *)cuStreamCreate},
-	{"cuStreamDestroy", (void *)cuStreamDestroy_v2},
-	{"cuStreamWaitEvent", (void *)cuStreamWaitEvent},
-	{"cuStreamSynchronize", (void *)cuStreamSynchronize},
-	{"cuEventCreate", (void *)cuEventCreate},
-	{"cuEventRecord", (void *)cuEventRecord},
-	{"cuEventQuery", (void *)cuEventQuery},
-	{"cuEventSynchronize", (void *)cuEventSynchronize},
-	{"cuEventDestroy", (void *)cuEventDestroy_v2},
-	{"cuGetErrorName", (void *)cuGetErrorName},
+    {"cuInit", (void *)cuInit},
+    {"cuDriverGetVersion", (void *)cuDriverGetVersion},
+    {"cuDeviceGetCount", (void *)cuDeviceGetCount},
+    {"cuDeviceGet", (void *)cuDeviceGet},
+    {"cuDevicePrimaryCtxRetain", (void *)cuDevicePrimaryCtxRetain},
+    {"cuDevicePrimaryCtxRelease", (void *)cuDevicePrimaryCtxRelease_v2},
+    {"cuCtxSetCurrent", (void *)cuCtxSetCurrent},
+    {"cuCtxPushCurrent", (void *)cuCtxPushCurrent_v2},
+    {"cuCtxPopCurrent", (void *)cuCtxPopCurrent_v2},
+    {"cuMemHostRegister", (void *)cuMemHostRegister_v2},
+    {"cuMemHostUnregister", (void *)cuMemHostUnregister},
+    {"cuMemAlloc", (void *)cuMemAlloc_v2},
+    {"cuMemFree", (void *)cuMemFree_v2},
+    {"cuMemcpyHtoDAsync", (void *)cuMemcpyHtoDAsync_v2},
+    {"cuStreamCreate", (void *)cuStreamCreate},
+    {"cuStreamDestroy", (void *)cuStreamDestroy_v2},
+    {"cuStreamWaitEvent", (void *)cuStreamWaitEvent},
+    {"cuStreamSynchronize", (void *)cuStreamSynchronize},
+    {"cuEventCreate", (void *)cuEventCreate},
+    {"cuEventRecord", (void *)cuEventRecord},
+    {"cuEventQuery", (void *)cuEventQuery},
+    {"cuEventSynchronize", (void *)cuEventSynchronize},
+    {"cuEventDestroy", (void *)cuEventDestroy_v2},
+    {"cuGetErrorName", (void *)cuGetErrorName},
 };
 
 /* Only the 12.0 ABI is offered; anything else is "not found". */
@@ -509,8 +512,11 @@ API void fake_enqueue_check(void *h, uint64_t d, const void *expect, size_t n,
 			    unsigned delay_us)
 {
 	struct sop *o = calloc(1, sizeof(*o));
-	*o = (struct sop){.kind = S_CHECK, .dst = (void *)(uintptr_t)d,
-			  .n = n, .delay = delay_us, .expect = malloc(n)};
+	*o = (struct sop){.kind = S_CHECK,
+			  .dst = (void *)(uintptr_t)d,
+			  .n = n,
+			  .delay = delay_us,
+			  .expect = malloc(n)};
 	memcpy(o->expect, expect, n);
 	LOCKED(push_op(S((CUstream)h), o));
 }

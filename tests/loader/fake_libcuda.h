@@ -30,14 +30,14 @@ struct fake_rec {
 
 /* Live objects and call counts. */
 struct fake_stats {
-	long ctx_retained;	/* retains - releases */
-	long streams, events;	/* created - destroyed */
-	long allocs;		/* cuMemAlloc - cuMemFree */
-	long registered;	/* register - unregister */
+	long ctx_retained;    /* retains - releases */
+	long streams, events; /* created - destroyed */
+	long allocs;	      /* cuMemAlloc - cuMemFree */
+	long registered;      /* register - unregister */
 	long register_calls, unregister_calls, copies;
-	long register_after_copy; /* (un)pin calls once copying started */
+	long register_after_copy;    /* (un)pin calls once copying started */
 	long checks, check_failures; /* fake_enqueue_check results */
-	long violations;	/* misuse: no context, unrecorded wait, ... */
+	long violations; /* misuse: no context, unrecorded wait, ... */
 	char last_violation[256];
 };
 

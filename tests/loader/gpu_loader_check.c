@@ -42,12 +42,12 @@ int main(int argc, char **argv)
 	count = (CUresult(*)(int *))dlsym(dl, "cuDeviceGetCount");
 	get = (CUresult(*)(CUdevice *, int))dlsym(dl, "cuDeviceGet");
 	retain = (CUresult(*)(CUcontext *, CUdevice))dlsym(
-		dl, "cuDevicePrimaryCtxRetain");
-	release = (CUresult(*)(CUdevice))dlsym(dl,
-					       "cuDevicePrimaryCtxRelease_v2");
+	    dl, "cuDevicePrimaryCtxRetain");
+	release =
+	    (CUresult(*)(CUdevice))dlsym(dl, "cuDevicePrimaryCtxRelease_v2");
 	setcur = (CUresult(*)(CUcontext))dlsym(dl, "cuCtxSetCurrent");
 	dtoh = (CUresult(*)(void *, CUdeviceptr, size_t))dlsym(
-		dl, "cuMemcpyDtoH_v2");
+	    dl, "cuMemcpyDtoH_v2");
 	if (count(&n) != CUDA_SUCCESS || n < 1) {
 		printf("skip: no CUDA driver/GPU\n");
 		return 77;
@@ -76,12 +76,12 @@ int main(int argc, char **argv)
 		fclose(f);
 		free(d);
 	}
-	rc = bfs_loader_open(&L, &(struct bfs_loader_opts){
-					 .dir = argv[1],
-					 .mode = BFS_LOADER_CUDA,
-					 .chunk = 1 << 20});
+	rc = bfs_loader_open(
+	    &L, &(struct bfs_loader_opts){
+		    .dir = argv[1], .mode = BFS_LOADER_CUDA, .chunk = 1 << 20});
 	if (rc < 0) {
-		printf("FAIL: open in CUDA mode: %s\n", bfs_loader_strerror(rc));
+		printf("FAIL: open in CUDA mode: %s\n",
+		       bfs_loader_strerror(rc));
 		return 1;
 	}
 	for (int k = 0; (rc = bfs_loader_next(L, &b, NULL)) == 0; k++) {

@@ -12,8 +12,11 @@
 int main(int argc, char **argv)
 {
 	unsigned char data[3000];
-	struct st_tensor t = {.name = "x", .dtype = "U8", .ndim = 2,
-			      .shape = {1000, 3}, .data = data,
+	struct st_tensor t = {.name = "x",
+			      .dtype = "U8",
+			      .ndim = 2,
+			      .shape = {1000, 3},
+			      .data = data,
 			      .nbytes = sizeof(data)};
 	struct bfs_loader_opts o = {0};
 	struct bfs_loader_batch b;
@@ -38,12 +41,12 @@ int main(int argc, char **argv)
 		printf("mode=none rc=%d\n", rc);
 		return 0;
 	}
-	printf("mode=%s rc=0", bfs_loader_mode(L) == BFS_LOADER_CUDA ? "cuda"
-								     : "cpu");
+	printf("mode=%s rc=0",
+	       bfs_loader_mode(L) == BFS_LOADER_CUDA ? "cuda" : "cpu");
 	for (int k = 0; k < 2; k++) {
 		rc = bfs_loader_next(L, &b, NULL);
-		if (rc == 0 && b.host && memcmp(b.tensors[0].host, data,
-						sizeof(data)) != 0)
+		if (rc == 0 && b.host &&
+		    memcmp(b.tensors[0].host, data, sizeof(data)) != 0)
 			rc = -1000;
 		if (rc == 0)
 			rc = bfs_loader_release(L, &b, NULL);

@@ -21,8 +21,8 @@ void st_fill(void *buf, size_t n, uint64_t seed)
 }
 
 /* The JSON header text (unpadded) into a malloc'ed string. */
-static char *header_json(const struct st_tensor *t, unsigned n,
-			 unsigned epoch, unsigned batch)
+static char *header_json(const struct st_tensor *t, unsigned n, unsigned epoch,
+			 unsigned batch)
 {
 	char *s = NULL;
 	size_t len = 0;

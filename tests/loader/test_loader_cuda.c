@@ -54,9 +54,9 @@ static const char *make_batches(unsigned nb)
 		size_t n1 = rows * 4 * 5, n2 = rows * 8, n3 = rows * 3;
 		unsigned char *d = malloc(n1 + n2 + n3);
 		struct st_tensor t[3] = {
-			{"labels", "I64", 1, {rows}, d + n1, n2},
-			{"x", "F32", 2, {rows, 5}, d, n1},
-			{"rgb", "U8", 2, {rows, 3}, d + n1 + n2, n3},
+		    {"labels", "I64", 1, {rows}, d + n1, n2},
+		    {"x", "F32", 2, {rows, 5}, d, n1},
+		    {"rgb", "U8", 2, {rows, 3}, d + n1 + n2, n3},
 		};
 		st_fill(d, n1 + n2 + n3, k);
 		snprintf(path, sizeof(path), "%s/batch_%u", dir, k);
@@ -220,15 +220,16 @@ static void run_ordered(unsigned nslots, unsigned nb, unsigned copy_delay,
 
 	fconfig(copy_delay);
 	flog(&r, &from);
-	assert_int_equal(bfs_loader_open(&L, &(struct bfs_loader_opts){
-						     .dir = dir,
-						     .mode = BFS_LOADER_CUDA,
-						     .slots = nslots,
-						     .readers = 3,
-						     .chunk = 8192,
-						     .flags = flags,
-						     .log = quiet}),
-			 0);
+	assert_int_equal(
+	    bfs_loader_open(&L,
+			    &(struct bfs_loader_opts){.dir = dir,
+						      .mode = BFS_LOADER_CUDA,
+						      .slots = nslots,
+						      .readers = 3,
+						      .chunk = 8192,
+						      .flags = flags,
+						      .log = quiet}),
+	    0);
 	assert_int_equal(bfs_loader_mode(L), BFS_LOADER_CUDA);
 	for (unsigned k = 0; k < nb; k++) {
 		assert_int_equal(bfs_loader_next(L, &b, NULL), 0);
@@ -291,19 +292,21 @@ static void close_with_batches_outstanding_frees_everything(void **st)
 	struct bfs_loader_batch b;
 
 	fconfig(500);
-	assert_int_equal(bfs_loader_open(&L, &(struct bfs_loader_opts){
-						     .dir = dir,
-						     .mode = BFS_LOADER_CUDA}),
-			 0);
+	assert_int_equal(
+	    bfs_loader_open(
+		&L,
+		&(struct bfs_loader_opts){.dir = dir, .mode = BFS_LOADER_CUDA}),
+	    0);
 	assert_int_equal(bfs_loader_next(L, &b, NULL), 0);
 	assert_int_equal(bfs_loader_next(L, &b, NULL), 0);
 	bfs_loader_close(L);
 	expect_clean_driver();
 	/* and straight after open, copies possibly in flight */
-	assert_int_equal(bfs_loader_open(&L, &(struct bfs_loader_opts){
-						     .dir = dir,
-						     .mode = BFS_LOADER_CUDA}),
-			 0);
+	assert_int_equal(
+	    bfs_loader_open(
+		&L,
+		&(struct bfs_loader_opts){.dir = dir, .mode = BFS_LOADER_CUDA}),
+	    0);
 	bfs_loader_close(L);
 	expect_clean_driver();
 }
@@ -313,20 +316,24 @@ static void auto_picks_cuda_and_a_bad_device_is_refused(void **st)
 	const char *dir = make_batches(2);
 	struct bfs_loader *L;
 
-	assert_int_equal(bfs_loader_open(&L, &(struct bfs_loader_opts){
-						     .dir = dir, .log = quiet}),
-			 0);
+	assert_int_equal(
+	    bfs_loader_open(
+		&L, &(struct bfs_loader_opts){.dir = dir, .log = quiet}),
+	    0);
 	assert_int_equal(bfs_loader_mode(L), BFS_LOADER_CUDA);
 	bfs_loader_close(L);
-	assert_int_equal(bfs_loader_open(&L, &(struct bfs_loader_opts){
-						     .dir = dir, .device = 1,
-						     .mode = BFS_LOADER_CUDA,
-						     .log = quiet}),
-			 -ENODEV);
-	assert_int_equal(bfs_loader_open(&L, &(struct bfs_loader_opts){
-						     .dir = dir, .device = 1,
-						     .log = quiet}),
-			 0);
+	assert_int_equal(
+	    bfs_loader_open(&L,
+			    &(struct bfs_loader_opts){.dir = dir,
+						      .device = 1,
+						      .mode = BFS_LOADER_CUDA,
+						      .log = quiet}),
+	    -ENODEV);
+	assert_int_equal(
+	    bfs_loader_open(&L, &(struct bfs_loader_opts){.dir = dir,
+							  .device = 1,
+							  .log = quiet}),
+	    0);
 	assert_int_equal(bfs_loader_mode(L), BFS_LOADER_CPU);
 	bfs_loader_close(L);
 	expect_clean_driver();
@@ -338,12 +345,11 @@ int main(void)
 	char tmpl[] = "/tmp/bfs-loader-cuda-XXXXXX";
 	void *dl = dlopen("libcuda.so.1", RTLD_NOW);
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(
-			copies_wait_for_release_and_bytes_reach_the_device),
-		cmocka_unit_test(keep_host_keeps_the_host_copy_until_release),
-		cmocka_unit_test(
-			close_with_batches_outstanding_frees_everything),
-		cmocka_unit_test(auto_picks_cuda_and_a_bad_device_is_refused),
+	    cmocka_unit_test(
+		copies_wait_for_release_and_bytes_reach_the_device),
+	    cmocka_unit_test(keep_host_keeps_the_host_copy_until_release),
+	    cmocka_unit_test(close_with_batches_outstanding_frees_everything),
+	    cmocka_unit_test(auto_picks_cuda_and_a_bad_device_is_refused),
 	};
 
 	if (!dl || !(flog = (fake_log_fn)dlsym(dl, "fake_log"))) {

@@ -26,10 +26,10 @@ static const struct {
 	const char *code;
 	unsigned size;
 } dtypes[] = {
-	{"BOOL", 1}, {"U8", 1},	 {"I8", 1},   {"F8_E4M3", 1}, {"F8_E5M2", 1},
-	{"F8_E8M0", 1}, {"I16", 2}, {"U16", 2}, {"F16", 2},    {"BF16", 2},
-	{"I32", 4},  {"U32", 4}, {"F32", 4},  {"C32", 4},     {"I64", 8},
-	{"U64", 8},  {"F64", 8}, {"C64", 8},  {"C128", 16},
+    {"BOOL", 1},    {"U8", 1},	{"I8", 1},  {"F8_E4M3", 1}, {"F8_E5M2", 1},
+    {"F8_E8M0", 1}, {"I16", 2}, {"U16", 2}, {"F16", 2},	    {"BF16", 2},
+    {"I32", 4},	    {"U32", 4}, {"F32", 4}, {"C32", 4},	    {"I64", 8},
+    {"U64", 8},	    {"F64", 8}, {"C64", 8}, {"C128", 16},
 };
 #define NDT (sizeof(dtypes) / sizeof(dtypes[0]))
 
@@ -145,8 +145,8 @@ static struct gen *gen_dataset(const char *dir, unsigned nb, uint64_t rows,
 }
 
 /* Read every batch of dir through a loader with opts o and compare. */
-static void read_all(struct bfs_loader_opts *o, const char *dir,
-		     struct gen *g, unsigned nb)
+static void read_all(struct bfs_loader_opts *o, const char *dir, struct gen *g,
+		     unsigned nb)
 {
 	struct bfs_loader *L;
 	struct bfs_loader_batch b;
@@ -188,12 +188,14 @@ static void every_dtype_and_shape_arrives_intact_in_order(void **state)
 	g = gen_dataset(dir, nb, 37, 5);
 	/* defaults; then small chunks (many per batch) and 2 slots */
 	read_all(&(struct bfs_loader_opts){.dir = dir}, dir, g, nb);
-	read_all(&(struct bfs_loader_opts){.dir = dir, .chunk = 4096,
-					   .slots = 2, .readers = 3},
-		 dir, g, nb);
-	read_all(&(struct bfs_loader_opts){.dir = dir, .chunk = 8192,
-					   .slots = 5, .readers = 1},
-		 dir, g, nb);
+	read_all(
+	    &(struct bfs_loader_opts){
+		.dir = dir, .chunk = 4096, .slots = 2, .readers = 3},
+	    dir, g, nb);
+	read_all(
+	    &(struct bfs_loader_opts){
+		.dir = dir, .chunk = 8192, .slots = 5, .readers = 1},
+	    dir, g, nb);
 	for (unsigned k = 0; k < nb; k++)
 		gen_free(&g[k]);
 	free(g);
@@ -207,7 +209,8 @@ static void large_batches_are_read_in_parallel_chunks(void **state)
 
 	make_dir(dir, sizeof(dir), "large");
 	g = gen_dataset(dir, nb, 3001, 1999); /* ~ 1-4 MB per batch */
-	read_all(&(struct bfs_loader_opts){.dir = dir, .chunk = 64 << 10,
+	read_all(&(struct bfs_loader_opts){.dir = dir,
+					   .chunk = 64 << 10,
 					   .readers = 4},
 		 dir, g, nb);
 	for (unsigned k = 0; k < nb; k++)
@@ -229,10 +232,11 @@ static void explicit_file_list_is_read_in_the_given_order(void **state)
 		gen_batch(&g[k], p[k], k, 4 + k, 0);
 	}
 	files[0] = p[2], files[1] = p[0], files[2] = p[1], files[3] = NULL;
-	assert_int_equal(bfs_loader_open(&L, &(struct bfs_loader_opts){
-						     .files = files,
-						     .mode = BFS_LOADER_CPU}),
-			 0);
+	assert_int_equal(
+	    bfs_loader_open(&L,
+			    &(struct bfs_loader_opts){.files = files,
+						      .mode = BFS_LOADER_CPU}),
+	    0);
 	for (unsigned i = 0; i < 3; i++) {
 		unsigned k = i == 0 ? 2 : i - 1;
 		assert_int_equal(bfs_loader_next(L, &b, NULL), 0);
@@ -256,11 +260,13 @@ static void file_truncated_after_open_fails_at_its_batch(void **state)
 	make_dir(dir, sizeof(dir), "trunc");
 	g = gen_dataset(dir, 5, 50, 50);
 	/* 2 slots: batch 3 cannot be opened before batch 1 is released */
-	assert_int_equal(bfs_loader_open(&L, &(struct bfs_loader_opts){
-						     .dir = dir, .slots = 2,
-						     .mode = BFS_LOADER_CPU,
-						     .log = quiet}),
-			 0);
+	assert_int_equal(
+	    bfs_loader_open(&L,
+			    &(struct bfs_loader_opts){.dir = dir,
+						      .slots = 2,
+						      .mode = BFS_LOADER_CPU,
+						      .log = quiet}),
+	    0);
 	snprintf(path, sizeof(path), "%s/batch_3", dir);
 	assert_int_equal(stat(path, &sb), 0);
 	assert_int_equal(truncate(path, sb.st_size - 100), 0);
@@ -313,11 +319,12 @@ static void expect_bad_header(const char *name, const char *needle,
 	snprintf(path, sizeof(path), "%s/batch_1", dir);
 	snprintf(path0, sizeof(path0), "%s/batch_0", dir);
 	poke(path, needle, repl, len);
-	assert_int_equal(bfs_loader_open(&L, &(struct bfs_loader_opts){
-						     .dir = dir,
-						     .mode = BFS_LOADER_CPU,
-						     .log = quiet}),
-			 0);
+	assert_int_equal(
+	    bfs_loader_open(&L,
+			    &(struct bfs_loader_opts){.dir = dir,
+						      .mode = BFS_LOADER_CPU,
+						      .log = quiet}),
+	    0);
 	assert_int_equal(bfs_loader_next(L, &b, NULL), 0);
 	check_batch(&b, &g[0], 0, path0);
 	assert_int_equal(bfs_loader_release(L, &b, NULL), 0);
@@ -353,19 +360,24 @@ static void mismatched_shape_and_offsets_are_refused(void **state)
 {
 	char dir[PATH_MAX], path[PATH_MAX + 32];
 	unsigned char data[24] = {0};
-	struct st_tensor t = {.name = "x", .dtype = "F32", .ndim = 2,
-			      .shape = {2, 2}, .data = data, .nbytes = 24};
+	struct st_tensor t = {.name = "x",
+			      .dtype = "F32",
+			      .ndim = 2,
+			      .shape = {2, 2},
+			      .data = data,
+			      .nbytes = 24};
 	struct bfs_loader *L;
 	struct bfs_loader_batch b;
 
 	make_dir(dir, sizeof(dir), "shape");
 	snprintf(path, sizeof(path), "%s/batch_0", dir);
 	assert_true(st_write(path, &t, 1, 0, 0, 0) > 0); /* 16 != 24 */
-	assert_int_equal(bfs_loader_open(&L, &(struct bfs_loader_opts){
-						     .dir = dir,
-						     .mode = BFS_LOADER_CPU,
-						     .log = quiet}),
-			 0);
+	assert_int_equal(
+	    bfs_loader_open(&L,
+			    &(struct bfs_loader_opts){.dir = dir,
+						      .mode = BFS_LOADER_CPU,
+						      .log = quiet}),
+	    0);
 	assert_int_equal(bfs_loader_next(L, &b, NULL), -EBADMSG);
 	assert_non_null(strstr(bfs_loader_errmsg(L), "tensor \"x\""));
 	bfs_loader_close(L);
@@ -380,10 +392,12 @@ static void all_slots_held_gives_ebusy_until_a_release(void **state)
 
 	make_dir(dir, sizeof(dir), "busy");
 	g = gen_dataset(dir, 4, 3, 3);
-	assert_int_equal(bfs_loader_open(&L, &(struct bfs_loader_opts){
-						     .dir = dir, .slots = 2,
-						     .mode = BFS_LOADER_CPU}),
-			 0);
+	assert_int_equal(
+	    bfs_loader_open(&L,
+			    &(struct bfs_loader_opts){.dir = dir,
+						      .slots = 2,
+						      .mode = BFS_LOADER_CPU}),
+	    0);
 	assert_int_equal(bfs_loader_next(L, &b0, NULL), 0);
 	assert_int_equal(bfs_loader_next(L, &b1, NULL), 0);
 	assert_int_equal(bfs_loader_next(L, &b2, NULL), -EBUSY);
@@ -412,16 +426,19 @@ static void close_with_batches_outstanding_is_clean(void **state)
 	make_dir(dir, sizeof(dir), "close");
 	g = gen_dataset(dir, 8, 500, 100);
 	/* immediately: readers are still in flight */
-	assert_int_equal(bfs_loader_open(&L, &(struct bfs_loader_opts){
-						     .dir = dir, .chunk = 4096,
-						     .mode = BFS_LOADER_CPU}),
-			 0);
+	assert_int_equal(
+	    bfs_loader_open(&L,
+			    &(struct bfs_loader_opts){.dir = dir,
+						      .chunk = 4096,
+						      .mode = BFS_LOADER_CPU}),
+	    0);
 	bfs_loader_close(L);
 	/* with two batches held and one being read */
-	assert_int_equal(bfs_loader_open(&L, &(struct bfs_loader_opts){
-						     .dir = dir,
-						     .mode = BFS_LOADER_CPU}),
-			 0);
+	assert_int_equal(
+	    bfs_loader_open(
+		&L,
+		&(struct bfs_loader_opts){.dir = dir, .mode = BFS_LOADER_CPU}),
+	    0);
 	assert_int_equal(bfs_loader_next(L, &b, NULL), 0);
 	assert_int_equal(bfs_loader_next(L, &b, NULL), 0);
 	bfs_loader_close(L);
@@ -438,28 +455,31 @@ static void open_refuses_bad_options_and_missing_files(void **state)
 	struct gen g;
 
 	make_dir(dir, sizeof(dir), "gap");
-	assert_int_equal(bfs_loader_open(&L, &(struct bfs_loader_opts){
-						     .dir = dir, .log = quiet}),
-			 -ENOENT);
+	assert_int_equal(
+	    bfs_loader_open(
+		&L, &(struct bfs_loader_opts){.dir = dir, .log = quiet}),
+	    -ENOENT);
 	assert_null(L);
 	snprintf(path, sizeof(path), "%s/batch_1", dir);
 	gen_batch(&g, path, 1, 2, 0);
-	assert_int_equal(bfs_loader_open(&L, &(struct bfs_loader_opts){
-						     .dir = dir, .log = quiet}),
-			 -ENOENT);
+	assert_int_equal(
+	    bfs_loader_open(
+		&L, &(struct bfs_loader_opts){.dir = dir, .log = quiet}),
+	    -ENOENT);
 	assert_non_null(strstr(last_log, "batch_0 is missing"));
-	assert_int_equal(bfs_loader_open(&L, &(struct bfs_loader_opts){
-						     .dir = "/nonexistent",
-						     .log = quiet}),
-			 -ENOENT);
+	assert_int_equal(
+	    bfs_loader_open(&L, &(struct bfs_loader_opts){.dir = "/nonexistent",
+							  .log = quiet}),
+	    -ENOENT);
 	assert_int_equal(bfs_loader_open(&L, &(struct bfs_loader_opts){0}),
 			 -EINVAL);
-	assert_int_equal(bfs_loader_open(&L, &(struct bfs_loader_opts){
-						     .dir = dir, .slots = 1}),
-			 -EINVAL);
-	assert_int_equal(bfs_loader_open(NULL, &(struct bfs_loader_opts){
-						       .dir = dir}),
-			 -EINVAL);
+	assert_int_equal(
+	    bfs_loader_open(&L,
+			    &(struct bfs_loader_opts){.dir = dir, .slots = 1}),
+	    -EINVAL);
+	assert_int_equal(
+	    bfs_loader_open(NULL, &(struct bfs_loader_opts){.dir = dir}),
+	    -EINVAL);
 	assert_string_equal(bfs_loader_strerror(BFS_LOADER_EOF),
 			    "end of batches");
 	assert_string_equal(bfs_loader_strerror(-ENOENT),
@@ -472,15 +492,15 @@ int main(void)
 	const char *t = getenv("BFS_TEST_TMP");
 	char tmpl[] = "/tmp/bfs-loader-XXXXXX";
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(every_dtype_and_shape_arrives_intact_in_order),
-		cmocka_unit_test(large_batches_are_read_in_parallel_chunks),
-		cmocka_unit_test(explicit_file_list_is_read_in_the_given_order),
-		cmocka_unit_test(file_truncated_after_open_fails_at_its_batch),
-		cmocka_unit_test(corrupt_headers_fail_with_a_clear_message),
-		cmocka_unit_test(mismatched_shape_and_offsets_are_refused),
-		cmocka_unit_test(all_slots_held_gives_ebusy_until_a_release),
-		cmocka_unit_test(close_with_batches_outstanding_is_clean),
-		cmocka_unit_test(open_refuses_bad_options_and_missing_files),
+	    cmocka_unit_test(every_dtype_and_shape_arrives_intact_in_order),
+	    cmocka_unit_test(large_batches_are_read_in_parallel_chunks),
+	    cmocka_unit_test(explicit_file_list_is_read_in_the_given_order),
+	    cmocka_unit_test(file_truncated_after_open_fails_at_its_batch),
+	    cmocka_unit_test(corrupt_headers_fail_with_a_clear_message),
+	    cmocka_unit_test(mismatched_shape_and_offsets_are_refused),
+	    cmocka_unit_test(all_slots_held_gives_ebusy_until_a_release),
+	    cmocka_unit_test(close_with_batches_outstanding_is_clean),
+	    cmocka_unit_test(open_refuses_bad_options_and_missing_files),
 	};
 
 	if (t && *t)
