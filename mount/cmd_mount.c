@@ -45,7 +45,7 @@ struct mount_opts {
 	unsigned workers, prefetch, timeout_s, fuse_threads;
 	uint32_t world_size, rank;
 	bool shuffle, have_seed, drop_last, replacement, foreground, verbose;
-	bool have_prefetch, have_world, direct_io;
+	bool have_prefetch, have_world, direct_io, seed_random;
 	enum bfs_torch_compat compat;
 	const char *subset, *weights, *gen_state, *log_file;
 	char fuse_o[1024]; /* user's -o options, comma-joined */
@@ -69,6 +69,7 @@ static const char usage_text[] =
 	"  --replacement        draw with replacement (RandomSampler)\n"
 	"  --subset FILE        SubsetRandomSampler over these indices\n"
 	"  --weights FILE       WeightedRandomSampler with these weights\n"
+	"                       (num_samples defaults to len(weights))\n"
 	"  --world-size W       DistributedSampler over W ranks ...\n"
 	"  --rank R             ... as rank R (default 0)\n"
 	"  --torch-compat V     randperm of torch 1.13 (default) or 2.7\n"
@@ -359,6 +360,8 @@ static int make_order(struct mount_opts *m, struct bfs_mount *mt)
 	o.seed = m->seed;
 	o.replacement = m->replacement;
 	o.num_samples = m->num_samples;
+	if (o.sampler == BFS_SAMPLER_WEIGHTED && !o.num_samples)
+		o.num_samples = in.weights_len; /* one epoch = len(weights) */
 	o.subset = in.subset;
 	o.subset_len = in.subset_len;
 	o.weights = in.weights;
@@ -452,7 +455,7 @@ static int start_serving(struct mount_opts *m, struct bfs_mount *mt)
 		.shuffle = m->shuffle || m->replacement || m->num_samples ||
 			   m->subset || m->weights,
 		.drop_last = m->drop_last,
-		.seed_random = !m->have_seed,
+		.seed_random = m->seed_random,
 		.sampler = sampler_name(pick_sampler(m)),
 		.options = m->line,
 		.mountpoint = m->mountpoint,
@@ -641,12 +644,16 @@ int bfs_cmd_mount(int argc, char **argv)
 		goto out;
 	}
 	m->mountpoint = real;
-	if (m->shuffle && !m->have_seed) {
+	/* No --seed: a random sampler gets a fresh seed (reported in
+	 * dataset.json); DistributedSampler keeps torch's default 0. */
+	if (!m->have_seed && pick_sampler(m) != BFS_SAMPLER_SEQUENTIAL &&
+	    pick_sampler(m) != BFS_SAMPLER_DISTRIBUTED) {
 		uint32_t s = 0;
 
 		if (getrandom(&s, sizeof(s), 0) != sizeof(s))
 			s = (uint32_t)getpid() ^ (uint32_t)time(NULL);
 		m->seed = s;
+		m->seed_random = true;
 	}
 	describe_opts(m);
 	bfs_log_setup(m->verbose ? BFS_LOG_DEBUG : BFS_LOG_INFO, NULL);

@@ -1,0 +1,98 @@
+#!/usr/bin/python3
+"""The sampler options of `batchfs mount` reach the order engine: for
+--num-samples/--replacement, --subset FILE, --weights FILE and
+--world-size/--rank, the index files of 3 epochs equal the batches of the
+PyTorch loader that dataset.json's "pytorch" line names, built and run with
+real torch (DistributedSampler gets set_epoch(N) before epoch N)."""
+import json
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "mount"))
+import mountlib as ml  # noqa: E402
+
+import torch  # noqa: E402
+from torch.utils.data import (DataLoader, DistributedSampler,  # noqa: E402
+                              RandomSampler, SubsetRandomSampler,
+                              WeightedRandomSampler)
+
+ml.require_fuse()
+TMP = ml.TMP
+N = 37
+
+
+class Idx(torch.utils.data.Dataset):
+    def __len__(self):
+        return N
+
+    def __getitem__(self, i):
+        return i
+
+
+def check(opts, env, expect, epochs=3):
+    path = os.path.join(TMP, "s.pt")
+    _, mnt = ml.mount(path, None, "--epochs", epochs, *opts)
+    info = json.load(open(mnt + "/dataset.json"))
+    ns = dict(env, DataLoader=DataLoader, ds=Idx(), torch=torch,
+              RandomSampler=RandomSampler, DistributedSampler=DistributedSampler,
+              SubsetRandomSampler=SubsetRandomSampler,
+              WeightedRandomSampler=WeightedRandomSampler)
+    for piece in expect:
+        assert piece in info["pytorch"], (piece, info["pytorch"])
+    loader = eval(info["pytorch"], ns)
+    assert len(os.listdir(mnt + "/epoch/0")) == len(loader), info["pytorch"]
+    for e in range(epochs):
+        if isinstance(loader.sampler, DistributedSampler):
+            loader.sampler.set_epoch(e)
+        for k, ref in enumerate(loader):
+            got = ml.read_index("%s/index/%d/batch_%d" % (mnt, e, k))
+            assert got == ref.tolist(), (info["pytorch"], e, k, got, ref)
+            _, arrs = ml.read_batch("%s/epoch/%d/batch_%d" % (mnt, e, k))
+            assert arrs["v"].tolist() == [i * 3 for i in got]
+    assert ml.umount(mnt).returncode == 0
+    return info["pytorch"]
+
+
+def main():
+    torch.save({"v": torch.arange(N) * 3}, os.path.join(TMP, "s.pt"))
+    subset = [5, 3, 30, 31, 0, 2, 9, 36, 11]
+    sub_file = os.path.join(TMP, "subset.txt")
+    open(sub_file, "w").write("\n".join(map(str, subset)) + "\n")
+    w = [float((i * 7) % 5) for i in range(N)]
+    w_file = os.path.join(TMP, "weights.txt")
+    open(w_file, "w").write("\n".join(map(repr, w)) + "\n")
+    env = {"indices": subset, "weights": w}
+    seen = []
+    seen.append(check(["--batch-size", 4, "--shuffle", "--seed", 11,
+                       "--num-samples", 50], env,
+                      ["RandomSampler(", "num_samples=50", "manual_seed(11)"]))
+    seen.append(check(["--batch-size", 5, "--replacement", "--seed", 4,
+                       "--drop-last"], env,
+                      ["replacement=True", "manual_seed(4)", "drop_last=True"]))
+    seen.append(check(["--batch-size", 4, "--subset", sub_file, "--seed", 8],
+                      env, ["SubsetRandomSampler(", "manual_seed(8)"]))
+    seen.append(check(["--batch-size", 6, "--weights", w_file, "--seed", 2,
+                       "--num-samples", 40], env,
+                      ["WeightedRandomSampler(", "num_samples=40"]))
+    seen.append(check(["--batch-size", 6, "--weights", w_file, "--seed", 2],
+                      env, ["num_samples=%d" % N]))
+    for rank in range(3):
+        seen.append(check(["--batch-size", 4, "--world-size", 3, "--rank",
+                           rank, "--shuffle", "--seed", 5], env,
+                          ["num_replicas=3", "rank=%d" % rank, "seed=5"]))
+    seen.append(check(["--batch-size", 4, "--world-size", 2, "--rank", 1,
+                       "--drop-last"], env,
+                      ["shuffle=False", "seed=0", "drop_last=True"]))
+    # no --seed: a random seed is picked and reported
+    _, mnt = ml.mount(os.path.join(TMP, "s.pt"), None, "--subset", sub_file)
+    info = json.load(open(mnt + "/dataset.json"))
+    assert info["seed_source"] == "getrandom"
+    assert "manual_seed(%d)" % info["seed"] in info["pytorch"]
+    assert ml.umount(mnt).returncode == 0
+    for s in seen:
+        print(s)
+    print("ok")
+
+
+main()
