@@ -24,8 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-void bfs_layout_append(char *buf, size_t len, size_t *pos, const char *fmt,
-		       ...)
+void bfs_layout_append(char *buf, size_t len, size_t *pos, const char *fmt, ...)
 {
 	va_list ap;
 	int n;
@@ -87,15 +86,16 @@ int bfs_layout_init_fields(struct bfs_layout *l,
 	if (!l->fields)
 		return -ENOMEM;
 	for (size_t i = 0; i < n; i++) {
-		const struct bfs_dtype_info *d = bfs_dtype_info(fields[i]->dtype);
+		const struct bfs_dtype_info *d =
+		    bfs_dtype_info(fields[i]->dtype);
 
 		if (!d || !d->st_name) {
 			rc = bfs_error_set(
-				err, -ENOTSUP, fields[i]->name, BFS_NO_OFFSET,
-				"field dtype %s has no safetensors code; "
-				"batchfs cannot serve it (convert it, e.g. "
-				"complex128 -> complex64 or a real view)",
-				d ? d->torch_name : "invalid");
+			    err, -ENOTSUP, fields[i]->name, BFS_NO_OFFSET,
+			    "field dtype %s has no safetensors code; "
+			    "batchfs cannot serve it (convert it, e.g. "
+			    "complex128 -> complex64 or a real view)",
+			    d ? d->torch_name : "invalid");
 			goto err_free;
 		}
 		l->fields[i].f = fields[i];
@@ -159,10 +159,9 @@ size_t bfs_layout_json(const struct bfs_layout *l, uint64_t e, uint64_t k,
 		for (int d = 0; d < lf->f->ndim; d++)
 			bfs_layout_append(buf, len, &pos, ",%lld",
 					  (long long)lf->f->shape[d]);
-		bfs_layout_append(buf, len, &pos,
-				  "],\"data_offsets\":[%llu,%llu]}",
-				  (unsigned long long)off,
-				  (unsigned long long)(off + bytes));
+		bfs_layout_append(
+		    buf, len, &pos, "],\"data_offsets\":[%llu,%llu]}",
+		    (unsigned long long)off, (unsigned long long)(off + bytes));
 		off += bytes;
 	}
 	put_char(buf, len, &pos, '}');
@@ -174,8 +173,7 @@ uint64_t bfs_layout_data_offset(const struct bfs_layout *l, uint64_t e,
 {
 	uint64_t n = 8 + bfs_layout_json(l, e, k, rows, NULL, 0);
 
-	return (n + BFS_LAYOUT_ALIGN - 1) / BFS_LAYOUT_ALIGN *
-	       BFS_LAYOUT_ALIGN;
+	return (n + BFS_LAYOUT_ALIGN - 1) / BFS_LAYOUT_ALIGN * BFS_LAYOUT_ALIGN;
 }
 
 uint64_t bfs_layout_file_size(const struct bfs_layout *l, uint64_t e,

@@ -73,7 +73,7 @@ void bfs_layout_json_str(char *buf, size_t len, size_t *pos, const char *s);
 
 /* snprintf-style append used by the renderers: *pos advances by the full
  * formatted length even when buf is too small. */
-void bfs_layout_append(char *buf, size_t len, size_t *pos, const char *fmt,
-		       ...) __attribute__((format(printf, 4, 5)));
+void bfs_layout_append(char *buf, size_t len, size_t *pos, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 
 #endif

@@ -47,23 +47,23 @@
 
 #include "fs/log.h"
 
-#define NBUCKETS 4096u
+#define NBUCKETS   4096u
 #define MAX_SPARES 8u /* bounded further by workers + 1 */
 
 enum bstate { B_QUEUED, B_BUSY, B_READY, B_FAILED };
 
 struct bfs_batch {
 	uint64_t pos, e, k, rows;
-	uint64_t size;	   /* file size */
-	uint64_t map_size; /* size rounded to pages */
-	void *buf;	   /* mmap'd, page aligned; NULL until BUSY */
-	enum bstate state; /* [L] */
-	int err;	   /* [L] when FAILED */
-	unsigned refs;	   /* [L] acquirers waiting or reading */
-	bool in_table;	   /* [L] */
-	bool prefetched;   /* [L] queued by prefetch, not yet demanded */
-	bool demanded;	   /* [L] */
-	struct bfs_batch *hnext;       /* [L] hash chain */
+	uint64_t size;		 /* file size */
+	uint64_t map_size;	 /* size rounded to pages */
+	void *buf;		 /* mmap'd, page aligned; NULL until BUSY */
+	enum bstate state;	 /* [L] */
+	int err;		 /* [L] when FAILED */
+	unsigned refs;		 /* [L] acquirers waiting or reading */
+	bool in_table;		 /* [L] */
+	bool prefetched;	 /* [L] queued by prefetch, not yet demanded */
+	bool demanded;		 /* [L] */
+	struct bfs_batch *hnext; /* [L] hash chain */
 	struct bfs_batch *prev, *next; /* [L] queue (QUEUED) or LRU (READY) */
 };
 
@@ -87,10 +87,10 @@ struct bfs_pool {
 	struct list queue;		   /* [L] QUEUED batches */
 	struct list lru;		   /* [L] READY in table, MRU at head */
 	uint64_t pf_upto;		   /* [L] highest pos prefetched + 1 */
-	void *spare[MAX_SPARES];	   /* [L] freed buffers kept for reuse */
-	uint64_t spare_size[MAX_SPARES];   /* [L] their sizes */
-	unsigned nspare;		   /* [L] */
-	struct bfs_pool_stats st;	   /* [L] */
+	void *spare[MAX_SPARES];	 /* [L] freed buffers kept for reuse */
+	uint64_t spare_size[MAX_SPARES]; /* [L] their sizes */
+	unsigned nspare;		 /* [L] */
+	struct bfs_pool_stats st;	 /* [L] */
 
 	pthread_t *threads;
 	unsigned nthreads;

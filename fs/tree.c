@@ -19,7 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define KIND_SHIFT 60
+#define KIND_SHIFT  60
 #define EPOCH_SHIFT 36
 
 struct bfs_tree {
@@ -65,14 +65,13 @@ int bfs_tree_decode(const struct bfs_tree *t, uint64_t ino,
 	case BFS_NODE_BATCH:
 	case BFS_NODE_INDEXFILE:
 		return out->epoch < t->epochs && out->batch < t->len ? 0
-								       : -ENOENT;
+								     : -ENOENT;
 	default:
 		return -ENOENT;
 	}
 }
 
-uint64_t bfs_tree_batch_size(const struct bfs_tree *t, uint64_t e,
-			     uint64_t k)
+uint64_t bfs_tree_batch_size(const struct bfs_tree *t, uint64_t e, uint64_t k)
 {
 	return bfs_layout_file_size(t->layout, e, k,
 				    bfs_order_batch_rows(t->order, k));
@@ -88,22 +87,22 @@ static void render_stats(const struct bfs_tree *t, char *buf, size_t len,
 		const char *name;
 		const uint64_t *v;
 	} rows[] = {
-		{"batches_served", &s.batches_served},
-		{"bytes_served", &s.bytes_served},
-		{"batches_materialized", &s.batches_materialized},
-		{"prefetch_hits", &s.prefetch_hits},
-		{"prefetch_misses", &s.prefetch_misses},
-		{"prefetch_skipped", &s.prefetch_skipped},
-		{"evictions", &s.evictions},
-		{"cache_bytes", &s.cache_bytes},
-		{"cache_batches", &s.cache_batches},
-		{"cache_budget_bytes", &s.cache_budget_bytes},
-		{"worker_busy_ns", &s.worker_busy_ns},
-		{"read_wait_ns", &s.read_wait_ns},
-		{"read_timeouts", &s.timeouts},
-		{"gather_errors", &s.errors},
-		{"workers", &s.workers},
-		{"prefetch_depth", &s.prefetch_depth},
+	    {"batches_served", &s.batches_served},
+	    {"bytes_served", &s.bytes_served},
+	    {"batches_materialized", &s.batches_materialized},
+	    {"prefetch_hits", &s.prefetch_hits},
+	    {"prefetch_misses", &s.prefetch_misses},
+	    {"prefetch_skipped", &s.prefetch_skipped},
+	    {"evictions", &s.evictions},
+	    {"cache_bytes", &s.cache_bytes},
+	    {"cache_batches", &s.cache_batches},
+	    {"cache_budget_bytes", &s.cache_budget_bytes},
+	    {"worker_busy_ns", &s.worker_busy_ns},
+	    {"read_wait_ns", &s.read_wait_ns},
+	    {"read_timeouts", &s.timeouts},
+	    {"gather_errors", &s.errors},
+	    {"workers", &s.workers},
+	    {"prefetch_depth", &s.prefetch_depth},
 	};
 
 	memset(&s, 0, sizeof(s));
@@ -134,8 +133,8 @@ static int render_index(const struct bfs_tree *t, uint64_t e, uint64_t k,
 }
 
 /* Render a text node into buf (snprintf semantics through *pos). */
-static int render(const struct bfs_tree *t, const struct bfs_node *n,
-		  char *buf, size_t len, size_t *pos)
+static int render(const struct bfs_tree *t, const struct bfs_node *n, char *buf,
+		  size_t len, size_t *pos)
 {
 	switch (n->kind) {
 	case BFS_NODE_README:
@@ -201,11 +200,11 @@ static void fill_stat(const struct bfs_tree *t, const struct bfs_node *n,
 	st->st_atim = st->st_mtim = st->st_ctim = t->when;
 	if (is_dir(n->kind)) {
 		st->st_mode = S_IFDIR | 0555;
-		st->st_nlink = n->kind == BFS_NODE_ROOT ? 4
-			       : n->kind == BFS_NODE_EPOCHS ||
-					 n->kind == BFS_NODE_INDEXES
-				       ? 2 + (nlink_t)t->epochs
-				       : 2;
+		st->st_nlink =
+		    n->kind == BFS_NODE_ROOT ? 4
+		    : n->kind == BFS_NODE_EPOCHS || n->kind == BFS_NODE_INDEXES
+			? 2 + (nlink_t)t->epochs
+			: 2;
 		st->st_size = 4096;
 	} else {
 		st->st_mode = S_IFREG | 0444;
@@ -239,8 +238,7 @@ static int node_stat(const struct bfs_tree *t, const struct bfs_node *n,
 	return rc;
 }
 
-int bfs_tree_getattr(const struct bfs_tree *t, uint64_t ino,
-		     struct stat *st)
+int bfs_tree_getattr(const struct bfs_tree *t, uint64_t ino, struct stat *st)
 {
 	struct bfs_node n;
 	int rc = bfs_tree_decode(t, ino, &n);
@@ -270,9 +268,9 @@ static const struct {
 	const char *name;
 	enum bfs_node_kind kind;
 } root_names[] = {
-	{"README", BFS_NODE_README},   {"dataset.json", BFS_NODE_DATASET},
-	{"epoch", BFS_NODE_EPOCHS},    {"index", BFS_NODE_INDEXES},
-	{"stats", BFS_NODE_STATS},
+    {"README", BFS_NODE_README}, {"dataset.json", BFS_NODE_DATASET},
+    {"epoch", BFS_NODE_EPOCHS},	 {"index", BFS_NODE_INDEXES},
+    {"stats", BFS_NODE_STATS},
 };
 #define NROOT (sizeof(root_names) / sizeof(root_names[0]))
 
@@ -301,8 +299,8 @@ static int child(const struct bfs_tree *t, const struct bfs_node *p,
 		return 0;
 	case BFS_NODE_EPOCH:
 	case BFS_NODE_INDEX:
-		if (strncmp(name, "batch_", 6) ||
-		    parse_num(name + 6, &v) < 0 || v >= t->len)
+		if (strncmp(name, "batch_", 6) || parse_num(name + 6, &v) < 0 ||
+		    v >= t->len)
 			return -ENOENT;
 		c->kind = p->kind == BFS_NODE_EPOCH ? BFS_NODE_BATCH
 						    : BFS_NODE_INDEXFILE;
@@ -314,8 +312,8 @@ static int child(const struct bfs_tree *t, const struct bfs_node *p,
 	}
 }
 
-int bfs_tree_lookup(const struct bfs_tree *t, uint64_t parent,
-		    const char *name, struct stat *st)
+int bfs_tree_lookup(const struct bfs_tree *t, uint64_t parent, const char *name,
+		    struct stat *st)
 {
 	struct bfs_node p, c;
 	int rc = bfs_tree_decode(t, parent, &p);
@@ -368,8 +366,8 @@ int bfs_tree_dirent(const struct bfs_tree *t, uint64_t ino, uint64_t off,
 	case BFS_NODE_INDEXES:
 		if (i >= t->epochs)
 			return 0;
-		c.kind = d.kind == BFS_NODE_EPOCHS ? BFS_NODE_EPOCH
-						   : BFS_NODE_INDEX;
+		c.kind =
+		    d.kind == BFS_NODE_EPOCHS ? BFS_NODE_EPOCH : BFS_NODE_INDEX;
 		c.epoch = i;
 		snprintf(name, name_len, "%" PRIu64, i);
 		break;
@@ -396,8 +394,8 @@ static void json_fields(const struct bfs_tree *t, char *b, size_t n,
 	for (size_t i = 0; i < t->layout->nfields; i++) {
 		const struct bfs_layout_field *lf = &t->layout->fields[i];
 
-		bfs_layout_append(b, n, pos, "%s\n    {\"name\": ",
-				  i ? "," : "");
+		bfs_layout_append(b, n, pos,
+				  "%s\n    {\"name\": ", i ? "," : "");
 		bfs_layout_json_str(b, n, pos, lf->f->name);
 		bfs_layout_append(b, n, pos,
 				  ", \"dtype\": \"%s\", \"safetensors_dtype\":"
@@ -429,78 +427,78 @@ static void render_json(const struct bfs_tree *t,
 	bfs_layout_append(b, n, pos, "],\n");
 	json_fields(t, b, n, pos);
 	bfs_layout_append(
-		b, n, pos,
-		"  \"samples\": %" PRIu64 ",\n  \"batch_size\": %" PRIu64
-		",\n  \"batches_per_epoch\": %" PRIu64 ",\n  \"last_batch_"
-		"size\": %" PRIu64 ",\n  \"epochs\": %" PRIu64
-		",\n  \"drop_last\": %s,\n  \"sampler\": \"%s\",\n  "
-		"\"shuffle\": %s,\n  \"seed\": %" PRIu64
-		",\n  \"seed_source\": \"%s\",\n  \"pytorch\": ",
-		bfs_dataset_samples(t->ds),
-		t->len ? bfs_order_batch_rows(t->order, 0) : 0, t->len,
-		t->len ? bfs_order_batch_rows(t->order, t->len - 1) : 0,
-		t->epochs, in->drop_last ? "true" : "false",
-		in->sampler, in->shuffle ? "true" : "false", in->seed,
-		in->seed_random ? "getrandom" : "--seed");
+	    b, n, pos,
+	    "  \"samples\": %" PRIu64 ",\n  \"batch_size\": %" PRIu64
+	    ",\n  \"batches_per_epoch\": %" PRIu64 ",\n  \"last_batch_"
+	    "size\": %" PRIu64 ",\n  \"epochs\": %" PRIu64
+	    ",\n  \"drop_last\": %s,\n  \"sampler\": \"%s\",\n  "
+	    "\"shuffle\": %s,\n  \"seed\": %" PRIu64
+	    ",\n  \"seed_source\": \"%s\",\n  \"pytorch\": ",
+	    bfs_dataset_samples(t->ds),
+	    t->len ? bfs_order_batch_rows(t->order, 0) : 0, t->len,
+	    t->len ? bfs_order_batch_rows(t->order, t->len - 1) : 0, t->epochs,
+	    in->drop_last ? "true" : "false", in->sampler,
+	    in->shuffle ? "true" : "false", in->seed,
+	    in->seed_random ? "getrandom" : "--seed");
 	bfs_layout_json_str(b, n, pos, torch);
-	bfs_layout_append(b, n, pos,
-			  ",\n  \"format\": \"safetensors\",\n  \"batch_"
-			  "format\": \"batchfs/1\",\n  \"header_size\": %" PRIu64
-			  ",\n  \"batch_path\": \"epoch/{epoch}/batch_{batch}"
-			  "\",\n  \"index_path\": \"index/{epoch}/batch_{batch}"
-			  "\"\n}\n",
-			  bfs_layout_data_offset(t->layout, 0, 0,
-						 t->len ? bfs_order_batch_rows(
-								  t->order, 0)
-							: 0));
+	bfs_layout_append(
+	    b, n, pos,
+	    ",\n  \"format\": \"safetensors\",\n  \"batch_"
+	    "format\": \"batchfs/1\",\n  \"header_size\": %" PRIu64
+	    ",\n  \"batch_path\": \"epoch/{epoch}/batch_{batch}"
+	    "\",\n  \"index_path\": \"index/{epoch}/batch_{batch}"
+	    "\"\n}\n",
+	    bfs_layout_data_offset(t->layout, 0, 0,
+				   t->len ? bfs_order_batch_rows(t->order, 0)
+					  : 0));
 }
 
 /* The reader in README: json + numpy only. */
 static const char readme_reader[] =
-	"import json, numpy as np\n"
-	"NP = {\"F64\": \"<f8\", \"F32\": \"<f4\", \"F16\": \"<f2\", "
-	"\"BF16\": \"<u2\", \"I64\": \"<i8\", \"I32\": \"<i4\",\n"
-	"      \"I16\": \"<i2\", \"I8\": \"i1\", \"U64\": \"<u8\", "
-	"\"U32\": \"<u4\", \"U16\": \"<u2\", \"U8\": \"u1\",\n"
-	"      \"BOOL\": \"?\", \"C64\": \"<c8\", \"F8_E4M3\": \"u1\", "
-	"\"F8_E5M2\": \"u1\"}   # BF16/F8: raw bits\n"
-	"def read_batch(path):\n"
-	"    buf = open(path, \"rb\").read()        # one big read\n"
-	"    n = int.from_bytes(buf[:8], \"little\")\n"
-	"    head = json.loads(buf[8:8 + n]); head.pop(\"__metadata__\")\n"
-	"    return {k: np.frombuffer(buf, NP[v[\"dtype\"]], "
-	"offset=8 + n + v[\"data_offsets\"][0],\n"
-	"                             count=int(np.prod(v[\"shape\"])))"
-	".reshape(v[\"shape\"])\n"
-	"            for k, v in head.items()}\n";
+    "import json, numpy as np\n"
+    "NP = {\"F64\": \"<f8\", \"F32\": \"<f4\", \"F16\": \"<f2\", "
+    "\"BF16\": \"<u2\", \"I64\": \"<i8\", \"I32\": \"<i4\",\n"
+    "      \"I16\": \"<i2\", \"I8\": \"i1\", \"U64\": \"<u8\", "
+    "\"U32\": \"<u4\", \"U16\": \"<u2\", \"U8\": \"u1\",\n"
+    "      \"BOOL\": \"?\", \"C64\": \"<c8\", \"F8_E4M3\": \"u1\", "
+    "\"F8_E5M2\": \"u1\"}   # BF16/F8: raw bits\n"
+    "def read_batch(path):\n"
+    "    buf = open(path, \"rb\").read()        # one big read\n"
+    "    n = int.from_bytes(buf[:8], \"little\")\n"
+    "    head = json.loads(buf[8:8 + n]); head.pop(\"__metadata__\")\n"
+    "    return {k: np.frombuffer(buf, NP[v[\"dtype\"]], "
+    "offset=8 + n + v[\"data_offsets\"][0],\n"
+    "                             count=int(np.prod(v[\"shape\"])))"
+    ".reshape(v[\"shape\"])\n"
+    "            for k, v in head.items()}\n";
 
 static void render_readme(const struct bfs_tree *t,
 			  const struct bfs_tree_info *in, const char *torch,
 			  char *b, size_t n, size_t *pos)
 {
 	bfs_layout_append(
-		b, n, pos,
-		"batchfs: a dataset as a directory of training batches\n\n"
-		"Mounted on %s from %zu archive(s), %" PRIu64
-		" samples, %zu field(s).\nOptions: %s\n\n"
-		"  epoch/N/batch_K   batch K of epoch N: a safetensors file "
-		"(8-byte LE header\n                    length, JSON header, "
-		"data at byte %" PRIu64 ")\n"
-		"  index/N/batch_K   its sample indices, one per line\n"
-		"  dataset.json      fields, sizes, sampler, seed\n"
-		"  stats             live counters (name value)\n\n"
-		"%" PRIu64 " batches per epoch; epochs 0..%" PRIu64
-		" can be opened (ls epoch lists them all).\n"
-		"The batches are exactly those of this PyTorch loader "
-		"(default_collate of dict samples):\n\n  %s\n\n"
-		"Read a batch with numpy only:\n\n",
-		in->mountpoint ? in->mountpoint : "?",
-		bfs_dataset_nshards(t->ds), bfs_dataset_samples(t->ds),
-		bfs_dataset_nfields(t->ds), in->options ? in->options : "",
-		bfs_layout_data_offset(t->layout, 0, 0,
-				       t->len ? bfs_order_batch_rows(t->order, 0)
-					      : 0),
-		t->len, t->epochs ? t->epochs - 1 : 0, torch);
+	    b, n, pos,
+	    "batchfs: a dataset as a directory of training batches\n\n"
+	    "Mounted on %s from %zu archive(s), %" PRIu64
+	    " samples, %zu field(s).\nOptions: %s\n\n"
+	    "  epoch/N/batch_K   batch K of epoch N: a safetensors file "
+	    "(8-byte LE header\n                    length, JSON header, "
+	    "data at byte %" PRIu64 ")\n"
+	    "  index/N/batch_K   its sample indices, one per line\n"
+	    "  dataset.json      fields, sizes, sampler, seed\n"
+	    "  stats             live counters (name value)\n\n"
+	    "%" PRIu64 " batches per epoch; epochs 0..%" PRIu64
+	    " can be opened (ls epoch lists them all).\n"
+	    "The batches are exactly those of this PyTorch loader "
+	    "(default_collate of dict samples):\n\n  %s\n\n"
+	    "Read a batch with numpy only:\n\n",
+	    in->mountpoint ? in->mountpoint : "?", bfs_dataset_nshards(t->ds),
+	    bfs_dataset_samples(t->ds), bfs_dataset_nfields(t->ds),
+	    in->options ? in->options : "",
+	    bfs_layout_data_offset(t->layout, 0, 0,
+				   t->len ? bfs_order_batch_rows(t->order, 0)
+					  : 0),
+	    t->len, t->epochs ? t->epochs - 1 : 0, torch);
 	bfs_layout_append(b, n, pos,
 			  "%sbatch = read_batch(\"%s/epoch/0/batch_0\")\n\n"
 			  "Read with >= 1 MiB reads (cat, cp, np.fromfile, "
@@ -511,19 +509,19 @@ static void render_readme(const struct bfs_tree *t,
 }
 
 /* Render into a fresh malloc'd string (two passes: measure, write). */
-#define RENDER_ALLOC(out, outlen, call_with_b_n_pos)                          \
-	do {                                                                  \
-		char *b = NULL;                                               \
-		size_t n = 0, pos = 0;                                        \
-		call_with_b_n_pos;                                            \
-		n = pos + 1;                                                  \
-		pos = 0;                                                      \
-		b = malloc(n);                                                \
-		if (!b)                                                       \
-			return -ENOMEM;                                       \
-		call_with_b_n_pos;                                            \
-		(out) = b;                                                    \
-		(outlen) = pos;                                               \
+#define RENDER_ALLOC(out, outlen, call_with_b_n_pos)                           \
+	do {                                                                   \
+		char *b = NULL;                                                \
+		size_t n = 0, pos = 0;                                         \
+		call_with_b_n_pos;                                             \
+		n = pos + 1;                                                   \
+		pos = 0;                                                       \
+		b = malloc(n);                                                 \
+		if (!b)                                                        \
+			return -ENOMEM;                                        \
+		call_with_b_n_pos;                                             \
+		(out) = b;                                                     \
+		(outlen) = pos;                                                \
 	} while (0)
 
 static int render_static(struct bfs_tree *t, const struct bfs_tree_info *in)

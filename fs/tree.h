@@ -21,14 +21,14 @@
 #include "fs/order.h"
 #include "fs/pool.h"
 
-#define BFS_TREE_MAX_EPOCHS (1ull << 24)
+#define BFS_TREE_MAX_EPOCHS  (1ull << 24)
 #define BFS_TREE_MAX_BATCHES (1ull << 36)
-#define BFS_TREE_BLKSIZE (1u << 20)
+#define BFS_TREE_BLKSIZE     (1u << 20)
 
 enum bfs_node_kind {
 	BFS_NODE_ROOT = 0,
 	BFS_NODE_README,
-	BFS_NODE_DATASET,   /* dataset.json */
+	BFS_NODE_DATASET, /* dataset.json */
 	BFS_NODE_STATS,
 	BFS_NODE_EPOCHS,    /* /epoch */
 	BFS_NODE_INDEXES,   /* /index */
@@ -50,9 +50,9 @@ struct bfs_tree_info {
 	size_t nsources;
 	uint64_t epochs;
 	uint64_t seed;
-	bool shuffle;	    /* a random order at all */
+	bool shuffle; /* a random order at all */
 	bool drop_last;
-	bool seed_random;   /* picked with getrandom (no --seed) */
+	bool seed_random;    /* picked with getrandom (no --seed) */
 	const char *sampler; /* "sequential", "random", ... */
 	const char *options; /* the mount options, one line */
 	const char *mountpoint;
@@ -79,13 +79,12 @@ int bfs_tree_decode(const struct bfs_tree *t, uint64_t ino,
 
 /* Attributes of ino: exact st_size (text files are rendered to size
  * them), st_blksize 1 MiB, read-only modes. 0 or -ENOENT. */
-int bfs_tree_getattr(const struct bfs_tree *t, uint64_t ino,
-		     struct stat *st);
+int bfs_tree_getattr(const struct bfs_tree *t, uint64_t ino, struct stat *st);
 
 /* Name 'name' in directory 'parent': 0 and its attributes (st_ino set),
  * -ENOENT, or -ENOTDIR when parent is a file. */
-int bfs_tree_lookup(const struct bfs_tree *t, uint64_t parent,
-		    const char *name, struct stat *st);
+int bfs_tree_lookup(const struct bfs_tree *t, uint64_t parent, const char *name,
+		    struct stat *st);
 
 /* Entry number 'off' of directory ino (0 ".", 1 "..", then the children;
  * a batch directory's entry 2 + K is batch_K). Returns 1 and fills name
@@ -100,7 +99,6 @@ int bfs_tree_render(const struct bfs_tree *t, uint64_t ino, char **text,
 		    size_t *len);
 
 /* Batch file size of (e, k), from the layout. */
-uint64_t bfs_tree_batch_size(const struct bfs_tree *t, uint64_t e,
-			     uint64_t k);
+uint64_t bfs_tree_batch_size(const struct bfs_tree *t, uint64_t e, uint64_t k);
 
 #endif

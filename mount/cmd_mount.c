@@ -53,41 +53,41 @@ struct mount_opts {
 };
 
 static const char usage_text[] =
-	"usage: batchfs mount [OPTIONS] ARCHIVE... MOUNTPOINT\n"
-	"Mount torch.save archives (one dataset; several = shards) as a\n"
-	"directory of batches: MOUNTPOINT/epoch/N/batch_K (safetensors).\n"
-	"Returns once the filesystem is ready; the daemon stays in the\n"
-	"background until `batchfs umount MOUNTPOINT`.\n\n"
-	"  --batch-size B       samples per batch (default 1)\n"
-	"  --shuffle            random order (RandomSampler)\n"
-	"  --seed S             generator seed (default: random, reported in\n"
-	"                       dataset.json)\n"
-	"  --drop-last          drop the last incomplete batch\n"
-	"  --epochs E           epochs 0..E-1 exist and are listed (default "
-	"1000)\n"
-	"  --num-samples M      samples drawn per epoch (RandomSampler)\n"
-	"  --replacement        draw with replacement (RandomSampler)\n"
-	"  --subset FILE        SubsetRandomSampler over these indices\n"
-	"  --weights FILE       WeightedRandomSampler with these weights\n"
-	"                       (num_samples defaults to len(weights))\n"
-	"  --world-size W       DistributedSampler over W ranks ...\n"
-	"  --rank R             ... as rank R (default 0)\n"
-	"  --torch-compat V     randperm of torch 1.13 (default) or 2.7\n"
-	"  --generator-state F  start from torch.Generator.get_state() bytes\n"
-	"  --workers W          gather threads (default: online cores)\n"
-	"  --prefetch P         batches prepared ahead (default 2 x workers)\n"
-	"  --cache-mb M         memory budget for batches (default 512)\n"
-	"  --timeout SEC        a read waits at most SEC for its batch, then\n"
-	"                       EIO (default 30)\n"
-	"  --direct-io          serve batch files with direct I/O (faster\n"
-	"                       read(), but mmap MAP_SHARED fails)\n"
-	"  --fuse-threads N     FUSE request threads (default 4)\n"
-	"  --log-file FILE      daemon log (default: syslog)\n"
-	"  -o OPT[,OPT...]      FUSE mount options (allow_other drops\n"
-	"                       auto_unmount on libfuse 3.14)\n"
-	"  -f, --foreground     stay in the foreground, log to stderr\n"
-	"  -v, --verbose        debug logging\n"
-	"  -h, --help           this text\n";
+    "usage: batchfs mount [OPTIONS] ARCHIVE... MOUNTPOINT\n"
+    "Mount torch.save archives (one dataset; several = shards) as a\n"
+    "directory of batches: MOUNTPOINT/epoch/N/batch_K (safetensors).\n"
+    "Returns once the filesystem is ready; the daemon stays in the\n"
+    "background until `batchfs umount MOUNTPOINT`.\n\n"
+    "  --batch-size B       samples per batch (default 1)\n"
+    "  --shuffle            random order (RandomSampler)\n"
+    "  --seed S             generator seed (default: random, reported in\n"
+    "                       dataset.json)\n"
+    "  --drop-last          drop the last incomplete batch\n"
+    "  --epochs E           epochs 0..E-1 exist and are listed (default "
+    "1000)\n"
+    "  --num-samples M      samples drawn per epoch (RandomSampler)\n"
+    "  --replacement        draw with replacement (RandomSampler)\n"
+    "  --subset FILE        SubsetRandomSampler over these indices\n"
+    "  --weights FILE       WeightedRandomSampler with these weights\n"
+    "                       (num_samples defaults to len(weights))\n"
+    "  --world-size W       DistributedSampler over W ranks ...\n"
+    "  --rank R             ... as rank R (default 0)\n"
+    "  --torch-compat V     randperm of torch 1.13 (default) or 2.7\n"
+    "  --generator-state F  start from torch.Generator.get_state() bytes\n"
+    "  --workers W          gather threads (default: online cores)\n"
+    "  --prefetch P         batches prepared ahead (default 2 x workers)\n"
+    "  --cache-mb M         memory budget for batches (default 512)\n"
+    "  --timeout SEC        a read waits at most SEC for its batch, then\n"
+    "                       EIO (default 30)\n"
+    "  --direct-io          serve batch files with direct I/O (faster\n"
+    "                       read(), but mmap MAP_SHARED fails)\n"
+    "  --fuse-threads N     FUSE request threads (default 4)\n"
+    "  --log-file FILE      daemon log (default: syslog)\n"
+    "  -o OPT[,OPT...]      FUSE mount options (allow_other drops\n"
+    "                       auto_unmount on libfuse 3.14)\n"
+    "  -f, --foreground     stay in the foreground, log to stderr\n"
+    "  -v, --verbose        debug logging\n"
+    "  -h, --help           this text\n";
 
 static int usage_error(const char *fmt, const char *arg)
 {
@@ -114,37 +114,53 @@ static int parse_u64(const char *s, uint64_t lo, uint64_t hi, uint64_t *out)
 }
 
 enum {
-	OPT_BATCH = 256, OPT_SHUFFLE, OPT_SEED, OPT_DROP, OPT_EPOCHS,
-	OPT_WORKERS, OPT_PREFETCH, OPT_CACHE, OPT_TIMEOUT, OPT_NSAMPLES,
-	OPT_REPL, OPT_SUBSET, OPT_WEIGHTS, OPT_WORLD, OPT_RANK, OPT_COMPAT,
-	OPT_GENSTATE, OPT_DIRECT, OPT_FTHREADS, OPT_LOGFILE,
+	OPT_BATCH = 256,
+	OPT_SHUFFLE,
+	OPT_SEED,
+	OPT_DROP,
+	OPT_EPOCHS,
+	OPT_WORKERS,
+	OPT_PREFETCH,
+	OPT_CACHE,
+	OPT_TIMEOUT,
+	OPT_NSAMPLES,
+	OPT_REPL,
+	OPT_SUBSET,
+	OPT_WEIGHTS,
+	OPT_WORLD,
+	OPT_RANK,
+	OPT_COMPAT,
+	OPT_GENSTATE,
+	OPT_DIRECT,
+	OPT_FTHREADS,
+	OPT_LOGFILE,
 };
 
 static const struct option long_opts[] = {
-	{"batch-size", required_argument, NULL, OPT_BATCH},
-	{"shuffle", no_argument, NULL, OPT_SHUFFLE},
-	{"seed", required_argument, NULL, OPT_SEED},
-	{"drop-last", no_argument, NULL, OPT_DROP},
-	{"epochs", required_argument, NULL, OPT_EPOCHS},
-	{"workers", required_argument, NULL, OPT_WORKERS},
-	{"prefetch", required_argument, NULL, OPT_PREFETCH},
-	{"cache-mb", required_argument, NULL, OPT_CACHE},
-	{"timeout", required_argument, NULL, OPT_TIMEOUT},
-	{"num-samples", required_argument, NULL, OPT_NSAMPLES},
-	{"replacement", no_argument, NULL, OPT_REPL},
-	{"subset", required_argument, NULL, OPT_SUBSET},
-	{"weights", required_argument, NULL, OPT_WEIGHTS},
-	{"world-size", required_argument, NULL, OPT_WORLD},
-	{"rank", required_argument, NULL, OPT_RANK},
-	{"torch-compat", required_argument, NULL, OPT_COMPAT},
-	{"generator-state", required_argument, NULL, OPT_GENSTATE},
-	{"direct-io", no_argument, NULL, OPT_DIRECT},
-	{"fuse-threads", required_argument, NULL, OPT_FTHREADS},
-	{"log-file", required_argument, NULL, OPT_LOGFILE},
-	{"foreground", no_argument, NULL, 'f'},
-	{"verbose", no_argument, NULL, 'v'},
-	{"help", no_argument, NULL, 'h'},
-	{NULL, 0, NULL, 0},
+    {"batch-size", required_argument, NULL, OPT_BATCH},
+    {"shuffle", no_argument, NULL, OPT_SHUFFLE},
+    {"seed", required_argument, NULL, OPT_SEED},
+    {"drop-last", no_argument, NULL, OPT_DROP},
+    {"epochs", required_argument, NULL, OPT_EPOCHS},
+    {"workers", required_argument, NULL, OPT_WORKERS},
+    {"prefetch", required_argument, NULL, OPT_PREFETCH},
+    {"cache-mb", required_argument, NULL, OPT_CACHE},
+    {"timeout", required_argument, NULL, OPT_TIMEOUT},
+    {"num-samples", required_argument, NULL, OPT_NSAMPLES},
+    {"replacement", no_argument, NULL, OPT_REPL},
+    {"subset", required_argument, NULL, OPT_SUBSET},
+    {"weights", required_argument, NULL, OPT_WEIGHTS},
+    {"world-size", required_argument, NULL, OPT_WORLD},
+    {"rank", required_argument, NULL, OPT_RANK},
+    {"torch-compat", required_argument, NULL, OPT_COMPAT},
+    {"generator-state", required_argument, NULL, OPT_GENSTATE},
+    {"direct-io", no_argument, NULL, OPT_DIRECT},
+    {"fuse-threads", required_argument, NULL, OPT_FTHREADS},
+    {"log-file", required_argument, NULL, OPT_LOGFILE},
+    {"foreground", no_argument, NULL, 'f'},
+    {"verbose", no_argument, NULL, 'v'},
+    {"help", no_argument, NULL, 'h'},
+    {NULL, 0, NULL, 0},
 };
 
 static const char *opt_name(int c)
@@ -162,12 +178,12 @@ static int numeric(int c, const char *arg, struct mount_opts *m)
 		int c;
 		uint64_t lo, hi;
 	} lim[] = {
-		{OPT_BATCH, 1, UINT32_MAX},   {OPT_SEED, 0, UINT64_MAX},
-		{OPT_EPOCHS, 1, 1u << 24},    {OPT_WORKERS, 1, 256},
-		{OPT_PREFETCH, 0, 4096},      {OPT_CACHE, 1, 1u << 30},
-		{OPT_TIMEOUT, 1, 86400 * 7},  {OPT_NSAMPLES, 1, UINT64_MAX},
-		{OPT_WORLD, 1, 1u << 20},     {OPT_RANK, 0, (1u << 20) - 1},
-		{OPT_FTHREADS, 1, 64},
+	    {OPT_BATCH, 1, UINT32_MAX},	 {OPT_SEED, 0, UINT64_MAX},
+	    {OPT_EPOCHS, 1, 1u << 24},	 {OPT_WORKERS, 1, 256},
+	    {OPT_PREFETCH, 0, 4096},	 {OPT_CACHE, 1, 1u << 30},
+	    {OPT_TIMEOUT, 1, 86400 * 7}, {OPT_NSAMPLES, 1, UINT64_MAX},
+	    {OPT_WORLD, 1, 1u << 20},	 {OPT_RANK, 0, (1u << 20) - 1},
+	    {OPT_FTHREADS, 1, 64},
 	};
 	uint64_t v = 0;
 
@@ -185,20 +201,44 @@ static int numeric(int c, const char *arg, struct mount_opts *m)
 		}
 	}
 	switch (c) {
-	case OPT_BATCH: m->batch_size = v; break;
-	case OPT_SEED: m->seed = v; m->have_seed = true; break;
-	case OPT_EPOCHS: m->epochs = v; break;
-	case OPT_WORKERS: m->workers = (unsigned)v; break;
-	case OPT_PREFETCH: m->prefetch = (unsigned)v; m->have_prefetch = true;
+	case OPT_BATCH:
+		m->batch_size = v;
 		break;
-	case OPT_CACHE: m->cache_mb = v; break;
-	case OPT_TIMEOUT: m->timeout_s = (unsigned)v; break;
-	case OPT_NSAMPLES: m->num_samples = v; break;
-	case OPT_WORLD: m->world_size = (uint32_t)v; m->have_world = true;
+	case OPT_SEED:
+		m->seed = v;
+		m->have_seed = true;
 		break;
-	case OPT_RANK: m->rank = (uint32_t)v; break;
-	case OPT_FTHREADS: m->fuse_threads = (unsigned)v; break;
-	default: break;
+	case OPT_EPOCHS:
+		m->epochs = v;
+		break;
+	case OPT_WORKERS:
+		m->workers = (unsigned)v;
+		break;
+	case OPT_PREFETCH:
+		m->prefetch = (unsigned)v;
+		m->have_prefetch = true;
+		break;
+	case OPT_CACHE:
+		m->cache_mb = v;
+		break;
+	case OPT_TIMEOUT:
+		m->timeout_s = (unsigned)v;
+		break;
+	case OPT_NSAMPLES:
+		m->num_samples = v;
+		break;
+	case OPT_WORLD:
+		m->world_size = (uint32_t)v;
+		m->have_world = true;
+		break;
+	case OPT_RANK:
+		m->rank = (uint32_t)v;
+		break;
+	case OPT_FTHREADS:
+		m->fuse_threads = (unsigned)v;
+		break;
+	default:
+		break;
 	}
 	return 0;
 }
@@ -207,8 +247,7 @@ static void append_o(struct mount_opts *m, const char *o)
 {
 	size_t n = strlen(m->fuse_o);
 
-	snprintf(m->fuse_o + n, sizeof(m->fuse_o) - n, "%s%s", n ? "," : "",
-		 o);
+	snprintf(m->fuse_o + n, sizeof(m->fuse_o) - n, "%s%s", n ? "," : "", o);
 }
 
 /* Returns 0, 2 (bad usage, printed) or -1 (--help printed). */
@@ -233,17 +272,39 @@ static int parse_opts(int argc, char **argv, struct mount_opts *m)
 		case 'h':
 			fputs(usage_text, stdout);
 			return -1;
-		case 'f': m->foreground = true; break;
-		case 'v': m->verbose = true; break;
-		case 'o': append_o(m, optarg); break;
-		case OPT_SHUFFLE: m->shuffle = true; break;
-		case OPT_DROP: m->drop_last = true; break;
-		case OPT_REPL: m->replacement = true; break;
-		case OPT_DIRECT: m->direct_io = true; break;
-		case OPT_SUBSET: m->subset = optarg; break;
-		case OPT_WEIGHTS: m->weights = optarg; break;
-		case OPT_GENSTATE: m->gen_state = optarg; break;
-		case OPT_LOGFILE: m->log_file = optarg; break;
+		case 'f':
+			m->foreground = true;
+			break;
+		case 'v':
+			m->verbose = true;
+			break;
+		case 'o':
+			append_o(m, optarg);
+			break;
+		case OPT_SHUFFLE:
+			m->shuffle = true;
+			break;
+		case OPT_DROP:
+			m->drop_last = true;
+			break;
+		case OPT_REPL:
+			m->replacement = true;
+			break;
+		case OPT_DIRECT:
+			m->direct_io = true;
+			break;
+		case OPT_SUBSET:
+			m->subset = optarg;
+			break;
+		case OPT_WEIGHTS:
+			m->weights = optarg;
+			break;
+		case OPT_GENSTATE:
+			m->gen_state = optarg;
+			break;
+		case OPT_LOGFILE:
+			m->log_file = optarg;
+			break;
 		case OPT_COMPAT:
 			if (!strcmp(optarg, "1.13"))
 				m->compat = BFS_TORCH_1_13;
@@ -251,7 +312,8 @@ static int parse_opts(int argc, char **argv, struct mount_opts *m)
 				m->compat = BFS_TORCH_2_7;
 			else
 				rc = usage_error("--torch-compat: '%s' is not "
-						 "1.13 or 2.7", optarg);
+						 "1.13 or 2.7",
+						 optarg);
 			break;
 		case '?':
 			if (optopt)
@@ -305,11 +367,11 @@ static enum bfs_sampler pick_sampler(const struct mount_opts *m)
 static const char *sampler_name(enum bfs_sampler s)
 {
 	static const char *const names[] = {
-		[BFS_SAMPLER_SEQUENTIAL] = "sequential",
-		[BFS_SAMPLER_RANDOM] = "random",
-		[BFS_SAMPLER_SUBSET] = "subset_random",
-		[BFS_SAMPLER_WEIGHTED] = "weighted_random",
-		[BFS_SAMPLER_DISTRIBUTED] = "distributed",
+	    [BFS_SAMPLER_SEQUENTIAL] = "sequential",
+	    [BFS_SAMPLER_RANDOM] = "random",
+	    [BFS_SAMPLER_SUBSET] = "subset_random",
+	    [BFS_SAMPLER_WEIGHTED] = "weighted_random",
+	    [BFS_SAMPLER_DISTRIBUTED] = "distributed",
 	};
 	return names[s];
 }
@@ -441,24 +503,24 @@ static void syslog_sink(enum bfs_log_level level, const char *line)
 static int start_serving(struct mount_opts *m, struct bfs_mount *mt)
 {
 	struct bfs_pool_opts po = {
-		.workers = m->workers,
-		.prefetch = m->prefetch,
-		.budget_bytes = m->cache_mb << 20,
-		.timeout_ms = m->timeout_s * 1000u,
-		.epochs = m->epochs,
+	    .workers = m->workers,
+	    .prefetch = m->prefetch,
+	    .budget_bytes = m->cache_mb << 20,
+	    .timeout_ms = m->timeout_s * 1000u,
+	    .epochs = m->epochs,
 	};
 	struct bfs_tree_info ti = {
-		.sources = m->sources,
-		.nsources = m->nsources,
-		.epochs = m->epochs,
-		.seed = m->seed,
-		.shuffle = m->shuffle || m->replacement || m->num_samples ||
-			   m->subset || m->weights,
-		.drop_last = m->drop_last,
-		.seed_random = m->seed_random,
-		.sampler = sampler_name(pick_sampler(m)),
-		.options = m->line,
-		.mountpoint = m->mountpoint,
+	    .sources = m->sources,
+	    .nsources = m->nsources,
+	    .epochs = m->epochs,
+	    .seed = m->seed,
+	    .shuffle = m->shuffle || m->replacement || m->num_samples ||
+		       m->subset || m->weights,
+	    .drop_last = m->drop_last,
+	    .seed_random = m->seed_random,
+	    .sampler = sampler_name(pick_sampler(m)),
+	    .options = m->line,
+	    .mountpoint = m->mountpoint,
 	};
 	const char *delay = getenv("BATCHFS_DEBUG_GATHER_DELAY_MS");
 	int rc;
@@ -475,14 +537,14 @@ static int start_serving(struct mount_opts *m, struct bfs_mount *mt)
 /* The options as one line for README (what was asked, plus defaults). */
 static void describe_opts(struct mount_opts *m)
 {
-	snprintf(m->line, sizeof(m->line),
-		 "--batch-size %" PRIu64 "%s --seed %" PRIu64 "%s --epochs %" PRIu64
-		 " --workers %u --prefetch %u --cache-mb %" PRIu64
-		 " --timeout %u%s",
-		 m->batch_size, m->shuffle ? " --shuffle" : "", m->seed,
-		 m->drop_last ? " --drop-last" : "", m->epochs, m->workers,
-		 m->prefetch, m->cache_mb, m->timeout_s,
-		 m->direct_io ? " --direct-io" : "");
+	snprintf(
+	    m->line, sizeof(m->line),
+	    "--batch-size %" PRIu64 "%s --seed %" PRIu64 "%s --epochs %" PRIu64
+	    " --workers %u --prefetch %u --cache-mb %" PRIu64 " --timeout %u%s",
+	    m->batch_size, m->shuffle ? " --shuffle" : "", m->seed,
+	    m->drop_last ? " --drop-last" : "", m->epochs, m->workers,
+	    m->prefetch, m->cache_mb, m->timeout_s,
+	    m->direct_io ? " --direct-io" : "");
 }
 
 /* fuse args: read-only, default_permissions, auto_unmount unless the user
@@ -538,8 +600,8 @@ static void detach_stdio(const struct mount_opts *m)
 	int nul = open("/dev/null", O_RDWR);
 
 	if (m->log_file) {
-		log_fd = open(m->log_file, O_WRONLY | O_CREAT | O_APPEND |
-						   O_CLOEXEC, 0644);
+		log_fd = open(m->log_file,
+			      O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
 	}
 	if (log_fd >= 0) {
 		bfs_log_setup(m->verbose ? BFS_LOG_DEBUG : BFS_LOG_INFO,
@@ -588,7 +650,8 @@ static int run_session(struct mount_opts *m, struct bfs_mount *mt)
 			goto out_unmount;
 	}
 	if (start_serving(m, mt) < 0) {
-		fprintf(stderr, "batchfs mount: cannot start the worker pool\n");
+		fprintf(stderr,
+			"batchfs mount: cannot start the worker pool\n");
 		goto out_unmount;
 	}
 	if (ready >= 0) {

@@ -70,8 +70,7 @@ static int report_holders(const char *mnt)
 
 			if (fd->d_name[0] == '.')
 				continue;
-			snprintf(link, sizeof(link), "%s/%s", path,
-				 fd->d_name);
+			snprintf(link, sizeof(link), "%s/%s", path, fd->d_name);
 			found += report_link(d->d_name, link, mnt);
 		}
 		closedir(fds);
@@ -104,7 +103,8 @@ int bfs_cmd_umount(int argc, char **argv)
 	char real[PATH_MAX];
 	const char *mnt;
 
-	if (argc == 2 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"))) {
+	if (argc == 2 &&
+	    (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"))) {
 		printf("usage: batchfs umount MOUNTPOINT\n");
 		return 0;
 	}

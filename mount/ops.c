@@ -30,10 +30,10 @@
 
 struct handle {
 	struct bfs_node node;
-	uint64_t size;		    /* batch files: file size */
-	_Atomic uint64_t served;    /* batch files: bytes replied so far */
-	atomic_bool consumed;	    /* batch files: reported to the pool */
-	char *text;		    /* text files: rendered contents */
+	uint64_t size;		 /* batch files: file size */
+	_Atomic uint64_t served; /* batch files: bytes replied so far */
+	atomic_bool consumed;	 /* batch files: reported to the pool */
+	char *text;		 /* text files: rendered contents */
 	size_t text_len;
 };
 
@@ -201,8 +201,7 @@ static void open_batch(struct bfs_mount *m, struct handle *h,
 	}
 }
 
-static void bfs_open(fuse_req_t req, fuse_ino_t ino,
-		     struct fuse_file_info *fi)
+static void bfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct bfs_mount *m = mnt_of(req);
 	struct handle *h = NULL;
@@ -262,13 +261,13 @@ static void read_batch(fuse_req_t req, struct bfs_mount *m, struct handle *h,
 		n = h->size - (uint64_t)off;
 		if (n > size)
 			n = size;
-		rc = bfs_pool_acquire(m->pool, h->node.epoch, h->node.batch,
-				      &b);
+		rc =
+		    bfs_pool_acquire(m->pool, h->node.epoch, h->node.batch, &b);
 	}
 	if (rc < 0) {
 		/* -ETIMEDOUT (logged by the pool), -EIO, -ENOMEM ... */
-		fuse_reply_err(req, rc == -ETIMEDOUT || rc == -ERANGE ? EIO
-								       : -rc);
+		fuse_reply_err(req,
+			       rc == -ETIMEDOUT || rc == -ERANGE ? EIO : -rc);
 		return;
 	}
 	if (b) {
@@ -352,9 +351,8 @@ static void readdir_common(fuse_req_t req, fuse_ino_t ino, size_t size,
 			e.ino = e.attr.st_ino;
 			e.attr_timeout = attr_timeout(&e.attr);
 			e.entry_timeout = LONG_TIMEOUT;
-			need = fuse_add_direntry_plus(req, buf + pos,
-						      size - pos, name, &e,
-						      (off_t)i + 1);
+			need = fuse_add_direntry_plus(
+			    req, buf + pos, size - pos, name, &e, (off_t)i + 1);
 		} else {
 			need = fuse_add_direntry(req, buf + pos, size - pos,
 						 name, &e.attr, (off_t)i + 1);
@@ -370,8 +368,8 @@ static void readdir_common(fuse_req_t req, fuse_ino_t ino, size_t size,
 	free(buf);
 }
 
-static void bfs_readdir(fuse_req_t req, fuse_ino_t ino, size_t size,
-			off_t off, struct fuse_file_info *fi)
+static void bfs_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+			struct fuse_file_info *fi)
 {
 	readdir_common(req, ino, size, off, false);
 }
@@ -395,28 +393,28 @@ static void bfs_statfs(fuse_req_t req, fuse_ino_t ino)
 }
 
 const struct fuse_lowlevel_ops bfs_mount_ops = {
-	.init = bfs_init,
-	.lookup = bfs_lookup,
-	.forget = bfs_forget,
-	.forget_multi = bfs_forget_multi,
-	.getattr = bfs_getattr,
-	.setattr = bfs_setattr,
-	.mknod = bfs_mknod,
-	.mkdir = bfs_mkdir,
-	.unlink = bfs_unlink,
-	.rmdir = bfs_unlink,
-	.rename = bfs_rename,
-	.symlink = bfs_symlink,
-	.link = bfs_link,
-	.create = bfs_create,
-	.write = bfs_write,
-	.setxattr = bfs_setxattr,
-	.removexattr = bfs_removexattr,
-	.open = bfs_open,
-	.read = bfs_read,
-	.release = bfs_release,
-	.opendir = bfs_opendir,
-	.readdir = bfs_readdir,
-	.readdirplus = bfs_readdirplus,
-	.statfs = bfs_statfs,
+    .init = bfs_init,
+    .lookup = bfs_lookup,
+    .forget = bfs_forget,
+    .forget_multi = bfs_forget_multi,
+    .getattr = bfs_getattr,
+    .setattr = bfs_setattr,
+    .mknod = bfs_mknod,
+    .mkdir = bfs_mkdir,
+    .unlink = bfs_unlink,
+    .rmdir = bfs_unlink,
+    .rename = bfs_rename,
+    .symlink = bfs_symlink,
+    .link = bfs_link,
+    .create = bfs_create,
+    .write = bfs_write,
+    .setxattr = bfs_setxattr,
+    .removexattr = bfs_removexattr,
+    .open = bfs_open,
+    .read = bfs_read,
+    .release = bfs_release,
+    .opendir = bfs_opendir,
+    .readdir = bfs_readdir,
+    .readdirplus = bfs_readdirplus,
+    .statfs = bfs_statfs,
 };

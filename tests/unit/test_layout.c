@@ -40,11 +40,11 @@ static void header_is_exact_json_padded_to_4096(void **state)
 	struct bfs_layout l;
 	char json[1024];
 	const char *want =
-		"{\"__metadata__\":{\"format\":\"batchfs/1\",\"epoch\":\"3\","
-		"\"batch\":\"17\"},\"labels\":{\"dtype\":\"I64\",\"shape\":[5],"
-		"\"data_offsets\":[0,40]},\"q\\\"x\":{\"dtype\":\"BF16\","
-		"\"shape\":[5],\"data_offsets\":[40,50]},\"images\":{\"dtype\":"
-		"\"U8\",\"shape\":[5,3,2,2],\"data_offsets\":[50,110]}}";
+	    "{\"__metadata__\":{\"format\":\"batchfs/1\",\"epoch\":\"3\","
+	    "\"batch\":\"17\"},\"labels\":{\"dtype\":\"I64\",\"shape\":[5],"
+	    "\"data_offsets\":[0,40]},\"q\\\"x\":{\"dtype\":\"BF16\","
+	    "\"shape\":[5],\"data_offsets\":[40,50]},\"images\":{\"dtype\":"
+	    "\"U8\",\"shape\":[5,3,2,2],\"data_offsets\":[50,110]}}";
 
 	assert_int_equal(bfs_layout_init_fields(&l, fs, 3, NULL), 0);
 	assert_int_equal(bfs_layout_json(&l, 3, 17, 5, json, sizeof(json)),
@@ -53,14 +53,13 @@ static void header_is_exact_json_padded_to_4096(void **state)
 	assert_int_equal(bfs_layout_data_offset(&l, 3, 17, 5), 4096);
 	assert_int_equal(bfs_layout_file_size(&l, 3, 17, 5), 4096 + 110);
 	/* a truncated render still reports the full length */
-	assert_int_equal(bfs_layout_json(&l, 3, 17, 5, json, 10),
-			 strlen(want));
+	assert_int_equal(bfs_layout_json(&l, 3, 17, 5, json, 10), strlen(want));
 	assert_int_equal(strlen(json), 9);
 	bfs_layout_fini(&l);
 }
 
-static void a_header_bigger_than_a_page_moves_data_to_the_next_page(
-	void **state)
+static void
+a_header_bigger_than_a_page_moves_data_to_the_next_page(void **state)
 {
 	enum { N = 120 };
 	static struct bfs_field many[N];
@@ -86,8 +85,7 @@ static void a_header_bigger_than_a_page_moves_data_to_the_next_page(
 		free(many[i].name);
 }
 
-static void dtypes_without_a_safetensors_code_are_refused_by_name(
-	void **state)
+static void dtypes_without_a_safetensors_code_are_refused_by_name(void **state)
 {
 	struct bfs_field c128 = {"spec", BFS_DT_COMPLEX128, 0, {0}, 16};
 	const struct bfs_field *fs[] = {&f_lab, &c128};
@@ -129,16 +127,15 @@ static void json_strings_escape_quotes_backslashes_and_controls(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(fields_are_ordered_by_element_size_then_name),
-		cmocka_unit_test(header_is_exact_json_padded_to_4096),
-		cmocka_unit_test(
-			a_header_bigger_than_a_page_moves_data_to_the_next_page),
-		cmocka_unit_test(
-			dtypes_without_a_safetensors_code_are_refused_by_name),
-		cmocka_unit_test(
-			zero_rows_and_zero_size_fields_make_empty_spans),
-		cmocka_unit_test(
-			json_strings_escape_quotes_backslashes_and_controls),
+	    cmocka_unit_test(fields_are_ordered_by_element_size_then_name),
+	    cmocka_unit_test(header_is_exact_json_padded_to_4096),
+	    cmocka_unit_test(
+		a_header_bigger_than_a_page_moves_data_to_the_next_page),
+	    cmocka_unit_test(
+		dtypes_without_a_safetensors_code_are_refused_by_name),
+	    cmocka_unit_test(zero_rows_and_zero_size_fields_make_empty_spans),
+	    cmocka_unit_test(
+		json_strings_escape_quotes_backslashes_and_controls),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

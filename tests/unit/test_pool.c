@@ -29,7 +29,8 @@ static int setup(void **state)
 	char path[512], cmd[1200];
 	const char *paths[1] = {path};
 	struct bfs_order_opts o = {.sampler = BFS_SAMPLER_RANDOM,
-				   .batch_size = 32, .seed = 5,
+				   .batch_size = 32,
+				   .seed = 5,
 				   .compat = BFS_TORCH_1_13};
 
 	snprintf(path, sizeof(path), "%s/pool_demo.pt", tmp ? tmp : "/tmp");
@@ -55,9 +56,11 @@ static int teardown(void **state)
 static struct bfs_pool *pool(uint64_t budget, unsigned prefetch,
 			     unsigned delay_ms, unsigned timeout_ms)
 {
-	struct bfs_pool_opts o = {.workers = 2, .prefetch = prefetch,
+	struct bfs_pool_opts o = {.workers = 2,
+				  .prefetch = prefetch,
 				  .budget_bytes = budget,
-				  .timeout_ms = timeout_ms, .epochs = 4,
+				  .timeout_ms = timeout_ms,
+				  .epochs = 4,
 				  .debug_delay_ms = delay_ms};
 	struct bfs_pool *p;
 
@@ -78,7 +81,7 @@ static void expect_batch(struct bfs_pool *p, uint64_t e, uint64_t k,
 
 	assert_int_equal(bfs_order_batch(fx.order, e, k, idx), 0);
 	assert_int_equal(
-		bfs_layout_fill(&fx.layout, fx.ds, e, k, idx, rows, want), 0);
+	    bfs_layout_fill(&fx.layout, fx.ds, e, k, idx, rows, want), 0);
 	assert_int_equal(bfs_pool_acquire(p, e, k, &b), 0);
 	assert_int_equal(bfs_batch_size(b), size);
 	assert_memory_equal(bfs_batch_data(b), want, size);
@@ -156,8 +159,8 @@ static void *hammer(void *arg)
 	return NULL;
 }
 
-static void concurrent_readers_under_a_small_budget_get_right_bytes(
-	void **state)
+static void
+concurrent_readers_under_a_small_budget_get_right_bytes(void **state)
 {
 	struct bfs_pool *p = pool(3 * 110000, 3, 0, 30000);
 	pthread_t t[4];
@@ -176,13 +179,13 @@ static void concurrent_readers_under_a_small_budget_get_right_bytes(
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(every_batch_equals_a_direct_gather),
-		cmocka_unit_test(out_of_range_batches_are_enoent),
-		cmocka_unit_test(
-			a_budget_smaller_than_a_batch_still_serves_it_alone),
-		cmocka_unit_test(a_slow_batch_times_out),
-		cmocka_unit_test(
-			concurrent_readers_under_a_small_budget_get_right_bytes),
+	    cmocka_unit_test(every_batch_equals_a_direct_gather),
+	    cmocka_unit_test(out_of_range_batches_are_enoent),
+	    cmocka_unit_test(
+		a_budget_smaller_than_a_batch_still_serves_it_alone),
+	    cmocka_unit_test(a_slow_batch_times_out),
+	    cmocka_unit_test(
+		concurrent_readers_under_a_small_budget_get_right_bytes),
 	};
 	if (!getenv("BATCHFS")) {
 		printf("skip: BATCHFS (for batchfs pack) is not set\n");

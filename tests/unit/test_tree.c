@@ -26,11 +26,16 @@ static int setup(void **state)
 	const char *paths[1] = {path};
 	const char *srcs[1] = {"demo.pt"};
 	struct bfs_order_opts o = {.sampler = BFS_SAMPLER_RANDOM,
-				   .batch_size = 16, .seed = 9,
+				   .batch_size = 16,
+				   .seed = 9,
 				   .compat = BFS_TORCH_1_13};
-	struct bfs_tree_info ti = {.sources = srcs, .nsources = 1,
-				   .epochs = 3, .seed = 9, .shuffle = true,
-				   .sampler = "random", .options = "--x",
+	struct bfs_tree_info ti = {.sources = srcs,
+				   .nsources = 1,
+				   .epochs = 3,
+				   .seed = 9,
+				   .shuffle = true,
+				   .sampler = "random",
+				   .options = "--x",
 				   .mountpoint = "/m"};
 
 	snprintf(path, sizeof(path), "%s/tree_demo.pt", tmp ? tmp : "/tmp");
@@ -89,17 +94,20 @@ static void inode_numbers_round_trip_and_reject_out_of_range(void **state)
 	assert_int_equal(bfs_tree_decode(tree, 1, &back), 0);
 	assert_int_equal(back.kind, BFS_NODE_ROOT);
 	assert_int_equal(bfs_tree_decode(tree, 2, &back), -ENOENT);
-	assert_int_equal(ino_of("epoch/2/batch_3"),
-			 bfs_tree_ino(&(struct bfs_node){BFS_NODE_BATCH, 2, 3}));
+	assert_int_equal(
+	    ino_of("epoch/2/batch_3"),
+	    bfs_tree_ino(&(struct bfs_node){BFS_NODE_BATCH, 2, 3}));
 }
 
 static void names_parse_strictly(void **state)
 {
-	const char *bad[] = {"epoch/3", "epoch/03", "epoch/-0", "epoch/+1",
-			     "epoch/0/batch_4", "epoch/0/batch_01",
-			     "epoch/0/batch_", "epoch/0/Batch_0", "Readme",
-			     "epoch/0/batch_99999999999999999999999",
-			     "index/0/batch_1x", "README/x"};
+	const char *bad[] = {
+	    "epoch/3",		"epoch/03",
+	    "epoch/-0",		"epoch/+1",
+	    "epoch/0/batch_4",	"epoch/0/batch_01",
+	    "epoch/0/batch_",	"epoch/0/Batch_0",
+	    "Readme",		"epoch/0/batch_99999999999999999999999",
+	    "index/0/batch_1x", "README/x"};
 	struct stat st;
 
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
@@ -162,13 +170,13 @@ static void listings_enumerate_every_entry_once(void **state)
 	for (off = 0; bfs_tree_dirent(tree, 1, off, name, sizeof(name), &st);)
 		off++;
 	assert_int_equal(off, 2 + 5);
-	for (off = 0;
-	     bfs_tree_dirent(tree, ino_of("epoch"), off, name, sizeof(name), &st);)
+	for (off = 0; bfs_tree_dirent(tree, ino_of("epoch"), off, name,
+				      sizeof(name), &st);)
 		off++;
 	assert_int_equal(off, 2 + 3);
-	assert_int_equal(bfs_tree_dirent(tree, ino_of("README"), 0, name,
-					 sizeof(name), &st),
-			 -ENOTDIR);
+	assert_int_equal(
+	    bfs_tree_dirent(tree, ino_of("README"), 0, name, sizeof(name), &st),
+	    -ENOTDIR);
 }
 
 static void index_files_list_the_batch_indices(void **state)
@@ -179,7 +187,7 @@ static void index_files_list_the_batch_indices(void **state)
 
 	assert_int_equal(bfs_order_batch(order, 2, 1, idx), 0);
 	assert_int_equal(
-		bfs_tree_render(tree, ino_of("index/2/batch_1"), &text, &len), 0);
+	    bfs_tree_render(tree, ino_of("index/2/batch_1"), &text, &len), 0);
 	p = text;
 	for (int i = 0; i < 16; i++) {
 		assert_int_equal(strtoull(p, &p, 10), idx[i]);
@@ -194,9 +202,8 @@ static void dataset_json_and_readme_describe_the_mount(void **state)
 	char *text;
 	size_t len;
 
-	assert_int_equal(bfs_tree_render(tree, ino_of("dataset.json"), &text,
-					 &len),
-			 0);
+	assert_int_equal(
+	    bfs_tree_render(tree, ino_of("dataset.json"), &text, &len), 0);
 	assert_non_null(strstr(text, "\"batches_per_epoch\": 4,"));
 	assert_non_null(strstr(text, "\"samples\": 50,"));
 	assert_non_null(strstr(text, "\"seed\": 9,"));
@@ -215,12 +222,12 @@ static void dataset_json_and_readme_describe_the_mount(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(inode_numbers_round_trip_and_reject_out_of_range),
-		cmocka_unit_test(names_parse_strictly),
-		cmocka_unit_test(sizes_are_exact_before_anything_is_read),
-		cmocka_unit_test(listings_enumerate_every_entry_once),
-		cmocka_unit_test(index_files_list_the_batch_indices),
-		cmocka_unit_test(dataset_json_and_readme_describe_the_mount),
+	    cmocka_unit_test(inode_numbers_round_trip_and_reject_out_of_range),
+	    cmocka_unit_test(names_parse_strictly),
+	    cmocka_unit_test(sizes_are_exact_before_anything_is_read),
+	    cmocka_unit_test(listings_enumerate_every_entry_once),
+	    cmocka_unit_test(index_files_list_the_batch_indices),
+	    cmocka_unit_test(dataset_json_and_readme_describe_the_mount),
 	};
 	if (!getenv("BATCHFS")) {
 		printf("skip: BATCHFS (for batchfs pack) is not set\n");
