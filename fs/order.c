@@ -544,12 +544,24 @@ static uint64_t weighted_sample(const struct bfs_order *o, struct bfs_mt *mt)
 	return left;
 }
 
+/* One sample of RandomSampler(replacement=True) (randint(high=n): one word,
+ * two when n >= 2^32) or of WeightedRandomSampler. */
+static uint64_t draw(const struct bfs_order *o, struct bfs_mt *mt)
+{
+	uint64_t n = o->opt.n;
+
+	if (o->kind == K_WEIGHT)
+		return weighted_sample(o, mt);
+	return n >= (1ull << 32) ? bfs_mt_random64(mt) % n
+				 : bfs_mt_random(mt) % n;
+}
+
 /* Make stream positions [0, target) of the slot's epoch final. Called with
  * sl->lock held. */
 static int fill_to(struct bfs_order *o, struct slot *sl, uint64_t e,
 		   uint64_t target)
 {
-	uint64_t n = o->opt.n, end;
+	uint64_t end;
 	int rc;
 
 	if (!sl->started) {
@@ -565,21 +577,11 @@ static int fill_to(struct bfs_order *o, struct slot *sl, uint64_t e,
 			fill_perm(o, sl, target);
 			break;
 		case K_REPL:
-			end = target + FILL_CHUNK < o->cap ? target + FILL_CHUNK
-							   : o->cap;
-			for (uint64_t p = sl->filled; p < end; p++)
-				put(o, sl->vals, p,
-				    n >= (1ull << 32)
-					? bfs_mt_random64(&sl->mt) % n
-					: bfs_mt_random(&sl->mt) % n);
-			sl->filled = end;
-			break;
 		case K_WEIGHT:
 			end = target + FILL_CHUNK < o->cap ? target + FILL_CHUNK
 							   : o->cap;
 			for (uint64_t p = sl->filled; p < end; p++)
-				put(o, sl->vals, p,
-				    weighted_sample(o, &sl->mt));
+				put(o, sl->vals, p, draw(o, &sl->mt));
 			sl->filled = end;
 			break;
 		case K_NONE:

@@ -240,6 +240,17 @@ def configs():
     return out
 
 
+def mismatch(what, proc, got, want):
+    """1 (and the first differing line printed) when got != want."""
+    if proc.returncode == 0 and got == want:
+        return 0
+    where = next((j for j, (a, b) in enumerate(zip(got, want)) if a != b),
+                 min(len(got), len(want)))
+    print(f"{what}\n  rc={proc.returncode} {proc.stderr.strip()}\n  line "
+          f"{where}: got {got[where:where + 1]} want {want[where:where + 1]}")
+    return 1
+
+
 def mount_part(cfgs, per_kind=5):
     """Mount with the same options; index/N/batch_K (and the x field of
     epoch/N/batch_K, x = arange(n)) must equal torch's batches. Returns the
@@ -282,14 +293,8 @@ def mount_part(cfgs, per_kind=5):
                         if arrs["x"].tolist() != idx:
                             got.append("epoch file differs from index")
             ml.umount(mnt)
-        if p.returncode != 0 or got != want:
-            bad += 1
-            where = next((j for j, (a, b) in enumerate(zip(got, want))
-                          if a != b), min(len(got), len(want)))
-            print(f"MOUNT MISMATCH: batchfs mount {shlex.join(opts)} "
-                  f"(n={n})\n  rc={p.returncode} {p.stderr.strip()}\n"
-                  f"  line {where}: got {got[where:where + 1]} want "
-                  f"{want[where:where + 1]}")
+        bad += mismatch(f"MOUNT MISMATCH (n={n}): batchfs mount "
+                        f"{shlex.join(opts)}", p, got, want)
     print(f"order golden (mount): {len(chosen) - bad}/{len(chosen)} mounted "
           f"configurations serve torch's index/N/batch_K")
     return bad
@@ -315,13 +320,8 @@ def main():
             cmd = cmd + ["--only", str(e), str(k)]
             p = subprocess.run(cmd, capture_output=True, text=True)
             got, want = p.stdout.splitlines(), want[j:j + 1]
-        if p.returncode != 0 or got != want:
-            bad += 1
-            where = next((j for j, (a, b) in enumerate(zip(got, want))
-                          if a != b), min(len(got), len(want)))
-            print(f"MISMATCH config {i}: {shlex.join(cmd)}\n  rc={p.returncode}"
-                  f" {p.stderr.strip()}\n  line {where}: got "
-                  f"{got[where:where + 1]} want {want[where:where + 1]}")
+        bad += mismatch(f"MISMATCH config {i}: {shlex.join(cmd)}", p, got,
+                        want)
     print(f"order golden: {len(cfgs) - bad}/{len(cfgs)} configurations "
           f"match torch {torch.__version__}")
     mount_bad = mount_part(cfgs)
