@@ -15,6 +15,8 @@
 #include "fs/mt19937.h"
 
 #include <errno.h>
+#include <pthread.h>
+#include <stdbool.h>
 #include <string.h>
 
 #define MT_M	    397
@@ -64,6 +66,9 @@ void bfs_mt_twist(struct bfs_mt *mt)
 void bfs_mt_skip(struct bfs_mt *mt, uint64_t words)
 {
 	uint64_t before_twist = mt->left - 1, twists, j;
+
+	if (words >= BFS_MT_JUMP_MIN && bfs_mt_jump(mt, words) == 0)
+		return;
 
 	if (words <= before_twist) {
 		mt->left -= (uint32_t)words;
@@ -153,4 +158,187 @@ void bfs_mt_export(const struct bfs_mt *mt, uint8_t out[BFS_MT_STATE_BYTES])
 	for (int i = 0; i < BFS_MT_N; i++)
 		put_u64(out + OFF_STATE + 8 * i, mt->state[i]);
 	memcpy(out + OFF_NORMAL, mt->normal_cache, sizeof(mt->normal_cache));
+}
+
+/* ---- Jump-ahead (Haramoto et al., "Efficient jump ahead for F2-linear
+ * random number generators", 2008).
+ *
+ * The raw words obey x[k+624] = x[k+397] ^ twist(x[k], x[k+1]): a linear
+ * map T on the window (x[k] .. x[k+623]) whose meaningful part has 19937
+ * bits (the low 31 bits of x[k] are never read again). T's minimal
+ * polynomial phi (degree 19937) comes from Berlekamp-Massey over 2 * 19937
+ * bits of one bit position of the raw sequence; it is a constant, computed
+ * once (pthread_once) and read-only afterwards. Then T^J = g(T) with
+ * g = x^J mod phi (square-and-multiply: squarings are bit spreads plus a
+ * reduction), and g(T)·window is a Horner pass of 19937 one-word steps. */
+#define MT_DEG	   19937
+#define POLY_WORDS ((MT_DEG + 64) / 64) /* 312: bits 0 .. 19937 */
+
+static uint64_t phi[POLY_WORDS];
+static uint64_t phi_shift[64][POLY_WORDS + 1]; /* phi << s, s = 0..63 */
+static bool phi_ok;
+static pthread_once_t phi_once = PTHREAD_ONCE_INIT;
+
+static int bit_get(const uint64_t *a, uint64_t i)
+{
+	return (int)((a[i / 64] >> (i % 64)) & 1);
+}
+
+/* Bits [at, at + 64) of a (bits past 'nbits' read as 0). */
+static uint64_t bits64(const uint64_t *a, size_t words, int64_t at)
+{
+	int64_t w = at >= 0 ? at / 64 : -((-at + 63) / 64);
+	int s = (int)(at - w * 64);
+	uint64_t lo = w >= 0 && (size_t)w < words ? a[w] : 0;
+	uint64_t hi = w + 1 >= 0 && (size_t)(w + 1) < words ? a[w + 1] : 0;
+
+	return s ? (lo >> s) | (hi << (64 - s)) : lo;
+}
+
+/* Berlekamp-Massey over GF(2) on 2 * MT_DEG bits of the raw sequence. */
+static void phi_compute(void)
+{
+	enum { NB = 2 * MT_DEG, SW = (NB + 63) / 64 };
+	static uint64_t rev[SW], c[POLY_WORDS + 1], b[POLY_WORDS + 1],
+	    t[POLY_WORDS + 1];
+	struct bfs_mt mt;
+	int64_t L = 0, m = 1;
+
+	/* rev holds the sequence reversed: s[n] at bit NB - 1 - n. */
+	bfs_mt_seed(&mt, 5489);
+	for (int n = 0; n < NB; n++) {
+		uint32_t *s = mt.state;
+
+		if (--mt.left == 0)
+			bfs_mt_twist(&mt);
+		if ((s[mt.next++] & 1u))
+			rev[(NB - 1 - n) / 64] |= 1ull << ((NB - 1 - n) % 64);
+	}
+	memset(c, 0, sizeof(c));
+	memset(b, 0, sizeof(b));
+	c[0] = b[0] = 1;
+	for (int64_t n = 0; n < NB; n++) {
+		/* d = sum_{i=0..L} c_i s[n-i]; s[n-i] is rev bit NB-1-n+i. */
+		uint64_t d = 0;
+
+		for (int64_t w = 0; w <= L / 64; w++)
+			d ^= c[w] & bits64(rev, SW, NB - 1 - n + 64 * w);
+		if (!(__builtin_popcountll(d) & 1)) {
+			m++;
+			continue;
+		}
+		memcpy(t, c, sizeof(c));
+		/* c ^= b << m */
+		for (int64_t w = POLY_WORDS; w >= 0; w--)
+			c[w] ^= bits64(b, POLY_WORDS + 1, 64 * w - m);
+		if (2 * L <= n) {
+			L = n + 1 - L;
+			memcpy(b, t, sizeof(b));
+			m = 1;
+		} else {
+			m++;
+		}
+	}
+	/* c is the connection polynomial (c_0 = 1); phi is its reciprocal:
+	 * phi_i = c_{L-i}. */
+	if (L != MT_DEG)
+		return;
+	for (int64_t i = 0; i <= L; i++)
+		if (bit_get(c, (uint64_t)(L - i)))
+			phi[i / 64] |= 1ull << (i % 64);
+	for (int s = 0; s < 64; s++)
+		for (int w = 0; w <= POLY_WORDS; w++)
+			phi_shift[s][w] = bits64(phi, POLY_WORDS, 64 * w - s);
+	phi_ok = true;
+}
+
+/* r = r^2 mod phi (r: POLY_WORDS words, degree < MT_DEG). */
+static void poly_square(uint64_t *r)
+{
+	uint64_t sq[2 * POLY_WORDS + 1];
+
+	memset(sq, 0, sizeof(sq));
+	for (int w = 0; w < POLY_WORDS; w++)
+		for (int i = 0; i < 64; i++)
+			if ((r[w] >> i) & 1)
+				sq[(128 * w + 2 * i) / 64] |= 1ull
+							      << ((2 * i) % 64);
+	for (int64_t p = 2 * (MT_DEG - 1); p >= MT_DEG; p--) {
+		int64_t off = p - MT_DEG, w0 = off / 64;
+		const uint64_t *ps = phi_shift[off % 64];
+
+		if (!((sq[p / 64] >> (p % 64)) & 1))
+			continue;
+		for (int w = 0; w <= POLY_WORDS && w0 + w < 2 * POLY_WORDS + 1;
+		     w++)
+			sq[w0 + w] ^= ps[w];
+	}
+	memcpy(r, sq, POLY_WORDS * sizeof(uint64_t));
+}
+
+/* r = r * x mod phi. */
+static void poly_times_x(uint64_t *r)
+{
+	for (int w = POLY_WORDS - 1; w > 0; w--)
+		r[w] = (r[w] << 1) | (r[w - 1] >> 63);
+	r[0] <<= 1;
+	if (bit_get(r, MT_DEG))
+		for (int w = 0; w < POLY_WORDS; w++)
+			r[w] ^= phi[w];
+}
+
+/* One step of the raw recurrence on a ring window (buf, *at). */
+static inline void ring_step(uint32_t *buf, int *at)
+{
+	int i = *at, i1 = i + 1 == BFS_MT_N ? 0 : i + 1;
+	int im = i + MT_M >= BFS_MT_N ? i + MT_M - BFS_MT_N : i + MT_M;
+
+	buf[i] = buf[im] ^ twist_word(buf[i], buf[i1]);
+	*at = i1;
+}
+
+int bfs_mt_jump(struct bfs_mt *mt, uint64_t words)
+{
+	uint64_t g[POLY_WORDS], before = mt->left - 1;
+	uint32_t win[BFS_MT_N], acc[BFS_MT_N];
+	int at = 0, top;
+
+	pthread_once(&phi_once, phi_compute);
+	if (!phi_ok)
+		return -ENOSYS;
+	/* Use up the words before the next twist: then state[] is a whole
+	 * window (x[k] .. x[k+623]) and left = 1 says "twist next". */
+	if (words < before) {
+		bfs_mt_skip(mt, words);
+		return 0;
+	}
+	bfs_mt_skip(mt, before);
+	words -= before;
+	memset(g, 0, sizeof(g));
+	g[0] = 1;
+	for (top = 63; top >= 0 && !((words >> top) & 1); top--)
+		;
+	for (int i = top; i >= 0; i--) {
+		poly_square(g);
+		if ((words >> i) & 1)
+			poly_times_x(g);
+	}
+	/* Horner: acc = sum g_i T^i win. */
+	memcpy(win, mt->state, sizeof(win));
+	memset(acc, 0, sizeof(acc));
+	for (int64_t i = MT_DEG - 1; i >= 0; i--) {
+		ring_step(acc, &at);
+		if (!bit_get(g, (uint64_t)i))
+			continue;
+		/* window element j lives at acc[(at + j) % 624] */
+		for (int j = 0; j < BFS_MT_N - at; j++)
+			acc[at + j] ^= win[j];
+		for (int j = BFS_MT_N - at; j < BFS_MT_N; j++)
+			acc[at + j - BFS_MT_N] ^= win[j];
+	}
+	memcpy(mt->state, acc + at, (BFS_MT_N - at) * sizeof(uint32_t));
+	memcpy(mt->state + BFS_MT_N - at, acc, at * sizeof(uint32_t));
+	mt->left = 1;
+	mt->next = 0;
+	return 0;
 }

@@ -41,10 +41,20 @@ static inline uint64_t bfs_mt_random64(struct bfs_mt *mt);
 /* Twist the whole state (internal; exposed for the inline draws). */
 void bfs_mt_twist(struct bfs_mt *mt);
 
-/* Advance by 'words' draws without producing them: the same state as
- * calling bfs_mt_random() 'words' times, at about the cost of the twists
- * alone (~0.5 ns/word). */
+/* Advance by 'words' draws without producing them: the same stream as
+ * calling bfs_mt_random() 'words' times. Twists alone (~0.4 ns/word) below
+ * BFS_MT_JUMP_MIN words, bfs_mt_jump above. */
 void bfs_mt_skip(struct bfs_mt *mt, uint64_t words);
+
+#define BFS_MT_JUMP_MIN (1ull << 26)
+
+/* Advance by 'words' draws in time independent of 'words' (polynomial
+ * jump-ahead, ~0.1 s; the first call also derives the MT19937 minimal
+ * polynomial, ~0.1 s once per process). The following draws equal those
+ * after 'words' bfs_mt_random() calls; the state bytes may differ in the
+ * 31 low bits of state[0], which no later draw reads. Returns 0, or
+ * -ENOSYS if the polynomial could not be derived (then nothing moved). */
+int bfs_mt_jump(struct bfs_mt *mt, uint64_t words);
 
 /* Load a torch.Generator.get_state() blob (5056 bytes, or the 5048-byte
  * legacy layout). Validates as torch's is_valid() does (seeded, 1 <= left

@@ -19,9 +19,10 @@
  * torch >= 2.7 when n >= 214748364.
  *
  * So G's state at the start of epoch e is G0 advanced by e·words: states at
- * epoch starts are cached (snapshots, 2.5 KB per epoch up to the highest
- * epoch asked for) and each new one costs one bfs_mt_skip from the nearest
- * earlier snapshot.
+ * epoch starts are cached (snapshots, 2.5 KB per epoch start computed) and
+ * each new one costs one bfs_mt_skip from the nearest earlier snapshot
+ * (twists, or a ~0.1 s polynomial jump-ahead when that is cheaper, so a
+ * cold epoch 999 costs no more than epoch 2).
  *
  * An epoch's sampler output ("stream") is computed lazily in one of
  * BFS_ORDER_SLOTS slots (LRU over epochs), only as far as the batch asked
@@ -398,7 +399,7 @@ uint64_t bfs_order_batch_rows(const struct bfs_order *o, uint64_t k)
 static int epoch_generator(struct bfs_order *o, uint64_t e, struct bfs_mt *mt)
 {
 	struct bfs_mt cur;
-	uint64_t b;
+	uint64_t b, words;
 	int rc = 0;
 
 	if (o->opt.sampler == BFS_SAMPLER_DISTRIBUTED) {
@@ -420,6 +421,16 @@ static int epoch_generator(struct bfs_order *o, uint64_t e, struct bfs_mt *mt)
 	for (b = e; b > 0 && !o->snaps[b]; b--)
 		;
 	cur = o->snaps[b] ? *o->snaps[b] : o->mt0;
+	/* Far from any snapshot: one jump-ahead instead of e - b skips. */
+	if (e - b > 1 && o->epoch_words &&
+	    !__builtin_mul_overflow(e - b, o->epoch_words, &words) &&
+	    words >= BFS_MT_JUMP_MIN) {
+		bfs_mt_skip(&cur, words);
+		b = e;
+		o->snaps[e] = malloc(sizeof(cur));
+		if (o->snaps[e])
+			*o->snaps[e] = cur;
+	}
 	for (; b < e; b++) {
 		bfs_mt_skip(&cur, o->epoch_words);
 		o->snaps[b + 1] = malloc(sizeof(cur));

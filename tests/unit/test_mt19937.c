@@ -90,6 +90,33 @@ static void skip_equals_drawing_and_torch(void **state)
 	}
 }
 
+static void jump_ahead_equals_twisting_through(void **state)
+{
+	static const uint64_t J[] = {
+	    0,	     1,	       623,	   624,	      625,	  19937,
+	    1000003, 12345678, 1ull << 26, 200000017, 1ull << 28,
+	};
+
+	for (size_t i = 0; i < sizeof(J) / sizeof(J[0]); i++) {
+		struct bfs_mt a, b;
+		uint64_t left = J[i];
+
+		bfs_mt_seed(&a, 42 + i);
+		for (size_t k = 0; k < 1 + 37 * i; k++)
+			bfs_mt_random(&a); /* any position in a block */
+		b = a;
+		assert_int_equal(bfs_mt_jump(&a, J[i]), 0);
+		while (left) { /* reference: twists only */
+			uint64_t step = left < 1000000 ? left : 1000000;
+
+			bfs_mt_skip(&b, step);
+			left -= step;
+		}
+		for (int k = 0; k < 3000; k++)
+			assert_int_equal(bfs_mt_random(&a), bfs_mt_random(&b));
+	}
+}
+
 static void exported_state_imports_to_the_same_stream(void **state)
 {
 	struct bfs_mt a, b;
@@ -162,6 +189,7 @@ int main(void)
 	    cmocka_unit_test(seeds_give_torchs_first_words),
 	    cmocka_unit_test(fresh_generator_default_seed_matches_torch),
 	    cmocka_unit_test(skip_equals_drawing_and_torch),
+	    cmocka_unit_test(jump_ahead_equals_twisting_through),
 	    cmocka_unit_test(exported_state_imports_to_the_same_stream),
 	    cmocka_unit_test(export_is_byte_identical_to_torch_get_state),
 	    cmocka_unit_test(invalid_states_are_refused_with_the_reason),

@@ -205,6 +205,28 @@ static void epoch_7_batch_3_cold_equals_sequential(void **state)
 	bfs_order_destroy(cold);
 }
 
+static void cold_epoch_500_equals_walking_there(void **state)
+{
+	/* 2 * 10^6 words per epoch: epoch 500 is reached by one jump-ahead
+	 * on the cold engine, by 500 twisting skips on the walking one. */
+	struct bfs_order_opts o = perm_opts(1000000, 77, 256);
+	struct bfs_order *walk, *cold;
+	uint64_t a[256], b[256];
+
+	o.num_samples = 0;
+	walk = make(&o);
+	cold = make(&o);
+	for (uint64_t e = 0; e <= 500; e++)
+		assert_int_equal(bfs_order_batch(walk, e, 0, a), 0);
+	assert_int_equal(bfs_order_batch(cold, 500, 0, b), 0);
+	assert_memory_equal(a, b, sizeof(a));
+	assert_int_equal(bfs_order_batch(walk, 500, 1000, a), 0);
+	assert_int_equal(bfs_order_batch(cold, 500, 1000, b), 0);
+	assert_memory_equal(a, b, sizeof(a));
+	bfs_order_destroy(walk);
+	bfs_order_destroy(cold);
+}
+
 struct worker {
 	struct bfs_order *ord;
 	uint64_t *out;
@@ -461,6 +483,7 @@ int main(void)
 	    cmocka_unit_test(inside_out_shuffle_matches_torchs_loop),
 	    cmocka_unit_test(len_and_rows_follow_drop_last),
 	    cmocka_unit_test(epoch_7_batch_3_cold_equals_sequential),
+	    cmocka_unit_test(cold_epoch_500_equals_walking_there),
 	    cmocka_unit_test(four_threads_get_the_sequential_answer),
 	    cmocka_unit_test(bad_options_are_refused_like_pytorch),
 	    cmocka_unit_test(weights_beyond_2_pow_24_are_refused),
