@@ -18,11 +18,12 @@
  * perm(n) = n - 1 words (0 for n <= 1), or 2n for the inside-out shuffle of
  * torch >= 2.7 when n >= 214748364.
  *
- * So G's state at the start of epoch e is G0 advanced by e·words: states at
- * epoch starts are cached (snapshots, 2.5 KB per epoch start computed) and
- * each new one costs one bfs_mt_skip from the nearest earlier snapshot
- * (twists, or a ~0.1 s polynomial jump-ahead when that is cheaper, so a
- * cold epoch 999 costs no more than epoch 2).
+ * So G's state at the start of epoch e is G0 advanced by e·words: the
+ * states at the epoch starts computed so far are cached (snapshots, 2.5 KB
+ * per epoch started, epochs < 2^20) and a new one costs one bfs_mt_skip
+ * from the nearest earlier snapshot (twists, or a ~20 ms polynomial
+ * jump-ahead when that is cheaper, so a cold epoch 999 costs what epoch 2
+ * does).
  *
  * An epoch's sampler output ("stream") is computed lazily in one of
  * BFS_ORDER_SLOTS slots (LRU over epochs), only as far as the batch asked
@@ -53,8 +54,9 @@
 #define BFS_ORDER_SLOTS 3
 #define LARGE_PERM_N	214748364ull /* UINT32_MAX / 20 (torch >= 2.7) */
 #define MAX_CATEGORIES	(1ull << 24)
-#define FILL_CHUNK	512 /* fill at least this far ahead per call */
-#define LOOKAHEAD	64  /* Fisher-Yates swap targets drawn ahead */
+#define SNAP_MAX_EPOCHS (1u << 20) /* snapshots kept for epochs below */
+#define FILL_CHUNK	512	   /* fill at least this far ahead per call */
+#define LOOKAHEAD	64	   /* Fisher-Yates swap targets drawn ahead */
 
 enum stream_kind {
 	K_NONE,	  /* sequential / unshuffled distributed: arithmetic */
@@ -394,56 +396,54 @@ uint64_t bfs_order_batch_rows(const struct bfs_order *o, uint64_t k)
 	return bs;
 }
 
-/* G at the start of epoch e's sampler. Caches the state of every epoch
- * start it passes (snap_lock). */
-static int epoch_generator(struct bfs_order *o, uint64_t e, struct bfs_mt *mt)
+/* Remember G at the start of epoch e (snap_lock held). Best effort: a
+ * snapshot that cannot be stored is recomputed when next needed. */
+static void snapshot_store(struct bfs_order *o, uint64_t e,
+			   const struct bfs_mt *mt)
 {
-	struct bfs_mt cur;
-	uint64_t b, words;
-	int rc = 0;
+	struct bfs_mt **s;
 
-	if (o->opt.sampler == BFS_SAMPLER_DISTRIBUTED) {
-		bfs_mt_seed(mt, o->opt.seed + e);
-		return 0;
-	}
-	pthread_mutex_lock(&o->snap_lock);
+	if (e >= SNAP_MAX_EPOCHS)
+		return;
 	if (e >= o->nsnaps) {
 		uint64_t want = e + 1 > 2 * o->nsnaps ? e + 1 : 2 * o->nsnaps;
-		struct bfs_mt **s = realloc(o->snaps, want * sizeof(*s));
 
-		rc = -ENOMEM;
+		s = realloc(o->snaps, want * sizeof(*s));
 		if (!s)
-			goto out_unlock;
+			return;
 		memset(s + o->nsnaps, 0, (want - o->nsnaps) * sizeof(*s));
 		o->snaps = s;
 		o->nsnaps = want;
 	}
-	for (b = e; b > 0 && !o->snaps[b]; b--)
-		;
-	cur = o->snaps[b] ? *o->snaps[b] : o->mt0;
-	/* Far from any snapshot: one jump-ahead instead of e - b skips. */
-	if (e - b > 1 && o->epoch_words &&
-	    !__builtin_mul_overflow(e - b, o->epoch_words, &words) &&
-	    words >= BFS_MT_JUMP_MIN) {
-		bfs_mt_skip(&cur, words);
-		b = e;
-		o->snaps[e] = malloc(sizeof(cur));
-		if (o->snaps[e])
-			*o->snaps[e] = cur;
+	if (!o->snaps[e])
+		o->snaps[e] = malloc(sizeof(*mt));
+	if (o->snaps[e])
+		*o->snaps[e] = *mt;
+}
+
+/* G at the start of epoch e's sampler: the nearest earlier snapshot moved
+ * on by one bfs_mt_skip (a jump-ahead when far). */
+static void epoch_generator(struct bfs_order *o, uint64_t e, struct bfs_mt *mt)
+{
+	uint64_t b, words;
+
+	if (o->opt.sampler == BFS_SAMPLER_DISTRIBUTED) {
+		bfs_mt_seed(mt, o->opt.seed + e);
+		return;
 	}
-	for (; b < e; b++) {
-		bfs_mt_skip(&cur, o->epoch_words);
-		o->snaps[b + 1] = malloc(sizeof(cur));
-		if (o->snaps[b + 1]) /* else recompute next time */
-			*o->snaps[b + 1] = cur;
-	}
-	*mt = cur;
-	rc = 0;
-out_unlock:
+	pthread_mutex_lock(&o->snap_lock);
+	b = e < o->nsnaps ? e : o->nsnaps - (o->nsnaps > 0);
+	while (b > 0 && !o->snaps[b])
+		b--;
+	*mt = o->nsnaps && o->snaps[b] ? *o->snaps[b] : o->mt0;
+	if (__builtin_mul_overflow(e - b, o->epoch_words, &words))
+		for (; b < e; b++)
+			bfs_mt_skip(mt, o->epoch_words);
+	else
+		bfs_mt_skip(mt, words);
+	snapshot_store(o, e, mt);
 	pthread_mutex_unlock(&o->snap_lock);
-	if (!rc)
-		bfs_mt_skip(mt, o->pre_words);
-	return rc;
+	bfs_mt_skip(mt, o->pre_words);
 }
 
 /* Forward Fisher-Yates steps [from, to) of randperm(P) on a[] stored as
@@ -569,16 +569,13 @@ static uint64_t draw(const struct bfs_order *o, struct bfs_mt *mt)
 
 /* Make stream positions [0, target) of the slot's epoch final. Called with
  * sl->lock held. */
-static int fill_to(struct bfs_order *o, struct slot *sl, uint64_t e,
-		   uint64_t target)
+static void fill_to(struct bfs_order *o, struct slot *sl, uint64_t e,
+		    uint64_t target)
 {
 	uint64_t end;
-	int rc;
 
 	if (!sl->started) {
-		rc = epoch_generator(o, e, &sl->mt);
-		if (rc)
-			return rc;
+		epoch_generator(o, e, &sl->mt);
 		sl->filled = 0;
 		sl->started = 1;
 	}
@@ -596,10 +593,9 @@ static int fill_to(struct bfs_order *o, struct slot *sl, uint64_t e,
 			sl->filled = end;
 			break;
 		case K_NONE:
-			return 0;
+			return;
 		}
 	}
-	return 0;
 }
 
 /* Pin the slot holding epoch e, assigning the least recently used unpinned
@@ -704,11 +700,11 @@ int bfs_order_batch(struct bfs_order *o, uint64_t e, uint64_t k, uint64_t *idx)
 	sl = slot_acquire(o, e);
 	pthread_mutex_lock(&sl->lock);
 	rc = slot_prepare(o, sl);
-	if (!rc)
-		rc = fill_to(o, sl, e, need);
-	if (!rc)
+	if (!rc) {
+		fill_to(o, sl, e, need);
 		for (uint64_t r = 0; r < rows; r++)
 			idx[r] = stream_value(o, sl->vals, stream_pos(o, k, r));
+	}
 	pthread_mutex_unlock(&sl->lock);
 	slot_release(o, sl, rc != 0);
 	return rc;
