@@ -38,7 +38,10 @@
  *   slot->lock  the slot's stream: vals, filled, mt, started
  *   snap_lock   snaps, nsnaps
  * A slot is reassigned only while unpinned; a caller pins its slot under
- * table_lock, fills and copies under slot->lock, and unpins. */
+ * table_lock, fills and copies under slot->lock, and unpins. Reassigning
+ * also resets 'started' and 'filled' under table_lock: unpinned, nobody
+ * holds or waits for slot->lock, and the next pinner passes table_lock
+ * before taking it. */
 #include "fs/order.h"
 
 #include <errno.h>
