@@ -6,7 +6,8 @@
  *   BUSY    a worker is gathering it; its buffer counts against the budget
  *   READY   bytes valid; on the LRU list while in the table
  *   FAILED  the gather failed; 'err' says why (removed from the table)
- * A batch leaves the table when it was read to its end (bfs_pool_served),
+ * A batch leaves the table when it was read to its end (bfs_pool_served)
+ * or pushed whole into the kernel's page cache (bfs_pool_pushed),
  * when it is evicted (LRU, idle = no reference) for room, or when it
  * failed. It is freed when it is out of the table and has no reference, so
  * a buffer in use by a read is never freed.
@@ -323,6 +324,22 @@ static struct bfs_batch *next_job(struct bfs_pool *p)
 	}
 }
 
+/* Run the on_ready callback for READY b, holding a reference and not the
+ * lock. [L] on entry and exit. */
+static void ready_hook(struct bfs_pool *p, struct bfs_batch *b)
+{
+	if (!p->o.on_ready)
+		return;
+	b->refs++;
+	pthread_mutex_unlock(&p->lock);
+	p->o.on_ready(p->o.on_ready_arg, b, b->e, b->k);
+	pthread_mutex_lock(&p->lock);
+	if (--b->refs == 0 && !b->in_table)
+		batch_free(p, b);
+	if (p->st.cache_bytes > p->o.budget_bytes)
+		make_room(p, 0, UINT64_MAX);
+}
+
 static void *worker_main(void *arg)
 {
 	struct bfs_pool *p = arg;
@@ -359,7 +376,10 @@ static void *worker_main(void *arg)
 			p->st.batches_materialized++;
 			if (b->in_table)
 				list_push_head(&p->lru, b);
-			else if (b->refs == 0)
+			pthread_cond_broadcast(&p->ready);
+			if (b->in_table || b->refs)
+				ready_hook(p, b); /* may drop the lock */
+			else
 				batch_free(p, b);
 		} else {
 			bfs_log(BFS_LOG_ERR, "pool",
@@ -508,8 +528,8 @@ static void note_demand(struct bfs_pool *p, struct bfs_batch *b)
 	}
 }
 
-int bfs_pool_acquire(struct bfs_pool *p, uint64_t e, uint64_t k,
-		     struct bfs_batch **out)
+static int acquire(struct bfs_pool *p, uint64_t e, uint64_t k, bool prefetch,
+		   struct bfs_batch **out)
 {
 	uint64_t pos = e * p->len + k, t0 = now_ns();
 	struct timespec dl;
@@ -534,7 +554,8 @@ int bfs_pool_acquire(struct bfs_pool *p, uint64_t e, uint64_t k,
 	} else {
 		note_demand(p, b);
 	}
-	schedule(p, pos);
+	if (prefetch)
+		schedule(p, pos);
 	if (!b) {
 		rc = -ENOMEM;
 		goto out_unlock;
@@ -566,6 +587,18 @@ out_unlock:
 	return rc;
 }
 
+int bfs_pool_acquire(struct bfs_pool *p, uint64_t e, uint64_t k,
+		     struct bfs_batch **out)
+{
+	return acquire(p, e, k, true, out);
+}
+
+int bfs_pool_acquire_alone(struct bfs_pool *p, uint64_t e, uint64_t k,
+			   struct bfs_batch **out)
+{
+	return acquire(p, e, k, false, out);
+}
+
 void bfs_pool_release(struct bfs_pool *p, struct bfs_batch *b)
 {
 	if (!b)
@@ -588,6 +621,23 @@ void bfs_pool_served(struct bfs_pool *p, struct bfs_batch *b, uint64_t bytes,
 		p->st.batches_served++;
 		unlink_batch(p, b); /* b->refs > 0: freed at release */
 	}
+	pthread_mutex_unlock(&p->lock);
+}
+
+void bfs_pool_pushed(struct bfs_pool *p, struct bfs_batch *b)
+{
+	pthread_mutex_lock(&p->lock);
+	p->st.bytes_served += b->size;
+	p->st.batches_served++;
+	p->st.batches_pushed++;
+	unlink_batch(p, b); /* b->refs > 0: freed at release */
+	pthread_mutex_unlock(&p->lock);
+}
+
+void bfs_pool_note_drops(struct bfs_pool *p, uint64_t n)
+{
+	pthread_mutex_lock(&p->lock);
+	p->st.page_cache_drops += n;
 	pthread_mutex_unlock(&p->lock);
 }
 

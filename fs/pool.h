@@ -14,6 +14,8 @@
 #include "fs/layout.h"
 #include "fs/order.h"
 
+struct bfs_batch; /* a materialized batch: refcounted, read-only */
+
 struct bfs_pool_opts {
 	unsigned workers;	 /* gather threads, >= 1 */
 	unsigned prefetch;	 /* batches materialized ahead of readers */
@@ -21,6 +23,11 @@ struct bfs_pool_opts {
 	unsigned timeout_ms;	 /* longest wait of a read, > 0 */
 	uint64_t epochs;	 /* prefetch stays below epoch 'epochs' */
 	unsigned debug_delay_ms; /* sleep before each gather (tests only) */
+	/* Called by the worker, without the pool's lock, holding a reference
+	 * to b, right after a gather completes (b is READY). NULL: none. */
+	void (*on_ready)(void *arg, struct bfs_batch *b, uint64_t e,
+			 uint64_t k);
+	void *on_ready_arg;
 };
 
 /* Counters since the pool was created (a snapshot; see bfs_pool_stats). */
@@ -39,11 +46,15 @@ struct bfs_pool_stats {
 	uint64_t read_wait_ns;	       /* time reads waited for batches */
 	uint64_t timeouts;	       /* reads that gave up (EIO) */
 	uint64_t errors;	       /* gathers that failed */
+	uint64_t batches_pushed;       /* whole batches stored into the
+					* kernel's page cache (also counted
+					* in batches_served/bytes_served) */
+	uint64_t page_cache_drops;     /* pushed batches invalidated to keep
+					* the kernel's copy under its budget */
 	uint64_t workers, prefetch_depth;
 };
 
 struct bfs_pool;
-struct bfs_batch; /* a materialized batch: refcounted, read-only */
 
 /* Start 'o->workers' threads (signals blocked in them). The pool borrows
  * ds, order and layout, which must outlive it. Returns 0 or -errno. */
@@ -63,6 +74,13 @@ void bfs_pool_destroy(struct bfs_pool *p);
 int bfs_pool_acquire(struct bfs_pool *p, uint64_t e, uint64_t k,
 		     struct bfs_batch **out);
 
+/* bfs_pool_acquire without scheduling the prefetch window after the
+ * batch: for re-reads of a batch whose readers have moved on (its pages
+ * left the kernel's page cache), which must not re-gather its successors.
+ * Same returns. */
+int bfs_pool_acquire_alone(struct bfs_pool *p, uint64_t e, uint64_t k,
+			   struct bfs_batch **out);
+
 /* Drop a reference from bfs_pool_acquire. Accepts NULL. */
 void bfs_pool_release(struct bfs_pool *p, struct bfs_batch *b);
 
@@ -72,6 +90,15 @@ void bfs_pool_release(struct bfs_pool *p, struct bfs_batch *b);
  * the cache (its buffer goes with the last reference). */
 void bfs_pool_served(struct bfs_pool *p, struct bfs_batch *b, uint64_t bytes,
 		     bool last);
+
+/* b (referenced) was stored whole into the kernel's page cache: count it
+ * served (batches_served, bytes_served, batches_pushed) and drop it from
+ * the cache (its buffer goes with the last reference); a later read of it
+ * re-gathers the same bytes. */
+void bfs_pool_pushed(struct bfs_pool *p, struct bfs_batch *b);
+
+/* Count n pushed batches dropped from the kernel's page cache. */
+void bfs_pool_note_drops(struct bfs_pool *p, uint64_t n);
 
 /* The batch's bytes and size (the whole batch file). */
 const void *bfs_batch_data(const struct bfs_batch *b);

@@ -103,6 +103,8 @@ static void render_stats(const struct bfs_tree *t, char *buf, size_t len,
 	    {"gather_errors", &s.errors},
 	    {"workers", &s.workers},
 	    {"prefetch_depth", &s.prefetch_depth},
+	    {"batches_pushed", &s.batches_pushed},
+	    {"page_cache_drops", &s.page_cache_drops},
 	};
 
 	memset(&s, 0, sizeof(s));

@@ -41,11 +41,12 @@ struct mount_opts {
 	const char *sources[MAX_SOURCES];
 	size_t nsources;
 	const char *mountpoint;
-	uint64_t batch_size, epochs, seed, num_samples, cache_mb;
+	uint64_t batch_size, epochs, seed, num_samples, cache_mb, pc_mb;
 	unsigned workers, prefetch, timeout_s, fuse_threads;
 	uint32_t world_size, rank;
 	bool shuffle, have_seed, drop_last, replacement, foreground, verbose;
-	bool have_prefetch, have_world, direct_io, seed_random;
+	bool have_prefetch, have_world, seed_random, have_pc;
+	enum bfs_serve serve;
 	enum bfs_torch_compat compat;
 	const char *subset, *weights, *gen_state, *log_file;
 	char fuse_o[1024]; /* user's -o options, comma-joined */
@@ -79,8 +80,15 @@ static const char usage_text[] =
     "  --cache-mb M         memory budget for batches (default 512)\n"
     "  --timeout SEC        a read waits at most SEC for its batch, then\n"
     "                       EIO (default 30)\n"
-    "  --direct-io          serve batch files with direct I/O (faster\n"
-    "                       read(), but mmap MAP_SHARED fails)\n"
+    "  --serve MODE         how batch files reach readers: push (default:\n"
+    "                       each batch is stored whole into the page cache\n"
+    "                       when opened), cache (page cache filled by the\n"
+    "                       kernel's reads), direct (direct I/O: no page\n"
+    "                       cache, but mmap MAP_SHARED fails)\n"
+    "  --direct-io          same as --serve direct\n"
+    "  --page-cache-mb M    push: pushed batches kept in the page cache\n"
+    "                       (default: --cache-mb); older closed ones are\n"
+    "                       dropped from it\n"
     "  --fuse-threads N     FUSE request threads (default 4)\n"
     "  --log-file FILE      daemon log (default: syslog)\n"
     "  -o OPT[,OPT...]      FUSE mount options (allow_other drops\n"
@@ -132,6 +140,8 @@ enum {
 	OPT_COMPAT,
 	OPT_GENSTATE,
 	OPT_DIRECT,
+	OPT_SERVE,
+	OPT_PCMB,
 	OPT_FTHREADS,
 	OPT_LOGFILE,
 };
@@ -155,6 +165,8 @@ static const struct option long_opts[] = {
     {"torch-compat", required_argument, NULL, OPT_COMPAT},
     {"generator-state", required_argument, NULL, OPT_GENSTATE},
     {"direct-io", no_argument, NULL, OPT_DIRECT},
+    {"serve", required_argument, NULL, OPT_SERVE},
+    {"page-cache-mb", required_argument, NULL, OPT_PCMB},
     {"fuse-threads", required_argument, NULL, OPT_FTHREADS},
     {"log-file", required_argument, NULL, OPT_LOGFILE},
     {"foreground", no_argument, NULL, 'f'},
@@ -183,7 +195,7 @@ static int numeric(int c, const char *arg, struct mount_opts *m)
 	    {OPT_PREFETCH, 0, 4096},	 {OPT_CACHE, 1, 1u << 30},
 	    {OPT_TIMEOUT, 1, 86400 * 7}, {OPT_NSAMPLES, 1, UINT64_MAX},
 	    {OPT_WORLD, 1, 1u << 20},	 {OPT_RANK, 0, (1u << 20) - 1},
-	    {OPT_FTHREADS, 1, 64},
+	    {OPT_FTHREADS, 1, 64},	 {OPT_PCMB, 1, 1u << 30},
 	};
 	uint64_t v = 0;
 
@@ -236,6 +248,10 @@ static int numeric(int c, const char *arg, struct mount_opts *m)
 		break;
 	case OPT_FTHREADS:
 		m->fuse_threads = (unsigned)v;
+		break;
+	case OPT_PCMB:
+		m->pc_mb = v;
+		m->have_pc = true;
 		break;
 	default:
 		break;
@@ -291,7 +307,19 @@ static int parse_opts(int argc, char **argv, struct mount_opts *m)
 			m->replacement = true;
 			break;
 		case OPT_DIRECT:
-			m->direct_io = true;
+			m->serve = BFS_SERVE_DIRECT;
+			break;
+		case OPT_SERVE:
+			if (!strcmp(optarg, "push"))
+				m->serve = BFS_SERVE_PUSH;
+			else if (!strcmp(optarg, "cache"))
+				m->serve = BFS_SERVE_CACHE;
+			else if (!strcmp(optarg, "direct"))
+				m->serve = BFS_SERVE_DIRECT;
+			else
+				rc = usage_error("--serve: '%s' is not push, "
+						 "cache or direct",
+						 optarg);
 			break;
 		case OPT_SUBSET:
 			m->subset = optarg;
@@ -347,6 +375,8 @@ static int parse_opts(int argc, char **argv, struct mount_opts *m)
 		return usage_error("--rank: %s", "needs --world-size");
 	if (!m->have_prefetch)
 		m->prefetch = 2 * m->workers;
+	if (!m->have_pc)
+		m->pc_mb = m->cache_mb;
 	return 0;
 }
 
@@ -472,6 +502,7 @@ static int open_model(struct mount_opts *m, struct bfs_mount *mt)
 static void close_model(struct bfs_mount *mt)
 {
 	bfs_tree_destroy(mt->tree);
+	bfs_pushed_destroy(mt->pushed);
 	bfs_pool_destroy(mt->pool);
 	bfs_order_destroy(mt->order);
 	bfs_layout_fini(&mt->layout);
@@ -527,7 +558,17 @@ static int start_serving(struct mount_opts *m, struct bfs_mount *mt)
 
 	if (delay)
 		po.debug_delay_ms = (unsigned)strtoul(delay, NULL, 10);
-	rc = bfs_pool_create(&mt->pool, mt->ds, mt->order, &mt->layout, &po);
+	if (mt->serve == BFS_SERVE_PUSH &&
+	    !getenv("BATCHFS_DEBUG_NO_EARLY_PUSH")) {
+		po.on_ready = bfs_mount_on_ready;
+		po.on_ready_arg = mt;
+	}
+	rc = mt->serve == BFS_SERVE_PUSH
+		 ? bfs_pushed_create(&mt->pushed, m->pc_mb << 20)
+		 : 0;
+	if (rc == 0)
+		rc = bfs_pool_create(&mt->pool, mt->ds, mt->order, &mt->layout,
+				     &po);
 	if (rc == 0)
 		rc = bfs_tree_create(&mt->tree, mt->ds, mt->order, &mt->layout,
 				     mt->pool, &ti);
@@ -537,14 +578,17 @@ static int start_serving(struct mount_opts *m, struct bfs_mount *mt)
 /* The options as one line for README (what was asked, plus defaults). */
 static void describe_opts(struct mount_opts *m)
 {
-	snprintf(
-	    m->line, sizeof(m->line),
-	    "--batch-size %" PRIu64 "%s --seed %" PRIu64 "%s --epochs %" PRIu64
-	    " --workers %u --prefetch %u --cache-mb %" PRIu64 " --timeout %u%s",
-	    m->batch_size, m->shuffle ? " --shuffle" : "", m->seed,
-	    m->drop_last ? " --drop-last" : "", m->epochs, m->workers,
-	    m->prefetch, m->cache_mb, m->timeout_s,
-	    m->direct_io ? " --direct-io" : "");
+	snprintf(m->line, sizeof(m->line),
+		 "--batch-size %" PRIu64 "%s --seed %" PRIu64
+		 "%s --epochs %" PRIu64
+		 " --workers %u --prefetch %u --cache-mb %" PRIu64
+		 " --timeout %u --serve %s",
+		 m->batch_size, m->shuffle ? " --shuffle" : "", m->seed,
+		 m->drop_last ? " --drop-last" : "", m->epochs, m->workers,
+		 m->prefetch, m->cache_mb, m->timeout_s,
+		 m->serve == BFS_SERVE_PUSH    ? "push"
+		 : m->serve == BFS_SERVE_CACHE ? "cache"
+					       : "direct");
 }
 
 /* fuse args: read-only, default_permissions, auto_unmount unless the user
@@ -631,6 +675,7 @@ static int run_session(struct mount_opts *m, struct bfs_mount *mt)
 	if (fuse_args_for(m, &args) < 0)
 		goto out_args;
 	se = fuse_session_new(&args, &bfs_mount_ops, sizeof(bfs_mount_ops), mt);
+	mt->se = se;
 	if (!se) {
 		fprintf(stderr, "batchfs mount: bad FUSE options '%s'\n",
 			m->fuse_o);
@@ -669,6 +714,11 @@ static int run_session(struct mount_opts *m, struct bfs_mount *mt)
 	fuse_loop_cfg_set_clone_fd(cfg, 0);
 	rc = fuse_session_loop_mt(se, cfg) < 0 ? 1 : 0;
 	fuse_loop_cfg_destroy(cfg);
+	/* Workers push into the session (on_ready): stop them first. */
+	bfs_tree_destroy(mt->tree);
+	mt->tree = NULL;
+	bfs_pool_destroy(mt->pool);
+	mt->pool = NULL;
 	bfs_log(BFS_LOG_INFO, "mount", "unmounting %s", m->mountpoint);
 out_unmount:
 	fuse_session_unmount(se);
@@ -722,7 +772,7 @@ int bfs_cmd_mount(int argc, char **argv)
 	bfs_log_setup(m->verbose ? BFS_LOG_DEBUG : BFS_LOG_INFO, NULL);
 	rc = open_model(m, &mt);
 	if (rc == 0) {
-		mt.direct_io = m->direct_io;
+		mt.serve = m->serve;
 		rc = run_session(m, &mt);
 	}
 out:

@@ -4,6 +4,7 @@
 
 #include <fuse_lowlevel.h>
 #include <stdbool.h>
+#include <stdint.h>
 
 #include "fs/dataset.h"
 #include "fs/layout.h"
@@ -19,8 +20,26 @@ struct bfs_mount {
 	struct bfs_layout layout;
 	struct bfs_pool *pool;
 	struct bfs_tree *tree;
-	bool direct_io; /* --direct-io: batch files bypass the page cache */
+	enum bfs_serve {
+		BFS_SERVE_PUSH,	  /* default: page cache, filled at open */
+		BFS_SERVE_CACHE,  /* page cache, filled by kernel READs */
+		BFS_SERVE_DIRECT, /* direct I/O: no page cache, no mmap */
+	} serve;
+	struct fuse_session *se;   /* for notify_store / notify_inval */
+	struct bfs_pushed *pushed; /* BFS_SERVE_PUSH: batches in the kernel */
 };
+
+/* The record of batches pushed into the kernel's page cache, kept under
+ * 'budget_bytes' by invalidating the oldest closed ones. 0 or -ENOMEM. */
+int bfs_pushed_create(struct bfs_pushed **out, uint64_t budget_bytes);
+/* Accepts NULL. */
+void bfs_pushed_destroy(struct bfs_pushed *pb);
+
+/* Pool on_ready callback (arg: struct bfs_mount) in push mode: a batch
+ * just gathered whose inode the kernel already knows (looked up, listed
+ * with readdirplus) is stored into the page cache before anyone opens it;
+ * otherwise its open pushes it. */
+void bfs_mount_on_ready(void *arg, struct bfs_batch *b, uint64_t e, uint64_t k);
 
 /* The FUSE low-level operations; userdata is a struct bfs_mount. */
 extern const struct fuse_lowlevel_ops bfs_mount_ops;

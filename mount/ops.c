@@ -1,14 +1,20 @@
 /* mount/ops: the FUSE low-level adapter. Each handler decodes the request,
  * asks fs/tree or fs/pool, and sends exactly one reply at its end.
  *
- * Serving mode (where the choice is made: open_batch below). Batch files
- * are opened in page-cache mode with keep_cache by default: the bytes of a
- * batch never change (a pure function of dataset, options, epoch, batch),
- * so the kernel may keep them across opens, and mmap(MAP_SHARED) — numpy.
- * memmap, safetensors — works. direct_io would be faster for plain read()
- * but makes MAP_SHARED fail with ENODEV on libfuse 3.14
- * (research/fuse-anchors.md §2), so it is an option (--direct-io).
- * Measurements: see the comment at open_batch.
+ * Serving mode (where the choice is made: open_batch below). Default
+ * --serve push: batch files are page-cache files (keep_cache) and each
+ * batch is stored WHOLE into the kernel's page cache with notify_store
+ * before its open is answered (or earlier, by the worker that gathered it,
+ * when the kernel already knows its inode), so read() and mmap faults are
+ * page-cache hits with no FUSE round trip, and mmap(MAP_SHARED) works.
+ * The pool then drops its copy; if the kernel loses pages, READs come and
+ * the pool re-gathers the same bytes (batches are pure functions of
+ * dataset, options, epoch, batch). Pushed batches are kept under
+ * --page-cache-mb by invalidating the oldest closed ones ('pushed' below).
+ * --serve cache: plain page-cache mode (the kernel READs 128 KiB at a
+ * time); --serve direct (--direct-io): direct_io, fastest read() but
+ * MAP_SHARED fails with ENODEV on libfuse 3.14 (research/fuse-anchors.md
+ * §2). Measurements: see the comment at open_batch.
  *
  * Text files: README, dataset.json and index files are rendered at open into
  * the handle (keep_cache: they never change); stats is rendered at open and
@@ -18,6 +24,7 @@
  * get a day of validity, unknown names are cached as negative entries. */
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +40,7 @@ struct handle {
 	uint64_t size;		 /* batch files: file size */
 	_Atomic uint64_t served; /* batch files: bytes replied so far */
 	atomic_bool consumed;	 /* batch files: reported to the pool */
+	bool push_open;		 /* batch files: counted open in pushed */
 	char *text;		 /* text files: rendered contents */
 	size_t text_len;
 };
@@ -174,6 +182,238 @@ static void bfs_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
 	bfs_erofs(req);
 }
 
+/* ---- batches pushed into the kernel's page cache (BFS_SERVE_PUSH) ----
+ *
+ * A FIFO of the batch inodes whose bytes were stored with notify_store,
+ * with their sizes and how many handles have them open. It answers "is
+ * this batch already in the kernel?" (a second open, concurrent or later,
+ * does not gather and push again) and keeps the kernel's copies of batches
+ * under a byte budget: past it, the oldest batches nobody has open are
+ * invalidated (notify_inval_inode), so the page cache does not grow with
+ * every epoch read. The kernel may also drop pages on its own (reclaim);
+ * then reads of them come to the daemon as READs and the pool re-gathers
+ * the same bytes (batches are pure functions of epoch and batch). */
+
+#define PUSHED_MAX  4096u	/* batches tracked at once */
+#define TRIM_BATCH  64u		/* invalidations per trim call */
+#define STORE_CHUNK (64u << 20) /* bytes per notify_store (u32 lengths) */
+
+struct pushed_entry {
+	uint64_t ino; /* 0: forgotten (a failed push) */
+	uint64_t bytes;
+	unsigned opens;
+};
+
+struct bfs_pushed {
+	pthread_mutex_t lock;
+	uint64_t budget;
+	uint64_t bytes;			      /* [L] sum of entries */
+	unsigned head, count;		      /* [L] oldest at head */
+	struct pushed_entry ring[PUSHED_MAX]; /* [L] */
+};
+
+int bfs_pushed_create(struct bfs_pushed **out, uint64_t budget_bytes)
+{
+	struct bfs_pushed *pb = calloc(1, sizeof(*pb));
+
+	*out = pb;
+	if (!pb)
+		return -ENOMEM;
+	pthread_mutex_init(&pb->lock, NULL);
+	pb->budget = budget_bytes;
+	return 0;
+}
+
+void bfs_pushed_destroy(struct bfs_pushed *pb)
+{
+	if (!pb)
+		return;
+	pthread_mutex_destroy(&pb->lock);
+	free(pb);
+}
+
+/* The entry of ino, newest first (recent batches are the usual hits). [L] */
+static struct pushed_entry *pushed_find(struct bfs_pushed *pb, uint64_t ino)
+{
+	for (unsigned i = pb->count; i-- > 0;) {
+		struct pushed_entry *x = &pb->ring[(pb->head + i) % PUSHED_MAX];
+
+		if (x->ino == ino)
+			return x;
+	}
+	return NULL;
+}
+
+/* Record ino pushed ahead of any open. Returns 1: new entry, the caller
+ * pushes; 0: already there; -ENOSPC: no slot. */
+static int pushed_add(struct bfs_pushed *pb, uint64_t ino, uint64_t bytes)
+{
+	int rc = 0;
+
+	pthread_mutex_lock(&pb->lock);
+	if (pushed_find(pb, ino)) {
+		rc = 0;
+	} else if (pb->count >= PUSHED_MAX / 4 * 3) {
+		rc = -ENOSPC; /* keep the free slots for opens */
+	} else {
+		pb->ring[(pb->head + pb->count++) % PUSHED_MAX] =
+		    (struct pushed_entry){.ino = ino, .bytes = bytes};
+		pb->bytes += bytes;
+		rc = 1;
+	}
+	pthread_mutex_unlock(&pb->lock);
+	return rc;
+}
+
+/* A handle opens batch ino. Returns 1: new entry, the caller pushes the
+ * batch; 0: already pushed (or being pushed) by another open; -ENOSPC:
+ * nothing tracked (every slot held open), serve it by READs. */
+static int pushed_open(struct bfs_pushed *pb, uint64_t ino, uint64_t bytes)
+{
+	struct pushed_entry *x;
+	int rc = 0;
+
+	pthread_mutex_lock(&pb->lock);
+	x = pushed_find(pb, ino);
+	if (x) {
+		x->opens++;
+	} else if (pb->count == PUSHED_MAX) {
+		rc = -ENOSPC;
+	} else {
+		x = &pb->ring[(pb->head + pb->count++) % PUSHED_MAX];
+		*x = (struct pushed_entry){
+		    .ino = ino, .bytes = bytes, .opens = 1};
+		pb->bytes += bytes;
+		rc = 1;
+	}
+	pthread_mutex_unlock(&pb->lock);
+	return rc;
+}
+
+/* A handle of ino closes; 'failed' = its push failed: forget the entry
+ * (the kernel holds none or part of it; READs serve the rest). */
+static void pushed_close(struct bfs_pushed *pb, uint64_t ino, bool failed)
+{
+	struct pushed_entry *x;
+
+	pthread_mutex_lock(&pb->lock);
+	x = pushed_find(pb, ino);
+	if (x && x->opens)
+		x->opens--;
+	if (x && failed) {
+		pb->bytes -= x->bytes;
+		*x = (struct pushed_entry){0}; /* a hole, trimmed in turn */
+	}
+	pthread_mutex_unlock(&pb->lock);
+}
+
+/* Take the oldest entries nobody has open off the record until it is
+ * under budget (and a quarter of the slots are free); their inodes go to
+ * 'inos' for invalidation. Open ones move to the tail. Returns how many. */
+static unsigned pushed_trim(struct bfs_pushed *pb, uint64_t *inos)
+{
+	unsigned n = 0;
+
+	pthread_mutex_lock(&pb->lock);
+	for (unsigned seen = 0, len = pb->count;
+	     seen < len && n < TRIM_BATCH &&
+	     (pb->bytes > pb->budget || pb->count > PUSHED_MAX / 4 * 3);
+	     seen++) {
+		struct pushed_entry x = pb->ring[pb->head];
+
+		pb->head = (pb->head + 1) % PUSHED_MAX;
+		pb->count--;
+		if (x.opens) { /* still open: keep it, newest */
+			pb->ring[(pb->head + pb->count++) % PUSHED_MAX] = x;
+			continue;
+		}
+		pb->bytes -= x.bytes;
+		if (x.ino)
+			inos[n++] = x.ino;
+	}
+	pthread_mutex_unlock(&pb->lock);
+	return n;
+}
+
+/* Invalidate what pushed_trim says is over budget. Called on a FUSE
+ * thread with no lock held: the kernel waits on pages locked by a READ in
+ * flight, which another FUSE thread answers. */
+static void trim_page_cache(struct bfs_mount *m)
+{
+	uint64_t inos[TRIM_BATCH];
+	unsigned n = pushed_trim(m->pushed, inos), dropped = 0;
+
+	for (unsigned i = 0; i < n; i++) {
+		int rc = fuse_lowlevel_notify_inval_inode(m->se, inos[i], 0, 0);
+
+		/* -ENOENT: the kernel forgot the inode, pages and all */
+		if (rc == 0 || rc == -ENOENT)
+			dropped++;
+	}
+	if (dropped)
+		bfs_pool_note_drops(m->pool, dropped);
+}
+
+/* Store the whole batch into the kernel's page cache for inode ino. */
+static int store_batch(struct bfs_mount *m, fuse_ino_t ino,
+		       const struct bfs_batch *b)
+{
+	const char *data = bfs_batch_data(b);
+	uint64_t size = bfs_batch_size(b);
+	int rc = 0;
+
+	for (uint64_t off = 0; rc == 0 && off < size; off += STORE_CHUNK) {
+		size_t n = size - off < STORE_CHUNK ? (size_t)(size - off)
+						    : STORE_CHUNK;
+		struct fuse_bufvec bv = FUSE_BUFVEC_INIT(n);
+
+		bv.buf[0].mem = (void *)(data + off);
+		rc = fuse_lowlevel_notify_store(m->se, ino, (off_t)off, &bv, 0);
+	}
+	return rc;
+}
+
+void bfs_mount_on_ready(void *arg, struct bfs_batch *b, uint64_t e, uint64_t k)
+{
+	struct bfs_mount *m = arg;
+	struct bfs_node n = {.kind = BFS_NODE_BATCH, .epoch = e, .batch = k};
+	uint64_t ino = bfs_tree_ino(&n);
+
+	if (pushed_add(m->pushed, ino, bfs_batch_size(b)) <= 0)
+		return;
+	/* -ENOENT (the usual miss): the kernel has no inode yet */
+	if (store_batch(m, ino, b) == 0)
+		bfs_pool_pushed(m->pool, b);
+	else
+		pushed_close(m->pushed, ino, true);
+	trim_page_cache(m);
+}
+
+/* Open of a batch in push mode: unless another open already pushed it,
+ * wait for the batch (at most --timeout: then EIO), store it whole into
+ * the page cache, and let the pool drop its copy. Every read() and mmap
+ * fault of this open is then a page-cache hit with no FUSE round trip. A
+ * failed store is not an error: READs serve the batch. */
+static int push_batch(struct bfs_mount *m, struct handle *h, fuse_ino_t ino)
+{
+	struct bfs_batch *b = NULL;
+	int rc = pushed_open(m->pushed, ino, h->size);
+
+	h->push_open = rc >= 0;
+	if (rc <= 0)
+		return 0;
+	rc = bfs_pool_acquire(m->pool, h->node.epoch, h->node.batch, &b);
+	if (rc == 0 && store_batch(m, ino, b) == 0) {
+		bfs_pool_pushed(m->pool, b);
+	} else {
+		pushed_close(m->pushed, ino, true);
+		h->push_open = false;
+	}
+	bfs_pool_release(m->pool, b);
+	trim_page_cache(m);
+	return rc;
+}
+
 /* The serving mode, chosen by measurement. 2-vCPU shared VM, a 100,000-
  * sample demo archive (pack --demo 100000, 308 MB), --batch-size 256
  * (775 KiB batches), no shuffle, 2 epochs (619 MB) read by Python with
@@ -190,15 +430,16 @@ static void bfs_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
  * copies the same bytes once more) to justify its complexity; it was
  * removed. FUSE threads (direct-io, same run): 1: 1.89, 2: 2.66, 4: 2.47,
  * 8: 2.16 GB/s -> 4 by default (room for concurrent readers). */
-static void open_batch(struct bfs_mount *m, struct handle *h,
-		       struct fuse_file_info *fi)
+static int open_batch(struct bfs_mount *m, struct handle *h, fuse_ino_t ino,
+		      struct fuse_file_info *fi)
 {
 	h->size = bfs_tree_batch_size(m->tree, h->node.epoch, h->node.batch);
-	if (m->direct_io) {
+	if (m->serve == BFS_SERVE_DIRECT) {
 		fi->direct_io = 1;
-	} else {
-		fi->keep_cache = 1;
+		return 0;
 	}
+	fi->keep_cache = 1; /* the pages pushed (or read) stay valid */
+	return m->serve == BFS_SERVE_PUSH ? push_batch(m, h, ino) : 0;
 }
 
 static void bfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -221,7 +462,7 @@ static void bfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		goto out;
 	switch (h->node.kind) {
 	case BFS_NODE_BATCH:
-		open_batch(m, h, fi);
+		rc = open_batch(m, h, ino, fi);
 		break;
 	case BFS_NODE_README:
 	case BFS_NODE_DATASET:
@@ -245,7 +486,8 @@ out:
 		if (h)
 			free(h->text);
 		free(h);
-		fuse_reply_err(req, -rc);
+		fuse_reply_err(req,
+			       rc == -ETIMEDOUT || rc == -ERANGE ? EIO : -rc);
 	}
 }
 
@@ -261,8 +503,13 @@ static void read_batch(fuse_req_t req, struct bfs_mount *m, struct handle *h,
 		n = h->size - (uint64_t)off;
 		if (n > size)
 			n = size;
-		rc =
-		    bfs_pool_acquire(m->pool, h->node.epoch, h->node.batch, &b);
+		/* Push mode: a READ means the kernel lost pages of a batch
+		 * pushed at open; re-gather it without its successors. */
+		rc = m->serve == BFS_SERVE_PUSH
+			 ? bfs_pool_acquire_alone(m->pool, h->node.epoch,
+						  h->node.batch, &b)
+			 : bfs_pool_acquire(m->pool, h->node.epoch,
+					    h->node.batch, &b);
 	}
 	if (rc < 0) {
 		/* -ETIMEDOUT (logged by the pool), -EIO, -ENOMEM ... */
@@ -305,10 +552,17 @@ static void bfs_release(fuse_req_t req, fuse_ino_t ino,
 			struct fuse_file_info *fi)
 {
 	struct handle *h = (struct handle *)(uintptr_t)fi->fh;
+	struct bfs_mount *m = mnt_of(req);
 
+	bool trim = h->push_open;
+
+	if (h->push_open)
+		pushed_close(m->pushed, ino, false);
 	free(h->text);
 	free(h);
 	fuse_reply_err(req, 0);
+	if (trim) /* after the reply: nobody waits for this */
+		trim_page_cache(m);
 }
 
 static void bfs_opendir(fuse_req_t req, fuse_ino_t ino,
