@@ -2,7 +2,8 @@
 # Our central-directory parser lists every torch-written archive exactly as
 # libzip does (name, size, CRC, method; bytes of small records compared
 # through zip_fread), including CRC-0 copies and a > 4 GiB ZIP64 archive
-# laid out as torch writes it (sparse, so it costs no disk).
+# laid out as torch writes it (sparse, so it costs no disk); and fs/pickle
+# finds in each fixture the tensors torch.load returns.
 set -eu
 : "${BFS_TEST_TMP:?}" "${BUILD:?}" "${PYTHON:?}"
 cd "${BFS_SRC:-.}"
@@ -21,6 +22,30 @@ mapfile -t archives < <(find "$fx" -name '*.pt' | sort)
 # 1. Every fixture: same listing as libzip, and the pickle parses.
 "$bin/zipdiff" "${archives[@]}"
 "$bin/zipcheck" "${archives[@]}" >/dev/null
+
+# 1b. Every torch-loadable fixture: the tensors fs/pickle finds (name,
+#     dtype, storage offset, sizes, strides) are the ones torch.load returns.
+for f in "${archives[@]}"; do
+	case "$f" in */special/*) continue ;; esac
+	"$bin/zipcheck" "$f" | awk '{$3 = ""; print}' >"$BFS_TEST_TMP/ours.txt"
+	"$PYTHON" - "$f" >"$BFS_TEST_TMP/torch.txt" <<'PY'
+import sys, torch
+obj = torch.load(sys.argv[1])
+if isinstance(obj, torch.Tensor):
+    items = [("0", obj)]
+elif isinstance(obj, dict):
+    items = list(obj.items())
+else:
+    items = [(str(i), t) for i, t in enumerate(obj)]
+for name, t in items:
+    dims = lambda v: "[" + ",".join(str(x) for x in v) + "]"
+    print(name, str(t.dtype)[6:], "", t.storage_offset(), dims(t.shape),
+          dims(t.stride()))
+PY
+	if ! diff -u "$BFS_TEST_TMP/torch.txt" "$BFS_TEST_TMP/ours.txt"; then
+		echo "FAIL: $f: fs/pickle disagrees with torch.load"; exit 1
+	fi
+done
 
 # 2. CRC-0 copies (torch >= 2.6 compute_crc32=False): we accept them, libzip
 #    reports the same zero CRCs.
