@@ -3,6 +3,7 @@
  * out-of-bounds read or UB is a bug: the parsers must refuse, not fail. */
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "fs/pickle.h"
 #include "fs/zip.h"
@@ -18,9 +19,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 	if (bfs_zip_open_mem(&z, data, size, "fuzz.pt", &err) != 0)
 		return 0;
-	for (size_t i = 0; i < z->n_entries; i++) /* offsets are in bounds */
-		if (z->entries[i].data_off + z->entries[i].size > z->cd_off)
+	for (size_t i = 0; i < z->n_entries; i++) {
+		e = &z->entries[i];
+		/* data in bounds; every record found again by its name */
+		if (e->data_off + e->size > z->cd_off ||
+		    bfs_zip_find(z, e->name + strlen(z->prefix) + 1) != e)
 			__builtin_trap();
+	}
 	e = bfs_zip_find(z, "data.pkl");
 	if (e && bfs_pickle_load(bfs_zip_data(z, e), e->size, e->name, &r,
 				 &err) == 0)

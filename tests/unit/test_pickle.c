@@ -369,6 +369,27 @@ static void parameter_is_unwrapped_and_marked(void **state)
 	assert_int_equal(res.tensors[0].requires_grad, 1);
 	check_tensor(&res.tensors[0], "w", BFS_DT_FLOAT32, "0", 0, 2,
 		     (int64_t[]){2, 3}, (int64_t[]){3, 1});
+
+	/* torch 2.x: _rebuild_parameter_with_state(data, rg, hooks, {}) */
+	p.len = 0;
+	pk_raw(&p, LIT("\x80\x02"));
+	pk_global(&p, "torch._utils", "_rebuild_parameter_with_state");
+	pk_op(&p, '(');
+	pk_tensor(&p, &f32_2x3);
+	pk_op(&p, 0x89);
+	pk_odict(&p);
+	pk_raw(&p, LIT("}tR."));
+	expect_ok(&p);
+	assert_int_equal(res.container, BFS_CONTAINER_TENSOR);
+	assert_int_equal(res.tensors[0].is_parameter, 1);
+	assert_int_equal(res.tensors[0].requires_grad, 0);
+
+	/* ... whose state must be empty */
+	p.len -= 4;
+	pk_raw(&p, LIT("}X\x01\x00\x00\x00"
+		       "aK\x01stR."));
+	expect_refused(&p, "_rebuild_parameter: bad requires_grad, hooks or "
+			   "state");
 	free(p.b);
 }
 
