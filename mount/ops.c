@@ -414,22 +414,34 @@ static int push_batch(struct bfs_mount *m, struct handle *h, fuse_ino_t ino)
 	return rc;
 }
 
-/* The serving mode, chosen by measurement. 2-vCPU shared VM, a 100,000-
- * sample demo archive (pack --demo 100000, 308 MB), --batch-size 256
- * (775 KiB batches), no shuffle, 2 epochs (619 MB) read by Python with
- * readinto() into a 1 MiB buffer, one open per batch; median of 5 runs:
- *   page cache, keep_cache (default)          0.71 GB/s  (0.51 .. 1.23)
- *   page cache + notify_store of the rest of
- *     the batch after the first read           0.86 GB/s  (0.82 .. 1.15)
- *   --direct-io                                2.27 GB/s  (1.59 .. 2.38)
- *   re-read of cached batches (keep_cache hit) 3.1 .. 3.5 GB/s
- *   dd bs=1M of the archive from page cache    4.8 .. 5.6 GB/s
- * direct_io is 3x faster for read() but breaks mmap(MAP_SHARED) on libfuse
- * 3.14, which the default mode must support, so the default is page-cache
- * mode and --direct-io is an option. notify_store gained too little (it
- * copies the same bytes once more) to justify its complexity; it was
- * removed. FUSE threads (direct-io, same run): 1: 1.89, 2: 2.66, 4: 2.47,
- * 8: 2.16 GB/s -> 4 by default (room for concurrent readers). */
+/* The serving mode, chosen by measurement. 2-vCPU shared VM (load ~2 from
+ * other jobs: +-30 %), Python reader: every batch, one open each,
+ * readinto() a 1 MiB buffer; median of 3 runs, same run for all rows:
+ *   A: pack --demo 100000 (308 MB), --batch-size 256 --seed 1 (775 KiB
+ *      batches), epochs 0-1 (619 MB)
+ *   B: uint8 [10000,3,224,224] rows (147 KiB) + int64 labels (1.5 GB),
+ *      --batch-size 64 --shuffle, epoch 0
+ *                                        A (GB/s)            B (GB/s)
+ *   --serve push (default)              1.47 (1.27..1.50)   2.41 (2.32..2.61)
+ *   --serve push, no worker-side push   1.49 (1.02..1.77)   -
+ *   --serve cache (old default)         1.42 (1.23..1.48)   2.28 (1.72..2.42)
+ *   --serve direct (--direct-io)        2.39 (1.65..2.40)   4.26 (3.90..4.33)
+ *   null FUSE server, direct_io, 1 MiB  4.67                4.64
+ *   read() of a page-cached plain file  9.09                8.71
+ * (a throw-away script of the serving-mode task, run with nice -n 5; the
+ * same reader as tools/bench's read_epoch_py.) * --cache-mb 64: daemon RssAnon
+ * peak 5 MiB in every mode; page cache grew 64 MB (push: bounded by
+ * --page-cache-mb), 879 MB (cache), 0 (direct); throughput 2.06 / 2.15 / 4.09
+ * GB/s on a quieter machine. Pushing whole batches at open removes the 128 KiB
+ * READ round trips, but the kernel still copies every byte twice (store into
+ * fresh page-cache pages, then read out), so it is no faster than the kernel's
+ * own readahead here: the hypothesis "push = direct-io speed" failed (push is
+ * 0.55-0.6x direct). push stays the default because it is the fastest
+ * mode in which mmap(MAP_SHARED) works (tied with cache within noise),
+ * it keeps the page cache bounded, and an open never returns before the
+ * whole batch is resident (mmap readers fault nothing to the daemon).
+ * Readers that only read() should use --direct-io. FUSE threads (direct,
+ * earlier run): 1: 1.89, 2: 2.66, 4: 2.47, 8: 2.16 GB/s -> 4 by default. */
 static int open_batch(struct bfs_mount *m, struct handle *h, fuse_ino_t ino,
 		      struct fuse_file_info *fi)
 {
