@@ -429,7 +429,8 @@ static int push_batch(struct bfs_mount *m, struct handle *h, fuse_ino_t ino)
  *   null FUSE server, direct_io, 1 MiB  4.67                4.64
  *   read() of a page-cached plain file  9.09                8.71
  * (a throw-away script of the serving-mode task, run with nice -n 5; the
- * same reader as tools/bench's read_epoch_py.) * --cache-mb 64: daemon RssAnon
+ * same reader as tools/bench's read_epoch_py.) 3 epochs of A with
+ * --cache-mb 64: daemon RssAnon
  * peak 5 MiB in every mode; page cache grew 64 MB (push: bounded by
  * --page-cache-mb), 879 MB (cache), 0 (direct); throughput 2.06 / 2.15 / 4.09
  * GB/s on a quieter machine. Pushing whole batches at open removes the 128 KiB
