@@ -9,9 +9,11 @@
  * bytes however often it is repeated. Nothing recurses: objects are only
  * inspected one level deep (REDUCE arguments, the top-level container).
  *
- * Security invariants: GLOBAL/STACK_GLOBAL resolve through the static table
- * globals[] or are refused by name; REDUCE/BUILD only interpret the
- * allowlisted callables, type- and arity-checked; every read is bounds
+ * Security invariants: GLOBAL/STACK_GLOBAL resolve through fixed_globals[]
+ * and the dtype table (torch.<T>Storage, torch.<dtype>) or are refused by
+ * name; REDUCE only interprets the allowlisted callables, type- and
+ * arity-checked; BUILD is a no-op on a dict (a state_dict's '_metadata')
+ * and refused with real state on a tensor; every read is bounds
  * checked against the pickle; integers are int64 with checked arithmetic;
  * limits: pickle <= 64 MiB, MARK depth <= 256, stack <= 2^20 cells,
  * memo index < 2^20, heap bytes <= MEM_LIMIT(len). Tensors are validated
@@ -19,8 +21,8 @@
  * inside the storage (bytes, checked u64 math), hooks and metadata empty.
  *
  * Every refusal is "LABEL: offset N: reason" where N is the offset of the
- * opcode being executed. Not thread-safe per VM; the VM lives on the
- * caller's stack for one bfs_pickle_load call. */
+ * opcode being executed. Reentrant: all state lives in a struct vm on the
+ * caller's stack for one bfs_pickle_load call; no globals are written. */
 #include "fs/pickle.h"
 
 #include <errno.h>
@@ -33,7 +35,9 @@
 #define MAX_STACK	(1u << 20)
 #define MAX_MEMO	(1u << 20)
 #define MAX_GLOBAL_LINE 256
-/* Heap budget: generous for real pickles (~10x), a wall for crafted ones. */
+/* Heap budget: torch pickles need ~30 bytes of heap per pickle byte (a
+ * ~76-byte tensor entry makes ~2.3 KiB of objects and result); crafted
+ * ones hit -E2BIG instead of exhausting memory. */
 #define MEM_LIMIT(len) ((size_t)128 * (len) + ((size_t)16 << 20))
 
 enum kind {
