@@ -244,31 +244,12 @@ static struct pushed_entry *pushed_find(struct bfs_pushed *pb, uint64_t ino)
 	return NULL;
 }
 
-/* Record ino pushed ahead of any open. Returns 1: new entry, the caller
- * pushes; 0: already there; -ENOSPC: no slot. */
-static int pushed_add(struct bfs_pushed *pb, uint64_t ino, uint64_t bytes)
-{
-	int rc = 0;
-
-	pthread_mutex_lock(&pb->lock);
-	if (pushed_find(pb, ino)) {
-		rc = 0;
-	} else if (pb->count >= PUSHED_MAX / 4 * 3) {
-		rc = -ENOSPC; /* keep the free slots for opens */
-	} else {
-		pb->ring[(pb->head + pb->count++) % PUSHED_MAX] =
-		    (struct pushed_entry){.ino = ino, .bytes = bytes};
-		pb->bytes += bytes;
-		rc = 1;
-	}
-	pthread_mutex_unlock(&pb->lock);
-	return rc;
-}
-
-/* A handle opens batch ino. Returns 1: new entry, the caller pushes the
- * batch; 0: already pushed (or being pushed) by another open; -ENOSPC:
- * nothing tracked (every slot held open), serve it by READs. */
-static int pushed_open(struct bfs_pushed *pb, uint64_t ino, uint64_t bytes)
+/* Record batch ino, 'opens' = 1 for an open handle, 0 for a worker
+ * pushing ahead of any open. Returns 1: new entry, the caller pushes the
+ * batch; 0: already pushed (or being pushed); -ENOSPC: no slot (workers
+ * leave a quarter of the slots to opens), nothing tracked: READs serve. */
+static int pushed_enter(struct bfs_pushed *pb, uint64_t ino, uint64_t bytes,
+			unsigned opens)
 {
 	struct pushed_entry *x;
 	int rc = 0;
@@ -276,13 +257,13 @@ static int pushed_open(struct bfs_pushed *pb, uint64_t ino, uint64_t bytes)
 	pthread_mutex_lock(&pb->lock);
 	x = pushed_find(pb, ino);
 	if (x) {
-		x->opens++;
-	} else if (pb->count == PUSHED_MAX) {
+		x->opens += opens;
+	} else if (pb->count >= (opens ? PUSHED_MAX : PUSHED_MAX / 4 * 3)) {
 		rc = -ENOSPC;
 	} else {
 		x = &pb->ring[(pb->head + pb->count++) % PUSHED_MAX];
 		*x = (struct pushed_entry){
-		    .ino = ino, .bytes = bytes, .opens = 1};
+		    .ino = ino, .bytes = bytes, .opens = opens};
 		pb->bytes += bytes;
 		rc = 1;
 	}
@@ -379,7 +360,7 @@ void bfs_mount_on_ready(void *arg, struct bfs_batch *b, uint64_t e, uint64_t k)
 	struct bfs_node n = {.kind = BFS_NODE_BATCH, .epoch = e, .batch = k};
 	uint64_t ino = bfs_tree_ino(&n);
 
-	if (pushed_add(m->pushed, ino, bfs_batch_size(b)) <= 0)
+	if (pushed_enter(m->pushed, ino, bfs_batch_size(b), 0) <= 0)
 		return;
 	/* -ENOENT (the usual miss): the kernel has no inode yet */
 	if (store_batch(m, ino, b) == 0)
@@ -397,7 +378,7 @@ void bfs_mount_on_ready(void *arg, struct bfs_batch *b, uint64_t e, uint64_t k)
 static int push_batch(struct bfs_mount *m, struct handle *h, fuse_ino_t ino)
 {
 	struct bfs_batch *b = NULL;
-	int rc = pushed_open(m->pushed, ino, h->size);
+	int rc = pushed_enter(m->pushed, ino, h->size, 1);
 
 	h->push_open = rc >= 0;
 	if (rc <= 0)
