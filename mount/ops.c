@@ -43,7 +43,21 @@ struct handle {
 	bool push_open;		 /* batch files: counted open in pushed */
 	char *text;		 /* text files: rendered contents */
 	size_t text_len;
+	/* Open's reference plus one per READ being replied. The kernel sends
+	 * RELEASE as soon as the last READ reply has been written, which can
+	 * be before the replying thread has returned from fuse_reply_buf:
+	 * the handle is freed by whichever side drops the last reference. */
+	atomic_uint refs;
 };
+
+/* Drop a reference to 'h'; the last one frees it. */
+static void handle_put(struct handle *h)
+{
+	if (atomic_fetch_sub(&h->refs, 1) != 1)
+		return;
+	free(h->text);
+	free(h);
+}
 
 static struct bfs_mount *mnt_of(fuse_req_t req)
 {
@@ -451,6 +465,7 @@ static void bfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		rc = -ENOMEM;
 		goto out;
 	}
+	atomic_init(&h->refs, 1);
 	rc = bfs_tree_decode(m->tree, ino, &h->node);
 	if (rc < 0)
 		goto out;
@@ -539,7 +554,9 @@ static void bfs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		if (n > size)
 			n = size;
 	}
+	atomic_fetch_add(&h->refs, 1);
 	fuse_reply_buf(req, n ? h->text + off : NULL, n);
+	handle_put(h);
 }
 
 static void bfs_release(fuse_req_t req, fuse_ino_t ino,
@@ -552,8 +569,7 @@ static void bfs_release(fuse_req_t req, fuse_ino_t ino,
 
 	if (h->push_open)
 		pushed_close(m->pushed, ino, false);
-	free(h->text);
-	free(h);
+	handle_put(h);
 	fuse_reply_err(req, 0);
 	if (trim) /* after the reply: nobody waits for this */
 		trim_page_cache(m);
