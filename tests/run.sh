@@ -7,6 +7,8 @@
 # Each test gets its own work directory in $BFS_TEST_TMP (removed afterwards
 # unless it failed) and finds the binaries through $BUILD / $BATCHFS.
 # TESTS_FILTER=regex runs only the tests whose path matches.
+# Sanitizer reports (SANITIZE= builds) are written into the work directory,
+# also those of daemons whose stderr is gone; any report fails the test.
 set -u
 BUILD=${BUILD:-build}
 PYTHON=${PYTHON:-/usr/bin/python3}
@@ -29,6 +31,8 @@ for t in "$@"; do
 	*.sh) cmd=(bash "$t") ;;
 	*) cmd=("$t") ;;
 	esac
+	ASAN_OPTIONS="log_path=$work/sanitizer-asan${ASAN_OPTIONS:+:$ASAN_OPTIONS}" \
+	UBSAN_OPTIONS="log_path=$work/sanitizer-ubsan:print_stacktrace=1${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}" \
 	BFS_TEST_TMP="$work" timeout --kill-after=10 "${TEST_TIMEOUT:-900}" \
 		"${cmd[@]}" >"$log" 2>&1
 	rc=$?
@@ -37,6 +41,14 @@ for t in "$@"; do
 	grep " $work" /proc/mounts | awk '{print $2}' | while read -r m; do
 		fusermount3 -uz "$m" 2>/dev/null || umount -l "$m" 2>/dev/null
 	done
+	reports=$(ls "$work"/sanitizer-* 2>/dev/null)
+	if [ -n "$reports" ] && [ "$rc" -ne 77 ]; then
+		for r in $reports; do
+			echo "=== sanitizer report $r" >>"$log"
+			cat "$r" >>"$log"
+		done
+		[ "$rc" -eq 0 ] && rc=86
+	fi
 	case $rc in
 	0) pass=$((pass + 1)); printf 'PASS  %-55s %6.1fs\n' "$t" "$secs"
 	   rm -rf "$work" ;;

@@ -23,6 +23,27 @@ if not os.path.exists(lib):
     print("FAIL: %s not built" % lib)
     sys.exit(1)
 os.environ["BATCHFS_LOADER_LIB"] = lib
+
+
+def preload_sanitizers():
+    """A SANITIZE= build of the library can only be dlopen'ed by a python
+    whose first libraries are the sanitizer runtimes: re-exec with them
+    preloaded (python's own allocations are not ours to leak-check)."""
+    if os.environ.get("BFS_SAN_PRELOADED"):
+        return
+    import subprocess
+    deps = subprocess.run(["ldd", lib], capture_output=True, text=True).stdout
+    runtimes = [name for name in ("libasan.so", "libubsan.so") if name in deps]
+    if not runtimes:
+        return
+    paths = [subprocess.run(["gcc", "-print-file-name=" + r], capture_output=True,
+                            text=True).stdout.strip() for r in runtimes]
+    env = dict(os.environ, BFS_SAN_PRELOADED="1", LD_PRELOAD=" ".join(paths))
+    env["ASAN_OPTIONS"] = env.get("ASAN_OPTIONS", "") + ":detect_leaks=0"
+    os.execve(sys.executable, [sys.executable] + sys.argv, env)
+
+
+preload_sanitizers()
 sys.path.insert(0, os.path.join(src, "loader", "python"))
 from batchfs_loader import Loader, LoaderError  # noqa: E402
 
