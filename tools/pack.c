@@ -37,6 +37,7 @@
 
 #include "fs/dtype.h"
 #include "fs/npy.h"
+#include "tools/cli.h"
 #include "tools/cmd.h"
 
 #define CHUNK	  (1u << 20)
@@ -452,10 +453,7 @@ static void usage(FILE *f)
 
 static int bad_usage(const char *msg, const char *arg)
 {
-	fprintf(stderr, "batchfs pack: %s%s%s\n", msg, arg ? ": " : "",
-		arg ? arg : "");
-	usage(stderr);
-	return 2;
+	return bfs_cli_bad_usage("pack", usage, msg, arg);
 }
 
 /* Open NAME=FILE; 0 or 1 (message printed). */
