@@ -24,31 +24,29 @@ void bfs_loader_log(const struct bfs_loader_logger *lg,
 		    enum bfs_loader_log_level level, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-/* ---- safetensors header (st_header.c) ---- */
+/* ---- safetensors header (st_header.c, over fs/safetensors.c) ---- */
 
-/* The parsed header of one batch file; one allocation, owned by whoever
- * holds the pointer, freed with bfs_loader_meta_free(). */
+struct bfs_st_header;
+
+/* The parsed header of one batch file, owned by whoever holds the pointer,
+ * freed with bfs_loader_meta_free(). */
 struct bfs_loader_meta {
 	uint32_t ntensors;
 	uint64_t data_start; /* 8 + header length */
 	uint64_t file_size;
-	struct bfs_loader_tensor *tensors;
-	uint64_t *dims; /* all shapes, back to back */
-	char *strs;	/* all names, NUL-terminated, back to back */
+	struct bfs_loader_tensor *tensors; /* sorted by offset */
+	struct bfs_st_header *st;	   /* owns the names and shapes */
 };
 
 /* Parse and validate the safetensors header at the start of 'file' (the
- * whole file, 'size' bytes). Tensor offsets are checked against 'size',
- * byte lengths against shape × element size. Pointers (host/dev) are left
+ * whole file, 'size' bytes) with fs/safetensors (every check of the spec;
+ * unknown dtype codes get elem_size 0). Pointers (host/dev) are left
  * zero. Returns 0 and *out, -EBADMSG with a reason in 'msg' ("header
  * offset N: ..."), or -ENOMEM. */
 int bfs_loader_meta_parse(const unsigned char *file, uint64_t size,
 			  struct bfs_loader_meta **out, char *msg,
 			  size_t msglen);
 void bfs_loader_meta_free(struct bfs_loader_meta *m);
-
-/* Bytes per element of a safetensors dtype code; 0 when unknown. */
-uint32_t bfs_loader_dtype_size(const char *code);
 
 /* ---- CUDA driver backend (gpu_cuda.c) ----
  * All functions but open return 0 or -EIO (with the driver's error name in

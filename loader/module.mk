@@ -10,8 +10,13 @@
 # the BFS_LOADER_API functions of loader/batchfs_loader.h are exported
 # (tests/loader/test_loader_symbols.sh checks it). The CUDA backend is
 # compiled against the toolkit's cuda.h when present; nothing links libcuda.
-LOADER_SRCS := loader/log.c loader/st_header.c loader/gpu_cuda.c loader/loader.c
-LOADER_OBJS := $(LOADER_SRCS:%.c=$(BUILD)/obj/%.o)
+# fs/safetensors.c (the batch-format parser, the only fs/ code the loader
+# uses; it depends on libc alone) is compiled again here with the loader's
+# flags, into $(BUILD)/obj/loader/fs/.
+LOADER_SRCS := loader/log.c loader/st_header.c loader/gpu_cuda.c \
+	loader/loader.c fs/safetensors.c
+LOADER_OBJS := $(patsubst %.c,$(BUILD)/obj/loader/%.o,\
+	$(LOADER_SRCS:loader/%=%))
 LOADER_A := $(BUILD)/libbatchfs_loader.a
 LOADER_SO := $(BUILD)/libbatchfs_loader.so
 LOADER_SONAME := libbatchfs_loader.so.0
@@ -25,6 +30,10 @@ $(BUILD)/obj/loader/%.o: loader/%.c
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) $(LOADER_CUDA_FLAGS) $(CFLAGS) -fPIC \
 		-fvisibility=hidden -c $< -o $@
+
+$(BUILD)/obj/loader/fs/%.o: fs/%.c
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -fPIC -fvisibility=hidden -c $< -o $@
 
 $(LOADER_A): $(LOADER_OBJS)
 	@mkdir -p $(@D)

@@ -7,14 +7,12 @@
  * is independent of our own ZIP parser; its record list is also compared
  * with ours. A batch file is recognised by its first bytes (u64 LE header
  * length, then '{') and its header is validated as the safetensors spec
- * requires (research/torch-format.md §4.1) by the small schema-only JSON
- * reader below: strings with escapes and UTF-8 checks, unsigned integers
- * with overflow checks, no floats, no nesting beyond the schema.
+ * requires (research/torch-format.md §4.1) by fs/safetensors, the parser
+ * the loader library uses too; only the header bytes are read.
  *
  * Output goes to stdout; every failure prints "batchfs inspect: FILE:
  * [offset N:] reason" on stderr and makes the exit status 1. */
 #include <errno.h>
-#include <stdarg.h>
 #include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
@@ -27,10 +25,10 @@
 
 #include "fs/dataset.h"
 #include "fs/layout.h"
+#include "fs/safetensors.h"
 #include "fs/zip.h"
+#include "tools/cli.h"
 #include "tools/cmd.h"
-
-#define ST_MAX_HEADER 100000000ull /* safetensors' MAX_HEADER_SIZE */
 
 struct opts {
 	int verbose, verify, json;
@@ -260,451 +258,63 @@ static int inspect_archives(char **paths, size_t n, const struct opts *o)
 
 /* ---- safetensors ----------------------------------------------------- */
 
-struct st_tensor {
-	char *name;
-	char dtype[24];
-	int ndim;
-	uint64_t shape[BFS_MAX_DIMS];
-	uint64_t begin, end;
-	size_t hoff; /* where its entry starts in the header, for messages */
-};
-
-struct st {
-	const char *path;
-	const char *p, *start, *end; /* JSON text; offsets are +8 in file */
-	struct st_tensor *t;
-	size_t n;
-	char **meta; /* key, value, key, value ... */
-	size_t nmeta;
-	char err[512];
-};
-
-static int st_fail(struct st *s, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-static int st_fail(struct st *s, const char *fmt, ...)
+/* "PATH: offset N: [tensor 'NAME': ]reason" on stderr. */
+static void st_report(const char *path, int rc, const struct bfs_st_error *e)
 {
-	va_list ap;
-	int k;
-
-	if (s->err[0])
-		return -1;
-	k = snprintf(s->err, sizeof(s->err), "%s: offset %zu: ", s->path,
-		     (size_t)(s->p - s->start) + 8);
-	va_start(ap, fmt);
-	vsnprintf(s->err + k, sizeof(s->err) - (size_t)k, fmt, ap);
-	va_end(ap);
-	return -1;
+	if (rc == -ENOMEM)
+		fprintf(stderr, "batchfs inspect: %s: out of memory\n", path);
+	else if (e->tensor[0])
+		fprintf(stderr,
+			"batchfs inspect: %s: offset %" PRIu64
+			": tensor '%s': %s\n",
+			path, e->offset, e->tensor, e->reason);
+	else
+		fprintf(stderr, "batchfs inspect: %s: offset %" PRIu64 ": %s\n",
+			path, e->offset, e->reason);
 }
 
-static void st_ws(struct st *s)
+/* inspect names dtypes as torch does: a valid code torch lacks (C32,
+ * C128, F8_E8M0) cannot be described. Returns 0 or -EBADMSG with 'e'. */
+static int st_torch_dtypes(const struct bfs_st_header *h,
+			   struct bfs_st_error *e)
 {
-	while (s->p < s->end && (*s->p == ' ' || *s->p == '\t' ||
-				 *s->p == '\n' || *s->p == '\r'))
-		s->p++;
-}
-
-static int st_char(struct st *s, char c)
-{
-	st_ws(s);
-	if (s->p >= s->end || *s->p != c)
-		return st_fail(s, "expected '%c'", c);
-	s->p++;
-	return 0;
-}
-
-static int put_utf8(char *o, size_t *k, uint32_t c)
-{
-	if (c < 0x80) {
-		o[(*k)++] = (char)c;
-	} else if (c < 0x800) {
-		o[(*k)++] = (char)(0xC0 | c >> 6);
-		o[(*k)++] = (char)(0x80 | (c & 0x3F));
-	} else if (c < 0x10000) {
-		o[(*k)++] = (char)(0xE0 | c >> 12);
-		o[(*k)++] = (char)(0x80 | ((c >> 6) & 0x3F));
-		o[(*k)++] = (char)(0x80 | (c & 0x3F));
-	} else {
-		o[(*k)++] = (char)(0xF0 | c >> 18);
-		o[(*k)++] = (char)(0x80 | ((c >> 12) & 0x3F));
-		o[(*k)++] = (char)(0x80 | ((c >> 6) & 0x3F));
-		o[(*k)++] = (char)(0x80 | (c & 0x3F));
-	}
-	return 0;
-}
-
-static int hex4(struct st *s, uint32_t *v)
-{
-	*v = 0;
-	for (int i = 0; i < 4; i++, s->p++) {
-		char c = s->p < s->end ? *s->p : 0;
-		int d = c >= '0' && c <= '9'   ? c - '0'
-			: c >= 'a' && c <= 'f' ? c - 'a' + 10
-			: c >= 'A' && c <= 'F' ? c - 'A' + 10
-					       : -1;
-		if (d < 0)
-			return st_fail(s, "bad \\u escape");
-		*v = *v << 4 | (uint32_t)d;
-	}
-	return 0;
-}
-
-/* Length of a valid UTF-8 sequence at p (< end), 0 if invalid. */
-static size_t utf8_len(const unsigned char *p, const unsigned char *end)
-{
-	size_t n = *p < 0x80	     ? 1
-		   : (*p >> 5) == 6  ? 2
-		   : (*p >> 4) == 14 ? 3
-		   : (*p >> 3) == 30 ? 4
-				     : 0;
-	uint32_t c;
-
-	if (!n || (size_t)(end - p) < n)
-		return 0;
-	c = n == 1 ? *p : *p & (0x7F >> n);
-	for (size_t i = 1; i < n; i++) {
-		if ((p[i] & 0xC0) != 0x80)
-			return 0;
-		c = c << 6 | (p[i] & 0x3F);
-	}
-	if ((n == 2 && c < 0x80) || (n == 3 && c < 0x800) ||
-	    (n == 4 && (c < 0x10000 || c > 0x10FFFF)) ||
-	    (c >= 0xD800 && c <= 0xDFFF))
-		return 0;
-	return n;
-}
-
-/* A JSON string, unescaped, as a new NUL-free C string. */
-static int st_string(struct st *s, char **out)
-{
-	size_t k = 0;
-	char *o;
-
-	*out = NULL;
-	if (st_char(s, '"'))
-		return -1;
-	o = malloc((size_t)(s->end - s->p) + 1);
-	if (!o)
-		return st_fail(s, "out of memory");
-	while (s->p < s->end && *s->p != '"') {
-		unsigned char c = (unsigned char)*s->p;
-		if (c < 0x20) {
-			free(o);
-			return st_fail(s, "control character in string");
-		}
-		if (c != '\\') {
-			size_t n = utf8_len((const unsigned char *)s->p,
-					    (const unsigned char *)s->end);
-			if (!n) {
-				free(o);
-				return st_fail(s, "invalid UTF-8");
-			}
-			memcpy(o + k, s->p, n);
-			k += n;
-			s->p += n;
+	for (size_t i = 0; i < h->ntensors; i++) {
+		const struct bfs_st_tensor *t = &h->tensors[i];
+		if (bfs_dtype_from_st(t->dtype))
 			continue;
-		}
-		s->p++;
-		char e = s->p < s->end ? *s->p++ : 0;
-		const char *map = strchr("\"\"\\\\//b\bf\fn\nr\rt\t", e);
-		uint32_t u, lo;
-		if (e && map && (map - "\"\"\\\\//b\bf\fn\nr\rt\t") % 2 == 0) {
-			o[k++] = map[1];
-		} else if (e == 'u' && !hex4(s, &u)) {
-			if (u >= 0xD800 && u < 0xDC00) {
-				if (s->end - s->p < 6 || s->p[0] != '\\' ||
-				    s->p[1] != 'u' ||
-				    (s->p += 2, hex4(s, &lo)) || lo < 0xDC00 ||
-				    lo > 0xDFFF) {
-					free(o);
-					return st_fail(s, "bad surrogate pair");
-				}
-				u = 0x10000 + ((u - 0xD800) << 10) +
-				    (lo - 0xDC00);
-			} else if ((u >= 0xDC00 && u <= 0xDFFF) || u == 0) {
-				free(o);
-				return st_fail(s, "bad \\u escape");
-			}
-			put_utf8(o, &k, u);
-		} else {
-			free(o);
-			return st_fail(s, "bad escape in string");
-		}
+		e->offset = t->entry_off;
+		snprintf(e->tensor, sizeof(e->tensor), "%.64s", t->name);
+		snprintf(e->reason, sizeof(e->reason),
+			 "unknown dtype \"%s\" (torch has none)", t->dtype);
+		return -EBADMSG;
 	}
-	if (s->p >= s->end) {
-		free(o);
-		return st_fail(s, "unterminated string");
-	}
-	s->p++;
-	o[k] = 0;
-	*out = o;
 	return 0;
 }
 
-static int st_uint(struct st *s, uint64_t *v)
-{
-	const char *d0;
-
-	st_ws(s);
-	d0 = s->p;
-	*v = 0;
-	while (s->p < s->end && *s->p >= '0' && *s->p <= '9') {
-		if (__builtin_mul_overflow(*v, 10, v) ||
-		    __builtin_add_overflow(*v, (uint64_t)(*s->p - '0'), v))
-			return st_fail(s, "integer overflows");
-		s->p++;
-	}
-	if (s->p == d0 || (s->p - d0 > 1 && *d0 == '0'))
-		return st_fail(s, "expected an unsigned integer");
-	if (s->p < s->end && (*s->p == '.' || *s->p == 'e' || *s->p == 'E'))
-		return st_fail(s, "expected an integer, not a number");
-	return 0;
-}
-
-/* '[' uint (',' uint)* ']' or '[]' into v[max]; count in *n. */
-static int st_uints(struct st *s, uint64_t *v, int max, int *n)
-{
-	*n = 0;
-	if (st_char(s, '['))
-		return -1;
-	st_ws(s);
-	if (s->p < s->end && *s->p == ']') {
-		s->p++;
-		return 0;
-	}
-	for (;;) {
-		if (*n >= max)
-			return st_fail(s, "too many values");
-		if (st_uint(s, &v[(*n)++]))
-			return -1;
-		st_ws(s);
-		if (s->p < s->end && *s->p == ',') {
-			s->p++;
-			continue;
-		}
-		return st_char(s, ']');
-	}
-}
-
-/* Generic "{ key: <value> , ... }" with a per-member callback. */
-static int st_object(struct st *s, int (*member)(struct st *, char *, void *),
-		     void *arg)
-{
-	if (st_char(s, '{'))
-		return -1;
-	st_ws(s);
-	if (s->p < s->end && *s->p == '}') {
-		s->p++;
-		return 0;
-	}
-	for (;;) {
-		char *key;
-		if (st_string(s, &key))
-			return -1;
-		if (st_char(s, ':')) {
-			free(key);
-			return -1;
-		}
-		if (member(s, key, arg)) /* member owns key from here */
-			return -1;
-		st_ws(s);
-		if (s->p < s->end && *s->p == ',') {
-			s->p++;
-			continue;
-		}
-		return st_char(s, '}');
-	}
-}
-
-static int meta_member(struct st *s, char *key, void *arg)
-{
-	char *val, **m;
-
-	for (size_t i = 0; i < s->nmeta; i++)
-		if (!strcmp(s->meta[2 * i], key)) {
-			st_fail(s, "duplicate __metadata__ key '%s'", key);
-			goto err_key;
-		}
-	st_ws(s);
-	if (s->p >= s->end || *s->p != '"') {
-		st_fail(s, "__metadata__ values must be strings");
-		goto err_key;
-	}
-	if (st_string(s, &val))
-		goto err_key;
-	m = realloc(s->meta, (s->nmeta + 1) * 2 * sizeof(*m));
-	if (!m) {
-		free(val);
-		st_fail(s, "out of memory");
-		goto err_key;
-	}
-	s->meta = m;
-	m[2 * s->nmeta] = key;
-	m[2 * s->nmeta++ + 1] = val;
-	return 0;
-err_key:
-	free(key);
-	return -1;
-}
-
-static int tensor_member(struct st *s, char *key, void *arg)
-{
-	struct st_tensor *t = arg;
-	uint64_t off[3];
-	int n, rc = -1;
-	char *v;
-
-	if (!strcmp(key, "dtype") && !t->dtype[0]) {
-		if (st_string(s, &v))
-			goto out;
-		snprintf(t->dtype, sizeof(t->dtype), "%s", v);
-		rc = v[0] ? 0 : st_fail(s, "empty dtype");
-		free(v);
-	} else if (!strcmp(key, "shape") && t->ndim < 0) {
-		rc = st_uints(s, t->shape, BFS_MAX_DIMS, &t->ndim);
-	} else if (!strcmp(key, "data_offsets") && !t->end) {
-		rc = st_uints(s, off, 3, &n);
-		if (!rc && n != 2)
-			rc = st_fail(s, "data_offsets must be [begin, end]");
-		t->begin = off[0];
-		t->end = off[1] + 1; /* +1: "seen" marker, undone later */
-	} else {
-		rc = st_fail(s, "unknown or duplicate tensor key '%s'", key);
-	}
-out:
-	free(key);
-	return rc;
-}
-
-static int top_member(struct st *s, char *key, void *arg)
-{
-	struct st_tensor *t;
-
-	if (!strcmp(key, "__metadata__")) {
-		free(key);
-		if (*(int *)arg)
-			return st_fail(s, "duplicate __metadata__");
-		*(int *)arg = 1;
-		return st_object(s, meta_member, NULL);
-	}
-	for (size_t i = 0; i < s->n; i++)
-		if (!strcmp(s->t[i].name, key)) {
-			st_fail(s, "duplicate tensor name '%s'", key);
-			free(key);
-			return -1;
-		}
-	t = realloc(s->t, (s->n + 1) * sizeof(*t));
-	if (!t) {
-		free(key);
-		return st_fail(s, "out of memory");
-	}
-	s->t = t;
-	t = &s->t[s->n++];
-	memset(t, 0, sizeof(*t));
-	t->name = key;
-	t->ndim = -1;
-	t->hoff = (size_t)(s->p - s->start);
-	if (st_object(s, tensor_member, t))
-		return -1;
-	if (!t->dtype[0] || t->ndim < 0 || !t->end)
-		return st_fail(s,
-			       "tensor '%s' needs dtype, shape and "
-			       "data_offsets",
-			       key);
-	t->end--;
-	return 0;
-}
-
-static int cmp_begin(const void *a, const void *b)
-{
-	const struct st_tensor *x = a, *y = b;
-
-	if (x->begin != y->begin)
-		return x->begin < y->begin ? -1 : 1;
-	return x->end < y->end ? -1 : x->end > y->end;
-}
-
-/* Offsets, sizes, tiling and file size, after parsing. */
-static int st_check(struct st *s, uint64_t hlen, uint64_t fsize)
-{
-	uint64_t pos = 0;
-	struct st_tensor *sorted = malloc((s->n ? s->n : 1) * sizeof(*sorted));
-
-	if (!sorted)
-		return st_fail(s, "out of memory");
-	for (size_t i = 0; i < s->n; i++) {
-		struct st_tensor *t = &s->t[i];
-		enum bfs_dtype dt = bfs_dtype_from_st(t->dtype);
-		s->p = s->start + t->hoff;
-		uint64_t bytes = dt ? bfs_dtype_info(dt)->size : 0;
-		for (int d = 0; d < t->ndim; d++)
-			if (__builtin_mul_overflow(bytes, t->shape[d], &bytes))
-				bytes = UINT64_MAX;
-		if (!dt) {
-			free(sorted);
-			return st_fail(s, "tensor '%s': unknown dtype '%s'",
-				       t->name, t->dtype);
-		}
-		if (t->end < t->begin || t->end - t->begin != bytes) {
-			free(sorted);
-			return st_fail(s,
-				       "tensor '%s': data_offsets [%" PRIu64
-				       ", %" PRIu64 "] do not hold %s%s "
-				       "bytes of its shape",
-				       t->name, t->begin, t->end,
-				       bytes == UINT64_MAX ? "the " : "",
-				       bytes == UINT64_MAX ? "overflowing"
-							   : "");
-		}
-		sorted[i] = *t;
-	}
-	qsort(sorted, s->n, sizeof(*sorted), cmp_begin);
-	for (size_t i = 0; i < s->n; i++) {
-		if (sorted[i].begin != pos) {
-			s->p = s->start + sorted[i].hoff;
-			st_fail(s,
-				"tensor '%s' starts at %" PRIu64 ", expected "
-				"%" PRIu64 " (%s)",
-				sorted[i].name, sorted[i].begin, pos,
-				sorted[i].begin > pos ? "hole" : "overlap");
-			free(sorted);
-			return -1;
-		}
-		pos = sorted[i].end;
-	}
-	free(sorted);
-	s->p = s->start + hlen; /* the data starts here */
-	if (8 + hlen + pos != fsize)
-		return st_fail(s,
-			       "file holds %" PRIu64 " bytes, header "
-			       "describes %" PRIu64,
-			       fsize, 8 + hlen + pos);
-	return 0;
-}
-
-static void st_print(const struct st *s, uint64_t hlen, int json)
+static void st_print(const char *path, const struct bfs_st_header *h, int json)
 {
 	if (json) {
 		printf("{\"file\": ");
-		json_str(stdout, s->path);
+		json_str(stdout, path);
 		printf(", \"header_bytes\": %" PRIu64 ", \"metadata\": {",
-		       hlen);
-		for (size_t i = 0; i < s->nmeta; i++) {
+		       h->header_len);
+		for (size_t i = 0; i < h->nmeta; i++) {
 			printf("%s", i ? ", " : "");
-			json_str(stdout, s->meta[2 * i]);
+			json_str(stdout, h->meta[i].key);
 			printf(": ");
-			json_str(stdout, s->meta[2 * i + 1]);
+			json_str(stdout, h->meta[i].value);
 		}
 		printf("}, \"fields\": [");
 	} else {
 		printf("%s: safetensors, header %" PRIu64 " bytes, data at "
 		       "offset %" PRIu64 ", %zu tensors\n",
-		       s->path, hlen, 8 + hlen, s->n);
-		for (size_t i = 0; i < s->nmeta; i++)
-			printf("  __metadata__ %s = %s\n", s->meta[2 * i],
-			       s->meta[2 * i + 1]);
+		       path, h->header_len, h->data_start, h->ntensors);
+		for (size_t i = 0; i < h->nmeta; i++)
+			printf("  __metadata__ %s = %s\n", h->meta[i].key,
+			       h->meta[i].value);
 	}
-	for (size_t i = 0; i < s->n; i++) {
-		const struct st_tensor *t = &s->t[i];
+	for (size_t i = 0; i < h->ntensors; i++) {
+		const struct bfs_st_tensor *t = &h->tensors[i];
 		const char *tn =
 		    bfs_dtype_info(bfs_dtype_from_st(t->dtype))->torch_name;
 		if (json) {
@@ -714,7 +324,7 @@ static void st_print(const struct st *s, uint64_t hlen, int json)
 		} else {
 			printf("  %-24s %-5s %-10s [", t->name, t->dtype, tn);
 		}
-		for (int d = 0; d < t->ndim; d++)
+		for (uint32_t d = 0; d < t->ndim; d++)
 			printf("%s%" PRIu64, d ? ", " : "", t->shape[d]);
 		if (json)
 			printf("], \"data_offsets\": [%" PRIu64 ", %" PRIu64
@@ -723,65 +333,50 @@ static void st_print(const struct st *s, uint64_t hlen, int json)
 		else
 			printf("]  data [%" PRIu64 ", %" PRIu64
 			       ")  file offset %" PRIu64 "\n",
-			       t->begin, t->end, 8 + hlen + t->begin);
+			       t->begin, t->end, h->data_start + t->begin);
 	}
 	if (json)
 		printf("]}\n");
 }
 
+/* Read the header bytes only (the data is never read), validate them with
+ * fs/safetensors, print. Returns 0 or 1 (reason on stderr). */
 static int inspect_batch(const char *path, int fd, uint64_t fsize,
 			 const struct opts *o)
 {
-	struct st s = {.path = path};
+	struct bfs_st_error e = {0};
+	struct bfs_st_header *h = NULL;
+	unsigned char *buf = NULL;
 	uint8_t lenb[8];
-	uint64_t hlen = 0;
-	char *hdr = NULL;
-	int have_meta = 0, rc = 1;
+	uint64_t hlen;
+	int rc;
 
 	if (pread(fd, lenb, 8, 0) != 8)
-		goto out;
-	for (int i = 7; i >= 0; i--)
-		hlen = hlen << 8 | lenb[i];
-	if (hlen > ST_MAX_HEADER || hlen > fsize - 8) {
-		fprintf(stderr,
-			"batchfs inspect: %s: offset 0: header length "
-			"%" PRIu64 " exceeds the file or the 100 MB "
-			"limit\n",
-			path, hlen);
-		goto out;
-	}
-	hdr = malloc(hlen ? hlen : 1);
-	if (!hdr || pread(fd, hdr, hlen, 8) != (ssize_t)hlen) {
-		fprintf(stderr, "batchfs inspect: %s: cannot read header\n",
-			path);
-		goto out;
-	}
-	s.p = s.start = hdr;
-	s.end = hdr + hlen;
-	/* The spec allows trailing 0x20 padding only. */
-	while (s.end > s.p && s.end[-1] == ' ')
-		s.end--;
-	if (st_object(&s, top_member, &have_meta) == 0) {
-		if (s.p != s.end)
-			st_fail(&s, "trailing bytes after the header object");
-		else
-			st_check(&s, hlen, fsize);
-	}
-	if (s.err[0]) {
-		fprintf(stderr, "batchfs inspect: %s\n", s.err);
-		goto out;
-	}
-	st_print(&s, hlen, o->json);
-	rc = 0;
-out:
-	for (size_t i = 0; i < s.n; i++)
-		free(s.t[i].name);
-	for (size_t i = 0; i < 2 * s.nmeta; i++)
-		free(s.meta[i]);
-	free(s.t);
-	free(s.meta);
-	free(hdr);
-	return rc;
+		goto err_read;
+	rc = bfs_st_header_len(lenb, fsize, &hlen, &e);
+	if (rc < 0)
+		goto err_report;
+	buf = malloc(8 + hlen);
+	if (!buf || pread(fd, buf, 8 + hlen, 0) != (ssize_t)(8 + hlen))
+		goto err_read;
+	rc = bfs_st_parse(buf, 8 + hlen, fsize, 0, &h, &e);
+	if (rc == 0)
+		rc = st_torch_dtypes(h, &e);
+	if (rc < 0)
+		goto err_report;
+	st_print(path, h, o->json);
+	bfs_st_free(h);
+	free(buf);
+	return 0;
+err_read:
+	fprintf(stderr, "batchfs inspect: %s: cannot read header\n", path);
+	free(buf);
+	return 1;
+err_report:
+	st_report(path, rc, &e);
+	bfs_st_free(h);
+	free(buf);
+	return 1;
 }
 
 /* ---- command line -------------------------------------------------------- */
@@ -845,10 +440,7 @@ static void usage(FILE *f)
 
 static int bad_usage(const char *msg, const char *arg)
 {
-	fprintf(stderr, "batchfs inspect: %s%s%s\n", msg, arg ? ": " : "",
-		arg ? arg : "");
-	usage(stderr);
-	return 2;
+	return bfs_cli_bad_usage("inspect", usage, msg, arg);
 }
 
 int bfs_cmd_inspect(int argc, char **argv)
