@@ -482,10 +482,10 @@ static int entry(struct parser *p, struct bfs_st_tensor *t)
 	if (expect(p, '}') < 0)
 		return -EBADMSG;
 	if (seen != 7)
-		return fail(p, "tensor lacks %s",
-			    !(seen & 1)	  ? "dtype"
-			    : !(seen & 2) ? "shape"
-					  : "data_offsets");
+		return fail_at(p, t->entry_off, t->name, "tensor lacks %s",
+			       !(seen & 1)   ? "dtype"
+			       : !(seen & 2) ? "shape"
+					     : "data_offsets");
 	return entry_size(p, t, p->dims + p->dim_at[p->nt]);
 }
 
