@@ -522,16 +522,19 @@ static int member(struct parser *p)
 }
 
 /* qsort comparators over arrays of pointers (no shared state: the loader
- * parses from several threads). */
+ * parses from several threads). Ties go by file position, so of two equal
+ * names the later one sorts second. */
+static int then_by(int c, uint64_t a, uint64_t b)
+{
+	return c ? c : (a > b) - (a < b);
+}
+
 static int tensor_by_name(const void *a, const void *b)
 {
 	const struct bfs_st_tensor *x = *(const struct bfs_st_tensor *const *)a;
 	const struct bfs_st_tensor *y = *(const struct bfs_st_tensor *const *)b;
-	int c = strcmp(x->name, y->name);
 
-	return c ? c
-		 : (x->entry_off > y->entry_off) -
-		       (x->entry_off < y->entry_off);
+	return then_by(strcmp(x->name, y->name), x->entry_off, y->entry_off);
 }
 
 static int tensor_by_offset(const void *a, const void *b)
@@ -539,20 +542,15 @@ static int tensor_by_offset(const void *a, const void *b)
 	const struct bfs_st_tensor *x = *(const struct bfs_st_tensor *const *)a;
 	const struct bfs_st_tensor *y = *(const struct bfs_st_tensor *const *)b;
 
-	if (x->begin != y->begin)
-		return x->begin < y->begin ? -1 : 1;
-	return (x->end > y->end) - (x->end < y->end);
+	return then_by(then_by(0, x->begin, y->begin), x->end, y->end);
 }
 
 static int meta_by_key(const void *a, const void *b)
 {
 	const struct bfs_st_meta *x = *(const struct bfs_st_meta *const *)a;
 	const struct bfs_st_meta *y = *(const struct bfs_st_meta *const *)b;
-	int c = strcmp(x->key, y->key);
 
-	return c ? c
-		 : (x->entry_off > y->entry_off) -
-		       (x->entry_off < y->entry_off);
+	return then_by(strcmp(x->key, y->key), x->entry_off, y->entry_off);
 }
 
 /* Unique names and metadata keys; 'v' has room for max(nt, nm) pointers.

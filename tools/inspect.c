@@ -438,11 +438,6 @@ static void usage(FILE *f)
 	    "and byte offset on stderr), 2 bad usage.\n");
 }
 
-static int bad_usage(const char *msg, const char *arg)
-{
-	return bfs_cli_bad_usage("inspect", usage, msg, arg);
-}
-
 int bfs_cmd_inspect(int argc, char **argv)
 {
 	static const struct option lopts[] = {
@@ -475,11 +470,14 @@ int bfs_cmd_inspect(int argc, char **argv)
 			usage(stdout);
 			return 0;
 		default:
-			return bad_usage("unknown option", argv[optind - 1]);
+			return bfs_cli_bad_usage("inspect", usage,
+						 "unknown option",
+						 argv[optind - 1]);
 		}
 	}
 	if (optind >= argc)
-		return bad_usage("no FILE given", NULL);
+		return bfs_cli_bad_usage("inspect", usage, "no FILE given",
+					 NULL);
 	arch = calloc((size_t)(argc - optind), sizeof(*arch));
 	kinds = calloc((size_t)(argc - optind), sizeof(*kinds));
 	if (!arch || !kinds) {
@@ -504,9 +502,11 @@ int bfs_cmd_inspect(int argc, char **argv)
 	if (o.json && nbatch + (narch ? 1 : 0) > 1) {
 		free(arch);
 		free(kinds);
-		return bad_usage("--json describes one dataset or one batch "
-				 "file",
-				 NULL);
+		return bfs_cli_bad_usage(
+		    "inspect", usage,
+		    "--json describes one dataset or one batch "
+		    "file",
+		    NULL);
 	}
 	if (narch && inspect_archives(arch, narch, &o))
 		rc = 1;

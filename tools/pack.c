@@ -451,11 +451,6 @@ static void usage(FILE *f)
 	    "  -h, --help           this help\n");
 }
 
-static int bad_usage(const char *msg, const char *arg)
-{
-	return bfs_cli_bad_usage("pack", usage, msg, arg);
-}
-
 /* Open NAME=FILE; 0 or 1 (message printed). */
 static int open_input(struct input *in, char *arg)
 {
@@ -602,23 +597,28 @@ int bfs_cmd_pack(int argc, char **argv)
 			errno = 0;
 			demo = strtoll(optarg, &end, 10);
 			if (errno || *end || end == optarg || demo < 0)
-				return bad_usage("--demo wants a sample count",
-						 optarg);
+				return bfs_cli_bad_usage(
+				    "pack", usage,
+				    "--demo wants a sample count", optarg);
 			break;
 		case 'h':
 			usage(stdout);
 			return 0;
 		default:
-			return bad_usage("unknown or incomplete option",
-					 argv[optind - 1]);
+			return bfs_cli_bad_usage("pack", usage,
+						 "unknown or incomplete option",
+						 argv[optind - 1]);
 		}
 	}
 	if (!outp)
-		return bad_usage("missing -o OUT.pt", NULL);
+		return bfs_cli_bad_usage("pack", usage, "missing -o OUT.pt",
+					 NULL);
 	if ((demo >= 0) == (optind < argc))
-		return bad_usage(demo >= 0 ? "--demo takes no NAME=FILE"
-					   : "nothing to pack (NAME=FILE.npy)",
-				 NULL);
+		return bfs_cli_bad_usage(
+		    "pack", usage,
+		    demo >= 0 ? "--demo takes no NAME=FILE"
+			      : "nothing to pack (NAME=FILE.npy)",
+		    NULL);
 	n = demo >= 0 ? 2 : (size_t)(argc - optind);
 	in = calloc(n, sizeof(*in));
 	if (!in)
@@ -631,14 +631,16 @@ int bfs_cmd_pack(int argc, char **argv)
 		for (size_t i = 0; i < n; i++) {
 			char *a = argv[optind + (int)i], *eq = strchr(a, '=');
 			if (!eq || eq == a || !eq[1]) {
-				rc = bad_usage("expected NAME=FILE.npy", a);
+				rc = bfs_cli_bad_usage(
+				    "pack", usage, "expected NAME=FILE.npy", a);
 				goto out_close;
 			}
 			for (size_t j = 0; j < i; j++)
 				if (strlen(in[j].name) == (size_t)(eq - a) &&
 				    !strncmp(in[j].name, a, (size_t)(eq - a))) {
-					rc = bad_usage("duplicate field name",
-						       a);
+					rc = bfs_cli_bad_usage(
+					    "pack", usage,
+					    "duplicate field name", a);
 					goto out_close;
 				}
 			if (open_input(&in[i], a))
