@@ -12,7 +12,9 @@
 # compiled against the toolkit's cuda.h when present; nothing links libcuda.
 # fs/safetensors.c (the batch-format parser, the only fs/ code the loader
 # uses; it depends on libc alone) is compiled again here with the loader's
-# flags, into $(BUILD)/obj/loader/fs/.
+# flags, into $(BUILD)/obj/loader/fs/. Its bfs_st_* functions are hidden in
+# the .so; in the .a they are global but identical to libbatchfs_core.a's,
+# so a program may link both archives.
 LOADER_SRCS := loader/log.c loader/st_header.c loader/gpu_cuda.c \
 	loader/loader.c fs/safetensors.c
 LOADER_OBJS := $(patsubst %.c,$(BUILD)/obj/loader/%.o,\
