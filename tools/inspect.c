@@ -401,11 +401,9 @@ static enum kind classify(const char *path, int *fd, uint64_t *size)
 		if (b[8] == '{')
 			return KIND_BATCH;
 	}
-	fprintf(stderr,
-		"batchfs inspect: %s: offset 0: neither a torch.save "
-		"archive (PK\\3\\4) nor a safetensors batch file\n",
-		path);
-	return KIND_BAD;
+	/* Not a batch file: fs/zip says precisely what it is instead (e.g.
+	 * "legacy torch.save format", "not a ZIP archive"). */
+	return KIND_ARCHIVE;
 }
 
 static void usage(FILE *f)
