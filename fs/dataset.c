@@ -22,8 +22,25 @@
  * guarded copy on that thread, and otherwise hands the signal to whatever
  * handler was installed before ours (or the default action).
  *
- * Invariants: after open, a bfs_dataset is immutable, so gather/advise are
- * thread-safe without locks. The only mutable state is the thread-local
+ * Advise: madvise(MADV_WILLNEED) starts reads of cold rows ahead of the
+ * gather; on rows already in the page cache it is pure cost. Per-row
+ * madvise of resident 784-byte rows ran at 2.2 M rows/s (0.24 us per
+ * call, two fields per row) and was 42 % of the daemon's CPU on the
+ * small-row benchmark. So each mapping keeps one word per 2 MiB CHUNK:
+ * the first time a row of a chunk is advised (and again once the answer
+ * is older than WINDOW = 1 s) one mincore() over the chunk says whether
+ * all its pages are resident (11 us per chunk with page tables empty,
+ * 1.1 us populated: ~6 ms a second for 1.1 GB, under 1 % of a core).
+ * Rows in resident chunks are not advised; rows in other chunks are, as
+ * before (coalesced page ranges), so cold data is still read ahead, and
+ * a chunk that was evicted is advised again within a window. Measured
+ * with tests/bin/gather_bench (1.4 M x 784 B rows + int64, one thread,
+ * resident): advise 2.2 -> 90 M rows/s, advise + gather 1.45 -> 5.3-6.0
+ * M rows/s; end to end (batch 256, shuffled) 0.68 -> 1.27 GB/s.
+ *
+ * Invariants: after open, a bfs_dataset is immutable except for the
+ * advise words (relaxed atomics, only hints), so gather/advise are
+ * thread-safe without locks. The other mutable state is the thread-local
  * jump-buffer pointer and the once-installed previous SIGBUS action. */
 #include "fs/dataset.h"
 
@@ -37,6 +54,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "fs/log.h"
@@ -45,6 +63,13 @@
 
 #define MOD	    "dataset"
 #define VERSION_MAX 10
+
+/* Advise memory (see the file comment): residency is tracked per CHUNK of
+ * a mapping, looked up again after WINDOW ticks of TICK_NS. */
+#define CHUNK	  ((uint64_t)2 << 20)
+#define TICK_NS	  125000000ull /* 1/8 s */
+#define TICK_MASK 0x7fffffffu
+#define WINDOW	  8u /* ticks: 1 s */
 
 /* How one field of one shard is laid out in that shard's mapping. */
 struct bind {
@@ -64,6 +89,11 @@ struct shard {
 	uint64_t first, samples;
 	int version, big_endian;
 	struct bind *binds; /* [nfields] */
+	/* Advise memory, one word per CHUNK bytes of the mapping (NULL for
+	 * archives opened from memory): 0 = never looked at, else
+	 * tick << 1 | resident, written with relaxed atomics (see advise). */
+	uint32_t *chunks;
+	size_t nchunks;
 };
 
 struct bfs_dataset {
@@ -318,6 +348,13 @@ static int open_shard(struct bfs_dataset *ds, struct shard *sh,
 	    calloc(sh->pk.n_tensors ? sh->pk.n_tensors : 1, sizeof(*sh->binds));
 	if (!sh->binds)
 		return -ENOMEM;
+	if (sh->zip->fd >= 0) {
+		sh->nchunks = (size_t)((sh->zip->map_size + CHUNK - 1) / CHUNK);
+		sh->chunks = calloc(sh->nchunks ? sh->nchunks : 1,
+				    sizeof(*sh->chunks));
+		if (!sh->chunks)
+			return -ENOMEM;
+	}
 	for (size_t i = 0; i < sh->pk.n_tensors; i++) {
 		const struct bfs_pickle_tensor *t = &sh->pk.tensors[i];
 		rc = bind_tensor(sh, t, &sh->binds[i], err);
@@ -385,6 +422,7 @@ void bfs_dataset_close(struct bfs_dataset *ds)
 	for (size_t i = 0; ds->shards && i < ds->nshards; i++) {
 		struct shard *sh = &ds->shards[i];
 		free(sh->binds);
+		free(sh->chunks);
 		bfs_pickle_result_free(&sh->pk);
 		bfs_zip_close(sh->zip);
 		free(sh->path);
@@ -591,6 +629,17 @@ static int check_shards(const struct bfs_dataset *ds, const struct bfs_field *f,
 	return 0;
 }
 
+/* Where row g of field fi starts, and its shard in *shp. */
+static const uint8_t *row_at(const struct bfs_dataset *ds, size_t fi,
+			     uint64_t g, const struct shard **shp)
+{
+	const struct shard *sh =
+	    ds->nshards == 1 ? ds->shards : &ds->shards[shard_of(ds, g)];
+
+	*shp = sh;
+	return sh->binds[fi].base + (g - sh->first) * sh->binds[fi].stride0;
+}
+
 /* The copy loop proper; runs under the SIGBUS guard. '*at' tracks the
  * sample being copied so a fault can be reported. */
 static void copy_rows(const struct bfs_dataset *ds, size_t fi,
@@ -600,23 +649,22 @@ static void copy_rows(const struct bfs_dataset *ds, size_t fi,
 	const struct bfs_field *f = &ds->fields[fi];
 	size_t es = bfs_dtype_info(f->dtype)->size;
 	size_t unit = bfs_dtype_info(f->dtype)->swap_unit;
+	uint64_t rb = f->row_bytes;
 
-	for (size_t i = 0; i < n; i++, dst += f->row_bytes) {
-		size_t s = shard_of(ds, idx[i]);
-		const struct shard *sh = &ds->shards[s];
+	if (!rb)
+		return;
+	for (size_t i = 0; i < n; i++, dst += rb) {
+		const struct shard *sh;
+		const uint8_t *row = row_at(ds, fi, idx[i], &sh);
 		const struct bind *b = &sh->binds[fi];
-		const uint8_t *row =
-		    b->base + (idx[i] - sh->first) * b->stride0;
 
 		*at = i;
-		if (!f->row_bytes)
-			continue;
 		if (b->contiguous)
-			memcpy(dst, row, f->row_bytes);
+			memcpy(dst, row, rb);
 		else
 			copy_strided(dst, row, b, es);
 		if (sh->big_endian && unit > 1)
-			bfs_npy_byteswap(dst, f->row_bytes, unit);
+			bfs_npy_byteswap(dst, rb, unit);
 	}
 }
 
@@ -652,11 +700,68 @@ int bfs_dataset_gather(const struct bfs_dataset *ds, size_t f,
 	return 0;
 }
 
+/* ---- advising --------------------------------------------------------- */
+
+/* A coarse clock for the advise memory: ticks of TICK_NS, 31 bits. */
+static uint32_t advise_tick(void)
+{
+	struct timespec ts;
+	uint64_t ns;
+
+	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+	ns = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+	return (uint32_t)(ns / TICK_NS) & TICK_MASK;
+}
+
+/* 1 if chunk c of sh was found fully resident within the last WINDOW
+ * ticks; otherwise looks again (one mincore over the chunk) unless it was
+ * found cold within the window, and remembers the answer. Threads racing
+ * on one chunk both look and store the same kind of answer: harmless. */
+static int chunk_resident(const struct shard *sh, size_t c, uint32_t tick,
+			  size_t pg)
+{
+	uint32_t st = __atomic_load_n(&sh->chunks[c], __ATOMIC_RELAXED);
+	unsigned char vec[CHUNK / 4096];
+	uint64_t off = (uint64_t)c * CHUNK;
+	size_t len, np;
+	int res;
+
+	if (st && ((tick - (st >> 1)) & TICK_MASK) < WINDOW)
+		return (int)(st & 1);
+	len = (size_t)(sh->zip->map_size - off < CHUNK ? sh->zip->map_size - off
+						       : CHUNK);
+	np = (len + pg - 1) / pg;
+	res = np <= sizeof(vec) &&
+	      mincore((void *)(sh->zip->map + off), len, vec) == 0;
+	for (size_t i = 0; res && i < np; i++)
+		res = vec[i] & 1;
+	__atomic_store_n(&sh->chunks[c], tick << 1 | (uint32_t)res,
+			 __ATOMIC_RELAXED);
+	return res;
+}
+
+/* 1 if every chunk that [a, e) (page-aligned, inside the mapping of sh)
+ * touches is known resident. */
+static int range_resident(const struct shard *sh, uintptr_t a, uintptr_t e,
+			  uint32_t tick, size_t pg)
+{
+	uintptr_t m = (uintptr_t)sh->zip->map;
+
+	if (!sh->chunks)
+		return 1; /* an archive in memory: nothing to read ahead */
+	for (size_t c = (a - m) / CHUNK; c <= (e - 1 - m) / CHUNK; c++)
+		if (!chunk_resident(sh, c, tick, pg))
+			return 0;
+	return 1;
+}
+
 void bfs_dataset_advise(const struct bfs_dataset *ds, const uint64_t *idx,
 			size_t n)
 {
-	long pg = sysconf(_SC_PAGESIZE);
-	uintptr_t mask = (uintptr_t)(pg > 0 ? pg : 4096) - 1;
+	long pgl = sysconf(_SC_PAGESIZE);
+	size_t pg = pgl >= 4096 ? (size_t)pgl : 4096;
+	uintptr_t mask = (uintptr_t)pg - 1;
+	uint32_t tick = advise_tick();
 
 	for (size_t fi = 0; fi < ds->nfields; fi++) {
 		uintptr_t lo = 0, hi = 0; /* pending range, coalesced */
@@ -674,6 +779,8 @@ void bfs_dataset_advise(const struct bfs_dataset *ds, const uint64_t *idx,
 			uintptr_t e = a + b->span;
 			a &= ~mask;
 			e = (e + mask) & ~mask;
+			if (range_resident(sh, a, e, tick, pg))
+				continue;
 			if (hi && a <= hi && e >= lo) {
 				lo = a < lo ? a : lo;
 				hi = e > hi ? e : hi;
