@@ -13,11 +13,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "fs/dataset.h"
 #include "fs/log.h"
+#include "fs/zip.h"
 
 /* ---- a growable byte buffer ------------------------------------------- */
 
@@ -559,6 +563,74 @@ static void archive_truncated_during_gather_never_crashes(void **state)
 	free(dst);
 }
 
+/* Pages of [p, p + n) in the page cache (mincore over the page range). */
+static size_t resident_pages(const uint8_t *p, size_t n)
+{
+	long pg = sysconf(_SC_PAGESIZE);
+	uintptr_t a = (uintptr_t)p & ~(uintptr_t)(pg - 1);
+	size_t np = ((uintptr_t)p + n - a + (size_t)pg - 1) / (size_t)pg, r = 0;
+	unsigned char *vec = malloc(np);
+
+	assert_non_null(vec);
+	assert_int_equal(mincore((void *)a, np * (size_t)pg, vec), 0);
+	for (size_t i = 0; i < np; i++)
+		r += vec[i] & 1;
+	free(vec);
+	return r;
+}
+
+/* Advise skips chunks it finds resident; this pins the other half: rows
+ * of a file that is not in the page cache are still advised (read ahead
+ * by the kernel, with nothing else touching them), and only those rows,
+ * not their whole 2 MiB chunk. Skips where the page cache cannot be
+ * emptied (tmpfs). */
+static void advise_reads_cold_rows_ahead(void **state)
+{
+	enum { N = 128, ROW = 64 * 1024, A = 40, FAR = 100 };
+	uint8_t *big = calloc(N, ROW);
+	struct tspec ts[] = {
+	    {"x", BFS_DT_UINT8, "0", N * ROW, 0, 2, {N, ROW}, {ROW, 1}},
+	};
+	struct storage st[] = {{"0", big, (size_t)N * ROW}};
+	const char *p =
+	    make_archive("cold.pt", ts, 1, st, 1, "3\n", NULL, NULL);
+	struct bfs_shard_info si;
+	uint64_t idx[] = {A, A + 1};
+	int fd = open(p, O_RDONLY);
+
+	assert_true(fd >= 0);
+	assert_int_equal(fsync(fd), 0);
+	struct bfs_dataset *ds = open1(p);
+	bfs_dataset_shard(ds, 0, &si);
+	const struct bfs_zip_entry *e = bfs_zip_find(si.zip, "data/0");
+	assert_non_null(e);
+	const uint8_t *rows = bfs_zip_data(si.zip, e);
+	assert_int_equal(posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);
+	if (resident_pages(rows + (size_t)A * ROW, 2 * ROW) ||
+	    resident_pages(rows + (size_t)FAR * ROW, ROW)) {
+		close(fd);
+		bfs_dataset_close(ds);
+		free(big);
+		skip(); /* the page cache kept the file (tmpfs?) */
+	}
+	bfs_dataset_advise(ds, idx, 2);
+	/* WILLNEED only starts the reads: wait for them (bounded). */
+	size_t got = 0;
+	for (int t = 0; t < 1000; t++) {
+		got = resident_pages(rows + (size_t)A * ROW, 2 * ROW);
+		if (got * (size_t)sysconf(_SC_PAGESIZE) >= 2 * ROW)
+			break;
+		nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
+	}
+	print_message("cold advise: %zu pages of rows %d-%d resident\n", got,
+		      A, A + 1);
+	assert_true(got * (size_t)sysconf(_SC_PAGESIZE) >= 2 * ROW);
+	assert_int_equal(resident_pages(rows + (size_t)FAR * ROW, ROW), 0);
+	close(fd);
+	bfs_dataset_close(ds);
+	free(big);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -569,6 +641,7 @@ int main(void)
 	    cmocka_unit_test(refusals_name_the_file_and_the_field),
 	    cmocka_unit_test(truncated_archive_gives_eio_and_names_the_sample),
 	    cmocka_unit_test(archive_truncated_during_gather_never_crashes),
+	    cmocka_unit_test(advise_reads_cold_rows_ahead),
 	};
 	return cmocka_run_group_tests(tests, setup, NULL);
 }
