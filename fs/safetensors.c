@@ -486,7 +486,8 @@ static int entry(struct parser *p, struct bfs_st_tensor *t)
 			       !(seen & 1)   ? "dtype"
 			       : !(seen & 2) ? "shape"
 					     : "data_offsets");
-	return entry_size(p, t, p->dims + p->dim_at[p->nt]);
+	/* p->dims is NULL while every shape so far was a scalar. */
+	return entry_size(p, t, t->ndim ? p->dims + p->dim_at[p->nt] : NULL);
 }
 
 /* One "key": value pair of the top-level object. */

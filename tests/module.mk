@@ -28,7 +28,7 @@ FUZZ_CORE := $(filter-out fs/log.c,$(sort $(wildcard fs/*.c))) fs/log.c
 
 $(BUILD)/fuzz/%: tests/fuzz/%.c $(FUZZ_CORE)
 	@mkdir -p $(@D)
-	$(FUZZ_CC) $(CPPFLAGS) -std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined \
+	$(FUZZ_CC) $(CPPFLAGS) -std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
 		-o $@ $< $(FUZZ_CORE) -lm -pthread
 
 fuzz:

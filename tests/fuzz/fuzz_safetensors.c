@@ -15,7 +15,11 @@ static int by_begin(const void *a, const void *b)
 {
 	const struct bfs_st_tensor *x = a, *y = b;
 
-	return x->begin < y->begin ? -1 : x->begin > y->begin;
+	/* safetensors orders by the (begin, end) pair: an empty tensor and a
+	 * non-empty one may share a begin. */
+	if (x->begin != y->begin)
+		return x->begin < y->begin ? -1 : 1;
+	return x->end < y->end ? -1 : x->end > y->end;
 }
 
 static void check_accepted(const struct bfs_st_header *h, size_t size)
