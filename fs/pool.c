@@ -19,8 +19,11 @@
  * enough. A demanded batch is gathered even when the budget cannot hold it
  * (a batch larger than the budget works, alone), so memory is bounded by
  * budget + the batches readers hold at this instant. Freed buffers are
- * kept as spares (at most workers + 1, counted in cache_bytes) and reused
- * for batches of the same size; they are the first thing dropped for room.
+ * kept as spares (at most workers + prefetch + 1, i.e. no more than were
+ * alive at once; counted in cache_bytes) and reused for batches of the
+ * same size or smaller; they are the first thing dropped for room. A
+ * fresh buffer costs a page fault and a zeroed page per 4 KiB on its
+ * first gather (buffers_mapped counts them).
  *
  * Prefetch. Each acquire of position pos queues pos+1 .. pos+prefetch
  * (across epochs, below 'epochs'), skipping what the table already holds
@@ -49,7 +52,7 @@
 #include "fs/log.h"
 
 #define NBUCKETS   4096u
-#define MAX_SPARES 8u /* bounded further by workers + 1 */
+#define MAX_SPARES 16u /* bounded further by workers + prefetch + 1 */
 
 enum bstate { B_QUEUED, B_BUSY, B_READY, B_FAILED };
 
@@ -161,7 +164,8 @@ static void batch_free(struct bfs_pool *p, struct bfs_batch *b)
 {
 	if (b->buf) {
 		p->st.cache_batches--;
-		if (p->nspare < MAX_SPARES && p->nspare <= p->o.workers) {
+		if (p->nspare < MAX_SPARES &&
+		    p->nspare <= p->o.workers + p->o.prefetch) {
 			p->spare[p->nspare] = b->buf;
 			p->spare_size[p->nspare++] = b->map_size;
 		} else {
@@ -181,18 +185,29 @@ static void drop_spare(struct bfs_pool *p, unsigned i)
 	p->spare_size[i] = p->spare_size[p->nspare];
 }
 
-/* Give b a spare buffer of its exact size, if one exists. [L] */
+/* Give b a spare buffer: one of its exact size, else the smallest larger
+ * one (b then owns and accounts that size), so the short last batch of an
+ * epoch does not map a fresh buffer. Returns false when none fits. [L] */
 static bool take_spare(struct bfs_pool *p, struct bfs_batch *b)
 {
+	unsigned best = p->nspare;
+
 	for (unsigned i = 0; i < p->nspare; i++) {
-		if (p->spare_size[i] != b->map_size)
+		if (p->spare_size[i] < b->map_size)
 			continue;
-		b->buf = p->spare[i];
-		p->spare[i] = p->spare[--p->nspare];
-		p->spare_size[i] = p->spare_size[p->nspare];
-		return true;
+		if (best == p->nspare ||
+		    p->spare_size[i] < p->spare_size[best])
+			best = i;
+		if (p->spare_size[i] == b->map_size)
+			break;
 	}
-	return false;
+	if (best == p->nspare)
+		return false;
+	b->buf = p->spare[best];
+	b->map_size = p->spare_size[best];
+	p->spare[best] = p->spare[--p->nspare];
+	p->spare_size[best] = p->spare_size[p->nspare];
+	return true;
 }
 
 /* Take b out of the table (and its list); free it if nobody holds it. [L] */
@@ -351,6 +366,7 @@ static void *worker_main(void *arg)
 	pthread_mutex_lock(&p->lock);
 	for (;;) {
 		struct bfs_batch *b = next_job(p);
+		bool fresh = false;
 		uint64_t t0;
 		int rc;
 
@@ -363,9 +379,12 @@ static void *worker_main(void *arg)
 				      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 			if (b->buf == MAP_FAILED)
 				b->buf = NULL;
+			else
+				fresh = true;
 		}
 		rc = b->buf ? gather(p, b, &idx, &idx_cap) : -ENOMEM;
 		pthread_mutex_lock(&p->lock);
+		p->st.buffers_mapped += fresh;
 		if (!b->buf) {
 			p->st.cache_bytes -= b->map_size;
 			p->st.cache_batches--;

@@ -51,6 +51,8 @@ struct bfs_pool_stats {
 					* in batches_served/bytes_served) */
 	uint64_t page_cache_drops;     /* pushed batches invalidated to keep
 					* the kernel's copy under its budget */
+	uint64_t buffers_mapped;       /* fresh batch buffers mmap'd; every
+					* other gather reused a spare */
 	uint64_t workers, prefetch_depth;
 };
 

@@ -107,6 +107,31 @@ static void every_batch_equals_a_direct_gather(void **state)
 	bfs_pool_destroy(p);
 }
 
+/* Streaming epochs, each batch read to its end, maps few buffers: a freed
+ * buffer is kept as a spare and reused by the next batch of its size, so
+ * a gather does not pay the page faults of a fresh mapping (a short last
+ * batch takes a larger spare). So at most the batches alive at once
+ * (prefetch window + the one read, + one per worker to be safe) plus one
+ * short buffer are ever mapped; without reuse it would be one per batch. */
+static void streaming_reuses_batch_buffers(void **state)
+{
+	enum { PREFETCH = 4, WORKERS = 2, EPOCHS = 4 };
+	struct bfs_pool *p = pool(64 << 20, PREFETCH, 0, 30000);
+	uint64_t len = bfs_order_len(fx.order);
+	struct bfs_pool_stats st;
+
+	for (uint64_t e = 0; e < EPOCHS; e++)
+		for (uint64_t k = 0; k < len; k++)
+			expect_batch(p, e, k, true);
+	bfs_pool_stats(p, &st);
+	print_message("%llu batches materialized, %llu buffers mapped\n",
+		      (unsigned long long)st.batches_materialized,
+		      (unsigned long long)st.buffers_mapped);
+	assert_true(st.batches_materialized >= EPOCHS * len);
+	assert_true(st.buffers_mapped <= PREFETCH + 1 + WORKERS + 1);
+	bfs_pool_destroy(p);
+}
+
 static void out_of_range_batches_are_enoent(void **state)
 {
 	struct bfs_pool *p = pool(64 << 20, 2, 0, 30000);
@@ -180,6 +205,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(every_batch_equals_a_direct_gather),
+	    cmocka_unit_test(streaming_reuses_batch_buffers),
 	    cmocka_unit_test(out_of_range_batches_are_enoent),
 	    cmocka_unit_test(
 		a_budget_smaller_than_a_batch_still_serves_it_alone),
