@@ -659,7 +659,11 @@ static void copy_rows(const struct bfs_dataset *ds, size_t fi,
 		const struct bind *b = &sh->binds[fi];
 
 		*at = i;
-		if (b->contiguous)
+		if (b->contiguous && rb == 8)
+			memcpy(dst, row, 8); /* scalar labels: inline, no call */
+		else if (b->contiguous && rb == 4)
+			memcpy(dst, row, 4);
+		else if (b->contiguous)
 			memcpy(dst, row, rb);
 		else
 			copy_strided(dst, row, b, es);
