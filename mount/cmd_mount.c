@@ -714,6 +714,7 @@ static int run_session(struct mount_opts *m, struct bfs_mount *mt)
 	fuse_loop_cfg_set_clone_fd(cfg, 0);
 	rc = fuse_session_loop_mt(se, cfg) < 0 ? 1 : 0;
 	fuse_loop_cfg_destroy(cfg);
+	bfs_mount_handles_free(mt);
 	/* Workers push into the session (on_ready): stop them first. */
 	bfs_tree_destroy(mt->tree);
 	mt->tree = NULL;
@@ -744,6 +745,7 @@ int bfs_cmd_mount(int argc, char **argv)
 	int rc;
 
 	memset(&mt, 0, sizeof(mt));
+	bfs_mount_handles_init(&mt);
 	if (!m)
 		return 1;
 	rc = parse_opts(argc, argv, m);

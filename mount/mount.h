@@ -3,6 +3,7 @@
 #define BFS_MOUNT_H
 
 #include <fuse_lowlevel.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -27,7 +28,16 @@ struct bfs_mount {
 	} serve;
 	struct fuse_session *se;   /* for notify_store / notify_inval */
 	struct bfs_pushed *pushed; /* BFS_SERVE_PUSH: batches in the kernel */
+	/* Open file handles, freed by RELEASE; those the kernel never
+	 * released (files still open at unmount) are freed at teardown. */
+	pthread_mutex_t handles_lock;
+	struct bfs_handle *handles; /* handles_lock */
 };
+
+/* Set up the (empty) list of open handles; call before the FUSE loop. */
+void bfs_mount_handles_init(struct bfs_mount *m);
+/* Free the handles left open when the FUSE loop has ended. */
+void bfs_mount_handles_free(struct bfs_mount *m);
 
 /* The record of batches pushed into the kernel's page cache, kept under
  * 'budget_bytes' by invalidating the oldest closed ones. 0 or -ENOMEM. */

@@ -35,7 +35,7 @@
 
 #define LONG_TIMEOUT 86400.0
 
-struct handle {
+struct bfs_handle {
 	struct bfs_node node;
 	uint64_t size;		 /* batch files: file size */
 	_Atomic uint64_t served; /* batch files: bytes replied so far */
@@ -48,15 +48,57 @@ struct handle {
 	 * be before the replying thread has returned from fuse_reply_buf:
 	 * the handle is freed by whichever side drops the last reference. */
 	atomic_uint refs;
+	/* In the mount's list of open handles (handles_lock). */
+	struct bfs_handle *prev, *next;
 };
 
-/* Drop a reference to 'h'; the last one frees it. */
-static void handle_put(struct handle *h)
+static void handle_link(struct bfs_mount *m, struct bfs_handle *h)
+{
+	pthread_mutex_lock(&m->handles_lock);
+	h->next = m->handles;
+	if (h->next)
+		h->next->prev = h;
+	m->handles = h;
+	pthread_mutex_unlock(&m->handles_lock);
+}
+
+static void handle_free(struct bfs_handle *h)
+{
+	free(h->text);
+	free(h);
+}
+
+/* Drop a reference to 'h'; the last one unlinks and frees it. */
+static void handle_put(struct bfs_mount *m, struct bfs_handle *h)
 {
 	if (atomic_fetch_sub(&h->refs, 1) != 1)
 		return;
-	free(h->text);
-	free(h);
+	pthread_mutex_lock(&m->handles_lock);
+	if (h->prev)
+		h->prev->next = h->next;
+	else
+		m->handles = h->next;
+	if (h->next)
+		h->next->prev = h->prev;
+	pthread_mutex_unlock(&m->handles_lock);
+	handle_free(h);
+}
+
+void bfs_mount_handles_init(struct bfs_mount *m)
+{
+	pthread_mutex_init(&m->handles_lock, NULL);
+	m->handles = NULL;
+}
+
+void bfs_mount_handles_free(struct bfs_mount *m)
+{
+	while (m->handles) {
+		struct bfs_handle *h = m->handles;
+
+		m->handles = h->next;
+		handle_free(h);
+	}
+	pthread_mutex_destroy(&m->handles_lock);
 }
 
 static struct bfs_mount *mnt_of(fuse_req_t req)
@@ -389,7 +431,7 @@ void bfs_mount_on_ready(void *arg, struct bfs_batch *b, uint64_t e, uint64_t k)
  * the page cache, and let the pool drop its copy. Every read() and mmap
  * fault of this open is then a page-cache hit with no FUSE round trip. A
  * failed store is not an error: READs serve the batch. */
-static int push_batch(struct bfs_mount *m, struct handle *h, fuse_ino_t ino)
+static int push_batch(struct bfs_mount *m, struct bfs_handle *h, fuse_ino_t ino)
 {
 	struct bfs_batch *b = NULL;
 	int rc = pushed_enter(m->pushed, ino, h->size, 1);
@@ -438,7 +480,7 @@ static int push_batch(struct bfs_mount *m, struct handle *h, fuse_ino_t ino)
  * whole batch is resident (mmap readers fault nothing to the daemon).
  * Readers that only read() should use --direct-io. FUSE threads (direct,
  * earlier run): 1: 1.89, 2: 2.66, 4: 2.47, 8: 2.16 GB/s -> 4 by default. */
-static int open_batch(struct bfs_mount *m, struct handle *h, fuse_ino_t ino,
+static int open_batch(struct bfs_mount *m, struct bfs_handle *h, fuse_ino_t ino,
 		      struct fuse_file_info *fi)
 {
 	h->size = bfs_tree_batch_size(m->tree, h->node.epoch, h->node.batch);
@@ -453,7 +495,7 @@ static int open_batch(struct bfs_mount *m, struct handle *h, fuse_ino_t ino,
 static void bfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct bfs_mount *m = mnt_of(req);
-	struct handle *h = NULL;
+	struct bfs_handle *h = NULL;
 	int rc;
 
 	if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC)) {
@@ -489,6 +531,7 @@ static void bfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	}
 out:
 	if (rc == 0) {
+		handle_link(m, h);
 		fi->fh = (uint64_t)(uintptr_t)h;
 		fuse_reply_open(req, fi);
 	} else {
@@ -501,8 +544,8 @@ out:
 }
 
 /* Serve [off, off+size) of a batch from the pool's buffer. */
-static void read_batch(fuse_req_t req, struct bfs_mount *m, struct handle *h,
-		       size_t size, off_t off)
+static void read_batch(fuse_req_t req, struct bfs_mount *m,
+		       struct bfs_handle *h, size_t size, off_t off)
 {
 	struct bfs_batch *b = NULL;
 	uint64_t n = 0;
@@ -542,11 +585,12 @@ static void read_batch(fuse_req_t req, struct bfs_mount *m, struct handle *h,
 static void bfs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		     struct fuse_file_info *fi)
 {
-	struct handle *h = (struct handle *)(uintptr_t)fi->fh;
+	struct bfs_handle *h = (struct bfs_handle *)(uintptr_t)fi->fh;
+	struct bfs_mount *m = mnt_of(req);
 	size_t n = 0;
 
 	if (h->node.kind == BFS_NODE_BATCH) {
-		read_batch(req, mnt_of(req), h, size, off);
+		read_batch(req, m, h, size, off);
 		return;
 	}
 	if ((uint64_t)off < h->text_len) {
@@ -555,21 +599,21 @@ static void bfs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 			n = size;
 	}
 	atomic_fetch_add(&h->refs, 1);
-	fuse_reply_buf(req, n ? h->text + off : NULL, n);
-	handle_put(h);
+	fuse_reply_buf(req, n ? h->text + off : NULL, n); /* frees req */
+	handle_put(m, h);
 }
 
 static void bfs_release(fuse_req_t req, fuse_ino_t ino,
 			struct fuse_file_info *fi)
 {
-	struct handle *h = (struct handle *)(uintptr_t)fi->fh;
+	struct bfs_handle *h = (struct bfs_handle *)(uintptr_t)fi->fh;
 	struct bfs_mount *m = mnt_of(req);
 
 	bool trim = h->push_open;
 
 	if (h->push_open)
 		pushed_close(m->pushed, ino, false);
-	handle_put(h);
+	handle_put(m, h);
 	fuse_reply_err(req, 0);
 	if (trim) /* after the reply: nobody waits for this */
 		trim_page_cache(m);
