@@ -3,8 +3,9 @@
 #   build/libbatchfs_loader.a, build/libbatchfs_loader.so   (part of `make`)
 #   make install        header, libraries, batchfs_loader.pc under
 #                       $(DESTDIR)$(PREFIX)
-#   make bench-loader   CPU-mode throughput vs plain read() (and the GPU part
-#                       when a GPU is present); BENCH_LOADER_MB, _BATCH_MB
+#   make bench-loader   CPU-mode throughput vs plain read(), and the GPU part
+#                       (P, Pp, E, Rf, T_c, step) when a GPU is present;
+#                       BENCH_LOADER_MB, _BATCH_MB, _ARGS (loader/README.md)
 #
 # Objects are position-independent and built with -fvisibility=hidden: only
 # the BFS_LOADER_API functions of loader/batchfs_loader.h are exported
@@ -79,7 +80,22 @@ $(BUILD)/tests/loader/%: tests/loader/%.c $(LOADER_TEST_DEPS)
 		$(LOADER_ST_WRITE) $(LOADER_A) $(call pc_libs,cmocka) \
 		$(LOADER_LIBS)
 
-LOADER_TEST_BINS := $(BUILD)/tests/loader/loader_probe
+# The benchmark (loader/bench/; `make bench-loader` below). Built by
+# check-build too: tests/loader/test_bench_loader_fake.sh runs its GPU part
+# against the fake driver.
+BENCH_LOADER := $(BUILD)/bench/bench_loader
+BENCH_LOADER_SRCS := loader/bench/bench_loader.c loader/bench/bench_gpu.c
+$(BENCH_LOADER): $(BENCH_LOADER_SRCS) loader/bench/bench.h \
+		$(LOADER_TEST_DEPS)
+	@mkdir -p $(@D)
+	$(CC) $(LOADER_TEST_CFLAGS) $(LOADER_CUDA_FLAGS) $(LDFLAGS) -o $@ \
+		$(BENCH_LOADER_SRCS) $(LOADER_ST_WRITE) $(LOADER_A) \
+		$(LOADER_LIBS)
+BENCH_LOADER_MB ?= 1024
+BENCH_LOADER_BATCH_MB ?= 64
+BENCH_LOADER_ARGS ?=
+
+LOADER_TEST_BINS := $(BUILD)/tests/loader/loader_probe $(BENCH_LOADER)
 TEST_PROGS += $(BUILD)/tests/loader/test_loader_host
 TEST_SCRIPTS += tests/loader/test_loader_symbols.sh \
 	tests/loader/test_loader_nodriver.sh \
@@ -95,20 +111,13 @@ $(LOADER_FAKE_CUDA): tests/loader/fake_libcuda.c tests/loader/fake_libcuda.h
 		-Wl,-soname,libcuda.so.1 -o $@ $< -pthread
 LOADER_TEST_BINS += $(LOADER_FAKE_CUDA) $(BUILD)/tests/loader/test_loader_cuda \
 	$(BUILD)/tests/loader/gpu_loader_check
-TEST_SCRIPTS += tests/loader/test_loader_cuda_fake.sh
+TEST_SCRIPTS += tests/loader/test_loader_cuda_fake.sh \
+	tests/loader/test_bench_loader_fake.sh
 endif
 
 check-build: $(LOADER_TEST_BINS)
 
 # ---- benchmark ----
-BENCH_LOADER := $(BUILD)/bench/bench_loader
-$(BENCH_LOADER): loader/bench/bench_loader.c $(LOADER_TEST_DEPS)
-	@mkdir -p $(@D)
-	$(CC) $(LOADER_TEST_CFLAGS) $(LOADER_CUDA_FLAGS) $(LDFLAGS) -o $@ $< \
-		$(LOADER_ST_WRITE) $(LOADER_A) $(LOADER_LIBS)
-
-BENCH_LOADER_MB ?= 1024
-BENCH_LOADER_BATCH_MB ?= 64
 bench-loader: $(BENCH_LOADER)
 	$(BENCH_LOADER) --total-mb $(BENCH_LOADER_MB) \
-		--batch-mb $(BENCH_LOADER_BATCH_MB)
+		--batch-mb $(BENCH_LOADER_BATCH_MB) $(BENCH_LOADER_ARGS)

@@ -1,22 +1,24 @@
 /* make bench-loader: the loader's throughput against its ceilings, all
- * measured in the same run (research/gpu-loader.md §4).
+ * measured in the same run (research/gpu-loader.md §4, issue #5 item 7).
  *
  * CPU part (always): plain read() of the same files into one page-aligned,
  * pre-faulted buffer, one file after the other (the baseline), against the
  * loader in CPU mode (next/release until EOF) — page cache warm. Prints
  * GB/s for both and the ratio (goal G12: >= 0.95). Median of --reps runs.
+ * The CPU-mode rate over the steady window (after the first --skip
+ * batches, see struct bench_run) is Rf, the read-only rate the GPU part
+ * compares E with.
  *
- * GPU part (only when a CUDA driver and device are present): pinned
- * cuMemcpyHtoDAsync peak P from one registered buffer (64 MiB x 32) against
- * the loader in CUDA mode (file -> device, E); prints both and E/P.
- * Otherwise it prints that it skipped.
+ * GPU part (bench_gpu.c): only when a CUDA driver and a device are present;
+ * otherwise one "GPU part: skipped (no CUDA driver/GPU)" line.
  *
  * Usage: bench_loader [--total-mb N] [--batch-mb N] [--dir D] [--reps N]
- *                     [--readers N] [--slots N] [--chunk-kb N] */
-#include "loader/batchfs_loader.h"
+ *          [--readers N] [--slots N] [--chunk-kb N] [--skip N] [--device N]
+ *          [--peak-mb N] [--peak-copies N] [--spin-us N] [--verify-every N]
+ *        bench_loader --print-ptx     (the spin kernel, for ptxas) */
+#include "loader/bench/bench.h"
 #include "tests/loader/st_write.h"
 
-#include <dlfcn.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,11 +26,8 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
-#ifdef BFS_HAVE_CUDA_H
-#include <cuda.h>
-#endif
 
-static double now(void)
+double bench_now(void)
 {
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -41,19 +40,18 @@ static int cmp_d(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-static double median(double *v, int n)
+double bench_median(double *v, int n)
 {
 	qsort(v, (size_t)n, sizeof(*v), cmp_d);
 	return v[n / 2];
 }
 
-/* Create (or reuse) nb files of batch bytes; returns the total bytes. */
-static double make_files(const char *dir, int nb, size_t batch)
+/* Create (or reuse) nb files of batch bytes; returns the size of one. */
+static size_t make_files(const char *dir, int nb, size_t batch)
 {
 	size_t rows = (batch - 4096) / 4096;
 	unsigned char *d = malloc(rows * 4096);
 	struct st_tensor t = {"x", "U8", 2, {rows, 4096}, d, rows * 4096};
-	double total = 0;
 	char path[4200];
 	struct stat sb;
 
@@ -61,13 +59,13 @@ static double make_files(const char *dir, int nb, size_t batch)
 	st_fill(d, rows * 4096, 1);
 	for (int k = 0; k < nb; k++) {
 		snprintf(path, sizeof(path), "%s/batch_%d", dir, k);
+		/* the batch index is in the header: files differ */
 		if (stat(path, &sb) != 0 ||
 		    (size_t)sb.st_size != 4096 + rows * 4096)
 			st_write(path, &t, 1, 0, (unsigned)k, 0);
-		total += (double)(4096 + rows * 4096);
 	}
 	free(d);
-	return total;
+	return 4096 + rows * 4096;
 }
 
 /* Baseline: read() every file whole into buf. Seconds. */
@@ -75,167 +73,182 @@ static double plain_read(const char *dir, int nb, unsigned char *buf,
 			 size_t cap)
 {
 	char path[4200];
-	double t0 = now();
+	double t0 = bench_now();
 
 	for (int k = 0; k < nb; k++) {
 		snprintf(path, sizeof(path), "%s/batch_%d", dir, k);
 		int fd = open(path, O_RDONLY);
 		ssize_t r;
 		size_t got = 0;
-		while ((r = read(fd, buf + got, cap - got)) > 0)
+		while (fd >= 0 && (r = read(fd, buf + got, cap - got)) > 0)
 			got += (size_t)r;
-		close(fd);
+		if (fd >= 0)
+			close(fd);
 	}
-	return now() - t0;
+	return bench_now() - t0;
 }
 
-/* The loader until EOF; *steady = seconds from the first next() to EOF. */
-static double via_loader(struct bfs_loader_opts *o, double *steady)
+int bench_run_loader(const struct bfs_loader_opts *o, void *stream,
+		     unsigned skip, const struct bench_hooks *h,
+		     struct bench_run *r)
 {
 	struct bfs_loader *L;
 	struct bfs_loader_batch b;
-	double t0 = now(), t1;
+	double t0 = bench_now(), t1, tw, t2, wbytes = 0;
+	unsigned k = 0;
 	int rc;
 
-	if (bfs_loader_open(&L, o) < 0) {
-		fprintf(stderr, "bench: open failed\n");
-		exit(1);
-	}
-	t1 = now();
-	while ((rc = bfs_loader_next(L, &b, NULL)) == 0)
-		bfs_loader_release(L, &b, NULL);
-	*steady = now() - t1;
-	if (rc != BFS_LOADER_EOF) {
-		fprintf(stderr, "bench: %s\n", bfs_loader_errmsg(L));
-		exit(1);
-	}
-	bfs_loader_close(L);
-	return now() - t0;
-}
-
-#ifdef BFS_HAVE_CUDA_H
-/* P: pinned HtoD peak, 64 MiB x 32 on one stream. GB/s, or -1. */
-static double pinned_peak(void *dl)
-{
-	CUresult (*init)(unsigned) = (CUresult(*)(unsigned))dlsym(dl, "cuInit");
-	CUresult (*get)(CUdevice *, int) =
-	    (CUresult(*)(CUdevice *, int))dlsym(dl, "cuDeviceGet");
-	CUresult (*retain)(CUcontext *, CUdevice) = (CUresult(*)(
-	    CUcontext *, CUdevice))dlsym(dl, "cuDevicePrimaryCtxRetain");
-	CUresult (*setcur)(CUcontext) =
-	    (CUresult(*)(CUcontext))dlsym(dl, "cuCtxSetCurrent");
-	CUresult (*reg)(void *, size_t, unsigned) = (CUresult(*)(
-	    void *, size_t, unsigned))dlsym(dl, "cuMemHostRegister_v2");
-	CUresult (*alloc)(CUdeviceptr *, size_t) =
-	    (CUresult(*)(CUdeviceptr *, size_t))dlsym(dl, "cuMemAlloc_v2");
-	CUresult (*h2d)(CUdeviceptr, const void *, size_t, CUstream) =
-	    (CUresult(*)(CUdeviceptr, const void *, size_t, CUstream))dlsym(
-		dl, "cuMemcpyHtoDAsync_v2");
-	CUresult (*sync)(CUstream) =
-	    (CUresult(*)(CUstream))dlsym(dl, "cuStreamSynchronize");
-	size_t n = 64u << 20;
-	void *h = aligned_alloc(4096, n);
-	CUdeviceptr d;
-	CUcontext ctx;
-	CUdevice dev;
-	double t0;
-
-	if (!init || init(0) || get(&dev, 0) || retain(&ctx, dev) ||
-	    setcur(ctx) || !h || reg(h, n, CU_MEMHOSTREGISTER_PORTABLE) ||
-	    alloc(&d, n))
+	if ((rc = bfs_loader_open(&L, o)) < 0) {
+		fprintf(stderr, "bench: loader open: %s\n",
+			bfs_loader_strerror(rc));
 		return -1;
-	memset(h, 1, n);
-	h2d(d, h, n, NULL);
-	sync(NULL);
-	t0 = now();
-	for (int i = 0; i < 32; i++)
-		h2d(d, h, n, NULL);
-	sync(NULL);
-	return 32.0 * (double)n / (now() - t0) / 1e9;
-}
-#endif
-
-static void gpu_part(struct bfs_loader_opts o, double bytes, int reps)
-{
-#ifdef BFS_HAVE_CUDA_H
-	void *dl = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-	struct bfs_loader *L;
-	double p, e[16], steady;
-
-	o.mode = BFS_LOADER_CUDA;
-	if (!dl || bfs_loader_open(&L, &o) < 0) {
-		printf("GPU part: skipped (no CUDA driver/GPU)\n");
-		return;
 	}
+	t1 = tw = bench_now();
+	while ((rc = bfs_loader_next(L, &b, stream)) == 0) {
+		double n = (double)b.nbytes;
+		if (h && h->step && (rc = h->step(h->arg, &b, stream)) < 0)
+			break;
+		if ((rc = bfs_loader_release(L, &b, stream)) < 0)
+			break;
+		if (++k == skip) {
+			if (h && h->sync && (rc = h->sync(h->arg, stream)) < 0)
+				break;
+			tw = bench_now();
+		} else if (k > skip) {
+			wbytes += n;
+		}
+	}
+	if (rc == BFS_LOADER_EOF && h && h->sync)
+		rc = h->sync(h->arg, stream) < 0 ? -1 : BFS_LOADER_EOF;
+	t2 = bench_now();
+	if (rc != BFS_LOADER_EOF)
+		fprintf(stderr, "bench: run failed: %s %s\n",
+			bfs_loader_strerror(rc), bfs_loader_errmsg(L));
 	bfs_loader_close(L);
-	p = pinned_peak(dl);
-	for (int r = 0; r < reps; r++) {
-		via_loader(&o, &steady);
-		e[r] = bytes / steady / 1e9;
+	*r = (struct bench_run){.open_close = bench_now() - t0,
+				.next_eof = t2 - t1,
+				.window = t2 - tw,
+				.window_bytes = wbytes};
+	return rc == BFS_LOADER_EOF ? 0 : -1;
+}
+
+/* Command-line values (defaults: make bench-loader's). */
+struct args {
+	long total_mb, batch_mb, reps, readers, slots, chunk_kb, skip, device,
+	    peak_mb, peak_copies, spin_us, verify_every;
+	const char *dir;
+};
+
+/* --name value pairs into c; returns 0, or 2 on a bad argument. */
+static int parse_args(int argc, char **argv, struct bench_cfg *c, int *batch_mb)
+{
+	struct args a = {
+	    1024, 64, 5, 0, 0, 0, -1, 0, 64, 32, 0, 8, "/tmp/bfs-bench-loader"};
+	const struct {
+		const char *name;
+		long *v;
+	} opt[] = {{"--total-mb", &a.total_mb},
+		   {"--batch-mb", &a.batch_mb},
+		   {"--reps", &a.reps},
+		   {"--readers", &a.readers},
+		   {"--slots", &a.slots},
+		   {"--chunk-kb", &a.chunk_kb},
+		   {"--skip", &a.skip},
+		   {"--device", &a.device},
+		   {"--peak-mb", &a.peak_mb},
+		   {"--peak-copies", &a.peak_copies},
+		   {"--spin-us", &a.spin_us},
+		   {"--verify-every", &a.verify_every},
+		   {"--dir", NULL}};
+	const unsigned nopt = sizeof(opt) / sizeof(opt[0]);
+
+	for (int i = 1; i < argc; i += 2) {
+		unsigned n = 0;
+		while (n < nopt && strcmp(argv[i], opt[n].name))
+			n++;
+		if (n == nopt || i + 1 >= argc) {
+			fprintf(stderr, "bench_loader: bad argument %s\n",
+				argv[i]);
+			return 2;
+		}
+		if (opt[n].v)
+			*opt[n].v = strtol(argv[i + 1], NULL, 0);
+		else
+			a.dir = argv[i + 1];
 	}
-	printf("GPU pinned HtoD peak P:          %6.2f GB/s\n", p);
-	printf("loader file->device E:           %6.2f GB/s\n",
-	       median(e, reps));
-	printf("ratio E/P:                       %6.3f\n", median(e, reps) / p);
-	printf("(step time with a spin kernel: not implemented)\n");
-#else
-	printf("GPU part: skipped (built without cuda.h)\n");
-#endif
+	if (a.reps < 1 || a.reps > 16 || a.batch_mb < 1 ||
+	    a.total_mb < a.batch_mb || a.peak_mb < 1 || a.peak_copies < 1 ||
+	    a.verify_every < 1 || a.readers < 0 || a.slots < 0 ||
+	    a.chunk_kb < 0 || a.device < 0 || a.spin_us < 0)
+		return 2;
+	*c = (struct bench_cfg){.dir = a.dir,
+				.nb = (int)(a.total_mb / a.batch_mb),
+				.reps = (int)a.reps,
+				.o = {.readers = (unsigned)a.readers,
+				      .slots = (unsigned)a.slots,
+				      .chunk = (size_t)a.chunk_kb << 10,
+				      .device = (int)a.device},
+				.device = (int)a.device,
+				.peak_mb = (unsigned)a.peak_mb,
+				.peak_copies = (unsigned)a.peak_copies,
+				.spin_us = (unsigned)a.spin_us,
+				.verify_every = (unsigned)a.verify_every};
+	*batch_mb = (int)a.batch_mb;
+	/* default: the ring's depth, so the window starts with a full ring */
+	c->skip = a.skip >= 0 ? (unsigned)a.skip
+		  : a.slots   ? (unsigned)a.slots
+			      : 3;
+	if (c->skip > (unsigned)c->nb / 2)
+		c->skip = (unsigned)c->nb / 2;
+	return 0;
 }
 
 int main(int argc, char **argv)
 {
-	const char *dir = "/tmp/bfs-bench-loader";
-	int total_mb = 1024, batch_mb = 64, reps = 5, nb;
-	unsigned readers = 0, slots = 0, chunk_kb = 0;
-	double bytes, tr[16], tl[16], ts[16], steady;
+	struct bench_cfg c;
+	int batch_mb, rc;
+	double tr[16], tl[16], ts[16], rf[16];
+	struct bench_run run;
 	unsigned char *buf;
 
-	for (int i = 1; i + 1 < argc; i += 2) {
-		if (!strcmp(argv[i], "--total-mb"))
-			total_mb = atoi(argv[i + 1]);
-		else if (!strcmp(argv[i], "--batch-mb"))
-			batch_mb = atoi(argv[i + 1]);
-		else if (!strcmp(argv[i], "--dir"))
-			dir = argv[i + 1];
-		else if (!strcmp(argv[i], "--reps"))
-			reps = atoi(argv[i + 1]);
-		else if (!strcmp(argv[i], "--readers"))
-			readers = (unsigned)atoi(argv[i + 1]);
-		else if (!strcmp(argv[i], "--slots"))
-			slots = (unsigned)atoi(argv[i + 1]);
-		else if (!strcmp(argv[i], "--chunk-kb"))
-			chunk_kb = (unsigned)atoi(argv[i + 1]);
+	setvbuf(stdout, NULL, _IOLBF, 0); /* lines in order with stderr */
+	if (argc == 2 && !strcmp(argv[1], "--print-ptx")) {
+		fputs(bench_spin_ptx, stdout);
+		return 0;
 	}
-	if (reps < 1 || reps > 16 || batch_mb < 1 || total_mb < batch_mb)
-		return 2;
-	nb = total_mb / batch_mb;
-	bytes = make_files(dir, nb, (size_t)batch_mb << 20);
+	if ((rc = parse_args(argc, argv, &c, &batch_mb)) != 0)
+		return rc;
+	c.file_bytes = make_files(c.dir, c.nb, (size_t)batch_mb << 20);
+	c.bytes = (double)c.nb * (double)c.file_bytes;
+	c.o.dir = c.dir;
+	c.o.mode = BFS_LOADER_CPU;
 	buf = aligned_alloc(4096, (size_t)batch_mb << 20);
 	memset(buf, 0, (size_t)batch_mb << 20);
-	plain_read(dir, nb, buf, (size_t)batch_mb << 20); /* warm the cache */
+	plain_read(c.dir, c.nb, buf, (size_t)batch_mb << 20); /* warm up */
 
-	struct bfs_loader_opts o = {.dir = dir,
-				    .mode = BFS_LOADER_CPU,
-				    .readers = readers,
-				    .slots = slots,
-				    .chunk = (size_t)chunk_kb << 10};
-	for (int r = 0; r < reps; r++) {
-		tr[r] = bytes /
-			plain_read(dir, nb, buf, (size_t)batch_mb << 20) / 1e9;
-		tl[r] = bytes / via_loader(&o, &steady) / 1e9;
-		ts[r] = bytes / steady / 1e9;
+	for (int r = 0; r < c.reps; r++) {
+		tr[r] = c.bytes /
+			plain_read(c.dir, c.nb, buf, (size_t)batch_mb << 20) /
+			1e9;
+		if (bench_run_loader(&c.o, NULL, c.skip, NULL, &run) < 0)
+			return 1;
+		tl[r] = c.bytes / run.open_close / 1e9;
+		ts[r] = c.bytes / run.next_eof / 1e9;
+		rf[r] = run.window_bytes / run.window / 1e9;
 	}
+	free(buf);
 	printf("bench-loader: %d files x %d MiB in %s (page cache warm), "
 	       "median of %d\n",
-	       nb, batch_mb, dir, reps);
+	       c.nb, batch_mb, c.dir, c.reps);
 	printf("plain read() into one buffer:    %6.2f GB/s\n",
-	       median(tr, reps));
-	printf("loader CPU mode, next..EOF:      %6.2f GB/s  ratio %.3f\n",
-	       median(ts, reps), median(ts, reps) / median(tr, reps));
+	       bench_median(tr, c.reps));
+	printf("loader CPU mode, next..EOF:      %6.2f GB/s  ratio %.3f "
+	       "(target >= 0.95)\n",
+	       bench_median(ts, c.reps),
+	       bench_median(ts, c.reps) / bench_median(tr, c.reps));
 	printf("loader CPU mode, open..close:    %6.2f GB/s  ratio %.3f\n",
-	       median(tl, reps), median(tl, reps) / median(tr, reps));
-	gpu_part(o, bytes, reps);
-	free(buf);
-	return 0;
+	       bench_median(tl, c.reps),
+	       bench_median(tl, c.reps) / bench_median(tr, c.reps));
+	fflush(stdout);
+	return bench_gpu_part(&c, bench_median(rf, c.reps));
 }

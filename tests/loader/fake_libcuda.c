@@ -2,16 +2,26 @@
  * picked up through LD_LIBRARY_PATH, so the loader's real dlopen,
  * cuGetProcAddress and AUTO detection run against it.
  *
- * It implements the ~25 entry points the loader uses. "Device" memory is
+ * It implements the ~25 entry points the loader uses, plus the few more
+ * bench_loader uses (modules, kernel launch, synchronous copies). "Device"
+ * memory is
  * malloc'ed (a CUdeviceptr is the host address). Each stream is a FIFO
- * executed by its own thread: copies sleep a delay and then memcpy, event
+ * executed by its own thread: copies sleep a delay and then memcpy, a
+ * kernel sleeps the u64 nanoseconds of its first parameter (the contract of
+ * bench_loader's spin kernel; any other kernel would do nothing), event
  * records complete when the stream reaches them, waits block the stream
  * until the recorded work of the event is done — so a missing
  * cuStreamWaitEvent shows up as wrong bytes in a later check. Every call is
  * logged (struct fake_rec) and misuse is counted as a violation: a call
  * without a current context, an unbalanced pop, a wait on an event never
  * recorded, events created without CU_EVENT_DISABLE_TIMING, a copy from
- * unregistered (pageable) memory, a host registration not page aligned.
+ * unregistered (pageable) memory, a host registration not page aligned, a
+ * launch of a function whose module was unloaded.
+ *
+ * Environment: FAKE_LIBCUDA_CORRUPT=1 flips the last byte of every
+ * asynchronous copy (tests that a copy-back check really compares);
+ * FAKE_LIBCUDA_REPORT=1 prints the counters of struct fake_stats to stderr
+ * at exit ("fake libcuda: violations=0 ...", for tests of whole programs).
  *
  * Test-only code: one global state under one mutex. */
 #include "tests/loader/fake_libcuda.h"
@@ -22,6 +32,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #define API __attribute__((visibility("default")))
@@ -32,13 +43,15 @@ struct fevent {
 };
 
 struct sop {
-	enum { S_COPY, S_RECORD, S_WAIT, S_CHECK } kind;
+	enum { S_COPY, S_RECORD, S_WAIT, S_CHECK, S_KERNEL } kind;
 	struct fevent *ev;
 	unsigned long gen;
 	void *dst;
 	const void *src;
 	size_t n;
 	unsigned delay;
+	int corrupt;	       /* S_COPY: flip the last byte */
+	unsigned long long ns; /* S_KERNEL: run time */
 	void *expect;
 	struct sop *next;
 };
@@ -62,6 +75,18 @@ static size_t reg_len[16];
 static __thread int ctx_depth; /* push/set count on this thread */
 static int fake_ctx_storage;
 static long copies_live; /* copies since the registrations began */
+/* Loaded modules (PTX text) and the functions taken from them; an unloaded
+ * module keeps its slot (image NULL) so stale functions are detected. */
+struct fmodule {
+	char *image;
+};
+struct ffunc {
+	struct fmodule *mod;
+	char name[64];
+};
+static struct fmodule modules[16];
+static struct ffunc funcs[16];
+static unsigned nmodules, nfuncs;
 
 static void violation(const char *fmt, ...)
 {
@@ -110,11 +135,19 @@ static void *stream_main(void *arg)
 		} else if (o->kind == S_RECORD) {
 			if (o->ev->done < o->gen)
 				o->ev->done = o->gen;
+		} else if (o->kind == S_KERNEL) {
+			struct timespec ts = {(time_t)(o->ns / 1000000000),
+					      (long)(o->ns % 1000000000)};
+			pthread_mutex_unlock(&mu);
+			nanosleep(&ts, NULL);
+			pthread_mutex_lock(&mu);
 		} else {
 			pthread_mutex_unlock(&mu);
 			usleep(o->delay);
 			if (o->kind == S_COPY)
 				memcpy(o->dst, o->src, o->n);
+			if (o->kind == S_COPY && o->corrupt && o->n)
+				((unsigned char *)o->dst)[o->n - 1] ^= 0x5a;
 			pthread_mutex_lock(&mu);
 			if (o->kind == S_CHECK) {
 				st.checks++;
@@ -323,7 +356,8 @@ API CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr d, const void *src, size_t n,
 			  .dst = (void *)(uintptr_t)d,
 			  .src = src,
 			  .n = n,
-			  .delay = copy_delay};
+			  .delay = copy_delay,
+			  .corrupt = getenv("FAKE_LIBCUDA_CORRUPT") != NULL};
 	push_op(S(h), o);
 	st.copies++;
 	copies_live++;
@@ -436,6 +470,113 @@ API CUresult cuEventDestroy_v2(CUevent e)
 	return CUDA_SUCCESS;
 }
 
+API CUresult cuDeviceGetName(char *name, int len, CUdevice d)
+{
+	snprintf(name, (size_t)len, "fake CUDA device %d", (int)d);
+	return CUDA_SUCCESS;
+}
+
+/* Synchronous copies: ordered after the legacy default stream's work. */
+static CUresult copy_sync(const char *fn, void *dst, const void *src, size_t n,
+			  uint64_t dptr)
+{
+	pthread_mutex_lock(&mu);
+	need_ctx(fn);
+	drain(S(NULL));
+	logrec(F_COPY_SYNC, 0, 0, dptr, n);
+	pthread_mutex_unlock(&mu);
+	memcpy(dst, src, n);
+	return CUDA_SUCCESS;
+}
+
+API CUresult cuMemcpyHtoD_v2(CUdeviceptr d, const void *src, size_t n)
+{
+	return copy_sync("cuMemcpyHtoD", (void *)(uintptr_t)d, src, n, d);
+}
+
+API CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr d, size_t n)
+{
+	return copy_sync("cuMemcpyDtoH", dst, (const void *)(uintptr_t)d, n, d);
+}
+
+/* A module is PTX text: it must name a .version and a .target. */
+API CUresult cuModuleLoadDataEx(CUmodule *m, const void *image, unsigned nopt,
+				CUjit_option *opt, void **val)
+{
+	const char *ptx = image;
+	CUresult r = CUDA_ERROR_INVALID_IMAGE;
+	pthread_mutex_lock(&mu);
+	need_ctx("cuModuleLoadData");
+	if (ptx && strstr(ptx, ".version ") && strstr(ptx, ".target ") &&
+	    nmodules < 16) {
+		modules[nmodules].image = strdup(ptx);
+		*m = (CUmodule)&modules[nmodules++];
+		st.modules++;
+		r = CUDA_SUCCESS;
+	}
+	pthread_mutex_unlock(&mu);
+	return r;
+}
+
+API CUresult cuModuleLoadData(CUmodule *m, const void *image)
+{
+	return cuModuleLoadDataEx(m, image, 0, NULL, NULL);
+}
+
+/* The function must be declared ".entry name(" in the module's PTX. */
+API CUresult cuModuleGetFunction(CUfunction *f, CUmodule m, const char *name)
+{
+	struct fmodule *mod = (struct fmodule *)m;
+	CUresult r = CUDA_ERROR_NOT_FOUND;
+	char decl[80];
+	snprintf(decl, sizeof(decl), ".entry %s(", name);
+	pthread_mutex_lock(&mu);
+	need_ctx("cuModuleGetFunction");
+	if (!mod->image)
+		violation("cuModuleGetFunction on an unloaded module");
+	else if (strstr(mod->image, decl) && nfuncs < 16) {
+		funcs[nfuncs].mod = mod;
+		snprintf(funcs[nfuncs].name, sizeof(funcs[0].name), "%s", name);
+		*f = (CUfunction)&funcs[nfuncs++];
+		r = CUDA_SUCCESS;
+	}
+	pthread_mutex_unlock(&mu);
+	return r;
+}
+
+API CUresult cuModuleUnload(CUmodule m)
+{
+	struct fmodule *mod = (struct fmodule *)m;
+	LOCKED(need_ctx("cuModuleUnload"); free(mod->image); mod->image = NULL;
+	       st.modules--);
+	return CUDA_SUCCESS;
+}
+
+/* Runs as a sleep of *(uint64_t *)params[0] ns on the stream. */
+API CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
+			    unsigned bx, unsigned by, unsigned bz,
+			    unsigned shmem, CUstream h, void **params,
+			    void **extra)
+{
+	struct ffunc *fn = (struct ffunc *)f;
+	struct sop *o;
+	if (!fn || !gx || !gy || !gz || !bx || !by || !bz || !params)
+		return CUDA_ERROR_INVALID_VALUE;
+	o = calloc(1, sizeof(*o));
+	o->kind = S_KERNEL;
+	memcpy(&o->ns, params[0], sizeof(o->ns));
+	pthread_mutex_lock(&mu);
+	need_ctx("cuLaunchKernel");
+	if (!fn->mod->image)
+		violation("launch of %s after its module was unloaded",
+			  fn->name);
+	push_op(S(h), o);
+	st.launches++;
+	logrec(F_LAUNCH, S(h)->id, 0, 0, o->ns);
+	pthread_mutex_unlock(&mu);
+	return CUDA_SUCCESS;
+}
+
 API CUresult cuGetErrorName(CUresult r, const char **s)
 {
 	*s = r == CUDA_SUCCESS ? "CUDA_SUCCESS" : "CUDA_ERROR_FAKE";
@@ -470,6 +611,14 @@ static const struct {
     {"cuEventSynchronize", (void *)cuEventSynchronize},
     {"cuEventDestroy", (void *)cuEventDestroy_v2},
     {"cuGetErrorName", (void *)cuGetErrorName},
+    {"cuDeviceGetName", (void *)cuDeviceGetName},
+    {"cuMemcpyHtoD", (void *)cuMemcpyHtoD_v2},
+    {"cuMemcpyDtoH", (void *)cuMemcpyDtoH_v2},
+    {"cuModuleLoadData", (void *)cuModuleLoadData},
+    {"cuModuleLoadDataEx", (void *)cuModuleLoadDataEx},
+    {"cuModuleGetFunction", (void *)cuModuleGetFunction},
+    {"cuModuleUnload", (void *)cuModuleUnload},
+    {"cuLaunchKernel", (void *)cuLaunchKernel},
 };
 
 /* Only the 12.0 ABI is offered; anything else is "not found". */
@@ -519,4 +668,21 @@ API void fake_enqueue_check(void *h, uint64_t d, const void *expect, size_t n,
 			  .expect = malloc(n)};
 	memcpy(o->expect, expect, n);
 	LOCKED(push_op(S((CUstream)h), o));
+}
+
+/* FAKE_LIBCUDA_REPORT=1: the counters at exit, for tests of programs that
+ * know nothing of the fake (test_bench_loader_fake.sh). */
+__attribute__((destructor)) static void report(void)
+{
+	if (!getenv("FAKE_LIBCUDA_REPORT"))
+		return;
+	pthread_mutex_lock(&mu);
+	fprintf(stderr,
+		"fake libcuda: violations=%ld ctx_retained=%ld streams=%ld "
+		"events=%ld allocs=%ld registered=%ld modules=%ld "
+		"launches=%ld copies=%ld last_violation=\"%s\"\n",
+		st.violations, st.ctx_retained, st.streams, st.events,
+		st.allocs, st.registered, st.modules, st.launches, st.copies,
+		st.last_violation);
+	pthread_mutex_unlock(&mu);
 }

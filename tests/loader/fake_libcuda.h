@@ -18,6 +18,8 @@ enum fake_op {
 	F_EVENT_SYNC,	/* event */
 	F_STREAM_SYNC,	/* stream */
 	F_MARK,		/* a = test's mark kind, n = argument */
+	F_LAUNCH,	/* stream, n = nanoseconds the "kernel" runs */
+	F_COPY_SYNC,	/* a = dptr, n = bytes (cuMemcpyHtoD / DtoH) */
 };
 
 /* One driver call, in call order. Streams and events are small ids
@@ -37,6 +39,8 @@ struct fake_stats {
 	long register_calls, unregister_calls, copies;
 	long register_after_copy;    /* (un)pin calls once copying started */
 	long checks, check_failures; /* fake_enqueue_check results */
+	long modules;		     /* cuModuleLoadData(Ex) - cuModuleUnload */
+	long launches;		     /* cuLaunchKernel calls */
 	long violations; /* misuse: no context, unrecorded wait, ... */
 	char last_violation[256];
 };
