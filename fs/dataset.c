@@ -593,10 +593,12 @@ static void guard_install(void)
 	pthread_mutex_unlock(&guard_lock);
 }
 
-/* -EIO (with a log line) if the file of 'sh' shrank below its mapping. */
+/* -EIO (with a log line) if the file of 'sh' shrank below its mapping;
+ * 'f' (NULL: none) is named in the line. */
 static int check_size(const struct shard *sh, uint64_t sample,
 		      const struct bfs_field *f)
 {
+
 	struct stat st;
 
 	if (sh->zip->fd < 0)
@@ -606,10 +608,9 @@ static int check_size(const struct shard *sh, uint64_t sample,
 		return 0;
 	bfs_log(BFS_LOG_ERR, MOD,
 		"%s: archive truncated or unreadable (size now %" PRId64
-		" < %" PRIu64 " mapped); sample %" PRIu64 " of field '%s' "
-		"not read",
+		" < %" PRIu64 " mapped); sample %" PRIu64 "%s%s%s not read",
 		sh->path, (int64_t)st.st_size, sh->zip->map_size, sample,
-		f->name);
+		f ? " of field '" : "", f ? f->name : "", f ? "'" : "");
 	return -EIO;
 }
 
@@ -710,6 +711,34 @@ int bfs_dataset_gather(const struct bfs_dataset *ds, size_t f,
 	guard_jmp = &jb;
 	copy_rows(ds, f, idx, n, out, &at);
 	guard_jmp = NULL;
+	return 0;
+}
+
+int bfs_dataset_check(const struct bfs_dataset *ds, const uint64_t *idx,
+		      size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (idx[i] >= ds->samples)
+			return -ERANGE;
+	return check_shards(ds, NULL, idx, n);
+}
+
+int bfs_dataset_row(const struct bfs_dataset *ds, size_t f, uint64_t i,
+		    const void **ptr)
+{
+	const struct shard *sh;
+	const uint8_t *row;
+
+	if (f >= ds->nfields)
+		return -EINVAL;
+	if (i >= ds->samples)
+		return -ERANGE;
+	row = row_at(ds, f, i, &sh);
+	if (!sh->binds[f].contiguous ||
+	    (sh->big_endian &&
+	     bfs_dtype_info(ds->fields[f].dtype)->swap_unit > 1))
+		return -ENOTSUP;
+	*ptr = row;
 	return 0;
 }
 

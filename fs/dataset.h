@@ -68,6 +68,24 @@ void bfs_dataset_shard(const struct bfs_dataset *ds, size_t i,
 int bfs_dataset_gather(const struct bfs_dataset *ds, size_t f,
 		       const uint64_t *idx, size_t n, void *dst);
 
+/* Where row i of field f lies in the archive's read-only mapping, when it
+ * can be served as it is stored: C-contiguous and little-endian (no gather
+ * conversion). Returns 0 and sets *ptr (row_bytes bytes; any pointer when
+ * row_bytes is 0), -ENOTSUP when the row needs bfs_dataset_gather (strided
+ * view, big-endian archive with multi-byte elements), -ERANGE when
+ * i >= samples, -EINVAL for a bad f. Cost: O(log shards), no I/O.
+ * The bytes are the live mapping: touching them raises SIGBUS if the
+ * archive was truncated under us. Call bfs_dataset_check first and only
+ * let the kernel read them (a writev: a fault there is EFAULT). */
+int bfs_dataset_row(const struct bfs_dataset *ds, size_t f, uint64_t i,
+		    const void **ptr);
+
+/* 0 when every archive holding samples idx[0..n) still has at least its
+ * mapped size, -EIO (with a log line naming the file and sample) when one
+ * shrank (truncated or replaced on disk). One fstat per archive touched. */
+int bfs_dataset_check(const struct bfs_dataset *ds, const uint64_t *idx,
+		      size_t n);
+
 /* Advise the kernel that samples idx[0..n) of every field will be read
  * soon (madvise MADV_WILLNEED on their pages). Best effort, never fails. */
 void bfs_dataset_advise(const struct bfs_dataset *ds, const uint64_t *idx,

@@ -182,21 +182,28 @@ uint64_t bfs_layout_file_size(const struct bfs_layout *l, uint64_t e,
 	return bfs_layout_data_offset(l, e, k, rows) + rows * l->row_bytes;
 }
 
-int bfs_layout_fill(const struct bfs_layout *l, const struct bfs_dataset *ds,
-		    uint64_t e, uint64_t k, const uint64_t *idx, uint64_t rows,
-		    void *dst)
+void bfs_layout_header(const struct bfs_layout *l, uint64_t e, uint64_t k,
+		       uint64_t rows, void *dst)
 {
 	unsigned char *p = dst;
-	uint64_t data = bfs_layout_data_offset(l, e, k, rows);
-	uint64_t n = data - 8;
+	uint64_t n = bfs_layout_data_offset(l, e, k, rows) - 8;
 	size_t json = bfs_layout_json(l, e, k, rows, NULL, 0);
-	int rc = 0;
 
 	for (int i = 0; i < 8; i++)
 		p[i] = (unsigned char)(n >> (8 * i));
 	bfs_layout_json(l, e, k, rows, (char *)p + 8, json + 1);
 	memset(p + 8 + json, ' ', n - json);
-	p += data;
+}
+
+int bfs_layout_fill(const struct bfs_layout *l, const struct bfs_dataset *ds,
+		    uint64_t e, uint64_t k, const uint64_t *idx, uint64_t rows,
+		    void *dst)
+{
+	unsigned char *p = dst;
+	int rc = 0;
+
+	bfs_layout_header(l, e, k, rows, p);
+	p += bfs_layout_data_offset(l, e, k, rows);
 	for (size_t i = 0; i < l->nfields && rc == 0; i++) {
 		const struct bfs_layout_field *lf = &l->fields[i];
 

@@ -58,6 +58,12 @@ uint64_t bfs_layout_data_offset(const struct bfs_layout *l, uint64_t e,
 uint64_t bfs_layout_file_size(const struct bfs_layout *l, uint64_t e,
 			      uint64_t k, uint64_t rows);
 
+/* Write the batch file's first bfs_layout_data_offset() bytes (length,
+ * JSON, space padding) into dst, which must hold one byte more (scratch
+ * for the JSON's NUL: the first data byte in a whole batch file). */
+void bfs_layout_header(const struct bfs_layout *l, uint64_t e, uint64_t k,
+		       uint64_t rows, void *dst);
+
 /* Write the whole batch file (header, then each field's rows gathered
  * from 'ds' at indices idx[0..rows)) into dst, which must hold
  * bfs_layout_file_size() bytes. Returns 0 or the -errno of the gather

@@ -653,6 +653,16 @@ void bfs_pool_pushed(struct bfs_pool *p, struct bfs_batch *b)
 	pthread_mutex_unlock(&p->lock);
 }
 
+void bfs_pool_note_served(struct bfs_pool *p, uint64_t bytes,
+			  uint64_t batches)
+{
+	pthread_mutex_lock(&p->lock);
+	p->st.bytes_served += bytes;
+	p->st.batches_served += batches;
+	p->st.batches_zero_copy += batches;
+	pthread_mutex_unlock(&p->lock);
+}
+
 void bfs_pool_note_drops(struct bfs_pool *p, uint64_t n)
 {
 	pthread_mutex_lock(&p->lock);

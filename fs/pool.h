@@ -53,6 +53,9 @@ struct bfs_pool_stats {
 					* the kernel's copy under its budget */
 	uint64_t buffers_mapped;       /* fresh batch buffers mmap'd; every
 					* other gather reused a spare */
+	uint64_t batches_zero_copy;    /* batches served from the archive
+					* mapping with no gather (also in
+					* batches_served/bytes_served) */
 	uint64_t workers, prefetch_depth;
 };
 
@@ -98,6 +101,11 @@ void bfs_pool_served(struct bfs_pool *p, struct bfs_batch *b, uint64_t bytes,
  * the cache (its buffer goes with the last reference); a later read of it
  * re-gathers the same bytes. */
 void bfs_pool_pushed(struct bfs_pool *p, struct bfs_batch *b);
+
+/* Count bytes handed to a reader without a pool buffer (served straight
+ * from the archive mapping), and 'batches' more read to their end. */
+void bfs_pool_note_served(struct bfs_pool *p, uint64_t bytes,
+			  uint64_t batches);
 
 /* Count n pushed batches dropped from the kernel's page cache. */
 void bfs_pool_note_drops(struct bfs_pool *p, uint64_t n);

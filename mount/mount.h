@@ -4,6 +4,7 @@
 
 #include <fuse_lowlevel.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -27,6 +28,14 @@ struct bfs_mount {
 		BFS_SERVE_DIRECT, /* direct I/O: no page cache, no mmap */
 	} serve;
 	struct fuse_session *se;   /* for notify_store / notify_inval */
+	/* Set by the FUSE init handler (see ops.c, zero copy): batch rows
+	 * are replied straight from the archive mapping; zc_ahead batches
+	 * after an opened one are advised (madvise) instead of gathered. */
+	bool zero_copy;
+	bool zc_no_check; /* tests: skip the size check, let the kernel fault */
+	unsigned zc_ahead;
+	unsigned zc_max_iov; /* slices per READ reply (tests may lower it) */
+	_Atomic uint64_t zc_advised; /* stream positions advised, exclusive */
 	struct bfs_pushed *pushed; /* BFS_SERVE_PUSH: batches in the kernel */
 	/* Open file handles, freed by RELEASE; those the kernel never
 	 * released (files still open at unmount) are freed at teardown. */

@@ -29,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/statvfs.h>
+#include <sys/uio.h>
 
 #include "fs/log.h"
 #include "mount/mount.h"
@@ -41,6 +42,7 @@ struct bfs_handle {
 	_Atomic uint64_t served; /* batch files: bytes replied so far */
 	atomic_bool consumed;	 /* batch files: reported to the pool */
 	bool push_open;		 /* batch files: counted open in pushed */
+	struct zc *zc;		 /* batch files served with no gather */
 	char *text;		 /* text files: rendered contents */
 	size_t text_len;
 	/* Open's reference plus one per READ being replied. The kernel sends
@@ -64,6 +66,7 @@ static void handle_link(struct bfs_mount *m, struct bfs_handle *h)
 
 static void handle_free(struct bfs_handle *h)
 {
+	free(h->zc);
 	free(h->text);
 	free(h);
 }
@@ -112,8 +115,11 @@ static double attr_timeout(const struct stat *st)
 	return (st->st_ino >> 60) == BFS_NODE_STATS ? 1.0 : LONG_TIMEOUT;
 }
 
+static void zc_init(struct bfs_mount *m);
+
 static void bfs_init(void *userdata, struct fuse_conn_info *conn)
 {
+	zc_init(userdata);
 	/* More than the kernel's 12 async requests in flight (readahead,
 	 * async direct I/O): research/fuse-anchors.md §2. */
 	conn->max_background = 64;
@@ -451,6 +457,252 @@ static int push_batch(struct bfs_mount *m, struct bfs_handle *h, fuse_ino_t ino)
 	return rc;
 }
 
+/* ---- zero copy: batches replied straight from the archive mapping ----
+ *
+ * When every row of every field is stored as served (C-contiguous,
+ * little-endian: bfs_dataset_row), a READ of [off, off+n) of a batch is
+ * one fuse_reply_iov whose slices are the handle's rendered header and
+ * the rows in the archive's read-only mapping: the kernel's copy into the
+ * reader's pages is the only copy (no gather into a pool buffer). Slices
+ * adjacent in memory merge (sequential order: one slice per field). A
+ * handle is served this way when a READ of ZC_READ_MAX bytes cannot need
+ * more than ZC_MAX_IOV slices; otherwise (small rows, big batches) and for
+ * a READ that would anyway, the pool's gathered buffer serves it.
+ * Prefetch becomes advise: an open advises its batch and the batches up to
+ * zc_ahead (--prefetch) after it (each once, zc_advised), so cold rows are
+ * read ahead with no buffer held.
+ * Faults: before each reply that touches rows, the archives are fstat()ed
+ * (bfs_dataset_check): a truncated one gives EIO. If it shrinks between
+ * the check and the writev, the kernel's copy from our iovec faults inside
+ * the kernel: writev fails with EFAULT (no signal reaches the daemon) and
+ * the kernel ends the READ with EIO (fuse_dev_do_write: copy_out_args
+ * error -> out.h.error = -EIO); tests/mount/test_mount_zerocopy.py checks
+ * both (BATCHFS_DEBUG_ZC_NO_CHECK skips the check). The daemon itself
+ * never touches the rows. BATCHFS_DEBUG_ZC_MAX_IOV lowers the slice cap
+ * of a READ (not the open's estimate), so tests reach the per-READ
+ * fallback; BATCHFS_DEBUG_NO_ZERO_COPY turns it off (measurements). */
+
+#define ZC_MAX_IOV  1023u	 /* fuse_reply_iov: IOV_MAX minus the header */
+#define ZC_READ_MAX (1u << 20) /* largest READ (max_pages 256, libfuse 3.14) */
+
+struct zc {
+	uint64_t rows, data_off;
+	uint64_t *idx;	     /* [rows] sample indices of the batch */
+	const uint8_t **row; /* [nfields][rows] in file order */
+	char head[];	     /* data_off (+1 scratch) header bytes */
+};
+
+/* 1 when every field of every shard is stored as served. */
+static bool zc_eligible(const struct bfs_dataset *ds)
+{
+	for (size_t s = 0; s < bfs_dataset_nshards(ds); s++) {
+		struct bfs_shard_info si;
+
+		bfs_dataset_shard(ds, s, &si);
+		for (size_t f = 0; si.samples && f < bfs_dataset_nfields(ds);
+		     f++) {
+			const void *p;
+
+			if (bfs_dataset_row(ds, f, si.first_sample, &p) < 0)
+				return false;
+		}
+	}
+	return true;
+}
+
+static void zc_init(struct bfs_mount *m)
+{
+	const char *cap = getenv("BATCHFS_DEBUG_ZC_MAX_IOV");
+	struct bfs_pool_stats st;
+
+	bfs_pool_stats(m->pool, &st);
+	m->zc_ahead = (unsigned)st.prefetch_depth;
+	m->zc_no_check = getenv("BATCHFS_DEBUG_ZC_NO_CHECK") != NULL;
+	m->zc_max_iov = cap ? (unsigned)strtoul(cap, NULL, 10) : ZC_MAX_IOV;
+	if (m->zc_max_iov < 1 || m->zc_max_iov > ZC_MAX_IOV)
+		m->zc_max_iov = ZC_MAX_IOV;
+	m->zero_copy = m->serve == BFS_SERVE_DIRECT &&
+		       !getenv("BATCHFS_DEBUG_NO_ZERO_COPY") &&
+		       zc_eligible(m->ds);
+	atomic_init(&m->zc_advised, 0);
+	bfs_log(BFS_LOG_INFO, "mount", "zero copy: %s",
+		m->zero_copy ? "on" : "off");
+}
+
+/* Most slices a READ of ZC_READ_MAX bytes of a 'rows' batch can need. */
+static uint64_t zc_worst_slices(const struct bfs_layout *l, uint64_t rows)
+{
+	uint64_t n = 1; /* the header */
+
+	for (size_t i = 0; i < l->nfields; i++) {
+		uint64_t rb = l->fields[i].f->row_bytes;
+		uint64_t s = rb ? ZC_READ_MAX / rb + 2 : 0;
+
+		n += s < rows ? s : rows;
+	}
+	return n;
+}
+
+/* Advise the batches after stream position pos not advised yet. */
+static void zc_advise_ahead(struct bfs_mount *m, uint64_t pos, uint64_t len)
+{
+	uint64_t from = pos + 1, to = pos + 1 + m->zc_ahead;
+	uint64_t done = atomic_load(&m->zc_advised);
+	uint64_t cap = bfs_order_batch_rows(m->order, 0);
+	uint64_t *idx;
+
+	if (done > from && done <= to)
+		from = done;
+	if (from >= to)
+		return;
+	while (done < to && !atomic_compare_exchange_weak(&m->zc_advised,
+							  &done, to))
+		;
+	idx = malloc((cap ? cap : 1) * sizeof(*idx));
+	for (uint64_t q = from; idx && q < to; q++) {
+		struct bfs_node n = {.kind = BFS_NODE_BATCH,
+				     .epoch = q / len,
+				     .batch = q % len};
+		uint64_t rows = bfs_order_batch_rows(m->order, n.batch);
+		struct stat st;
+
+		if (bfs_tree_getattr(m->tree, bfs_tree_ino(&n), &st) < 0)
+			break; /* past the last epoch */
+		if (bfs_order_batch(m->order, n.epoch, n.batch, idx) == 0)
+			bfs_dataset_advise(m->ds, idx, rows);
+	}
+	free(idx);
+}
+
+/* Set up h->zc for a zero-copy batch; leaves it NULL (the pool serves)
+ * when a row needs a gather or a READ could need too many slices. */
+static int zc_open(struct bfs_mount *m, struct bfs_handle *h)
+{
+	const struct bfs_layout *l = &m->layout;
+	uint64_t e = h->node.epoch, k = h->node.batch;
+	uint64_t rows = bfs_order_batch_rows(m->order, k);
+	uint64_t data = bfs_layout_data_offset(l, e, k, rows);
+	struct zc *z;
+	int rc = 0;
+
+	if (!m->zero_copy || zc_worst_slices(l, rows) > ZC_MAX_IOV)
+		return 0;
+	z = malloc(sizeof(*z) + data + 8 + rows * sizeof(uint64_t) * 2 +
+		   l->nfields * rows * sizeof(void *));
+	if (!z)
+		return -ENOMEM;
+	z->rows = rows;
+	z->data_off = data;
+	z->idx = (uint64_t *)(z->head + data + 8); /* data: 4096 multiple */
+	z->row = (const uint8_t **)(z->idx + rows);
+	rc = bfs_order_batch(m->order, e, k, z->idx);
+	for (size_t i = 0; rc == 0 && i < l->nfields; i++)
+		for (uint64_t r = 0; rc == 0 && r < rows; r++)
+			rc = bfs_dataset_row(m->ds, l->fields[i].ds_index,
+					     z->idx[r],
+					     (const void **)&z->row[i * rows + r]);
+	if (rc < 0) {
+		free(z);
+		return rc == -ENOTSUP ? 0 : rc;
+	}
+	bfs_layout_header(l, e, k, rows, z->head);
+	h->zc = z;
+	bfs_dataset_advise(m->ds, z->idx, rows);
+	zc_advise_ahead(m, e * bfs_order_len(m->order) + k,
+			bfs_order_len(m->order));
+	return 0;
+}
+
+/* Append [p, p+len) to iov[0..*cnt), merged with the last slice when
+ * adjacent. false when a new slice does not fit. */
+static bool zc_add(struct iovec *iov, unsigned *cnt, unsigned max,
+		   const void *p, size_t len)
+{
+	struct iovec *last = *cnt ? &iov[*cnt - 1] : NULL;
+
+	if (last && (const char *)last->iov_base + last->iov_len == p) {
+		last->iov_len += len;
+		return true;
+	}
+	if (*cnt == max)
+		return false;
+	iov[*cnt].iov_base = (void *)p;
+	iov[*cnt].iov_len = len;
+	(*cnt)++;
+	return true;
+}
+
+/* The slices of bytes [off, end) of h's batch (end <= size). Returns the
+ * slice count, or -E2BIG when more than ZC_MAX_IOV are needed. */
+static int zc_iov(const struct bfs_mount *m, const struct zc *z, uint64_t off,
+		  uint64_t end, struct iovec *iov)
+{
+	const struct bfs_layout *l = &m->layout;
+	uint64_t fstart = z->data_off;
+	unsigned cnt = 0;
+
+	if (off < z->data_off)
+		zc_add(iov, &cnt, m->zc_max_iov, z->head + off,
+		       (size_t)((end < z->data_off ? end : z->data_off) - off));
+	for (size_t i = 0; i < l->nfields && fstart < end; i++) {
+		uint64_t rb = l->fields[i].f->row_bytes;
+		uint64_t fend = fstart + z->rows * rb;
+		uint64_t stop = end < fend ? end : fend;
+
+		for (uint64_t p = off > fstart ? off : fstart; p < stop;) {
+			uint64_t r = (p - fstart) / rb, w = (p - fstart) % rb;
+			uint64_t n = rb - w < stop - p ? rb - w : stop - p;
+
+			if (!zc_add(iov, &cnt, m->zc_max_iov,
+				    z->row[i * z->rows + r] + w, (size_t)n))
+				return -E2BIG;
+			p += n;
+		}
+		fstart = fend;
+	}
+	return (int)cnt;
+}
+
+static void read_batch(fuse_req_t req, struct bfs_mount *m,
+		       struct bfs_handle *h, size_t size, off_t off);
+
+/* Serve [off, off+size) of a zero-copy batch (see above). */
+static void read_zc(fuse_req_t req, struct bfs_mount *m, struct bfs_handle *h,
+		    size_t size, off_t off)
+{
+	struct iovec iov[ZC_MAX_IOV];
+	const struct zc *z = h->zc;
+	uint64_t n = 0, end;
+	int cnt = 0, rc = 0;
+	bool last;
+
+	if ((uint64_t)off < h->size)
+		n = h->size - (uint64_t)off < size ? h->size - (uint64_t)off
+						   : size;
+	end = (uint64_t)off + n;
+	if (n)
+		cnt = zc_iov(m, z, (uint64_t)off, end, iov);
+	if (cnt < 0) { /* too many slices: the pool's buffer serves it */
+		read_batch(req, m, h, size, off);
+		return;
+	}
+	if (end > z->data_off && !m->zc_no_check)
+		rc = bfs_dataset_check(m->ds, z->idx, z->rows);
+	if (rc < 0) {
+		fuse_reply_err(req, EIO);
+		return;
+	}
+	last = n && atomic_fetch_add(&h->served, n) + n >= h->size &&
+	       !atomic_exchange(&h->consumed, true);
+	bfs_pool_note_served(m->pool, n, last);
+	atomic_fetch_add(&h->refs, 1); /* iov[0] may point into h->zc */
+	if (cnt)
+		fuse_reply_iov(req, iov, cnt); /* EFAULT: the kernel sends EIO */
+	else
+		fuse_reply_buf(req, NULL, 0);
+	handle_put(m, h);
+}
+
 /* The serving mode, chosen by measurement. 2-vCPU shared VM (load ~2 from
  * other jobs: +-30 %), Python reader: every batch, one open each,
  * readinto() a 1 MiB buffer; median of 3 runs, same run for all rows:
@@ -486,7 +738,7 @@ static int open_batch(struct bfs_mount *m, struct bfs_handle *h, fuse_ino_t ino,
 	h->size = bfs_tree_batch_size(m->tree, h->node.epoch, h->node.batch);
 	if (m->serve == BFS_SERVE_DIRECT) {
 		fi->direct_io = 1;
-		return 0;
+		return zc_open(m, h);
 	}
 	fi->keep_cache = 1; /* the pages pushed (or read) stay valid */
 	return m->serve == BFS_SERVE_PUSH ? push_batch(m, h, ino) : 0;
@@ -536,8 +788,7 @@ out:
 		fuse_reply_open(req, fi);
 	} else {
 		if (h)
-			free(h->text);
-		free(h);
+			handle_free(h);
 		fuse_reply_err(req,
 			       rc == -ETIMEDOUT || rc == -ERANGE ? EIO : -rc);
 	}
@@ -556,8 +807,9 @@ static void read_batch(fuse_req_t req, struct bfs_mount *m,
 		if (n > size)
 			n = size;
 		/* Push mode: a READ means the kernel lost pages of a batch
-		 * pushed at open; re-gather it without its successors. */
-		rc = m->serve == BFS_SERVE_PUSH
+		 * pushed at open; re-gather it without its successors. A
+		 * zero-copy batch: its successors are not gathered either. */
+		rc = m->serve == BFS_SERVE_PUSH || h->zc
 			 ? bfs_pool_acquire_alone(m->pool, h->node.epoch,
 						  h->node.batch, &b)
 			 : bfs_pool_acquire(m->pool, h->node.epoch,
@@ -590,7 +842,10 @@ static void bfs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	size_t n = 0;
 
 	if (h->node.kind == BFS_NODE_BATCH) {
-		read_batch(req, m, h, size, off);
+		if (h->zc)
+			read_zc(req, m, h, size, off);
+		else
+			read_batch(req, m, h, size, off);
 		return;
 	}
 	if ((uint64_t)off < h->text_len) {
