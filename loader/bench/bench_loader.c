@@ -12,9 +12,15 @@
  * GPU part (bench_gpu.c): only when a CUDA driver and a device are present;
  * otherwise one "GPU part: skipped (no CUDA driver/GPU)" line.
  *
+ * Files: --total-mb / --batch-mb files are written to --dir (reused when
+ * their size matches); with --existing 1, the batch_K files already in
+ * --dir are used (e.g. a batchfs mount's epoch/0, to measure through FUSE),
+ * up to --total-mb.
+ *
  * Usage: bench_loader [--total-mb N] [--batch-mb N] [--dir D] [--reps N]
  *          [--readers N] [--slots N] [--chunk-kb N] [--skip N] [--device N]
  *          [--peak-mb N] [--peak-copies N] [--spin-us N] [--verify-every N]
+ *          [--existing 1]
  *        bench_loader --print-ptx     (the spin kernel, for ptxas) */
 #include "loader/bench/bench.h"
 #include "tests/loader/st_write.h"
@@ -66,6 +72,29 @@ static size_t make_files(const char *dir, int nb, size_t batch)
 	}
 	free(d);
 	return 4096 + rows * 4096;
+}
+
+/* --existing: the batch_K files already in dir (e.g. a batchfs mount's
+ * epoch/0), up to total bytes. Sets c->nb, file_bytes (the largest) and
+ * bytes; returns 0 or -1 when there is no batch_0. */
+static int scan_files(struct bench_cfg *c, double total)
+{
+	char path[4200];
+	struct stat sb;
+
+	c->nb = 0;
+	c->file_bytes = 0;
+	c->bytes = 0;
+	for (;;) {
+		snprintf(path, sizeof(path), "%s/batch_%d", c->dir, c->nb);
+		if (c->bytes >= total || stat(path, &sb) != 0)
+			break;
+		if ((size_t)sb.st_size > c->file_bytes)
+			c->file_bytes = (size_t)sb.st_size;
+		c->bytes += (double)sb.st_size;
+		c->nb++;
+	}
+	return c->nb > 0 ? 0 : -1;
 }
 
 /* Baseline: read() every file whole into buf. Seconds. */
@@ -135,31 +164,33 @@ int bench_run_loader(const struct bfs_loader_opts *o, void *stream,
 /* Command-line values (defaults: make bench-loader's). */
 struct args {
 	long total_mb, batch_mb, reps, readers, slots, chunk_kb, skip, device,
-	    peak_mb, peak_copies, spin_us, verify_every;
+	    peak_mb, peak_copies, spin_us, verify_every, existing;
 	const char *dir;
 };
 
-/* --name value pairs into c; returns 0, or 2 on a bad argument. */
-static int parse_args(int argc, char **argv, struct bench_cfg *c, int *batch_mb)
+/* --name value pairs into c and *out; returns 0, or 2 on a bad argument. */
+static int parse_args(int argc, char **argv, struct bench_cfg *c,
+		      struct args *out)
 {
-	struct args a = {
-	    1024, 64, 5, 0, 0, 0, -1, 0, 64, 32, 0, 8, "/tmp/bfs-bench-loader"};
+	struct args a = {.total_mb = 1024,
+			 .batch_mb = 64,
+			 .reps = 5,
+			 .skip = -1,
+			 .peak_mb = 64,
+			 .peak_copies = 32,
+			 .verify_every = 8,
+			 .dir = "/tmp/bfs-bench-loader"};
 	const struct {
 		const char *name;
 		long *v;
-	} opt[] = {{"--total-mb", &a.total_mb},
-		   {"--batch-mb", &a.batch_mb},
-		   {"--reps", &a.reps},
-		   {"--readers", &a.readers},
-		   {"--slots", &a.slots},
-		   {"--chunk-kb", &a.chunk_kb},
-		   {"--skip", &a.skip},
-		   {"--device", &a.device},
-		   {"--peak-mb", &a.peak_mb},
-		   {"--peak-copies", &a.peak_copies},
-		   {"--spin-us", &a.spin_us},
-		   {"--verify-every", &a.verify_every},
-		   {"--dir", NULL}};
+	} opt[] = {
+	    {"--total-mb", &a.total_mb}, {"--batch-mb", &a.batch_mb},
+	    {"--reps", &a.reps},	 {"--readers", &a.readers},
+	    {"--slots", &a.slots},	 {"--chunk-kb", &a.chunk_kb},
+	    {"--skip", &a.skip},	 {"--device", &a.device},
+	    {"--peak-mb", &a.peak_mb},	 {"--peak-copies", &a.peak_copies},
+	    {"--spin-us", &a.spin_us},	 {"--verify-every", &a.verify_every},
+	    {"--existing", &a.existing}, {"--dir", NULL}};
 	const unsigned nopt = sizeof(opt) / sizeof(opt[0]);
 
 	for (int i = 1; i < argc; i += 2) {
@@ -177,10 +208,13 @@ static int parse_args(int argc, char **argv, struct bench_cfg *c, int *batch_mb)
 			a.dir = argv[i + 1];
 	}
 	if (a.reps < 1 || a.reps > 16 || a.batch_mb < 1 ||
-	    a.total_mb < a.batch_mb || a.peak_mb < 1 || a.peak_copies < 1 ||
-	    a.verify_every < 1 || a.readers < 0 || a.slots < 0 ||
-	    a.chunk_kb < 0 || a.device < 0 || a.spin_us < 0)
+	    (!a.existing && a.total_mb < a.batch_mb) || a.peak_mb < 1 ||
+	    a.peak_copies < 1 || a.verify_every < 1 || a.readers < 0 ||
+	    a.slots < 0 || a.chunk_kb < 0 || a.device < 0 || a.spin_us < 0) {
+		fprintf(stderr, "bench_loader: bad values (see the comment at "
+				"the top of loader/bench/bench_loader.c)\n");
 		return 2;
+	}
 	*c = (struct bench_cfg){.dir = a.dir,
 				.nb = (int)(a.total_mb / a.batch_mb),
 				.reps = (int)a.reps,
@@ -193,20 +227,19 @@ static int parse_args(int argc, char **argv, struct bench_cfg *c, int *batch_mb)
 				.peak_copies = (unsigned)a.peak_copies,
 				.spin_us = (unsigned)a.spin_us,
 				.verify_every = (unsigned)a.verify_every};
-	*batch_mb = (int)a.batch_mb;
+	*out = a;
 	/* default: the ring's depth, so the window starts with a full ring */
 	c->skip = a.skip >= 0 ? (unsigned)a.skip
 		  : a.slots   ? (unsigned)a.slots
 			      : 3;
-	if (c->skip > (unsigned)c->nb / 2)
-		c->skip = (unsigned)c->nb / 2;
 	return 0;
 }
 
 int main(int argc, char **argv)
 {
 	struct bench_cfg c;
-	int batch_mb, rc;
+	struct args a;
+	int rc;
 	double tr[16], tl[16], ts[16], rf[16];
 	struct bench_run run;
 	unsigned char *buf;
@@ -216,20 +249,29 @@ int main(int argc, char **argv)
 		fputs(bench_spin_ptx, stdout);
 		return 0;
 	}
-	if ((rc = parse_args(argc, argv, &c, &batch_mb)) != 0)
+	if ((rc = parse_args(argc, argv, &c, &a)) != 0)
 		return rc;
-	c.file_bytes = make_files(c.dir, c.nb, (size_t)batch_mb << 20);
-	c.bytes = (double)c.nb * (double)c.file_bytes;
+	if (a.existing) {
+		if (scan_files(&c, (double)a.total_mb * (1 << 20)) < 0) {
+			fprintf(stderr, "bench_loader: no %s/batch_0\n", c.dir);
+			return 2;
+		}
+	} else {
+		c.file_bytes =
+		    make_files(c.dir, c.nb, (size_t)a.batch_mb << 20);
+		c.bytes = (double)c.nb * (double)c.file_bytes;
+	}
+	if (c.skip > (unsigned)c.nb / 2)
+		c.skip = (unsigned)c.nb / 2;
 	c.o.dir = c.dir;
 	c.o.mode = BFS_LOADER_CPU;
-	buf = aligned_alloc(4096, (size_t)batch_mb << 20);
-	memset(buf, 0, (size_t)batch_mb << 20);
-	plain_read(c.dir, c.nb, buf, (size_t)batch_mb << 20); /* warm up */
+	buf = aligned_alloc(4096, (c.file_bytes + 4095) / 4096 * 4096);
+	memset(buf, 0, c.file_bytes);
+	plain_read(c.dir, c.nb, buf, c.file_bytes); /* warm up */
 
 	for (int r = 0; r < c.reps; r++) {
-		tr[r] = c.bytes /
-			plain_read(c.dir, c.nb, buf, (size_t)batch_mb << 20) /
-			1e9;
+		tr[r] =
+		    c.bytes / plain_read(c.dir, c.nb, buf, c.file_bytes) / 1e9;
 		if (bench_run_loader(&c.o, NULL, c.skip, NULL, &run) < 0)
 			return 1;
 		tl[r] = c.bytes / run.open_close / 1e9;
@@ -237,9 +279,9 @@ int main(int argc, char **argv)
 		rf[r] = run.window_bytes / run.window / 1e9;
 	}
 	free(buf);
-	printf("bench-loader: %d files x %d MiB in %s (page cache warm), "
-	       "median of %d\n",
-	       c.nb, batch_mb, c.dir, c.reps);
+	printf("bench-loader: %d files, %.1f MiB each at most, in %s "
+	       "(page cache warm), median of %d\n",
+	       c.nb, (double)c.file_bytes / (1 << 20), c.dir, c.reps);
 	printf("plain read() into one buffer:    %6.2f GB/s\n",
 	       bench_median(tr, c.reps));
 	printf("loader CPU mode, next..EOF:      %6.2f GB/s  ratio %.3f "
