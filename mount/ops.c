@@ -14,7 +14,9 @@
  * --serve cache: plain page-cache mode (the kernel READs 128 KiB at a
  * time); --serve direct (--direct-io): direct_io, fastest read() but
  * MAP_SHARED fails with ENODEV on libfuse 3.14 (research/fuse-anchors.md
- * §2). Measurements: see the comment at open_batch.
+ * §2). In direct mode, batches of big rows stored as served are replied
+ * from the archive mapping with no gather (zero copy, below).
+ * Measurements: see the comment at open_batch.
  *
  * Text files: README, dataset.json and index files are rendered at open into
  * the handle (keep_cache: they never change); stats is rendered at open and
@@ -484,6 +486,7 @@ static int push_batch(struct bfs_mount *m, struct bfs_handle *h, fuse_ino_t ino)
 
 #define ZC_MAX_IOV  1023u	 /* fuse_reply_iov: IOV_MAX minus the header */
 #define ZC_READ_MAX (1u << 20) /* largest READ (max_pages 256, libfuse 3.14) */
+#define ZC_MIN_SLICE 4096u	 /* mean bytes per row slice worth it */
 
 struct zc {
 	uint64_t rows, data_off;
@@ -492,9 +495,17 @@ struct zc {
 	char head[];	     /* data_off (+1 scratch) header bytes */
 };
 
-/* 1 when every field of every shard is stored as served. */
-static bool zc_eligible(const struct bfs_dataset *ds)
+/* 1 when every field of every shard is stored as served, in slices of
+ * ZC_MIN_SLICE bytes on average (see the measurements at open_batch). */
+static bool zc_eligible(const struct bfs_dataset *ds,
+			const struct bfs_layout *l)
 {
+	size_t used = 0;
+
+	for (size_t i = 0; i < l->nfields; i++)
+		used += l->fields[i].f->row_bytes != 0;
+	if (!used || l->row_bytes / used < ZC_MIN_SLICE)
+		return false;
 	for (size_t s = 0; s < bfs_dataset_nshards(ds); s++) {
 		struct bfs_shard_info si;
 
@@ -523,7 +534,7 @@ static void zc_init(struct bfs_mount *m)
 		m->zc_max_iov = ZC_MAX_IOV;
 	m->zero_copy = m->serve == BFS_SERVE_DIRECT &&
 		       !getenv("BATCHFS_DEBUG_NO_ZERO_COPY") &&
-		       zc_eligible(m->ds);
+		       zc_eligible(m->ds, &m->layout);
 	atomic_init(&m->zc_advised, 0);
 	bfs_log(BFS_LOG_INFO, "mount", "zero copy: %s",
 		m->zero_copy ? "on" : "off");
@@ -632,35 +643,42 @@ static bool zc_add(struct iovec *iov, unsigned *cnt, unsigned max,
 	return true;
 }
 
-/* The slices of bytes [off, end) of h's batch (end <= size). Returns the
- * slice count, or -E2BIG when more than ZC_MAX_IOV are needed. */
-static int zc_iov(const struct bfs_mount *m, const struct zc *z, uint64_t off,
-		  uint64_t end, struct iovec *iov)
+/* The slices of bytes [off, end) of h's batch (end <= size), at most
+ * 'max' of them. Returns the slice count; *reached = where they end
+ * (< end when more slices were needed). */
+static unsigned zc_iov(const struct bfs_mount *m, const struct zc *z,
+		       uint64_t off, uint64_t end, struct iovec *iov,
+		       unsigned max, uint64_t *reached)
 {
 	const struct bfs_layout *l = &m->layout;
-	uint64_t fstart = z->data_off;
+	uint64_t fstart = z->data_off, p = off;
 	unsigned cnt = 0;
 
-	if (off < z->data_off)
-		zc_add(iov, &cnt, m->zc_max_iov, z->head + off,
-		       (size_t)((end < z->data_off ? end : z->data_off) - off));
+	if (p < z->data_off) {
+		uint64_t n = (end < z->data_off ? end : z->data_off) - p;
+
+		zc_add(iov, &cnt, max, z->head + p, (size_t)n);
+		p += n;
+	}
 	for (size_t i = 0; i < l->nfields && fstart < end; i++) {
 		uint64_t rb = l->fields[i].f->row_bytes;
 		uint64_t fend = fstart + z->rows * rb;
 		uint64_t stop = end < fend ? end : fend;
 
-		for (uint64_t p = off > fstart ? off : fstart; p < stop;) {
+		for (; p < stop;) {
 			uint64_t r = (p - fstart) / rb, w = (p - fstart) % rb;
 			uint64_t n = rb - w < stop - p ? rb - w : stop - p;
 
-			if (!zc_add(iov, &cnt, m->zc_max_iov,
+			if (!zc_add(iov, &cnt, max,
 				    z->row[i * z->rows + r] + w, (size_t)n))
-				return -E2BIG;
+				goto out;
 			p += n;
 		}
 		fstart = fend;
 	}
-	return (int)cnt;
+out:
+	*reached = p;
+	return cnt;
 }
 
 static void read_batch(fuse_req_t req, struct bfs_mount *m,
@@ -672,17 +690,17 @@ static void read_zc(fuse_req_t req, struct bfs_mount *m, struct bfs_handle *h,
 {
 	struct iovec iov[ZC_MAX_IOV];
 	const struct zc *z = h->zc;
-	uint64_t n = 0, end;
-	int cnt = 0, rc = 0;
+	uint64_t n = 0, end, reached;
+	unsigned cnt;
+	int rc = 0;
 	bool last;
 
 	if ((uint64_t)off < h->size)
 		n = h->size - (uint64_t)off < size ? h->size - (uint64_t)off
 						   : size;
 	end = (uint64_t)off + n;
-	if (n)
-		cnt = zc_iov(m, z, (uint64_t)off, end, iov);
-	if (cnt < 0) { /* too many slices: the pool's buffer serves it */
+	cnt = zc_iov(m, z, (uint64_t)off, end, iov, m->zc_max_iov, &reached);
+	if (reached < end) { /* too many slices: the pool's buffer serves */
 		read_batch(req, m, h, size, off);
 		return;
 	}
@@ -697,7 +715,7 @@ static void read_zc(fuse_req_t req, struct bfs_mount *m, struct bfs_handle *h,
 	bfs_pool_note_served(m->pool, n, last);
 	atomic_fetch_add(&h->refs, 1); /* iov[0] may point into h->zc */
 	if (cnt)
-		fuse_reply_iov(req, iov, cnt); /* EFAULT: the kernel sends EIO */
+		fuse_reply_iov(req, iov, (int)cnt); /* EFAULT: kernel EIO */
 	else
 		fuse_reply_buf(req, NULL, 0);
 	handle_put(m, h);
@@ -731,7 +749,29 @@ static void read_zc(fuse_req_t req, struct bfs_mount *m, struct bfs_handle *h,
  * it keeps the page cache bounded, and an open never returns before the
  * whole batch is resident (mmap readers fault nothing to the daemon).
  * Readers that only read() should use --direct-io. FUSE threads (direct,
- * earlier run): 1: 1.89, 2: 2.66, 4: 2.47, 8: 2.16 GB/s -> 4 by default. */
+ * earlier run): 1: 1.89, 2: 2.66, 4: 2.47, 8: 2.16 GB/s -> 4 by default.
+ *
+ * Zero copy (the section above), same machine, later run, nice -n 5, one
+ * run for all rows, median of 3 (GB/s payload; daemon CPU s per epoch of
+ * the Python reader): B' = uint8 [7200,3,224,224] + int64 via batchfs
+ * pack, batch 64, --shuffle; C = uint8 [1400000,784] + int64, batch 256,
+ * --shuffle. Python readinto 1 MiB (epoch 0) / `batchfs bench --read`
+ * (epoch 1):
+ *                                   B' py / C-read / cpu    C py / C-read / cpu
+ *   direct, zero copy               3.81 / 4.49 / 0.23      0.43 / 0.45 / 2.36
+ *   direct, gathered (before)       3.05 / 3.79 / 0.46      1.88 / 1.59 / 0.75
+ *   push (default, gathered)        1.95 / 2.02 / 0.59      1.40 / 1.54 / 0.94
+ *   null FUSE server (1 MiB)        4.95 (C-read)
+ *   page-cache read of the archive  8.60
+ * Big rows: zero copy is 0.91x the null server (was 0.77x) at half the
+ * daemon CPU. Small rows: 513 slices of 784 or 8 bytes per READ are 4x
+ * slower than one gathered buffer (the kernel pins and maps a page per
+ * slice), so zero copy needs ZC_MIN_SLICE bytes per slice on average;
+ * C is gathered. Push from the archive (hand-written FUSE_NOTIFY_STORE
+ * writev of header + row slices, no gather) was measured on B' too:
+ * 1.59 / 1.84 GB/s vs 1.92 / 1.85 gathered (workers gather and push
+ * ahead in parallel; the open-time store from the mapping does not), so
+ * it was not kept. */
 static int open_batch(struct bfs_mount *m, struct bfs_handle *h, fuse_ino_t ino,
 		      struct fuse_file_info *fi)
 {

@@ -11,7 +11,8 @@ mapping (fuse_reply_iov), with no gather. Checks, on real mounts, in
   whole file;
 - in direct mode the eligible batches are served with no gather
   (batches_materialized stays 0) and counted served;
-- batches too big for one reply of <= 1023 slices (small rows) and READs
+- rows too small to be worth slices (under 4 KiB a slice on average),
+  batches too big for one reply of <= 1023 slices (small rows) and READs
   over a lowered slice cap (BATCHFS_DEBUG_ZC_MAX_IOV) fall back to the
   gathered buffer, same bytes;
 - a shard truncated under the mount: reads of batches with its rows fail
@@ -42,7 +43,7 @@ def save(path, d):
 def eligible(path, n=N, seed=1):
     g = torch.Generator().manual_seed(seed)
     return save(path, {
-        "x": torch.randint(0, 256, (n, 3, 40, 40), generator=g).to(torch.uint8),
+        "x": torch.randint(0, 256, (n, 3, 80, 80), generator=g).to(torch.uint8),
         "y": torch.arange(n) * 7,
         "z": torch.randn(n, 5, generator=g)})
 
@@ -85,7 +86,7 @@ def check_ranges(path):
     whole = ml.read_file(path)
     size = len(whole)
     hdr = 8 + int.from_bytes(whole[:8], "little")
-    row = 3 * 40 * 40
+    row = 3 * 80 * 80
     cuts = [0, 1, 7, 8, 9, 4095, hdr - 1, hdr, hdr + 1, hdr + row - 3,
             hdr + 5 * row + 11, hdr + BATCH * row - 2, size - 300,
             size - 1]

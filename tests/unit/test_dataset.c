@@ -506,6 +506,61 @@ static void truncated_archive_gives_eio_and_names_the_sample(void **state)
 	bfs_dataset_close(ds);
 }
 
+/* bfs_dataset_row: contiguous little-endian rows point into the mapping
+ * (the bytes gather returns); strided views and byte-swapped fields need a
+ * gather (-ENOTSUP). bfs_dataset_check: -EIO once the file shrank. */
+static void rows_served_in_place_only_when_stored_as_served(void **state)
+{
+	const char *p = simple_archive("rows.pt", 5);
+	struct bfs_dataset *ds = open1(p);
+	uint64_t idx[] = {4, 1};
+	const void *row = NULL;
+	float got[3];
+	int64_t gy;
+
+	for (uint64_t i = 0; i < 5; i++) {
+		assert_int_equal(bfs_dataset_row(ds, 0, i, &row), 0);
+		assert_int_equal(bfs_dataset_gather(ds, 0, &i, 1, got), 0);
+		assert_memory_equal(row, got, sizeof(got));
+		assert_int_equal(bfs_dataset_row(ds, 1, i, &row), 0);
+		assert_int_equal(bfs_dataset_gather(ds, 1, &i, 1, &gy), 0);
+		assert_memory_equal(row, &gy, 8);
+	}
+	assert_int_equal(bfs_dataset_row(ds, 0, 5, &row), -ERANGE);
+	assert_int_equal(bfs_dataset_row(ds, 2, 0, &row), -EINVAL);
+	assert_int_equal(bfs_dataset_check(ds, idx, 2), 0);
+	assert_int_equal(truncate(p, 100), 0);
+	bfs_log_setup(BFS_LOG_INFO, capture);
+	assert_int_equal(bfs_dataset_check(ds, idx, 2), -EIO);
+	bfs_log_setup(BFS_LOG_INFO, NULL);
+	assert_non_null(strstr(last_log, "rows.pt"));
+	assert_non_null(strstr(last_log, "sample 4"));
+	bfs_dataset_close(ds);
+
+	struct tspec ts[] = {
+	    {"slice", BFS_DT_FLOAT32, "0", 24, 1, 2, {6, 2}, {4, 1}},
+	    {"trans", BFS_DT_FLOAT32, "0", 24, 0, 2, {6, 4}, {1, 6}},
+	};
+	struct storage st[] = {{"0", base, sizeof(base)}};
+	ds = open1(make_archive("rviews.pt", ts, 2, st, 1, "3\n", NULL, NULL));
+	assert_int_equal(bfs_dataset_row(ds, 0, 3, &row), 0);
+	assert_memory_equal(row, &base[3 * 4 + 1], 8);
+	assert_int_equal(bfs_dataset_row(ds, 1, 3, &row), -ENOTSUP);
+	bfs_dataset_close(ds);
+
+	uint8_t be[8] = {0, 0, 0, 1, 0, 0, 0, 2}, u8[2] = {5, 6};
+	struct tspec bt[] = {
+	    {"i", BFS_DT_INT32, "0", 2, 0, 1, {2}, {1}},
+	    {"b", BFS_DT_UINT8, "1", 2, 0, 1, {2}, {1}},
+	};
+	struct storage bst[] = {{"0", be, 8}, {"1", u8, 2}};
+	ds = open1(make_archive("rbe.pt", bt, 2, bst, 2, "3\n", "big", NULL));
+	assert_int_equal(bfs_dataset_row(ds, 0, 1, &row), -ENOTSUP);
+	assert_int_equal(bfs_dataset_row(ds, 1, 1, &row), 0);
+	assert_int_equal(*(const uint8_t *)row, 6);
+	bfs_dataset_close(ds);
+}
+
 /* A file shrinking and growing back while another thread gathers: every
  * gather returns 0 or -EIO; SIGBUS never kills the process. */
 struct flip {
@@ -641,6 +696,7 @@ int main(void)
 	    cmocka_unit_test(refusals_name_the_file_and_the_field),
 	    cmocka_unit_test(truncated_archive_gives_eio_and_names_the_sample),
 	    cmocka_unit_test(archive_truncated_during_gather_never_crashes),
+	    cmocka_unit_test(rows_served_in_place_only_when_stored_as_served),
 	    cmocka_unit_test(advise_reads_cold_rows_ahead),
 	};
 	return cmocka_run_group_tests(tests, setup, NULL);
