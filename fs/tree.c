@@ -105,6 +105,8 @@ static void render_stats(const struct bfs_tree *t, char *buf, size_t len,
 	    {"prefetch_depth", &s.prefetch_depth},
 	    {"batches_pushed", &s.batches_pushed},
 	    {"page_cache_drops", &s.page_cache_drops},
+	    {"batches_zero_copy", &s.batches_zero_copy},
+	    {"buffers_mapped", &s.buffers_mapped},
 	};
 
 	memset(&s, 0, sizeof(s));
