@@ -1,15 +1,16 @@
 #!/bin/sh
 # Install the Debian packages a make target needs, if they are missing.
-# Usage: scripts/deps.sh build|test|torch
-# build: compilers' libraries; test: + cmocka, fuse3 tools, zip tools;
-# torch: + python3-torch and python3-numpy for interop tests.
+# Usage: scripts/deps.sh build|test|torch|fuzz
+# build: the libraries batchfs links; test: + cmocka, zip tools, numpy;
+# torch: + python3-torch for interop tests; fuzz: + clang and libFuzzer.
 set -eu
 want="libfuse3-dev fuse3 libzip-dev pkg-config"
 case "${1:-build}" in
 build) ;;
 test) want="$want libcmocka-dev zip unzip python3-numpy" ;;
 torch) want="$want libcmocka-dev zip unzip python3-numpy python3-torch" ;;
-*) echo "usage: $0 build|test|torch" >&2; exit 2 ;;
+fuzz) want="$want clang libclang-rt-14-dev" ;;
+*) echo "usage: $0 build|test|torch|fuzz" >&2; exit 2 ;;
 esac
 missing=""
 for p in $want; do
