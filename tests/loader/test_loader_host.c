@@ -126,7 +126,7 @@ static void check_batch(const struct bfs_loader_batch *b, const struct gen *g,
 }
 
 /* Write nb batches of 'rows' rows (the last one 'last_rows'); batch 2 gets
- * a header larger than 4096 bytes. Returns the gens (caller frees). */
+ * a header larger than 4096 bytes. Returns the gens, for gen_dataset_free(). */
 static struct gen *gen_dataset(const char *dir, unsigned nb, uint64_t rows,
 			       uint64_t last_rows)
 {
@@ -142,6 +142,14 @@ static struct gen *gen_dataset(const char *dir, unsigned nb, uint64_t rows,
 	if (nb > 2)
 		assert_true(g[2].data_start == 12288);
 	return g;
+}
+
+/* Free what gen_dataset(.., nb, ..) returned. */
+static void gen_dataset_free(struct gen *g, unsigned nb)
+{
+	for (unsigned k = 0; k < nb; k++)
+		gen_free(&g[k]);
+	free(g);
 }
 
 /* Read every batch of dir through a loader with opts o and compare. */
@@ -196,9 +204,7 @@ static void every_dtype_and_shape_arrives_intact_in_order(void **state)
 	    &(struct bfs_loader_opts){
 		.dir = dir, .chunk = 8192, .slots = 5, .readers = 1},
 	    dir, g, nb);
-	for (unsigned k = 0; k < nb; k++)
-		gen_free(&g[k]);
-	free(g);
+	gen_dataset_free(g, nb);
 }
 
 static void large_batches_are_read_in_parallel_chunks(void **state)
@@ -213,9 +219,7 @@ static void large_batches_are_read_in_parallel_chunks(void **state)
 					   .chunk = 64 << 10,
 					   .readers = 4},
 		 dir, g, nb);
-	for (unsigned k = 0; k < nb; k++)
-		gen_free(&g[k]);
-	free(g);
+	gen_dataset_free(g, nb);
 }
 
 static void explicit_file_list_is_read_in_the_given_order(void **state)
@@ -282,9 +286,7 @@ static void file_truncated_after_open_fails_at_its_batch(void **state)
 	/* latched: every later call returns it too */
 	assert_int_equal(bfs_loader_next(L, &b, NULL), -EIO);
 	bfs_loader_close(L);
-	for (unsigned k = 0; k < 5; k++)
-		gen_free(&g[k]);
-	free(g);
+	gen_dataset_free(g, 5);
 }
 
 /* Overwrite the first occurrence of 'needle' in the first 4096 bytes of
@@ -335,9 +337,7 @@ static void expect_bad_header(const char *name, const char *needle,
 			 why);
 	assert_int_equal(bfs_loader_next(L, &b, NULL), -EBADMSG);
 	bfs_loader_close(L);
-	for (unsigned k = 0; k < 3; k++)
-		gen_free(&g[k]);
-	free(g);
+	gen_dataset_free(g, 3);
 }
 
 static void corrupt_headers_fail_with_a_clear_message(void **state)
@@ -411,9 +411,7 @@ static void all_slots_held_gives_ebusy_until_a_release(void **state)
 	assert_memory_equal(b2.tensors[0].host, g[2].t[0].data,
 			    (size_t)g[2].t[0].nbytes);
 	bfs_loader_close(L); /* b2 outstanding */
-	for (unsigned k = 0; k < 4; k++)
-		gen_free(&g[k]);
-	free(g);
+	gen_dataset_free(g, 4);
 }
 
 static void close_with_batches_outstanding_is_clean(void **state)
@@ -443,9 +441,7 @@ static void close_with_batches_outstanding_is_clean(void **state)
 	assert_int_equal(bfs_loader_next(L, &b, NULL), 0);
 	bfs_loader_close(L);
 	bfs_loader_close(NULL);
-	for (unsigned k = 0; k < 8; k++)
-		gen_free(&g[k]);
-	free(g);
+	gen_dataset_free(g, 8);
 }
 
 static void open_refuses_bad_options_and_missing_files(void **state)
