@@ -1,0 +1,174 @@
+/* fs/pickle_vm.h: private to fs/pickle.c (the VM) and fs/pickle_torch.c
+ * (torch.save's objects); nothing else includes it.
+ *
+ * The VM's value cells and heap objects, its state, and the few calls each
+ * side makes into the other. Every function taking a struct vm reports a
+ * failure through FAIL() (or the allocation helpers), so the caller only
+ * propagates the -errno it returns. */
+#ifndef BFS_PICKLE_VM_H
+#define BFS_PICKLE_VM_H
+
+#include <errno.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fs/pickle.h"
+
+#define MAX_MARKS	256
+#define MAX_GLOBAL_LINE 256
+
+enum kind {
+	V_UNSET = 0, /* empty memo slot */
+	V_NONE,
+	V_BOOL,
+	V_INT,
+	V_FLOAT,
+	V_GLOBAL,
+	V_STR,
+	V_TUPLE,
+	V_LIST,
+	V_DICT,
+	V_STORAGE,
+	V_TENSOR,
+};
+
+struct obj;
+
+struct val {
+	int kind;
+	union {
+		int64_t i;
+		double f;
+		struct {
+			int id, dtype;
+		} g;
+		struct obj *o;
+	} u;
+};
+
+struct obj {
+	struct obj *next; /* VM allocation chain */
+	int kind;
+};
+
+struct str_obj {
+	struct obj h;
+	size_t len;
+	char s[]; /* NUL-terminated; may contain NULs (len counts) */
+};
+
+/* tuple, list, dict (pairs: v[2k] key, v[2k+1] value; n counts cells). */
+struct seq_obj {
+	struct obj h;
+	size_t n, cap;
+	struct val *v;
+};
+
+struct vm {
+	const uint8_t *p;
+	size_t len, pos, op; /* op = offset of the current opcode */
+	const char *label;
+	struct bfs_error *err;
+	struct val *stack;
+	size_t sp, stack_cap;
+	size_t marks[MAX_MARKS];
+	int nmarks;
+	struct val *memo;
+	size_t memo_cap, memo_len;
+	struct obj *objs;
+	size_t mem, mem_limit;
+	int alloc_rc; /* why the last allocation failed: -ENOMEM or -E2BIG */
+};
+
+#define FAIL(vm, ...)                                                          \
+	bfs_error_set((vm)->err, -EINVAL, (vm)->label, (vm)->op, __VA_ARGS__)
+
+/* ---- the VM (fs/pickle.c) ---- */
+
+/* Record "out of memory" in the VM's error and vm->alloc_rc; returns
+ * -ENOMEM. */
+int bfs_pickle_nomem(struct vm *vm);
+
+/* Charge 'bytes' to the VM's heap budget: 0, or -E2BIG (error recorded). */
+int bfs_pickle_charge(struct vm *vm, size_t bytes);
+
+/* A zeroed heap object of 'size' bytes and 'kind', owned by the VM (freed
+ * when the load ends); NULL with vm->alloc_rc set when it cannot be had. */
+void *bfs_pickle_new_obj(struct vm *vm, int kind, size_t size);
+
+/* An empty tuple, list or dict ('kind') with room for 'n' cells; NULL with
+ * vm->alloc_rc set on failure. */
+struct seq_obj *bfs_pickle_new_seq(struct vm *vm, int kind, size_t n);
+
+/* Push 'v': 0, or -E2BIG (stack limit) / -ENOMEM. */
+int bfs_pickle_push(struct vm *vm, struct val v);
+
+/* Pop one value above the innermost MARK into *out: 0 or -EINVAL. */
+int bfs_pickle_pop(struct vm *vm, struct val *out);
+
+/* ---- torch.save's objects (fs/pickle_torch.c) ---- */
+
+/* Push the allowlisted global "mod name" (lengths mlen, nlen; not
+ * NUL-terminated), or refuse it by name: 0 or -errno. */
+int bfs_pickle_resolve_global(struct vm *vm, const char *mod, size_t mlen,
+			      const char *name, size_t nlen);
+
+/* BINPERSID: pop a ('storage', type, key, location, numel) id and push the
+ * storage it names. 0 or -errno. */
+int bfs_pickle_op_persid(struct vm *vm);
+
+/* REDUCE: pop (callable, args) and push the result of an allowlisted
+ * callable (tensor rebuilds, OrderedDict(), torch.Size). 0 or -errno. */
+int bfs_pickle_op_reduce(struct vm *vm);
+
+/* BUILD: pop a state and check it against the object below (ignored on a
+ * dict, must be empty on a tensor). 0 or -errno. */
+int bfs_pickle_op_build(struct vm *vm);
+
+/* The object 'top' left at STOP into *r (tensors of a dict, list, tuple, or
+ * one tensor), checked and charged to the budget. 0 or -errno; on failure
+ * *r may be half-built (the caller frees it with bfs_pickle_result_free). */
+int bfs_pickle_build_result(struct vm *vm, struct val top,
+			    struct bfs_pickle_result *r);
+
+/* ---- small helpers ---- */
+
+static inline int push_obj(struct vm *vm, void *o)
+{
+	struct val v = {.kind = ((struct obj *)o)->kind, .u.o = o};
+	return bfs_pickle_push(vm, v);
+}
+
+/* Push a freshly made object; NULL means its allocation failed. */
+static inline int push_new(struct vm *vm, void *o)
+{
+	return o ? push_obj(vm, o) : vm->alloc_rc;
+}
+
+/* Values above the innermost MARK. */
+static inline size_t mark_base(struct vm *vm)
+{
+	return vm->nmarks ? vm->marks[vm->nmarks - 1] : 0;
+}
+
+static inline const char *kind_name(struct val v)
+{
+	static const char *const names[] = {
+	    "unset", "None",  "bool", "int",  "float",	 "global",
+	    "str",   "tuple", "list", "dict", "storage", "tensor",
+	};
+
+	return names[v.kind];
+}
+
+static inline struct str_obj *as_str(struct val v)
+{
+	return v.kind == V_STR ? (struct str_obj *)v.u.o : NULL;
+}
+
+static inline struct seq_obj *as_seq(struct val v, int kind)
+{
+	return v.kind == kind ? (struct seq_obj *)v.u.o : NULL;
+}
+
+#endif
