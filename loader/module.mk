@@ -67,13 +67,8 @@ LOADER_TEST_CFLAGS = $(CPPFLAGS) $(CFLAGS)
 LOADER_ST_WRITE := tests/loader/st_write.c
 LOADER_TEST_DEPS = $(LOADER_A) $(LOADER_ST_WRITE) tests/loader/st_write.h
 
-$(BUILD)/tests/loader/test_loader_host: tests/loader/test_loader_host.c \
-		$(LOADER_TEST_DEPS)
-	@mkdir -p $(@D)
-	$(CC) $(LOADER_TEST_CFLAGS) $(LDFLAGS) -o $@ $< $(LOADER_ST_WRITE) \
-		$(LOADER_A) $(call pc_libs,cmocka) $(LOADER_LIBS)
-
-# Small programs that test scripts run (probe of the mode; GPU check).
+# One rule for them all: the cmocka program test_loader_host and the small
+# programs that test scripts run (probe of the mode; GPU check).
 $(BUILD)/tests/loader/%: tests/loader/%.c $(LOADER_TEST_DEPS)
 	@mkdir -p $(@D)
 	$(CC) $(LOADER_TEST_CFLAGS) $(LOADER_CUDA_FLAGS) $(LDFLAGS) -o $@ $< \
