@@ -97,9 +97,9 @@ struct bfs_loader_opts {
 	const char *const *files;
 	enum bfs_loader_mode mode; /* default AUTO */
 	int device;		   /* CUDA device ordinal, default 0 */
-	unsigned slots;		   /* ring slots, default 3, at least 2 */
-	unsigned readers;	   /* reader threads, default 4 */
-	size_t chunk;		   /* pread size, default 4 MiB */
+	unsigned slots;		   /* ring slots, default 3, 2 to 256 */
+	unsigned readers;	   /* reader threads, default 4, at most 256 */
+	size_t chunk;		   /* pread size, default 4 MiB, >= 4096 */
 	unsigned flags;		   /* enum bfs_loader_flag */
 	/* Diagnostics: NULL = one line to stderr. */
 	bfs_loader_log_fn log;
