@@ -104,8 +104,7 @@ void bfs_pool_pushed(struct bfs_pool *p, struct bfs_batch *b);
 
 /* Count bytes handed to a reader without a pool buffer (served straight
  * from the archive mapping), and 'batches' more read to their end. */
-void bfs_pool_note_served(struct bfs_pool *p, uint64_t bytes,
-			  uint64_t batches);
+void bfs_pool_note_served(struct bfs_pool *p, uint64_t bytes, uint64_t batches);
 
 /* Count n pushed batches dropped from the kernel's page cache. */
 void bfs_pool_note_drops(struct bfs_pool *p, uint64_t n);

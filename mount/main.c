@@ -10,11 +10,11 @@ static const struct {
 	int (*run)(int argc, char **argv);
 	const char *summary;
 } cmds[] = {
-	{"mount", bfs_cmd_mount, "mount an archive as a directory of batches"},
-	{"umount", bfs_cmd_umount, "unmount a batchfs mount"},
-	{"pack", bfs_cmd_pack, "write a torch.save archive from .npy files"},
-	{"inspect", bfs_cmd_inspect, "describe an archive or a batch file"},
-	{"bench", bfs_cmd_bench, "run the side-by-side benchmark"},
+    {"mount", bfs_cmd_mount, "mount an archive as a directory of batches"},
+    {"umount", bfs_cmd_umount, "unmount a batchfs mount"},
+    {"pack", bfs_cmd_pack, "write a torch.save archive from .npy files"},
+    {"inspect", bfs_cmd_inspect, "describe an archive or a batch file"},
+    {"bench", bfs_cmd_bench, "run the side-by-side benchmark"},
 };
 
 static void usage(FILE *f)

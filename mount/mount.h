@@ -27,7 +27,7 @@ struct bfs_mount {
 		BFS_SERVE_CACHE,  /* page cache, filled by kernel READs */
 		BFS_SERVE_DIRECT, /* direct I/O: no page cache, no mmap */
 	} serve;
-	struct fuse_session *se;   /* for notify_store / notify_inval */
+	struct fuse_session *se; /* for notify_store / notify_inval */
 	/* Set by the FUSE init handler (see ops.c, zero copy): batch rows
 	 * are replied straight from the archive mapping; zc_ahead batches
 	 * after an opened one are advised (madvise) instead of gathered. */
@@ -36,7 +36,7 @@ struct bfs_mount {
 	unsigned zc_ahead;
 	unsigned zc_max_iov; /* slices per READ reply (tests may lower it) */
 	_Atomic uint64_t zc_advised; /* stream positions advised, exclusive */
-	struct bfs_pushed *pushed; /* BFS_SERVE_PUSH: batches in the kernel */
+	struct bfs_pushed *pushed;   /* BFS_SERVE_PUSH: batches in the kernel */
 	/* Open file handles, freed by RELEASE; those the kernel never
 	 * released (files still open at unmount) are freed at teardown. */
 	pthread_mutex_t handles_lock;

@@ -484,9 +484,9 @@ static int push_batch(struct bfs_mount *m, struct bfs_handle *h, fuse_ino_t ino)
  * of a READ (not the open's estimate), so tests reach the per-READ
  * fallback; BATCHFS_DEBUG_NO_ZERO_COPY turns it off (measurements). */
 
-#define ZC_MAX_IOV  1023u	 /* fuse_reply_iov: IOV_MAX minus the header */
-#define ZC_READ_MAX (1u << 20) /* largest READ (max_pages 256, libfuse 3.14) */
-#define ZC_MIN_SLICE 4096u	 /* mean bytes per row slice worth it */
+#define ZC_MAX_IOV   1023u	/* fuse_reply_iov: IOV_MAX minus the header */
+#define ZC_READ_MAX  (1u << 20) /* largest READ (libfuse 3.14: 256 pages) */
+#define ZC_MIN_SLICE 4096u	/* mean bytes per row slice worth it */
 
 struct zc {
 	uint64_t rows, data_off;
@@ -566,14 +566,13 @@ static void zc_advise_ahead(struct bfs_mount *m, uint64_t pos, uint64_t len)
 		from = done;
 	if (from >= to)
 		return;
-	while (done < to && !atomic_compare_exchange_weak(&m->zc_advised,
-							  &done, to))
+	while (done < to &&
+	       !atomic_compare_exchange_weak(&m->zc_advised, &done, to))
 		;
 	idx = malloc((cap ? cap : 1) * sizeof(*idx));
 	for (uint64_t q = from; idx && q < to; q++) {
-		struct bfs_node n = {.kind = BFS_NODE_BATCH,
-				     .epoch = q / len,
-				     .batch = q % len};
+		struct bfs_node n = {
+		    .kind = BFS_NODE_BATCH, .epoch = q / len, .batch = q % len};
 		uint64_t rows = bfs_order_batch_rows(m->order, n.batch);
 		struct stat st;
 
@@ -609,9 +608,9 @@ static int zc_open(struct bfs_mount *m, struct bfs_handle *h)
 	rc = bfs_order_batch(m->order, e, k, z->idx);
 	for (size_t i = 0; rc == 0 && i < l->nfields; i++)
 		for (uint64_t r = 0; rc == 0 && r < rows; r++)
-			rc = bfs_dataset_row(m->ds, l->fields[i].ds_index,
-					     z->idx[r],
-					     (const void **)&z->row[i * rows + r]);
+			rc = bfs_dataset_row(
+			    m->ds, l->fields[i].ds_index, z->idx[r],
+			    (const void **)&z->row[i * rows + r]);
 	if (rc < 0) {
 		free(z);
 		return rc == -ENOTSUP ? 0 : rc;
@@ -669,8 +668,8 @@ static unsigned zc_iov(const struct bfs_mount *m, const struct zc *z,
 			uint64_t r = (p - fstart) / rb, w = (p - fstart) % rb;
 			uint64_t n = rb - w < stop - p ? rb - w : stop - p;
 
-			if (!zc_add(iov, &cnt, max,
-				    z->row[i * z->rows + r] + w, (size_t)n))
+			if (!zc_add(iov, &cnt, max, z->row[i * z->rows + r] + w,
+				    (size_t)n))
 				goto out;
 			p += n;
 		}
