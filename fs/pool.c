@@ -65,8 +65,7 @@ struct bfs_batch {
 	int err;		 /* [L] when FAILED */
 	unsigned refs;		 /* [L] acquirers waiting or reading */
 	bool in_table;		 /* [L] */
-	bool prefetched;	 /* [L] queued by prefetch, not yet demanded */
-	bool demanded;		 /* [L] */
+	bool demanded;		 /* [L] a reader asked for it (else prefetch) */
 	struct bfs_batch *hnext; /* [L] hash chain */
 	struct bfs_batch *prev, *next; /* [L] queue (QUEUED) or LRU (READY) */
 };
@@ -195,8 +194,7 @@ static bool take_spare(struct bfs_pool *p, struct bfs_batch *b)
 	for (unsigned i = 0; i < p->nspare; i++) {
 		if (p->spare_size[i] < b->map_size)
 			continue;
-		if (best == p->nspare ||
-		    p->spare_size[i] < p->spare_size[best])
+		if (best == p->nspare || p->spare_size[i] < p->spare_size[best])
 			best = i;
 		if (p->spare_size[i] == b->map_size)
 			break;
@@ -246,7 +244,6 @@ static struct bfs_batch *batch_new(struct bfs_pool *p, uint64_t pos,
 	b->map_size = (b->size + 4095) & ~(uint64_t)4095;
 	b->state = B_QUEUED;
 	b->in_table = true;
-	b->prefetched = !demand;
 	b->demanded = demand;
 	b->hnext = *pp;
 	*pp = b;
@@ -282,7 +279,7 @@ static bool make_room(struct bfs_pool *p, uint64_t need, uint64_t limit)
 	return p->st.cache_bytes + need <= p->o.budget_bytes;
 }
 
-/* Gather b into a fresh buffer, without the lock. Returns 0 or -errno. */
+/* Gather b into its buffer, without the lock. Returns 0 or -errno. */
 static int gather(struct bfs_pool *p, struct bfs_batch *b, uint64_t **idx,
 		  uint64_t *idx_cap)
 {
@@ -653,8 +650,7 @@ void bfs_pool_pushed(struct bfs_pool *p, struct bfs_batch *b)
 	pthread_mutex_unlock(&p->lock);
 }
 
-void bfs_pool_note_served(struct bfs_pool *p, uint64_t bytes,
-			  uint64_t batches)
+void bfs_pool_note_served(struct bfs_pool *p, uint64_t bytes, uint64_t batches)
 {
 	pthread_mutex_lock(&p->lock);
 	p->st.bytes_served += bytes;
