@@ -168,12 +168,18 @@ size_t bfs_layout_json(const struct bfs_layout *l, uint64_t e, uint64_t k,
 	return pos;
 }
 
+/* Data offset for a JSON header of 'json' bytes: 8 + json, rounded up. */
+static uint64_t align_data(size_t json)
+{
+	uint64_t n = 8 + (uint64_t)json;
+
+	return (n + BFS_LAYOUT_ALIGN - 1) / BFS_LAYOUT_ALIGN * BFS_LAYOUT_ALIGN;
+}
+
 uint64_t bfs_layout_data_offset(const struct bfs_layout *l, uint64_t e,
 				uint64_t k, uint64_t rows)
 {
-	uint64_t n = 8 + bfs_layout_json(l, e, k, rows, NULL, 0);
-
-	return (n + BFS_LAYOUT_ALIGN - 1) / BFS_LAYOUT_ALIGN * BFS_LAYOUT_ALIGN;
+	return align_data(bfs_layout_json(l, e, k, rows, NULL, 0));
 }
 
 uint64_t bfs_layout_file_size(const struct bfs_layout *l, uint64_t e,
@@ -182,17 +188,18 @@ uint64_t bfs_layout_file_size(const struct bfs_layout *l, uint64_t e,
 	return bfs_layout_data_offset(l, e, k, rows) + rows * l->row_bytes;
 }
 
-void bfs_layout_header(const struct bfs_layout *l, uint64_t e, uint64_t k,
-		       uint64_t rows, void *dst)
+uint64_t bfs_layout_header(const struct bfs_layout *l, uint64_t e, uint64_t k,
+			   uint64_t rows, void *dst)
 {
 	unsigned char *p = dst;
-	uint64_t n = bfs_layout_data_offset(l, e, k, rows) - 8;
 	size_t json = bfs_layout_json(l, e, k, rows, NULL, 0);
+	uint64_t data = align_data(json), n = data - 8;
 
 	for (int i = 0; i < 8; i++)
 		p[i] = (unsigned char)(n >> (8 * i));
 	bfs_layout_json(l, e, k, rows, (char *)p + 8, json + 1);
 	memset(p + 8 + json, ' ', n - json);
+	return data;
 }
 
 int bfs_layout_fill(const struct bfs_layout *l, const struct bfs_dataset *ds,
@@ -202,8 +209,7 @@ int bfs_layout_fill(const struct bfs_layout *l, const struct bfs_dataset *ds,
 	unsigned char *p = dst;
 	int rc = 0;
 
-	bfs_layout_header(l, e, k, rows, p);
-	p += bfs_layout_data_offset(l, e, k, rows);
+	p += bfs_layout_header(l, e, k, rows, p);
 	for (size_t i = 0; i < l->nfields && rc == 0; i++) {
 		const struct bfs_layout_field *lf = &l->fields[i];
 

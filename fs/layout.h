@@ -60,9 +60,10 @@ uint64_t bfs_layout_file_size(const struct bfs_layout *l, uint64_t e,
 
 /* Write the batch file's first bfs_layout_data_offset() bytes (length,
  * JSON, space padding) into dst, which must hold one byte more (scratch
- * for the JSON's NUL: the first data byte in a whole batch file). */
-void bfs_layout_header(const struct bfs_layout *l, uint64_t e, uint64_t k,
-		       uint64_t rows, void *dst);
+ * for the JSON's NUL: the first data byte in a whole batch file).
+ * Returns that data offset (the JSON is measured once). */
+uint64_t bfs_layout_header(const struct bfs_layout *l, uint64_t e, uint64_t k,
+			   uint64_t rows, void *dst);
 
 /* Write the whole batch file (header, then each field's rows gathered
  * from 'ds' at indices idx[0..rows)) into dst, which must hold
