@@ -262,17 +262,19 @@ static bool make_room(struct bfs_pool *p, uint64_t need, uint64_t limit)
 {
 	struct bfs_batch *b = p->lru.tail;
 
-	while (p->st.cache_bytes + need > p->o.budget_bytes && p->nspare)
-		drop_spare(p, p->nspare - 1);
-	while (p->st.cache_bytes + need > p->o.budget_bytes && b) {
-		struct bfs_batch *prev = b->prev;
+	while (p->st.cache_bytes + need > p->o.budget_bytes) {
+		struct bfs_batch *prev;
 
+		if (p->nspare) { /* spares go first */
+			drop_spare(p, p->nspare - 1);
+			continue;
+		}
+		if (!b)
+			break;
+		prev = b->prev;
 		if (b->refs == 0 && b->pos < limit) {
 			unlink_batch(p, b); /* its buffer may become a spare */
 			p->st.evictions++;
-			while (p->st.cache_bytes + need > p->o.budget_bytes &&
-			       p->nspare)
-				drop_spare(p, p->nspare - 1);
 		}
 		b = prev;
 	}
@@ -336,6 +338,17 @@ static struct bfs_batch *next_job(struct bfs_pool *p)
 	}
 }
 
+/* Drop a reference to b, freeing b when it was the last and b is out of
+ * the table; then get back under budget, which a demand larger than the
+ * room may have exceeded. [L] */
+static void put_ref(struct bfs_pool *p, struct bfs_batch *b)
+{
+	if (--b->refs == 0 && !b->in_table)
+		batch_free(p, b);
+	if (p->st.cache_bytes > p->o.budget_bytes)
+		make_room(p, 0, UINT64_MAX);
+}
+
 /* Run the on_ready callback for READY b, holding a reference and not the
  * lock. [L] on entry and exit. */
 static void ready_hook(struct bfs_pool *p, struct bfs_batch *b)
@@ -346,10 +359,7 @@ static void ready_hook(struct bfs_pool *p, struct bfs_batch *b)
 	pthread_mutex_unlock(&p->lock);
 	p->o.on_ready(p->o.on_ready_arg, b, b->e, b->k);
 	pthread_mutex_lock(&p->lock);
-	if (--b->refs == 0 && !b->in_table)
-		batch_free(p, b);
-	if (p->st.cache_bytes > p->o.budget_bytes)
-		make_room(p, 0, UINT64_MAX);
+	put_ref(p, b);
 }
 
 static void *worker_main(void *arg)
@@ -620,11 +630,7 @@ void bfs_pool_release(struct bfs_pool *p, struct bfs_batch *b)
 	if (!b)
 		return;
 	pthread_mutex_lock(&p->lock);
-	if (--b->refs == 0 && !b->in_table)
-		batch_free(p, b);
-	/* Back under budget once an over-budget demand is done with. */
-	if (p->st.cache_bytes > p->o.budget_bytes)
-		make_room(p, 0, UINT64_MAX);
+	put_ref(p, b);
 	pthread_mutex_unlock(&p->lock);
 }
 
