@@ -359,8 +359,8 @@ static int open_shard(struct bfs_dataset *ds, struct shard *sh,
 		return -ENOMEM;
 	if (sh->zip->fd >= 0) {
 		sh->nchunks = (size_t)((sh->zip->map_size + CHUNK - 1) / CHUNK);
-		sh->chunks = calloc(sh->nchunks ? sh->nchunks : 1,
-				    sizeof(*sh->chunks));
+		sh->chunks =
+		    calloc(sh->nchunks ? sh->nchunks : 1, sizeof(*sh->chunks));
 		if (!sh->chunks)
 			return -ENOMEM;
 	}
@@ -669,8 +669,9 @@ static void copy_rows(const struct bfs_dataset *ds, size_t fi,
 		const struct bind *b = &sh->binds[fi];
 
 		*at = i;
+		/* scalar labels: a constant size is copied inline, no call */
 		if (b->contiguous && rb == 8)
-			memcpy(dst, row, 8); /* scalar labels: inline, no call */
+			memcpy(dst, row, 8);
 		else if (b->contiguous && rb == 4)
 			memcpy(dst, row, 4);
 		else if (b->contiguous)
@@ -810,14 +811,11 @@ void bfs_dataset_advise(const struct bfs_dataset *ds, const uint64_t *idx,
 		for (size_t i = 0; i < n; i++) {
 			if (idx[i] >= ds->samples)
 				continue;
-			const struct shard *sh =
-			    &ds->shards[shard_of(ds, idx[i])];
+			const struct shard *sh;
+			uintptr_t a = (uintptr_t)row_at(ds, fi, idx[i], &sh);
 			const struct bind *b = &sh->binds[fi];
 			if (!b->span)
 				continue;
-			uintptr_t a =
-			    (uintptr_t)(b->base +
-					(idx[i] - sh->first) * b->stride0);
 			uintptr_t e = a + b->span;
 			a &= ~mask;
 			e = (e + mask) & ~mask;
