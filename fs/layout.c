@@ -164,7 +164,7 @@ size_t bfs_layout_json(const struct bfs_layout *l, uint64_t e, uint64_t k,
 		    (unsigned long long)off, (unsigned long long)(off + bytes));
 		off += bytes;
 	}
-	put_char(buf, len, &pos, '}');
+	put_char(buf, len, &pos, '}'); /* bfs_layout_header relies on it */
 	return pos;
 }
 
@@ -197,7 +197,10 @@ uint64_t bfs_layout_header(const struct bfs_layout *l, uint64_t e, uint64_t k,
 
 	for (int i = 0; i < 8; i++)
 		p[i] = (unsigned char)(n >> (8 * i));
-	bfs_layout_json(l, e, k, rows, (char *)p + 8, json + 1);
+	/* Render all but the closing '}' (the NUL takes its place), then
+	 * the '}': nothing lands past the header, which may end the file. */
+	bfs_layout_json(l, e, k, rows, (char *)p + 8, json);
+	p[8 + json - 1] = '}';
 	memset(p + 8 + json, ' ', n - json);
 	return data;
 }

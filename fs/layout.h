@@ -59,9 +59,8 @@ uint64_t bfs_layout_file_size(const struct bfs_layout *l, uint64_t e,
 			      uint64_t k, uint64_t rows);
 
 /* Write the batch file's first bfs_layout_data_offset() bytes (length,
- * JSON, space padding) into dst, which must hold one byte more (scratch
- * for the JSON's NUL: the first data byte in a whole batch file).
- * Returns that data offset (the JSON is measured once). */
+ * JSON, space padding) into dst, and nothing past them. Returns that data
+ * offset (the JSON is measured once). */
 uint64_t bfs_layout_header(const struct bfs_layout *l, uint64_t e, uint64_t k,
 			   uint64_t rows, void *dst);
 

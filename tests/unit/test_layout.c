@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <cmocka.h>
 
 #include "fs/layout.h"
@@ -114,6 +115,40 @@ static void zero_rows_and_zero_size_fields_make_empty_spans(void **state)
 	bfs_layout_fini(&l);
 }
 
+/* A header whose JSON ends exactly at the data offset, in a batch with no
+ * data bytes: the file is the header alone and bfs_layout_fill writes
+ * nothing past it (the buffer ends at a page followed by no access). */
+static void a_header_ending_at_the_file_end_writes_within_the_file(void **state)
+{
+	static char name[4096];
+	struct bfs_field empty = {name, BFS_DT_FLOAT32, 1, {0}, 0};
+	const struct bfs_field *fs[] = {&empty};
+	struct bfs_layout l;
+	unsigned char *map, *f;
+	size_t len;
+
+	for (len = 1; len < sizeof(name) - 1; len++) {
+		memset(name, 'n', len);
+		name[len] = '\0';
+		assert_int_equal(bfs_layout_init_fields(&l, fs, 1, NULL), 0);
+		if (bfs_layout_json(&l, 0, 0, 0, NULL, 0) + 8 == 4096)
+			break;
+		bfs_layout_fini(&l);
+	}
+	assert_int_equal(bfs_layout_file_size(&l, 0, 0, 0), 4096);
+	map = mmap(NULL, 2 * 4096, PROT_READ | PROT_WRITE,
+		   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	assert_true(map != MAP_FAILED);
+	assert_int_equal(mprotect(map + 4096, 4096, PROT_NONE), 0);
+	f = map;
+	assert_int_equal(bfs_layout_fill(&l, NULL, 0, 0, NULL, 0, f), 0);
+	assert_int_equal(f[0] | f[1] << 8, 4096 - 8);
+	assert_int_equal(f[8], '{');
+	assert_int_equal(f[4095], '}');
+	bfs_layout_fini(&l);
+	munmap(map, 2 * 4096);
+}
+
 static void json_strings_escape_quotes_backslashes_and_controls(void **state)
 {
 	char buf[64];
@@ -134,6 +169,8 @@ int main(void)
 	    cmocka_unit_test(
 		dtypes_without_a_safetensors_code_are_refused_by_name),
 	    cmocka_unit_test(zero_rows_and_zero_size_fields_make_empty_spans),
+	    cmocka_unit_test(
+		a_header_ending_at_the_file_end_writes_within_the_file),
 	    cmocka_unit_test(
 		json_strings_escape_quotes_backslashes_and_controls),
 	};
