@@ -28,6 +28,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "tools/cli.h"
 #include "tools/cmd.h"
 
 struct paths {
@@ -340,7 +341,5 @@ int bfs_cmd_bench(int argc, char **argv)
 				  argv + optind, argc - optind, bs, (int)repeat,
 				  mode == OPT_PAGECACHE);
 bad_usage:
-	fprintf(stderr, "batchfs bench: bad usage\n");
-	usage(stderr);
-	return 2;
+	return bfs_cli_bad_usage("bench", usage, "bad usage", NULL);
 }
