@@ -117,6 +117,29 @@ static double attr_timeout(const struct stat *st)
 	return (st->st_ino >> 60) == BFS_NODE_STATS ? 1.0 : LONG_TIMEOUT;
 }
 
+/* Bytes a READ of 'size' at 'off' gets from a file of 'total' bytes. */
+static uint64_t read_len(uint64_t total, off_t off, size_t size)
+{
+	uint64_t left = (uint64_t)off < total ? total - (uint64_t)off : 0;
+
+	return left < size ? left : size;
+}
+
+/* Count n more bytes replied from batch handle h. true once, for the
+ * reply that reaches the end of the batch: it is then consumed. */
+static bool batch_consumed(struct bfs_handle *h, uint64_t n)
+{
+	return atomic_fetch_add(&h->served, n) + n >= h->size &&
+	       !atomic_exchange(&h->consumed, true);
+}
+
+/* The errno replied for a batch that cannot be served: not ready in time
+ * (-ETIMEDOUT, logged by the pool) or a failed gather (-ERANGE) is EIO. */
+static int batch_errno(int rc)
+{
+	return rc == -ETIMEDOUT || rc == -ERANGE ? EIO : -rc;
+}
+
 static void zc_init(struct bfs_mount *m);
 
 static void bfs_init(void *userdata, struct fuse_conn_info *conn)
@@ -689,15 +712,12 @@ static void read_zc(fuse_req_t req, struct bfs_mount *m, struct bfs_handle *h,
 {
 	struct iovec iov[ZC_MAX_IOV];
 	const struct zc *z = h->zc;
-	uint64_t n = 0, end, reached;
+	uint64_t n = read_len(h->size, off, size), end = (uint64_t)off + n;
+	uint64_t reached;
 	unsigned cnt;
 	int rc = 0;
 	bool last;
 
-	if ((uint64_t)off < h->size)
-		n = h->size - (uint64_t)off < size ? h->size - (uint64_t)off
-						   : size;
-	end = (uint64_t)off + n;
 	cnt = zc_iov(m, z, (uint64_t)off, end, iov, m->zc_max_iov, &reached);
 	if (reached < end) { /* too many slices: the pool's buffer serves */
 		read_batch(req, m, h, size, off);
@@ -709,8 +729,7 @@ static void read_zc(fuse_req_t req, struct bfs_mount *m, struct bfs_handle *h,
 		fuse_reply_err(req, EIO);
 		return;
 	}
-	last = n && atomic_fetch_add(&h->served, n) + n >= h->size &&
-	       !atomic_exchange(&h->consumed, true);
+	last = n && batch_consumed(h, n);
 	bfs_pool_note_served(m->pool, n, last);
 	atomic_fetch_add(&h->refs, 1); /* iov[0] may point into h->zc */
 	if (cnt)
@@ -828,8 +847,7 @@ out:
 	} else {
 		if (h)
 			handle_free(h);
-		fuse_reply_err(req,
-			       rc == -ETIMEDOUT || rc == -ERANGE ? EIO : -rc);
+		fuse_reply_err(req, batch_errno(rc));
 	}
 }
 
@@ -838,13 +856,10 @@ static void read_batch(fuse_req_t req, struct bfs_mount *m,
 		       struct bfs_handle *h, size_t size, off_t off)
 {
 	struct bfs_batch *b = NULL;
-	uint64_t n = 0;
+	uint64_t n = read_len(h->size, off, size);
 	int rc = 0;
 
 	if ((uint64_t)off < h->size) {
-		n = h->size - (uint64_t)off;
-		if (n > size)
-			n = size;
 		/* Push mode: a READ means the kernel lost pages of a batch
 		 * pushed at open; re-gather it without its successors. A
 		 * zero-copy batch: its successors are not gathered either. */
@@ -855,19 +870,13 @@ static void read_batch(fuse_req_t req, struct bfs_mount *m,
 					    h->node.batch, &b);
 	}
 	if (rc < 0) {
-		/* -ETIMEDOUT (logged by the pool), -EIO, -ENOMEM ... */
-		fuse_reply_err(req,
-			       rc == -ETIMEDOUT || rc == -ERANGE ? EIO : -rc);
+		fuse_reply_err(req, batch_errno(rc)); /* -EIO, -ENOMEM ... */
 		return;
 	}
-	if (b) {
-		/* Account before replying: the reader may look at stats as
-		 * soon as it has its bytes. */
-		bool last = atomic_fetch_add(&h->served, n) + n >= h->size &&
-			    !atomic_exchange(&h->consumed, true);
-
-		bfs_pool_served(m->pool, b, n, last);
-	}
+	/* Account before replying: the reader may look at stats as soon as
+	 * it has its bytes. */
+	if (b)
+		bfs_pool_served(m->pool, b, n, batch_consumed(h, n));
 	fuse_reply_buf(req, b ? (const char *)bfs_batch_data(b) + off : NULL,
 		       (size_t)n);
 	bfs_pool_release(m->pool, b);
@@ -878,7 +887,7 @@ static void bfs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 {
 	struct bfs_handle *h = (struct bfs_handle *)(uintptr_t)fi->fh;
 	struct bfs_mount *m = mnt_of(req);
-	size_t n = 0;
+	size_t n;
 
 	if (h->node.kind == BFS_NODE_BATCH) {
 		if (h->zc)
@@ -887,11 +896,7 @@ static void bfs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 			read_batch(req, m, h, size, off);
 		return;
 	}
-	if ((uint64_t)off < h->text_len) {
-		n = h->text_len - (size_t)off;
-		if (n > size)
-			n = size;
-	}
+	n = (size_t)read_len(h->text_len, off, size);
 	atomic_fetch_add(&h->refs, 1);
 	fuse_reply_buf(req, n ? h->text + off : NULL, n); /* frees req */
 	handle_put(m, h);
