@@ -29,7 +29,6 @@ struct bfs_tree {
 	struct bfs_pool *pool;
 	uint64_t len, epochs;
 	char *readme, *json;
-	size_t readme_len, json_len;
 	uid_t uid;
 	gid_t gid;
 	struct timespec when;
@@ -415,6 +414,13 @@ static void json_fields(const struct bfs_tree *t, char *b, size_t n,
 	bfs_layout_append(b, n, pos, "\n  ],\n");
 }
 
+/* Data offset of batch 0 of epoch 0 (0 rows when there is no batch). */
+static uint64_t header_size(const struct bfs_tree *t)
+{
+	return bfs_layout_data_offset(t->layout, 0, 0,
+				      bfs_order_batch_rows(t->order, 0));
+}
+
 /* dataset.json: everything a program needs to read the batches. */
 static void render_json(const struct bfs_tree *t,
 			const struct bfs_tree_info *in, const char *torch,
@@ -452,9 +458,7 @@ static void render_json(const struct bfs_tree *t,
 	    ",\n  \"batch_path\": \"epoch/{epoch}/batch_{batch}"
 	    "\",\n  \"index_path\": \"index/{epoch}/batch_{batch}"
 	    "\"\n}\n",
-	    bfs_layout_data_offset(t->layout, 0, 0,
-				   t->len ? bfs_order_batch_rows(t->order, 0)
-					  : 0));
+	    header_size(t));
 }
 
 /* The reader in README: json + numpy only. */
@@ -498,11 +502,8 @@ static void render_readme(const struct bfs_tree *t,
 	    "Read a batch with numpy only:\n\n",
 	    in->mountpoint ? in->mountpoint : "?", bfs_dataset_nshards(t->ds),
 	    bfs_dataset_samples(t->ds), bfs_dataset_nfields(t->ds),
-	    in->options ? in->options : "",
-	    bfs_layout_data_offset(t->layout, 0, 0,
-				   t->len ? bfs_order_batch_rows(t->order, 0)
-					  : 0),
-	    t->len, t->epochs ? t->epochs - 1 : 0, torch);
+	    in->options ? in->options : "", header_size(t), t->len,
+	    t->epochs ? t->epochs - 1 : 0, torch);
 	bfs_layout_append(b, n, pos,
 			  "%sbatch = read_batch(\"%s/epoch/0/batch_0\")\n\n"
 			  "Read with >= 1 MiB reads (cat, cp, np.fromfile, "
@@ -512,32 +513,35 @@ static void render_readme(const struct bfs_tree *t,
 			  in->mountpoint ? in->mountpoint : "MOUNTPOINT");
 }
 
-/* Render into a fresh malloc'd string (two passes: measure, write). */
-#define RENDER_ALLOC(out, outlen, call_with_b_n_pos)                           \
-	do {                                                                   \
-		char *b = NULL;                                                \
-		size_t n = 0, pos = 0;                                         \
-		call_with_b_n_pos;                                             \
-		n = pos + 1;                                                   \
-		pos = 0;                                                       \
-		b = malloc(n);                                                 \
-		if (!b)                                                        \
-			return -ENOMEM;                                        \
-		call_with_b_n_pos;                                             \
-		(out) = b;                                                     \
-		(outlen) = pos;                                                \
-	} while (0)
+typedef void render_fn(const struct bfs_tree *t, const struct bfs_tree_info *in,
+		       const char *torch, char *b, size_t n, size_t *pos);
+
+/* Render into a fresh malloc'd string (two passes: measure, write).
+ * Returns 0 or -ENOMEM. */
+static int render_alloc(const struct bfs_tree *t,
+			const struct bfs_tree_info *in, const char *torch,
+			render_fn *fn, char **out)
+{
+	size_t need = 0, got = 0;
+
+	fn(t, in, torch, NULL, 0, &need);
+	*out = malloc(need + 1);
+	if (!*out)
+		return -ENOMEM;
+	fn(t, in, torch, *out, need + 1, &got);
+	return 0;
+}
 
 static int render_static(struct bfs_tree *t, const struct bfs_tree_info *in)
 {
 	char torch[1024];
+	int rc;
 
 	bfs_order_describe(t->order, torch, sizeof(torch));
-	RENDER_ALLOC(t->json, t->json_len,
-		     render_json(t, in, torch, b, n, &pos));
-	RENDER_ALLOC(t->readme, t->readme_len,
-		     render_readme(t, in, torch, b, n, &pos));
-	return 0;
+	rc = render_alloc(t, in, torch, render_json, &t->json);
+	if (rc == 0)
+		rc = render_alloc(t, in, torch, render_readme, &t->readme);
+	return rc;
 }
 
 int bfs_tree_create(struct bfs_tree **out, const struct bfs_dataset *ds,

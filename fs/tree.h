@@ -43,8 +43,8 @@ struct bfs_node {
 	uint64_t epoch, batch;
 };
 
-/* What the text files describe besides the dataset itself. Strings are
- * copied. */
+/* What the text files describe besides the dataset itself. Read only by
+ * bfs_tree_create (README and dataset.json are rendered then). */
 struct bfs_tree_info {
 	const char *const *sources; /* archive paths as given */
 	size_t nsources;
