@@ -24,9 +24,10 @@
  * Faults: the archive stays mapped, never copied. A file truncated under us
  * would raise SIGBUS on access. Before each gather the shards touched are
  * fstat()ed (shrunk => -EIO); as a second line of defence the copy runs under
- * a per-thread sigsetjmp with a process-wide SIGBUS handler installed once
- * (pthread_once) that siglongjmp()s back when the fault happened inside a
- * guarded copy on that thread, and otherwise hands the signal to whatever
+ * a per-thread sigsetjmp with a process-wide SIGBUS handler (installed, or
+ * re-installed if someone replaced it, by the gather that finds it missing;
+ * see guard_install) that siglongjmp()s back when the fault happened inside
+ * a guarded copy on that thread, and otherwise hands the signal to whatever
  * handler was installed before ours (or the default action).
  *
  * Advise: madvise(MADV_WILLNEED) starts reads of cold rows ahead of the
@@ -50,7 +51,7 @@
  * Invariants: after open, a bfs_dataset is immutable except for the
  * advise words (relaxed atomics, only hints), so gather/advise are
  * thread-safe without locks. The other mutable state is the thread-local
- * jump-buffer pointer and the once-installed previous SIGBUS action. */
+ * jump-buffer pointer and the previous SIGBUS action (under guard_lock). */
 #include "fs/dataset.h"
 
 #include <errno.h>
