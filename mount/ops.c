@@ -441,20 +441,32 @@ static int store_batch(struct bfs_mount *m, fuse_ino_t ino,
 	return rc;
 }
 
+/* Push b (referenced; NULL: it could not be had) for ino, just entered
+ * in m->pushed: stored, the pool drops its copy; not, the entry is
+ * forgotten and READs serve the batch. Then keep the page cache under
+ * budget. Returns whether b was stored. */
+static bool push_entered(struct bfs_mount *m, fuse_ino_t ino,
+			 struct bfs_batch *b)
+{
+	bool stored = b && store_batch(m, ino, b) == 0;
+
+	if (stored)
+		bfs_pool_pushed(m->pool, b);
+	else
+		pushed_close(m->pushed, ino, true);
+	trim_page_cache(m);
+	return stored;
+}
+
 void bfs_mount_on_ready(void *arg, struct bfs_batch *b, uint64_t e, uint64_t k)
 {
 	struct bfs_mount *m = arg;
 	struct bfs_node n = {.kind = BFS_NODE_BATCH, .epoch = e, .batch = k};
 	uint64_t ino = bfs_tree_ino(&n);
 
-	if (pushed_enter(m->pushed, ino, bfs_batch_size(b), 0) <= 0)
-		return;
-	/* -ENOENT (the usual miss): the kernel has no inode yet */
-	if (store_batch(m, ino, b) == 0)
-		bfs_pool_pushed(m->pool, b);
-	else
-		pushed_close(m->pushed, ino, true);
-	trim_page_cache(m);
+	/* A failed store is usually -ENOENT: the kernel has no inode yet */
+	if (pushed_enter(m->pushed, ino, bfs_batch_size(b), 0) > 0)
+		push_entered(m, ino, b);
 }
 
 /* Open of a batch in push mode: unless another open already pushed it,
@@ -471,14 +483,8 @@ static int push_batch(struct bfs_mount *m, struct bfs_handle *h, fuse_ino_t ino)
 	if (rc <= 0)
 		return 0;
 	rc = bfs_pool_acquire(m->pool, h->node.epoch, h->node.batch, &b);
-	if (rc == 0 && store_batch(m, ino, b) == 0) {
-		bfs_pool_pushed(m->pool, b);
-	} else {
-		pushed_close(m->pushed, ino, true);
-		h->push_open = false;
-	}
+	h->push_open = push_entered(m, ino, b); /* b: NULL when rc < 0 */
 	bfs_pool_release(m->pool, b);
-	trim_page_cache(m);
 	return rc;
 }
 
