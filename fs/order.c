@@ -186,8 +186,10 @@ static int validate(const struct bfs_order_opts *p, struct bfs_error *err)
 }
 
 /* torch.multinomial's checks and its sequential double cumsum / total,
- * last bucket forced to 1 (MultinomialKernel.cpp). */
-static int setup_weights(struct bfs_order *o, struct bfs_error *err)
+ * last bucket forced to 1 (MultinomialKernel.cpp), from the caller's
+ * weights (p->weights_len of them) into o->cdf. */
+static int setup_weights(struct bfs_order *o, const double *weights,
+			 struct bfs_error *err)
 {
 	const struct bfs_order_opts *p = &o->opt;
 	double sum = 0;
@@ -222,7 +224,7 @@ static int setup_weights(struct bfs_order *o, struct bfs_error *err)
 	if (!o->cdf)
 		return -ENOMEM;
 	for (size_t j = 0; j < n; j++) {
-		double w = p->weights[j];
+		double w = weights[j];
 
 		if (!isfinite(w) || w < 0)
 			return bfs_error_set(
@@ -245,7 +247,7 @@ static int setup_weights(struct bfs_order *o, struct bfs_error *err)
 }
 
 /* Stream shape, words per epoch and len() for the validated options. */
-static int setup_stream(struct bfs_order *o, struct bfs_error *err)
+static void setup_stream(struct bfs_order *o)
 {
 	const struct bfs_order_opts *p = &o->opt;
 	uint64_t n = p->n, m = p->num_samples ? p->num_samples : p->n;
@@ -280,16 +282,11 @@ static int setup_stream(struct bfs_order *o, struct bfs_error *err)
 		o->narrow = p->subset_len < (1ull << 32);
 		o->epoch_words = perm_words(o, p->subset_len);
 		break;
-	case BFS_SAMPLER_WEIGHTED: {
-		int rc = setup_weights(o, err);
-
-		if (rc)
-			return rc;
+	case BFS_SAMPLER_WEIGHTED:
 		o->samples = o->cap = p->num_samples;
 		o->kind = K_WEIGHT;
 		o->epoch_words = 2 * p->num_samples;
 		break;
-	}
 	case BFS_SAMPLER_DISTRIBUTED:
 		N = n;
 		R = p->world_size;
@@ -308,7 +305,6 @@ static int setup_stream(struct bfs_order *o, struct bfs_error *err)
 	else
 		o->batches = o->samples / p->batch_size +
 			     (o->samples % p->batch_size != 0);
-	return 0;
 }
 
 void bfs_order_destroy(struct bfs_order *o)
@@ -361,12 +357,12 @@ int bfs_order_create(struct bfs_order **out, const struct bfs_order_opts *p,
 			goto err_destroy;
 		memcpy(o->subset, p->subset, p->subset_len * sizeof(int64_t));
 	}
-	if (p->sampler == BFS_SAMPLER_WEIGHTED)
-		o->opt.weights = p->weights; /* setup_weights copies them */
-	rc = setup_stream(o, err);
-	o->opt.weights = NULL;
-	if (rc)
-		goto err_destroy;
+	if (p->sampler == BFS_SAMPLER_WEIGHTED) {
+		rc = setup_weights(o, p->weights, err);
+		if (rc)
+			goto err_destroy;
+	}
+	setup_stream(o);
 	if (p->generator_state) {
 		rc = bfs_mt_import(&o->mt0, p->generator_state,
 				   p->generator_state_len, "generator state",
