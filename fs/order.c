@@ -21,7 +21,7 @@
  * So G's state at the start of epoch e is G0 advanced by e·words: the
  * states at the epoch starts computed so far are cached (snapshots, 2.5 KB
  * per epoch started, epochs < 2^20) and a new one costs one bfs_mt_skip
- * from the nearest earlier snapshot (twists, or a ~20 ms polynomial
+ * from the nearest earlier snapshot (twists, or a ~0.1 s polynomial
  * jump-ahead when that is cheaper, so a cold epoch 999 costs what epoch 2
  * does).
  *
