@@ -17,8 +17,7 @@ void bfs_log_setup(enum bfs_log_level max_level, bfs_log_sink_fn sink)
 	log_sink = sink;
 }
 
-void bfs_log(enum bfs_log_level level, const char *module, const char *fmt,
-	     ...)
+void bfs_log(enum bfs_log_level level, const char *module, const char *fmt, ...)
 {
 	char line[1024];
 	va_list ap;
