@@ -18,7 +18,9 @@ import struct
 import subprocess
 import sys
 import zipfile
-import zlib
+
+sys.path.insert(0, os.path.join(os.environ["BFS_SRC"], "tests", "lib"))
+from corrupt_zip import write_torch_layout  # noqa: E402
 
 TMP = os.environ["BFS_TEST_TMP"]
 BATCHFS = os.environ["BATCHFS"]
@@ -28,7 +30,6 @@ if not os.path.isabs(GATHER):
 
 ROW = 64
 N = (2 ** 32 + 64) // ROW  # 67,108,865 samples
-U32 = 0xFFFFFFFF
 
 
 def pickle_dict(tensors):
@@ -54,60 +55,6 @@ def pickle_dict(tensors):
     return out + b"u."
 
 
-class Writer:
-    def __init__(self, f):
-        self.f, self.recs = f, []
-
-    def record(self, name, size, chunks, crc):
-        """chunks: [(offset in record, bytes)]; the rest stays a hole."""
-        f, lho = self.f, self.f.tell()
-        nb = name.encode()
-        big_size, big_off = size >= U32, lho >= U32
-        z64 = b""
-        if big_size or big_off:
-            body = (struct.pack("<QQ", size, size) if big_size else b"") + \
-                   (struct.pack("<Q", lho) if big_off else b"")
-            z64 = struct.pack("<HH", 1, len(body)) + body
-        start = lho + 30 + len(nb) + len(z64) + 4
-        pad = (64 - start % 64) % 64
-        extra = z64 + b"FB" + struct.pack("<H", pad) + b"Z" * pad
-        flags = 0x0808 if size else 0x0800
-        f.write(struct.pack("<IHHHHHIIIHH", 0x04034b50, 0, flags, 0, 0, 0, 0, 0, 0,
-                            len(nb), len(extra)) + nb + extra)
-        data = f.tell()
-        assert data % 64 == 0
-        for off, b in chunks:
-            f.seek(data + off)
-            f.write(b)
-        f.seek(data + size)
-        if size:
-            if big_size or big_off:
-                f.write(struct.pack("<IIQQ", 0x08074b50, crc, size, size))
-            else:
-                f.write(struct.pack("<IIII", 0x08074b50, crc, size, size))
-        self.recs.append((nb, lho, size, crc, flags))
-        return data
-
-    def finish(self):
-        f, cd = self.f, self.f.tell()
-        for nb, lho, size, crc, flags in self.recs:
-            bs, bo = size >= U32, lho >= U32
-            body = (struct.pack("<QQ", size, size) if bs else b"") + \
-                   (struct.pack("<Q", lho) if bo else b"")
-            extra = struct.pack("<HH", 1, len(body)) + body if body else b""
-            f.write(struct.pack("<IHHHHHHIIIHHHHHII", 0x02014b50, 0, 0, flags, 0, 0, 0,
-                                crc, U32 if bs else size, U32 if bs else size,
-                                len(nb), len(extra), 0, 0, 0, 0, U32 if bo else lho)
-                    + nb + extra)
-        e64 = f.tell()
-        n = len(self.recs)
-        f.write(struct.pack("<IQHHIIQQQQ", 0x06064b50, 44, 0x031E, 45, 0, 0, n, n,
-                            e64 - cd, cd))
-        f.write(struct.pack("<IIQI", 0x07064b50, 0, e64, 1))
-        f.write(struct.pack("<IHHHHIIH", 0x06054b50, 0, 0, n, n,
-                            min(e64 - cd, U32), min(cd, U32), 0))
-
-
 def row_x(i):
     return bytes(((i * 31 + k * 7) & 0xFF) for k in range(ROW))
 
@@ -116,17 +63,15 @@ def main():
     path = os.path.join(TMP, "big.pt")
     marked = [0, 1, 2, N - 3, N - 2, N - 1]
     try:
-        with open(path, "wb") as f:
-            w = Writer(f)
-            pkl = pickle_dict([
-                ("x", "ByteStorage", "0", N * ROW, [N, ROW], [ROW, 1]),
-                ("y", "LongStorage", "1", N, [N], [1])])
-            w.record("big/data.pkl", len(pkl), [(0, pkl)], zlib.crc32(pkl))
-            w.record("big/data/0", N * ROW, [(i * ROW, row_x(i)) for i in marked], 0)
-            w.record("big/data/1", N * 8,
-                     [(i * 8, struct.pack("<q", -i * 1000003)) for i in marked], 0)
-            w.record("big/version", 2, [(0, b"3\n")], zlib.crc32(b"3\n"))
-            w.finish()
+        pkl = pickle_dict([
+            ("x", "ByteStorage", "0", N * ROW, [N, ROW], [ROW, 1]),
+            ("y", "LongStorage", "1", N, [N], [1])])
+        write_torch_layout(path, [
+            ("big/data.pkl", pkl),
+            ("big/data/0", (N * ROW, [(i * ROW, row_x(i)) for i in marked])),
+            ("big/data/1", (N * 8, [(i * 8, struct.pack("<q", -i * 1000003))
+                                    for i in marked])),
+            ("big/version", b"3\n")])
     except OSError as e:
         if e.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
             print("skip: temp filesystem cannot hold a sparse 4.5 GiB file: %s" % e)

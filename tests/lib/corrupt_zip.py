@@ -11,7 +11,8 @@
                              field, 'FB' padding to 64, data descriptors,
                              ZIP64 CD extras, ZIP64 end records. Data of a
                              record given as an int size is left as a hole
-                             (sparse file).
+                             (sparse file); given as (size, [(offset,
+                             bytes)]), a hole with those bytes written in.
   save_big(path, numel)   -> a torch archive holding {'small': int32[4],
                              'big': uint8[numel], 'tail': int64[3]} with
                              data.pkl pickled by torch itself; the big data
@@ -21,12 +22,9 @@ CLI:  corrupt_zip.py big PATH [NUMEL]
 """
 
 import ctypes
-import io
 import struct
 import sys
 import zlib
-
-import torch
 
 U32 = 0xFFFFFFFF
 
@@ -86,23 +84,31 @@ def _extra_lfh(cursor, name, size):
 
 
 def write_torch_layout(path, recs):
-    """recs: [(name, bytes | int)]; an int is a size left as a hole."""
+    """recs: [(name, bytes | int | (int, [(int, bytes)]))]; an int is a size
+    left as a hole, (size, chunks) a hole with each chunk's bytes written at
+    its offset in the record. Holes get CRC 0 (not computed)."""
     cd = []
     with open(path, "wb") as f:
         for name, data in recs:
             nb = name.encode()
             cursor = f.tell()
-            size = data if isinstance(data, int) else len(data)
-            crc = 0 if isinstance(data, int) else zlib.crc32(data)
+            if isinstance(data, int):
+                data = (data, [])
+            if isinstance(data, tuple):
+                size, chunks, crc = data[0], data[1], 0
+            else:
+                size, chunks, crc = len(data), [(0, data)], zlib.crc32(data)
             flags = 0x0808 if size else 0x0800
             extra = _extra_lfh(cursor, nb, size)
             f.write(struct.pack("<IHHHHHIIIHH", 0x04034B50, 0, flags, 0, 0,
                                 0, 0, 0, 0, len(nb), len(extra)))
             f.write(nb + extra)
-            if isinstance(data, int):
-                f.seek(size, io.SEEK_CUR)
-            else:
-                f.write(data)
+            start = f.tell()
+            assert start % 64 == 0, "torch aligns record data to 64"
+            for off, b in chunks:
+                f.seek(start + off)
+                f.write(b)
+            f.seek(start + size)
             if size:
                 if size >= U32 or cursor >= U32:
                     f.write(struct.pack("<IIQQ", 0x08074B50, crc, size, size))
@@ -151,6 +157,8 @@ class _RecordingZip:
 
 def save_big(path, numel):
     """A > 4 GiB torch archive whose big storage is a hole (sparse)."""
+    import torch  # only here: the ZIP helpers above work without torch
+
     obj = {
         "small": torch.arange(4, dtype=torch.int32),
         "big": torch.empty(numel, dtype=torch.uint8),  # never touched
