@@ -15,7 +15,9 @@
 #include "fs/tree.h"
 
 /* Everything a mounted session serves. Set up before the FUSE loop
- * starts, read-only while it runs (the objects inside are thread-safe). */
+ * starts (the zc_* fields and zero_copy by the FUSE init handler, before
+ * any other request), read-only while it runs except zc_advised (atomic)
+ * and the handle list (handles_lock); the objects inside are thread-safe. */
 struct bfs_mount {
 	struct bfs_dataset *ds;
 	struct bfs_order *order;

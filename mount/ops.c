@@ -913,10 +913,9 @@ static void bfs_release(fuse_req_t req, fuse_ino_t ino,
 {
 	struct bfs_handle *h = (struct bfs_handle *)(uintptr_t)fi->fh;
 	struct bfs_mount *m = mnt_of(req);
+	bool trim = h->push_open; /* h may be freed by handle_put */
 
-	bool trim = h->push_open;
-
-	if (h->push_open)
+	if (trim)
 		pushed_close(m->pushed, ino, false);
 	handle_put(m, h);
 	fuse_reply_err(req, 0);
