@@ -1,4 +1,4 @@
-/* mount/cmd_mount: `batchfs mount` and `batchfs umount`.
+/* mount/cmd_mount: `batchfs mount` (`batchfs umount` is cmd_umount.c).
  *
  * Session lifecycle, in this order (libfuse example/ order):
  *   parse options -> open the dataset, layout, order (errors: exit 1/2 in
@@ -33,6 +33,7 @@
 #include "fs/log.h"
 #include "fs/order_input.h"
 #include "mount/mount.h"
+#include "tools/cli.h"
 #include "tools/cmd.h"
 
 #define MAX_SOURCES 4096
@@ -97,12 +98,9 @@ static const char usage_text[] =
     "  -v, --verbose        debug logging\n"
     "  -h, --help           this text\n";
 
-static int usage_error(const char *fmt, const char *arg)
+static void usage(FILE *f)
 {
-	fprintf(stderr, "batchfs mount: ");
-	fprintf(stderr, fmt, arg);
-	fprintf(stderr, "\n%s", usage_text);
-	return 2;
+	fputs(usage_text, f);
 }
 
 /* Strict unsigned decimal in [lo, hi]. */
@@ -206,10 +204,10 @@ static int numeric(int c, const char *arg, struct mount_opts *m)
 			char msg[160];
 
 			snprintf(msg, sizeof(msg),
-				 "--%s: '%%s' is not an integer in [%" PRIu64
+				 "--%s: not an integer in [%" PRIu64
 				 ", %" PRIu64 "]",
 				 opt_name(c), lim[i].lo, lim[i].hi);
-			return usage_error(msg, arg);
+			return bfs_cli_bad_usage("mount", usage, msg, arg);
 		}
 	}
 	switch (c) {
@@ -286,7 +284,7 @@ static int parse_opts(int argc, char **argv, struct mount_opts *m)
 	       (c = getopt_long(argc, argv, "o:fvh", long_opts, NULL)) != -1) {
 		switch (c) {
 		case 'h':
-			fputs(usage_text, stdout);
+			usage(stdout);
 			return -1;
 		case 'f':
 			m->foreground = true;
@@ -317,9 +315,10 @@ static int parse_opts(int argc, char **argv, struct mount_opts *m)
 			else if (!strcmp(optarg, "direct"))
 				m->serve = BFS_SERVE_DIRECT;
 			else
-				rc = usage_error("--serve: '%s' is not push, "
-						 "cache or direct",
-						 optarg);
+				rc = bfs_cli_bad_usage(
+				    "mount", usage,
+				    "--serve: not push, cache or direct",
+				    optarg);
 			break;
 		case OPT_SUBSET:
 			m->subset = optarg;
@@ -339,19 +338,16 @@ static int parse_opts(int argc, char **argv, struct mount_opts *m)
 			else if (!strcmp(optarg, "2.7"))
 				m->compat = BFS_TORCH_2_7;
 			else
-				rc = usage_error("--torch-compat: '%s' is not "
-						 "1.13 or 2.7",
-						 optarg);
+				rc = bfs_cli_bad_usage(
+				    "mount", usage,
+				    "--torch-compat: not 1.13 or 2.7", optarg);
 			break;
 		case '?':
-			if (optopt)
-				rc = usage_error("-%s: unknown option or "
-						 "missing value",
-						 (char[]){(char)optopt, 0});
-			else
-				rc = usage_error("%s: unknown option or "
-						 "missing value",
-						 argv[optind - 1]);
+			rc = bfs_cli_bad_usage(
+			    "mount", usage, "unknown option or missing value",
+			    optopt && optopt < OPT_BATCH
+				? (char[]){'-', (char)optopt, 0}
+				: argv[optind - 1]);
 			break;
 		default:
 			rc = numeric(c, optarg, m);
@@ -361,18 +357,23 @@ static int parse_opts(int argc, char **argv, struct mount_opts *m)
 	if (rc)
 		return rc;
 	if (argc - optind < 2)
-		return usage_error("%s", "need at least one ARCHIVE and a "
-					 "MOUNTPOINT");
+		return bfs_cli_bad_usage("mount", usage,
+					 "need at least one ARCHIVE and a "
+					 "MOUNTPOINT",
+					 NULL);
 	if ((size_t)(argc - optind - 1) > MAX_SOURCES)
-		return usage_error("%s", "too many archives");
+		return bfs_cli_bad_usage("mount", usage, "too many archives",
+					 NULL);
 	for (int i = optind; i < argc - 1; i++)
 		m->sources[m->nsources++] = argv[i];
 	m->mountpoint = argv[argc - 1];
 	if (m->subset && m->weights)
-		return usage_error("--weights: %s", "cannot be combined with "
-						    "--subset");
+		return bfs_cli_bad_usage(
+		    "mount", usage,
+		    "--weights: cannot be combined with --subset", NULL);
 	if (!m->have_world && m->rank)
-		return usage_error("--rank: %s", "needs --world-size");
+		return bfs_cli_bad_usage("mount", usage,
+					 "--rank: needs --world-size", NULL);
 	if (!m->have_prefetch)
 		m->prefetch = 2 * m->workers;
 	if (!m->have_pc)
@@ -467,9 +468,7 @@ static int make_order(struct mount_opts *m, struct bfs_mount *mt)
 	rc = bfs_order_create(&mt->order, &o, &err);
 	free_inputs(&in);
 	if (rc < 0) {
-		fprintf(stderr, "batchfs mount: %s\n", err.msg);
-		fprintf(stderr, "%s", usage_text);
-		return 2;
+		return bfs_cli_bad_usage("mount", usage, err.msg, NULL);
 	}
 	return 0;
 }
