@@ -1,9 +1,10 @@
 /* Element types: torch names, safetensors codes, sizes.
  *
  * Checklist when you add a dtype: add it to enum bfs_dtype (before
- * BFS_DT_COUNT), to the table in fs/dtype.c, to the storage/dtype GLOBAL
- * table of fs/pickle.c, to tests/unit/test_dtype.c, and to the dtype list of
- * the interop fixtures (tests/interop/). */
+ * BFS_DT_COUNT), to the table in fs/dtype.c (fs/pickle_torch.c resolves the
+ * torch.<T>Storage and torch.<dtype> globals through it: nothing to add
+ * there), to tests/unit/test_dtype.c, and to the dtype list of the interop
+ * fixtures (tests/interop/). */
 #ifndef BFS_DTYPE_H
 #define BFS_DTYPE_H
 
@@ -33,9 +34,9 @@ enum bfs_dtype {
 };
 
 struct bfs_dtype_info {
-	const char *torch_name;  /* "float32": as str(torch.float32)[6:] */
-	const char *st_name;     /* safetensors code "F32", NULL if none */
-	const char *storage;     /* legacy storage class "FloatStorage" or NULL */
+	const char *torch_name; /* "float32": as str(torch.float32)[6:] */
+	const char *st_name;	/* safetensors code "F32", NULL if none */
+	const char *storage; /* legacy storage class "FloatStorage" or NULL */
 	const char *numpy_descr; /* "<f4", NULL when numpy has none */
 	size_t size;		 /* bytes per element */
 	size_t swap_unit;	 /* byte-swap granularity (complex: size/2) */
@@ -45,9 +46,9 @@ struct bfs_dtype_info {
 const struct bfs_dtype_info *bfs_dtype_info(enum bfs_dtype dt);
 
 /* Lookups by name; BFS_DT_INVALID when unknown. */
-enum bfs_dtype bfs_dtype_from_torch(const char *name);   /* "float32" */
+enum bfs_dtype bfs_dtype_from_torch(const char *name);	 /* "float32" */
 enum bfs_dtype bfs_dtype_from_storage(const char *name); /* "FloatStorage" */
-enum bfs_dtype bfs_dtype_from_st(const char *name);      /* "F32" */
-enum bfs_dtype bfs_dtype_from_numpy(const char *descr);  /* "<f4", "|u1" */
+enum bfs_dtype bfs_dtype_from_st(const char *name);	 /* "F32" */
+enum bfs_dtype bfs_dtype_from_numpy(const char *descr);	 /* "<f4", "|u1" */
 
 #endif
