@@ -4,6 +4,8 @@
   records(buf)            -> central-directory records of a torch archive
                              (our own small parser, so tests know where
                              each header field lives)
+  zero_crcs(buf)          -> the archive with every CRC-32 set to 0, as
+                             torch >= 2.6 writes with compute_crc32=False
   write_torch_layout(path, recs)
                           -> writes records the way torch 1.13's miniz does
                              (research/torch-format.md §1.2-1.4): LFH with
@@ -66,6 +68,17 @@ def records(buf):
         out.append(r)
         pos += 46 + nlen + xlen + klen
     return out
+
+
+def zero_crcs(buf):
+    """A copy of archive 'buf' with every CRC-32 0, in the central directory
+    and in the data descriptors (torch >= 2.6, compute_crc32=False)."""
+    out = bytearray(buf)
+    for r in records(bytes(buf)):
+        struct.pack_into("<I", out, r.cd_off + 16, 0)
+        if r.size:  # the data descriptor's CRC too
+            struct.pack_into("<I", out, r.data_off + r.size + 4, 0)
+    return bytes(out)
 
 
 def _extra_lfh(cursor, name, size):
