@@ -151,51 +151,55 @@ static int64_t npy_int(const char *buf, const struct npy *h, size_t i)
 	return (int64_t)bits;
 }
 
-/* Parse a file of numbers: ints (want_int) or doubles into a malloc'd
- * array of 8-byte elements. */
-static int load_numbers(const char *path, int want_int, void **out, size_t *n,
-			struct bfs_error *err)
+/* One parsed value as its 8 bytes: an int64 (want_int) or a double. */
+static uint64_t value_bits(int want_int, int64_t iv, double dv)
 {
-	char *buf = NULL, *line, *end;
-	size_t len, count = 0, cap = 0, lineno = 0;
-	uint64_t *vals = NULL;
-	struct npy h = {0};
-	int rc;
+	uint64_t bits;
 
-	rc = slurp(path, MAX_INPUT_BYTES, &buf, &len, err);
+	memcpy(&bits, want_int ? (void *)&iv : (void *)&dv, 8);
+	return bits;
+}
+
+/* The elements of a .npy file as 8-byte values into a malloc'd array. */
+static int parse_npy(const char *path, const char *buf, size_t len,
+		     int want_int, uint64_t **vals, size_t *count,
+		     struct bfs_error *err)
+{
+	struct npy h = {0};
+	int rc = npy_header(path, buf, len, &h, err);
+
 	if (rc)
 		return rc;
-	if (len >= 6 && memcmp(buf, "\x93NUMPY", 6) == 0) {
-		rc = npy_header(path, buf, len, &h, err);
-		if (rc)
-			goto out_free;
-		if ((h.kind == 'i') != want_int) {
-			rc =
-			    bfs_error_set(err, -EINVAL, path, 10,
-					  ".npy holds %s, expected %s",
-					  h.kind == 'i' ? "integers" : "floats",
-					  want_int ? "integers" : "floats");
-			goto out_free;
-		}
-		rc = -ENOMEM;
-		vals = malloc((h.count ? h.count : 1) * sizeof(uint64_t));
-		if (!vals)
-			goto out_free;
-		for (size_t i = 0; i < h.count; i++) {
-			int64_t iv = want_int ? npy_int(buf, &h, i) : 0;
-			double dv = want_int ? 0 : npy_double(buf, &h, i);
+	if ((h.kind == 'i') != want_int)
+		return bfs_error_set(err, -EINVAL, path, 10,
+				     ".npy holds %s, expected %s",
+				     h.kind == 'i' ? "integers" : "floats",
+				     want_int ? "integers" : "floats");
+	*vals = malloc((h.count ? h.count : 1) * sizeof(uint64_t));
+	if (!*vals)
+		return -ENOMEM;
+	for (size_t i = 0; i < h.count; i++)
+		(*vals)[i] =
+		    value_bits(want_int, want_int ? npy_int(buf, &h, i) : 0,
+			       want_int ? 0 : npy_double(buf, &h, i));
+	*count = h.count;
+	return 0;
+}
 
-			memcpy(&vals[i], want_int ? (void *)&iv : (void *)&dv,
-			       8);
-		}
-		count = h.count;
-		rc = 0;
-		goto out_done;
-	}
+/* The lines of a text file as 8-byte values into a malloc'd array (NULL
+ * when there are none); 'buf' is NUL-terminated and modified. */
+static int parse_text(const char *path, char *buf, int want_int, uint64_t **out,
+		      size_t *out_count, struct bfs_error *err)
+{
+	char *line, *end;
+	size_t count = 0, cap = 0, lineno = 0;
+	uint64_t *vals = NULL;
+	int rc = 0;
+
 	for (line = buf; line && *line; line = end) {
 		char *nl = strchr(line, '\n'), *stop;
-		int64_t iv;
-		double dv;
+		int64_t iv = 0;
+		double dv = 0;
 
 		end = nl ? nl + 1 : NULL;
 		if (nl)
@@ -217,33 +221,55 @@ static int load_numbers(const char *path, int want_int, void **out, size_t *n,
 			    err, -EINVAL, path, BFS_NO_OFFSET,
 			    "line %zu: '%.40s' is not %s", lineno, line,
 			    want_int ? "an integer" : "a number");
-			goto out_free;
+			break;
 		}
 		if (count == cap) {
 			uint64_t *nv;
 
 			cap = cap ? 2 * cap : 1024;
 			nv = realloc(vals, cap * sizeof(uint64_t));
-			rc = -ENOMEM;
-			if (!nv)
-				goto out_free;
+			if (!nv) {
+				rc = -ENOMEM;
+				break;
+			}
 			vals = nv;
 		}
-		memcpy(&vals[count++], want_int ? (void *)&iv : (void *)&dv, 8);
+		vals[count++] = value_bits(want_int, iv, dv);
 	}
-	rc = 0;
-out_done:
-	if (!vals)
+	if (rc) {
+		free(vals);
+		return rc;
+	}
+	*out = vals;
+	*out_count = count;
+	return 0;
+}
+
+/* Parse a file of numbers: ints (want_int) or doubles into a malloc'd
+ * array of 8-byte elements (never NULL, even for 0 values). */
+static int load_numbers(const char *path, int want_int, void **out, size_t *n,
+			struct bfs_error *err)
+{
+	char *buf = NULL;
+	size_t len, count = 0;
+	uint64_t *vals = NULL;
+	int rc;
+
+	rc = slurp(path, MAX_INPUT_BYTES, &buf, &len, err);
+	if (rc)
+		return rc;
+	if (len >= 6 && memcmp(buf, "\x93NUMPY", 6) == 0)
+		rc = parse_npy(path, buf, len, want_int, &vals, &count, err);
+	else
+		rc = parse_text(path, buf, want_int, &vals, &count, err);
+	if (!rc && !vals)
 		vals = malloc(sizeof(uint64_t)); /* empty file: 0 values */
-	if (!vals)
+	if (!rc && !vals)
 		rc = -ENOMEM;
 	if (!rc) {
 		*out = vals;
 		*n = count;
-		vals = NULL;
 	}
-out_free:
-	free(vals);
 	free(buf);
 	return rc;
 }
