@@ -11,7 +11,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "tools/cli.h"
 #include "tools/cmd.h"
+
+static void usage(FILE *f)
+{
+	fputs("usage: batchfs umount MOUNTPOINT\n", f);
+}
 
 static bool under(const char *path, const char *mnt)
 {
@@ -105,14 +111,12 @@ int bfs_cmd_umount(int argc, char **argv)
 
 	if (argc == 2 &&
 	    (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"))) {
-		printf("usage: batchfs umount MOUNTPOINT\n");
+		usage(stdout);
 		return 0;
 	}
-	if (argc != 2 || argv[1][0] == '-') {
-		fprintf(stderr, "batchfs umount: expected one MOUNTPOINT\n"
-				"usage: batchfs umount MOUNTPOINT\n");
-		return 2;
-	}
+	if (argc != 2 || argv[1][0] == '-')
+		return bfs_cli_bad_usage("umount", usage,
+					 "expected one MOUNTPOINT", NULL);
 	mnt = realpath(argv[1], real) ? real : argv[1];
 	/* A file closed an instant ago can still hold the mount while the
 	 * kernel finishes releasing it: retry a few times (~0.5 s) as long as
