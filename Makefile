@@ -96,6 +96,7 @@ FORMAT_FILES = $(shell git ls-files '*.c' '*.h' 2>/dev/null)
 format:
 	clang-format -i $(FORMAT_FILES)
 format-check:
+	@scripts/deps.sh lint
 	@clang-format --dry-run --Werror $(FORMAT_FILES)
 
 .SECONDARY:

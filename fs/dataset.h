@@ -19,19 +19,19 @@ struct bfs_zip;
 struct bfs_field {
 	char *name;
 	enum bfs_dtype dtype;
-	int ndim;			    /* per-sample dims (tensor ndim - 1) */
-	int64_t shape[BFS_MAX_DIMS];	    /* per-sample shape */
-	uint64_t row_bytes;		    /* product(shape) * elsize */
+	int ndim;		     /* per-sample dims (tensor ndim - 1) */
+	int64_t shape[BFS_MAX_DIMS]; /* per-sample shape */
+	uint64_t row_bytes;	     /* product(shape) * elsize */
 };
 
 /* One archive of a dataset, as reported by `batchfs inspect`. */
 struct bfs_shard_info {
 	const char *path;
-	const struct bfs_zip *zip;	/* records, offsets, prefix */
-	uint64_t first_sample;		/* global index of its sample 0 */
+	const struct bfs_zip *zip; /* records, offsets, prefix */
+	uint64_t first_sample;	   /* global index of its sample 0 */
 	uint64_t samples;
-	int version;			/* the archive's version record */
-	int big_endian;			/* byteorder record says "big" */
+	int version;	/* the archive's version record */
+	int big_endian; /* byteorder record says "big" */
 	enum bfs_container container;
 	const struct bfs_pickle_result *pickle; /* tensors as pickled */
 };

@@ -14,12 +14,11 @@ int bfs_error_set(struct bfs_error *e, int neg_errno, const char *file,
 	if (!e || e->msg[0])
 		return neg_errno;
 	if (offset == BFS_NO_OFFSET)
-		n = snprintf(e->msg, sizeof(e->msg), "%s: ",
-			     file ? file : "(input)");
-	else
 		n = snprintf(e->msg, sizeof(e->msg),
-			     "%s: offset %" PRIu64 ": ", file ? file : "(input)",
-			     offset);
+			     "%s: ", file ? file : "(input)");
+	else
+		n = snprintf(e->msg, sizeof(e->msg), "%s: offset %" PRIu64 ": ",
+			     file ? file : "(input)", offset);
 	if (n < 0 || (size_t)n >= sizeof(e->msg))
 		return neg_errno;
 	va_start(ap, fmt);

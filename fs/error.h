@@ -23,6 +23,6 @@ struct bfs_error {
  * The first error recorded wins: later calls do not overwrite it. */
 int bfs_error_set(struct bfs_error *e, int neg_errno, const char *file,
 		  uint64_t offset, const char *fmt, ...)
-	__attribute__((format(printf, 5, 6)));
+    __attribute__((format(printf, 5, 6)));
 
 #endif

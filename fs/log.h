@@ -20,8 +20,8 @@ typedef void (*bfs_log_sink_fn)(enum bfs_log_level level, const char *line);
 
 /* Log one line "batchfs[module]: message". Thread-safe; never fails.
  * 'module' is a short literal such as "zip" or "pool". */
-void bfs_log(enum bfs_log_level level, const char *module, const char *fmt,
-	     ...) __attribute__((format(printf, 3, 4)));
+void bfs_log(enum bfs_log_level level, const char *module, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 /* Set the most verbose level printed (default BFS_LOG_INFO) and the sink
  * (NULL = stderr). Call before starting threads. */

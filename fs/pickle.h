@@ -16,24 +16,25 @@
 #define BFS_MAX_DIMS 64
 
 enum bfs_container {
-	BFS_CONTAINER_DICT,	   /* dict or OrderedDict: names are the keys */
-	BFS_CONTAINER_LIST,	   /* list: names "0", "1", ... */
-	BFS_CONTAINER_TUPLE,	   /* tuple: names "0", "1", ... */
-	BFS_CONTAINER_TENSOR,	   /* a bare tensor: one field named "0" */
+	BFS_CONTAINER_DICT,   /* dict or OrderedDict: names are the keys */
+	BFS_CONTAINER_LIST,   /* list: names "0", "1", ... */
+	BFS_CONTAINER_TUPLE,  /* tuple: names "0", "1", ... */
+	BFS_CONTAINER_TENSOR, /* a bare tensor: one field named "0" */
 };
 
 struct bfs_pickle_tensor {
-	char *name;		/* field name (key, or list position) */
-	enum bfs_dtype dtype;	/* tensor element type */
-	char *storage_key;	/* "0": record "<prefix>/data/0" */
+	char *name;		      /* field name (key, or list position) */
+	enum bfs_dtype dtype;	      /* tensor element type */
+	char *storage_key;	      /* "0": record "<prefix>/data/0" */
 	enum bfs_dtype storage_dtype; /* storage's type (UINT8 for Untyped) */
-	uint64_t storage_numel; /* in storage_dtype elements (bytes if Untyped) */
-	uint64_t offset;	/* storage_offset, in tensor elements */
-	int ndim;		/* 0..BFS_MAX_DIMS */
+	uint64_t
+	    storage_numel; /* in storage_dtype elements (bytes if Untyped) */
+	uint64_t offset;   /* storage_offset, in tensor elements */
+	int ndim;	   /* 0..BFS_MAX_DIMS */
 	int64_t size[BFS_MAX_DIMS];
 	int64_t stride[BFS_MAX_DIMS]; /* in elements */
-	int requires_grad;	/* informational */
-	int is_parameter;	/* built by _rebuild_parameter */
+	int requires_grad;	      /* informational */
+	int is_parameter;	      /* built by _rebuild_parameter */
 };
 
 struct bfs_pickle_result {

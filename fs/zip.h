@@ -13,7 +13,7 @@
 #include "fs/error.h"
 
 struct bfs_zip_entry {
-	char *name;	   /* full record name, NUL-terminated, e.g. "x/data/0" */
+	char *name; /* full record name, NUL-terminated, e.g. "x/data/0" */
 	uint64_t lfh_off;  /* local file header offset */
 	uint64_t data_off; /* = lfh_off + 30 + name len + extra len */
 	uint64_t size;	   /* stored (= uncompressed) size */
@@ -21,11 +21,11 @@ struct bfs_zip_entry {
 };
 
 struct bfs_zip {
-	char *path;		     /* label used in error messages */
-	int fd;			     /* -1 for archives opened from memory */
-	const uint8_t *map;	     /* the whole archive, read-only */
-	uint64_t map_size;	     /* bytes mapped = archive size at open */
-	char *prefix;		     /* torch's record prefix ("archive") */
+	char *path;		       /* label used in error messages */
+	int fd;			       /* -1 for archives opened from memory */
+	const uint8_t *map;	       /* the whole archive, read-only */
+	uint64_t map_size;	       /* bytes mapped = archive size at open */
+	char *prefix;		       /* torch's record prefix ("archive") */
 	struct bfs_zip_entry *entries; /* in central-directory order */
 	size_t n_entries;
 	uint64_t cd_off; /* where the central directory starts */

@@ -1,8 +1,9 @@
 #!/bin/sh
 # Install the Debian packages a make target needs, if they are missing.
-# Usage: scripts/deps.sh build|test|torch|fuzz
+# Usage: scripts/deps.sh build|test|torch|fuzz|lint
 # build: the libraries batchfs links; test: + cmocka, zip tools, numpy;
-# torch: + python3-torch for interop tests; fuzz: + clang and libFuzzer.
+# torch: + python3-torch for interop tests; fuzz: + clang and libFuzzer;
+# lint: + clang-format (make format-check).
 set -eu
 want="libfuse3-dev fuse3 libzip-dev pkg-config"
 case "${1:-build}" in
@@ -10,7 +11,8 @@ build) ;;
 test) want="$want libcmocka-dev zip unzip python3-numpy" ;;
 torch) want="$want libcmocka-dev zip unzip python3-numpy python3-torch" ;;
 fuzz) want="$want clang libclang-rt-14-dev" ;;
-*) echo "usage: $0 build|test|torch|fuzz" >&2; exit 2 ;;
+lint) want="$want clang-format" ;;
+*) echo "usage: $0 build|test|torch|fuzz|lint" >&2; exit 2 ;;
 esac
 missing=""
 for p in $want; do

@@ -677,8 +677,8 @@ static void advise_reads_cold_rows_ahead(void **state)
 			break;
 		nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
 	}
-	print_message("cold advise: %zu pages of rows %d-%d resident\n", got,
-		      A, A + 1);
+	print_message("cold advise: %zu pages of rows %d-%d resident\n", got, A,
+		      A + 1);
 	assert_true(got * (size_t)sysconf(_SC_PAGESIZE) >= 2 * ROW);
 	assert_int_equal(resident_pages(rows + (size_t)FAR * ROW, ROW), 0);
 	close(fd);

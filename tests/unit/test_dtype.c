@@ -41,8 +41,8 @@ static void legacy_storages_map_to_their_torch_dtypes(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(every_dtype_round_trips_through_its_torch_name),
-		cmocka_unit_test(legacy_storages_map_to_their_torch_dtypes),
+	    cmocka_unit_test(every_dtype_round_trips_through_its_torch_name),
+	    cmocka_unit_test(legacy_storages_map_to_their_torch_dtypes),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
