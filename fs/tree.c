@@ -444,12 +444,10 @@ static void render_json(const struct bfs_tree *t,
 	    ",\n  \"drop_last\": %s,\n  \"sampler\": \"%s\",\n  "
 	    "\"shuffle\": %s,\n  \"seed\": %" PRIu64
 	    ",\n  \"seed_source\": \"%s\",\n  \"pytorch\": ",
-	    bfs_dataset_samples(t->ds),
-	    t->len ? bfs_order_batch_rows(t->order, 0) : 0, t->len,
+	    bfs_dataset_samples(t->ds), in->batch_size, t->len,
 	    t->len ? bfs_order_batch_rows(t->order, t->len - 1) : 0, t->epochs,
 	    in->drop_last ? "true" : "false", in->sampler,
-	    in->shuffle ? "true" : "false", in->seed,
-	    in->seed_random ? "getrandom" : "--seed");
+	    in->shuffle ? "true" : "false", in->seed, in->seed_source);
 	bfs_layout_json_str(b, n, pos, torch);
 	bfs_layout_append(
 	    b, n, pos,

@@ -49,10 +49,14 @@ struct bfs_tree_info {
 	const char *const *sources; /* archive paths as given */
 	size_t nsources;
 	uint64_t epochs;
+	uint64_t batch_size; /* --batch-size */
 	uint64_t seed;
 	bool shuffle; /* a random order at all */
 	bool drop_last;
-	bool seed_random;    /* picked with getrandom (no --seed) */
+	/* Where the seed came from: "--seed", "getrandom" (a random sampler
+	 * without --seed), "--generator-state", "default" (DistributedSampler's
+	 * 0) or "unused" (sequential order). */
+	const char *seed_source;
 	const char *sampler; /* "sequential", "random", ... */
 	const char *options; /* the mount options, one line */
 	const char *mountpoint;

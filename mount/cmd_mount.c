@@ -46,7 +46,8 @@ struct mount_opts {
 	unsigned workers, prefetch, timeout_s, fuse_threads;
 	uint32_t world_size, rank;
 	bool shuffle, have_seed, drop_last, replacement, foreground, verbose;
-	bool have_prefetch, have_world, seed_random, have_pc;
+	bool have_prefetch, have_world, have_pc;
+	const char *seed_source; /* see struct bfs_tree_info */
 	enum bfs_serve serve;
 	enum bfs_torch_compat compat;
 	const char *subset, *weights, *gen_state, *log_file;
@@ -547,7 +548,8 @@ static int start_serving(struct mount_opts *m, struct bfs_mount *mt)
 	    .shuffle = m->shuffle || m->replacement || m->num_samples ||
 		       m->subset || m->weights,
 	    .drop_last = m->drop_last,
-	    .seed_random = m->seed_random,
+	    .batch_size = m->batch_size,
+	    .seed_source = m->seed_source,
 	    .sampler = sampler_name(pick_sampler(m)),
 	    .options = m->line,
 	    .mountpoint = m->mountpoint,
@@ -760,14 +762,22 @@ int bfs_cmd_mount(int argc, char **argv)
 	m->mountpoint = real;
 	/* No --seed: a random sampler gets a fresh seed (reported in
 	 * dataset.json); DistributedSampler keeps torch's default 0. */
-	if (!m->have_seed && pick_sampler(m) != BFS_SAMPLER_SEQUENTIAL &&
-	    pick_sampler(m) != BFS_SAMPLER_DISTRIBUTED) {
+	if (pick_sampler(m) == BFS_SAMPLER_SEQUENTIAL ||
+	    (pick_sampler(m) == BFS_SAMPLER_DISTRIBUTED && !m->shuffle)) {
+		m->seed_source = "unused";
+	} else if (pick_sampler(m) == BFS_SAMPLER_DISTRIBUTED) {
+		m->seed_source = m->have_seed ? "--seed" : "default";
+	} else if (m->gen_state) {
+		m->seed_source = "--generator-state";
+	} else if (m->have_seed) {
+		m->seed_source = "--seed";
+	} else {
 		uint32_t s = 0;
 
 		if (getrandom(&s, sizeof(s), 0) != sizeof(s))
 			s = (uint32_t)getpid() ^ (uint32_t)time(NULL);
 		m->seed = s;
-		m->seed_random = true;
+		m->seed_source = "getrandom";
 	}
 	describe_opts(m);
 	bfs_log_setup(m->verbose ? BFS_LOG_DEBUG : BFS_LOG_INFO, NULL);

@@ -89,6 +89,14 @@ def main():
     info = json.load(open(mnt + "/dataset.json"))
     assert info["seed_source"] == "getrandom"
     assert "manual_seed(%d)" % info["seed"] in info["pytorch"]
+    assert info["batch_size"] == 1
+    assert ml.umount(mnt).returncode == 0
+    # DistributedSampler without --seed uses torch's default seed 0
+    _, mnt = ml.mount(os.path.join(TMP, "s.pt"), None, "--batch-size", 4,
+                      "--world-size", 2, "--rank", 0, "--shuffle")
+    info = json.load(open(mnt + "/dataset.json"))
+    assert (info["seed_source"], info["seed"]) == ("default", 0), info
+    assert info["batch_size"] == 4
     assert ml.umount(mnt).returncode == 0
     for s in seen:
         print(s)

@@ -154,6 +154,8 @@ def check_listing_lengths(archive, n):
         assert sorted(os.listdir(mnt + "/epoch")) == ["0", "1", "2"]
         info = json.load(open(mnt + "/dataset.json"))
         assert info["batches_per_epoch"] == want
+        assert info["batch_size"] == b, (info["batch_size"], b, dl)
+        assert info["seed_source"] == "unused", info["seed_source"]
         assert ml.umount(mnt).returncode == 0
         assert not ml.is_mounted(mnt)
 

@@ -32,7 +32,9 @@ static int setup(void **state)
 	struct bfs_tree_info ti = {.sources = srcs,
 				   .nsources = 1,
 				   .epochs = 3,
+				   .batch_size = 16,
 				   .seed = 9,
+				   .seed_source = "--seed",
 				   .shuffle = true,
 				   .sampler = "random",
 				   .options = "--x",
@@ -207,6 +209,8 @@ static void dataset_json_and_readme_describe_the_mount(void **state)
 	assert_non_null(strstr(text, "\"batches_per_epoch\": 4,"));
 	assert_non_null(strstr(text, "\"samples\": 50,"));
 	assert_non_null(strstr(text, "\"seed\": 9,"));
+	assert_non_null(strstr(text, "\"batch_size\": 16,"));
+	assert_non_null(strstr(text, "\"seed_source\": \"--seed\","));
 	assert_non_null(strstr(text, "manual_seed(9)"));
 	assert_non_null(strstr(text, "\"header_size\": 4096"));
 	free(text);
