@@ -656,6 +656,13 @@ void bfs_pool_pushed(struct bfs_pool *p, struct bfs_batch *b)
 	pthread_mutex_unlock(&p->lock);
 }
 
+void bfs_pool_note_hit(struct bfs_pool *p)
+{
+	pthread_mutex_lock(&p->lock);
+	p->st.prefetch_hits++;
+	pthread_mutex_unlock(&p->lock);
+}
+
 void bfs_pool_note_served(struct bfs_pool *p, uint64_t bytes, uint64_t batches)
 {
 	pthread_mutex_lock(&p->lock);

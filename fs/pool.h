@@ -102,6 +102,10 @@ void bfs_pool_served(struct bfs_pool *p, struct bfs_batch *b, uint64_t bytes,
  * re-gathers the same bytes. */
 void bfs_pool_pushed(struct bfs_pool *p, struct bfs_batch *b);
 
+/* Count a prefetch hit for a batch the reader found ready without asking
+ * the pool: a worker had already pushed it into the page cache. */
+void bfs_pool_note_hit(struct bfs_pool *p);
+
 /* Count bytes handed to a reader without a pool buffer (served straight
  * from the archive mapping), and 'batches' more read to their end. */
 void bfs_pool_note_served(struct bfs_pool *p, uint64_t bytes, uint64_t batches);

@@ -480,6 +480,8 @@ static int push_batch(struct bfs_mount *m, struct bfs_handle *h, fuse_ino_t ino)
 	int rc = pushed_enter(m->pushed, ino, h->size, 1);
 
 	h->push_open = rc >= 0;
+	if (rc == 0) /* already in the page cache: ready before it was asked */
+		bfs_pool_note_hit(m->pool);
 	if (rc <= 0)
 		return 0;
 	rc = bfs_pool_acquire(m->pool, h->node.epoch, h->node.batch, &b);
