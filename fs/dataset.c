@@ -1,12 +1,18 @@
 /* fs/dataset: fields and rows over one or several torch.save archives.
  *
- * Open: each archive is mapped and parsed by fs/zip, its version, byteorder
- * and kind (TorchScript refused) are checked, data.pkl is run through the
- * restricted VM of fs/pickle, and every tensor is bound to its storage
- * record "<prefix>/data/<key>" (record size must equal numel x elsize of the
- * storage type exactly, as torch checks). Every top-level tensor is a field;
- * all share dim 0 (= the archive's sample count). Shards must agree on field
- * names, dtypes and per-sample shapes; they are concatenated along dim 0.
+ * Open: each archive is mapped and parsed by fs/zip (which refuses
+ * TorchScript archives), its version and byteorder records are checked,
+ * data.pkl is run through the restricted VM of fs/pickle, and every tensor
+ * is bound to its storage record "<prefix>/data/<key>" (record size must
+ * equal numel x elsize of the storage type exactly, as torch checks).
+ * Every top-level tensor is a field; all share dim 0 (= the archive's
+ * sample count). Shards must have the same fields (by name, in any order),
+ * dtypes and per-sample shapes; they are concatenated along dim 0.
+ *
+ * Limits (refused at open, naming the file and the field): a sample's
+ * elements and bytes fit 2^63 - 1 (fs/size); at most BFS_MAX_FIELDS fields; the
+ * metadata of all archives (directories, pickle VMs and results, field tables,
+ * bindings) is charged to one budget, BFS_DATASET_META_BUDGET.
  *
  * Gather: a row is addressed as  base + (offset + s * stride0) * elsize  plus
  * the per-sample strides. At open the per-sample dims are simplified (size-1
@@ -69,10 +75,12 @@
 
 #include "fs/log.h"
 #include "fs/npy.h"
+#include "fs/size.h"
 #include "fs/zip.h"
 
 #define MOD	    "dataset"
 #define VERSION_MAX 10
+#define META_BUDGET BFS_DATASET_META_BUDGET
 
 /* Advise memory (see the file comment): residency is tracked per CHUNK of
  * a mapping, looked up again after WINDOW ticks of TICK_NS. */
@@ -112,233 +120,367 @@ struct bfs_dataset {
 	struct bfs_field *fields;
 	size_t nfields;
 	uint64_t samples;
+	uint64_t meta_bytes; /* metadata charged so far (META_BUDGET) */
 };
 
 /* ---- opening ---------------------------------------------------------- */
 
-/* Record "<prefix>/<rel>" as a short NUL-terminated string in 'buf'
- * (trailing newline stripped); 0, -ENOENT if absent, -EINVAL if too long. */
-static int small_record(const struct bfs_zip *z, const char *rel, char *buf,
-			size_t cap)
+/* The bytes of record "<prefix>/<rel>" into *data, *len; 0 or -ENOENT. */
+static int record(const struct bfs_zip *z, const char *rel,
+		  const uint8_t **data, uint64_t *len)
 {
 	const struct bfs_zip_entry *e = bfs_zip_find(z, rel);
 
 	if (!e)
 		return -ENOENT;
-	if (e->size >= cap)
-		return -EINVAL;
-	memcpy(buf, bfs_zip_data(z, e), e->size);
-	buf[e->size] = 0;
-	if (e->size && buf[e->size - 1] == '\n')
-		buf[e->size - 1] = 0;
+	*data = bfs_zip_data(z, e);
+	*len = e->size;
 	return 0;
 }
 
+/* Decimal digits and an optional final '\n', in 1..VERSION_MAX. */
+static int parse_version(const uint8_t *rec, uint64_t len, int *out)
+{
+	uint64_t n = len && rec[len - 1] == '\n' ? len - 1 : len;
+	int v = 0;
+
+	for (uint64_t i = 0; i < n; i++) {
+		if (rec[i] < '0' || rec[i] > '9')
+			return -EINVAL;
+		v = v * 10 + (rec[i] - '0');
+		if (v > VERSION_MAX)
+			return -EINVAL;
+	}
+	if (n == 0 || v < 1)
+		return -EINVAL;
+	*out = v;
+	return 0;
+}
+
+/* The version record (torch writes "3\n"; it reads versions 1..10) and
+ * the byteorder record, which must be exactly "little" or "big" (torch >=
+ * 2.1 refuses anything else; absent = little). TorchScript archives were
+ * refused by fs/zip already. */
 static int check_kind(struct shard *sh, struct bfs_error *err)
 {
 	const struct bfs_zip *z = sh->zip;
-	size_t plen = strlen(z->prefix);
-	char buf[32];
-	char *end;
-	long v;
+	const uint8_t *rec;
+	uint64_t len;
+	char shown[64];
 	int rc;
 
-	for (size_t i = 0; i < z->n_entries; i++) {
-		const char *rel = z->entries[i].name + plen + 1;
-		if (!strcmp(rel, "constants.pkl") || !strncmp(rel, "code/", 5))
-			return bfs_error_set(
-			    err, -EINVAL, sh->path, z->entries[i].lfh_off,
-			    "TorchScript archive (record '%s'): not a "
-			    "torch.save dataset",
-			    z->entries[i].name);
-	}
-	rc = small_record(z, "version", buf, sizeof(buf));
+	rc = record(z, "version", &rec, &len);
 	if (rc == -ENOENT)
-		rc = small_record(z, ".data/version", buf, sizeof(buf));
+		rc = record(z, ".data/version", &rec, &len);
 	if (rc == -ENOENT)
 		return bfs_error_set(err, -EINVAL, sh->path, BFS_NO_OFFSET,
 				     "no 'version' record");
-	errno = 0;
-	v = rc ? 0 : strtol(buf, &end, 10);
-	if (rc || errno || end == buf || *end || v < 1 || v > VERSION_MAX)
-		return bfs_error_set(err, -EINVAL, sh->path, BFS_NO_OFFSET,
-				     "unsupported archive version (want 1..%d)",
-				     VERSION_MAX);
-	sh->version = (int)v;
-	rc = small_record(z, "byteorder", buf, sizeof(buf));
-	if (rc == -ENOENT || (!rc && !strcmp(buf, "little")))
+	if (parse_version(rec, len, &sh->version) < 0)
+		return bfs_error_set(
+		    err, -EINVAL, sh->path, BFS_NO_OFFSET,
+		    "unsupported archive version: version record '%s' "
+		    "(batchfs, like torch, reads versions 1..%d)",
+		    bfs_error_quote(shown, sizeof(shown), rec,
+				    len && rec[len - 1] == '\n' ? len - 1
+								: len),
+		    VERSION_MAX);
+	rc = record(z, "byteorder", &rec, &len);
+	if (rc == -ENOENT || (len == 6 && !memcmp(rec, "little", 6)))
 		return 0;
-	if (!rc && !strcmp(buf, "big")) {
+	if (len == 3 && !memcmp(rec, "big", 3)) {
 		sh->big_endian = 1;
 		return 0;
 	}
 	return bfs_error_set(err, -EINVAL, sh->path, BFS_NO_OFFSET,
-			     "byteorder record is neither 'little' nor 'big'");
+			     "byteorder record '%s' (%" PRIu64
+			     " bytes) is neither 'little' nor 'big'",
+			     bfs_error_quote(shown, sizeof(shown), rec, len),
+			     len);
 }
 
-/* a * b + c into *out, refusing u64 overflow. */
-static int mul_add(uint64_t a, uint64_t b, uint64_t c, uint64_t *out)
-{
-	uint64_t p;
-
-	if (__builtin_mul_overflow(a, b, &p) ||
-	    __builtin_add_overflow(p, c, out))
-		return -EOVERFLOW;
-	return 0;
-}
-
-/* Drop size-1 dims and merge dims that are contiguous with each other. */
-static void simplify(struct bind *b, const struct bfs_pickle_tensor *t,
-		     size_t es)
+/* Drop size-1 dims and merge dims that are contiguous with each other.
+ * Only for a non-empty view, whose extent fits 2^63 - 1: every dim of
+ * size >= 2 then has (size - 1) x stride within it, so these products
+ * cannot overflow; they are checked all the same. 0 or -EOVERFLOW. */
+static int simplify(struct bind *b, const struct bfs_pickle_tensor *t,
+		    size_t es)
 {
 	int n = 0;
 
 	for (int d = 1; d < t->ndim; d++) {
+		uint64_t st, run, merged;
+
 		if (t->size[d] == 1)
 			continue;
-		int64_t st = t->stride[d] * (int64_t)es;
-		if (n && b->stride[n - 1] == st * t->size[d]) {
-			b->size[n - 1] *= t->size[d];
-			b->stride[n - 1] = st;
+		if (bfs_size_mul((uint64_t)t->stride[d], es, &st) ||
+		    bfs_size_mul(st, (uint64_t)t->size[d], &run))
+			return -EOVERFLOW;
+		if (n && (uint64_t)b->stride[n - 1] == run) {
+			if (bfs_size_mul((uint64_t)b->size[n - 1],
+					 (uint64_t)t->size[d], &merged))
+				return -EOVERFLOW;
+			b->size[n - 1] = (int64_t)merged;
+			b->stride[n - 1] = (int64_t)st;
 			continue;
 		}
 		b->size[n] = t->size[d];
-		b->stride[n] = st;
+		b->stride[n] = (int64_t)st;
 		n++;
 	}
 	b->ndim = n;
 	b->contiguous = n == 0 || (n == 1 && b->stride[0] == (int64_t)es);
+	return 0;
 }
 
-/* Bind tensor 't' of shard 'sh' to its storage record. */
+/* Bind tensor 't' of shard 'sh' to its storage record "data/<key>". The
+ * pickle VM proved the view lies inside the storage it declared; here the
+ * record must hold exactly that storage (as torch checks). */
 static int bind_tensor(struct shard *sh, const struct bfs_pickle_tensor *t,
 		       struct bind *b, struct bfs_error *err)
 {
 	const struct bfs_dtype_info *di = bfs_dtype_info(t->dtype);
 	const struct bfs_dtype_info *si = bfs_dtype_info(t->storage_dtype);
 	const struct bfs_zip_entry *e;
-	uint64_t nbytes, extent = 0, off;
-	char rel[96];
+	uint64_t nbytes, extent, span = 0;
+	char *rel = NULL;
 
 	if (!di || !si ||
 	    (t->storage_dtype != t->dtype && t->storage_dtype != BFS_DT_UINT8))
 		return bfs_error_set(err, -EINVAL, sh->path, BFS_NO_OFFSET,
 				     "field '%s': unsupported dtype/storage",
 				     t->name);
-	if (t->ndim == 0)
-		return bfs_error_set(err, -EINVAL, sh->path, BFS_NO_OFFSET,
-				     "field '%s' is a 0-dim tensor (no sample "
-				     "dimension)",
-				     t->name);
-	snprintf(rel, sizeof(rel), "data/%s", t->storage_key);
+	if (asprintf(&rel, "data/%s", t->storage_key) < 0)
+		return -ENOMEM;
 	e = bfs_zip_find(sh->zip, rel);
+	free(rel);
 	if (!e)
 		return bfs_error_set(
 		    err, -EINVAL, sh->path, BFS_NO_OFFSET,
-		    "field '%s': storage record '%s/%s' missing", t->name,
-		    sh->zip->prefix, rel);
-	if (mul_add(t->storage_numel, si->size, 0, &nbytes) ||
+		    "field '%s': storage record '%s/data/%s' missing", t->name,
+		    sh->zip->prefix, t->storage_key);
+	if (bfs_size_mul(t->storage_numel, si->size, &nbytes) ||
 	    nbytes != e->size)
 		return bfs_error_set(err, -EINVAL, sh->path, e->lfh_off,
 				     "field '%s': record '%s' has %" PRIu64
 				     " bytes, storage needs %" PRIu64 " x %zu",
 				     t->name, e->name, e->size,
 				     t->storage_numel, si->size);
-	/* Extent in bytes, re-checked here in the storage's own units. */
-	int empty = 0;
-	for (int d = 0; d < t->ndim; d++)
-		empty |= t->size[d] == 0;
-	if (!empty) {
-		uint64_t last = t->offset;
-		for (int d = 0; d < t->ndim; d++)
-			if (t->size[d] < 0 || t->stride[d] < 0 ||
-			    mul_add((uint64_t)(t->size[d] - 1),
-				    (uint64_t)t->stride[d], last, &last))
-				goto bad_extent;
-		if (mul_add(last + 1, di->size, 0, &extent) ||
-		    last == UINT64_MAX || extent > nbytes)
-			goto bad_extent;
+	if (bfs_size_extent(t->size, t->stride, t->ndim, t->offset, di->size,
+			    &extent) ||
+	    extent > nbytes)
+		return bfs_error_set(err, -EINVAL, sh->path, e->lfh_off,
+				     "field '%s': view exceeds its storage "
+				     "record '%s'",
+				     t->name, e->name);
+	/* extent 0: an empty view; its offset is not used. */
+	b->base =
+	    bfs_zip_data(sh->zip, e) + (extent ? t->offset * di->size : 0);
+	/* Sample s is at stride0 * s: within the extent for s < size[0]. */
+	b->stride0 = t->size[0] > 1 ? (uint64_t)t->stride[0] * di->size : 0;
+	if (!extent) { /* nothing is ever read: any strides will do */
+		b->contiguous = 1;
+		return 0;
 	}
-	if (mul_add(t->offset, di->size, 0, &off) || (empty && off > nbytes))
-		goto bad_extent;
-	b->base = bfs_zip_data(sh->zip, e) + (empty ? 0 : off);
-	b->stride0 = (uint64_t)t->stride[0] * di->size;
-	simplify(b, t, di->size);
-	b->span = empty ? 0 : di->size;
+	if (simplify(b, t, di->size))
+		return bfs_error_set(err, -EOVERFLOW, sh->path, e->lfh_off,
+				     "field '%s': strides overflow", t->name);
 	for (int d = 0; d < b->ndim; d++)
-		b->span += (uint64_t)(b->size[d] - 1) * (uint64_t)b->stride[d];
+		span += (uint64_t)(b->size[d] - 1) * (uint64_t)b->stride[d];
+	b->span = span + di->size; /* both within the extent */
 	return 0;
-bad_extent:
-	return bfs_error_set(err, -EINVAL, sh->path, e->lfh_off,
-			     "field '%s': view exceeds its storage record '%s'",
-			     t->name, e->name);
+}
+
+/* Charge 'bytes' of metadata read from 'path' to the dataset's budget:
+ * 0, or -E2BIG with the refusal recorded. */
+static int charge(struct bfs_dataset *ds, const char *path, uint64_t bytes,
+		  struct bfs_error *err)
+{
+	if (bytes > META_BUDGET - ds->meta_bytes)
+		return bfs_error_set(
+		    err, -E2BIG, path, BFS_NO_OFFSET,
+		    "the metadata of this dataset (%zu archive(s) so far) "
+		    "needs more than %llu MiB of memory: refused",
+		    ds->nshards, (unsigned long long)(META_BUDGET >> 20));
+	ds->meta_bytes += bytes;
+	return 0;
+}
+
+/* Field f from tensor t (shard 0): its per-sample shape and bytes, which
+ * must fit 2^63 - 1 (fs/layout bounds all fields' bytes together). */
+static int make_field(struct bfs_field *f, const struct bfs_pickle_tensor *t,
+		      const char *path, struct bfs_error *err)
+{
+	size_t es = bfs_dtype_info(t->dtype)->size;
+	uint64_t elems;
+	char shape[160];
+
+	f->name = strdup(t->name);
+	if (!f->name)
+		return -ENOMEM;
+	f->dtype = t->dtype;
+	f->ndim = t->ndim - 1;
+	memcpy(f->shape, t->size + 1, (size_t)f->ndim * sizeof(*f->shape));
+	if (bfs_size_prod(f->shape, f->ndim, &elems) ||
+	    bfs_size_mul(elems, es, &f->row_bytes))
+		return bfs_error_set(
+		    err, -EOVERFLOW, path, BFS_NO_OFFSET,
+		    "field '%s': a sample of shape %s x %zu bytes is more "
+		    "than 2^63-1 bytes per sample",
+		    f->name,
+		    bfs_size_shape_str(shape, sizeof(shape), f->shape, f->ndim),
+		    es);
+	return 0;
 }
 
 /* Fields of the first shard become the dataset's fields. */
-static int make_fields(struct bfs_dataset *ds, const struct shard *sh)
+static int make_fields(struct bfs_dataset *ds, const struct shard *sh,
+		       struct bfs_error *err)
 {
-	ds->nfields = sh->pk.n_tensors;
-	ds->fields = calloc(ds->nfields ? ds->nfields : 1, sizeof(*ds->fields));
+	int rc;
+
+	rc = charge(ds, sh->path, sh->pk.n_tensors * sizeof(*ds->fields), err);
+	if (rc)
+		return rc;
+	ds->fields = calloc(sh->pk.n_tensors, sizeof(*ds->fields));
 	if (!ds->fields)
 		return -ENOMEM;
-	for (size_t i = 0; i < ds->nfields; i++) {
-		const struct bfs_pickle_tensor *t = &sh->pk.tensors[i];
-		struct bfs_field *f = &ds->fields[i];
-		f->name = strdup(t->name);
-		if (!f->name)
-			return -ENOMEM;
-		f->dtype = t->dtype;
-		f->ndim = t->ndim - 1;
-		f->row_bytes = bfs_dtype_info(t->dtype)->size;
-		for (int d = 1; d < t->ndim; d++) {
-			f->shape[d - 1] = t->size[d];
-			f->row_bytes *= (uint64_t)t->size[d];
-		}
-	}
-	return 0;
+	ds->nfields = sh->pk.n_tensors;
+	for (size_t i = 0; i < ds->nfields && !rc; i++)
+		rc = make_field(&ds->fields[i], &sh->pk.tensors[i], sh->path,
+				err);
+	return rc;
 }
 
-/* Shard 'sh' must have exactly the dataset's fields. */
-static int match_fields(const struct bfs_dataset *ds, const struct shard *sh,
-			struct bfs_error *err)
+static int by_tensor_name(const void *a, const void *b, void *arg)
 {
-	if (sh->pk.n_tensors != ds->nfields)
-		return bfs_error_set(err, -EINVAL, sh->path, BFS_NO_OFFSET,
-				     "has %zu fields, '%s' has %zu",
-				     sh->pk.n_tensors, ds->shards[0].path,
-				     ds->nfields);
-	for (size_t i = 0; i < ds->nfields; i++) {
-		const struct bfs_pickle_tensor *t = &sh->pk.tensors[i];
-		const struct bfs_field *f = &ds->fields[i];
-		int same = !strcmp(t->name, f->name) && t->dtype == f->dtype &&
-			   t->ndim - 1 == f->ndim;
-		for (int d = 1; same && d < t->ndim; d++)
-			same = t->size[d] == f->shape[d - 1];
-		if (!same)
-			return bfs_error_set(
-			    err, -EINVAL, sh->path, BFS_NO_OFFSET,
-			    "field %zu '%s' (%s) does not match field '%s' "
-			    "(%s, same per-sample shape required) of '%s'",
-			    i, t->name, bfs_dtype_info(t->dtype)->torch_name,
-			    f->name, bfs_dtype_info(f->dtype)->torch_name,
-			    ds->shards[0].path);
-	}
-	return 0;
+	const struct bfs_pickle_tensor *t = arg;
+
+	return strcmp(t[*(const size_t *)a].name, t[*(const size_t *)b].name);
 }
 
-static int open_shard(struct bfs_dataset *ds, struct shard *sh,
+/* The index in sh's tensors of the one named 'name' (ix: tensor indexes
+ * sorted by name), or SIZE_MAX. */
+static size_t tensor_named(const struct shard *sh, const size_t *ix,
+			   const char *name)
+{
+	size_t lo = 0, hi = sh->pk.n_tensors;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		int d = strcmp(name, sh->pk.tensors[ix[mid]].name);
+
+		if (d == 0)
+			return ix[mid];
+		if (d < 0)
+			hi = mid;
+		else
+			lo = mid + 1;
+	}
+	return SIZE_MAX;
+}
+
+/* "uint8 [3, 32, 32]": a field's dtype and per-sample shape. */
+static const char *describe(char *buf, size_t len, enum bfs_dtype dt,
+			    const int64_t *shape, int ndim)
+{
+	char sh[160];
+
+	snprintf(buf, len, "%s %s", bfs_dtype_info(dt)->torch_name,
+		 bfs_size_shape_str(sh, sizeof(sh), shape, ndim));
+	return buf;
+}
+
+/* Shard 'sh' must have the dataset's fields (by name, in any order), each
+ * with the same dtype and per-sample shape: map[i] = the index in sh's
+ * tensors of dataset field i. */
+static int match_fields(const struct bfs_dataset *ds, const struct shard *sh,
+			size_t *map, struct bfs_error *err)
+{
+	const struct shard *s0 = &ds->shards[0];
+	size_t *ix = malloc(sh->pk.n_tensors * sizeof(*ix));
+	char a[200], b[200];
+	int rc = 0;
+
+	if (!ix)
+		return -ENOMEM;
+	for (size_t i = 0; i < sh->pk.n_tensors; i++)
+		ix[i] = i;
+	qsort_r(ix, sh->pk.n_tensors, sizeof(*ix), by_tensor_name,
+		sh->pk.tensors);
+	for (size_t i = 0; i < ds->nfields && !rc; i++) {
+		const struct bfs_field *f = &ds->fields[i];
+		const struct bfs_pickle_tensor *t;
+
+		map[i] = tensor_named(sh, ix, f->name);
+		if (map[i] == SIZE_MAX) {
+			rc =
+			    bfs_error_set(err, -EINVAL, sh->path, BFS_NO_OFFSET,
+					  "has no field '%s', which '%s' has "
+					  "(shards must have the same fields)",
+					  f->name, s0->path);
+			break;
+		}
+		t = &sh->pk.tensors[map[i]];
+		if (t->dtype == f->dtype && t->ndim - 1 == f->ndim &&
+		    !memcmp(t->size + 1, f->shape,
+			    (size_t)f->ndim * sizeof(*f->shape)))
+			continue;
+		rc = bfs_error_set(
+		    err, -EINVAL, sh->path, BFS_NO_OFFSET,
+		    "field '%s' is %s per sample here but %s in '%s' (shards "
+		    "must have the same dtypes and per-sample shapes)",
+		    f->name,
+		    describe(a, sizeof(a), t->dtype, t->size + 1, t->ndim - 1),
+		    describe(b, sizeof(b), f->dtype, f->shape, f->ndim),
+		    s0->path);
+	}
+	if (!rc && sh->pk.n_tensors != ds->nfields)
+		rc = bfs_error_set(err, -EINVAL, sh->path, BFS_NO_OFFSET,
+				   "has %zu fields, '%s' has %zu (shards must "
+				   "have the same fields)",
+				   sh->pk.n_tensors, s0->path, ds->nfields);
+	free(ix);
+	return rc;
+}
+
+/* Heap of a parsed archive: its record table and names. */
+static uint64_t zip_bytes(const struct bfs_zip *z)
+{
+	uint64_t n = sizeof(*z);
+
+	for (size_t i = 0; i < z->n_entries; i++)
+		n += sizeof(z->entries[i]) + sizeof(size_t) +
+		     strlen(z->entries[i].name) + 1;
+	return n;
+}
+
+/* Heap of a pickle result: its tensor table and names. */
+static uint64_t pickle_bytes(const struct bfs_pickle_result *pk)
+{
+	uint64_t n = pk->n_tensors * sizeof(*pk->tensors);
+
+	for (size_t i = 0; i < pk->n_tensors; i++)
+		n += strlen(pk->tensors[i].name) +
+		     strlen(pk->tensors[i].storage_key) + 2;
+	return n;
+}
+
+/* Parse shard 'sh' at 'path': archive, kind, pickle. */
+static int load_shard(struct bfs_dataset *ds, struct shard *sh,
 		      const char *path, struct bfs_error *err)
 {
 	const struct bfs_zip_entry *pkl;
+	char *label = NULL;
 	int rc;
 
 	sh->path = strdup(path);
 	if (!sh->path)
 		return -ENOMEM;
 	rc = bfs_zip_open(&sh->zip, path, err);
-	if (rc)
-		return rc;
-	rc = check_kind(sh, err);
+	if (!rc)
+		rc = charge(ds, path, zip_bytes(sh->zip), err);
+	if (!rc)
+		rc = check_kind(sh, err);
 	if (rc)
 		return rc;
 	pkl = bfs_zip_find(sh->zip, "data.pkl");
@@ -346,43 +488,74 @@ static int open_shard(struct bfs_dataset *ds, struct shard *sh,
 		return bfs_error_set(err, -EINVAL, path, BFS_NO_OFFSET,
 				     "no '%s/data.pkl' record",
 				     sh->zip->prefix);
-	char *label = NULL;
 	if (asprintf(&label, "%s:%s", path, pkl->name) < 0)
 		return -ENOMEM;
 	rc = bfs_pickle_load(bfs_zip_data(sh->zip, pkl), pkl->size, label,
-			     &sh->pk, err);
+			     META_BUDGET - ds->meta_bytes, &sh->pk, err);
 	free(label);
+	for (size_t i = 0; !rc && i < sh->pk.n_tensors; i++)
+		if (sh->pk.tensors[i].ndim == 0)
+			rc = bfs_error_set(err, -EINVAL, path, BFS_NO_OFFSET,
+					   "field '%s' is a 0-dim tensor (no "
+					   "sample dimension)",
+					   sh->pk.tensors[i].name);
+	return rc ? rc : charge(ds, path, pickle_bytes(&sh->pk), err);
+}
+
+/* Bind every dataset field to its tensor in shard sh (map: field ->
+ * tensor index) and take the shard's sample count from them. */
+static int bind_shard(struct bfs_dataset *ds, struct shard *sh,
+		      const size_t *map, struct bfs_error *err)
+{
+	const struct bfs_pickle_tensor *t0 = &sh->pk.tensors[map[0]];
+	int rc;
+
+	sh->nchunks = sh->zip->fd >= 0
+			  ? (size_t)((sh->zip->map_size + CHUNK - 1) / CHUNK)
+			  : 0;
+	rc = charge(ds, sh->path,
+		    ds->nfields * sizeof(*sh->binds) +
+			sh->nchunks * sizeof(*sh->chunks),
+		    err);
 	if (rc)
 		return rc;
-	sh->binds =
-	    calloc(sh->pk.n_tensors ? sh->pk.n_tensors : 1, sizeof(*sh->binds));
-	if (!sh->binds)
+	sh->binds = calloc(ds->nfields, sizeof(*sh->binds));
+	sh->chunks = calloc(sh->nchunks ? sh->nchunks : 1, sizeof(*sh->chunks));
+	if (!sh->binds || !sh->chunks)
 		return -ENOMEM;
-	if (sh->zip->fd >= 0) {
-		sh->nchunks = (size_t)((sh->zip->map_size + CHUNK - 1) / CHUNK);
-		sh->chunks =
-		    calloc(sh->nchunks ? sh->nchunks : 1, sizeof(*sh->chunks));
-		if (!sh->chunks)
-			return -ENOMEM;
-	}
-	for (size_t i = 0; i < sh->pk.n_tensors; i++) {
-		const struct bfs_pickle_tensor *t = &sh->pk.tensors[i];
+	sh->samples = (uint64_t)t0->size[0];
+	for (size_t i = 0; i < ds->nfields && !rc; i++) {
+		const struct bfs_pickle_tensor *t = &sh->pk.tensors[map[i]];
+
 		rc = bind_tensor(sh, t, &sh->binds[i], err);
-		if (rc)
-			return rc;
-		if (i == 0)
-			sh->samples = (uint64_t)t->size[0];
-		else if ((uint64_t)t->size[0] != sh->samples)
-			return bfs_error_set(
-			    err, -EINVAL, path, BFS_NO_OFFSET,
+		if (!rc && (uint64_t)t->size[0] != sh->samples)
+			rc = bfs_error_set(
+			    err, -EINVAL, sh->path, BFS_NO_OFFSET,
 			    "field '%s' has %" PRId64 " samples, '%s' has "
 			    "%" PRIu64 " (all fields must share dim 0)",
-			    t->name, t->size[0], sh->pk.tensors[0].name,
-			    sh->samples);
+			    t->name, t->size[0], t0->name, sh->samples);
 	}
-	if (ds->fields)
-		return match_fields(ds, sh, err);
-	return make_fields(ds, sh);
+	return rc;
+}
+
+static int open_shard(struct bfs_dataset *ds, struct shard *sh,
+		      const char *path, struct bfs_error *err)
+{
+	size_t *map;
+	int rc = load_shard(ds, sh, path, err);
+
+	if (!rc && !ds->fields)
+		rc = make_fields(ds, sh, err);
+	if (rc)
+		return rc;
+	map = malloc(ds->nfields * sizeof(*map));
+	if (!map)
+		return -ENOMEM;
+	rc = match_fields(ds, sh, map, err);
+	if (!rc)
+		rc = bind_shard(ds, sh, map, err);
+	free(map);
+	return rc;
 }
 
 int bfs_dataset_open(struct bfs_dataset **out, const char *const *paths,

@@ -16,6 +16,11 @@
 
 struct bfs_zip;
 
+/* Memory a dataset's metadata may take (archive directories, pickle VMs
+ * and their results, field tables, bindings): archives that need more
+ * are refused at open. */
+#define BFS_DATASET_META_BUDGET ((uint64_t)256 << 20)
+
 struct bfs_field {
 	char *name;
 	enum bfs_dtype dtype;

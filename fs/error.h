@@ -6,6 +6,7 @@
 #ifndef BFS_ERROR_H
 #define BFS_ERROR_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #define BFS_ERROR_MAX 512
@@ -24,5 +25,10 @@ struct bfs_error {
 int bfs_error_set(struct bfs_error *e, int neg_errno, const char *file,
 		  uint64_t offset, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
+
+/* Bytes [s, s+n) from a file, quoted for a message into out (always
+ * NUL-terminated): printable ASCII as is, other bytes as \xHH, cut with
+ * "..." when out is too small. Returns out. */
+const char *bfs_error_quote(char *out, size_t cap, const void *s, size_t n);
 
 #endif

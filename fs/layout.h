@@ -24,22 +24,40 @@ struct bfs_layout_field {
 	const char *st_dtype;	   /* safetensors dtype code */
 };
 
+/* The most bytes of JSON header a batch file may have: a dataset whose
+ * header would be longer (too many or too long field names, shapes) is
+ * refused when the layout is made. */
+#define BFS_LAYOUT_MAX_HEADER (1u << 20)
+
 struct bfs_layout {
 	size_t nfields;
 	struct bfs_layout_field *fields; /* file order */
 	uint64_t row_bytes;		 /* sum of the fields' row_bytes */
+	uint64_t rows_max;		 /* the most rows a batch may have */
+	uint64_t max_file_size;		 /* a batch file of rows_max rows */
+	const char *source;		 /* named in refusals (borrowed) */
 };
 
-/* Lay out 'n' fields (fields[i] is dataset field i). Refuses a dtype that
- * safetensors cannot express (complex32, complex128): -ENOTSUP with 'err'
- * naming the field and the dtype. Returns 0 or -errno. */
+/* Lay out 'n' fields (fields[i] is dataset field i) for batches of at most
+ * 'rows_max' rows, and prove every size of such a batch file fits: each
+ * field's and the whole data's bytes, a header of at most
+ * BFS_LAYOUT_MAX_HEADER bytes (for any epoch and batch number), the file
+ * size within 2^63 - 1. Refusals name 'source' (the archive) and the
+ * field: -ENOTSUP for a dtype safetensors cannot express (complex32,
+ * complex128), -EFBIG for sizes past those limits. Returns 0 or -errno. */
 int bfs_layout_init_fields(struct bfs_layout *l,
 			   const struct bfs_field *const *fields, size_t n,
+			   uint64_t rows_max, const char *source,
 			   struct bfs_error *err);
 
-/* bfs_layout_init_fields over every field of 'ds'. */
+/* bfs_layout_init_fields over every field of 'ds' (source: its first
+ * archive). */
 int bfs_layout_init(struct bfs_layout *l, const struct bfs_dataset *ds,
-		    struct bfs_error *err);
+		    uint64_t rows_max, struct bfs_error *err);
+
+/* The field with the most bytes per sample (named in refusals), or NULL
+ * when there is none. */
+const struct bfs_layout_field *bfs_layout_largest(const struct bfs_layout *l);
 
 /* Free what init allocated; accepts a zeroed or half-built layout. */
 void bfs_layout_fini(struct bfs_layout *l);
@@ -54,7 +72,7 @@ size_t bfs_layout_json(const struct bfs_layout *l, uint64_t e, uint64_t k,
 uint64_t bfs_layout_data_offset(const struct bfs_layout *l, uint64_t e,
 				uint64_t k, uint64_t rows);
 
-/* Exact size of the batch file. */
+/* Exact size of the batch file (rows <= rows_max: no overflow). */
 uint64_t bfs_layout_file_size(const struct bfs_layout *l, uint64_t e,
 			      uint64_t k, uint64_t rows);
 

@@ -51,8 +51,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "fs/mt19937.h"
+#include "fs/size.h"
 
 #define BFS_ORDER_SLOTS 3
 #define LARGE_PERM_N	214748364ull /* UINT32_MAX / 20 (torch >= 2.7) */
@@ -307,6 +309,31 @@ static void setup_stream(struct bfs_order *o)
 			     (o->samples % p->batch_size != 0);
 }
 
+/* A random sampler's stream is kept per epoch in a table of cap values;
+ * BFS_ORDER_SLOTS of them must fit the machine's memory. */
+static int check_tables(const struct bfs_order *o, const char *source,
+			struct bfs_error *err)
+{
+	long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+	uint64_t ram = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page
+					     : BFS_SIZE_MAX;
+	uint64_t bytes;
+
+	if (o->kind == K_NONE ||
+	    (!bfs_size_mul(o->cap, (o->narrow ? 4 : 8) * BFS_ORDER_SLOTS,
+			   &bytes) &&
+	     bytes <= ram))
+		return 0;
+	return bfs_error_set(
+	    err, -EFBIG, source ? source : "dataset", BFS_NO_OFFSET,
+	    "%" PRIu64 " samples: the random order of %" PRIu64 " draws per "
+	    "epoch needs %d tables of %" PRIu64 " x %d bytes (the epochs "
+	    "kept at once): more than this machine's %" PRIu64 " MiB of "
+	    "memory",
+	    o->opt.n, o->cap, BFS_ORDER_SLOTS, o->cap, o->narrow ? 4 : 8,
+	    ram >> 20);
+}
+
 void bfs_order_destroy(struct bfs_order *o)
 {
 	if (!o)
@@ -342,6 +369,7 @@ int bfs_order_create(struct bfs_order **out, const struct bfs_order_opts *p,
 	o->opt = *p;
 	if (!o->opt.compat) /* zero-initialised options: the default */
 		o->opt.compat = BFS_TORCH_1_13;
+	o->opt.source = NULL; /* borrowed: used during create only */
 	o->opt.subset = NULL;
 	o->opt.weights = NULL;
 	o->opt.generator_state = NULL;
@@ -363,6 +391,9 @@ int bfs_order_create(struct bfs_order **out, const struct bfs_order_opts *p,
 			goto err_destroy;
 	}
 	setup_stream(o);
+	rc = check_tables(o, p->source, err);
+	if (rc)
+		goto err_destroy;
 	if (p->generator_state) {
 		rc = bfs_mt_import(&o->mt0, p->generator_state,
 				   p->generator_state_len, "generator state",

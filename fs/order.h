@@ -29,6 +29,7 @@ enum bfs_torch_compat {
 struct bfs_order_opts {
 	enum bfs_sampler sampler;
 	uint64_t n;	     /* len(dataset) */
+	const char *source;  /* the dataset, named when its size is refused */
 	uint64_t batch_size; /* >= 1 */
 	bool drop_last;
 	uint64_t seed; /* torch.Generator().manual_seed(seed) / sampler seed */
@@ -55,8 +56,11 @@ struct bfs_order;
 
 /* Validate options (as PyTorch would: batch_size > 0, num_samples > 0,
  * rank < world_size, indices within n, weights finite and >= 0 ...) and
- * build the engine. Returns 0 or -EINVAL with 'err' saying which option is
- * wrong and why. */
+ * build the engine. Returns 0, -EINVAL with 'err' saying which option is
+ * wrong and why, or -EFBIG with 'err' naming o->source when a random
+ * sampler's per-epoch tables (one value per sample drawn, 4 or 8 bytes,
+ * for each of the epochs kept at once) would not fit this machine's
+ * memory. */
 int bfs_order_create(struct bfs_order **out, const struct bfs_order_opts *o,
 		     struct bfs_error *err);
 

@@ -18,7 +18,7 @@
  * interpreted there; every read is bounds checked against the pickle;
  * integers are int64 with checked arithmetic; limits: pickle <= 64 MiB,
  * MARK depth <= 256, stack <= 2^20 cells, memo index < 2^20, heap bytes <=
- * MEM_LIMIT(len).
+ * MEM_LIMIT(len) and the caller's limit (BFS_PICKLE_MEM_DEFAULT).
  *
  * Every refusal is "LABEL: offset N: reason" where N is the offset of the
  * opcode being executed. Reentrant: all state lives in a struct vm on the
@@ -337,7 +337,7 @@ static int fill(struct vm *vm, size_t base, int kind)
 		return FAIL(vm, "stack underflow: no container to fill");
 	c = as_seq(vm->stack[base - 1], kind);
 	if (!c)
-		return FAIL(vm, "%s applied to a %s",
+		return FAIL(vm, "%s applied to %s",
 			    kind == V_LIST ? "APPEND" : "SETITEM",
 			    kind_name(vm->stack[base - 1]));
 	if (kind == V_DICT && n % 2)
@@ -611,7 +611,8 @@ static int run(struct vm *vm, struct bfs_pickle_result *out)
 }
 
 int bfs_pickle_load(const uint8_t *buf, size_t len, const char *label,
-		    struct bfs_pickle_result *out, struct bfs_error *err)
+		    size_t mem_limit, struct bfs_pickle_result *out,
+		    struct bfs_error *err)
 {
 	struct bfs_error local = {""};
 	struct vm vm = {.p = buf,
@@ -628,7 +629,9 @@ int bfs_pickle_load(const uint8_t *buf, size_t len, const char *label,
 		    "data.pkl of %zu bytes exceeds the %u-byte "
 		    "limit",
 		    len, MAX_PICKLE);
-	vm.mem_limit = MEM_LIMIT(len);
+	if (!mem_limit)
+		mem_limit = BFS_PICKLE_MEM_DEFAULT;
+	vm.mem_limit = MEM_LIMIT(len) < mem_limit ? MEM_LIMIT(len) : mem_limit;
 	rc = run(&vm, out);
 	vm_free(&vm);
 	if (rc)

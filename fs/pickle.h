@@ -14,6 +14,9 @@
 #include "fs/error.h"
 
 #define BFS_MAX_DIMS 64
+/* Fields (top-level tensors) of one dataset: a pickle with more is refused
+ * before any per-field memory is spent. */
+#define BFS_MAX_FIELDS 4096u
 
 enum bfs_container {
 	BFS_CONTAINER_DICT,   /* dict or OrderedDict: names are the keys */
@@ -43,16 +46,22 @@ struct bfs_pickle_result {
 	size_t n_tensors;
 };
 
+/* Heap a load may spend when the caller sets no limit (mem_limit 0). */
+#define BFS_PICKLE_MEM_DEFAULT ((size_t)256 << 20)
+
 /* Run the restricted VM over data.pkl bytes [buf, buf+len).
  * Validates every opcode, bound, global and tensor geometry (extent within
- * the storage, checked math). The top-level object must be a dict,
- * OrderedDict, list or tuple of tensors (or one tensor).
+ * the storage, numel as torch computes it, checked math). The top-level
+ * object must be a dict, OrderedDict, list or tuple of 1 to BFS_MAX_FIELDS
+ * tensors (or one tensor). Heap (VM objects and the result's table) is
+ * bounded by min(mem_limit or BFS_PICKLE_MEM_DEFAULT, 16 MiB + 128 x len).
  * Returns 0 and fills *out, or -EINVAL/-ENOMEM/-E2BIG with 'err' naming
  * 'label', the byte offset in the pickle and the reason (e.g. the refused
  * global "os system"). Memory: O(len); no recursion.
  * Free with bfs_pickle_result_free(). */
 int bfs_pickle_load(const uint8_t *buf, size_t len, const char *label,
-		    struct bfs_pickle_result *out, struct bfs_error *err);
+		    size_t mem_limit, struct bfs_pickle_result *out,
+		    struct bfs_error *err);
 
 /* Free what bfs_pickle_load allocated; accepts a zeroed struct. */
 void bfs_pickle_result_free(struct bfs_pickle_result *r);

@@ -12,8 +12,10 @@
  * inside the storage (bytes, checked u64 math), hooks and metadata empty.
  * No state of its own: everything lives in the caller's struct vm. */
 #include "fs/pickle_vm.h"
+#include "fs/size.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,6 +49,8 @@ struct tensor_obj {
 	struct obj h;
 	struct bfs_pickle_tensor t; /* name, storage_key unset */
 	struct storage_obj *st;
+	size_t at;	/* pickle offset of its rebuild, for messages */
+	bool bad_numel; /* its numel overflows: torch refuses it */
 };
 
 /* ---- globals ---- */
@@ -139,7 +143,7 @@ int bfs_pickle_op_persid(struct vm *vm)
 	if (t->v[1].kind != V_GLOBAL || (t->v[1].u.g.id != G_STORAGE &&
 					 t->v[1].u.g.id != G_UNTYPED_STORAGE))
 		return FAIL(vm,
-			    "persistent id: storage type is a %s, not a "
+			    "persistent id: storage type is %s, not a "
 			    "torch storage class",
 			    kind_name(t->v[1]));
 	if (!key || key->len == 0 || key->len != strlen(key->s) ||
@@ -189,26 +193,6 @@ static int int_tuple(struct val v, int64_t *dims)
 	return (int)t->n;
 }
 
-/* Extent of the tensor in bytes from the storage start; 0 = overflow. */
-static int extent_ok(const struct bfs_pickle_tensor *t, size_t elsize,
-		     uint64_t storage_bytes)
-{
-	uint64_t last = t->offset, x;
-
-	for (int i = 0; i < t->ndim; i++) {
-		if (t->size[i] == 0)
-			return t->offset <= storage_bytes / elsize;
-		if (__builtin_mul_overflow((uint64_t)(t->size[i] - 1),
-					   (uint64_t)t->stride[i], &x) ||
-		    __builtin_add_overflow(last, x, &last))
-			return 0;
-	}
-	/* elements [offset, last] must lie inside the storage */
-	return !__builtin_add_overflow(last, 1, &x) &&
-	       !__builtin_mul_overflow(x, (uint64_t)elsize, &x) &&
-	       x <= storage_bytes;
-}
-
 /* _rebuild_tensor_v2(storage, offset, size, stride, requires_grad, hooks
  * [, metadata]) and v3(..., hooks, dtype [, metadata]). */
 static int rebuild_tensor(struct vm *vm, struct seq_obj *a, int v3)
@@ -218,13 +202,14 @@ static int rebuild_tensor(struct vm *vm, struct seq_obj *a, int v3)
 	struct storage_obj *st;
 	struct val meta;
 	int64_t off;
+	uint64_t storage_bytes, need, numel;
 	const struct bfs_dtype_info *di, *si;
 
 	if (!a || (a->n != fixed && a->n != fixed + 1))
 		return FAIL(vm, "_rebuild_tensor_v%d: wrong argument count",
 			    v3 ? 3 : 2);
 	if (a->v[0].kind != V_STORAGE)
-		return FAIL(vm, "tensor storage is a %s", kind_name(a->v[0]));
+		return FAIL(vm, "tensor storage is %s", kind_name(a->v[0]));
 	st = (struct storage_obj *)a->v[0].u.o;
 	o = bfs_pickle_new_obj(vm, V_TENSOR, sizeof(*o));
 	if (!o)
@@ -235,7 +220,7 @@ static int rebuild_tensor(struct vm *vm, struct seq_obj *a, int v3)
 	o->t.dtype = st->dtype;
 	if (v3) {
 		if (a->v[6].kind != V_GLOBAL || a->v[6].u.g.id != G_DTYPE)
-			return FAIL(vm, "_rebuild_tensor_v3: dtype is a %s",
+			return FAIL(vm, "_rebuild_tensor_v3: dtype is %s",
 				    kind_name(a->v[6]));
 		o->t.dtype = (enum bfs_dtype)a->v[6].u.g.dtype;
 		if (!st->untyped && o->t.dtype != st->dtype)
@@ -268,13 +253,21 @@ static int rebuild_tensor(struct vm *vm, struct seq_obj *a, int v3)
 			    "supported: save t.resolve_conj().resolve_neg()");
 	di = bfs_dtype_info(o->t.dtype);
 	si = bfs_dtype_info(st->dtype);
-	if (!di || !si || st->numel > UINT64_MAX / si->size ||
-	    !extent_ok(&o->t, di->size, st->numel * si->size))
+	if (!di || !si || bfs_size_mul(st->numel, si->size, &storage_bytes) ||
+	    bfs_size_extent(o->t.size, o->t.stride, o->t.ndim, o->t.offset,
+			    di->size, &need) ||
+	    need > storage_bytes)
 		return FAIL(vm,
 			    "tensor extent (offset %lld, %d dims) exceeds "
 			    "storage '%s' of %llu elements",
 			    (long long)off, o->t.ndim, st->key->s,
 			    (unsigned long long)st->numel);
+	/* torch refuses the tensor when it is built; the refusal waits for
+	 * the result, where the field's name is known (field_ok). */
+	o->at = vm->op;
+	o->bad_numel = bfs_size_numel(o->t.size, o->t.ndim, &numel) < 0;
+	if (o->bad_numel && !vm->bad_numel)
+		vm->bad_numel = o;
 	return push_obj(vm, o);
 }
 
@@ -286,8 +279,12 @@ static struct tensor_obj *copy_tensor(struct vm *vm, struct val v)
 		return NULL;
 	o = bfs_pickle_new_obj(vm, V_TENSOR, sizeof(*o));
 	if (o) {
-		o->t = ((struct tensor_obj *)v.u.o)->t;
-		o->st = ((struct tensor_obj *)v.u.o)->st;
+		const struct tensor_obj *from = (struct tensor_obj *)v.u.o;
+
+		o->t = from->t;
+		o->st = from->st;
+		o->at = from->at;
+		o->bad_numel = from->bad_numel;
 	}
 	return o;
 }
@@ -317,7 +314,7 @@ static int rebuild_param(struct vm *vm, struct seq_obj *a, int with_state)
 	o = copy_tensor(vm, a->v[0]);
 	if (!o)
 		return vm->err->msg[0] ? vm->alloc_rc
-				       : FAIL(vm, "_rebuild_parameter of a %s",
+				       : FAIL(vm, "_rebuild_parameter of %s",
 					      kind_name(a->v[0]));
 	o->t.is_parameter = 1;
 	o->t.requires_grad = (int)a->v[1].u.i;
@@ -361,7 +358,7 @@ int bfs_pickle_op_reduce(struct vm *vm)
 		return rc;
 	a = as_seq(args, V_TUPLE);
 	if (fn.kind != V_GLOBAL || !a)
-		return FAIL(vm, "REDUCE of a %s with %s arguments: refused",
+		return FAIL(vm, "REDUCE of %s with %s as arguments: refused",
 			    kind_name(fn), kind_name(args));
 	switch (fn.u.g.id) {
 	case G_REBUILD_V2:
@@ -403,7 +400,7 @@ int bfs_pickle_op_build(struct vm *vm)
 		return 0;
 	if (inst->kind == V_TENSOR && state_empty(state))
 		return 0;
-	return FAIL(vm, "BUILD of a %s with a %s state: refused",
+	return FAIL(vm, "BUILD of %s with %s as state: refused",
 		    kind_name(*inst), kind_name(state));
 }
 
@@ -422,28 +419,55 @@ static int add_tensor(struct vm *vm, struct bfs_pickle_result *r, struct val tv,
 	return t->name && t->storage_key ? 0 : bfs_pickle_nomem(vm);
 }
 
+/* A tensor whose numel overflows, named by its field (NULL: built but
+ * not a field): torch refuses it when it loads the pickle. */
+static int numel_refused(struct vm *vm, const struct tensor_obj *o,
+			 const char *field)
+{
+	char shape[160];
+
+	vm->op = o->at;
+	return FAIL(
+	    vm,
+	    "%s%s%s size %s: numel: integer multiplication overflow "
+	    "(more than 2^63-1 elements; torch refuses it too)",
+	    field ? "field '" : "tensor of", field ? field : "",
+	    field ? "':" : "",
+	    bfs_size_shape_str(shape, sizeof(shape), o->t.size, o->t.ndim));
+}
+
 /* Field i of the top-level container: a tensor under a str key. */
 static int field_ok(struct vm *vm, const struct seq_obj *c, size_t i)
 {
 	struct val v = c->v[c->h.kind == V_DICT ? 2 * i + 1 : i];
-	struct str_obj *k;
+	struct str_obj *k = NULL;
+	char num[24];
 
 	if (c->h.kind == V_DICT) {
 		k = as_str(c->v[2 * i]);
-		if (!k || k->len != strlen(k->s))
+		if (!k)
 			return FAIL(vm,
-				    "top-level dict key %zu is a %s, not a "
-				    "string without NUL",
+				    "top-level dict key %zu is %s, not a "
+				    "string",
 				    i, kind_name(c->v[2 * i]));
+		if (k->len != strlen(k->s))
+			return FAIL(vm,
+				    "top-level dict key %zu contains a NUL "
+				    "byte",
+				    i);
 		if (v.kind != V_TENSOR)
 			return FAIL(vm,
-				    "top-level field '%s' is a %s, not a "
+				    "top-level field '%s' is %s, not a "
 				    "tensor",
 				    k->s, kind_name(v));
 	} else if (v.kind != V_TENSOR) {
-		return FAIL(vm, "top-level item %zu is a %s, not a tensor", i,
+		return FAIL(vm, "top-level item %zu is %s, not a tensor", i,
 			    kind_name(v));
 	}
+	snprintf(num, sizeof(num), "%zu", i);
+	if (((const struct tensor_obj *)v.u.o)->bad_numel)
+		return numel_refused(vm, (const struct tensor_obj *)v.u.o,
+				     k ? k->s : num);
 	return 0;
 }
 
@@ -499,6 +523,13 @@ static const enum bfs_container containers[] = {
     [V_TENSOR] = BFS_CONTAINER_TENSOR,
 };
 
+static const char *const container_names[] = {
+    [BFS_CONTAINER_DICT] = "dict",
+    [BFS_CONTAINER_LIST] = "list",
+    [BFS_CONTAINER_TUPLE] = "tuple",
+    [BFS_CONTAINER_TENSOR] = "tensor",
+};
+
 /* The object left at STOP into *r: types checked first, then the result
  * (about 1 KiB per tensor) is charged to the budget and built. */
 int bfs_pickle_build_result(struct vm *vm, struct val top,
@@ -511,7 +542,7 @@ int bfs_pickle_build_result(struct vm *vm, struct val top,
 	if (top.kind != V_DICT && top.kind != V_LIST && top.kind != V_TUPLE &&
 	    top.kind != V_TENSOR)
 		return FAIL(vm,
-			    "top-level object is a %s, not a dict, list, "
+			    "top-level object is %s, not a dict, list, "
 			    "tuple or tensor",
 			    kind_name(top));
 	r->container = containers[top.kind];
@@ -519,8 +550,22 @@ int bfs_pickle_build_result(struct vm *vm, struct val top,
 		c = (struct seq_obj *)top.u.o;
 		n = top.kind == V_DICT ? c->n / 2 : c->n;
 	}
+	if (n == 0)
+		return FAIL(vm,
+			    "the top-level %s holds no tensors: nothing "
+			    "to serve",
+			    container_names[r->container]);
+	if (n > BFS_MAX_FIELDS)
+		return FAIL(vm,
+			    "the top-level %s holds %zu items: more than "
+			    "the %u fields batchfs serves",
+			    container_names[r->container], n, BFS_MAX_FIELDS);
 	for (size_t i = 0; c && i < n && !rc; i++)
 		rc = field_ok(vm, c, i);
+	if (!rc && !c && ((const struct tensor_obj *)top.u.o)->bad_numel)
+		rc = numel_refused(vm, (const struct tensor_obj *)top.u.o, "0");
+	if (!rc && vm->bad_numel) /* a tensor built but not kept */
+		rc = numel_refused(vm, vm->bad_numel, NULL);
 	if (!rc)
 		rc = bfs_pickle_charge(vm, n * sizeof(*r->tensors));
 	if (rc)

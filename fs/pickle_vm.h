@@ -78,6 +78,9 @@ struct vm {
 	struct obj *objs;
 	size_t mem, mem_limit;
 	int alloc_rc; /* why the last allocation failed: -ENOMEM or -E2BIG */
+	/* The first tensor built whose numel overflows (fs/pickle_torch.c
+	 * refuses it once the result names it), or NULL. */
+	const void *bad_numel;
 };
 
 #define FAIL(vm, ...)                                                          \
@@ -151,11 +154,13 @@ static inline size_t mark_base(struct vm *vm)
 	return vm->nmarks ? vm->marks[vm->nmarks - 1] : 0;
 }
 
+/* The kind of v with its article, for messages: "an int", "None". */
 static inline const char *kind_name(struct val v)
 {
 	static const char *const names[] = {
-	    "unset", "None",  "bool", "int",  "float",	 "global",
-	    "str",   "tuple", "list", "dict", "storage", "tensor",
+	    "an unset value", "None",	  "a bool",    "an int",
+	    "a float",	      "a global", "a str",     "a tuple",
+	    "a list",	      "a dict",	  "a storage", "a tensor",
 	};
 
 	return names[v.kind];

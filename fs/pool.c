@@ -40,6 +40,7 @@
 #include "fs/pool.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -50,6 +51,7 @@
 #include <unistd.h>
 
 #include "fs/log.h"
+#include "fs/size.h"
 
 #define NBUCKETS   4096u
 #define MAX_SPARES 16u /* bounded further by workers + prefetch + 1 */
@@ -425,6 +427,46 @@ static void *worker_main(void *arg)
 	pthread_mutex_unlock(&p->lock);
 	free(idx);
 	return NULL;
+}
+
+/* A byte count for messages: "4.0 TiB", "512 MiB", "900 bytes". */
+static const char *human(char *buf, size_t len, uint64_t n)
+{
+	static const char *const unit[] = {"KiB", "MiB", "GiB",
+					   "TiB", "PiB", "EiB"};
+	double v = (double)n;
+	int u = -1;
+
+	while (v >= 1024 && u < 5) {
+		v /= 1024;
+		u++;
+	}
+	if (u < 0)
+		snprintf(buf, len, "%llu bytes", (unsigned long long)n);
+	else
+		snprintf(buf, len, "%.1f %s", v, unit[u]);
+	return buf;
+}
+
+int bfs_pool_check_budget(const struct bfs_layout *l, uint64_t budget_bytes,
+			  struct bfs_error *err)
+{
+	const struct bfs_layout_field *big = bfs_layout_largest(l);
+	char a[32], b[32], c[32];
+	uint64_t cap;
+
+	if (bfs_size_mul(budget_bytes, BFS_POOL_OVER_BUDGET, &cap) ||
+	    l->max_file_size <= cap)
+		return 0;
+	return bfs_error_set(
+	    err, -EFBIG, l->source, BFS_NO_OFFSET,
+	    "a batch of %llu samples is %s (field '%s': %s per sample), "
+	    "more than %u x the memory budget of %s (--cache-mb): use a "
+	    "smaller --batch-size or a larger --cache-mb",
+	    (unsigned long long)l->rows_max,
+	    human(a, sizeof(a), l->max_file_size), big ? big->f->name : "?",
+	    human(b, sizeof(b), big ? big->f->row_bytes : 0),
+	    BFS_POOL_OVER_BUDGET, human(c, sizeof(c), budget_bytes));
 }
 
 int bfs_pool_create(struct bfs_pool **out, const struct bfs_dataset *ds,

@@ -61,6 +61,16 @@ struct bfs_pool_stats {
 
 struct bfs_pool;
 
+/* A batch larger than the budget is still served, materialized alone;
+ * by at most this factor: bfs_pool_check_budget refuses bigger ones. */
+#define BFS_POOL_OVER_BUDGET 16u
+
+/* 0 when the largest batch file of 'l' (l->max_file_size) is at most
+ * BFS_POOL_OVER_BUDGET x budget_bytes; -EFBIG otherwise, with 'err'
+ * naming the archive, the batch and the field that makes it big. */
+int bfs_pool_check_budget(const struct bfs_layout *l, uint64_t budget_bytes,
+			  struct bfs_error *err);
+
 /* Start 'o->workers' threads (signals blocked in them). The pool borrows
  * ds, order and layout, which must outlive it. Returns 0 or -errno. */
 int bfs_pool_create(struct bfs_pool **out, const struct bfs_dataset *ds,

@@ -23,6 +23,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fs/size.h"
+
 /* Safetensors dtype codes and element sizes. When a code is added to the
  * format, add it here (and to fs/dtype.c's st_name column if torch has the
  * dtype; tests/unit/test_safetensors.c checks the two agree), to the dtype
@@ -420,6 +422,16 @@ static int metadata(struct parser *p)
 	}
 }
 
+int bfs_st_shape_bytes(const uint64_t *dims, uint32_t ndim, uint32_t elem_size,
+		       uint64_t *out)
+{
+	*out = elem_size;
+	for (uint32_t k = 0; k < ndim; k++)
+		if (bfs_size_mul(*out, dims[k], out))
+			return -EOVERFLOW;
+	return 0;
+}
+
 /* Byte length check of one complete entry: shape × element size. */
 static int entry_size(struct parser *p, const struct bfs_st_tensor *t,
 		      const uint64_t *dims)
@@ -434,12 +446,10 @@ static int entry_size(struct parser *p, const struct bfs_st_tensor *t,
 			       (unsigned long long)p->data_len);
 	if (!t->elem_size) /* unknown code, BFS_ST_ANY_DTYPE */
 		return 0;
-	for (uint32_t k = 0; k < t->ndim; k++) {
-		if (dims[k] && n > UINT64_MAX / dims[k])
-			return fail_at(p, t->entry_off, t->name,
-				       "shape overflows 64 bits");
-		n *= dims[k];
-	}
+	if (bfs_st_shape_bytes(dims, t->ndim, t->elem_size, &n))
+		return fail_at(p, t->entry_off, t->name,
+			       "shape x %u bytes is more than 2^63-1 bytes",
+			       t->elem_size);
 	if (n != t->end - t->begin)
 		return fail_at(p, t->entry_off, t->name,
 			       "shape × %u bytes = %llu, data_offsets [%llu, "

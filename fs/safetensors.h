@@ -70,6 +70,14 @@ struct bfs_st_error {
 /* Bytes per element of safetensors dtype 'code'; 0 when unknown. */
 uint32_t bfs_st_dtype_size(const char *code);
 
+/* Bytes of a tensor of shape dims[0..ndim) and 'elem_size'-byte elements,
+ * as this reader checks them: the running product elem_size x dims[0] x
+ * ... must stay within 2^63 - 1 at every step (as in safetensors, which
+ * refuses a shape whose product overflows even when a later size is 0).
+ * 0 or -EOVERFLOW. A writer uses it to emit only headers readers accept. */
+int bfs_st_shape_bytes(const uint64_t *dims, uint32_t ndim, uint32_t elem_size,
+		       uint64_t *out);
+
 /* Validate the header length N in the first 8 bytes of a file of
  * 'file_size' bytes (N in [2, BFS_ST_MAX_HEADER] and 8 + N <= file_size).
  * Returns 0 with *hlen = N, or -EBADMSG with 'err' (may be NULL) filled.

@@ -10,6 +10,9 @@
  * CRC/sizes, data descriptors and torch's non-standard ZIP64 local field
  * (which holds the LFH offset) are ignored.
  *
+ * A TorchScript archive (torch.jit.save: code/ and constants.pkl records,
+ * the code deflated) is refused as such, before its compression is.
+ *
  * Invariants after a successful open: every record is stored (method 0),
  * unencrypted, csize == usize, [lfh, data + size) lies before the central
  * directory and overlaps no other record, names are unique, safe (no "..",
@@ -22,6 +25,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -95,6 +99,10 @@ static int check_magic(struct ctx *c)
 		return FAIL(c, 0,
 			    "not a ZIP archive: torch 'PYTORCH1' preview "
 			    "format is not supported");
+	if (c->size >= 4 && rd32(c->p) == SIG_EOCD)
+		return FAIL(c, 0,
+			    "an empty ZIP archive (no records), not a "
+			    "torch.save archive");
 	if (c->size < 4 || rd32(c->p) != SIG_LFH)
 		return FAIL(c, 0,
 			    "not a ZIP archive (torch.save >= 1.6 format "
@@ -176,8 +184,13 @@ static int read_end(struct ctx *c, struct cd_geom *g)
 	if (rc)
 		return rc;
 	e = c->p + eocd;
-	if (rd16(e + 4) != 0 || rd16(e + 6) != 0 || rd16(e + 8) != rd16(e + 10))
+	if (rd16(e + 4) != 0 || rd16(e + 6) != 0)
 		return FAIL(c, eocd, "multi-disk archives are not supported");
+	if (rd16(e + 8) != rd16(e + 10))
+		return FAIL(c, eocd,
+			    "end of central directory record: %u records on "
+			    "this disk but %u in total: corrupt",
+			    rd16(e + 8), rd16(e + 10));
 	g->n = rd16(e + 10);
 	g->size = rd32(e + 12);
 	g->off = rd32(e + 16);
@@ -301,17 +314,13 @@ static int read_cd_entry(struct ctx *c, uint64_t hoff, uint64_t cd_end,
 	if (flags & 0x41)
 		return FAIL(c, hoff, "record '%s' is encrypted (flags 0x%04x)",
 			    e->name, flags);
-	if (method != 0)
-		return FAIL(c, hoff,
-			    "record '%s' is compressed (method %u); "
-			    "only stored records are supported",
-			    e->name, method);
+	e->method = (uint16_t)method; /* refused by check_stored */
 	if (rd16(h + 34) != 0 && rd16(h + 34) != 0xFFFF)
 		return FAIL(c, hoff, "record '%s' is on another disk", e->name);
 	rc = cd_zip64(c, hoff, h + CDH_LEN + nlen, xlen, &usize, &csize, &lho);
 	if (rc)
 		return rc;
-	if (csize != usize)
+	if (method == 0 && csize != usize) /* else: check_stored */
 		return FAIL(c, hoff,
 			    "record '%s': compressed size %llu != size "
 			    "%llu",
@@ -321,6 +330,37 @@ static int read_cd_entry(struct ctx *c, uint64_t hoff, uint64_t cd_end,
 	e->size = usize;
 	e->crc32 = rd32(h + 16);
 	*next = hoff + CDH_LEN + nlen + xlen + klen;
+	return 0;
+}
+
+/* A TorchScript record (torch.jit.save writes compiled code and
+ * constants beside the tensors), by its name under the prefix. */
+static bool torchscript_record(const char *rel)
+{
+	return !strncmp(rel, "code/", 5) || !strcmp(rel, "constants.pkl");
+}
+
+/* Step 4b: a TorchScript archive is named as such before any record of it
+ * is refused (its code records are compressed), then every record must be
+ * stored. */
+static int check_stored(struct ctx *c)
+{
+	const struct bfs_zip *z = c->z;
+	size_t plen = strlen(z->prefix);
+
+	for (size_t i = 0; i < z->n_entries; i++)
+		if (torchscript_record(z->entries[i].name + plen + 1))
+			return FAIL(c, z->entries[i].lfh_off,
+				    "a TorchScript archive (record '%s' is "
+				    "compiled code from torch.jit.save), not "
+				    "a torch.save archive of tensors",
+				    z->entries[i].name);
+	for (size_t i = 0; i < z->n_entries; i++)
+		if (z->entries[i].method != 0)
+			return FAIL(c, z->entries[i].lfh_off,
+				    "record '%s' is compressed (method %u); "
+				    "only stored records are supported",
+				    z->entries[i].name, z->entries[i].method);
 	return 0;
 }
 
@@ -496,6 +536,8 @@ static int parse(struct ctx *c, struct zip_priv *zp)
 	}
 	if (!rc)
 		rc = check_prefix(c);
+	if (!rc)
+		rc = check_stored(c);
 	for (size_t i = 0; i < z->n_entries && !rc; i++)
 		rc = read_lfh(c, &z->entries[i], g.off);
 	if (!rc)

@@ -18,6 +18,7 @@ struct bfs_zip_entry {
 	uint64_t data_off; /* = lfh_off + 30 + name len + extra len */
 	uint64_t size;	   /* stored (= uncompressed) size */
 	uint32_t crc32;	   /* from the central directory; 0 = not computed */
+	uint16_t method;   /* compression: 0 (stored) after a successful open */
 };
 
 struct bfs_zip {

@@ -41,6 +41,7 @@
 struct mount_opts {
 	const char *sources[MAX_SOURCES];
 	size_t nsources;
+	char source_label[PATH_MAX + 64]; /* sources[0] (+ N more shards) */
 	const char *mountpoint;
 	uint64_t batch_size, epochs, seed, num_samples, cache_mb, pc_mb;
 	unsigned workers, prefetch, timeout_s, fuse_threads;
@@ -79,7 +80,8 @@ static const char usage_text[] =
     "  --generator-state F  start from torch.Generator.get_state() bytes\n"
     "  --workers W          gather threads (default: online cores)\n"
     "  --prefetch P         batches prepared ahead (default 2 x workers)\n"
-    "  --cache-mb M         memory budget for batches (default 512)\n"
+    "  --cache-mb M         memory budget for batches (default 512); a\n"
+    "                       batch over 16 x this is refused at mount\n"
     "  --timeout SEC        a read waits at most SEC for its batch, then\n"
     "                       EIO (default 30)\n"
     "  --serve MODE         how batch files reach readers: push (default:\n"
@@ -367,6 +369,11 @@ static int parse_opts(int argc, char **argv, struct mount_opts *m)
 					 NULL);
 	for (int i = optind; i < argc - 1; i++)
 		m->sources[m->nsources++] = argv[i];
+	snprintf(m->source_label, sizeof(m->source_label), "%s", m->sources[0]);
+	if (m->nsources > 1)
+		snprintf(m->source_label + strlen(m->source_label),
+			 sizeof(m->source_label) - strlen(m->source_label),
+			 " (and %zu more shards)", m->nsources - 1);
 	m->mountpoint = argv[argc - 1];
 	if (m->subset && m->weights)
 		return bfs_cli_bad_usage(
@@ -466,11 +473,15 @@ static int make_order(struct mount_opts *m, struct bfs_mount *mt)
 	o.compat = m->compat;
 	o.generator_state = in.state;
 	o.generator_state_len = in.state_len;
+	o.source = m->source_label;
 	rc = bfs_order_create(&mt->order, &o, &err);
 	free_inputs(&in);
-	if (rc < 0) {
-		return bfs_cli_bad_usage("mount", usage, err.msg, NULL);
+	if (rc == -EFBIG) { /* the dataset is too big to order */
+		fprintf(stderr, "batchfs mount: %s\n", err.msg);
+		return 1;
 	}
+	if (rc < 0)
+		return bfs_cli_bad_usage("mount", usage, err.msg, NULL);
 	return 0;
 }
 
@@ -482,7 +493,10 @@ static int open_model(struct mount_opts *m, struct bfs_mount *mt)
 
 	rc = bfs_dataset_open(&mt->ds, m->sources, m->nsources, &err);
 	if (rc == 0)
-		rc = bfs_layout_init(&mt->layout, mt->ds, &err);
+		rc = bfs_layout_init(&mt->layout, mt->ds, m->batch_size, &err);
+	if (rc == 0)
+		rc =
+		    bfs_pool_check_budget(&mt->layout, m->cache_mb << 20, &err);
 	if (rc < 0) {
 		fprintf(stderr, "batchfs mount: %s\n",
 			err.msg[0] ? err.msg : strerror(-rc));
@@ -492,9 +506,17 @@ static int open_model(struct mount_opts *m, struct bfs_mount *mt)
 	if (rc)
 		return rc;
 	if (bfs_order_len(mt->order) >= BFS_TREE_MAX_BATCHES) {
-		fprintf(stderr, "batchfs mount: --batch-size: too many batches "
-				"per epoch (at most 2^36)\n");
-		return 2;
+		uint64_t n = bfs_dataset_samples(mt->ds);
+
+		fprintf(stderr,
+			"batchfs mount: %s: %" PRIu64 " samples make %" PRIu64
+			" batches per epoch at --batch-size %" PRIu64
+			"; batchfs serves fewer than 2^36 (use --batch-size "
+			"%" PRIu64 " or more)\n",
+			m->source_label, n, bfs_order_len(mt->order),
+			m->batch_size,
+			n / (uint64_t)(BFS_TREE_MAX_BATCHES - 1) + 1);
+		return 1;
 	}
 	return 0;
 }

@@ -26,10 +26,10 @@ FUZZ_SRCS := $(sort $(wildcard tests/fuzz/fuzz_*.c))
 FUZZ_BINS := $(FUZZ_SRCS:tests/fuzz/%.c=$(BUILD)/fuzz/%)
 FUZZ_CORE := $(filter-out fs/log.c,$(sort $(wildcard fs/*.c))) fs/log.c
 
-$(BUILD)/fuzz/%: tests/fuzz/%.c $(FUZZ_CORE)
+$(BUILD)/fuzz/%: tests/fuzz/%.c $(FUZZ_CORE) $(TEST_LIB_SRCS)
 	@mkdir -p $(@D)
 	$(FUZZ_CC) $(CPPFLAGS) -std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
-		-o $@ $< $(FUZZ_CORE) -lm -pthread
+		-o $@ $< $(FUZZ_CORE) $(TEST_LIB_SRCS) -lm -pthread
 
 fuzz:
 	@scripts/deps.sh fuzz

@@ -26,7 +26,7 @@ static int load_pickle(const struct bfs_zip *z, const struct bfs_zip_entry *e,
 	char label[4096];
 
 	snprintf(label, sizeof(label), "%s:%s", path, e->name);
-	return bfs_pickle_load(bfs_zip_data(z, e), e->size, label, r, err);
+	return bfs_pickle_load(bfs_zip_data(z, e), e->size, label, 0, r, err);
 }
 
 static int check(const char *path)

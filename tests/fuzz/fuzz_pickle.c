@@ -13,7 +13,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	struct bfs_error err = {""};
 	struct bfs_pickle_result r = {0};
 
-	if (bfs_pickle_load(data, size, "fuzz.pkl", &r, &err) != 0) {
+	if (bfs_pickle_load(data, size, "fuzz.pkl", 0, &r, &err) != 0) {
 		if (!err.msg[0]) /* every refusal says why */
 			__builtin_trap();
 		return 0;

@@ -27,7 +27,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			__builtin_trap();
 	}
 	e = bfs_zip_find(z, "data.pkl");
-	if (e && bfs_pickle_load(bfs_zip_data(z, e), e->size, e->name, &r,
+	if (e && bfs_pickle_load(bfs_zip_data(z, e), e->size, e->name, 0, &r,
 				 &err) == 0)
 		bfs_pickle_result_free(&r);
 	bfs_zip_close(z);

@@ -1,5 +1,6 @@
-/* fs/dataset over archives this test writes itself (a tiny stored-ZIP and
- * protocol-2 pickle writer below, independent of `batchfs pack` and torch):
+/* fs/dataset over archives this test writes itself (tests/lib/archive: a
+ * tiny stored-ZIP and protocol-2 pickle writer, independent of `batchfs
+ * pack` and torch):
  * gather of contiguous, strided, view, big-endian and sharded data, and the
  * refusals (each message must name the file and the field). */
 #include <setjmp.h>
@@ -22,204 +23,27 @@
 #include "fs/dataset.h"
 #include "fs/log.h"
 #include "fs/zip.h"
-
-/* ---- a growable byte buffer ------------------------------------------- */
-
-struct buf {
-	uint8_t *p;
-	size_t n, cap;
-};
-
-static void put(struct buf *b, const void *src, size_t n)
-{
-	if (b->n + n > b->cap) {
-		b->cap = (b->n + n) * 2 + 64;
-		b->p = realloc(b->p, b->cap);
-		assert_non_null(b->p);
-	}
-	memcpy(b->p + b->n, src, n);
-	b->n += n;
-}
-
-static void put_u8(struct buf *b, uint8_t v)
-{
-	put(b, &v, 1);
-}
-
-static void put_le(struct buf *b, uint64_t v, int bytes)
-{
-	for (int i = 0; i < bytes; i++)
-		put_u8(b, (uint8_t)(v >> (8 * i)));
-}
-
-static void put_zeros(struct buf *b, size_t n)
-{
-	while (n--)
-		put_u8(b, 0);
-}
-
-static void put_str(struct buf *b, const char *s)
-{
-	put(b, s, strlen(s));
-}
-
-/* ---- a protocol-2 pickle of tensors, as torch.save writes them -------- */
-
-struct tspec {
-	const char *name;
-	enum bfs_dtype dtype;
-	const char *key; /* storage key */
-	int64_t numel;	 /* storage elements */
-	int64_t offset;	 /* storage offset */
-	int ndim;
-	int64_t size[4], stride[4];
-};
-
-static void pk_unicode(struct buf *b, const char *s)
-{
-	put_u8(b, 'X');
-	put_le(b, strlen(s), 4);
-	put_str(b, s);
-}
-
-static void pk_int(struct buf *b, int64_t v)
-{
-	put_u8(b, 'J');
-	put_le(b, (uint64_t)v, 4);
-}
-
-static void pk_tensor(struct buf *b, const struct tspec *t)
-{
-	put_str(b, "ctorch._utils\n_rebuild_tensor_v2\n(");
-	put_str(b, "(");
-	pk_unicode(b, "storage");
-	put_str(b, "ctorch\n");
-	put_str(b, bfs_dtype_info(t->dtype)->storage);
-	put_str(b, "\n");
-	pk_unicode(b, t->key);
-	pk_unicode(b, "cpu");
-	pk_int(b, t->numel);
-	put_str(b, "tQ");
-	pk_int(b, t->offset);
-	put_str(b, "(");
-	for (int d = 0; d < t->ndim; d++)
-		pk_int(b, t->size[d]);
-	put_str(b, "t(");
-	for (int d = 0; d < t->ndim; d++)
-		pk_int(b, t->stride[d]);
-	put_str(b, "t\x89"
-		   "ccollections\nOrderedDict\n)RtR");
-}
-
-static void pk_dict(struct buf *b, const struct tspec *ts, size_t n)
-{
-	put_str(b, "\x80\x02}(");
-	for (size_t i = 0; i < n; i++) {
-		pk_unicode(b, ts[i].name);
-		pk_tensor(b, &ts[i]);
-	}
-	put_str(b, "u.");
-}
-
-/* ---- a stored ZIP (CRC 0 = "not computed", no ZIP64) ------------------ */
-
-struct rec {
-	char name[64];
-	const void *data;
-	size_t size;
-};
+#include "tests/lib/archive.h"
 
 static char tmpdir[256];
 
-static void write_zip(const char *path, const struct rec *r, size_t n)
-{
-	struct buf b = {0}, cd = {0};
-	FILE *f;
-
-	for (size_t i = 0; i < n; i++) {
-		uint64_t lho = b.n;
-		size_t nl = strlen(r[i].name);
-		put_le(&b, 0x04034b50, 4);
-		put_zeros(&b, 2 + 2 + 2 + 2 + 2); /* ver, flags, method, t, d */
-		put_le(&b, 0, 4);		  /* crc */
-		put_le(&b, r[i].size, 4);
-		put_le(&b, r[i].size, 4);
-		put_le(&b, nl, 2);
-		put_le(&b, 0, 2);
-		put_str(&b, r[i].name);
-		put(&b, r[i].data, r[i].size);
-		put_le(&cd, 0x02014b50, 4);
-		put_zeros(&cd, 2 + 2 + 2 + 2 + 2 + 2);
-		put_le(&cd, 0, 4);
-		put_le(&cd, r[i].size, 4);
-		put_le(&cd, r[i].size, 4);
-		put_le(&cd, nl, 2);
-		put_zeros(&cd, 2 + 2 + 2 + 2);
-		put_le(&cd, 0, 4);
-		put_le(&cd, lho, 4);
-		put_str(&cd, r[i].name);
-	}
-	uint64_t cd_off = b.n;
-	put(&b, cd.p, cd.n);
-	put_le(&b, 0x06054b50, 4);
-	put_le(&b, 0, 4);
-	put_le(&b, n, 2);
-	put_le(&b, n, 2);
-	put_le(&b, cd.n, 4);
-	put_le(&b, cd_off, 4);
-	put_le(&b, 0, 2);
-	f = fopen(path, "wb");
-	assert_non_null(f);
-	assert_int_equal(fwrite(b.p, 1, b.n, f), b.n);
-	assert_int_equal(fclose(f), 0);
-	free(b.p);
-	free(cd.p);
-}
-
-/* An archive "<tmpdir>/<file>" with prefix "arc": data.pkl for ts[],
- * the given storages ("arc/data/<key>"), version, optional byteorder and
- * optional extra record. Returns the path (static storage per call site). */
-struct storage {
-	const char *key;
-	const void *data;
-	size_t size;
-};
-
-static const char *make_archive(const char *file, const struct tspec *ts,
-				size_t nt, const struct storage *st, size_t ns,
-				const char *version, const char *byteorder,
-				const char *extra)
+/* An archive "<tmpdir>/<file>" (tests/lib/archive: prefix "arc"): data.pkl
+ * for ts[], the given storages, version, optional byteorder and optional
+ * extra record. Returns the path (static storage, 16 at a time). */
+static const char *make_archive(const char *file, const struct ta_tensor *ts,
+				size_t nt, const struct ta_storage *st,
+				size_t ns, const char *version,
+				const char *byteorder, const char *extra)
 {
 	static char paths[16][300];
 	static int next;
-	struct rec r[16];
-	struct buf pk = {0};
-	size_t n = 0;
 	char *path = paths[next++ % 16];
+	uint8_t *b;
+	size_t n = ta_build(&b, ts, nt, st, ns, version, byteorder, extra);
 
-	pk_dict(&pk, ts, nt);
-	snprintf(r[n].name, sizeof(r[n].name), "arc/data.pkl");
-	r[n].data = pk.p, r[n++].size = pk.n;
-	for (size_t i = 0; i < ns; i++) {
-		snprintf(r[n].name, sizeof(r[n].name), "arc/data/%s",
-			 st[i].key);
-		r[n].data = st[i].data, r[n++].size = st[i].size;
-	}
-	if (version) {
-		snprintf(r[n].name, sizeof(r[n].name), "arc/version");
-		r[n].data = version, r[n++].size = strlen(version);
-	}
-	if (byteorder) {
-		snprintf(r[n].name, sizeof(r[n].name), "arc/byteorder");
-		r[n].data = byteorder, r[n++].size = strlen(byteorder);
-	}
-	if (extra) {
-		snprintf(r[n].name, sizeof(r[n].name), "arc/%s", extra);
-		r[n].data = "x", r[n++].size = 1;
-	}
 	snprintf(path, 300, "%s/%s", tmpdir, file);
-	write_zip(path, r, n);
-	free(pk.p);
+	assert_int_equal(ta_write(path, b, n), 0);
+	free(b);
 	return path;
 }
 
@@ -276,11 +100,11 @@ static int setup(void **state)
 
 static const char *simple_archive(const char *file, int64_t y_samples)
 {
-	struct tspec ts[] = {
+	struct ta_tensor ts[] = {
 	    {"x", BFS_DT_FLOAT32, "0", 15, 0, 2, {5, 3}, {3, 1}},
 	    {"y", BFS_DT_INT64, "1", 5, 0, 1, {y_samples}, {1}},
 	};
-	struct storage st[] = {{"0", xf, sizeof(xf)}, {"1", yl, sizeof(yl)}};
+	struct ta_storage st[] = {{"0", xf, sizeof(xf)}, {"1", yl, sizeof(yl)}};
 	return make_archive(file, ts, 2, st, 2, "3\n", "little", NULL);
 }
 
@@ -314,7 +138,7 @@ static void contiguous_rows_come_back_in_index_order(void **state)
  * column view, all sharing dim 0 = 6 (per-sample shape differs). */
 static void strided_views_of_one_storage_gather_like_torch(void **state)
 {
-	struct tspec ts[] = {
+	struct ta_tensor ts[] = {
 	    /* base[:, 1:3]: [6,2] stride (4,1) offset 1 */
 	    {"slice", BFS_DT_FLOAT32, "0", 24, 1, 2, {6, 2}, {4, 1}},
 	    /* base.view(4,6).t(): [6,4] stride (1,6) */
@@ -324,7 +148,7 @@ static void strided_views_of_one_storage_gather_like_torch(void **state)
 	    /* whole storage, contiguous [6,2,2] */
 	    {"all", BFS_DT_FLOAT32, "0", 24, 0, 3, {6, 2, 2}, {4, 2, 1}},
 	};
-	struct storage st[] = {{"0", base, sizeof(base)}};
+	struct ta_storage st[] = {{"0", base, sizeof(base)}};
 	const char *p =
 	    make_archive("views.pt", ts, 4, st, 1, "3\n", NULL, NULL);
 	struct bfs_dataset *ds = open1(p);
@@ -333,7 +157,7 @@ static void strided_views_of_one_storage_gather_like_torch(void **state)
 
 	assert_int_equal(bfs_dataset_samples(ds), 6);
 	for (size_t f = 0; f < 4; f++) {
-		const struct tspec *t = &ts[f];
+		const struct ta_tensor *t = &ts[f];
 		const struct bfs_field *fl = bfs_dataset_field(ds, f);
 		assert_int_equal(bfs_dataset_gather(ds, f, idx, 5, got), 0);
 		size_t k = 0;
@@ -375,12 +199,12 @@ static void big_endian_archives_are_swapped_per_element(void **state)
 		for (int k = 0; k < 4; k++)
 			c64be[i * 4 + k] = (uint8_t)(u >> (24 - 8 * k));
 	}
-	struct tspec ts[] = {
+	struct ta_tensor ts[] = {
 	    {"i", BFS_DT_INT32, "0", 3, 0, 1, {3}, {1}},
 	    {"c", BFS_DT_COMPLEX64, "1", 3, 0, 1, {3}, {1}},
 	    {"b", BFS_DT_UINT8, "2", 3, 0, 1, {3}, {1}},
 	};
-	struct storage st[] = {
+	struct ta_storage st[] = {
 	    {"0", i32be, 12}, {"1", c64be, 24}, {"2", u8, 3}};
 	const char *p = make_archive("be.pt", ts, 3, st, 3, "3\n", "big", NULL);
 	struct bfs_dataset *ds = open1(p);
@@ -409,11 +233,11 @@ static void shards_concatenate_along_dim0(void **state)
 	const char *paths[3];
 	struct bfs_dataset *ds = NULL;
 	struct bfs_error err = {{0}};
-	struct tspec e[] = {
+	struct ta_tensor e[] = {
 	    {"x", BFS_DT_FLOAT32, "0", 0, 0, 2, {0, 3}, {3, 1}},
 	    {"y", BFS_DT_INT64, "1", 0, 0, 1, {0}, {1}},
 	};
-	struct storage est[] = {{"0", "", 0}, {"1", "", 0}};
+	struct ta_storage est[] = {{"0", "", 0}, {"1", "", 0}};
 	uint64_t idx[] = {9, 0, 5, 4, 3};
 	float got[5][3];
 	struct bfs_shard_info si;
@@ -436,17 +260,17 @@ static void shards_concatenate_along_dim0(void **state)
 static void refusals_name_the_file_and_the_field(void **state)
 {
 	const char *p;
-	struct tspec scalar[] = {
+	struct ta_tensor scalar[] = {
 	    {"x", BFS_DT_FLOAT32, "0", 15, 0, 2, {5, 3}, {3, 1}},
 	    {"lr", BFS_DT_FLOAT32, "0", 15, 0, 0, {0}, {0}},
 	};
-	struct tspec toolong[] = {
+	struct ta_tensor toolong[] = {
 	    {"x", BFS_DT_FLOAT32, "0", 16, 0, 2, {5, 3}, {3, 1}},
 	};
-	struct tspec outside[] = {
+	struct ta_tensor outside[] = {
 	    {"x", BFS_DT_FLOAT32, "0", 15, 1, 2, {5, 3}, {3, 1}},
 	};
-	struct storage st[] = {{"0", xf, sizeof(xf)}};
+	struct ta_storage st[] = {{"0", xf, sizeof(xf)}};
 
 	p = simple_archive("mismatch.pt", 4);
 	expect_refusal(&p, 1, "mismatch.pt", "field 'y' has 4 samples");
@@ -469,11 +293,12 @@ static void refusals_name_the_file_and_the_field(void **state)
 	/* Shards must agree: y as int32 in the second one. */
 	const char *paths[2];
 	int32_t yi[5] = {0};
-	struct tspec other[] = {
+	struct ta_tensor other[] = {
 	    {"x", BFS_DT_FLOAT32, "0", 15, 0, 2, {5, 3}, {3, 1}},
 	    {"y", BFS_DT_INT32, "1", 5, 0, 1, {5}, {1}},
 	};
-	struct storage ost[] = {{"0", xf, sizeof(xf)}, {"1", yi, sizeof(yi)}};
+	struct ta_storage ost[] = {{"0", xf, sizeof(xf)},
+				   {"1", yi, sizeof(yi)}};
 	paths[0] = simple_archive("ok.pt", 5);
 	paths[1] =
 	    make_archive("int32.pt", other, 2, ost, 2, "3\n", NULL, NULL);
@@ -537,11 +362,11 @@ static void rows_served_in_place_only_when_stored_as_served(void **state)
 	assert_non_null(strstr(last_log, "sample 4"));
 	bfs_dataset_close(ds);
 
-	struct tspec ts[] = {
+	struct ta_tensor ts[] = {
 	    {"slice", BFS_DT_FLOAT32, "0", 24, 1, 2, {6, 2}, {4, 1}},
 	    {"trans", BFS_DT_FLOAT32, "0", 24, 0, 2, {6, 4}, {1, 6}},
 	};
-	struct storage st[] = {{"0", base, sizeof(base)}};
+	struct ta_storage st[] = {{"0", base, sizeof(base)}};
 	ds = open1(make_archive("rviews.pt", ts, 2, st, 1, "3\n", NULL, NULL));
 	assert_int_equal(bfs_dataset_row(ds, 0, 3, &row), 0);
 	assert_memory_equal(row, &base[3 * 4 + 1], 8);
@@ -549,11 +374,11 @@ static void rows_served_in_place_only_when_stored_as_served(void **state)
 	bfs_dataset_close(ds);
 
 	uint8_t be[8] = {0, 0, 0, 1, 0, 0, 0, 2}, u8[2] = {5, 6};
-	struct tspec bt[] = {
+	struct ta_tensor bt[] = {
 	    {"i", BFS_DT_INT32, "0", 2, 0, 1, {2}, {1}},
 	    {"b", BFS_DT_UINT8, "1", 2, 0, 1, {2}, {1}},
 	};
-	struct storage bst[] = {{"0", be, 8}, {"1", u8, 2}};
+	struct ta_storage bst[] = {{"0", be, 8}, {"1", u8, 2}};
 	ds = open1(make_archive("rbe.pt", bt, 2, bst, 2, "3\n", "big", NULL));
 	assert_int_equal(bfs_dataset_row(ds, 0, 1, &row), -ENOTSUP);
 	assert_int_equal(bfs_dataset_row(ds, 1, 1, &row), 0);
@@ -563,43 +388,22 @@ static void rows_served_in_place_only_when_stored_as_served(void **state)
 
 /* A file shrinking and growing back while another thread gathers: every
  * gather returns 0 or -EIO; SIGBUS never kills the process. */
-struct flip {
-	const char *path;
-	off_t size;
-	volatile int stop;
-};
-
-static void *flipper(void *arg)
-{
-	struct flip *fl = arg;
-
-	while (!fl->stop) {
-		if (truncate(fl->path, 4096) || truncate(fl->path, fl->size))
-			break;
-	}
-	return NULL;
-}
-
 static void archive_truncated_during_gather_never_crashes(void **state)
 {
 	enum { N = 64, ROW = 64 * 1024 };
 	uint8_t *big = calloc(N, ROW), *dst = malloc(ROW * 8);
-	struct tspec ts[] = {
+	struct ta_tensor ts[] = {
 	    {"x", BFS_DT_UINT8, "0", N * ROW, 0, 2, {N, ROW}, {ROW, 1}},
 	};
-	struct storage st[] = {{"0", big, (size_t)N * ROW}};
+	struct ta_storage st[] = {{"0", big, (size_t)N * ROW}};
 	const char *p =
 	    make_archive("flip.pt", ts, 1, st, 1, "3\n", NULL, NULL);
 	struct bfs_dataset *ds = open1(p);
-	struct flip fl = {p, 0, 0};
-	struct stat sb;
-	pthread_t th;
+	struct ta_flip fl;
 	int eio = 0, ok = 0;
 
-	assert_int_equal(stat(p, &sb), 0);
-	fl.size = sb.st_size;
 	bfs_log_setup(BFS_LOG_INFO, capture);
-	assert_int_equal(pthread_create(&th, NULL, flipper, &fl), 0);
+	ta_flip_start(&fl, p);
 	for (int round = 0; round < 2000; round++) {
 		uint64_t idx[8];
 		for (int i = 0; i < 8; i++)
@@ -608,8 +412,7 @@ static void archive_truncated_during_gather_never_crashes(void **state)
 		assert_true(rc == 0 || rc == -EIO);
 		rc ? eio++ : ok++;
 	}
-	fl.stop = 1;
-	pthread_join(th, NULL);
+	ta_flip_stop(&fl);
 	bfs_log_setup(BFS_LOG_INFO, NULL);
 	print_message("flip: %d gathers ok, %d -EIO (%d caught as SIGBUS)\n",
 		      ok, eio, sigbus_logs);
@@ -643,10 +446,10 @@ static void advise_reads_cold_rows_ahead(void **state)
 {
 	enum { N = 128, ROW = 64 * 1024, A = 40, FAR = 100 };
 	uint8_t *big = calloc(N, ROW);
-	struct tspec ts[] = {
+	struct ta_tensor ts[] = {
 	    {"x", BFS_DT_UINT8, "0", N * ROW, 0, 2, {N, ROW}, {ROW, 1}},
 	};
-	struct storage st[] = {{"0", big, (size_t)N * ROW}};
+	struct ta_storage st[] = {{"0", big, (size_t)N * ROW}};
 	const char *p =
 	    make_archive("cold.pt", ts, 1, st, 1, "3\n", NULL, NULL);
 	struct bfs_shard_info si;

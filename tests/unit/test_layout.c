@@ -24,7 +24,8 @@ static void fields_are_ordered_by_element_size_then_name(void **state)
 	const struct bfs_field *fs[] = {&f_img, &f_lab, &f_w, &f_a, &f_bf};
 	struct bfs_layout l;
 
-	assert_int_equal(bfs_layout_init_fields(&l, fs, 5, NULL), 0);
+	assert_int_equal(bfs_layout_init_fields(&l, fs, 5, 1000, NULL, NULL),
+			 0);
 	assert_string_equal(l.fields[0].f->name, "labels");
 	assert_string_equal(l.fields[1].f->name, "a");
 	assert_string_equal(l.fields[2].f->name, "w");
@@ -47,7 +48,8 @@ static void header_is_exact_json_padded_to_4096(void **state)
 	    "\"shape\":[5],\"data_offsets\":[40,50]},\"images\":{\"dtype\":"
 	    "\"U8\",\"shape\":[5,3,2,2],\"data_offsets\":[50,110]}}";
 
-	assert_int_equal(bfs_layout_init_fields(&l, fs, 3, NULL), 0);
+	assert_int_equal(bfs_layout_init_fields(&l, fs, 3, 1000, NULL, NULL),
+			 0);
 	assert_int_equal(bfs_layout_json(&l, 3, 17, 5, json, sizeof(json)),
 			 strlen(want));
 	assert_string_equal(json, want);
@@ -74,7 +76,8 @@ a_header_bigger_than_a_page_moves_data_to_the_next_page(void **state)
 		snprintf(many[i].name, 16, "field_%03d", i);
 		fs[i] = &many[i];
 	}
-	assert_int_equal(bfs_layout_init_fields(&l, fs, N, NULL), 0);
+	assert_int_equal(bfs_layout_init_fields(&l, fs, N, 1000, NULL, NULL),
+			 0);
 	json = bfs_layout_json(&l, 0, 0, 9, NULL, 0);
 	assert_true(json + 8 > 4096);
 	assert_int_equal(bfs_layout_data_offset(&l, 0, 0, 9),
@@ -93,7 +96,8 @@ static void dtypes_without_a_safetensors_code_are_refused_by_name(void **state)
 	struct bfs_layout l;
 	struct bfs_error err = {{0}};
 
-	assert_int_equal(bfs_layout_init_fields(&l, fs, 2, &err), -ENOTSUP);
+	assert_int_equal(bfs_layout_init_fields(&l, fs, 2, 1000, NULL, &err),
+			 -ENOTSUP);
 	assert_non_null(strstr(err.msg, "spec"));
 	assert_non_null(strstr(err.msg, "complex128"));
 	assert_null(l.fields);
@@ -107,7 +111,8 @@ static void zero_rows_and_zero_size_fields_make_empty_spans(void **state)
 	struct bfs_layout l;
 	char json[512];
 
-	assert_int_equal(bfs_layout_init_fields(&l, fs, 2, NULL), 0);
+	assert_int_equal(bfs_layout_init_fields(&l, fs, 2, 1000, NULL, NULL),
+			 0);
 	bfs_layout_json(&l, 0, 0, 4, json, sizeof(json));
 	assert_non_null(strstr(json, "\"e\":{\"dtype\":\"F32\",\"shape\":"
 				     "[4,0],\"data_offsets\":[32,32]}"));
@@ -130,7 +135,8 @@ static void a_header_ending_at_the_file_end_writes_within_the_file(void **state)
 	for (len = 1; len < sizeof(name) - 1; len++) {
 		memset(name, 'n', len);
 		name[len] = '\0';
-		assert_int_equal(bfs_layout_init_fields(&l, fs, 1, NULL), 0);
+		assert_int_equal(
+		    bfs_layout_init_fields(&l, fs, 1, 1000, NULL, NULL), 0);
 		if (bfs_layout_json(&l, 0, 0, 0, NULL, 0) + 8 == 4096)
 			break;
 		bfs_layout_fini(&l);

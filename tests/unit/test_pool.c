@@ -39,7 +39,7 @@ static int setup(void **state)
 	if (!bin || system(cmd) != 0)
 		return -1;
 	if (bfs_dataset_open(&fx.ds, paths, 1, NULL) < 0 ||
-	    bfs_layout_init(&fx.layout, fx.ds, NULL) < 0)
+	    bfs_layout_init(&fx.layout, fx.ds, o.batch_size, NULL) < 0)
 		return -1;
 	o.n = bfs_dataset_samples(fx.ds);
 	return bfs_order_create(&fx.order, &o, NULL);

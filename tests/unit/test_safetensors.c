@@ -46,7 +46,8 @@ static void a_batch_written_by_fs_layout_parses_back(void **state)
 	uint64_t size, data;
 	unsigned char *f;
 
-	assert_int_equal(bfs_layout_init_fields(&l, fs, 3, NULL), 0);
+	assert_int_equal(bfs_layout_init_fields(&l, fs, 3, 1000, NULL, NULL),
+			 0);
 	size = bfs_layout_file_size(&l, 2, 9, 5);
 	data = bfs_layout_data_offset(&l, 2, 9, 5);
 	f = calloc(1, size);
@@ -97,7 +98,8 @@ static void an_empty_batch_from_bfs_layout_fill_parses_back(void **state)
 	uint64_t size;
 	unsigned char *f;
 
-	assert_int_equal(bfs_layout_init_fields(&l, fs, 2, NULL), 0);
+	assert_int_equal(bfs_layout_init_fields(&l, fs, 2, 1000, NULL, NULL),
+			 0);
 	size = bfs_layout_file_size(&l, 0, 0, 0);
 	f = malloc(size);
 	assert_non_null(f);
@@ -218,7 +220,9 @@ static const struct bad {
     {"size mismatch", T("[3]," X8), 8, 0,
      "shape × 4 bytes = 12, data_offsets [0, 8] span 8", "\"x\"", 0, "x"},
     {"shape overflow", T("[4294967296,4294967296]," X8), 8, 0,
-     "shape overflows", "\"x\"", 0, "x"},
+     "shape x 4 bytes is more than 2^63-1 bytes", "\"x\"", 0, "x"},
+    {"shape of 2^63 bytes", T("[2305843009213693952]," X8), 8, 0,
+     "shape x 4 bytes is more than 2^63-1 bytes", "\"x\"", 0, "x"},
     {"begin > end", T("[2],\"data_offsets\":[8,0]"), 8, 0, "begin 8 > end 0",
      "}}", 0, "x"},
     {"end beyond data", T("[2]," X8), 4, 0, "end 8 beyond the data (4", "\"x\"",

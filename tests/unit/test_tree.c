@@ -45,7 +45,7 @@ static int setup(void **state)
 		 bin, path);
 	if (!bin || system(cmd) != 0 ||
 	    bfs_dataset_open(&ds, paths, 1, NULL) < 0 ||
-	    bfs_layout_init(&layout, ds, NULL) < 0)
+	    bfs_layout_init(&layout, ds, o.batch_size, NULL) < 0)
 		return -1;
 	o.n = bfs_dataset_samples(ds);
 	if (bfs_order_create(&order, &o, NULL) < 0)
