@@ -370,7 +370,16 @@ static void *worker_main(void *arg)
 	uint64_t *idx = NULL, idx_cap = 0;
 	sigset_t all;
 
+	/* Asynchronous signals belong to the FUSE loop; faults must stay
+	 * deliverable here: a SIGBUS from an archive truncated under a
+	 * gather goes to fs/dataset's guard, while a blocked one makes the
+	 * kernel kill the whole process with no word (it forces the
+	 * default action on a blocked synchronous fault). */
 	sigfillset(&all);
+	sigdelset(&all, SIGBUS);
+	sigdelset(&all, SIGSEGV);
+	sigdelset(&all, SIGFPE);
+	sigdelset(&all, SIGILL);
 	pthread_sigmask(SIG_BLOCK, &all, NULL);
 	pthread_mutex_lock(&p->lock);
 	for (;;) {

@@ -11,7 +11,9 @@
 #include <string.h>
 #include <cmocka.h>
 
+#include "fs/log.h"
 #include "fs/pool.h"
+#include "tests/lib/archive.h"
 
 struct fix {
 	struct bfs_dataset *ds;
@@ -201,6 +203,75 @@ concurrent_readers_under_a_small_budget_get_right_bytes(void **state)
 	bfs_pool_destroy(p);
 }
 
+static int sigbus_logs;
+static void count_sigbus(enum bfs_log_level level, const char *line)
+{
+	__atomic_add_fetch(&sigbus_logs, strstr(line, "SIGBUS") != NULL,
+			   __ATOMIC_RELAXED);
+}
+
+/* Workers gather while the archive is truncated and restored under them
+ * (tests/lib/archive's flipper): a copy that faults must come back as
+ * -EIO through fs/dataset's SIGBUS guard. Regression: workers blocked
+ * every signal, and the kernel kills a process whose thread faults with
+ * SIGBUS blocked (it forces the default action), so the daemon died with
+ * no log line when an archive shrank during a prefetch. */
+static void archive_shrinking_under_worker_gathers_gives_eio(void **state)
+{
+	enum { N = 64, ROW = 64 * 1024, ROUNDS = 3000 };
+	const char *tmp = getenv("BFS_TEST_TMP");
+	uint8_t *rows = calloc(N, ROW), *ar;
+	struct ta_tensor ts[] = {
+	    {"x", BFS_DT_UINT8, "0", N * ROW, 0, 2, {N, ROW}, {ROW, 1}}};
+	struct ta_storage st[] = {{"0", rows, (size_t)N * ROW}};
+	struct bfs_order_opts oo = {
+	    .sampler = BFS_SAMPLER_RANDOM, .n = N, .batch_size = 8, .seed = 3};
+	struct bfs_pool_opts po = {.workers = 2,
+				   .prefetch = 8,
+				   .budget_bytes = 64 << 20,
+				   .timeout_ms = 30000,
+				   .epochs = 1u << 20};
+	const char *path_p;
+	char path[512];
+	struct bfs_dataset *ds;
+	struct bfs_order *order;
+	struct bfs_layout l;
+	struct bfs_pool *p;
+	struct ta_flip fl;
+	int ok = 0, eio = 0;
+	size_t n = ta_build(&ar, ts, 1, st, 1, "3\n", NULL, NULL);
+
+	snprintf(path, sizeof(path), "%s/shrink.pt", tmp ? tmp : "/tmp");
+	path_p = path;
+	assert_int_equal(ta_write(path, ar, n), 0);
+	assert_int_equal(bfs_dataset_open(&ds, &path_p, 1, NULL), 0);
+	assert_int_equal(bfs_layout_init(&l, ds, 8, NULL), 0);
+	assert_int_equal(bfs_order_create(&order, &oo, NULL), 0);
+	assert_int_equal(bfs_pool_create(&p, ds, order, &l, &po), 0);
+	bfs_log_setup(BFS_LOG_ERR, count_sigbus);
+	ta_flip_start(&fl, path);
+	for (uint64_t pos = 0; pos < ROUNDS; pos++) {
+		struct bfs_batch *b = NULL;
+		int rc = bfs_pool_acquire(p, pos / 8, pos % 8, &b);
+
+		assert_true(rc == 0 || rc == -EIO);
+		rc ? eio++ : ok++;
+		if (b)
+			bfs_pool_served(p, b, bfs_batch_size(b), true);
+		bfs_pool_release(p, b);
+	}
+	ta_flip_stop(&fl);
+	bfs_pool_destroy(p);
+	bfs_log_setup(BFS_LOG_INFO, NULL);
+	print_message("shrink: %d batches ok, %d -EIO, %d faults caught\n", ok,
+		      eio, sigbus_logs);
+	bfs_order_destroy(order);
+	bfs_layout_fini(&l);
+	bfs_dataset_close(ds);
+	free(ar);
+	free(rows);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -212,6 +283,7 @@ int main(void)
 	    cmocka_unit_test(a_slow_batch_times_out),
 	    cmocka_unit_test(
 		concurrent_readers_under_a_small_budget_get_right_bytes),
+	    cmocka_unit_test(archive_shrinking_under_worker_gathers_gives_eio),
 	};
 	if (!getenv("BATCHFS")) {
 		printf("skip: BATCHFS (for batchfs pack) is not set\n");
