@@ -257,6 +257,41 @@ static void shards_concatenate_along_dim0(void **state)
 	bfs_dataset_close(ds);
 }
 
+/* A shard may list the same fields in another dict order: they are
+ * matched by name; a mismatch shows both dtypes and per-sample shapes. */
+static void shard_fields_match_by_name_in_any_order(void **state)
+{
+	const char *paths[2];
+	struct bfs_dataset *ds = NULL;
+	struct bfs_error err = {{0}};
+	struct ta_tensor swapped[] = {
+	    {"y", BFS_DT_INT64, "1", 5, 0, 1, {5}, {1}},
+	    {"x", BFS_DT_FLOAT32, "0", 15, 0, 2, {5, 3}, {3, 1}},
+	};
+	struct ta_tensor wide[] = {
+	    {"y", BFS_DT_INT64, "1", 5, 0, 1, {5}, {1}},
+	    {"x", BFS_DT_FLOAT32, "0", 15, 0, 2, {3, 5}, {5, 1}},
+	};
+	struct ta_storage st[] = {{"0", xf, sizeof(xf)}, {"1", yl, sizeof(yl)}};
+	uint64_t idx[] = {7, 2, 9};
+	int64_t got[3];
+
+	paths[0] = simple_archive("order0.pt", 5);
+	paths[1] =
+	    make_archive("order1.pt", swapped, 2, st, 2, "3\n", NULL, NULL);
+	if (bfs_dataset_open(&ds, paths, 2, &err))
+		fail_msg("%s", err.msg);
+	assert_string_equal(bfs_dataset_field(ds, 1)->name, "y");
+	assert_int_equal(bfs_dataset_gather(ds, 1, idx, 3, got), 0);
+	for (int i = 0; i < 3; i++)
+		assert_true(got[i] == yl[idx[i] % 5]);
+	bfs_dataset_close(ds);
+	paths[1] = make_archive("wide.pt", wide, 2, st, 2, "3\n", NULL, NULL);
+	expect_refusal(paths, 2, "wide.pt",
+		       "field 'x' is float32 [5] per sample here but float32 "
+		       "[3] in");
+}
+
 static void refusals_name_the_file_and_the_field(void **state)
 {
 	const char *p;
@@ -496,6 +531,7 @@ int main(void)
 	    cmocka_unit_test(strided_views_of_one_storage_gather_like_torch),
 	    cmocka_unit_test(big_endian_archives_are_swapped_per_element),
 	    cmocka_unit_test(shards_concatenate_along_dim0),
+	    cmocka_unit_test(shard_fields_match_by_name_in_any_order),
 	    cmocka_unit_test(refusals_name_the_file_and_the_field),
 	    cmocka_unit_test(truncated_archive_gives_eio_and_names_the_sample),
 	    cmocka_unit_test(archive_truncated_during_gather_never_crashes),
