@@ -1,10 +1,10 @@
 #!/usr/bin/python3
 """Hostile torch.save archives: geometry, resource bombs, wrong acceptances.
 
-Each case is an archive whose data.pkl is written by Python's own pickler
-through torch's real rebuild function and storage classes, so it is
-exactly what a crafted torch.save file would hold and torch.load can be
-asked about it too:
+What torch.save can write is written by torch.save. The rest is an archive
+whose data.pkl is written by Python's own pickler through torch's real
+rebuild function and storage classes, so it is exactly what a crafted
+torch.save file would hold and torch.load can be asked about it too:
 
   tensor(key, storage, numel, size, stride, offset=0)
                           -> a pickled _rebuild_tensor_v2 call over the
@@ -127,14 +127,22 @@ def _huge_row(path):
                    {"0": bytes(range(40))})
 
 
-def _many_keys(n):
-    """n keys all naming one tensor (memoized): a small pickle, a bomb of
-    fields. torch loads it."""
+def _saved(make):
+    """An archive written by torch.save itself (make() gives the object),
+    for what torch can produce."""
     def build(path):
-        t = tensor("0", I64, 4, (4,), (1,))
-        obj = collections.OrderedDict(("k%07d" % i, t) for i in range(n))
-        return archive(path, obj, {"0": bytes(32)})
+        torch.save(make(), path)
+        return path
     return build
+
+
+def _many_keys(n):
+    """n keys all naming one tensor (memoized): a 20 MB pickle, a bomb of
+    fields; torch.save writes it and torch loads it."""
+    def make():
+        t = torch.arange(4)
+        return collections.OrderedDict(("k%07d" % i, t) for i in range(n))
+    return _saved(make)
 
 
 def _long_key(path):
@@ -150,26 +158,11 @@ def _byteorder_garbage(path):
                    {"0": bytes(32)}, extra=[("byteorder", b"big\0garbage")])
 
 
-def _empty_dict(path):
-    return archive(path, {}, {})
-
-
-def _no_tensors_list(path):
-    return archive(path, [], {})
-
-
-def _top_int(path):
-    return archive(path, dumps(7), {})
-
-
-def _key_int(path):
-    return archive(path, {0: tensor("0", I64, 4, (4,), (1,))},
-                   {"0": bytes(32)})
-
-
-def _complex128(path):
-    return archive(path, {"z": tensor("0", torch.ComplexDoubleStorage, 4,
-                                      (4,), (1,))}, {"0": bytes(64)})
+_empty_dict = _saved(dict)
+_no_tensors_list = _saved(list)
+_top_int = _saved(lambda: 7)
+_key_int = _saved(lambda: {0: torch.arange(4)})
+_complex128 = _saved(lambda: {"z": torch.zeros(4, dtype=torch.complex128)})
 
 
 def _version(v):
