@@ -20,7 +20,9 @@ CUDA_HOME ?= /usr/local/cuda
 HAVE_CUDA_H := $(shell test -f $(CUDA_HOME)/include/cuda.h && echo 1)
 
 CPPFLAGS += -D_GNU_SOURCE -D_FILE_OFFSET_BITS=64 -DFUSE_USE_VERSION=314 -I.
-CPPFLAGS += $(call pc_cflags,$(PKGS))
+# FUSE's include flags are added per folder (DIR_CPPFLAGS_<dir>, only
+# mount/ and tools/): fs/ must not include a FUSE header.
+CPPFLAGS += $(call pc_cflags,libzip)
 CFLAGS ?= -O2 -g
 CFLAGS += -std=gnu11 -Wall -Wextra -Wshadow -Wstrict-prototypes \
 	-Wmissing-prototypes -Wno-unused-parameter -fno-strict-aliasing \
@@ -45,11 +47,11 @@ all: deps-build
 	clean demo fuzz bench bench-loader install format format-check
 
 deps-build:
-	@scripts/deps.sh build
+	@tools/scripts/deps.sh build
 deps-test:
-	@scripts/deps.sh test
+	@tools/scripts/deps.sh test
 deps-torch:
-	@scripts/deps.sh torch
+	@tools/scripts/deps.sh torch
 
 # Every module.mk appends to these.
 CORE_SRCS :=
@@ -70,7 +72,8 @@ CLI_OBJS := $(CLI_SRCS:%.c=$(BUILD)/obj/%.o)
 
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(@D)
-	$(CC) $(CPPFLAGS) $(CFLAGS) $(EXTRA_CFLAGS_$(subst /,_,$(basename $<))) -c $< -o $@
+	$(CC) $(CPPFLAGS) $(DIR_CPPFLAGS_$(patsubst %/,%,$(dir $<))) \
+		$(CFLAGS) -c $< -o $@
 
 $(BUILD)/libbatchfs_core.a: $(CORE_OBJS)
 	@mkdir -p $(@D)
@@ -96,7 +99,7 @@ FORMAT_FILES = $(shell git ls-files '*.c' '*.h' 2>/dev/null)
 format:
 	clang-format -i $(FORMAT_FILES)
 format-check:
-	@scripts/deps.sh lint
+	@tools/scripts/deps.sh lint
 	@clang-format --dry-run --Werror $(FORMAT_FILES)
 
 .SECONDARY:

@@ -1,8 +1,5 @@
-# mount/: the batchfs command's entry point, mount/umount and the FUSE ops.
+# mount/: the FUSE adapter (low-level ops, session, custom-io hooks). The
+# only folder compiled with FUSE's include flags (besides the null FUSE
+# server of tools/bench): fs/ cannot include a FUSE header.
 CLI_SRCS += $(sort $(wildcard mount/*.c))
-
-# make demo: the README's first command. Installs what is missing, builds,
-# packs a demo dataset, mounts it, shows it, reads a batch, unmounts.
-demo: deps-test
-	@$(MAKE) --no-print-directory build-all
-	@BUILD=$(BUILD) scripts/demo.sh
+DIR_CPPFLAGS_mount = $(call pc_cflags,fuse3)

@@ -32,7 +32,7 @@ $(BUILD)/fuzz/%: tests/fuzz/%.c $(FUZZ_CORE) $(TEST_LIB_SRCS)
 		-o $@ $< $(FUZZ_CORE) $(TEST_LIB_SRCS) -lm -pthread
 
 fuzz:
-	@scripts/deps.sh fuzz
+	@tools/scripts/deps.sh fuzz
 	@$(MAKE) --no-print-directory $(FUZZ_BINS)
 	@for f in $(FUZZ_BINS); do \
 		n=$$(basename $$f); c=$(BUILD)/fuzz/corpus-$$n; mkdir -p $$c; \

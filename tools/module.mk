@@ -1,5 +1,14 @@
-# tools/: subcommands linked into build/batchfs (pack, inspect, bench).
+# tools/: the batchfs command (main, mount, umount, pack, inspect, bench)
+# linked into build/batchfs, the benchmark harness and the build's scripts.
 CLI_SRCS += $(sort $(wildcard tools/*.c))
+DIR_CPPFLAGS_tools = $(call pc_cflags,fuse3)
+DIR_CPPFLAGS_tools/bench = $(call pc_cflags,fuse3)
+
+# make demo: the README's first command. Installs what is missing, builds,
+# packs a demo dataset, mounts it, shows it, reads a batch, unmounts.
+demo: deps-test
+	@$(MAKE) --no-print-directory build-all
+	@BUILD=$(BUILD) tools/scripts/demo.sh
 
 # make bench: the side-by-side benchmark (tools/bench/bench.py), then the
 # order engine's shuffle against torch.randperm (tools/bench/bench_order.sh,

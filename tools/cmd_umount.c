@@ -1,4 +1,4 @@
-/* mount/cmd_umount: `batchfs umount MOUNTPOINT` = fusermount3 -u, and when
+/* tools/cmd_umount: `batchfs umount MOUNTPOINT` = fusermount3 -u, and when
  * the mount is busy, which processes hold it (open files or working
  * directory under it, found by scanning /proc/PID/fd and /proc/PID/cwd). */
 #include <dirent.h>

@@ -1,6 +1,6 @@
 #!/bin/sh
 # Install the Debian packages a make target needs, if they are missing.
-# Usage: scripts/deps.sh build|test|torch|fuzz|lint
+# Usage: tools/scripts/deps.sh build|test|torch|fuzz|lint
 # build: the libraries batchfs links; test: + cmocka, zip tools, numpy;
 # torch: + python3-torch for interop tests; fuzz: + clang and libFuzzer;
 # lint: + clang-format (make format-check).

@@ -1,4 +1,4 @@
-/* mount/cmd_mount: `batchfs mount` (`batchfs umount` is cmd_umount.c).
+/* tools/cmd_mount: `batchfs mount` (`batchfs umount` is cmd_umount.c).
  *
  * Session lifecycle, in this order (libfuse example/ order):
  *   parse options -> open the dataset, layout, order (errors: exit 1/2 in
