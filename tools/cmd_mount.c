@@ -38,6 +38,13 @@
 
 #define MAX_SOURCES 4096
 
+/* What is mounted: built before the mount, served by the session. */
+struct model {
+	struct bfs_dataset *ds;
+	struct bfs_layout layout;
+	struct bfs_order *order;
+};
+
 struct mount_opts {
 	const char *sources[MAX_SOURCES];
 	size_t nsources;
@@ -49,7 +56,7 @@ struct mount_opts {
 	bool shuffle, have_seed, drop_last, replacement, foreground, verbose;
 	bool have_prefetch, have_world, have_pc;
 	const char *seed_source; /* see struct bfs_tree_info */
-	enum bfs_serve serve;
+	enum bfs_serve_mode serve;
 	enum bfs_torch_compat compat;
 	const char *subset, *weights, *gen_state, *log_file;
 	char fuse_o[1024]; /* user's -o options, comma-joined */
@@ -311,16 +318,11 @@ static int parse_opts(int argc, char **argv, struct mount_opts *m)
 			m->serve = BFS_SERVE_DIRECT;
 			break;
 		case OPT_SERVE:
-			if (!strcmp(optarg, "push"))
-				m->serve = BFS_SERVE_PUSH;
-			else if (!strcmp(optarg, "cache"))
-				m->serve = BFS_SERVE_CACHE;
-			else if (!strcmp(optarg, "direct"))
-				m->serve = BFS_SERVE_DIRECT;
-			else
+			if (bfs_serve_mode_parse(optarg, &m->serve) < 0)
 				rc = bfs_cli_bad_usage(
 				    "mount", usage,
-				    "--serve: not push, cache or direct",
+				    "--serve: not auto, passthrough, push, "
+				    "cache or direct",
 				    optarg);
 			break;
 		case OPT_SUBSET:
@@ -432,7 +434,7 @@ static void free_inputs(struct order_inputs *in)
 
 /* Build the order engine. Returns 0, 1 (a file could not be read) or 2
  * (an option value PyTorch would refuse); the message is printed. */
-static int make_order(struct mount_opts *m, struct bfs_mount *mt)
+static int make_order(struct mount_opts *m, struct model *mt)
 {
 	struct bfs_order_opts o;
 	struct order_inputs in = {0};
@@ -486,7 +488,7 @@ static int make_order(struct mount_opts *m, struct bfs_mount *mt)
 }
 
 /* Everything before FUSE: dataset, layout, order. 0, 1 or 2. */
-static int open_model(struct mount_opts *m, struct bfs_mount *mt)
+static int open_model(struct mount_opts *m, struct model *mt)
 {
 	struct bfs_error err = {{0}};
 	int rc;
@@ -521,11 +523,8 @@ static int open_model(struct mount_opts *m, struct bfs_mount *mt)
 	return 0;
 }
 
-static void close_model(struct bfs_mount *mt)
+static void close_model(struct model *mt)
 {
-	bfs_tree_destroy(mt->tree);
-	bfs_pushed_destroy(mt->pushed);
-	bfs_pool_destroy(mt->pool);
 	bfs_order_destroy(mt->order);
 	bfs_layout_fini(&mt->layout);
 	bfs_dataset_close(mt->ds);
@@ -552,15 +551,56 @@ static void syslog_sink(enum bfs_log_level level, const char *line)
 	syslog(prio[level], "%s", line);
 }
 
-/* Start the pool and the namespace (after the fork). 0 or -errno. */
-static int start_serving(struct mount_opts *m, struct bfs_mount *mt)
+/* The serving options the environment sets for tests and measurements:
+ * BATCHFS_DEBUG_GATHER_DELAY_MS (workers sleep before each gather),
+ * BATCHFS_DEBUG_NO_EARLY_PUSH, BATCHFS_DEBUG_NO_ZERO_COPY,
+ * BATCHFS_DEBUG_ZC_NO_CHECK, BATCHFS_DEBUG_ZC_MAX_IOV, BATCHFS_MEMFD_WRITE
+ * (gather|slices: how passthrough batches are written). */
+static void debug_opts(struct bfs_pool_opts *po, struct bfs_serve_opts *so)
 {
+	const char *delay = getenv("BATCHFS_DEBUG_GATHER_DELAY_MS");
+	const char *iov = getenv("BATCHFS_DEBUG_ZC_MAX_IOV");
+	const char *wr = getenv("BATCHFS_MEMFD_WRITE");
+
+	po->debug_delay_ms = delay ? (unsigned)strtoul(delay, NULL, 10) : 0;
+	po->memfd_write = !wr			  ? BFS_POOL_WRITE_AUTO
+			  : !strcmp(wr, "gather") ? BFS_POOL_WRITE_GATHER
+			  : !strcmp(wr, "slices") ? BFS_POOL_WRITE_SLICES
+						  : BFS_POOL_WRITE_AUTO;
+	so->early_push = !getenv("BATCHFS_DEBUG_NO_EARLY_PUSH");
+	so->zero_copy = !getenv("BATCHFS_DEBUG_NO_ZERO_COPY");
+	so->zc_no_check = getenv("BATCHFS_DEBUG_ZC_NO_CHECK") != NULL;
+	so->zc_max_iov = iov ? (unsigned)strtoul(iov, NULL, 10) : 0;
+}
+
+/* What the session calls back (mount/mount.h). */
+struct session_arg {
+	struct mount_opts *m;
+	struct model *model;
+};
+
+static void describe_opts(struct mount_opts *m, enum bfs_serve_mode mode);
+
+/* In the daemon, once the mode is known: the serve (pool, workers) and
+ * the namespace. 0 or -errno with msg. */
+static int start(void *arg, enum bfs_serve_mode mode, const char *why,
+		 const struct bfs_serve_kernel *kernel,
+		 struct bfs_mount_served *out, char *msg, size_t len)
+{
+	struct session_arg *sa = arg;
+	struct mount_opts *m = sa->m;
+	struct model *mt = sa->model;
 	struct bfs_pool_opts po = {
 	    .workers = m->workers,
 	    .prefetch = m->prefetch,
 	    .budget_bytes = m->cache_mb << 20,
 	    .timeout_ms = m->timeout_s * 1000u,
 	    .epochs = m->epochs,
+	};
+	struct bfs_serve_opts so = {
+	    .mode = mode,
+	    .why = why,
+	    .page_cache_bytes = m->pc_mb << 20,
 	};
 	struct bfs_tree_info ti = {
 	    .sources = m->sources,
@@ -576,89 +616,32 @@ static int start_serving(struct mount_opts *m, struct bfs_mount *mt)
 	    .options = m->line,
 	    .mountpoint = m->mountpoint,
 	};
-	const char *delay = getenv("BATCHFS_DEBUG_GATHER_DELAY_MS");
 	int rc;
 
-	if (delay)
-		po.debug_delay_ms = (unsigned)strtoul(delay, NULL, 10);
-	if (mt->serve == BFS_SERVE_PUSH &&
-	    !getenv("BATCHFS_DEBUG_NO_EARLY_PUSH")) {
-		po.on_ready = bfs_mount_on_ready;
-		po.on_ready_arg = mt;
-	}
-	rc = mt->serve == BFS_SERVE_PUSH
-		 ? bfs_pushed_create(&mt->pushed, m->pc_mb << 20)
-		 : 0;
+	debug_opts(&po, &so);
+	describe_opts(m, mode);
+	rc = bfs_serve_create(&out->serve, mt->ds, mt->order, &mt->layout, &po,
+			      &so, kernel);
 	if (rc == 0)
-		rc = bfs_pool_create(&mt->pool, mt->ds, mt->order, &mt->layout,
-				     &po);
-	if (rc == 0)
-		rc = bfs_tree_create(&mt->tree, mt->ds, mt->order, &mt->layout,
-				     mt->pool, &ti);
+		rc = bfs_tree_create(&out->tree, mt->ds, mt->order, &mt->layout,
+				     out->serve, &ti);
+	if (rc < 0)
+		snprintf(msg, len, "cannot start serving: %s", strerror(-rc));
 	return rc;
 }
 
-/* The options as one line for README (what was asked, plus defaults). */
-static void describe_opts(struct mount_opts *m)
+/* The options as one line for README (what was asked, plus defaults and
+ * the mode chosen). */
+static void describe_opts(struct mount_opts *m, enum bfs_serve_mode mode)
 {
-	snprintf(m->line, sizeof(m->line),
-		 "--batch-size %" PRIu64 "%s --seed %" PRIu64
-		 "%s --epochs %" PRIu64
-		 " --workers %u --prefetch %u --cache-mb %" PRIu64
-		 " --timeout %u --serve %s",
-		 m->batch_size, m->shuffle ? " --shuffle" : "", m->seed,
-		 m->drop_last ? " --drop-last" : "", m->epochs, m->workers,
-		 m->prefetch, m->cache_mb, m->timeout_s,
-		 m->serve == BFS_SERVE_PUSH    ? "push"
-		 : m->serve == BFS_SERVE_CACHE ? "cache"
-					       : "direct");
-}
-
-/* fuse args: read-only, default_permissions, auto_unmount unless the user
- * asked allow_other (libfuse 3.14 refuses both together). */
-static int fuse_args_for(struct mount_opts *m, struct fuse_args *args)
-{
-	char o[1400];
-	bool allow_other = strstr(m->fuse_o, "allow_other") != NULL;
-
-	if (allow_other)
-		fprintf(stderr, "batchfs mount: warning: -o allow_other: "
-				"auto_unmount disabled (libfuse 3.14 cannot "
-				"combine them); use batchfs umount\n");
-	snprintf(o, sizeof(o),
-		 "ro,default_permissions,fsname=batchfs,subtype=batchfs%s%s%s",
-		 allow_other ? "" : ",auto_unmount", m->fuse_o[0] ? "," : "",
-		 m->fuse_o);
-	if (fuse_opt_add_arg(args, "batchfs") || fuse_opt_add_arg(args, "-o") ||
-	    fuse_opt_add_arg(args, o))
-		return -ENOMEM;
-	return 0;
-}
-
-/* Fork; the parent waits for the readiness byte and exits with 0 (byte
- * received) or 1 (the child died first). Returns the write end in the
- * child. */
-static int daemonize(struct fuse_session *se)
-{
-	int fds[2];
-	pid_t pid;
-	char c;
-
-	if (pipe(fds) < 0)
-		return -errno;
-	pid = fork();
-	if (pid < 0)
-		return -errno;
-	if (pid > 0) {
-		close(fds[1]);
-		if (read(fds[0], &c, 1) == 1)
-			_exit(0);
-		/* The child failed before readiness and reported why. */
-		_exit(1);
-	}
-	close(fds[0]);
-	setsid();
-	return fds[1];
+	snprintf(
+	    m->line, sizeof(m->line),
+	    "--batch-size %" PRIu64 "%s --seed %" PRIu64 "%s --epochs %" PRIu64
+	    " --workers %u --prefetch %u --cache-mb %" PRIu64
+	    " --timeout %u --serve %s",
+	    m->batch_size, m->shuffle ? " --shuffle" : "", m->seed,
+	    m->drop_last ? " --drop-last" : "", m->epochs, m->workers,
+	    m->prefetch, m->cache_mb, m->timeout_s, bfs_serve_mode_name(mode));
 }
 
 /* Detach stdio (the daemon logs to --log-file or syslog). */
@@ -687,74 +670,31 @@ static void detach_stdio(const struct mount_opts *m)
 	}
 }
 
-/* session_new -> handlers -> mount -> daemonize -> serve -> unmount. */
-static int run_session(struct mount_opts *m, struct bfs_mount *mt)
+/* Right before the mount is reported ready: logs go to their sink. */
+static void ready(void *arg)
 {
-	struct fuse_args args = FUSE_ARGS_INIT(0, NULL);
-	struct fuse_session *se = NULL;
-	struct fuse_loop_config *cfg = NULL;
-	int ready = -1, rc = 1;
+	struct session_arg *sa = arg;
 
-	if (fuse_args_for(m, &args) < 0)
-		goto out_args;
-	se = fuse_session_new(&args, &bfs_mount_ops, sizeof(bfs_mount_ops), mt);
-	mt->se = se;
-	if (!se) {
-		fprintf(stderr, "batchfs mount: bad FUSE options '%s'\n",
-			m->fuse_o);
-		rc = 2;
-		goto out_args;
-	}
-	if (fuse_set_signal_handlers(se) != 0)
-		goto out_destroy;
-	if (fuse_session_mount(se, m->mountpoint) != 0) {
-		fprintf(stderr, "batchfs mount: cannot mount on %s\n",
-			m->mountpoint);
-		goto out_handlers;
-	}
-	if (!m->foreground) {
-		ready = daemonize(se);
-		if (ready < 0)
-			goto out_unmount;
-	}
-	if (start_serving(m, mt) < 0) {
-		fprintf(stderr,
-			"batchfs mount: cannot start the worker pool\n");
-		goto out_unmount;
-	}
-	if (ready >= 0) {
-		detach_stdio(m);
-		if (write(ready, "1", 1) != 1)
-			goto out_unmount;
-		close(ready);
-		ready = -1;
-	}
-	bfs_log(BFS_LOG_INFO, "mount", "serving %s", m->mountpoint);
-	cfg = fuse_loop_cfg_create();
-	if (!cfg)
-		goto out_unmount;
-	fuse_loop_cfg_set_max_threads(cfg, m->fuse_threads);
-	fuse_loop_cfg_set_clone_fd(cfg, 0);
-	rc = fuse_session_loop_mt(se, cfg) < 0 ? 1 : 0;
-	fuse_loop_cfg_destroy(cfg);
-	bfs_mount_handles_free(mt);
-	/* Workers push into the session (on_ready): stop them first. */
-	bfs_tree_destroy(mt->tree);
-	mt->tree = NULL;
-	bfs_pool_destroy(mt->pool);
-	mt->pool = NULL;
-	bfs_log(BFS_LOG_INFO, "mount", "unmounting %s", m->mountpoint);
-out_unmount:
-	fuse_session_unmount(se);
-out_handlers:
-	fuse_remove_signal_handlers(se);
-out_destroy:
-	fuse_session_destroy(se);
-out_args:
-	fuse_opt_free_args(&args);
-	if (ready >= 0)
-		close(ready);
-	return rc;
+	if (!sa->m->foreground)
+		detach_stdio(sa->m);
+}
+
+/* Mount and serve the model (mount/mount.h). */
+static int run(struct mount_opts *m, struct model *mt)
+{
+	struct session_arg sa = {m, mt};
+	const struct bfs_mount_params p = {
+	    .mountpoint = m->mountpoint,
+	    .fuse_opts = m->fuse_o,
+	    .fuse_threads = m->fuse_threads,
+	    .foreground = m->foreground,
+	    .serve = m->serve,
+	    .start = start,
+	    .ready = ready,
+	    .arg = &sa,
+	};
+
+	return bfs_mount_run(&p);
 }
 
 /* Contract: see tools/cmd.h. Exit 0 once mounted (the daemon keeps
@@ -762,13 +702,12 @@ out_args:
 int bfs_cmd_mount(int argc, char **argv)
 {
 	struct mount_opts *m = calloc(1, sizeof(*m));
-	struct bfs_mount mt;
+	struct model mt;
 	char real[PATH_MAX];
 	struct stat st;
 	int rc;
 
 	memset(&mt, 0, sizeof(mt));
-	bfs_mount_handles_init(&mt);
 	if (!m)
 		return 1;
 	rc = parse_opts(argc, argv, m);
@@ -801,13 +740,10 @@ int bfs_cmd_mount(int argc, char **argv)
 		m->seed = s;
 		m->seed_source = "getrandom";
 	}
-	describe_opts(m);
 	bfs_log_setup(m->verbose ? BFS_LOG_DEBUG : BFS_LOG_INFO, NULL);
 	rc = open_model(m, &mt);
-	if (rc == 0) {
-		mt.serve = m->serve;
-		rc = run_session(m, &mt);
-	}
+	if (rc == 0)
+		rc = run(m, &mt);
 out:
 	close_model(&mt);
 	free(m);
