@@ -65,7 +65,10 @@ install: $(LOADER_A) $(LOADER_SO)
 # Test programs link the static library plus a batch-file writer.
 LOADER_TEST_CFLAGS = $(CPPFLAGS) $(CFLAGS)
 LOADER_ST_WRITE := tests/loader/st_write.c
-LOADER_TEST_DEPS = $(LOADER_A) $(LOADER_ST_WRITE) tests/loader/st_write.h
+# A program built from several sources in one command gets no usable .d
+# file, so the headers it may include are listed here.
+LOADER_TEST_DEPS = $(LOADER_A) $(LOADER_ST_WRITE) $(wildcard tests/loader/*.h) \
+	loader/batchfs_loader.h
 
 # One rule for them all: the cmocka program test_loader_host and the small
 # programs that test scripts run (probe of the mode; GPU check).
