@@ -103,13 +103,23 @@ ifeq ($(HAVE_CUDA_H),1)
 # The fake driver: a libcuda.so.1 that performs copies with memcpy and
 # records every call (selected with LD_LIBRARY_PATH by the test script).
 LOADER_FAKE_CUDA := $(BUILD)/tests/fake/libcuda.so.1
-$(LOADER_FAKE_CUDA): tests/loader/fake_libcuda.c tests/loader/fake_libcuda.h
+$(LOADER_FAKE_CUDA): tests/loader/fake_libcuda.c tests/loader/fake_model.c \
+		tests/loader/fake_libcuda.h tests/loader/fake_model.h
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) $(LOADER_CUDA_FLAGS) $(CFLAGS) -fPIC -shared \
-		-Wl,-soname,libcuda.so.1 -o $@ $< -pthread
+		-Wl,-soname,libcuda.so.1 -o $@ $(filter %.c,$^) -pthread
+# The fake's own test links it directly.
+$(BUILD)/tests/loader/test_fake_libcuda: tests/loader/test_fake_libcuda.c \
+		$(LOADER_FAKE_CUDA) tests/loader/fake_libcuda.h
+	@mkdir -p $(@D)
+	$(CC) $(LOADER_TEST_CFLAGS) $(LOADER_CUDA_FLAGS) $(LDFLAGS) -o $@ $< \
+		-L$(BUILD)/tests/fake -l:libcuda.so.1 $(call pc_libs,cmocka) \
+		-pthread
 LOADER_TEST_BINS += $(LOADER_FAKE_CUDA) $(BUILD)/tests/loader/test_loader_cuda \
-	$(BUILD)/tests/loader/gpu_loader_check
-TEST_SCRIPTS += tests/loader/test_loader_cuda_fake.sh \
+	$(BUILD)/tests/loader/gpu_loader_check \
+	$(BUILD)/tests/loader/test_fake_libcuda
+TEST_SCRIPTS += tests/loader/test_fake_libcuda.sh \
+	tests/loader/test_loader_cuda_fake.sh \
 	tests/loader/test_bench_loader_fake.sh
 endif
 
