@@ -143,6 +143,10 @@ struct bfs_loader_stats {
 	uint64_t wait_ns;    /* time next() spent waiting for a batch */
 	uint64_t ring_bytes; /* host ring size (pinned in CUDA mode) */
 	uint64_t pin_calls;  /* cuMemHostRegister calls (1 per ring) */
+	/* CPU time used by the copy thread (CUDA mode; 0 in CPU mode). It
+	 * waits for copies sleeping, so this stays small while the GPU is
+	 * busy: a measure of the loader's own cost. */
+	uint64_t copy_cpu_ns;
 };
 
 /* Open a loader: list the files (stat each: the largest sets the slot

@@ -60,12 +60,11 @@ int bfs_loader_gpu_bind(struct bfs_loader_gpu *g) NOGPU
     int bfs_loader_gpu_event_destroy(struct bfs_loader_gpu *g, void *ev) NOGPU
     int bfs_loader_gpu_copy(struct bfs_loader_gpu *g, uint64_t dst,
 			    const void *src, size_t n, void *w, void *r) NOGPU
-    int bfs_loader_gpu_event_query(struct bfs_loader_gpu *g, void *ev) NOGPU
     int bfs_loader_gpu_event_sync(struct bfs_loader_gpu *g, void *ev) NOGPU
     int bfs_loader_gpu_stream_wait(struct bfs_loader_gpu *g, void *s,
 				   void *ev) NOGPU
     int bfs_loader_gpu_record(struct bfs_loader_gpu *g, void *ev, void *s) NOGPU
-    int bfs_loader_gpu_sync_copy_stream(struct bfs_loader_gpu *g) NOGPU
+    int bfs_loader_gpu_drain(struct bfs_loader_gpu *g) NOGPU
 
 #else /* BFS_HAVE_CUDA_H */
 
@@ -96,10 +95,8 @@ int bfs_loader_gpu_bind(struct bfs_loader_gpu *g) NOGPU
 	X(StreamCreate, "cuStreamCreate", (CUstream *, unsigned))              \
 	X(StreamDestroy, "cuStreamDestroy_v2", (CUstream))                     \
 	X(StreamWaitEvent, "cuStreamWaitEvent", (CUstream, CUevent, unsigned)) \
-	X(StreamSynchronize, "cuStreamSynchronize", (CUstream))                \
 	X(EventCreate, "cuEventCreate", (CUevent *, unsigned))                 \
 	X(EventRecord, "cuEventRecord", (CUevent, CUstream))                   \
-	X(EventQuery, "cuEventQuery", (CUevent))                               \
 	X(EventSynchronize, "cuEventSynchronize", (CUevent))                   \
 	X(EventDestroy, "cuEventDestroy_v2", (CUevent))                        \
 	X(GetErrorName, "cuGetErrorName", (CUresult, const char **))
@@ -113,6 +110,7 @@ struct bfs_loader_gpu {
 	CUcontext ctx;
 	int ctx_retained;
 	CUstream copy;
+	CUevent drain; /* recorded at close to wait for the copy stream */
 	/* Last driver failure, for messages. Written by whichever thread
 	 * failed; a stale or torn read only garbles a message. */
 	char err[160];
@@ -242,6 +240,8 @@ int bfs_loader_gpu_open(struct bfs_loader_gpu **out, int device, char *why,
 	if (rc == 0 && (rc = bfs_loader_gpu_push(g)) == 0) {
 		rc = check(g, g->StreamCreate(&g->copy, CU_STREAM_NON_BLOCKING),
 			   "cuStreamCreate");
+		if (rc == 0)
+			rc = bfs_loader_gpu_event_create(g, (void **)&g->drain);
 		bfs_loader_gpu_pop(g);
 		if (rc < 0)
 			snprintf(why, whylen, "%s", g->err);
@@ -259,8 +259,11 @@ void bfs_loader_gpu_close(struct bfs_loader_gpu *g)
 {
 	if (!g)
 		return;
-	if (g->copy && bfs_loader_gpu_push(g) == 0) {
-		g->StreamDestroy(g->copy);
+	if ((g->copy || g->drain) && bfs_loader_gpu_push(g) == 0) {
+		if (g->drain)
+			g->EventDestroy(g->drain);
+		if (g->copy)
+			g->StreamDestroy(g->copy);
 		bfs_loader_gpu_pop(g);
 	}
 	if (g->ctx_retained)
@@ -314,10 +317,15 @@ int bfs_loader_gpu_free(struct bfs_loader_gpu *g, uint64_t dptr)
 	return check(g, g->MemFree((CUdeviceptr)dptr), "cuMemFree");
 }
 
+/* Blocking-sync events: a thread waiting in cuEventSynchronize sleeps until
+ * the event completes instead of spinning a core (the primary context's
+ * default scheduling spins). */
 int bfs_loader_gpu_event_create(struct bfs_loader_gpu *g, void **ev)
 {
 	CUevent e = NULL;
-	int rc = check(g, g->EventCreate(&e, CU_EVENT_DISABLE_TIMING),
+	int rc = check(g,
+		       g->EventCreate(&e, CU_EVENT_DISABLE_TIMING |
+					      CU_EVENT_BLOCKING_SYNC),
 		       "cuEventCreate");
 	*ev = e;
 	return rc;
@@ -346,14 +354,6 @@ int bfs_loader_gpu_copy(struct bfs_loader_gpu *g, uint64_t dst, const void *src,
 	return rc;
 }
 
-int bfs_loader_gpu_event_query(struct bfs_loader_gpu *g, void *ev)
-{
-	CUresult r = g->EventQuery((CUevent)ev);
-	if (r == CUDA_ERROR_NOT_READY)
-		return 1;
-	return check(g, r, "cuEventQuery");
-}
-
 int bfs_loader_gpu_event_sync(struct bfs_loader_gpu *g, void *ev)
 {
 	return check(g, g->EventSynchronize((CUevent)ev), "cuEventSynchronize");
@@ -371,10 +371,14 @@ int bfs_loader_gpu_record(struct bfs_loader_gpu *g, void *ev, void *stream)
 		     "cuEventRecord(released)");
 }
 
-int bfs_loader_gpu_sync_copy_stream(struct bfs_loader_gpu *g)
+/* Not cuStreamSynchronize: that spins in the default scheduling. */
+int bfs_loader_gpu_drain(struct bfs_loader_gpu *g)
 {
-	return check(g, g->StreamSynchronize(g->copy),
-		     "cuStreamSynchronize(copy stream)");
+	int rc =
+	    check(g, g->EventRecord(g->drain, g->copy), "cuEventRecord(drain)");
+	if (rc == 0)
+		rc = bfs_loader_gpu_event_sync(g, g->drain);
+	return rc;
 }
 
 #endif /* BFS_HAVE_CUDA_H */

@@ -77,12 +77,13 @@ int bfs_loader_gpu_event_destroy(struct bfs_loader_gpu *g, void *ev);
  * 'ready_ev'. */
 int bfs_loader_gpu_copy(struct bfs_loader_gpu *g, uint64_t dst, const void *src,
 			size_t n, void *wait_ev, void *ready_ev);
-/* 0 when complete, 1 when not yet, -EIO on error. */
-int bfs_loader_gpu_event_query(struct bfs_loader_gpu *g, void *ev);
+/* Events are created with CU_EVENT_BLOCKING_SYNC: event_sync sleeps. */
 int bfs_loader_gpu_event_sync(struct bfs_loader_gpu *g, void *ev);
 int bfs_loader_gpu_stream_wait(struct bfs_loader_gpu *g, void *stream,
 			       void *ev);
 int bfs_loader_gpu_record(struct bfs_loader_gpu *g, void *ev, void *stream);
-int bfs_loader_gpu_sync_copy_stream(struct bfs_loader_gpu *g);
+/* Wait (blocking, not spinning) for everything enqueued on the copy
+ * stream. */
+int bfs_loader_gpu_drain(struct bfs_loader_gpu *g);
 
 #endif

@@ -20,7 +20,10 @@
  *    FREE (the consumer released k-N, so its "released" event is recorded),
  *    enqueues on the copy stream: wait(released), HtoD copy, record(ready).
  *    It then waits for the oldest copy's "ready" (on the copy side, never
- *    the consumer's) and frees the host half for batch k+N.
+ *    the consumer's) and frees the host half for batch k+N. Events are
+ *    blocking-sync, so that wait sleeps: with the default scheduling of
+ *    the primary context it would spin a core for as long as the
+ *    consumer's kernels hold the slot.
  *  - the consumer: next() waits for the batch's device half to be QUEUED
  *    and puts cuStreamWaitEvent(stream, ready) on its stream; release()
  *    records "released" on its stream. Neither waits for the GPU.
@@ -101,6 +104,7 @@ struct bfs_loader {
 	unsigned nstarted;
 	pthread_t copier;
 	int copier_started;
+	int copier_live; /* (mu) the copy thread has not yet left */
 
 	pthread_mutex_t mu;
 	pthread_cond_t work_cv, copy_cv, ready_cv;
@@ -371,6 +375,15 @@ static void retire_copy(struct bfs_loader *L)
 	pthread_cond_broadcast(&L->work_cv);
 }
 
+/* CPU time of the calling thread, ns. */
+static uint64_t thread_cpu_ns(clockid_t clk)
+{
+	struct timespec ts;
+	if (clock_gettime(clk, &ts) != 0)
+		return 0;
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
 static void *copier_main(void *arg)
 {
 	struct bfs_loader *L = arg;
@@ -388,6 +401,8 @@ static void *copier_main(void *arg)
 		else
 			pthread_cond_wait(&L->copy_cv, &L->mu);
 	}
+	L->st.copy_cpu_ns += thread_cpu_ns(CLOCK_THREAD_CPUTIME_ID);
+	L->copier_live = 0;
 	pthread_mutex_unlock(&L->mu);
 	return NULL;
 }
@@ -528,10 +543,15 @@ int bfs_loader_stats(const struct bfs_loader *L, struct bfs_loader_stats *st)
 {
 	struct bfs_loader *M = (struct bfs_loader *)L; /* lock only */
 
+	clockid_t clk;
+
 	if (!L || !st)
 		return -EINVAL;
 	pthread_mutex_lock(&M->mu);
 	*st = L->st;
+	/* a live copy thread cannot exit while mu is held */
+	if (L->copier_live && pthread_getcpuclockid(L->copier, &clk) == 0)
+		st->copy_cpu_ns += thread_cpu_ns(clk);
 	pthread_mutex_unlock(&M->mu);
 	return 0;
 }
@@ -785,8 +805,11 @@ static int start_threads(struct bfs_loader *L)
 				   L))
 			return -EAGAIN;
 	if (L->gpu) {
-		if (pthread_create(&L->copier, NULL, copier_main, L))
+		L->copier_live = 1;
+		if (pthread_create(&L->copier, NULL, copier_main, L)) {
+			L->copier_live = 0;
 			return -EAGAIN;
+		}
 		L->copier_started = 1;
 	}
 	return 0;
@@ -847,7 +870,7 @@ int bfs_loader_open(struct bfs_loader **out, const struct bfs_loader_opts *o)
 static void free_gpu(struct bfs_loader *L)
 {
 	if (bfs_loader_gpu_push(L->gpu) == 0) {
-		bfs_loader_gpu_sync_copy_stream(L->gpu);
+		bfs_loader_gpu_drain(L->gpu);
 		for (unsigned i = 0; L->slots && i < L->nslots; i++) {
 			struct slot *s = &L->slots[i];
 			if (s->released_recorded)

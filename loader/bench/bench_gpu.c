@@ -15,6 +15,8 @@
  *           Each spins 1.2 x file bytes / E ns unless --spin-us is given.
  *   step    the same loop with the loader: next, the kernel, release, all
  *           on the consumer stream; window time. Target step / T_c <= 1.05.
+ *           Also the copy thread's CPU time over the run (open to EOF),
+ *           in % of a core: it must sleep while the GPU works (<= 5).
  *
  * The driver is dlopen'ed here too ("libcuda.so.1", or
  * $BATCHFS_LOADER_LIBCUDA like the library), so the bench shares the
@@ -362,7 +364,7 @@ static int loader_rates(struct gpu *g, const struct bfs_loader_opts *o,
 	struct bench_hooks hs = {NULL, hook_sync, g},
 			   hk = {hook_spin, hook_sync, g};
 	unsigned count = (unsigned)c->nb - c->skip;
-	double e[16], tc[16], st[16], em, tcm, stm;
+	double e[16], tc[16], st[16], cpu[16], em, tcm, stm;
 	struct bench_run run;
 	char label[80];
 
@@ -384,6 +386,7 @@ static int loader_rates(struct gpu *g, const struct bfs_loader_opts *o,
 		    bench_run_loader(o, g->s, c->skip, &hk, &run) < 0)
 			return -EIO;
 		st[r] = run.window;
+		cpu[r] = run.copy_cpu / run.open_eof;
 	}
 	tcm = bench_median(tc, c->reps);
 	stm = bench_median(st, c->reps);
@@ -393,6 +396,8 @@ static int loader_rates(struct gpu *g, const struct bfs_loader_opts *o,
 	snprintf(label, sizeof(label), "step next+kernel+release, %u x", count);
 	row(label, stm * 1e3, "ms");
 	row("step / T_c", stm / tcm, "(target <= 1.05)");
+	row("copy thread CPU in step, % of a core",
+	    100 * bench_median(cpu, c->reps), "(G10: <= 5)");
 	return 0;
 }
 

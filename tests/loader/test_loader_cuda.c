@@ -33,6 +33,7 @@ static fake_mark_fn fmark;
 static fake_stats_fn fstats;
 static fake_check_fn fcheck;
 static fake_config_fn fconfig;
+static fake_sleep_fn fsleep;
 static char workdir[2048];
 static unsigned ndirs;
 
@@ -339,6 +340,40 @@ static void auto_picks_cuda_and_a_bad_device_is_refused(void **st)
 	expect_clean_driver();
 }
 
+/* While the consumer computes (a 2 ms "kernel" per batch on its stream,
+ * 2 slots so the copies wait for releases), nothing the loader does waits
+ * by spinning: on a real driver each such wait burns a core for as long as
+ * the consumer's kernels run. */
+static void no_wait_of_the_loader_spins_while_the_consumer_computes(void **st)
+{
+	const char *dir = make_batches(6);
+	struct fake_stats s0, s1;
+	struct bfs_loader *L;
+	struct bfs_loader_batch b;
+	struct bfs_loader_stats ls;
+
+	fconfig(100);
+	fstats(&s0);
+	assert_int_equal(
+	    bfs_loader_open(&L,
+			    &(struct bfs_loader_opts){.dir = dir,
+						      .mode = BFS_LOADER_CUDA,
+						      .slots = 2,
+						      .log = quiet}),
+	    0);
+	while (bfs_loader_next(L, &b, NULL) == 0) {
+		fsleep(NULL, 2000);
+		assert_int_equal(bfs_loader_release(L, &b, NULL), 0);
+	}
+	assert_int_equal(bfs_loader_stats(L, &ls), 0);
+	assert_int_equal(ls.copies, 6);
+	bfs_loader_close(L);
+	fstats(&s1);
+	assert_int_equal(s1.spin_syncs - s0.spin_syncs, 0);
+	assert_true(s1.blocking_syncs > s0.blocking_syncs);
+	expect_clean_driver();
+}
+
 int main(void)
 {
 	const char *t = getenv("BFS_TEST_TMP");
@@ -350,6 +385,8 @@ int main(void)
 	    cmocka_unit_test(keep_host_keeps_the_host_copy_until_release),
 	    cmocka_unit_test(close_with_batches_outstanding_frees_everything),
 	    cmocka_unit_test(auto_picks_cuda_and_a_bad_device_is_refused),
+	    cmocka_unit_test(
+		no_wait_of_the_loader_spins_while_the_consumer_computes),
 	};
 
 	if (!dl || !(flog = (fake_log_fn)dlsym(dl, "fake_log"))) {
@@ -361,6 +398,7 @@ int main(void)
 	fstats = (fake_stats_fn)dlsym(dl, "fake_stats");
 	fcheck = (fake_check_fn)dlsym(dl, "fake_enqueue_check");
 	fconfig = (fake_config_fn)dlsym(dl, "fake_config");
+	fsleep = (fake_sleep_fn)dlsym(dl, "fake_sleep");
 	if (t && *t)
 		snprintf(workdir, sizeof(workdir), "%s", t);
 	else if (mkdtemp(tmpl))
