@@ -108,16 +108,19 @@ $(LOADER_FAKE_CUDA): tests/loader/fake_libcuda.c tests/loader/fake_model.c \
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) $(LOADER_CUDA_FLAGS) $(CFLAGS) -fPIC -shared \
 		-Wl,-soname,libcuda.so.1 -o $@ $(filter %.c,$^) -pthread
-# The fake's own test links it directly.
-$(BUILD)/tests/loader/test_fake_libcuda: tests/loader/test_fake_libcuda.c \
-		$(LOADER_FAKE_CUDA) tests/loader/fake_libcuda.h
+# Tests that play the loader's CUDA user link the fake (and cuda_util.c);
+# the loader's dlopen("libcuda.so.1") then finds that same instance.
+LOADER_FAKE_TESTS := $(patsubst %,$(BUILD)/tests/loader/%,test_fake_libcuda \
+	test_loader_cuda)
+$(LOADER_FAKE_TESTS): $(BUILD)/tests/loader/%: tests/loader/%.c \
+		tests/loader/cuda_util.c $(LOADER_TEST_DEPS) $(LOADER_FAKE_CUDA)
 	@mkdir -p $(@D)
 	$(CC) $(LOADER_TEST_CFLAGS) $(LOADER_CUDA_FLAGS) $(LDFLAGS) -o $@ $< \
+		tests/loader/cuda_util.c $(LOADER_ST_WRITE) $(LOADER_A) \
 		-L$(BUILD)/tests/fake -l:libcuda.so.1 $(call pc_libs,cmocka) \
-		-pthread
-LOADER_TEST_BINS += $(LOADER_FAKE_CUDA) $(BUILD)/tests/loader/test_loader_cuda \
-	$(BUILD)/tests/loader/gpu_loader_check \
-	$(BUILD)/tests/loader/test_fake_libcuda
+		$(LOADER_LIBS)
+LOADER_TEST_BINS += $(LOADER_FAKE_CUDA) $(LOADER_FAKE_TESTS) \
+	$(BUILD)/tests/loader/gpu_loader_check
 TEST_SCRIPTS += tests/loader/test_fake_libcuda.sh \
 	tests/loader/test_loader_cuda_fake.sh \
 	tests/loader/test_bench_loader_fake.sh

@@ -1,7 +1,7 @@
 /* Test-only interface of the fake CUDA driver (tests/loader/fake_libcuda.c,
- * built as build/tests/fake/libcuda.so.1). Tests reach these functions with
- * dlopen("libcuda.so.1") + dlsym, i.e. the same instance the loader got
- * (Python tests: ctypes.CDLL of the same path). */
+ * built as build/tests/fake/libcuda.so.1). C tests link the fake, so the
+ * loader's dlopen("libcuda.so.1") finds the same instance; Python tests
+ * reach it with ctypes.CDLL of the path the loader is given. */
 #ifndef BFS_TEST_FAKE_LIBCUDA_H
 #define BFS_TEST_FAKE_LIBCUDA_H
 
@@ -63,45 +63,32 @@ struct fake_stats {
 	char last_violation[256];
 };
 
-typedef void (*fake_log_fn)(const struct fake_rec **recs, size_t *n);
-typedef void (*fake_mark_fn)(uint64_t kind, uint64_t arg);
-typedef void (*fake_stats_fn)(struct fake_stats *st);
-/* Enqueue on 'stream' (a CUstream): sleep delay_us, then compare n bytes
- * of device memory at dptr with 'expect' (copied now). Stands in for the
- * consumer's kernel reading the batch in stream order. */
-typedef void (*fake_check_fn)(void *stream, uint64_t dptr, const void *expect,
-			      size_t n, unsigned delay_us);
-/* Delay of every "copy" on its stream (default 300 us). */
-typedef void (*fake_config_fn)(unsigned copy_delay_us);
-/* Fail calls of the driver function 'fn' (its cuda.h base name, e.g.
- * "cuMemAlloc"): the nth call from now (1 = the next one) and the
- * count - 1 after it return 'code'; the call has no other effect. */
-typedef void (*fake_fail_fn)(const char *fn, long nth, int code, long count);
-/* Pause the nth call of 'fn' from now at its entry until fake_resume(fn);
- * fake_paused waits (at most timeout_s) until a thread is paused in 'fn'
- * and returns 0, or -1 on timeout (a test bug or a missing call). */
-typedef void (*fake_pause_fn)(const char *fn, long nth);
-typedef int (*fake_paused_fn)(const char *fn, unsigned timeout_s);
-typedef void (*fake_resume_fn)(const char *fn);
-/* A stream operation that holds its stream until fake_unhold(id). */
-typedef void (*fake_hold_fn)(void *stream, unsigned id);
-typedef void (*fake_unhold_fn)(unsigned id);
-/* A "kernel" that runs 'us' microseconds on 'stream'. */
-typedef void (*fake_sleep_fn)(void *stream, unsigned us);
-
-/* The hooks themselves (exported by the fake; tests use dlsym). */
+/* The call log so far (valid until the next driver call) and a mark of
+ * the test's own in it. */
 void fake_log(const struct fake_rec **recs, size_t *n);
 void fake_mark(uint64_t kind, uint64_t arg);
 void fake_stats(struct fake_stats *st);
+/* Enqueue on 'stream' (a CUstream): sleep delay_us, then compare n bytes
+ * of device memory at dptr with 'expect' (copied now). Stands in for the
+ * consumer's kernel reading the batch in stream order. */
 void fake_enqueue_check(void *stream, uint64_t dptr, const void *expect,
 			size_t n, unsigned delay_us);
+/* Delay of every "copy" on its stream (default 300 us). */
 void fake_config(unsigned copy_delay_us);
+/* Fail calls of the driver function 'fn' (its cuda.h base name, e.g.
+ * "cuMemAlloc"): the nth call from now (1 = the next one) and the
+ * count - 1 after it return 'code'; the call has no other effect. */
 void fake_fail(const char *fn, long nth, int code, long count);
+/* Pause the nth call of 'fn' from now at its entry until fake_resume(fn);
+ * fake_paused waits (at most timeout_s) until a thread is paused in 'fn'
+ * and returns 0, or -1 on timeout (a test bug or a missing call). */
 void fake_pause(const char *fn, long nth);
 int fake_paused(const char *fn, unsigned timeout_s);
 void fake_resume(const char *fn);
+/* A stream operation that holds its stream until fake_unhold(id). */
 void fake_hold(void *stream, unsigned id);
 void fake_unhold(unsigned id);
+/* A "kernel" that runs 'us' microseconds on 'stream'. */
 void fake_sleep(void *stream, unsigned us);
 
 #endif

@@ -4,25 +4,18 @@
  * something. Linked straight against build/tests/fake/libcuda.so.1 (run by
  * test_fake_libcuda.sh). No timing assertions: held streams make every
  * "not yet" deterministic. */
+#include "tests/loader/cuda_util.h"
 #include "tests/loader/fake_libcuda.h"
 
-#include <cuda.h>
 #include <pthread.h>
-#include <setjmp.h>
-#include <stdarg.h>
-#include <stddef.h>
-#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include <cmocka.h>
 
 static CUcontext primary;
 
 static int setup(void **state)
 {
-	assert_int_equal(cuInit(0), CUDA_SUCCESS);
-	assert_int_equal(cuDevicePrimaryCtxRetain(&primary, 0), CUDA_SUCCESS);
+	primary = ct_primary();
 	assert_int_equal(cuCtxPushCurrent(primary), CUDA_SUCCESS);
 	return 0;
 }
@@ -169,55 +162,13 @@ static void a_call_can_be_paused_until_resumed(void **state)
 	free(r);
 }
 
-struct capture {
-	CUstream s;
-	int mode;
-	pthread_mutex_t mu;
-	pthread_cond_t cv;
-	int started, stop;
-	CUresult end;
-};
-
-static void *capture_thread(void *arg)
-{
-	struct capture *c = arg;
-	CUgraph g;
-
-	cuCtxSetCurrent(primary);
-	pthread_mutex_lock(&c->mu);
-	c->end = cuStreamBeginCapture(c->s, c->mode);
-	c->started = 1;
-	pthread_cond_broadcast(&c->cv);
-	while (!c->stop)
-		pthread_cond_wait(&c->cv, &c->mu);
-	if (c->end == CUDA_SUCCESS)
-		c->end = cuStreamEndCapture(c->s, &g);
-	pthread_mutex_unlock(&c->mu);
-	return NULL;
-}
-
 /* Run 'body' while another thread captures in 'mode'; returns what its
  * cuStreamEndCapture said. */
 static CUresult during_capture(int mode, void (*body)(void))
 {
-	struct capture c = {.s = stream(CU_STREAM_NON_BLOCKING),
-			    .mode = mode,
-			    .mu = PTHREAD_MUTEX_INITIALIZER,
-			    .cv = PTHREAD_COND_INITIALIZER};
-	pthread_t t;
-
-	pthread_create(&t, NULL, capture_thread, &c);
-	pthread_mutex_lock(&c.mu);
-	while (!c.started)
-		pthread_cond_wait(&c.cv, &c.mu);
-	pthread_mutex_unlock(&c.mu);
+	struct ct_capture *c = ct_capture_start(mode);
 	body();
-	pthread_mutex_lock(&c.mu);
-	c.stop = 1;
-	pthread_cond_broadcast(&c.cv);
-	pthread_mutex_unlock(&c.mu);
-	pthread_join(t, NULL);
-	return c.end;
+	return ct_capture_end(c);
 }
 
 static CUresult body_result;
