@@ -14,6 +14,14 @@
  * PyTorch). The copy thread makes it current once (bind); calls from the
  * consumer's thread are bracketed by push/pop.
  *
+ * Stream capture: while any thread captures a CUDA graph in the default
+ * (global) mode, as torch.cuda.graph does, a "potentially unsafe" call
+ * from another thread in global mode (cuMemAlloc, cuEventSynchronize, ...)
+ * fails and invalidates that capture. None of our work is captured, so
+ * the copy thread switches itself to the relaxed mode once (bind), and
+ * open/close, which allocate and wait on the caller's thread, run relaxed
+ * between relax() and unrelax(), restoring the caller's mode after.
+ *
  * The library handle is never dlclose'd: unloading a driver under live
  * threads of other users is unsafe, and the handle is reference-counted. */
 #include "loader/internal.h"
@@ -43,11 +51,15 @@ const char *bfs_loader_gpu_err(const struct bfs_loader_gpu *g)
 {
 	return "no CUDA backend";
 }
+void bfs_loader_gpu_unrelax(struct bfs_loader_gpu *g)
+{
+}
 #define NOGPU                                                                  \
 	{                                                                      \
 		return -ENOSYS;                                                \
 	}
 int bfs_loader_gpu_bind(struct bfs_loader_gpu *g) NOGPU
+    int bfs_loader_gpu_relax(struct bfs_loader_gpu *g) NOGPU
     int bfs_loader_gpu_push(struct bfs_loader_gpu *g) NOGPU
     int bfs_loader_gpu_pop(struct bfs_loader_gpu *g) NOGPU
     int bfs_loader_gpu_register(struct bfs_loader_gpu *g, void *p,
@@ -99,7 +111,9 @@ int bfs_loader_gpu_bind(struct bfs_loader_gpu *g) NOGPU
 	X(EventRecord, "cuEventRecord", (CUevent, CUstream))                   \
 	X(EventSynchronize, "cuEventSynchronize", (CUevent))                   \
 	X(EventDestroy, "cuEventDestroy_v2", (CUevent))                        \
-	X(GetErrorName, "cuGetErrorName", (CUresult, const char **))
+	X(GetErrorName, "cuGetErrorName", (CUresult, const char **))           \
+	X(ThreadExchangeStreamCaptureMode,                                     \
+	  "cuThreadExchangeStreamCaptureMode", (CUstreamCaptureMode *))
 
 struct bfs_loader_gpu {
 	void *dl;
@@ -111,6 +125,9 @@ struct bfs_loader_gpu {
 	int ctx_retained;
 	CUstream copy;
 	CUevent drain; /* recorded at close to wait for the copy stream */
+	/* relax(): the caller's capture mode, to restore */
+	int relaxed;
+	CUstreamCaptureMode caller_mode;
 	/* Last driver failure, for messages. Written by whichever thread
 	 * failed; a stale or torn read only garbles a message. */
 	char err[160];
@@ -237,6 +254,8 @@ int bfs_loader_gpu_open(struct bfs_loader_gpu **out, int device, char *why,
 	rc = resolve(g, why, whylen);
 	if (rc == 0)
 		rc = probe(g, device, why, whylen);
+	if (rc == 0 && (rc = bfs_loader_gpu_relax(g)) < 0)
+		snprintf(why, whylen, "%s", g->err);
 	if (rc == 0 && (rc = bfs_loader_gpu_push(g)) == 0) {
 		rc = check(g, g->StreamCreate(&g->copy, CU_STREAM_NON_BLOCKING),
 			   "cuStreamCreate");
@@ -268,6 +287,7 @@ void bfs_loader_gpu_close(struct bfs_loader_gpu *g)
 	}
 	if (g->ctx_retained)
 		g->DevicePrimaryCtxRelease(g->dev);
+	bfs_loader_gpu_unrelax(g);
 	/* g->dl stays loaded on purpose (see the top of the file). */
 	free(g);
 }
@@ -279,7 +299,33 @@ const char *bfs_loader_gpu_err(const struct bfs_loader_gpu *g)
 
 int bfs_loader_gpu_bind(struct bfs_loader_gpu *g)
 {
-	return check(g, g->CtxSetCurrent(g->ctx), "cuCtxSetCurrent");
+	CUstreamCaptureMode m = CU_STREAM_CAPTURE_MODE_RELAXED;
+	int rc = check(g, g->CtxSetCurrent(g->ctx), "cuCtxSetCurrent");
+	if (rc == 0)
+		rc = check(g, g->ThreadExchangeStreamCaptureMode(&m),
+			   "cuThreadExchangeStreamCaptureMode");
+	return rc;
+}
+
+int bfs_loader_gpu_relax(struct bfs_loader_gpu *g)
+{
+	CUstreamCaptureMode m = CU_STREAM_CAPTURE_MODE_RELAXED;
+	int rc;
+
+	if (g->relaxed)
+		return 0;
+	rc = check(g, g->ThreadExchangeStreamCaptureMode(&m),
+		   "cuThreadExchangeStreamCaptureMode");
+	g->relaxed = rc == 0;
+	g->caller_mode = m;
+	return rc;
+}
+
+void bfs_loader_gpu_unrelax(struct bfs_loader_gpu *g)
+{
+	if (g->relaxed)
+		g->ThreadExchangeStreamCaptureMode(&g->caller_mode);
+	g->relaxed = 0;
 }
 
 int bfs_loader_gpu_push(struct bfs_loader_gpu *g)

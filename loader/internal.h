@@ -64,7 +64,14 @@ int bfs_loader_gpu_open(struct bfs_loader_gpu **out, int device, char *why,
 void bfs_loader_gpu_close(struct bfs_loader_gpu *g);
 const char *bfs_loader_gpu_err(const struct bfs_loader_gpu *g);
 
-int bfs_loader_gpu_bind(struct bfs_loader_gpu *g); /* copy thread: set ctx */
+/* Copy thread: make the context current and this thread's stream-capture
+ * mode relaxed (its calls must not break other threads' captures). */
+int bfs_loader_gpu_bind(struct bfs_loader_gpu *g);
+/* The calling thread's capture mode to relaxed until unrelax (or close),
+ * which restores it; open leaves the caller relaxed. No-op when already
+ * relaxed. Not nested across threads: open/close/reopen only. */
+int bfs_loader_gpu_relax(struct bfs_loader_gpu *g);
+void bfs_loader_gpu_unrelax(struct bfs_loader_gpu *g);
 int bfs_loader_gpu_push(struct bfs_loader_gpu *g);
 int bfs_loader_gpu_pop(struct bfs_loader_gpu *g);
 int bfs_loader_gpu_register(struct bfs_loader_gpu *g, void *p, size_t n);

@@ -861,6 +861,8 @@ int bfs_loader_open(struct bfs_loader **out, const struct bfs_loader_opts *o)
 		return rc;
 	}
 	L->st.ring_bytes = L->ring_bytes;
+	if (L->gpu)
+		bfs_loader_gpu_unrelax(L->gpu);
 	*out = L;
 	return 0;
 }
@@ -869,6 +871,7 @@ int bfs_loader_open(struct bfs_loader **out, const struct bfs_loader_opts *o)
  * recorded releases, then free in reverse order. */
 static void free_gpu(struct bfs_loader *L)
 {
+	bfs_loader_gpu_relax(L->gpu); /* restored by gpu_close */
 	if (bfs_loader_gpu_push(L->gpu) == 0) {
 		bfs_loader_gpu_drain(L->gpu);
 		for (unsigned i = 0; L->slots && i < L->nslots; i++) {

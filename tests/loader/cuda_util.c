@@ -60,6 +60,28 @@ unsigned char *ct_slurp(const char *dir, uint64_t k, size_t *n)
 	return p;
 }
 
+void ct_read_all(struct bfs_loader *L, const char *dir, unsigned nb,
+		 CUstream stream, unsigned check_delay_us)
+{
+	struct bfs_loader_batch b;
+	unsigned char *want;
+	size_t n;
+
+	for (unsigned k = 0; k < nb; k++) {
+		int rc = bfs_loader_next(L, &b, stream);
+		if (rc != 0)
+			fail_msg("batch %u: %s (%s)", k,
+				 bfs_loader_strerror(rc), bfs_loader_errmsg(L));
+		assert_int_equal(b.index, k);
+		want = ct_slurp(dir, k, &n);
+		assert_int_equal(b.nbytes, n);
+		fake_enqueue_check(stream, b.dev, want, n, check_delay_us);
+		free(want);
+		assert_int_equal(bfs_loader_release(L, &b, stream), 0);
+	}
+	assert_int_equal(bfs_loader_next(L, &b, stream), BFS_LOADER_EOF);
+}
+
 void ct_expect_clean_driver(void)
 {
 	struct fake_stats s;

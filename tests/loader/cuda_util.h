@@ -25,6 +25,11 @@ extern char ct_last_log[1024];
 const char *ct_make_batches(char *dir, size_t len, unsigned nb);
 /* The bytes of dir/batch_k (malloc'ed) and their count. */
 unsigned char *ct_slurp(const char *dir, uint64_t k, size_t *n);
+/* next() every batch of dir on 'stream' (each checked there, in stream
+ * order, after check_delay_us, against its file), release each on
+ * 'stream', then expect BFS_LOADER_EOF. */
+void ct_read_all(struct bfs_loader *L, const char *dir, unsigned nb,
+		 CUstream stream, unsigned check_delay_us);
 /* No misuse counted, every check passed, and no driver object alive. */
 void ct_expect_clean_driver(void);
 
