@@ -128,13 +128,16 @@ struct bfs_loader_gpu {
 	/* relax(): the caller's capture mode, to restore */
 	int relaxed;
 	CUstreamCaptureMode caller_mode;
-	/* Last driver failure, for messages. Written by whichever thread
-	 * failed; a stale or torn read only garbles a message. */
-	char err[160];
 };
 
 typedef CUresult (*getproc_fn)(const char *, void **, int, cuuint64_t,
 			       CUdriverProcAddressQueryResult *);
+
+/* The message of the calling thread's last driver failure. Per thread,
+ * like errno: the copy thread and the consumer fail independently, and
+ * each one reads the message of its own failure right after it (one
+ * buffer per loader, written by both, named the wrong call). */
+static __thread char last_err[160];
 
 static const char *err_name(struct bfs_loader_gpu *g, CUresult r)
 {
@@ -156,7 +159,7 @@ static int check(struct bfs_loader_gpu *g, CUresult r, const char *what)
 {
 	if (r == CUDA_SUCCESS)
 		return 0;
-	snprintf(g->err, sizeof(g->err), "%s failed: %s (%d)", what,
+	snprintf(last_err, sizeof(last_err), "%s failed: %s (%d)", what,
 		 err_name(g, r), (int)r);
 	return -EIO;
 }
@@ -255,7 +258,7 @@ int bfs_loader_gpu_open(struct bfs_loader_gpu **out, int device, char *why,
 	if (rc == 0)
 		rc = probe(g, device, why, whylen);
 	if (rc == 0 && (rc = bfs_loader_gpu_relax(g)) < 0)
-		snprintf(why, whylen, "%s", g->err);
+		snprintf(why, whylen, "%s", last_err);
 	if (rc == 0 && (rc = bfs_loader_gpu_push(g)) == 0) {
 		rc = check(g, g->StreamCreate(&g->copy, CU_STREAM_NON_BLOCKING),
 			   "cuStreamCreate");
@@ -263,7 +266,7 @@ int bfs_loader_gpu_open(struct bfs_loader_gpu **out, int device, char *why,
 			rc = bfs_loader_gpu_event_create(g, (void **)&g->drain);
 		bfs_loader_gpu_pop(g);
 		if (rc < 0)
-			snprintf(why, whylen, "%s", g->err);
+			snprintf(why, whylen, "%s", last_err);
 	}
 	if (rc < 0)
 		goto err_free;
@@ -294,7 +297,7 @@ void bfs_loader_gpu_close(struct bfs_loader_gpu *g)
 
 const char *bfs_loader_gpu_err(const struct bfs_loader_gpu *g)
 {
-	return g->err;
+	return last_err;
 }
 
 int bfs_loader_gpu_bind(struct bfs_loader_gpu *g)

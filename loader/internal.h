@@ -50,8 +50,8 @@ void bfs_loader_meta_free(struct bfs_loader_meta *m);
 
 /* ---- CUDA driver backend (gpu_cuda.c) ----
  * All functions but open return 0 or -EIO (with the driver's error name in
- * the message buffer of the gpu object, see bfs_loader_gpu_err()). Events
- * and streams are opaque pointers. Calls made from a thread other than the
+ * the calling thread's message, see bfs_loader_gpu_err()). Events and
+ * streams are opaque pointers. Calls made from a thread other than the
  * copy thread are bracketed by push/pop of the primary context. */
 struct bfs_loader_gpu;
 
@@ -62,6 +62,8 @@ struct bfs_loader_gpu;
 int bfs_loader_gpu_open(struct bfs_loader_gpu **out, int device, char *why,
 			size_t whylen);
 void bfs_loader_gpu_close(struct bfs_loader_gpu *g);
+/* The calling thread's last driver failure ("cuX failed: NAME (n)"); a
+ * per-thread buffer, valid until that thread's next backend call. */
 const char *bfs_loader_gpu_err(const struct bfs_loader_gpu *g);
 
 /* Copy thread: make the context current and this thread's stream-capture

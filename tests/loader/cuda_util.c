@@ -6,16 +6,57 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
-char ct_last_log[1024];
+static pthread_mutex_t log_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t log_cv = PTHREAD_COND_INITIALIZER;
+static char log_text[1 << 16]; /* (log_mu) lines since the last reset */
 static char workdir[2048];
 static unsigned ndirs;
 static CUcontext primary; /* retained once by ct_primary */
 
 void ct_quiet(void *arg, enum bfs_loader_log_level lv, const char *line)
 {
-	snprintf(ct_last_log, sizeof(ct_last_log), "%s", line);
+	size_t n;
+
+	pthread_mutex_lock(&log_mu);
+	n = strlen(log_text);
+	snprintf(log_text + n, sizeof(log_text) - n, "%s\n", line);
+	pthread_cond_broadcast(&log_cv);
+	pthread_mutex_unlock(&log_mu);
+}
+
+void ct_log_reset(void)
+{
+	pthread_mutex_lock(&log_mu);
+	log_text[0] = 0;
+	pthread_mutex_unlock(&log_mu);
+}
+
+int ct_log_wait(const char *needle, unsigned timeout_s)
+{
+	struct timespec dl;
+	int rc = 0;
+
+	clock_gettime(CLOCK_REALTIME, &dl);
+	dl.tv_sec += timeout_s;
+	pthread_mutex_lock(&log_mu);
+	while (!strstr(log_text, needle) && rc == 0)
+		rc = pthread_cond_timedwait(&log_cv, &log_mu, &dl);
+	rc = strstr(log_text, needle) ? 0 : -1;
+	pthread_mutex_unlock(&log_mu);
+	return rc;
+}
+
+int ct_logged(const char *needle)
+{
+	int hit;
+	pthread_mutex_lock(&log_mu);
+	hit = strstr(log_text, needle) != NULL;
+	pthread_mutex_unlock(&log_mu);
+	return hit;
 }
 
 const char *ct_make_batches(char *dir, size_t len, unsigned nb)

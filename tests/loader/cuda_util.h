@@ -16,9 +16,14 @@
 
 #include <cmocka.h>
 
-/* Log callback that keeps the last line in ct_last_log. */
+/* Log callback that keeps the lines (from any thread) instead of printing
+ * them; ct_log_wait waits, at most timeout_s, until a line containing
+ * 'needle' has come since the last ct_log_reset: 0, or -1 on timeout. */
 void ct_quiet(void *arg, enum bfs_loader_log_level lv, const char *line);
-extern char ct_last_log[1024];
+void ct_log_reset(void);
+int ct_log_wait(const char *needle, unsigned timeout_s);
+/* Whether a line containing 'needle' came since the last reset. */
+int ct_logged(const char *needle);
 
 /* nb batches of varied sizes (batch 1 with a header > 4 KiB) in a new
  * directory of the work dir, written into dir[len]. Returns dir. */

@@ -7,6 +7,7 @@
 #include "tests/loader/fake_libcuda.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -37,10 +38,64 @@ static void a_global_capture_elsewhere_survives_a_loader(void **state)
 	ct_expect_clean_driver();
 }
 
+struct next_call {
+	struct bfs_loader *L;
+	struct bfs_loader_batch b;
+	void *stream;
+	int rc;
+};
+
+static void *next_in_thread(void *arg)
+{
+	struct next_call *c = arg;
+	c->rc = bfs_loader_next(c->L, &c->b, c->stream);
+	return NULL;
+}
+
+/* Two threads of one loader fail in the driver at the same time (the copy
+ * thread's copy of batch 1, the consumer's wait in next() for batch 0):
+ * each message names the call that failed in its own thread. The fake
+ * pauses both calls to force the worst interleaving: the copy thread's
+ * failure lands between the consumer's failure and its message. */
+static void each_thread_reports_its_own_driver_failure(void **state)
+{
+	char dbuf[2100];
+	const char *dir = ct_make_batches(dbuf, sizeof(dbuf), 3);
+	struct next_call c = {0};
+	pthread_t t;
+
+	ct_log_reset();
+	fake_config(100);
+	fake_pause("cuMemcpyHtoDAsync", 2);
+	fake_fail("cuMemcpyHtoDAsync", 2, CUDA_ERROR_LAUNCH_FAILED, 1);
+	assert_int_equal(
+	    bfs_loader_open(&c.L,
+			    &(struct bfs_loader_opts){.dir = dir,
+						      .mode = BFS_LOADER_CUDA,
+						      .log = ct_quiet}),
+	    0);
+	assert_int_equal(fake_paused("cuMemcpyHtoDAsync", 60), 0);
+	fake_fail("cuStreamWaitEvent", 1, CUDA_ERROR_ILLEGAL_ADDRESS, 1);
+	fake_pause("cuCtxPopCurrent", 1);
+	pthread_create(&t, NULL, next_in_thread, &c);
+	assert_int_equal(fake_paused("cuCtxPopCurrent", 60), 0);
+	fake_resume("cuMemcpyHtoDAsync");
+	assert_int_equal(ct_log_wait("cuMemcpyHtoDAsync failed", 60), 0);
+	fake_resume("cuCtxPopCurrent");
+	pthread_join(t, NULL);
+	assert_int_equal(c.rc, -EIO);
+	if (!strstr(bfs_loader_errmsg(c.L), "batch_0: cuStreamWaitEvent") ||
+	    !strstr(bfs_loader_errmsg(c.L), "CUDA_ERROR_ILLEGAL_ADDRESS"))
+		fail_msg("batch 0's message: \"%s\"", bfs_loader_errmsg(c.L));
+	bfs_loader_close(c.L);
+	ct_expect_clean_driver();
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(a_global_capture_elsewhere_survives_a_loader),
+	    cmocka_unit_test(each_thread_reports_its_own_driver_failure),
 	};
 	return ct_run(tests, sizeof(tests) / sizeof(tests[0]));
 }
