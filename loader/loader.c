@@ -4,7 +4,8 @@
  * Ring: N slots. Batch k always uses slot k % N. Each slot has a host half
  * (one page-aligned region of a single mmap, pinned once at open with one
  * cuMemHostRegister in CUDA mode) and a device half (one cuMemAlloc for the
- * ring); in CPU mode the device half is the host half.
+ * ring); in CPU mode the device half is the host half. A pinned ring is
+ * MADV_DONTFORK: forked children (DataLoader workers) do not inherit it.
  *
  *   host half:  FREE → READING → READ → COPYING → FREE       (CUDA)
  *               FREE → READING → HELD ─(release)→ FREE        (CPU, or CUDA
@@ -774,6 +775,12 @@ static int make_ring(struct bfs_loader *L)
 	}
 	if (!L->gpu)
 		return 0;
+	/* A forked child (a DataLoader worker) must not share pinned pages:
+	 * whoever writes a copy-on-write page after the fork gets a new page,
+	 * and if that is the parent, its ring is no longer what the driver
+	 * pinned and copies from. */
+	if (madvise(L->ring, L->ring_bytes, MADV_DONTFORK) != 0)
+		return -errno;
 	if ((rc = bfs_loader_gpu_push(L->gpu)) < 0)
 		return rc;
 	rc = bfs_loader_gpu_register(L->gpu, L->ring, L->ring_bytes);

@@ -10,6 +10,9 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 /* A CUDA graph captured in global mode by another thread (torch's default
  * for torch.cuda.graph) while a loader opens, streams and closes: the
@@ -91,11 +94,58 @@ static void each_thread_reports_its_own_driver_failure(void **state)
 	ct_expect_clean_driver();
 }
 
+/* A child forked while a CUDA-mode loader is open (a DataLoader worker,
+ * a subprocess) does not inherit the pinned ring: a child writing to
+ * copy-on-write pages the driver has pinned would leave the parent's copies
+ * reading stale pages. The parent's loader goes on unharmed. */
+static void a_forked_child_does_not_inherit_the_pinned_ring(void **state)
+{
+	char dbuf[2100];
+	const char *dir = ct_make_batches(dbuf, sizeof(dbuf), 4);
+	struct bfs_loader *L;
+	struct bfs_loader_batch b;
+	unsigned char *want;
+	size_t n;
+	int status;
+	pid_t pid;
+
+	assert_int_equal(
+	    bfs_loader_open(
+		&L,
+		&(struct bfs_loader_opts){
+		    .dir = dir,
+		    .mode = BFS_LOADER_CUDA,
+		    .flags = BFS_LOADER_KEEP_HOST, /* b.host: ring */
+		    .log = ct_quiet}),
+	    0);
+	assert_int_equal(bfs_loader_next(L, &b, NULL), 0);
+	assert_non_null(b.host);
+	pid = fork();
+	if (pid == 0) {
+		unsigned char vec;
+		void *page = (void *)((uintptr_t)b.host & ~(uintptr_t)4095);
+		/* ENOMEM: not mapped in this process */
+		_exit(mincore(page, 4096, &vec) == -1 && errno == ENOMEM ? 0
+									 : 1);
+	}
+	assert_true(pid > 0);
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFEXITED(status));
+	assert_int_equal(WEXITSTATUS(status), 0);
+	want = ct_slurp(dir, 0, &n);
+	assert_memory_equal(b.host, want, n);
+	free(want);
+	assert_int_equal(bfs_loader_release(L, &b, NULL), 0);
+	bfs_loader_close(L);
+	ct_expect_clean_driver();
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(a_global_capture_elsewhere_survives_a_loader),
 	    cmocka_unit_test(each_thread_reports_its_own_driver_failure),
+	    cmocka_unit_test(a_forked_child_does_not_inherit_the_pinned_ring),
 	};
 	return ct_run(tests, sizeof(tests) / sizeof(tests[0]));
 }
