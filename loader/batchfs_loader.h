@@ -154,10 +154,16 @@ struct bfs_loader_stats {
  * retain the device's primary context, pin the ring once, allocate the
  * device ring, the copy stream and the events, and start the copy thread.
  * Reading starts at once.
+ * Mode AUTO falls back to CPU mode when any of the CUDA steps fails (no
+ * driver or device, out of device or pinned memory, a failing driver
+ * call), logging one line "CPU mode: CUDA unavailable: <why>" at INFO;
+ * mode CUDA fails instead, logging "CUDA mode requested but unavailable:
+ * <why>". <why> names the step, the driver call and its error.
  * Returns 0 and *out, or -errno: -EINVAL bad options, -ENOENT no such
- * directory or file (or no batch_0), -ENODEV / -ENOSYS mode CUDA requested
- * but not available, -ENOMEM, -EIO a CUDA failure. On failure *out is NULL
- * and, when opts->log is set, the reason was logged. Cost: O(files) stat
+ * directory or file (or no batch_0), -ENOSYS no CUDA driver (mode CUDA),
+ * -ENODEV no usable device (mode CUDA), -ENOMEM out of host memory or
+ * (mode CUDA) of device or pinned memory, -EIO another CUDA failure. On
+ * failure *out is NULL and the reason was logged. Cost: O(files) stat
  * calls plus mapping (and in CUDA mode pinning, ~1 GB/s) the ring. */
 BFS_LOADER_API int bfs_loader_open(struct bfs_loader **out,
 				   const struct bfs_loader_opts *opts);

@@ -154,14 +154,15 @@ static const char *err_name(struct bfs_loader_gpu *g, CUresult r)
 	}
 }
 
-/* Map a driver result to 0 / -EIO and remember the failing call. */
+/* Map a driver result to 0, -ENOMEM (out of device or pinned memory) or
+ * -EIO, and remember the failing call in this thread's message. */
 static int check(struct bfs_loader_gpu *g, CUresult r, const char *what)
 {
 	if (r == CUDA_SUCCESS)
 		return 0;
 	snprintf(last_err, sizeof(last_err), "%s failed: %s (%d)", what,
 		 err_name(g, r), (int)r);
-	return -EIO;
+	return r == CUDA_ERROR_OUT_OF_MEMORY ? -ENOMEM : -EIO;
 }
 
 /* Fill the table: cuGetProcAddress_v2 (12.0+ drivers) or versioned dlsym. */
@@ -223,16 +224,40 @@ static int probe(struct bfs_loader_gpu *g, int device, char *why, size_t whylen)
 			 device, n);
 		return -ENODEV;
 	}
-	if ((r = g->DeviceGet(&g->dev, device)) != CUDA_SUCCESS ||
-	    (r = g->DevicePrimaryCtxRetain(&g->ctx, g->dev)) != CUDA_SUCCESS) {
-		snprintf(why, whylen, "device %d unusable: %s (%d)", device,
-			 err_name(g, r), (int)r);
+	if ((r = g->DeviceGet(&g->dev, device)) != CUDA_SUCCESS) {
+		snprintf(why, whylen,
+			 "device %d unusable: cuDeviceGet failed: "
+			 "%s (%d)",
+			 device, err_name(g, r), (int)r);
+		return -ENODEV;
+	}
+	if ((r = g->DevicePrimaryCtxRetain(&g->ctx, g->dev)) != CUDA_SUCCESS) {
+		snprintf(why, whylen,
+			 "device %d unusable: cuDevicePrimaryCtxRetain failed: "
+			 "%s (%d)",
+			 device, err_name(g, r), (int)r);
 		return -ENODEV;
 	}
 	g->ctx_retained = 1;
 	snprintf(why, whylen, "CUDA device %d of %d, driver %d", device, n,
 		 ver);
 	return 0;
+}
+
+/* The caller relaxed (see the top of the file), the copy stream and the
+ * event that drains it. */
+static int make_copy_stream(struct bfs_loader_gpu *g)
+{
+	int rc = bfs_loader_gpu_relax(g);
+
+	if (rc == 0 && (rc = bfs_loader_gpu_push(g)) == 0) {
+		rc = check(g, g->StreamCreate(&g->copy, CU_STREAM_NON_BLOCKING),
+			   "cuStreamCreate");
+		if (rc == 0)
+			rc = bfs_loader_gpu_event_create(g, (void **)&g->drain);
+		bfs_loader_gpu_pop(g);
+	}
+	return rc;
 }
 
 int bfs_loader_gpu_open(struct bfs_loader_gpu **out, int device, char *why,
@@ -257,17 +282,8 @@ int bfs_loader_gpu_open(struct bfs_loader_gpu **out, int device, char *why,
 	rc = resolve(g, why, whylen);
 	if (rc == 0)
 		rc = probe(g, device, why, whylen);
-	if (rc == 0 && (rc = bfs_loader_gpu_relax(g)) < 0)
+	if (rc == 0 && (rc = make_copy_stream(g)) < 0)
 		snprintf(why, whylen, "%s", last_err);
-	if (rc == 0 && (rc = bfs_loader_gpu_push(g)) == 0) {
-		rc = check(g, g->StreamCreate(&g->copy, CU_STREAM_NON_BLOCKING),
-			   "cuStreamCreate");
-		if (rc == 0)
-			rc = bfs_loader_gpu_event_create(g, (void **)&g->drain);
-		bfs_loader_gpu_pop(g);
-		if (rc < 0)
-			snprintf(why, whylen, "%s", last_err);
-	}
 	if (rc < 0)
 		goto err_free;
 	*out = g;

@@ -8,6 +8,7 @@
 
 #include "loader/batchfs_loader.h"
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -94,5 +95,106 @@ int bfs_loader_gpu_record(struct bfs_loader_gpu *g, void *ev, void *stream);
 /* Wait (blocking, not spinning) for everything enqueued on the copy
  * stream. */
 int bfs_loader_gpu_drain(struct bfs_loader_gpu *g);
+
+/* ---- the list of batch files (files.c) ---- */
+struct bfs_loader_files {
+	char **names;	 /* n paths, then NULL */
+	uint64_t *sizes; /* st_size of each at listing time */
+	uint64_t n;
+	uint64_t max; /* the largest size (at least 1) */
+};
+
+/* The files of 'dir' (batch_0 ... batch_{n-1}, numeric order; a gap is an
+ * error, other names are ignored) or of the NULL-terminated list 'files'
+ * (exactly one is non-NULL), each stat()ed: it must be a regular file.
+ * Returns 0, or -ENOENT (no such dir or file, no batch files, a gap),
+ * -EINVAL (not a regular file), -ENOMEM, -errno of opendir/stat; the
+ * reason is logged. *out is empty on failure. */
+int bfs_loader_files_list(const struct bfs_loader_logger *lg, const char *dir,
+			  const char *const *files,
+			  struct bfs_loader_files *out);
+void bfs_loader_files_free(struct bfs_loader_files *fl);
+
+/* Thread-safe text of -errno ("unknown error" when there is none). */
+const char *bfs_loader_errstr(int rc);
+
+/* ---- the loader object (loader.c: pipeline; open.c: setup) ----
+ *
+ * See loader.c for the ring, the states and the threads. */
+#define BFS_LOADER_NO_BATCH UINT64_MAX
+
+enum bfs_loader_hstate {
+	H_FREE,
+	H_READING,
+	H_READ,
+	H_COPYING,
+	H_HELD,
+	H_FAILED
+};
+enum bfs_loader_dstate { D_FREE, D_QUEUED, D_HELD, D_RELEASING };
+
+struct bfs_loader_slot {
+	unsigned char *host; /* slot_bytes, page aligned */
+	uint64_t dev;	     /* device half (host address in CPU mode) */
+	void *ready;	     /* CUevent: copy into dev done */
+	void *released;	     /* CUevent: consumer done with dev */
+	/* host half (mu) */
+	enum bfs_loader_hstate hs;
+	uint64_t hbatch;
+	unsigned hgen; /* L->gen when hbatch was started */
+	int fd;
+	uint64_t size;
+	size_t nchunks; /* 0 while the file is being opened */
+	size_t next_chunk, done_chunks;
+	struct bfs_loader_meta *hmeta;
+	/* device half (mu) */
+	enum bfs_loader_dstate ds;
+	uint64_t dbatch;
+	struct bfs_loader_meta *dmeta;
+	int released_recorded; /* 'released' holds a record to wait on */
+};
+
+struct bfs_loader {
+	struct bfs_loader_logger log;
+	unsigned nslots, nreaders, flags;
+	size_t chunk;
+	struct bfs_loader_files
+	    fl; /* changed only by reopen, threads stopped */
+	size_t slot_bytes, ring_bytes;
+	unsigned char *ring;
+	int registered;
+	uint64_t dring;
+	struct bfs_loader_gpu *gpu;
+	struct bfs_loader_slot *slots;
+	pthread_t *readers;
+	unsigned nstarted;
+	pthread_t copier;
+	int copier_started;
+	/* open: why the CUDA backend failed (gpu_failed set) */
+	int gpu_failed;
+	char why[256];
+
+	pthread_mutex_t mu;
+	pthread_cond_t work_cv, copy_cv, ready_cv;
+	int stop;		/* (mu) */
+	int copier_up;		/* (mu) 1 running, < 0 its start failed */
+	int copier_live;	/* (mu) the copy thread has not yet left */
+	unsigned gen;		/* (mu) file lists so far (reopen) */
+	uint64_t read_next;	/* (mu) next batch to open */
+	uint64_t copy_next;	/* (mu) next batch to copy */
+	uint64_t deliver_next;	/* (mu) next batch for next() */
+	uint64_t err_batch;	/* (mu) lowest failed batch, NO_BATCH */
+	int err_code;		/* (mu) */
+	char err_msg[512];	/* (mu) */
+	unsigned *inflight;	/* (mu) FIFO of slots with copies in flight */
+	unsigned in_head, in_n; /* (mu) */
+	struct bfs_loader_stats st; /* (mu) */
+	char user_msg[512];	    /* consumer's copy of err_msg */
+};
+
+/* Thread bodies (arg: the loader), started by open.c. The copy thread sets
+ * copier_up (and why, on failure) before it copies anything. */
+void *bfs_loader_reader_main(void *arg);
+void *bfs_loader_copier_main(void *arg);
 
 #endif

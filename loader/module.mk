@@ -17,7 +17,7 @@
 # the .so; in the .a they are global but identical to libbatchfs_core.a's,
 # so a program may link both archives.
 LOADER_SRCS := loader/log.c loader/st_header.c loader/gpu_cuda.c \
-	loader/loader.c fs/safetensors.c
+	loader/files.c loader/loader.c loader/open.c fs/safetensors.c
 LOADER_OBJS := $(patsubst %.c,$(BUILD)/obj/loader/%.o,\
 	$(LOADER_SRCS:loader/%=%))
 LOADER_A := $(BUILD)/libbatchfs_loader.a

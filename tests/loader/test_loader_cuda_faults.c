@@ -140,12 +140,76 @@ static void a_forked_child_does_not_inherit_the_pinned_ring(void **state)
 	ct_expect_clean_driver();
 }
 
+/* Every driver call open makes, failing: AUTO falls back to CPU mode with
+ * one line naming the call and the error, mode CUDA fails with that line
+ * (-ENOMEM when the driver is out of memory), and nothing is left behind
+ * either way. */
+static void
+every_failure_at_open_falls_back_or_fails_with_its_reason(void **state)
+{
+	static const struct {
+		const char *fn, *err;
+		int code, rc;
+	} fails[] = {
+	    {"cuDevicePrimaryCtxRetain", "CUDA_ERROR_INVALID_DEVICE",
+	     CUDA_ERROR_INVALID_DEVICE, -ENODEV},
+	    {"cuThreadExchangeStreamCaptureMode", "CUDA_ERROR_INVALID_VALUE",
+	     CUDA_ERROR_INVALID_VALUE, -EIO},
+	    {"cuCtxPushCurrent", "CUDA_ERROR_INVALID_CONTEXT",
+	     CUDA_ERROR_INVALID_CONTEXT, -EIO},
+	    {"cuStreamCreate", "CUDA_ERROR_OUT_OF_MEMORY",
+	     CUDA_ERROR_OUT_OF_MEMORY, -ENOMEM},
+	    {"cuEventCreate", "CUDA_ERROR_INVALID_VALUE",
+	     CUDA_ERROR_INVALID_VALUE, -EIO},
+	    {"cuMemHostRegister", "CUDA_ERROR_OUT_OF_MEMORY",
+	     CUDA_ERROR_OUT_OF_MEMORY, -ENOMEM},
+	    {"cuMemAlloc", "CUDA_ERROR_OUT_OF_MEMORY", CUDA_ERROR_OUT_OF_MEMORY,
+	     -ENOMEM},
+	    {"cuCtxSetCurrent", "CUDA_ERROR_INVALID_CONTEXT",
+	     CUDA_ERROR_INVALID_CONTEXT, -EIO},
+	};
+	char dbuf[2100];
+	const char *dir = ct_make_batches(dbuf, sizeof(dbuf), 3);
+	struct bfs_loader_opts o = {.dir = dir, .log = ct_quiet};
+	struct bfs_loader_batch b;
+	struct bfs_loader *L;
+
+	for (size_t i = 0; i < sizeof(fails) / sizeof(fails[0]); i++) {
+		o.mode = BFS_LOADER_AUTO;
+		ct_log_reset();
+		fake_fail(fails[i].fn, 1, fails[i].code, 1);
+		assert_int_equal(bfs_loader_open(&L, &o), 0);
+		assert_int_equal(bfs_loader_mode(L), BFS_LOADER_CPU);
+		if (!ct_logged("CPU mode: CUDA unavailable: ") ||
+		    !ct_logged(fails[i].fn) || !ct_logged(fails[i].err))
+			fail_msg("%s: AUTO logged no reason", fails[i].fn);
+		for (unsigned k = 0; k < 3; k++) {
+			assert_int_equal(bfs_loader_next(L, &b, NULL), 0);
+			assert_int_equal(bfs_loader_release(L, &b, NULL), 0);
+		}
+		bfs_loader_close(L);
+		ct_expect_clean_driver();
+
+		o.mode = BFS_LOADER_CUDA;
+		ct_log_reset();
+		fake_fail(fails[i].fn, 1, fails[i].code, 1);
+		assert_int_equal(bfs_loader_open(&L, &o), fails[i].rc);
+		assert_null(L);
+		if (!ct_logged("CUDA mode requested but unavailable: ") ||
+		    !ct_logged(fails[i].fn) || !ct_logged(fails[i].err))
+			fail_msg("%s: CUDA mode logged no reason", fails[i].fn);
+		ct_expect_clean_driver();
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(a_global_capture_elsewhere_survives_a_loader),
 	    cmocka_unit_test(each_thread_reports_its_own_driver_failure),
 	    cmocka_unit_test(a_forked_child_does_not_inherit_the_pinned_ring),
+	    cmocka_unit_test(
+		every_failure_at_open_falls_back_or_fails_with_its_reason),
 	};
 	return ct_run(tests, sizeof(tests) / sizeof(tests[0]));
 }
