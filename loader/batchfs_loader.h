@@ -189,6 +189,24 @@ BFS_LOADER_API int bfs_loader_release(struct bfs_loader *L,
 				      const struct bfs_loader_batch *b,
 				      void *stream);
 
+/* Start over on another list of batch files, keeping the ring: the next
+ * epoch's directory (dir) or a NULL-terminated file list (files); exactly
+ * one of them. No new pinning, no device allocation: a training loop that
+ * reopens one loader every epoch pins and allocates once, instead of
+ * asking for the device memory again when other users (e.g. PyTorch's
+ * caching allocator) may hold it by then. Every batch must have been
+ * released; batches read ahead and not handed out are dropped; a latched
+ * error is cleared; the ring keeps the slot size and count open gave it.
+ * Returns 0, or -EINVAL, -EBUSY (a batch is still held), -EFBIG (a file is
+ * larger than the ring's slots: open a new loader), the errors of listing
+ * the files (as bfs_loader_open: -ENOENT, ...); in these cases the loader
+ * goes on with its old files. -EAGAIN or -EIO: the threads could not
+ * restart; the error is latched. The reason is logged. Not concurrent with
+ * other calls on L. Cost: one stat per file, stopping and starting the
+ * threads (copies in flight are not waited for). */
+BFS_LOADER_API int bfs_loader_reopen(struct bfs_loader *L, const char *dir,
+				     const char *const *files);
+
 /* Stop the threads, wait for the copy stream and for the released events
  * already recorded, free the ring, the device memory, the events and the
  * stream, release the primary context. Batches still held become invalid

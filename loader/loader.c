@@ -181,6 +181,7 @@ static void start_batch(struct bfs_loader *L, struct bfs_loader_slot *s)
 
 	s->hs = H_READING;
 	s->hbatch = k;
+	s->hgen = L->gen;
 	s->size = L->fl.sizes[k];
 	s->nchunks = s->next_chunk = s->done_chunks = 0;
 	pthread_mutex_unlock(&L->mu);
@@ -282,18 +283,21 @@ static void retire_copy(struct bfs_loader *L)
 {
 	struct bfs_loader_slot *s = &L->slots[L->inflight[L->in_head]];
 	uint64_t k = s->hbatch;
-	int rc;
+	int rc, old = s->hgen != L->gen; /* a copy from before a reopen */
 
 	pthread_mutex_unlock(&L->mu);
 	rc = bfs_loader_gpu_event_sync(L->gpu, s->ready);
 	pthread_mutex_lock(&L->mu);
 	L->in_head = (L->in_head + 1) % L->nslots;
 	L->in_n--;
-	if (rc < 0)
+	if (rc < 0 && old)
+		latch(L, 0, rc, "a copy of the previous file list: %s",
+		      bfs_loader_gpu_err(L->gpu));
+	else if (rc < 0)
 		latch(L, k, rc, "%s: %s", L->fl.names[k],
 		      bfs_loader_gpu_err(L->gpu));
 	/* KEEP_HOST: the host copy lives while the consumer has the batch. */
-	if ((L->flags & BFS_LOADER_KEEP_HOST) && s->ds != D_FREE &&
+	if ((L->flags & BFS_LOADER_KEEP_HOST) && !old && s->ds != D_FREE &&
 	    s->dbatch == k)
 		s->hs = H_HELD;
 	else

@@ -275,6 +275,91 @@ int bfs_loader_open(struct bfs_loader **out, const struct bfs_loader_opts *o)
 	return 0;
 }
 
+/* Every slot ready for a new file list (threads stopped): host halves
+ * with a copy in flight stay COPYING for the new copy thread to retire;
+ * released events keep their last record, which the next copy into the
+ * device half waits for. */
+static void reset_slots(struct bfs_loader *L)
+{
+	for (unsigned i = 0; i < L->nslots; i++) {
+		struct bfs_loader_slot *s = &L->slots[i];
+		bfs_loader_meta_free(s->hmeta);
+		bfs_loader_meta_free(s->dmeta);
+		s->hmeta = s->dmeta = NULL;
+		if (s->hs != H_COPYING)
+			s->hs = H_FREE;
+		s->ds = D_FREE;
+		s->dbatch = BFS_LOADER_NO_BATCH;
+	}
+}
+
+/* Why L cannot switch to the files of fl now (0 when it can). */
+static int reopen_refusal(struct bfs_loader *L,
+			  const struct bfs_loader_files *fl)
+{
+	uint64_t held = BFS_LOADER_NO_BATCH;
+
+	pthread_mutex_lock(&L->mu);
+	for (unsigned i = 0; i < L->nslots; i++)
+		if (L->slots[i].ds == D_HELD || L->slots[i].ds == D_RELEASING)
+			held = L->slots[i].dbatch;
+	pthread_mutex_unlock(&L->mu);
+	if (held != BFS_LOADER_NO_BATCH) {
+		bfs_loader_log(&L->log, BFS_LOADER_LOG_ERR,
+			       "reopen: batch %llu is still held; release it "
+			       "first",
+			       (unsigned long long)held);
+		return -EBUSY;
+	}
+	if (fl->max > L->slot_bytes) {
+		bfs_loader_log(&L->log, BFS_LOADER_LOG_ERR,
+			       "reopen: a file of %llu bytes does not fit the "
+			       "ring's %zu-byte slots; open a new loader",
+			       (unsigned long long)fl->max, L->slot_bytes);
+		return -EFBIG;
+	}
+	return 0;
+}
+
+int bfs_loader_reopen(struct bfs_loader *L, const char *dir,
+		      const char *const *files)
+{
+	struct bfs_loader_files fl;
+	int rc;
+
+	if (!L || !dir == !files)
+		return -EINVAL;
+	rc = bfs_loader_files_list(&L->log, dir, files, &fl);
+	if (rc == 0 && (rc = reopen_refusal(L, &fl)) < 0)
+		bfs_loader_files_free(&fl);
+	if (rc < 0)
+		return rc;
+	stop_threads(L);
+	reset_slots(L);
+	bfs_loader_files_free(&L->fl);
+	L->fl = fl;
+	pthread_mutex_lock(&L->mu);
+	L->gen++;
+	L->stop = 0;
+	L->read_next = L->copy_next = L->deliver_next = 0;
+	L->err_batch = BFS_LOADER_NO_BATCH;
+	L->err_code = 0;
+	L->err_msg[0] = L->user_msg[0] = 0;
+	pthread_mutex_unlock(&L->mu);
+	rc = start_threads(L);
+	if (rc < 0) {
+		pthread_mutex_lock(&L->mu);
+		L->err_batch = 0;
+		L->err_code = rc;
+		snprintf(L->err_msg, sizeof(L->err_msg),
+			 "reopen: cannot restart the loader's threads: %s",
+			 L->gpu_failed ? L->why : bfs_loader_errstr(rc));
+		pthread_mutex_unlock(&L->mu);
+		bfs_loader_log(&L->log, BFS_LOADER_LOG_ERR, "%s", L->err_msg);
+	}
+	return rc;
+}
+
 /* Undo make_ring's CUDA part: wait for the copy stream and the consumer's
  * recorded releases (blocking waits), then free in reverse order. */
 static void free_gpu(struct bfs_loader *L)

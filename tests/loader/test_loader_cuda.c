@@ -12,8 +12,10 @@
 #include "tests/loader/fake_libcuda.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 enum { MARK_NEXT = 1, MARK_RELEASE = 2 };
 
@@ -292,6 +294,114 @@ static void no_wait_of_the_loader_spins_while_the_consumer_computes(void **st)
 	ct_expect_clean_driver();
 }
 
+/* Calls of 'op' in the fake's log from record 'from' on. */
+static size_t count_ops(size_t from, enum fake_op op)
+{
+	const struct fake_rec *r;
+	size_t n, c = 0;
+
+	fake_log(&r, &n);
+	for (size_t i = from; i < n; i++)
+		c += r[i].op == op;
+	return c;
+}
+
+/* A training loop reopens the loader on each epoch's directory: the ring
+ * is pinned and the device ring allocated once for all epochs (a new
+ * loader per epoch may find the device memory taken by then), every
+ * epoch's bytes arrive, and an epoch left half read is dropped. */
+static void one_ring_serves_every_epoch(void **state)
+{
+	char d[3][2100];
+	struct bfs_loader *L;
+	struct bfs_loader_batch b;
+	struct bfs_loader_stats ls;
+	size_t from;
+	const struct fake_rec *r;
+	unsigned u;
+	CUstream s = ct_stream(CU_STREAM_NON_BLOCKING, &u);
+
+	for (int e = 0; e < 3; e++)
+		ct_make_batches(d[e], sizeof(d[e]), 5);
+	fake_config(100);
+	fake_log(&r, &from);
+	assert_int_equal(
+	    bfs_loader_open(&L,
+			    &(struct bfs_loader_opts){.dir = d[0],
+						      .mode = BFS_LOADER_CUDA,
+						      .slots = 2,
+						      .log = ct_quiet}),
+	    0);
+	ct_read_all(L, d[0], 5, s, 300);
+	assert_int_equal(bfs_loader_reopen(L, d[1], NULL), 0);
+	for (int k = 0; k < 2; k++) { /* half of epoch 1 */
+		assert_int_equal(bfs_loader_next(L, &b, s), 0);
+		assert_int_equal(bfs_loader_release(L, &b, s), 0);
+	}
+	assert_int_equal(bfs_loader_reopen(L, d[2], NULL), 0);
+	ct_read_all(L, d[2], 5, s, 300);
+	assert_int_equal(bfs_loader_reopen(L, d[1], NULL), 0);
+	ct_read_all(L, d[1], 5, s, 0);
+	assert_int_equal(bfs_loader_stats(L, &ls), 0);
+	assert_int_equal(ls.pin_calls, 1);
+	assert_int_equal(ls.batches, 17);
+	bfs_loader_close(L);
+	assert_int_equal(count_ops(from, F_REGISTER), 1);
+	assert_int_equal(count_ops(from, F_ALLOC), 1);
+	ct_stream_destroy(s);
+	ct_expect_clean_driver();
+}
+
+/* Reopen keeps the loader as it was when it cannot switch: a batch still
+ * held (-EBUSY), a file larger than the ring's slots (-EFBIG), a missing
+ * directory; and clears a latched error when it can. */
+static void reopen_refuses_what_it_cannot_serve(void **state)
+{
+	char d0[2100], d1[2100], big[2100], path[2200];
+	struct bfs_loader *L;
+	struct bfs_loader_batch b;
+	unsigned char *blob = calloc(1, 3 << 20);
+	FILE *f;
+
+	ct_make_batches(d0, sizeof(d0), 3);
+	ct_make_batches(d1, sizeof(d1), 3);
+	ct_make_batches(big, sizeof(big), 1);
+	snprintf(path, sizeof(path), "%s/batch_0", big);
+	f = fopen(path, "ab"); /* 3 MiB more than a 2 MiB slot */
+	assert_int_equal(fwrite(blob, 1, 3 << 20, f), 3 << 20);
+	fclose(f);
+	free(blob);
+	assert_int_equal(
+	    bfs_loader_open(&L,
+			    &(struct bfs_loader_opts){.dir = d0,
+						      .mode = BFS_LOADER_CUDA,
+						      .slots = 2,
+						      .log = ct_quiet}),
+	    0);
+	/* 2 slots: batch 2 is read after batch 0's release, short */
+	snprintf(path, sizeof(path), "%s/batch_2", d0);
+	assert_int_equal(truncate(path, 100), 0);
+	assert_int_equal(bfs_loader_next(L, &b, NULL), 0);
+	assert_int_equal(bfs_loader_reopen(L, d1, NULL), -EBUSY);
+	assert_true(ct_logged("still held"));
+	assert_int_equal(bfs_loader_release(L, &b, NULL), 0);
+	assert_int_equal(bfs_loader_reopen(L, big, NULL), -EFBIG);
+	assert_true(ct_logged("open a new loader"));
+	assert_int_equal(bfs_loader_reopen(L, "/nonexistent", NULL), -ENOENT);
+	assert_int_equal(bfs_loader_reopen(L, NULL, NULL), -EINVAL);
+	/* still epoch 0, at batch 1 */
+	assert_int_equal(bfs_loader_next(L, &b, NULL), 0);
+	assert_int_equal(b.index, 1);
+	assert_int_equal(bfs_loader_release(L, &b, NULL), 0);
+	/* a failure latched in one epoch is gone in the next */
+	assert_int_equal(bfs_loader_next(L, &b, NULL), -EIO);
+	assert_int_equal(bfs_loader_reopen(L, d1, NULL), 0);
+	assert_string_equal(bfs_loader_errmsg(L), "");
+	ct_read_all(L, d1, 3, NULL, 0);
+	bfs_loader_close(L);
+	ct_expect_clean_driver();
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -302,6 +412,8 @@ int main(void)
 	    cmocka_unit_test(auto_picks_cuda_and_a_bad_device_is_refused),
 	    cmocka_unit_test(
 		no_wait_of_the_loader_spins_while_the_consumer_computes),
+	    cmocka_unit_test(one_ring_serves_every_epoch),
+	    cmocka_unit_test(reopen_refuses_what_it_cannot_serve),
 	};
 	return ct_run(tests, sizeof(tests) / sizeof(tests[0]));
 }
