@@ -202,6 +202,41 @@ every_failure_at_open_falls_back_or_fails_with_its_reason(void **state)
 	}
 }
 
+/* The consumer's thread has a context of its own current (a library that
+ * does not use the primary context): next() and release() do their work in
+ * the loader's (primary) context and leave the caller's current. */
+static void the_callers_own_context_stays_current(void **state)
+{
+	char dbuf[2100];
+	const char *dir = ct_make_batches(dbuf, sizeof(dbuf), 4);
+	CUstream s = ct_stream(CU_STREAM_NON_BLOCKING, NULL);
+	struct bfs_loader *L;
+	struct bfs_loader_batch b;
+	CUcontext mine, cur;
+
+	assert_int_equal(cuCtxCreate(&mine, NULL, 0, 0), CUDA_SUCCESS);
+	assert_int_equal(
+	    bfs_loader_open(&L,
+			    &(struct bfs_loader_opts){.dir = dir,
+						      .mode = BFS_LOADER_CUDA,
+						      .log = ct_quiet}),
+	    0);
+	while (bfs_loader_next(L, &b, s) == 0) {
+		assert_int_equal(cuCtxGetCurrent(&cur), CUDA_SUCCESS);
+		assert_ptr_equal(cur, mine);
+		assert_int_equal(bfs_loader_release(L, &b, s), 0);
+		assert_int_equal(cuCtxGetCurrent(&cur), CUDA_SUCCESS);
+		assert_ptr_equal(cur, mine);
+	}
+	assert_string_equal(bfs_loader_errmsg(L), "");
+	bfs_loader_close(L);
+	assert_int_equal(cuCtxGetCurrent(&cur), CUDA_SUCCESS);
+	assert_ptr_equal(cur, mine);
+	assert_int_equal(cuCtxDestroy(mine), CUDA_SUCCESS);
+	ct_stream_destroy(s);
+	ct_expect_clean_driver();
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -210,6 +245,7 @@ int main(void)
 	    cmocka_unit_test(a_forked_child_does_not_inherit_the_pinned_ring),
 	    cmocka_unit_test(
 		every_failure_at_open_falls_back_or_fails_with_its_reason),
+	    cmocka_unit_test(the_callers_own_context_stays_current),
 	};
 	return ct_run(tests, sizeof(tests) / sizeof(tests[0]));
 }
