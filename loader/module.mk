@@ -68,7 +68,7 @@ LOADER_ST_WRITE := tests/loader/st_write.c
 # A program built from several sources in one command gets no usable .d
 # file, so the headers it may include are listed here.
 LOADER_TEST_DEPS = $(LOADER_A) $(LOADER_ST_WRITE) $(wildcard tests/loader/*.h) \
-	loader/batchfs_loader.h
+	loader/batchfs_loader.h loader/bench/spin_ptx.h
 
 # One rule for them all: the cmocka program test_loader_host and the small
 # programs that test scripts run (probe of the mode; GPU check).
@@ -111,7 +111,7 @@ $(LOADER_FAKE_CUDA): tests/loader/fake_libcuda.c tests/loader/fake_model.c \
 # Tests that play the loader's CUDA user link the fake (and cuda_util.c);
 # the loader's dlopen("libcuda.so.1") then finds that same instance.
 LOADER_FAKE_TESTS := $(patsubst %,$(BUILD)/tests/loader/%,test_fake_libcuda \
-	test_loader_cuda test_loader_cuda_faults test_loader_cuda_streams)
+	test_loader_cuda test_loader_cuda_faults)
 $(LOADER_FAKE_TESTS): $(BUILD)/tests/loader/%: tests/loader/%.c \
 		tests/loader/cuda_util.c $(LOADER_TEST_DEPS) $(LOADER_FAKE_CUDA)
 	@mkdir -p $(@D)
@@ -124,7 +124,7 @@ LOADER_TEST_BINS += $(LOADER_FAKE_CUDA) $(LOADER_FAKE_TESTS) \
 TEST_SCRIPTS += tests/loader/test_fake_libcuda.sh \
 	tests/loader/test_loader_cuda_fake.sh \
 	tests/loader/test_loader_cuda_faults.sh \
-	tests/loader/test_loader_cuda_streams.sh \
+	tests/loader/test_gpu_check_fake.sh \
 	tests/loader/test_bench_loader_fake.sh
 endif
 

@@ -38,6 +38,8 @@ int bench_gpu_part(const struct bench_cfg *c, double rf)
 const char bench_spin_ptx[] = "";
 #else
 
+#include "loader/bench/spin_ptx.h"
+
 #include <cuda.h>
 #include <dlfcn.h>
 #include <fcntl.h>
@@ -45,35 +47,7 @@ const char bench_spin_ptx[] = "";
 #include <string.h>
 #include <unistd.h>
 
-/* The compute stand-in: one thread spins until 'ns' nanoseconds of
- * %globaltimer passed (capped at 2^32 iterations, so a stuck timer cannot
- * hang the bench). PTX ISA 7.0 / sm_52: JIT-compiled by any driver that
- * runs an H100 (>= 520); tests/loader/test_bench_loader_fake.sh assembles
- * it with ptxas for sm_75, sm_80 and sm_90 when the toolkit has ptxas. */
-const char bench_spin_ptx[] =
-    ".version 7.0\n"
-    ".target sm_52\n"
-    ".address_size 64\n"
-    "\n"
-    ".visible .entry bfs_bench_spin(.param .u64 bfs_bench_spin_ns)\n"
-    "{\n"
-    "\t.reg .pred %p<3>;\n"
-    "\t.reg .b64 %rd<6>;\n"
-    "\n"
-    "\tld.param.u64 %rd1, [bfs_bench_spin_ns];\n"
-    "\tmov.u64 %rd2, %globaltimer;\n"
-    "\tmov.u64 %rd5, 0;\n"
-    "$L_spin:\n"
-    "\tadd.u64 %rd5, %rd5, 1;\n"
-    "\tsetp.ge.u64 %p2, %rd5, 4294967296;\n"
-    "\t@%p2 bra $L_done;\n"
-    "\tmov.u64 %rd3, %globaltimer;\n"
-    "\tsub.u64 %rd4, %rd3, %rd2;\n"
-    "\tsetp.lt.u64 %p1, %rd4, %rd1;\n"
-    "\t@%p1 bra $L_spin;\n"
-    "$L_done:\n"
-    "\tret;\n"
-    "}\n";
+const char bench_spin_ptx[] = BFS_SPIN_PTX;
 
 /* Driver entry points the bench uses (the fake driver in
  * tests/loader/fake_libcuda.c implements each one). */
@@ -203,9 +177,8 @@ static int gpu_setup(struct gpu *g, int device)
 		printf("JIT log: %s\n", log);
 		return rc;
 	}
-	if ((rc =
-		 ck(g, g->ModuleGetFunction(&g->spin, g->mod, "bfs_bench_spin"),
-		    "cuModuleGetFunction")) ||
+	if ((rc = ck(g, g->ModuleGetFunction(&g->spin, g->mod, BFS_SPIN_ENTRY),
+		     "cuModuleGetFunction")) ||
 	    (rc = ck(g,
 		     g->LaunchKernel(g->spin, 1, 1, 1, 1, 1, 1, 0, g->s, args,
 				     NULL),

@@ -428,6 +428,13 @@ API CUresult cuStreamEndCapture(CUstream h, CUgraph *g)
 	END
 }
 
+/* A captured graph is the capturing stream's handle: nothing to free. */
+API CUresult cuGraphDestroy(CUgraph g)
+{
+	BEGIN(cuGraphDestroy);
+	END
+}
+
 API CUresult cuStreamIsCapturing(CUstream h, CUstreamCaptureStatus *status)
 {
 	BEGIN(cuStreamIsCapturing);
@@ -662,6 +669,7 @@ static const struct {
     {"cuStreamBeginCapture", (void *)cuStreamBeginCapture_v2},
     {"cuStreamEndCapture", (void *)cuStreamEndCapture},
     {"cuStreamIsCapturing", (void *)cuStreamIsCapturing},
+    {"cuGraphDestroy", (void *)cuGraphDestroy},
     {"cuThreadExchangeStreamCaptureMode",
      (void *)cuThreadExchangeStreamCaptureMode},
     {"cuEventCreate", (void *)cuEventCreate},

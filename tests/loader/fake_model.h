@@ -47,6 +47,7 @@
 	X(cuStreamBeginCapture, 0)                                             \
 	X(cuStreamEndCapture, 0)                                               \
 	X(cuStreamIsCapturing, 0)                                              \
+	X(cuGraphDestroy, 0)                                                   \
 	X(cuThreadExchangeStreamCaptureMode, 0)                                \
 	X(cuEventCreate, 0)                                                    \
 	X(cuEventRecord, 0)                                                    \
