@@ -17,10 +17,11 @@
  *   if (rc < 0) fprintf(stderr, "%s\n", bfs_loader_errmsg(L));
  *   bfs_loader_close(L);
  *
- * Threads: one loader is used by one consumer thread at a time (next and
- * release may be called from different threads only if the caller
- * serialises them). Different loaders are independent. Functions that take
- * no loader are thread-safe.
+ * Threads: one loader is used by one consumer thread at a time, except
+ * that bfs_loader_release() may be called from any thread, also while
+ * another thread is in bfs_loader_next() (e.g. from a finalizer when the
+ * last reference to a batch goes). Different loaders are independent.
+ * Functions that take no loader are thread-safe.
  *
  * Errors: functions return 0 (or a documented positive value) on success
  * and -errno on failure. An error met in the background (open/read of a
@@ -182,9 +183,11 @@ BFS_LOADER_API int bfs_loader_next(struct bfs_loader *L,
 
 /* Give a batch back. In CUDA mode the slot's "released" event is recorded
  * on 'stream' (work the caller queued there on the batch finishes before
- * the slot is overwritten); the host never blocks. Releases may come in any
- * order. Returns 0, -EINVAL if 'b' is not a batch held by the caller, or
- * -EIO when the event record failed (also latched). */
+ * the slot is overwritten; work on other streams must be made to wait
+ * first, see loader/README.md); the host never blocks. Releases may come
+ * in any order and from any thread. Returns 0, -EINVAL if 'b' is not a
+ * batch held by the caller (also: released already, or being released by
+ * another thread), or -EIO when the event record failed (also latched). */
 BFS_LOADER_API int bfs_loader_release(struct bfs_loader *L,
 				      const struct bfs_loader_batch *b,
 				      void *stream);

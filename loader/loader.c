@@ -11,7 +11,8 @@
  *               FREE → READING → HELD ─(release)→ FREE        (CPU, or CUDA
  *                                                              KEEP_HOST)
  *   device half: FREE → QUEUED (copy enqueued, deliverable) → HELD (by the
- *                consumer) ─(release)→ FREE
+ *                consumer) ─(release)→ RELEASING (its event being
+ *                recorded; next() waits) → FREE
  *
  * Threads:
  *  - R readers: open a batch file when its slot's host half is FREE, then
@@ -28,6 +29,7 @@
  *  - the consumer: next() waits for the batch's device half to be QUEUED
  *    and puts cuStreamWaitEvent(stream, ready) on its stream; release()
  *    records "released" on its stream. Neither waits for the GPU.
+ *    release() may come from any thread, also during a next().
  *
  * Errors: the first failure of batch k (open, pread, short read, header,
  * CUDA) lowers err_batch to k; batches < err_batch are still delivered, and
@@ -432,6 +434,8 @@ int bfs_loader_release(struct bfs_loader *L, const struct bfs_loader_batch *b,
 	pthread_mutex_lock(&L->mu);
 	if (s->ds != D_HELD || s->dbatch != b->index)
 		rc = -EINVAL;
+	else
+		s->ds = D_RELEASING; /* a second release is refused */
 	pthread_mutex_unlock(&L->mu);
 	if (rc < 0)
 		return rc;
@@ -454,6 +458,7 @@ int bfs_loader_release(struct bfs_loader *L, const struct bfs_loader_batch *b,
 		s->hs = H_FREE;
 	pthread_cond_broadcast(&L->work_cv);
 	pthread_cond_signal(&L->copy_cv);
+	pthread_cond_broadcast(&L->ready_cv); /* a next() waiting for it */
 	pthread_mutex_unlock(&L->mu);
 	return rc;
 }

@@ -14,6 +14,21 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+static struct bfs_loader *open2(const char *dir)
+{
+	struct bfs_loader *L;
+
+	fake_config(200);
+	assert_int_equal(
+	    bfs_loader_open(&L,
+			    &(struct bfs_loader_opts){.dir = dir,
+						      .mode = BFS_LOADER_CUDA,
+						      .slots = 2,
+						      .log = ct_quiet}),
+	    0);
+	return L;
+}
+
 /* A CUDA graph captured in global mode by another thread (torch's default
  * for torch.cuda.graph) while a loader opens, streams and closes: the
  * loader's driver calls must neither break the capture nor fail. */
@@ -237,6 +252,53 @@ static void the_callers_own_context_stays_current(void **state)
 	ct_expect_clean_driver();
 }
 
+struct release_call {
+	struct bfs_loader *L;
+	struct bfs_loader_batch b;
+	int rc;
+};
+
+static void *release_in_thread(void *arg)
+{
+	struct release_call *c = arg;
+	c->rc = bfs_loader_release(c->L, &c->b, NULL);
+	return NULL;
+}
+
+/* A batch may be released from any thread (Python frees a batch when its
+ * last tensor goes, wherever that happens), also while the consumer calls
+ * next(): a second release of the same batch, made while the first is
+ * still recording its event, is refused instead of recording twice; a
+ * next() that needs the slot gets it once the release is done. */
+static void a_release_from_another_thread_is_exactly_one_release(void **st)
+{
+	char dbuf[2100];
+	const char *dir = ct_make_batches(dbuf, sizeof(dbuf), 4);
+	struct release_call rel = {0};
+	struct next_call nx = {0};
+	struct bfs_loader_batch b1;
+	pthread_t t, u;
+
+	rel.L = nx.L = open2(dir);
+	assert_int_equal(bfs_loader_next(rel.L, &rel.b, NULL), 0);
+	assert_int_equal(bfs_loader_next(rel.L, &b1, NULL), 0);
+	fake_pause("cuEventRecord", 1);
+	pthread_create(&t, NULL, release_in_thread, &rel);
+	assert_int_equal(fake_paused("cuEventRecord", 60), 0);
+	assert_int_equal(bfs_loader_release(rel.L, &rel.b, NULL), -EINVAL);
+	pthread_create(&u, NULL, next_in_thread, &nx); /* batch 2: slot 0 */
+	fake_resume("cuEventRecord");
+	pthread_join(t, NULL);
+	pthread_join(u, NULL);
+	assert_int_equal(rel.rc, 0);
+	assert_int_equal(nx.rc, 0);
+	assert_int_equal(nx.b.index, 2);
+	assert_int_equal(bfs_loader_release(rel.L, &nx.b, NULL), 0);
+	assert_int_equal(bfs_loader_release(rel.L, &b1, NULL), 0);
+	bfs_loader_close(rel.L);
+	ct_expect_clean_driver();
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -246,6 +308,8 @@ int main(void)
 	    cmocka_unit_test(
 		every_failure_at_open_falls_back_or_fails_with_its_reason),
 	    cmocka_unit_test(the_callers_own_context_stays_current),
+	    cmocka_unit_test(
+		a_release_from_another_thread_is_exactly_one_release),
 	};
 	return ct_run(tests, sizeof(tests) / sizeof(tests[0]));
 }
