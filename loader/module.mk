@@ -125,6 +125,7 @@ TEST_SCRIPTS += tests/loader/test_fake_libcuda.sh \
 	tests/loader/test_loader_cuda_fake.sh \
 	tests/loader/test_loader_cuda_faults.sh \
 	tests/loader/test_gpu_check_fake.sh \
+	tests/loader/test_loader_python_fake.py \
 	tests/loader/test_bench_loader_fake.sh
 endif
 
