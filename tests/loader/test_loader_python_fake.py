@@ -282,4 +282,15 @@ with fake.using(main), Loader(d, device="cuda:0", slots=2) as L:
     ok(cu.cuStreamSynchronize(main))
     check_equal(b, many[3], "after failed clones")
 expect_clean()
+
+# 7. an exception in the with block comes out as it was, and the library's
+# close still ran (nothing left in the driver)
+try:
+    with fake.using(main), Loader(d, device="cuda:0", copy=False) as L:
+        b = next(iter(L))
+        raise KeyError("user code")
+except KeyError as e:
+    assert e.args == ("user code",)
+del b
+expect_clean()
 print("ok: streams, ownership, OOM retry, epochs, failures")
