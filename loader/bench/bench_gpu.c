@@ -1,4 +1,4 @@
-/* bench_loader's GPU part (issue #5 item 7; research/gpu-loader.md §4).
+/* bench_loader's GPU part (targets: loader/README.md, "Benchmark").
  *
  * Measured in one run, on device --device (default 0):
  *   verify  every --verify-every-th batch (and the last) copied back with

@@ -1,5 +1,6 @@
 /* make bench-loader: the loader's throughput against its ceilings, all
- * measured in the same run (research/gpu-loader.md §4, issue #5 item 7).
+ * measured in the same run (targets and method: loader/README.md,
+ * "Benchmark").
  *
  * CPU part (always): plain read() of the same files into one page-aligned,
  * pre-faulted buffer, one file after the other (the baseline), against the
