@@ -36,8 +36,12 @@
  * CUDA: the driver is loaded at run time (dlopen "libcuda.so.1"), nothing
  * links libcuda or libcudart. The primary context of the chosen device is
  * used, so device pointers are shared with the CUDA runtime (e.g. PyTorch).
- * Streams are passed as void * (a CUstream / cudaStream_t; NULL = the
- * legacy default stream). */
+ * Streams are passed as void * (a CUstream / cudaStream_t of the device's
+ * primary context; NULL = the legacy default stream, which synchronizes
+ * with every other blocking stream). next() orders the batch before the
+ * stream's later work, release() orders the slot's reuse after the
+ * stream's earlier work; work on other streams must be joined to it (the
+ * stream rules: loader/README.md). */
 #ifndef BATCHFS_LOADER_H
 #define BATCHFS_LOADER_H
 
@@ -203,7 +207,8 @@ BFS_LOADER_API int bfs_loader_release(struct bfs_loader *L,
  * Returns 0, or -EINVAL, -EBUSY (a batch is still held), -EFBIG (a file is
  * larger than the ring's slots: open a new loader), the errors of listing
  * the files (as bfs_loader_open: -ENOENT, ...); in these cases the loader
- * goes on with its old files. -EAGAIN or -EIO: the threads could not
+ * goes on with its old files. Any other error (-EAGAIN, or the CUDA error
+ * of a copy thread that cannot bind its context): the threads could not
  * restart; the error is latched. The reason is logged. Not concurrent with
  * other calls on L. Cost: one stat per file, stopping and starting the
  * threads (copies in flight are not waited for). */
