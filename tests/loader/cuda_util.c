@@ -101,6 +101,20 @@ unsigned char *ct_slurp(const char *dir, uint64_t k, size_t *n)
 	return p;
 }
 
+struct bfs_loader *ct_open(const char *dir, unsigned slots, unsigned flags)
+{
+	struct bfs_loader *L;
+	int rc = bfs_loader_open(
+	    &L, &(struct bfs_loader_opts){.dir = dir,
+					  .mode = BFS_LOADER_CUDA,
+					  .slots = slots,
+					  .flags = flags,
+					  .log = ct_quiet});
+	if (rc < 0)
+		fail_msg("open %s: %s", dir, bfs_loader_strerror(rc));
+	return L;
+}
+
 void ct_read_all(struct bfs_loader *L, const char *dir, unsigned nb,
 		 CUstream stream, unsigned check_delay_us)
 {

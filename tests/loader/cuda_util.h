@@ -30,6 +30,9 @@ int ct_logged(const char *needle);
 const char *ct_make_batches(char *dir, size_t len, unsigned nb);
 /* The bytes of dir/batch_k (malloc'ed) and their count. */
 unsigned char *ct_slurp(const char *dir, uint64_t k, size_t *n);
+/* A loader of dir in mode CUDA ('slots' and 'flags' as in the options, 0
+ * = default), logging into ct_quiet; the open must succeed. */
+struct bfs_loader *ct_open(const char *dir, unsigned slots, unsigned flags);
 /* next() every batch of dir on 'stream' (each checked there, in stream
  * order, after check_delay_us, against its file), release each on
  * 'stream', then expect BFS_LOADER_EOF. */

@@ -2,6 +2,7 @@
 skip, the built library (re-executing the test with the sanitizer runtimes
 preloaded under a SANITIZE= build), the binding on sys.path, batch files
 written as batchfs serves them, and comparisons."""
+import errno
 import json
 import os
 import struct
@@ -90,6 +91,22 @@ def write_epoch(name, batches):
     for k, t in enumerate(batches):
         write_batch(os.path.join(d, "batch_%d" % k), t, k)
     return d
+
+
+def hold_every_slot(loader, slots):
+    """next() 'slots' zero-copy batches and return them; one more must be
+    refused (LoaderError EBUSY, saying what to do) instead of overwriting
+    a held one."""
+    from batchfs_loader import LoaderError
+    it = iter(loader)
+    held = [next(it) for _ in range(slots)]
+    try:
+        next(it)
+    except LoaderError as e:
+        assert e.errno == errno.EBUSY and "copy=True" in str(e), str(e)
+        return held
+    raise AssertionError("batch %d delivered with %d slots held"
+                         % (slots, slots))
 
 
 def check_equal(got, want, where):

@@ -274,13 +274,7 @@ static void no_wait_of_the_loader_spins_while_the_consumer_computes(void **st)
 
 	fake_config(100);
 	fake_stats(&s0);
-	assert_int_equal(
-	    bfs_loader_open(&L,
-			    &(struct bfs_loader_opts){.dir = dir,
-						      .mode = BFS_LOADER_CUDA,
-						      .slots = 2,
-						      .log = ct_quiet}),
-	    0);
+	L = ct_open(dir, 2, 0);
 	while (bfs_loader_next(L, &b, NULL) == 0) {
 		fake_sleep(NULL, 2000);
 		assert_int_equal(bfs_loader_release(L, &b, NULL), 0);
@@ -325,13 +319,7 @@ static void one_ring_serves_every_epoch(void **state)
 		ct_make_batches(d[e], sizeof(d[e]), 5);
 	fake_config(100);
 	fake_log(&r, &from);
-	assert_int_equal(
-	    bfs_loader_open(&L,
-			    &(struct bfs_loader_opts){.dir = d[0],
-						      .mode = BFS_LOADER_CUDA,
-						      .slots = 2,
-						      .log = ct_quiet}),
-	    0);
+	L = ct_open(d[0], 2, 0);
 	ct_read_all(L, d[0], 5, s, 300);
 	assert_int_equal(bfs_loader_reopen(L, d[1], NULL), 0);
 	for (int k = 0; k < 2; k++) { /* half of epoch 1 */
@@ -371,13 +359,7 @@ static void reopen_refuses_what_it_cannot_serve(void **state)
 	assert_int_equal(fwrite(blob, 1, 3 << 20, f), 3 << 20);
 	fclose(f);
 	free(blob);
-	assert_int_equal(
-	    bfs_loader_open(&L,
-			    &(struct bfs_loader_opts){.dir = d0,
-						      .mode = BFS_LOADER_CUDA,
-						      .slots = 2,
-						      .log = ct_quiet}),
-	    0);
+	L = ct_open(d0, 2, 0);
 	/* 2 slots: batch 2 is read after batch 0's release, short */
 	snprintf(path, sizeof(path), "%s/batch_2", d0);
 	assert_int_equal(truncate(path, 100), 0);

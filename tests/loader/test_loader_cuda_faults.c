@@ -14,21 +14,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-static struct bfs_loader *open2(const char *dir)
-{
-	struct bfs_loader *L;
-
-	fake_config(200);
-	assert_int_equal(
-	    bfs_loader_open(&L,
-			    &(struct bfs_loader_opts){.dir = dir,
-						      .mode = BFS_LOADER_CUDA,
-						      .slots = 2,
-						      .log = ct_quiet}),
-	    0);
-	return L;
-}
-
 /* A CUDA graph captured in global mode by another thread (torch's default
  * for torch.cuda.graph) while a loader opens, streams and closes: the
  * loader's driver calls must neither break the capture nor fail. */
@@ -42,13 +27,7 @@ static void a_global_capture_elsewhere_survives_a_loader(void **state)
 	struct bfs_loader *L;
 
 	fake_config(200);
-	assert_int_equal(
-	    bfs_loader_open(&L,
-			    &(struct bfs_loader_opts){.dir = dir,
-						      .mode = BFS_LOADER_CUDA,
-						      .slots = 2,
-						      .log = ct_quiet}),
-	    0);
+	L = ct_open(dir, 2, 0);
 	ct_read_all(L, dir, 6, u, 500);
 	bfs_loader_close(L);
 	assert_int_equal(ct_capture_end(cap), CUDA_SUCCESS);
@@ -86,12 +65,7 @@ static void each_thread_reports_its_own_driver_failure(void **state)
 	fake_config(100);
 	fake_pause("cuMemcpyHtoDAsync", 2);
 	fake_fail("cuMemcpyHtoDAsync", 2, CUDA_ERROR_LAUNCH_FAILED, 1);
-	assert_int_equal(
-	    bfs_loader_open(&c.L,
-			    &(struct bfs_loader_opts){.dir = dir,
-						      .mode = BFS_LOADER_CUDA,
-						      .log = ct_quiet}),
-	    0);
+	c.L = ct_open(dir, 0, 0);
 	assert_int_equal(fake_paused("cuMemcpyHtoDAsync", 60), 0);
 	fake_fail("cuStreamWaitEvent", 1, CUDA_ERROR_ILLEGAL_ADDRESS, 1);
 	fake_pause("cuCtxPopCurrent", 1);
@@ -124,15 +98,7 @@ static void a_forked_child_does_not_inherit_the_pinned_ring(void **state)
 	int status;
 	pid_t pid;
 
-	assert_int_equal(
-	    bfs_loader_open(
-		&L,
-		&(struct bfs_loader_opts){
-		    .dir = dir,
-		    .mode = BFS_LOADER_CUDA,
-		    .flags = BFS_LOADER_KEEP_HOST, /* b.host: ring */
-		    .log = ct_quiet}),
-	    0);
+	L = ct_open(dir, 0, BFS_LOADER_KEEP_HOST); /* b.host: the ring */
 	assert_int_equal(bfs_loader_next(L, &b, NULL), 0);
 	assert_non_null(b.host);
 	pid = fork();
@@ -230,12 +196,7 @@ static void the_callers_own_context_stays_current(void **state)
 	CUcontext mine, cur;
 
 	assert_int_equal(cuCtxCreate(&mine, NULL, 0, 0), CUDA_SUCCESS);
-	assert_int_equal(
-	    bfs_loader_open(&L,
-			    &(struct bfs_loader_opts){.dir = dir,
-						      .mode = BFS_LOADER_CUDA,
-						      .log = ct_quiet}),
-	    0);
+	L = ct_open(dir, 0, 0);
 	while (bfs_loader_next(L, &b, s) == 0) {
 		assert_int_equal(cuCtxGetCurrent(&cur), CUDA_SUCCESS);
 		assert_ptr_equal(cur, mine);
@@ -279,7 +240,8 @@ static void a_release_from_another_thread_is_exactly_one_release(void **st)
 	struct bfs_loader_batch b1;
 	pthread_t t, u;
 
-	rel.L = nx.L = open2(dir);
+	fake_config(200);
+	rel.L = nx.L = ct_open(dir, 2, 0);
 	assert_int_equal(bfs_loader_next(rel.L, &rel.b, NULL), 0);
 	assert_int_equal(bfs_loader_next(rel.L, &b1, NULL), 0);
 	fake_pause("cuEventRecord", 1);
