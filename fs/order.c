@@ -109,6 +109,50 @@ struct bfs_order {
 	struct slot slots[BFS_ORDER_SLOTS];
 };
 
+enum bfs_sampler bfs_order_sampler_for(const struct bfs_order_request *r)
+{
+	if (r->subset)
+		return BFS_SAMPLER_SUBSET;
+	if (r->weights)
+		return BFS_SAMPLER_WEIGHTED;
+	if (r->distributed)
+		return BFS_SAMPLER_DISTRIBUTED;
+	if (r->shuffle || r->replacement || r->num_samples)
+		return BFS_SAMPLER_RANDOM;
+	return BFS_SAMPLER_SEQUENTIAL;
+}
+
+const char *bfs_order_sampler_name(enum bfs_sampler s)
+{
+	static const char *const names[] = {
+	    [BFS_SAMPLER_SEQUENTIAL] = "sequential",
+	    [BFS_SAMPLER_RANDOM] = "random",
+	    [BFS_SAMPLER_SUBSET] = "subset_random",
+	    [BFS_SAMPLER_WEIGHTED] = "weighted_random",
+	    [BFS_SAMPLER_DISTRIBUTED] = "distributed",
+	};
+	return (unsigned)s <= BFS_SAMPLER_DISTRIBUTED ? names[s] : "?";
+}
+
+bool bfs_order_is_random(const struct bfs_order_request *r)
+{
+	enum bfs_sampler s = bfs_order_sampler_for(r);
+
+	return s != BFS_SAMPLER_SEQUENTIAL &&
+	       (s != BFS_SAMPLER_DISTRIBUTED || r->shuffle);
+}
+
+const char *bfs_order_seed_source(const struct bfs_order_request *r)
+{
+	if (!bfs_order_is_random(r))
+		return "unused";
+	if (bfs_order_sampler_for(r) == BFS_SAMPLER_DISTRIBUTED)
+		return r->have_seed ? "--seed" : "default";
+	if (r->generator_state)
+		return "--generator-state";
+	return r->have_seed ? "--seed" : "getrandom";
+}
+
 static int invalid(struct bfs_error *err, const char *fmt, uint64_t v)
 {
 	return bfs_error_set(err, -EINVAL, "order options", BFS_NO_OFFSET, fmt,

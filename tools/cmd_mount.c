@@ -391,30 +391,26 @@ static int parse_opts(int argc, char **argv, struct mount_opts *m)
 	return 0;
 }
 
-/* The sampler the options ask for (PyTorch's rules: one sampler). */
-static enum bfs_sampler pick_sampler(const struct mount_opts *m)
+/* The options in DataLoader's terms, for fs/order's rules. */
+static struct bfs_order_request request_of(const struct mount_opts *m)
 {
-	if (m->subset)
-		return BFS_SAMPLER_SUBSET;
-	if (m->weights)
-		return BFS_SAMPLER_WEIGHTED;
-	if (m->have_world)
-		return BFS_SAMPLER_DISTRIBUTED;
-	if (m->shuffle || m->replacement || m->num_samples)
-		return BFS_SAMPLER_RANDOM;
-	return BFS_SAMPLER_SEQUENTIAL;
+	return (struct bfs_order_request){
+	    .shuffle = m->shuffle,
+	    .replacement = m->replacement,
+	    .num_samples = m->num_samples,
+	    .subset = m->subset != NULL,
+	    .weights = m->weights != NULL,
+	    .distributed = m->have_world,
+	    .have_seed = m->have_seed,
+	    .generator_state = m->gen_state != NULL,
+	};
 }
 
-static const char *sampler_name(enum bfs_sampler s)
+static enum bfs_sampler pick_sampler(const struct mount_opts *m)
 {
-	static const char *const names[] = {
-	    [BFS_SAMPLER_SEQUENTIAL] = "sequential",
-	    [BFS_SAMPLER_RANDOM] = "random",
-	    [BFS_SAMPLER_SUBSET] = "subset_random",
-	    [BFS_SAMPLER_WEIGHTED] = "weighted_random",
-	    [BFS_SAMPLER_DISTRIBUTED] = "distributed",
-	};
-	return names[s];
+	struct bfs_order_request r = request_of(m);
+
+	return bfs_order_sampler_for(&r);
 }
 
 /* Inputs read from files for the order engine; freed by free_inputs. */
@@ -590,6 +586,7 @@ static int start(void *arg, enum bfs_serve_mode mode, const char *why,
 	struct session_arg *sa = arg;
 	struct mount_opts *m = sa->m;
 	struct model *mt = sa->model;
+	const struct bfs_order_request req = request_of(m);
 	struct bfs_pool_opts po = {
 	    .workers = m->workers,
 	    .prefetch = m->prefetch,
@@ -607,12 +604,11 @@ static int start(void *arg, enum bfs_serve_mode mode, const char *why,
 	    .nsources = m->nsources,
 	    .epochs = m->epochs,
 	    .seed = m->seed,
-	    .shuffle = m->shuffle || m->replacement || m->num_samples ||
-		       m->subset || m->weights,
+	    .shuffle = bfs_order_is_random(&req),
 	    .drop_last = m->drop_last,
 	    .batch_size = m->batch_size,
 	    .seed_source = m->seed_source,
-	    .sampler = sampler_name(pick_sampler(m)),
+	    .sampler = bfs_order_sampler_name(pick_sampler(m)),
 	    .options = m->line,
 	    .mountpoint = m->mountpoint,
 	};
@@ -702,6 +698,7 @@ static int run(struct mount_opts *m, struct model *mt)
 int bfs_cmd_mount(int argc, char **argv)
 {
 	struct mount_opts *m = calloc(1, sizeof(*m));
+	struct bfs_order_request req;
 	struct model mt;
 	char real[PATH_MAX];
 	struct stat st;
@@ -723,22 +720,14 @@ int bfs_cmd_mount(int argc, char **argv)
 	m->mountpoint = real;
 	/* No --seed: a random sampler gets a fresh seed (reported in
 	 * dataset.json); DistributedSampler keeps torch's default 0. */
-	if (pick_sampler(m) == BFS_SAMPLER_SEQUENTIAL ||
-	    (pick_sampler(m) == BFS_SAMPLER_DISTRIBUTED && !m->shuffle)) {
-		m->seed_source = "unused";
-	} else if (pick_sampler(m) == BFS_SAMPLER_DISTRIBUTED) {
-		m->seed_source = m->have_seed ? "--seed" : "default";
-	} else if (m->gen_state) {
-		m->seed_source = "--generator-state";
-	} else if (m->have_seed) {
-		m->seed_source = "--seed";
-	} else {
+	req = request_of(m);
+	m->seed_source = bfs_order_seed_source(&req);
+	if (!strcmp(m->seed_source, "getrandom")) {
 		uint32_t s = 0;
 
 		if (getrandom(&s, sizeof(s), 0) != sizeof(s))
 			s = (uint32_t)getpid() ^ (uint32_t)time(NULL);
 		m->seed = s;
-		m->seed_source = "getrandom";
 	}
 	bfs_log_setup(m->verbose ? BFS_LOG_DEBUG : BFS_LOG_INFO, NULL);
 	rc = open_model(m, &mt);
