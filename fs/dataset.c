@@ -19,13 +19,9 @@
  * dims dropped, mergeable dims merged) so a C-contiguous row is one memcpy;
  * anything else walks the dims with an odometer (no recursion), copying runs
  * of the innermost dim. Big-endian archives are swapped in the destination.
- * Cost (tests/bin/gather_bench: one thread, random rows, resident): the
- * copy is bound by memory latency (88 % of the time inside memcpy; 784-byte
- * rows 5.5 M, 256-byte rows 16 M, int64 rows 56-60 M rows per CPU-second).
- * The per-call fstat + sigaction below cost under 1 %, so they stay per
- * call; software prefetch of the rows 4, 8 or 16 ahead was measured and
- * gained nothing beyond noise (3 %), so there is none. 4- and 8-byte rows
- * (scalar labels) are copied inline (was 45-52 M rows/s via the libc call).
+ * The copy is bound by memory latency; software prefetch gained nothing
+ * measurable, 4- and 8-byte rows (scalar labels) are copied inline
+ * (fs/README.md: the gather, with the figures).
  *
  * Faults: the archive stays mapped, never copied. A file truncated under us
  * would raise SIGBUS on access. Before each gather the shards touched are
@@ -37,22 +33,14 @@
  * handler was installed before ours (or the default action).
  *
  * Advise: madvise(MADV_WILLNEED) starts reads of cold rows ahead of the
- * gather; on rows already in the page cache it is pure cost. Per-row
- * madvise of resident 784-byte rows ran at 2.2 M rows/s (0.24 us per
- * call, two fields per row) and was 42 % of the daemon's CPU on the
- * small-row benchmark. So each mapping keeps one word per 2 MiB CHUNK:
- * the first time a row of a chunk is advised (and again once the answer
- * is older than WINDOW = 1 s) one mincore() over the chunk says whether
- * all its pages are resident (11 us per chunk with page tables empty,
- * 1.1 us populated: ~6 ms a second for 1.1 GB, under 1 % of a core).
- * Rows in resident chunks are not advised; rows in other chunks are, as
- * before (coalesced page ranges), so cold data is still read ahead, and
- * a chunk that was evicted is advised again within a window. Measured
- * with tests/bin/gather_bench (1.4 M x 784 B rows + int64, one thread,
- * resident): advise 2.2 -> 90 M rows/s, advise + gather 1.45 -> 5.3-6.0
- * M rows/s (256-byte rows: 3.0 -> 14.5); end to end (batch 256, shuffled,
- * one epoch through a mount) 0.64 -> 1.20 GB/s and daemon CPU 2.47 ->
- * 0.75 s per epoch (push mode), 0.64 -> 1.13 GB/s, 1.42 -> 0.64 s (direct).
+ * gather; on rows already in the page cache it is pure cost (it once took
+ * 42 % of the daemon's CPU). So each mapping keeps one word per 2 MiB
+ * CHUNK: the first time a row of a chunk is advised (and again once the
+ * answer is older than WINDOW = 1 s) one mincore() over the chunk says
+ * whether all its pages are resident; rows in resident chunks are not
+ * advised, rows in other chunks are (coalesced page ranges), so cold data
+ * is still read ahead, and an evicted chunk is advised again within a
+ * window (fs/README.md: read-ahead of cold rows, with the figures).
  *
  * Invariants: after open, a bfs_dataset is immutable except for the
  * advise words (relaxed atomics, only hints), so gather/advise are

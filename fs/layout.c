@@ -1,5 +1,5 @@
 /* fs/layout: batch file bytes as a pure function of (fields, e, k, rows,
- * indices). See layout.h and DESIGN.md §2.
+ * indices). See layout.h and fs/README.md (the batch file).
  *
  * Header JSON, exactly (keys in file order, no spaces but after ':' and ','
  * nowhere — compact), e.g.
@@ -7,7 +7,7 @@
  *    "images":{"dtype":"U8","shape":[256,3,32,32],"data_offsets":[0,786432]},
  *    ...}
  * then spaces up to the data offset. safetensors allows trailing 0x20
- * padding (research/torch-format.md §4.1); leading padding is not allowed,
+ * padding (fs/README.md: the batch file); leading padding is not allowed,
  * so the JSON starts right after the length.
  *
  * dtypes: safetensors has no complex128 and no complex32 code, so a dataset

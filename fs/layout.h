@@ -1,4 +1,4 @@
-/* fs/layout: the bytes of a batch file (DESIGN.md §2).
+/* fs/layout: the bytes of a batch file (fs/README.md: the batch file).
  *
  * A batch file is a safetensors file: u64 LE header length N, N bytes of
  * JSON padded with spaces so the data starts at a multiple of 4096 (4096

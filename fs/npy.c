@@ -1,4 +1,4 @@
-/* fs/npy: NumPy .npy headers (research/torch-format.md §4.2).
+/* fs/npy: NumPy .npy headers (format version 1-3, numpy's own rules).
  *
  * The header is a Python dict literal such as
  *   {'descr': '<f4', 'fortran_order': False, 'shape': (3, 4), }

@@ -1,4 +1,4 @@
-/* fs/npy: the NumPy .npy header (research/torch-format.md §4.2), parsed
+/* fs/npy: the NumPy .npy header (numpy format versions 1-3), parsed
  * from untrusted bytes and written in numpy's own layout.
  *
  * Only what batchfs needs: one array, a dtype batchfs knows (fs/dtype.h),

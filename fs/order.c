@@ -1,5 +1,5 @@
 /* fs/order: PyTorch's samplers and DataLoader generator consumption, bit
- * for bit (research/dataloader-spec.md §1-2).
+ * for bit (fs/README.md: the order engine).
  *
  * Model. Every epoch is iterated with a fresh DataLoader iterator to its
  * end. The sampler's generator G (manual_seed(seed), or set_state(blob))

@@ -1,6 +1,6 @@
 /* fs/order: which samples form batch K of epoch N — PyTorch's samplers and
  * DataLoader generator consumption, bit for bit
- * (research/dataloader-spec.md §1-2).
+ * (fs/README.md: the order engine).
  *
  * Epoch N's order is a pure function of (options, N): any batch of any epoch
  * is directly addressable. */

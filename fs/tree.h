@@ -1,5 +1,6 @@
-/* fs/tree: the namespace of a mount (DESIGN.md §1) — names, inode numbers,
- * attributes, directory listings and the text files — with no FUSE in it.
+/* fs/tree: the namespace of a mount (README.md: the namespace) — names, inode
+ * numbers, attributes, directory listings and the text files — with no FUSE in
+ * it.
  *
  *   /README  /dataset.json  /stats
  *   /epoch/N/batch_K        batch K of epoch N (safetensors, fs/layout)

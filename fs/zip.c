@@ -1,5 +1,5 @@
 /* fs/zip: a strict ZIP/ZIP64 central-directory parser for torch.save
- * archives (research/torch-format.md §1.7).
+ * archives (fs/README.md: torch.save archives).
  *
  * Design. The archive is mapped read-only once; everything here reads the
  * mapping through rd16/rd32/rd64 after a bounds check written with

@@ -1,7 +1,7 @@
 /* batchfs pack: write a torch.save archive from .npy files (or a synthetic
  * demo dataset), byte-compatible with what torch.save itself writes.
  *
- * Layout (research/torch-format.md §1.2-1.4, §2.2), as PyTorch's miniz does:
+ * Layout (fs/README.md: torch.save archives), as PyTorch's miniz does:
  * records "<stem>/data.pkl", "<stem>/data/<i>" (one per NAME=FILE, in
  * argument order), "<stem>/byteorder" = "little", "<stem>/version" = "3\n";
  * stored (method 0); every record's data 64-byte aligned through the 'FB'

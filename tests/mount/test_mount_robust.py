@@ -1,4 +1,4 @@
-"""A live mount survives what happens around it (DESIGN.md §8):
+"""A live mount survives what happens around it:
 
 - the archive is truncated under it: reads of batches whose rows are gone
   fail with EIO (never wrong bytes), the log names the file, the daemon
