@@ -279,93 +279,70 @@ static void append_o(struct mount_opts *m, const char *o)
 	snprintf(m->fuse_o + n, sizeof(m->fuse_o) - n, "%s%s", n ? "," : "", o);
 }
 
-/* Returns 0, 2 (bad usage, printed) or -1 (--help printed). */
-static int parse_opts(int argc, char **argv, struct mount_opts *m)
+/* One option that takes no number (numeric() has those). Returns 0, 2
+ * (bad usage, printed) or -1 (--help printed). */
+static int one_opt(int c, char *arg, struct mount_opts *m)
 {
-	int c, rc = 0;
-
-	m->batch_size = 1;
-	m->epochs = 1000;
-	m->cache_mb = 512;
-	m->timeout_s = 30;
-	m->fuse_threads = 4;
-	m->compat = BFS_TORCH_1_13;
-	m->workers = (unsigned)sysconf(_SC_NPROCESSORS_ONLN);
-	if (m->workers < 1)
-		m->workers = 1;
-	opterr = 0;
-	optind = 1;
-	while (rc == 0 &&
-	       (c = getopt_long(argc, argv, "o:fvh", long_opts, NULL)) != -1) {
-		switch (c) {
-		case 'h':
-			usage(stdout);
-			return -1;
-		case 'f':
-			m->foreground = true;
-			break;
-		case 'v':
-			m->verbose = true;
-			break;
-		case 'o':
-			append_o(m, optarg);
-			break;
-		case OPT_SHUFFLE:
-			m->shuffle = true;
-			break;
-		case OPT_DROP:
-			m->drop_last = true;
-			break;
-		case OPT_REPL:
-			m->replacement = true;
-			break;
-		case OPT_DIRECT:
-			m->serve = BFS_SERVE_DIRECT;
-			break;
-		case OPT_SERVE:
-			if (bfs_serve_mode_parse(optarg, &m->serve) < 0)
-				rc = bfs_cli_bad_usage(
-				    "mount", usage,
-				    "--serve: not auto, passthrough, push, "
-				    "cache or direct",
-				    optarg);
-			break;
-		case OPT_SUBSET:
-			m->subset = optarg;
-			break;
-		case OPT_WEIGHTS:
-			m->weights = optarg;
-			break;
-		case OPT_GENSTATE:
-			m->gen_state = optarg;
-			break;
-		case OPT_LOGFILE:
-			m->log_file = optarg;
-			break;
-		case OPT_COMPAT:
-			if (!strcmp(optarg, "1.13"))
-				m->compat = BFS_TORCH_1_13;
-			else if (!strcmp(optarg, "2.7"))
-				m->compat = BFS_TORCH_2_7;
-			else
-				rc = bfs_cli_bad_usage(
-				    "mount", usage,
-				    "--torch-compat: not 1.13 or 2.7", optarg);
-			break;
-		case '?':
-			rc = bfs_cli_bad_usage(
-			    "mount", usage, "unknown option or missing value",
-			    optopt && optopt < OPT_BATCH
-				? (char[]){'-', (char)optopt, 0}
-				: argv[optind - 1]);
-			break;
-		default:
-			rc = numeric(c, optarg, m);
-			break;
+	switch (c) {
+	case 'h':
+		usage(stdout);
+		return -1;
+	case 'f':
+		m->foreground = true;
+		return 0;
+	case 'v':
+		m->verbose = true;
+		return 0;
+	case 'o':
+		append_o(m, arg);
+		return 0;
+	case OPT_SHUFFLE:
+		m->shuffle = true;
+		return 0;
+	case OPT_DROP:
+		m->drop_last = true;
+		return 0;
+	case OPT_REPL:
+		m->replacement = true;
+		return 0;
+	case OPT_DIRECT:
+		m->serve = BFS_SERVE_DIRECT;
+		return 0;
+	case OPT_SERVE:
+		if (bfs_serve_mode_parse(arg, &m->serve) == 0)
+			return 0;
+		return bfs_cli_bad_usage("mount", usage,
+					 "--serve: not auto, passthrough, "
+					 "push, cache or direct",
+					 arg);
+	case OPT_SUBSET:
+		m->subset = arg;
+		return 0;
+	case OPT_WEIGHTS:
+		m->weights = arg;
+		return 0;
+	case OPT_GENSTATE:
+		m->gen_state = arg;
+		return 0;
+	case OPT_LOGFILE:
+		m->log_file = arg;
+		return 0;
+	case OPT_COMPAT:
+		if (!strcmp(arg, "1.13") || !strcmp(arg, "2.7")) {
+			m->compat =
+			    arg[0] == '1' ? BFS_TORCH_1_13 : BFS_TORCH_2_7;
+			return 0;
 		}
+		return bfs_cli_bad_usage(
+		    "mount", usage, "--torch-compat: not 1.13 or 2.7", arg);
+	default:
+		return numeric(c, arg, m);
 	}
-	if (rc)
-		return rc;
+}
+
+/* The operands and what the options imply together. 0 or 2. */
+static int operands(int argc, char **argv, struct mount_opts *m)
+{
 	if (argc - optind < 2)
 		return bfs_cli_bad_usage("mount", usage,
 					 "need at least one ARCHIVE and a "
@@ -394,6 +371,35 @@ static int parse_opts(int argc, char **argv, struct mount_opts *m)
 	if (!m->have_pc)
 		m->pc_mb = m->cache_mb;
 	return 0;
+}
+
+/* Returns 0, 2 (bad usage, printed) or -1 (--help printed). */
+static int parse_opts(int argc, char **argv, struct mount_opts *m)
+{
+	int c, rc = 0;
+
+	m->batch_size = 1;
+	m->epochs = 1000;
+	m->cache_mb = 512;
+	m->timeout_s = 30;
+	m->fuse_threads = 4;
+	m->compat = BFS_TORCH_1_13;
+	m->workers = (unsigned)sysconf(_SC_NPROCESSORS_ONLN);
+	if (m->workers < 1)
+		m->workers = 1;
+	opterr = 0;
+	optind = 1;
+	while (rc == 0 &&
+	       (c = getopt_long(argc, argv, "o:fvh", long_opts, NULL)) != -1)
+		rc =
+		    c == '?'
+			? bfs_cli_bad_usage("mount", usage,
+					    "unknown option or missing value",
+					    optopt && optopt < OPT_BATCH
+						? (char[]){'-', (char)optopt, 0}
+						: argv[optind - 1])
+			: one_opt(c, optarg, m);
+	return rc ? rc : operands(argc, argv, m);
 }
 
 /* The options in DataLoader's terms, for fs/order's rules. */
