@@ -42,16 +42,25 @@
  * is still read ahead, and an evicted chunk is advised again within a
  * window (fs/README.md: read-ahead of cold rows, with the figures).
  *
+ * Warm: bfs_dataset_warm reads whole archives that fit in memory, in
+ * order and in large windows, with MADV_POPULATE_READ: the kernel reads
+ * them sequentially (a cold epoch at disk speed rather than at the
+ * device's random-read rate) and maps every page, so no row costs a page
+ * fault on its first touch (the first epoch as fast as later ones).
+ *
  * Invariants: after open, a bfs_dataset is immutable except for the
- * advise words (relaxed atomics, only hints), so gather/advise are
- * thread-safe without locks. The other mutable state is the thread-local
- * jump-buffer pointer and the previous SIGBUS action (under guard_lock). */
+ * advise words and the read-ahead counters (relaxed atomics, only hints
+ * and statistics), so gather/advise are thread-safe without locks. The other
+ * mutable state is the thread-local jump-buffer pointer and the previous SIGBUS
+ * action (under guard_lock). */
 #include "fs/dataset.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <setjmp.h>
+#include <stdatomic.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -76,6 +85,10 @@
 #define TICK_NS	  125000000ull /* 1/8 s */
 #define TICK_MASK 0x7fffffffu
 #define WINDOW	  8u /* ticks: 1 s */
+
+/* bfs_dataset_warm reads archives in windows of this size, checking for
+ * a stop between them. */
+#define WARM_WINDOW ((uint64_t)32 << 20)
 
 /* How one field of one shard is laid out in that shard's mapping. */
 struct bind {
@@ -109,6 +122,11 @@ struct bfs_dataset {
 	size_t nfields;
 	uint64_t samples;
 	uint64_t meta_bytes; /* metadata charged so far (META_BUDGET) */
+	/* Read-ahead counters, the one part of a dataset that changes
+	 * (relaxed atomics: statistics only). */
+	struct counters {
+		_Atomic uint64_t warm_bytes, rows_resident, rows_advised;
+	} * ctr;
 };
 
 /* ---- opening ---------------------------------------------------------- */
@@ -560,7 +578,8 @@ int bfs_dataset_open(struct bfs_dataset **out, const char *const *paths,
 	if (!ds)
 		return -ENOMEM;
 	ds->shards = calloc(n_paths, sizeof(*ds->shards));
-	if (!ds->shards)
+	ds->ctr = calloc(1, sizeof(*ds->ctr));
+	if (!ds->shards || !ds->ctr)
 		goto err_close;
 	for (size_t i = 0; i < n_paths; i++) {
 		struct shard *sh = &ds->shards[i];
@@ -602,6 +621,7 @@ void bfs_dataset_close(struct bfs_dataset *ds)
 		free(ds->fields[i].name);
 	free(ds->fields);
 	free(ds->shards);
+	free(ds->ctr);
 	free(ds);
 }
 
@@ -981,8 +1001,14 @@ void bfs_dataset_advise(const struct bfs_dataset *ds, const uint64_t *idx,
 			uintptr_t e = a + b->span;
 			a &= ~mask;
 			e = (e + mask) & ~mask;
-			if (range_resident(sh, a, e, tick, pg))
+			if (range_resident(sh, a, e, tick, pg)) {
+				atomic_fetch_add_explicit(
+				    &ds->ctr->rows_resident, 1,
+				    memory_order_relaxed);
 				continue;
+			}
+			atomic_fetch_add_explicit(&ds->ctr->rows_advised, 1,
+						  memory_order_relaxed);
 			if (hi && a <= hi && e >= lo) {
 				lo = a < lo ? a : lo;
 				hi = e > hi ? e : hi;
@@ -996,4 +1022,49 @@ void bfs_dataset_advise(const struct bfs_dataset *ds, const uint64_t *idx,
 		if (hi)
 			madvise((void *)lo, hi - lo, MADV_WILLNEED);
 	}
+}
+
+uint64_t bfs_dataset_bytes(const struct bfs_dataset *ds)
+{
+	uint64_t n = 0;
+
+	for (size_t i = 0; i < ds->nshards; i++)
+		n += ds->shards[i].zip->map_size;
+	return n;
+}
+
+void bfs_dataset_warm(const struct bfs_dataset *ds, const atomic_bool *stop)
+{
+	for (size_t i = 0; i < ds->nshards; i++) {
+		const struct bfs_zip *z = ds->shards[i].zip;
+
+		for (uint64_t off = 0; z->fd >= 0 && off < z->map_size;
+		     off += WARM_WINDOW) {
+			uint64_t len = z->map_size - off < WARM_WINDOW
+					   ? z->map_size - off
+					   : WARM_WINDOW;
+
+			if (atomic_load(stop))
+				return;
+			/* Faults the pages in, in order (the kernel reads
+			 * ahead sequentially) and maps them; a shrunk file
+			 * fails with EFAULT, no signal. Older kernels: just
+			 * read ahead. */
+			if (madvise((void *)(z->map + off), (size_t)len,
+				    MADV_POPULATE_READ) < 0 &&
+			    errno == EINVAL)
+				posix_fadvise(z->fd, (off_t)off, (off_t)len,
+					      POSIX_FADV_WILLNEED);
+			atomic_fetch_add_explicit(&ds->ctr->warm_bytes, len,
+						  memory_order_relaxed);
+		}
+	}
+}
+
+void bfs_dataset_stats(const struct bfs_dataset *ds,
+		       struct bfs_dataset_stats *out)
+{
+	out->warm_bytes = atomic_load(&ds->ctr->warm_bytes);
+	out->rows_resident = atomic_load(&ds->ctr->rows_resident);
+	out->rows_advised = atomic_load(&ds->ctr->rows_advised);
 }

@@ -120,6 +120,9 @@ struct bfs_pool {
 	bool slices; /* memfds written straight from the archive */
 	pthread_t *threads;
 	unsigned nthreads;
+	pthread_t warmer; /* reads the archives in at creation (warm) */
+	bool warming;
+	atomic_bool warm_stop;
 };
 
 static uint64_t now_ns(void)
@@ -353,6 +356,21 @@ static int write_all(int fd, const uint8_t *buf, uint64_t n)
 	return 0;
 }
 
+/* Ask the kernel to read the rows of position pos ahead (madvise of the
+ * rows not resident): workers keep this window one prefetch window ahead
+ * of their gathers, so cold rows arrive before a gather needs them.
+ * Without the lock; w->idx is free between gathers. */
+static void advise_ahead(struct bfs_pool *p, uint64_t pos, struct worker *w)
+{
+	uint64_t k = pos % (p->len ? p->len : 1);
+	uint64_t rows = bfs_order_batch_rows(p->order, k);
+
+	if (pos >= p->total || rows > w->idx_cap ||
+	    bfs_order_batch(p->order, pos / p->len, k, w->idx) < 0)
+		return;
+	bfs_dataset_advise(p->ds, w->idx, rows);
+}
+
 /* b's storage: a fresh anonymous buffer (unless a spare was taken) or a
  * fresh memfd; *fresh says one was made. Without the lock. */
 static int make_storage(struct bfs_pool *p, struct bfs_batch *b, bool *fresh)
@@ -528,6 +546,7 @@ static void *worker_main(void *arg)
 		rc = make_storage(p, b, &fresh);
 		if (!rc)
 			rc = gather_sealed(p, b, &w);
+		advise_ahead(p, b->pos + p->o.prefetch + 1, &w);
 		if (!rc && p->o.on_ready) /* b is BUSY: nobody frees it */
 			p->o.on_ready(p->o.hook_arg, b, b->e, b->k);
 		pthread_mutex_lock(&p->lock);
@@ -588,6 +607,52 @@ int bfs_pool_check_budget(const struct bfs_layout *l, uint64_t budget_bytes,
 	    BFS_POOL_OVER_BUDGET, human(c, sizeof(c), budget_bytes));
 }
 
+/* MemAvailable of /proc/meminfo in bytes; 0 when unknown. */
+static uint64_t mem_available(void)
+{
+	FILE *f = fopen("/proc/meminfo", "r");
+	unsigned long long kb = 0;
+	char line[128];
+
+	while (f && fgets(line, sizeof(line), f))
+		if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1)
+			break;
+	if (f)
+		fclose(f);
+	return (uint64_t)kb << 10;
+}
+
+static void *warmer_main(void *arg)
+{
+	struct bfs_pool *p = arg;
+	sigset_t all;
+
+	sigfillset(&all);
+	pthread_sigmask(SIG_BLOCK, &all, NULL); /* no fault can come here */
+	bfs_dataset_warm(p->ds, &p->warm_stop);
+	return NULL;
+}
+
+/* Read the archives in, in the background, when they fit in half the
+ * memory available (fs/README.md: cold epochs). */
+static void start_warmer(struct bfs_pool *p)
+{
+	uint64_t need = bfs_dataset_bytes(p->ds), avail = mem_available();
+
+	if (!p->o.warm)
+		return;
+	if (need > avail / 2) {
+		bfs_log(BFS_LOG_INFO, "pool",
+			"archives (%llu MiB) do not fit in half the memory "
+			"available (%llu MiB): read ahead batch by batch",
+			(unsigned long long)(need >> 20),
+			(unsigned long long)(avail >> 20));
+		return;
+	}
+	atomic_init(&p->warm_stop, false);
+	p->warming = pthread_create(&p->warmer, NULL, warmer_main, p) == 0;
+}
+
 int bfs_pool_create(struct bfs_pool **out, const struct bfs_dataset *ds,
 		    struct bfs_order *order, const struct bfs_layout *layout,
 		    const struct bfs_pool_opts *o)
@@ -630,6 +695,7 @@ int bfs_pool_create(struct bfs_pool **out, const struct bfs_dataset *ds,
 		if (rc < 0)
 			goto err_destroy;
 	}
+	start_warmer(p);
 	*out = p;
 	return 0;
 err_destroy:
@@ -641,6 +707,10 @@ void bfs_pool_destroy(struct bfs_pool *p)
 {
 	if (!p)
 		return;
+	if (p->warming) {
+		atomic_store(&p->warm_stop, true);
+		pthread_join(p->warmer, NULL);
+	}
 	pthread_mutex_lock(&p->lock);
 	p->stop = true;
 	pthread_cond_broadcast(&p->work);
@@ -879,7 +949,13 @@ uint64_t bfs_batch_size(const struct bfs_batch *b)
 
 void bfs_pool_stats(struct bfs_pool *p, struct bfs_pool_stats *out)
 {
+	struct bfs_dataset_stats d;
+
 	pthread_mutex_lock(&p->lock);
 	*out = p->st;
 	pthread_mutex_unlock(&p->lock);
+	bfs_dataset_stats(p->ds, &d);
+	out->readahead_bytes = d.warm_bytes;
+	out->rows_resident = d.rows_resident;
+	out->rows_advised = d.rows_advised;
 }

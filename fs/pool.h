@@ -29,6 +29,9 @@ struct bfs_pool_opts {
 	bool memfd;
 	/* How a memfd batch is written: BFS_POOL_WRITE_* (see there). */
 	int memfd_write;
+	/* Read the archives into memory in the background at creation,
+	 * sequentially, when they fit in half the memory available. */
+	bool warm;
 	/* Called by the worker, without the pool's lock, right after a
 	 * gather succeeded and before b is ready for anyone: what the pool's
 	 * user prepares once per batch (a backing id, an early push). NULL:
@@ -67,6 +70,9 @@ struct bfs_pool_stats {
 	uint64_t buffers_mapped;       /* fresh buffers or memfds made;
 					* every other gather reused a spare */
 	uint64_t batches_advised;      /* batches read ahead (advise) */
+	uint64_t readahead_bytes;      /* archive bytes read in at creation */
+	uint64_t rows_resident;	       /* rows found in memory when advised */
+	uint64_t rows_advised;	       /* rows the kernel was asked to read */
 	uint64_t workers, prefetch_depth;
 };
 

@@ -604,6 +604,7 @@ static int start(void *arg, enum bfs_serve_mode mode, const char *why,
 	    .budget_bytes = m->cache_mb << 20,
 	    .timeout_ms = m->timeout_s * 1000u,
 	    .epochs = m->epochs,
+	    .warm = !getenv("BATCHFS_DEBUG_NO_WARM"),
 	};
 	struct bfs_serve_opts so = {
 	    .mode = mode,

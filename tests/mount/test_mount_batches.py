@@ -220,6 +220,9 @@ def check_stats_accounting(mode, archive, known_first):
 def check_mode(mode, archive, data):
     _, mnt = ml.mount(archive, None, "--serve", mode, "--batch-size", 64,
                       "--shuffle", "--seed", 7, "--epochs", 8)
+    # the archive fits in memory: it is read in whole, in the background
+    ml.wait_stats(mnt, lambda s: s["readahead_bytes"] ==
+                  os.path.getsize(archive))
     assert sorted(os.listdir(mnt)) == ["README", "dataset.json", "epoch",
                                        "index", "stats"]
     nb = len(os.listdir(mnt + "/epoch/0"))
