@@ -158,7 +158,7 @@ static int decide(struct bfs_mount *m, enum bfs_serve_mode want,
 		return -ENOTSUP;
 	}
 	*mode = BFS_SERVE_PUSH;
-	snprintf(why, len, "push, because %s", reason);
+	snprintf(why, len, "passthrough is not possible: %s", reason);
 	return 0;
 }
 
