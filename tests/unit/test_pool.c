@@ -218,7 +218,7 @@ static void memfd_batches_equal_a_direct_gather_both_ways(void **state)
 		bfs_pool_release(p, b);
 		bfs_pool_destroy(p);
 		/* gathers finishing after the snapshot have run it too */
-		assert_true(hook_ready >= st.batches_materialized);
+		assert_true((uint64_t)hook_ready >= st.batches_materialized);
 		assert_int_equal(hook_free, hook_ready);
 	}
 }
