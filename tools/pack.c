@@ -471,6 +471,13 @@ static int open_input(struct input *in, char *arg)
 		fprintf(stderr, "batchfs pack: %s\n", err.msg);
 		return 1;
 	}
+	if (in->npy.fortran && in->npy.ndim > 1) {
+		fprintf(stderr,
+			"batchfs pack: %s: Fortran-order arrays are not "
+			"supported (save with np.ascontiguousarray)\n",
+			in->path);
+		return 1;
+	}
 	di = bfs_dtype_info(in->npy.dtype);
 	if (!di->storage) {
 		fprintf(stderr,
