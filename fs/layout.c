@@ -190,6 +190,14 @@ int bfs_layout_init_fields(struct bfs_layout *l,
 		const struct bfs_dtype_info *d =
 		    bfs_dtype_info(fields[i]->dtype);
 
+		if (fields[i]->ragged) {
+			rc = bfs_error_set(err, -ENOTSUP, l->source,
+					   BFS_NO_OFFSET,
+					   "field '%s' is ragged: not served "
+					   "yet",
+					   fields[i]->name);
+			goto err_free;
+		}
 		if (!d || !d->st_name) {
 			rc = bfs_error_set(
 			    err, -ENOTSUP, l->source, BFS_NO_OFFSET,
