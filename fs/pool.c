@@ -229,20 +229,26 @@ static void unlink_batch(struct bfs_pool *p, struct bfs_batch *b)
 		batch_free(p, b);
 }
 
-/* A new QUEUED batch for pos, in the table. NULL on ENOMEM. [L] */
+/* A new QUEUED batch for pos, in the table. NULL with *rc = -ENOMEM, or
+ * the -errno of its size (ragged fields read their offsets: -EIO). [L] */
 static struct bfs_batch *batch_new(struct bfs_pool *p, uint64_t pos,
-				   bool demand)
+				   bool demand, int *rc)
 {
 	struct bfs_batch *b = calloc(1, sizeof(*b));
 	struct bfs_batch **pp = bucket(p, pos);
 
+	*rc = -ENOMEM;
 	if (!b)
 		return NULL;
 	b->pos = pos;
 	b->e = pos / p->len;
 	b->k = pos % p->len;
 	b->rows = bfs_order_batch_rows(p->order, b->k);
-	b->size = bfs_layout_file_size(p->layout, b->e, b->k, b->rows);
+	*rc = bfs_layout_file_size(p->layout, p->order, b->e, b->k, &b->size);
+	if (*rc) {
+		free(b);
+		return NULL;
+	}
 	b->map_size = (b->size + 4095) & ~(uint64_t)4095;
 	b->state = B_QUEUED;
 	b->in_table = true;
@@ -304,7 +310,7 @@ static int gather(struct bfs_pool *p, struct bfs_batch *b, uint64_t **idx,
 		return rc;
 	bfs_dataset_advise(p->ds, *idx, b->rows);
 	return bfs_layout_fill(p->layout, p->ds, b->e, b->k, *idx, b->rows,
-			       b->buf);
+			       b->size, b->buf);
 }
 
 /* Pick the next batch to gather and reserve its budget; NULL = stop. [L] */
@@ -557,6 +563,7 @@ void bfs_pool_destroy(struct bfs_pool *p)
 static void schedule(struct bfs_pool *p, uint64_t pos)
 {
 	uint64_t from = pos + 1, to = pos + 1 + p->o.prefetch;
+	int rc;
 
 	if (to > p->total)
 		to = p->total;
@@ -566,7 +573,7 @@ static void schedule(struct bfs_pool *p, uint64_t pos)
 	if (p->pf_upto > from && p->pf_upto <= to)
 		from = p->pf_upto;
 	for (uint64_t q = from; q < to; q++)
-		if (!find(p, q) && !batch_new(p, q, false))
+		if (!find(p, q) && !batch_new(p, q, false, &rc))
 			break;
 	if (to > p->pf_upto)
 		p->pf_upto = to;
@@ -626,17 +633,15 @@ static int acquire(struct bfs_pool *p, uint64_t e, uint64_t k, bool prefetch,
 	pthread_mutex_lock(&p->lock);
 	b = find(p, pos);
 	if (!b) {
-		b = batch_new(p, pos, true);
+		b = batch_new(p, pos, true, &rc);
 		p->st.prefetch_misses++;
 	} else {
 		note_demand(p, b);
 	}
 	if (prefetch)
 		schedule(p, pos);
-	if (!b) {
-		rc = -ENOMEM;
+	if (!b)
 		goto out_unlock;
-	}
 	b->refs++;
 	while (b->state == B_QUEUED || b->state == B_BUSY) {
 		if (pthread_cond_timedwait(&p->ready, &p->lock, &dl) ==

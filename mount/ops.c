@@ -801,7 +801,11 @@ static void read_zc(fuse_req_t req, struct bfs_mount *m, struct bfs_handle *h,
 static int open_batch(struct bfs_mount *m, struct bfs_handle *h, fuse_ino_t ino,
 		      struct fuse_file_info *fi)
 {
-	h->size = bfs_tree_batch_size(m->tree, h->node.epoch, h->node.batch);
+	int rc = bfs_tree_batch_size(m->tree, h->node.epoch, h->node.batch,
+				     &h->size);
+
+	if (rc)
+		return rc;
 	if (m->serve == BFS_SERVE_DIRECT) {
 		fi->direct_io = 1;
 		return zc_open(m, h);
