@@ -669,21 +669,24 @@ uint64_t bfs_layout_header_dims(const struct bfs_layout *l, uint64_t e,
 	return data;
 }
 
+static uint8_t *put_le64(uint8_t *p, uint64_t v)
+{
+	for (int b = 0; b < 8; b++)
+		*p++ = (uint8_t)(v >> (8 * b));
+	return p;
+}
+
 /* NAME.lengths (offsets 0) or NAME.offsets (1) of spans sp into p. */
 static void put_counts(uint8_t *p, const struct bfs_span *sp, uint64_t rows,
 		       int offsets)
 {
 	uint64_t at = 0;
 
-	for (uint64_t i = 0; i <= rows; i++) {
-		uint64_t v = offsets ? at : sp[i].len;
-
-		if (i == rows && !offsets)
-			break;
-		for (int b = 0; b < 8; b++)
-			*p++ = (uint8_t)(v >> (8 * b));
-		if (i < rows)
-			at += sp[i].len;
+	if (offsets)
+		p = put_le64(p, 0);
+	for (uint64_t i = 0; i < rows; i++) {
+		at += sp[i].len;
+		p = put_le64(p, offsets ? at : sp[i].len);
 	}
 }
 
