@@ -254,6 +254,24 @@ int bfs_npy_parse(const uint8_t *buf, size_t len, const char *label,
 	return 0;
 }
 
+int bfs_npy_parse_exact(const uint8_t *p, uint64_t len, const char *label,
+			struct bfs_npy *out, struct bfs_error *err)
+{
+	int rc = bfs_npy_parse(p, (size_t)len, label, out, err);
+
+	if (rc == -EAGAIN)
+		return bfs_error_set(err, -EINVAL, label, len,
+				     "truncated .npy header");
+	if (rc)
+		return rc;
+	if (len - out->data_off != out->data_bytes)
+		return bfs_error_set(err, -EINVAL, label, out->data_off,
+				     ".npy data holds %" PRIu64
+				     " bytes, its shape needs %" PRIu64,
+				     len - out->data_off, out->data_bytes);
+	return 0;
+}
+
 int bfs_npy_read_header(int fd, const char *label, struct bfs_npy *out,
 			struct bfs_error *err)
 {

@@ -38,6 +38,13 @@ struct bfs_npy {
 int bfs_npy_parse(const uint8_t *buf, size_t len, const char *label,
 		  struct bfs_npy *out, struct bfs_error *err);
 
+/* [p, p+len) is one whole .npy file (a file's mapping, an .npz member):
+ * its header, then exactly the data the header describes. Returns 0, or
+ * -EINVAL with 'err' naming 'label' (a truncated header or data, bytes
+ * after the data, and every refusal of bfs_npy_parse). */
+int bfs_npy_parse_exact(const uint8_t *p, uint64_t len, const char *label,
+			struct bfs_npy *out, struct bfs_error *err);
+
 /* Read and parse the header of the open file 'fd' (from offset 0, with
  * pread; the file position is not used). Also checks that the file holds
  * exactly data_off + data_bytes bytes. Returns 0 or -errno with 'err'. */

@@ -45,18 +45,10 @@ static int npy_tensor(struct bfs_source *s, size_t file, const uint8_t *p,
 	struct bfs_source_tensor *t;
 	struct bfs_npy h;
 	char *store = NULL;
-	int rc = bfs_npy_parse(p, (size_t)len, label, &h, err);
+	int rc = bfs_npy_parse_exact(p, len, label, &h, err);
 
-	if (rc == -EAGAIN)
-		return bfs_error_set(err, -EINVAL, label, len,
-				     "truncated .npy header");
 	if (rc)
 		return rc;
-	if (len - h.data_off != h.data_bytes)
-		return bfs_error_set(err, -EINVAL, label, h.data_off,
-				     ".npy data holds %" PRIu64
-				     " bytes, its shape needs %" PRIu64,
-				     len - h.data_off, h.data_bytes);
 	if (asprintf(&store, "'%s'", label) < 0)
 		return -ENOMEM;
 	rc = bfs_source_tensor_new(s, name, store, &t, err);
