@@ -621,13 +621,13 @@ static int zc_open(struct bfs_mount *m, struct bfs_handle *h)
 {
 	const struct bfs_layout *l = &m->layout;
 	uint64_t e = h->node.epoch, k = h->node.batch;
-	uint64_t rows = bfs_order_batch_rows(m->order, k);
-	uint64_t data = bfs_layout_data_offset(l, e, k, rows);
+	uint64_t rows = bfs_order_batch_rows(m->order, k), data;
 	struct zc *z;
 	int rc = 0;
 
 	if (!m->zero_copy || zc_worst_slices(l, rows) > ZC_MAX_IOV)
 		return 0;
+	data = bfs_layout_data_offset(l, e, k, rows); /* no ragged field */
 	z = malloc(sizeof(*z) + data + 8 + rows * sizeof(uint64_t) * 2 +
 		   l->nfields * rows * sizeof(void *));
 	if (!z)
