@@ -571,7 +571,8 @@ int bfs_dataset_open_parts(struct bfs_dataset **out,
 	if (!ds)
 		return -ENOMEM;
 	ds->shards = calloc(nsources, sizeof(*ds->shards));
-	if (!ds->shards)
+	ds->ctr = calloc(1, sizeof(*ds->ctr));
+	if (!ds->shards || !ds->ctr)
 		goto err_close;
 	for (size_t i = 0; i < nsources; i++) {
 		struct shard *sh = &ds->shards[i];
@@ -636,6 +637,7 @@ void bfs_dataset_close(struct bfs_dataset *ds)
 		free(ds->fields[i].name);
 	free(ds->fields);
 	free(ds->shards);
+	free(ds->ctr);
 	free(ds);
 }
 

@@ -16,6 +16,7 @@
 #ifndef BFS_DATASET_H
 #define BFS_DATASET_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -150,5 +151,23 @@ int bfs_dataset_check(const struct bfs_dataset *ds, const uint64_t *idx,
  * advised: that needs their offsets). Best effort, never fails. */
 void bfs_dataset_advise(const struct bfs_dataset *ds, const uint64_t *idx,
 			size_t n);
+
+/* Bytes of all archives (their mapped sizes). */
+uint64_t bfs_dataset_bytes(const struct bfs_dataset *ds);
+
+/* Read every archive into the page cache and map its pages, in order and
+ * in large windows (sequential reads at disk speed, and no page fault on
+ * the first touch of a row later), until done or *stop is set. For data
+ * that fits in memory; best effort, never fails. Thread-safe. */
+void bfs_dataset_warm(const struct bfs_dataset *ds, const atomic_bool *stop);
+
+/* Read-ahead counters. */
+struct bfs_dataset_stats {
+	uint64_t warm_bytes;	/* read in by bfs_dataset_warm */
+	uint64_t rows_resident; /* rows advise found in memory already */
+	uint64_t rows_advised;	/* rows advise asked the kernel to read */
+};
+void bfs_dataset_stats(const struct bfs_dataset *ds,
+		       struct bfs_dataset_stats *out);
 
 #endif

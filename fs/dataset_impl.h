@@ -3,8 +3,9 @@
  * (rows, ragged spans, the SIGBUS guard, advice). Not a public header.
  *
  * Invariants after bfs_dataset_open: everything here is immutable except
- * the advise words (relaxed atomics, only hints), so the gather side is
- * thread-safe without locks. */
+ * the advise words and the read-ahead counters (relaxed atomics, only
+ * hints and statistics), so the gather side is thread-safe without
+ * locks. */
 #ifndef BFS_DATASET_IMPL_H
 #define BFS_DATASET_IMPL_H
 
@@ -50,6 +51,11 @@ struct bfs_dataset {
 	size_t nragged; /* fields with ragged set */
 	uint64_t samples;
 	uint64_t meta_bytes; /* metadata charged so far (the budget) */
+	/* Read-ahead counters, the one part of a dataset that changes
+	 * (relaxed atomics: statistics only). */
+	struct counters {
+		_Atomic uint64_t warm_bytes, rows_resident, rows_advised;
+	} * ctr;
 };
 
 /* The shard holding global sample 'g' (binary search). */

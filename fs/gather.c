@@ -5,14 +5,10 @@
  * its simplified per-row strides (fs/dataset.c binds them). A C-contiguous
  * row is one memcpy; anything else (a strided view, a Fortran-order .npy)
  * walks the dims with an odometer (no recursion), copying runs of the
- * innermost dim. Big-endian data is swapped in the destination. Cost
- * (tests/bin/gather_bench: one thread, random rows, resident): the copy is
- * bound by memory latency (88 % of the time inside memcpy; 784-byte rows
- * 5.5 M, 256-byte rows 16 M, int64 rows 56-60 M rows per CPU-second). The
- * per-call fstat + sigaction below cost under 1 %, so they stay per call;
- * software prefetch of the rows 4, 8 or 16 ahead was measured and gained
- * nothing beyond noise (3 %), so there is none. 4- and 8-byte rows (scalar
- * labels) are copied inline (was 45-52 M rows/s via the libc call).
+ * innermost dim. Big-endian data is swapped in the destination. The copy
+ * is bound by memory latency; software prefetch gained nothing
+ * measurable, 4- and 8-byte rows (scalar labels) are copied inline
+ * (fs/README.md: the gather, with the figures).
  *
  * Ragged fields: a sample's span (start, len) in NAME.values comes from
  * two adjacent offsets; bfs_dataset_spans reads them once per batch and
@@ -33,32 +29,32 @@
  * default action).
  *
  * Advise: madvise(MADV_WILLNEED) starts reads of cold rows ahead of the
- * gather; on rows already in the page cache it is pure cost. Per-row
- * madvise of resident 784-byte rows ran at 2.2 M rows/s (0.24 us per
- * call, two fields per row) and was 42 % of the daemon's CPU on the
- * small-row benchmark. So each mapping keeps one word per 2 MiB CHUNK:
- * the first time a row of a chunk is advised (and again once the answer
- * is older than WINDOW = 1 s) one mincore() over the chunk says whether
- * all its pages are resident (11 us per chunk with page tables empty,
- * 1.1 us populated: ~6 ms a second for 1.1 GB, under 1 % of a core).
- * Rows in resident chunks are not advised; rows in other chunks are, as
- * before (coalesced page ranges), so cold data is still read ahead, and
- * a chunk that was evicted is advised again within a window. Measured
- * with tests/bin/gather_bench (1.4 M x 784 B rows + int64, one thread,
- * resident): advise 2.2 -> 90 M rows/s, advise + gather 1.45 -> 5.3-6.0
- * M rows/s (256-byte rows: 3.0 -> 14.5); end to end (batch 256, shuffled,
- * one epoch through a mount) 0.64 -> 1.20 GB/s and daemon CPU 2.47 ->
- * 0.75 s per epoch (push mode), 0.64 -> 1.13 GB/s, 1.42 -> 0.64 s (direct).
+ * gather; on rows already in the page cache it is pure cost (it once took
+ * 42 % of the daemon's CPU). So each mapping keeps one word per 2 MiB
+ * CHUNK: the first time a row of a chunk is advised (and again once the
+ * answer is older than WINDOW = 1 s) one mincore() over the chunk says
+ * whether all its pages are resident; rows in resident chunks are not
+ * advised, rows in other chunks are (coalesced page ranges), so cold data
+ * is still read ahead, and an evicted chunk is advised again within a
+ * window (fs/README.md: read-ahead of cold rows, with the figures).
+ *
+ * Warm: bfs_dataset_warm reads whole files that fit in memory, in order
+ * and in large windows, with MADV_POPULATE_READ: the kernel reads them
+ * sequentially (a cold epoch at disk speed rather than at the device's
+ * random-read rate) and maps every page, so no row costs a page fault on
+ * its first touch (the first epoch as fast as later ones).
  *
  * Thread-safety: the dataset is immutable after open except for the
- * advise words (relaxed atomics, only hints). The other mutable state is
- * the thread-local jump-buffer pointer and the previous SIGBUS action
- * (under guard_lock). */
+ * advise words and the read-ahead counters (relaxed atomics, only hints
+ * and statistics). The other mutable state is the thread-local
+ * jump-buffer pointer and the previous SIGBUS action (under guard_lock). */
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -78,6 +74,10 @@
 #define TICK_NS	  125000000ull /* 1/8 s */
 #define TICK_MASK 0x7fffffffu
 #define WINDOW	  8u /* ticks: 1 s */
+
+/* bfs_dataset_warm reads files in windows of this size, checking for a
+ * stop between them. */
+#define WARM_WINDOW ((uint64_t)32 << 20)
 
 size_t bfs_dataset_shard_of(const struct bfs_dataset *ds, uint64_t g)
 {
@@ -631,8 +631,14 @@ void bfs_dataset_advise(const struct bfs_dataset *ds, const uint64_t *idx,
 			uintptr_t e = a + b->span;
 			a &= ~mask;
 			e = (e + mask) & ~mask;
-			if (range_resident(sh, b->file, a, e, tick, pg))
+			if (range_resident(sh, b->file, a, e, tick, pg)) {
+				atomic_fetch_add_explicit(
+				    &ds->ctr->rows_resident, 1,
+				    memory_order_relaxed);
 				continue;
+			}
+			atomic_fetch_add_explicit(&ds->ctr->rows_advised, 1,
+						  memory_order_relaxed);
 			if (hi && a <= hi && e >= lo) {
 				lo = a < lo ? a : lo;
 				hi = e > hi ? e : hi;
@@ -646,4 +652,56 @@ void bfs_dataset_advise(const struct bfs_dataset *ds, const uint64_t *idx,
 		if (hi)
 			madvise((void *)lo, hi - lo, MADV_WILLNEED);
 	}
+}
+
+uint64_t bfs_dataset_bytes(const struct bfs_dataset *ds)
+{
+	uint64_t n = 0;
+
+	for (size_t i = 0; i < ds->nshards; i++)
+		for (size_t f = 0; f < ds->shards[i].src->nfiles; f++)
+			n += ds->shards[i].src->files[f].size;
+	return n;
+}
+
+/* Read file fl in, window by window, until done or *stop. 0 or 1 when
+ * stopped. */
+static int warm_file(const struct bfs_dataset *ds,
+		     const struct bfs_source_file *fl, const atomic_bool *stop)
+{
+	for (uint64_t off = 0; fl->fd >= 0 && off < fl->size;
+	     off += WARM_WINDOW) {
+		uint64_t len =
+		    fl->size - off < WARM_WINDOW ? fl->size - off : WARM_WINDOW;
+
+		if (atomic_load(stop))
+			return 1;
+		/* Faults the pages in, in order (the kernel reads ahead
+		 * sequentially) and maps them; a shrunk file fails with
+		 * EFAULT, no signal. Older kernels: just read ahead. */
+		if (madvise((void *)(fl->map + off), (size_t)len,
+			    MADV_POPULATE_READ) < 0 &&
+		    errno == EINVAL)
+			posix_fadvise(fl->fd, (off_t)off, (off_t)len,
+				      POSIX_FADV_WILLNEED);
+		atomic_fetch_add_explicit(&ds->ctr->warm_bytes, len,
+					  memory_order_relaxed);
+	}
+	return 0;
+}
+
+void bfs_dataset_warm(const struct bfs_dataset *ds, const atomic_bool *stop)
+{
+	for (size_t i = 0; i < ds->nshards; i++)
+		for (size_t f = 0; f < ds->shards[i].src->nfiles; f++)
+			if (warm_file(ds, &ds->shards[i].src->files[f], stop))
+				return;
+}
+
+void bfs_dataset_stats(const struct bfs_dataset *ds,
+		       struct bfs_dataset_stats *out)
+{
+	out->warm_bytes = atomic_load(&ds->ctr->warm_bytes);
+	out->rows_resident = atomic_load(&ds->ctr->rows_resident);
+	out->rows_advised = atomic_load(&ds->ctr->rows_advised);
 }

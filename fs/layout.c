@@ -1,6 +1,6 @@
 /* fs/layout: batch file bytes as a pure function of (fields, e, k, the
- * batch's geometry, indices). See layout.h and fs/README.md, "The batch
- * file".
+ * batch's geometry, indices). See layout.h and fs/README.md (the batch
+ * file, ragged fields).
  *
  * Header JSON, exactly (keys in file order, no spaces but after ':' and ','
  * nowhere — compact), e.g.
@@ -8,8 +8,8 @@
  *    "images":{"dtype":"U8","shape":[256,3,32,32],"data_offsets":[0,786432]},
  *    ...}
  * then spaces up to the data offset. safetensors allows trailing 0x20
- * padding; leading padding is not allowed, so the JSON starts right after
- * the length.
+ * padding (fs/README.md: the batch file); leading padding is not allowed,
+ * so the JSON starts right after the length.
  *
  * dtypes: safetensors has no complex128 and no complex32 code, so a dataset
  * with such a field is refused at mount time (bfs_layout_init) rather than
@@ -39,6 +39,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/uio.h>
+#include <limits.h>
 
 #include "fs/log.h"
 #include "fs/safetensors.h"
@@ -756,5 +758,135 @@ int bfs_layout_fill(const struct bfs_layout *l, const struct bfs_dataset *ds,
 		p += entry_bytes(&l->fields[i], &d);
 	}
 	free(sp);
+	return rc;
+}
+
+uint64_t bfs_layout_mean_slice(const struct bfs_layout *l)
+{
+	size_t used = 0;
+
+	if (l->nragged) /* ragged batches are always gathered */
+		return 0;
+	for (size_t i = 0; i < l->nfields; i++)
+		used += l->fields[i].f->row_bytes != 0;
+	return used ? l->row_bytes / used : 0;
+}
+
+/* Slices on their way into a file with pwritev. */
+struct writer {
+	int fd;
+	uint64_t off; /* file offset of iov[0] */
+	struct iovec iov[IOV_MAX];
+	int cnt;
+	uint64_t pending; /* bytes in iov */
+};
+
+/* Write every pending slice (retrying short writes). A fault of the
+ * kernel's copy from a shrunk archive mapping is EFAULT: -EIO. */
+static int flush(struct writer *w)
+{
+	struct iovec *v = w->iov;
+	int cnt = w->cnt;
+
+	while (w->pending) {
+		ssize_t n = pwritev(w->fd, v, cnt, (off_t)w->off);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return n < 0 && errno != EFAULT ? -errno : -EIO;
+		w->off += (uint64_t)n;
+		w->pending -= (uint64_t)n;
+		while (cnt && (size_t)n >= v->iov_len) { /* a short write */
+			n -= (ssize_t)v->iov_len;
+			v++;
+			cnt--;
+		}
+		if (cnt) {
+			v->iov_base = (char *)v->iov_base + n;
+			v->iov_len -= (size_t)n;
+		}
+	}
+	w->cnt = 0;
+	return 0;
+}
+
+/* Append [p, p+len), merged with the last slice when adjacent; when the
+ * array is full, write it out first. */
+static int add(struct writer *w, const void *p, size_t len)
+{
+	struct iovec *last = w->cnt ? &w->iov[w->cnt - 1] : NULL;
+	int rc = 0;
+
+	if (last && (const char *)last->iov_base + last->iov_len == p) {
+		last->iov_len += len;
+		w->pending += len;
+		return 0;
+	}
+	if (w->cnt == IOV_MAX)
+		rc = flush(w);
+	w->iov[w->cnt].iov_base = (void *)p;
+	w->iov[w->cnt++].iov_len = len;
+	w->pending += len;
+	return rc;
+}
+
+int bfs_layout_pwrite(const struct bfs_layout *l, const struct bfs_dataset *ds,
+		      uint64_t e, uint64_t k, const uint64_t *idx,
+		      uint64_t rows, int fd)
+{
+	uint64_t data;
+	struct writer *w;
+	void *head;
+	int rc = 0;
+
+	if (l->nragged) /* rows not stored as served: gathered */
+		return -ENOTSUP;
+	data = bfs_layout_data_offset(l, e, k, rows);
+	w = malloc(sizeof(*w));
+	head = malloc((size_t)data);
+	if (!w || !head) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	for (size_t i = 0; i < l->nfields && !rc; i++) { /* all in place? */
+		const void *p;
+
+		for (uint64_t r = 0;
+		     r < rows && !rc && l->fields[i].f->row_bytes; r++)
+			rc = bfs_dataset_row(ds, l->fields[i].ds_index, idx[r],
+					     &p);
+	}
+	if (!rc)
+		rc = bfs_dataset_check(ds, idx, (size_t)rows);
+	if (rc)
+		goto out;
+	w->fd = fd;
+	w->off = 0;
+	w->cnt = 0;
+	w->pending = 0;
+	bfs_layout_header(l, e, k, rows, head);
+	rc = add(w, head, (size_t)data);
+	for (size_t i = 0; i < l->nfields && !rc; i++) {
+		const struct bfs_layout_field *lf = &l->fields[i];
+
+		for (uint64_t r = 0; r < rows && !rc && lf->f->row_bytes; r++) {
+			const void *p;
+
+			rc = bfs_dataset_row(ds, lf->ds_index, idx[r], &p);
+			if (!rc)
+				rc = add(w, p, (size_t)lf->f->row_bytes);
+		}
+	}
+	if (!rc)
+		rc = flush(w);
+	if (rc == -EIO)
+		bfs_log(BFS_LOG_ERR, "layout",
+			"epoch %llu batch %llu: an archive faulted while the "
+			"batch was written (truncated under us?)",
+			(unsigned long long)e, (unsigned long long)k);
+out:
+	free(head);
+	free(w);
 	return rc;
 }

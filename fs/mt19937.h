@@ -1,5 +1,5 @@
 /* fs/mt19937: torch's CPU generator (at::mt19937 inside CPUGeneratorImpl),
- * bit for bit (research/dataloader-spec.md §2).
+ * bit for bit (fs/README.md: the order engine).
  *
  * The engine is the reference MT19937 with torch's state bookkeeping
  * ('left' counts down to the next twist, 'next' indexes the state), so a

@@ -1,4 +1,4 @@
-/* fs/npy: NumPy .npy headers (fs/README.md, "Sources").
+/* fs/npy: NumPy .npy headers (format versions 1-3; fs/README.md: sources).
  *
  * The header is a Python dict literal such as
  *   {'descr': '<f4', 'fortran_order': False, 'shape': (3, 4), }

@@ -1,5 +1,5 @@
-/* fs/npy: the NumPy .npy header (fs/README.md, "Sources"), parsed from
- * untrusted bytes and written in numpy's own layout.
+/* fs/npy: the NumPy .npy header (format versions 1-3; fs/README.md:
+ * sources), parsed from untrusted bytes and written in numpy's own layout.
  *
  * Only what batchfs needs: one array, a dtype batchfs knows (fs/dtype.h),
  * C or Fortran order (the caller says whether it can use the latter). The

@@ -1,5 +1,5 @@
 /* fs/order: PyTorch's samplers and DataLoader generator consumption, bit
- * for bit (research/dataloader-spec.md §1-2).
+ * for bit (fs/README.md: the order engine).
  *
  * Model. Every epoch is iterated with a fresh DataLoader iterator to its
  * end. The sampler's generator G (manual_seed(seed), or set_state(blob))
@@ -108,6 +108,50 @@ struct bfs_order {
 	uint64_t clock;
 	struct slot slots[BFS_ORDER_SLOTS];
 };
+
+enum bfs_sampler bfs_order_sampler_for(const struct bfs_order_request *r)
+{
+	if (r->subset)
+		return BFS_SAMPLER_SUBSET;
+	if (r->weights)
+		return BFS_SAMPLER_WEIGHTED;
+	if (r->distributed)
+		return BFS_SAMPLER_DISTRIBUTED;
+	if (r->shuffle || r->replacement || r->num_samples)
+		return BFS_SAMPLER_RANDOM;
+	return BFS_SAMPLER_SEQUENTIAL;
+}
+
+const char *bfs_order_sampler_name(enum bfs_sampler s)
+{
+	static const char *const names[] = {
+	    [BFS_SAMPLER_SEQUENTIAL] = "sequential",
+	    [BFS_SAMPLER_RANDOM] = "random",
+	    [BFS_SAMPLER_SUBSET] = "subset_random",
+	    [BFS_SAMPLER_WEIGHTED] = "weighted_random",
+	    [BFS_SAMPLER_DISTRIBUTED] = "distributed",
+	};
+	return (unsigned)s <= BFS_SAMPLER_DISTRIBUTED ? names[s] : "?";
+}
+
+bool bfs_order_is_random(const struct bfs_order_request *r)
+{
+	enum bfs_sampler s = bfs_order_sampler_for(r);
+
+	return s != BFS_SAMPLER_SEQUENTIAL &&
+	       (s != BFS_SAMPLER_DISTRIBUTED || r->shuffle);
+}
+
+const char *bfs_order_seed_source(const struct bfs_order_request *r)
+{
+	if (!bfs_order_is_random(r))
+		return "unused";
+	if (bfs_order_sampler_for(r) == BFS_SAMPLER_DISTRIBUTED)
+		return r->have_seed ? "--seed" : "default";
+	if (r->generator_state)
+		return "--generator-state";
+	return r->have_seed ? "--seed" : "getrandom";
+}
 
 static int invalid(struct bfs_error *err, const char *fmt, uint64_t v)
 {

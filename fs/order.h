@@ -1,6 +1,6 @@
 /* fs/order: which samples form batch K of epoch N — PyTorch's samplers and
  * DataLoader generator consumption, bit for bit
- * (research/dataloader-spec.md §1-2).
+ * (fs/README.md: the order engine).
  *
  * Epoch N's order is a pure function of (options, N): any batch of any epoch
  * is directly addressable. */
@@ -53,6 +53,36 @@ struct bfs_order_opts {
 };
 
 struct bfs_order;
+
+/* What a command line asked for, in DataLoader's terms. */
+struct bfs_order_request {
+	bool shuffle;	      /* shuffle=True (RandomSampler, or shuffled
+			       * DistributedSampler) */
+	bool replacement;     /* RandomSampler(replacement=True) */
+	uint64_t num_samples; /* RandomSampler/WeightedRandomSampler M */
+	bool subset;	      /* SubsetRandomSampler(indices) */
+	bool weights;	      /* WeightedRandomSampler(weights) */
+	bool distributed;     /* DistributedSampler (a world size given) */
+	bool have_seed;	      /* a seed was given */
+	bool generator_state; /* a generator state was given */
+};
+
+/* The one sampler PyTorch would use for r (a subset or weights win, then
+ * distributed, then any random option, else sequential). */
+enum bfs_sampler bfs_order_sampler_for(const struct bfs_order_request *r);
+
+/* "sequential", "random", "subset_random", "weighted_random",
+ * "distributed". */
+const char *bfs_order_sampler_name(enum bfs_sampler s);
+
+/* Whether the order of r is random at all. */
+bool bfs_order_is_random(const struct bfs_order_request *r);
+
+/* Where the seed of r comes from: "unused" (no generator is drawn from),
+ * "default" (DistributedSampler's 0), "--generator-state", "--seed", or
+ * "getrandom" (a random sampler with no seed: the caller draws one and
+ * reports it, as torch draws one from its global generator). */
+const char *bfs_order_seed_source(const struct bfs_order_request *r);
 
 /* Validate options (as PyTorch would: batch_size > 0, num_samples > 0,
  * rank < world_size, indices within n, weights finite and >= 0 ...) and

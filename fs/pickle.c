@@ -1,5 +1,5 @@
 /* fs/pickle: a restricted, iterative pickle VM for torch.save's data.pkl
- * (research/torch-format.md §2), modelled on torch's weights_only loader.
+ * (fs/README.md: the pickle), modelled on torch's weights_only loader.
  * This file is the VM: values, the stack, the memo, containers and the
  * opcode loop. What torch.save's objects mean (the allowlisted globals,
  * storages, tensors, the result) is fs/pickle_torch.c; the two share the

@@ -1,5 +1,5 @@
 /* fs/pickle: a restricted pickle VM for torch.save's data.pkl, modelled on
- * torch.load(weights_only=True) (research/torch-format.md §2.6).
+ * torch.load(weights_only=True) (fs/README.md: the pickle).
  *
  * It never executes anything: GLOBALs are looked up in a static allowlist,
  * REDUCE is only interpreted for the allowlisted callables. The result is the

@@ -1,5 +1,5 @@
 /* fs/pickle_torch: what the objects of torch.save's data.pkl mean, for the
- * VM of fs/pickle.c (research/torch-format.md §2): the allowlisted globals,
+ * VM of fs/pickle.c (fs/README.md: the pickle): the allowlisted globals,
  * persistent ids (storages), tensor rebuilds, REDUCE and BUILD, and the
  * result (the top-level container's tensors).
  *

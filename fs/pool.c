@@ -3,31 +3,47 @@
  * Model. Every batch the pool knows is a 'struct bfs_batch' in a hash
  * table keyed by pos = e * len + k. States:
  *   QUEUED  on the work queue (demand at the head, prefetch at the tail)
- *   BUSY    a worker is gathering it; its buffer counts against the budget
+ *   BUSY    a worker is gathering it; its storage counts against the budget
  *   READY   bytes valid; on the LRU list while in the table
  *   FAILED  the gather failed; 'err' says why (removed from the table)
- * A batch leaves the table when it was read to its end (bfs_pool_served)
- * or pushed whole into the kernel's page cache (bfs_pool_pushed),
- * when it is evicted (LRU, idle = no reference) for room, or when it
- * failed. It is freed when it is out of the table and has no reference, so
- * a buffer in use by a read is never freed.
+ * A batch leaves the table when its user drops it (bfs_pool_drop: read to
+ * its end, or pushed whole into the kernel's page cache), at the release
+ * of its last reference when asked (bfs_pool_release_last: passthrough
+ * files), when it is evicted (LRU, idle = no reference) for room, or when
+ * it failed. It is freed when it is out of the table and has no
+ * reference, so storage in use by a reader is never freed.
  *
- * Budget. cache_bytes = bytes of all allocated buffers (BUSY or READY, in
- * the table or still referenced). Before a gather the worker makes room by
- * evicting idle READY batches, least recently used first; a prefetch only
- * evicts batches behind it in the stream, and is dropped when that is not
- * enough. A demanded batch is gathered even when the budget cannot hold it
- * (a batch larger than the budget works, alone), so memory is bounded by
- * budget + the batches readers hold at this instant. Freed buffers are
- * kept as spares (at most workers + prefetch + 1, i.e. no more than were
- * alive at once; counted in cache_bytes) and reused for batches of the
- * same size or smaller; they are the first thing dropped for room. A
- * fresh buffer costs a page fault and a zeroed page per 4 KiB on its
- * first gather (buffers_mapped counts them).
+ * Storage. Anonymous page-aligned buffers, or (opts.memfd, passthrough)
+ * one fresh memfd per batch, written at the gather either with pwritev
+ * straight from the archive mapping (rows stored as served, big ones) or
+ * gathered into the worker's reused buffer and written with one pwrite
+ * (measurements: fs/README.md). A memfd is never reused: a reader's
+ * mapping of it outlives the batch.
+ *
+ * Budget. cache_bytes = bytes of all storage (BUSY or READY, in the table
+ * or still referenced; memfds count their pages, shmem_bytes). Before a
+ * gather the worker makes room by evicting idle READY batches, least
+ * recently used first; a prefetch only evicts batches behind it in the
+ * stream, and is dropped when that is not enough. A demanded batch is
+ * gathered even when the budget cannot hold it (a batch larger than the
+ * budget works, alone), so memory is bounded by budget + the batches
+ * readers hold at this instant. Freed anonymous buffers are kept as spares
+ * (at most workers + prefetch + 1, i.e. no more than were alive at once;
+ * counted in cache_bytes) and reused for batches of the same size or
+ * smaller; they are the first thing dropped for room. A fresh buffer costs
+ * a page fault and a zeroed page per 4 KiB on its first gather
+ * (buffers_mapped counts them).
  *
  * Prefetch. Each acquire of position pos queues pos+1 .. pos+prefetch
  * (across epochs, below 'epochs'), skipping what the table already holds
- * and what an earlier acquire already scheduled (pf_upto).
+ * and what an earlier acquire already scheduled (pf_upto). bfs_pool_advise
+ * walks the same window but only reads ahead (madvise), for batches served
+ * from the archive itself.
+ *
+ * Hooks. on_ready runs on the worker after a gather, before the batch is
+ * READY (so whatever it prepares, e.g. a backing id, is there before any
+ * reader sees the batch); on_free runs under the lock when a batch with a
+ * tag is freed.
  *
  * Lock order: one mutex (p->lock) protects every field marked [L] and every
  * batch's state/refs/links. Workers drop it while gathering. There is no
@@ -40,10 +56,12 @@
 #include "fs/pool.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdbool.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -63,6 +81,8 @@ struct bfs_batch {
 	uint64_t size;		 /* file size */
 	uint64_t map_size;	 /* size rounded to pages */
 	void *buf;		 /* mmap'd, page aligned; NULL until BUSY */
+	int fd;			 /* memfd batches (opts.memfd): else -1 */
+	_Atomic int tag;	 /* the user's (bfs_batch_tag), 0 = none */
 	enum bstate state;	 /* [L] */
 	int err;		 /* [L] when FAILED */
 	unsigned refs;		 /* [L] acquirers waiting or reading */
@@ -97,8 +117,12 @@ struct bfs_pool {
 	unsigned nspare;		 /* [L] */
 	struct bfs_pool_stats st;	 /* [L] */
 
+	bool slices; /* memfds written straight from the archive */
 	pthread_t *threads;
 	unsigned nthreads;
+	pthread_t warmer; /* reads the archives in at creation (warm) */
+	bool warming;
+	atomic_bool warm_stop;
 };
 
 static uint64_t now_ns(void)
@@ -163,7 +187,14 @@ static struct bfs_batch *find(struct bfs_pool *p, uint64_t pos)
  * fresh mapping. [L] */
 static void batch_free(struct bfs_pool *p, struct bfs_batch *b)
 {
-	if (b->buf) {
+	if (p->o.on_free && atomic_load(&b->tag))
+		p->o.on_free(p->o.hook_arg, b);
+	if (b->fd >= 0) { /* a memfd: never reused (mappings outlive it) */
+		close(b->fd);
+		p->st.cache_batches--;
+		p->st.cache_bytes -= b->map_size;
+		p->st.shmem_bytes -= b->map_size;
+	} else if (b->buf) {
 		p->st.cache_batches--;
 		if (p->nspare < MAX_SPARES &&
 		    p->nspare <= p->o.workers + p->o.prefetch) {
@@ -251,6 +282,7 @@ static struct bfs_batch *batch_new(struct bfs_pool *p, uint64_t pos,
 	}
 	b->map_size = (b->size + 4095) & ~(uint64_t)4095;
 	b->state = B_QUEUED;
+	b->fd = -1;
 	b->in_table = true;
 	b->demanded = demand;
 	b->hnext = *pp;
@@ -289,28 +321,133 @@ static bool make_room(struct bfs_pool *p, uint64_t need, uint64_t limit)
 	return p->st.cache_bytes + need <= p->o.budget_bytes;
 }
 
-/* Gather b into its buffer, without the lock. Returns 0 or -errno. */
-static int gather(struct bfs_pool *p, struct bfs_batch *b, uint64_t **idx,
-		  uint64_t *idx_cap)
+/* What one worker keeps from one gather to the next. */
+struct worker {
+	uint64_t *idx; /* the batch's sample indices */
+	uint64_t idx_cap;
+	void *scratch; /* memfd batches written in one pwrite: gathered here */
+	size_t scratch_len;
+};
+
+/* Room for n bytes in w->scratch (anonymous memory, reused). */
+static int scratch_fit(struct worker *w, uint64_t n)
 {
+	if (n <= w->scratch_len)
+		return 0;
+	if (w->scratch)
+		munmap(w->scratch, w->scratch_len);
+	w->scratch_len = (size_t)((n + 4095) & ~(uint64_t)4095);
+	w->scratch = mmap(NULL, w->scratch_len, PROT_READ | PROT_WRITE,
+			  MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (w->scratch != MAP_FAILED)
+		return 0;
+	w->scratch = NULL;
+	w->scratch_len = 0;
+	return -ENOMEM;
+}
+
+/* All of [buf, buf+n) into fd at offset 0. */
+static int write_all(int fd, const uint8_t *buf, uint64_t n)
+{
+	for (uint64_t done = 0; done < n;) {
+		ssize_t w =
+		    pwrite(fd, buf + done, (size_t)(n - done), (off_t)done);
+
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			return w < 0 ? -errno : -EIO;
+		done += (uint64_t)w;
+	}
+	return 0;
+}
+
+/* Ask the kernel to read the rows of position pos ahead (madvise of the
+ * rows not resident): workers keep this window one prefetch window ahead
+ * of their gathers, so cold rows arrive before a gather needs them.
+ * Without the lock; w->idx is free between gathers. */
+static void advise_ahead(struct bfs_pool *p, uint64_t pos, struct worker *w)
+{
+	uint64_t k = pos % (p->len ? p->len : 1);
+	uint64_t rows = bfs_order_batch_rows(p->order, k);
+
+	if (pos >= p->total || rows > w->idx_cap ||
+	    bfs_order_batch(p->order, pos / p->len, k, w->idx) < 0)
+		return;
+	bfs_dataset_advise(p->ds, w->idx, rows);
+}
+
+/* b's storage: a fresh anonymous buffer (unless a spare was taken) or a
+ * fresh memfd; *fresh says one was made. Without the lock. */
+static int make_storage(struct bfs_pool *p, struct bfs_batch *b, bool *fresh)
+{
+	*fresh = false;
+	if (p->o.memfd) {
+		b->fd = memfd_create("batchfs-batch",
+				     MFD_CLOEXEC | MFD_ALLOW_SEALING);
+		*fresh = b->fd >= 0;
+		return b->fd >= 0 ? 0 : -errno;
+	}
+	if (b->buf)
+		return 0;
+	b->buf = mmap(NULL, b->map_size, PROT_READ | PROT_WRITE,
+		      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (b->buf == MAP_FAILED) {
+		b->buf = NULL;
+		return -ENOMEM;
+	}
+	*fresh = true;
+	return 0;
+}
+
+/* Gather b into its storage, without the lock. Returns 0 or -errno. */
+static int gather(struct bfs_pool *p, struct bfs_batch *b, struct worker *w)
+{
+	const struct bfs_layout *l = p->layout;
 	int rc;
 
 	if (p->o.debug_delay_ms)
 		usleep(p->o.debug_delay_ms * 1000u);
-	if (b->rows > *idx_cap) {
-		uint64_t *n = realloc(*idx, b->rows * sizeof(**idx));
+	if (b->rows > w->idx_cap) {
+		uint64_t *n = realloc(w->idx, b->rows * sizeof(*w->idx));
 
 		if (!n)
 			return -ENOMEM;
-		*idx = n;
-		*idx_cap = b->rows;
+		w->idx = n;
+		w->idx_cap = b->rows;
 	}
-	rc = bfs_order_batch(p->order, b->e, b->k, *idx);
+	rc = bfs_order_batch(p->order, b->e, b->k, w->idx);
 	if (rc < 0)
 		return rc;
-	bfs_dataset_advise(p->ds, *idx, b->rows);
-	return bfs_layout_fill(p->layout, p->ds, b->e, b->k, *idx, b->rows,
-			       b->size, b->buf);
+	bfs_dataset_advise(p->ds, w->idx, b->rows);
+	if (b->fd < 0)
+		return bfs_layout_fill(l, p->ds, b->e, b->k, w->idx, b->rows,
+				       b->size, b->buf);
+	if (p->slices) {
+		rc = bfs_layout_pwrite(l, p->ds, b->e, b->k, w->idx, b->rows,
+				       b->fd);
+		if (rc != -ENOTSUP)
+			return rc;
+	}
+	rc = scratch_fit(w, b->size);
+	if (!rc)
+		rc = bfs_layout_fill(l, p->ds, b->e, b->k, w->idx, b->rows,
+				     b->size, w->scratch);
+	return rc ? rc : write_all(b->fd, w->scratch, b->size);
+}
+
+/* Gather b; a memfd is then sealed: nobody (a reader mapping it through
+ * passthrough included) can change or resize a batch others read. */
+static int gather_sealed(struct bfs_pool *p, struct bfs_batch *b,
+			 struct worker *w)
+{
+	int rc = gather(p, b, w);
+
+	if (rc == 0 && b->fd >= 0 &&
+	    fcntl(b->fd, F_ADD_SEALS,
+		  F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) < 0)
+		rc = -errno;
+	return rc;
 }
 
 /* Pick the next batch to gather and reserve its budget; NULL = stop. [L] */
@@ -325,7 +462,7 @@ static struct bfs_batch *next_job(struct bfs_pool *p)
 			return NULL;
 		b = p->queue.head;
 		list_del(&p->queue, b);
-		if (take_spare(p, b)) { /* already counted in cache_bytes */
+		if (!p->o.memfd && take_spare(p, b)) { /* counted already */
 			b->state = B_BUSY;
 			p->st.cache_batches++;
 			return b;
@@ -357,23 +494,37 @@ static void put_ref(struct bfs_pool *p, struct bfs_batch *b)
 		make_room(p, 0, UINT64_MAX);
 }
 
-/* Run the on_ready callback for READY b, holding a reference and not the
- * lock. [L] on entry and exit. */
-static void ready_hook(struct bfs_pool *p, struct bfs_batch *b)
+/* The end of a gather of b: READY (the ready hook ran already) or
+ * FAILED, waiters woken. [L] */
+static void finish(struct bfs_pool *p, struct bfs_batch *b, int rc)
 {
-	if (!p->o.on_ready)
-		return;
-	b->refs++;
-	pthread_mutex_unlock(&p->lock);
-	p->o.on_ready(p->o.on_ready_arg, b, b->e, b->k);
-	pthread_mutex_lock(&p->lock);
-	put_ref(p, b);
+	if (rc == 0) {
+		b->state = B_READY;
+		p->st.batches_materialized++;
+		if (b->in_table)
+			list_push_head(&p->lru, b);
+		else if (b->refs == 0) /* dropped meanwhile (pushed ahead) */
+			batch_free(p, b);
+	} else {
+		bfs_log(BFS_LOG_ERR, "pool",
+			"epoch %llu batch %llu: gather failed: %s",
+			(unsigned long long)b->e, (unsigned long long)b->k,
+			strerror(-rc));
+		b->state = B_FAILED;
+		b->err = rc;
+		p->st.errors++;
+		if (b->in_table)
+			unlink_batch(p, b); /* frees if unreferenced */
+		else if (b->refs == 0)
+			batch_free(p, b);
+	}
+	pthread_cond_broadcast(&p->ready);
 }
 
 static void *worker_main(void *arg)
 {
 	struct bfs_pool *p = arg;
-	uint64_t *idx = NULL, idx_cap = 0;
+	struct worker w = {0};
 	sigset_t all;
 
 	/* Asynchronous signals belong to the FUSE loop; faults must stay
@@ -390,7 +541,7 @@ static void *worker_main(void *arg)
 	pthread_mutex_lock(&p->lock);
 	for (;;) {
 		struct bfs_batch *b = next_job(p);
-		bool fresh = false;
+		bool fresh;
 		uint64_t t0;
 		int rc;
 
@@ -398,49 +549,27 @@ static void *worker_main(void *arg)
 			break;
 		pthread_mutex_unlock(&p->lock);
 		t0 = now_ns();
-		if (!b->buf) {
-			b->buf = mmap(NULL, b->map_size, PROT_READ | PROT_WRITE,
-				      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-			if (b->buf == MAP_FAILED)
-				b->buf = NULL;
-			else
-				fresh = true;
-		}
-		rc = b->buf ? gather(p, b, &idx, &idx_cap) : -ENOMEM;
+		rc = make_storage(p, b, &fresh);
+		if (!rc)
+			rc = gather_sealed(p, b, &w);
+		advise_ahead(p, b->pos + p->o.prefetch + 1, &w);
+		if (!rc && p->o.on_ready) /* b is BUSY: nobody frees it */
+			p->o.on_ready(p->o.hook_arg, b, b->e, b->k);
 		pthread_mutex_lock(&p->lock);
 		p->st.buffers_mapped += fresh;
-		if (!b->buf) {
+		if (b->fd >= 0)
+			p->st.shmem_bytes += b->map_size;
+		else if (!b->buf) { /* no storage: the budget was reserved */
 			p->st.cache_bytes -= b->map_size;
 			p->st.cache_batches--;
 		}
 		p->st.worker_busy_ns += now_ns() - t0;
-		if (rc == 0) {
-			b->state = B_READY;
-			p->st.batches_materialized++;
-			if (b->in_table)
-				list_push_head(&p->lru, b);
-			pthread_cond_broadcast(&p->ready);
-			if (b->in_table || b->refs)
-				ready_hook(p, b); /* may drop the lock */
-			else
-				batch_free(p, b);
-		} else {
-			bfs_log(BFS_LOG_ERR, "pool",
-				"epoch %llu batch %llu: gather failed: %s",
-				(unsigned long long)b->e,
-				(unsigned long long)b->k, strerror(-rc));
-			b->state = B_FAILED;
-			b->err = rc;
-			p->st.errors++;
-			if (b->in_table)
-				unlink_batch(p, b); /* frees if unreferenced */
-			else if (b->refs == 0)
-				batch_free(p, b);
-		}
-		pthread_cond_broadcast(&p->ready);
+		finish(p, b, rc);
 	}
 	pthread_mutex_unlock(&p->lock);
-	free(idx);
+	free(w.idx);
+	if (w.scratch)
+		munmap(w.scratch, w.scratch_len);
 	return NULL;
 }
 
@@ -484,6 +613,52 @@ int bfs_pool_check_budget(const struct bfs_layout *l, uint64_t budget_bytes,
 	    BFS_POOL_OVER_BUDGET, human(c, sizeof(c), budget_bytes));
 }
 
+/* MemAvailable of /proc/meminfo in bytes; 0 when unknown. */
+static uint64_t mem_available(void)
+{
+	FILE *f = fopen("/proc/meminfo", "r");
+	unsigned long long kb = 0;
+	char line[128];
+
+	while (f && fgets(line, sizeof(line), f))
+		if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1)
+			break;
+	if (f)
+		fclose(f);
+	return (uint64_t)kb << 10;
+}
+
+static void *warmer_main(void *arg)
+{
+	struct bfs_pool *p = arg;
+	sigset_t all;
+
+	sigfillset(&all);
+	pthread_sigmask(SIG_BLOCK, &all, NULL); /* no fault can come here */
+	bfs_dataset_warm(p->ds, &p->warm_stop);
+	return NULL;
+}
+
+/* Read the archives in, in the background, when they fit in half the
+ * memory available (fs/README.md: cold epochs). */
+static void start_warmer(struct bfs_pool *p)
+{
+	uint64_t need = bfs_dataset_bytes(p->ds), avail = mem_available();
+
+	if (!p->o.warm)
+		return;
+	if (need > avail / 2) {
+		bfs_log(BFS_LOG_INFO, "pool",
+			"archives (%llu MiB) do not fit in half the memory "
+			"available (%llu MiB): read ahead batch by batch",
+			(unsigned long long)(need >> 20),
+			(unsigned long long)(avail >> 20));
+		return;
+	}
+	atomic_init(&p->warm_stop, false);
+	p->warming = pthread_create(&p->warmer, NULL, warmer_main, p) == 0;
+}
+
 int bfs_pool_create(struct bfs_pool **out, const struct bfs_dataset *ds,
 		    struct bfs_order *order, const struct bfs_layout *layout,
 		    const struct bfs_pool_opts *o)
@@ -503,6 +678,9 @@ int bfs_pool_create(struct bfs_pool **out, const struct bfs_dataset *ds,
 		p->o.workers = 1;
 	p->len = bfs_order_len(order);
 	p->total = p->len * o->epochs;
+	p->slices = o->memfd_write == BFS_POOL_WRITE_SLICES ||
+		    (o->memfd_write == BFS_POOL_WRITE_AUTO &&
+		     bfs_layout_mean_slice(layout) >= 4096);
 	p->st.cache_budget_bytes = o->budget_bytes;
 	p->st.workers = p->o.workers;
 	p->st.prefetch_depth = o->prefetch;
@@ -523,6 +701,7 @@ int bfs_pool_create(struct bfs_pool **out, const struct bfs_dataset *ds,
 		if (rc < 0)
 			goto err_destroy;
 	}
+	start_warmer(p);
 	*out = p;
 	return 0;
 err_destroy:
@@ -534,6 +713,10 @@ void bfs_pool_destroy(struct bfs_pool *p)
 {
 	if (!p)
 		return;
+	if (p->warming) {
+		atomic_store(&p->warm_stop, true);
+		pthread_join(p->warmer, NULL);
+	}
 	pthread_mutex_lock(&p->lock);
 	p->stop = true;
 	pthread_cond_broadcast(&p->work);
@@ -559,24 +742,58 @@ void bfs_pool_destroy(struct bfs_pool *p)
 	free(p);
 }
 
+/* The part of the prefetch window after 'pos' not scheduled yet, as
+ * [*from, *to), and record it scheduled. Continuing the window: only its
+ * new end. Behind it (a reader went back) or past it (a jump ahead): the
+ * whole window, where the caller skips what is already there. [L] */
+static void window(struct bfs_pool *p, uint64_t pos, uint64_t *from,
+		   uint64_t *to)
+{
+	*from = pos + 1;
+	*to = pos + 1 + p->o.prefetch;
+	if (*to > p->total)
+		*to = p->total;
+	if (p->pf_upto > *from && p->pf_upto <= *to)
+		*from = p->pf_upto;
+	if (*to > p->pf_upto)
+		p->pf_upto = *to;
+}
+
 /* Queue the prefetch window after 'pos'. [L] */
 static void schedule(struct bfs_pool *p, uint64_t pos)
 {
-	uint64_t from = pos + 1, to = pos + 1 + p->o.prefetch;
+	uint64_t from, to;
 	int rc;
 
-	if (to > p->total)
-		to = p->total;
-	/* Continuing the window: only its new end. Behind it (a reader
-	 * went back) or past it (a jump ahead): the whole window, where
-	 * find() skips what is already there. */
-	if (p->pf_upto > from && p->pf_upto <= to)
-		from = p->pf_upto;
+	window(p, pos, &from, &to);
 	for (uint64_t q = from; q < to; q++)
 		if (!find(p, q) && !batch_new(p, q, false, &rc))
 			break;
-	if (to > p->pf_upto)
-		p->pf_upto = to;
+}
+
+void bfs_pool_advise(struct bfs_pool *p, uint64_t e, uint64_t k)
+{
+	uint64_t from, to, n = 0;
+	uint64_t cap = bfs_order_batch_rows(p->order, 0);
+	uint64_t *idx;
+
+	if (k >= p->len || e >= p->o.epochs)
+		return;
+	pthread_mutex_lock(&p->lock);
+	window(p, e * p->len + k, &from, &to);
+	pthread_mutex_unlock(&p->lock);
+	idx = from < to ? malloc((cap ? cap : 1) * sizeof(*idx)) : NULL;
+	for (uint64_t q = from; idx && q < to; q++, n++) {
+		uint64_t kq = q % p->len;
+
+		if (bfs_order_batch(p->order, q / p->len, kq, idx) == 0)
+			bfs_dataset_advise(p->ds, idx,
+					   bfs_order_batch_rows(p->order, kq));
+	}
+	free(idx);
+	pthread_mutex_lock(&p->lock);
+	p->st.batches_advised += n;
+	pthread_mutex_unlock(&p->lock);
 }
 
 /* Log a read that timed out: epoch, batch and its first sample. Called
@@ -690,54 +907,44 @@ void bfs_pool_release(struct bfs_pool *p, struct bfs_batch *b)
 	pthread_mutex_unlock(&p->lock);
 }
 
-void bfs_pool_served(struct bfs_pool *p, struct bfs_batch *b, uint64_t bytes,
-		     bool last)
+void bfs_pool_release_last(struct bfs_pool *p, struct bfs_batch *b)
 {
+	if (!b)
+		return;
 	pthread_mutex_lock(&p->lock);
-	p->st.bytes_served += bytes;
-	if (last) {
-		p->st.batches_served++;
-		unlink_batch(p, b); /* b->refs > 0: freed at release */
-	}
+	if (b->refs == 1)
+		unlink_batch(p, b); /* b->refs > 0: freed by put_ref */
+	put_ref(p, b);
 	pthread_mutex_unlock(&p->lock);
 }
 
-void bfs_pool_pushed(struct bfs_pool *p, struct bfs_batch *b)
+void bfs_pool_drop(struct bfs_pool *p, struct bfs_batch *b)
 {
 	pthread_mutex_lock(&p->lock);
-	p->st.bytes_served += b->size;
-	p->st.batches_served++;
-	p->st.batches_pushed++;
-	unlink_batch(p, b); /* b->refs > 0: freed at release */
-	pthread_mutex_unlock(&p->lock);
-}
-
-void bfs_pool_note_hit(struct bfs_pool *p)
-{
-	pthread_mutex_lock(&p->lock);
-	p->st.prefetch_hits++;
-	pthread_mutex_unlock(&p->lock);
-}
-
-void bfs_pool_note_served(struct bfs_pool *p, uint64_t bytes, uint64_t batches)
-{
-	pthread_mutex_lock(&p->lock);
-	p->st.bytes_served += bytes;
-	p->st.batches_served += batches;
-	p->st.batches_zero_copy += batches;
-	pthread_mutex_unlock(&p->lock);
-}
-
-void bfs_pool_note_drops(struct bfs_pool *p, uint64_t n)
-{
-	pthread_mutex_lock(&p->lock);
-	p->st.page_cache_drops += n;
+	unlink_batch(p, b); /* BUSY or referenced: freed later */
 	pthread_mutex_unlock(&p->lock);
 }
 
 const void *bfs_batch_data(const struct bfs_batch *b)
 {
 	return b->buf;
+}
+
+int bfs_batch_fd(const struct bfs_batch *b)
+{
+	return b->fd;
+}
+
+int bfs_batch_tag(const struct bfs_batch *b)
+{
+	return atomic_load(&b->tag);
+}
+
+bool bfs_batch_set_tag(struct bfs_batch *b, int tag)
+{
+	int none = 0;
+
+	return atomic_compare_exchange_strong(&b->tag, &none, tag);
 }
 
 uint64_t bfs_batch_size(const struct bfs_batch *b)
@@ -747,7 +954,13 @@ uint64_t bfs_batch_size(const struct bfs_batch *b)
 
 void bfs_pool_stats(struct bfs_pool *p, struct bfs_pool_stats *out)
 {
+	struct bfs_dataset_stats d;
+
 	pthread_mutex_lock(&p->lock);
 	*out = p->st;
 	pthread_mutex_unlock(&p->lock);
+	bfs_dataset_stats(p->ds, &d);
+	out->readahead_bytes = d.warm_bytes;
+	out->rows_resident = d.rows_resident;
+	out->rows_advised = d.rows_advised;
 }

@@ -1,6 +1,6 @@
 /* fs/pool: worker threads that materialize batch files into page-aligned
- * buffers, prefetch ahead of the readers, and keep everything under one
- * byte budget (DESIGN.md §6).
+ * buffers or memfds, prefetch ahead of the readers, and keep everything
+ * under one byte budget (fs/README.md: the pool).
  *
  * A batch is addressed by its position pos = e * len + k in the stream of
  * all epochs (len = batches per epoch). */
@@ -23,39 +23,56 @@ struct bfs_pool_opts {
 	unsigned timeout_ms;	 /* longest wait of a read, > 0 */
 	uint64_t epochs;	 /* prefetch stays below epoch 'epochs' */
 	unsigned debug_delay_ms; /* sleep before each gather (tests only) */
-	/* Called by the worker, without the pool's lock, holding a reference
-	 * to b, right after a gather completes (b is READY). NULL: none. */
+	/* Batches live in fresh memfds (bfs_batch_fd), never reused: a
+	 * reader's mapping of one outlives it (passthrough). Otherwise in
+	 * anonymous memory (bfs_batch_data), reused through spares. */
+	bool memfd;
+	/* How a memfd batch is written: BFS_POOL_WRITE_* (see there). */
+	int memfd_write;
+	/* Read the archives into memory in the background at creation,
+	 * sequentially, when they fit in half the memory available. */
+	bool warm;
+	/* Called by the worker, without the pool's lock, right after a
+	 * gather succeeded and before b is ready for anyone: what the pool's
+	 * user prepares once per batch (a backing id, an early push). NULL:
+	 * none. */
 	void (*on_ready)(void *arg, struct bfs_batch *b, uint64_t e,
 			 uint64_t k);
-	void *on_ready_arg;
+	/* Called, under the pool's lock (keep it short), when b is freed;
+	 * undoes on_ready (e.g. drops the backing id in bfs_batch_tag). */
+	void (*on_free)(void *arg, struct bfs_batch *b);
+	void *hook_arg;
+};
+
+/* Ways a worker fills a memfd batch (measured: fs/README.md). */
+enum {
+	BFS_POOL_WRITE_AUTO = 0, /* by the layout: rows of >= 4 KiB
+				  * stored as served: SLICES, else GATHER */
+	BFS_POOL_WRITE_GATHER,	 /* gather into a reused buffer, one pwrite */
+	BFS_POOL_WRITE_SLICES,	 /* pwritev straight from the archive */
 };
 
 /* Counters since the pool was created (a snapshot; see bfs_pool_stats). */
 struct bfs_pool_stats {
 	uint64_t batches_materialized; /* gathers completed */
-	uint64_t batches_served;       /* batches read to their end */
-	uint64_t bytes_served;	       /* bytes handed to readers */
 	uint64_t prefetch_hits;	       /* demanded batch was prefetched */
 	uint64_t prefetch_misses;      /* demanded batch had to be queued */
 	uint64_t prefetch_skipped;     /* prefetch dropped: budget full */
 	uint64_t evictions;	       /* idle batches dropped for room */
-	uint64_t cache_bytes;	       /* bytes of batch buffers now */
-	uint64_t cache_batches;	       /* batch buffers now */
+	uint64_t cache_bytes;	       /* bytes of batches held now */
+	uint64_t cache_batches;	       /* batches held now */
 	uint64_t cache_budget_bytes;   /* --cache-mb */
+	uint64_t shmem_bytes;	       /* of cache_bytes, in memfds */
 	uint64_t worker_busy_ns;       /* time spent gathering */
-	uint64_t read_wait_ns;	       /* time reads waited for batches */
-	uint64_t timeouts;	       /* reads that gave up (EIO) */
+	uint64_t read_wait_ns;	       /* time acquires waited */
+	uint64_t timeouts;	       /* acquires that gave up */
 	uint64_t errors;	       /* gathers that failed */
-	uint64_t batches_pushed;       /* whole batches stored into the
-					* kernel's page cache (also counted
-					* in batches_served/bytes_served) */
-	uint64_t page_cache_drops;     /* pushed batches invalidated to keep
-					* the kernel's copy under its budget */
-	uint64_t buffers_mapped;       /* fresh batch buffers mmap'd; every
-					* other gather reused a spare */
-	uint64_t batches_zero_copy;    /* batches served from the archive
-					* mapping with no gather (also in
-					* batches_served/bytes_served) */
+	uint64_t buffers_mapped;       /* fresh buffers or memfds made;
+					* every other gather reused a spare */
+	uint64_t batches_advised;      /* batches read ahead (advise) */
+	uint64_t readahead_bytes;      /* archive bytes read in at creation */
+	uint64_t rows_resident;	       /* rows found in memory when advised */
+	uint64_t rows_advised;	       /* rows the kernel was asked to read */
 	uint64_t workers, prefetch_depth;
 };
 
@@ -90,42 +107,41 @@ int bfs_pool_acquire(struct bfs_pool *p, uint64_t e, uint64_t k,
 		     struct bfs_batch **out);
 
 /* bfs_pool_acquire without scheduling the prefetch window after the
- * batch: for re-reads of a batch whose readers have moved on (its pages
- * left the kernel's page cache), which must not re-gather its successors.
- * Same returns. */
+ * batch: for re-reads of a batch whose readers have moved on, which must
+ * not re-gather its successors. Same returns. */
 int bfs_pool_acquire_alone(struct bfs_pool *p, uint64_t e, uint64_t k,
 			   struct bfs_batch **out);
+
+/* Read ahead instead of gathering: advise the kernel (madvise WILLNEED)
+ * on the rows of the prefetch window after batch k of epoch e, each batch
+ * once (the same window acquire would gather), in the caller's thread.
+ * For batches served straight from the archive (zero copy). */
+void bfs_pool_advise(struct bfs_pool *p, uint64_t e, uint64_t k);
 
 /* Drop a reference from bfs_pool_acquire. Accepts NULL. */
 void bfs_pool_release(struct bfs_pool *p, struct bfs_batch *b);
 
-/* Count 'bytes' about to be handed to a reader from b (call it before the
- * reply, while holding the reference, so stats are never behind what a
- * reader saw). 'last' = this reader has now read b to its end: b leaves
- * the cache (its buffer goes with the last reference). */
-void bfs_pool_served(struct bfs_pool *p, struct bfs_batch *b, uint64_t bytes,
-		     bool last);
+/* Drop a reference; if none is left, b also leaves the pool (a later
+ * acquire materializes it again, identical). For batches whose last
+ * reader is gone: passthrough files at their last release. Accepts NULL. */
+void bfs_pool_release_last(struct bfs_pool *p, struct bfs_batch *b);
 
-/* b (referenced) was stored whole into the kernel's page cache: count it
- * served (batches_served, bytes_served, batches_pushed) and drop it from
- * the cache (its buffer goes with the last reference); a later read of it
- * re-gathers the same bytes. */
-void bfs_pool_pushed(struct bfs_pool *p, struct bfs_batch *b);
+/* b (referenced) leaves the pool now: the next acquire of its position
+ * materializes it again; b itself lives until its last reference goes.
+ * For a batch read to its end or handed whole to the kernel. */
+void bfs_pool_drop(struct bfs_pool *p, struct bfs_batch *b);
 
-/* Count a prefetch hit for a batch the reader found ready without asking
- * the pool: a worker had already pushed it into the page cache. */
-void bfs_pool_note_hit(struct bfs_pool *p);
-
-/* Count bytes handed to a reader without a pool buffer (served straight
- * from the archive mapping), and 'batches' more read to their end. */
-void bfs_pool_note_served(struct bfs_pool *p, uint64_t bytes, uint64_t batches);
-
-/* Count n pushed batches dropped from the kernel's page cache. */
-void bfs_pool_note_drops(struct bfs_pool *p, uint64_t n);
-
-/* The batch's bytes and size (the whole batch file). */
+/* The batch's bytes (anonymous batches; NULL for memfd batches), its
+ * memfd (-1 for anonymous ones) and its size (the whole batch file). */
 const void *bfs_batch_data(const struct bfs_batch *b);
+int bfs_batch_fd(const struct bfs_batch *b);
 uint64_t bfs_batch_size(const struct bfs_batch *b);
+
+/* An int the pool's user attaches to a batch (0 = none; passthrough: the
+ * backing id), handed back to on_free. set succeeds (true) only when no
+ * tag is set yet, so racing setters agree on one. */
+int bfs_batch_tag(const struct bfs_batch *b);
+bool bfs_batch_set_tag(struct bfs_batch *b, int tag);
 
 void bfs_pool_stats(struct bfs_pool *p, struct bfs_pool_stats *out);
 

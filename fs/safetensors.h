@@ -1,6 +1,6 @@
 /* fs/safetensors: the one strict reader of safetensors headers.
  *
- * A batch file (DESIGN.md §2, research/torch-format.md §4.1) is
+ * A batch file (fs/README.md: the batch file) is
  *   u64 LE N | N bytes of UTF-8 JSON, trailing-padded with 0x20 | data
  * and the JSON maps an optional "__metadata__" to an object of strings and
  * every other key (a tensor name) to

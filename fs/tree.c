@@ -26,7 +26,7 @@ struct bfs_tree {
 	const struct bfs_dataset *ds;
 	struct bfs_order *order;
 	const struct bfs_layout *layout;
-	struct bfs_pool *pool;
+	struct bfs_serve *serve;
 	uint64_t len, epochs;
 	char *readme, *json;
 	uid_t uid;
@@ -78,42 +78,55 @@ int bfs_tree_batch_size(const struct bfs_tree *t, uint64_t e, uint64_t k,
 
 /* ---- text files ---- */
 
+/* One stats line per counter: "name value", fixed width, so the file's
+ * size is the same at every getattr. */
 static void render_stats(const struct bfs_tree *t, char *buf, size_t len,
 			 size_t *pos)
 {
-	struct bfs_pool_stats s;
+	struct bfs_stats s;
 	const struct {
 		const char *name;
 		const uint64_t *v;
 	} rows[] = {
+	    {"batches_opened", &s.batches_opened},
+	    {"batch_reads", &s.batch_reads},
 	    {"batches_served", &s.batches_served},
 	    {"bytes_served", &s.bytes_served},
-	    {"batches_materialized", &s.batches_materialized},
-	    {"prefetch_hits", &s.prefetch_hits},
-	    {"prefetch_misses", &s.prefetch_misses},
-	    {"prefetch_skipped", &s.prefetch_skipped},
-	    {"evictions", &s.evictions},
-	    {"cache_bytes", &s.cache_bytes},
-	    {"cache_batches", &s.cache_batches},
-	    {"cache_budget_bytes", &s.cache_budget_bytes},
-	    {"worker_busy_ns", &s.worker_busy_ns},
-	    {"read_wait_ns", &s.read_wait_ns},
-	    {"read_timeouts", &s.timeouts},
-	    {"gather_errors", &s.errors},
-	    {"workers", &s.workers},
-	    {"prefetch_depth", &s.prefetch_depth},
+	    {"batches_materialized", &s.pool.batches_materialized},
+	    {"prefetch_hits", &s.pool.prefetch_hits},
+	    {"prefetch_misses", &s.pool.prefetch_misses},
+	    {"prefetch_skipped", &s.pool.prefetch_skipped},
+	    {"evictions", &s.pool.evictions},
+	    {"cache_bytes", &s.pool.cache_bytes},
+	    {"cache_batches", &s.pool.cache_batches},
+	    {"cache_budget_bytes", &s.pool.cache_budget_bytes},
+	    {"shmem_bytes", &s.pool.shmem_bytes},
+	    {"worker_busy_ns", &s.pool.worker_busy_ns},
+	    {"read_wait_ns", &s.pool.read_wait_ns},
+	    {"read_timeouts", &s.pool.timeouts},
+	    {"gather_errors", &s.pool.errors},
+	    {"workers", &s.pool.workers},
+	    {"prefetch_depth", &s.pool.prefetch_depth},
+	    {"buffers_mapped", &s.pool.buffers_mapped},
+	    {"batches_advised", &s.pool.batches_advised},
+	    {"readahead_bytes", &s.pool.readahead_bytes},
+	    {"rows_resident", &s.pool.rows_resident},
+	    {"rows_advised", &s.pool.rows_advised},
 	    {"batches_pushed", &s.batches_pushed},
 	    {"page_cache_drops", &s.page_cache_drops},
+	    {"page_cache_refills", &s.page_cache_refills},
 	    {"batches_zero_copy", &s.batches_zero_copy},
-	    {"buffers_mapped", &s.buffers_mapped},
+	    {"backing_files", &s.backing_files},
+	    {"backing_opened", &s.backing_opened},
 	};
 
 	memset(&s, 0, sizeof(s));
-	if (t->pool)
-		bfs_pool_stats(t->pool, &s);
-	/* Fixed width: the file's size is the same at every getattr. */
+	if (t->serve)
+		bfs_serve_stats(t->serve, &s);
 	bfs_layout_append(buf, len, pos, "%-22s %20ld\n", "pid",
 			  (long)getpid());
+	bfs_layout_append(buf, len, pos, "%-22s %20s\n", "serve_mode",
+			  t->serve ? bfs_serve_mode_name(s.mode) : "-");
 	for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++)
 		bfs_layout_append(buf, len, pos, "%-22s %20" PRIu64 "\n",
 				  rows[i].name, *rows[i].v);
@@ -492,6 +505,10 @@ static void render_json(const struct bfs_tree *t,
 	    in->shuffle ? "true" : "false", in->seed, in->seed_source);
 	bfs_layout_json_str(b, n, pos, torch);
 	bfs_layout_append(
+	    b, n, pos, ",\n  \"serve_mode\": \"%s\",\n  \"serve_mode_why\": ",
+	    t->serve ? bfs_serve_mode_name(bfs_serve_mode(t->serve)) : "-");
+	bfs_layout_json_str(b, n, pos, t->serve ? bfs_serve_why(t->serve) : "");
+	bfs_layout_append(
 	    b, n, pos,
 	    ",\n  \"format\": \"safetensors\",\n  \"batch_"
 	    "format\": \"batchfs/1\",\n  \"header_size\": %" PRIu64
@@ -616,7 +633,7 @@ static int render_static(struct bfs_tree *t, const struct bfs_tree_info *in)
 
 int bfs_tree_create(struct bfs_tree **out, const struct bfs_dataset *ds,
 		    struct bfs_order *order, const struct bfs_layout *layout,
-		    struct bfs_pool *pool, const struct bfs_tree_info *info)
+		    struct bfs_serve *serve, const struct bfs_tree_info *info)
 {
 	struct bfs_tree *t;
 	int rc;
@@ -631,7 +648,7 @@ int bfs_tree_create(struct bfs_tree **out, const struct bfs_dataset *ds,
 	t->ds = ds;
 	t->order = order;
 	t->layout = layout;
-	t->pool = pool;
+	t->serve = serve;
 	t->len = bfs_order_len(order);
 	t->epochs = info->epochs;
 	t->uid = getuid();

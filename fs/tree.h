@@ -1,5 +1,6 @@
-/* fs/tree: the namespace of a mount (DESIGN.md §1) — names, inode numbers,
- * attributes, directory listings and the text files — with no FUSE in it.
+/* fs/tree: the namespace of a mount (README.md: the namespace) — names, inode
+ * numbers, attributes, directory listings and the text files — with no FUSE in
+ * it.
  *
  *   /README  /dataset.json  /stats
  *   /epoch/N/batch_K        batch K of epoch N (safetensors, fs/layout)
@@ -19,7 +20,7 @@
 #include "fs/dataset.h"
 #include "fs/layout.h"
 #include "fs/order.h"
-#include "fs/pool.h"
+#include "fs/serve.h"
 
 #define BFS_TREE_MAX_EPOCHS  (1ull << 24)
 #define BFS_TREE_MAX_BATCHES (1ull << 36)
@@ -64,13 +65,13 @@ struct bfs_tree_info {
 
 struct bfs_tree;
 
-/* Build the namespace; renders README and dataset.json once. 'pool' may
+/* Build the namespace; renders README and dataset.json once. 'serve' may
  * be NULL (stats then read zero). Borrowed objects must outlive the tree.
  * Returns 0, -E2BIG when epochs or batches exceed the inode encoding,
  * -ENOMEM. */
 int bfs_tree_create(struct bfs_tree **out, const struct bfs_dataset *ds,
 		    struct bfs_order *order, const struct bfs_layout *layout,
-		    struct bfs_pool *pool, const struct bfs_tree_info *info);
+		    struct bfs_serve *serve, const struct bfs_tree_info *info);
 
 /* Accepts NULL. */
 void bfs_tree_destroy(struct bfs_tree *t);

@@ -1,6 +1,6 @@
 /* fs/zip: a strict ZIP/ZIP64 central-directory parser for torch.save
- * archives and numpy.savez .npz files (fs/README.md, "torch.save
- * archives" and "Sources").
+ * archives and numpy.savez .npz files (fs/README.md: torch.save
+ * archives, sources).
  *
  * Design. The archive is mapped read-only once; everything here reads the
  * mapping through rd16/rd32/rd64 after a bounds check written with

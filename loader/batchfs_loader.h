@@ -17,10 +17,11 @@
  *   if (rc < 0) fprintf(stderr, "%s\n", bfs_loader_errmsg(L));
  *   bfs_loader_close(L);
  *
- * Threads: one loader is used by one consumer thread at a time (next and
- * release may be called from different threads only if the caller
- * serialises them). Different loaders are independent. Functions that take
- * no loader are thread-safe.
+ * Threads: one loader is used by one consumer thread at a time, except
+ * that bfs_loader_release() may be called from any thread, also while
+ * another thread is in bfs_loader_next() (e.g. from a finalizer when the
+ * last reference to a batch goes). Different loaders are independent.
+ * Functions that take no loader are thread-safe.
  *
  * Errors: functions return 0 (or a documented positive value) on success
  * and -errno on failure. An error met in the background (open/read of a
@@ -35,8 +36,12 @@
  * CUDA: the driver is loaded at run time (dlopen "libcuda.so.1"), nothing
  * links libcuda or libcudart. The primary context of the chosen device is
  * used, so device pointers are shared with the CUDA runtime (e.g. PyTorch).
- * Streams are passed as void * (a CUstream / cudaStream_t; NULL = the
- * legacy default stream). */
+ * Streams are passed as void * (a CUstream / cudaStream_t of the device's
+ * primary context; NULL = the legacy default stream, which synchronizes
+ * with every other blocking stream). next() orders the batch before the
+ * stream's later work, release() orders the slot's reuse after the
+ * stream's earlier work; work on other streams must be joined to it (the
+ * stream rules: loader/README.md). */
 #ifndef BATCHFS_LOADER_H
 #define BATCHFS_LOADER_H
 
@@ -143,6 +148,10 @@ struct bfs_loader_stats {
 	uint64_t wait_ns;    /* time next() spent waiting for a batch */
 	uint64_t ring_bytes; /* host ring size (pinned in CUDA mode) */
 	uint64_t pin_calls;  /* cuMemHostRegister calls (1 per ring) */
+	/* CPU time used by the copy thread (CUDA mode; 0 in CPU mode). It
+	 * waits for copies sleeping, so this stays small while the GPU is
+	 * busy: a measure of the loader's own cost. */
+	uint64_t copy_cpu_ns;
 };
 
 /* Open a loader: list the files (stat each: the largest sets the slot
@@ -150,10 +159,16 @@ struct bfs_loader_stats {
  * retain the device's primary context, pin the ring once, allocate the
  * device ring, the copy stream and the events, and start the copy thread.
  * Reading starts at once.
+ * Mode AUTO falls back to CPU mode when any of the CUDA steps fails (no
+ * driver or device, out of device or pinned memory, a failing driver
+ * call), logging one line "CPU mode: CUDA unavailable: <why>" at INFO;
+ * mode CUDA fails instead, logging "CUDA mode requested but unavailable:
+ * <why>". <why> names the step, the driver call and its error.
  * Returns 0 and *out, or -errno: -EINVAL bad options, -ENOENT no such
- * directory or file (or no batch_0), -ENODEV / -ENOSYS mode CUDA requested
- * but not available, -ENOMEM, -EIO a CUDA failure. On failure *out is NULL
- * and, when opts->log is set, the reason was logged. Cost: O(files) stat
+ * directory or file (or no batch_0), -ENOSYS no CUDA driver (mode CUDA),
+ * -ENODEV no usable device (mode CUDA), -ENOMEM out of host memory or
+ * (mode CUDA) of device or pinned memory, -EIO another CUDA failure. On
+ * failure *out is NULL and the reason was logged. Cost: O(files) stat
  * calls plus mapping (and in CUDA mode pinning, ~1 GB/s) the ring. */
 BFS_LOADER_API int bfs_loader_open(struct bfs_loader **out,
 				   const struct bfs_loader_opts *opts);
@@ -172,12 +187,33 @@ BFS_LOADER_API int bfs_loader_next(struct bfs_loader *L,
 
 /* Give a batch back. In CUDA mode the slot's "released" event is recorded
  * on 'stream' (work the caller queued there on the batch finishes before
- * the slot is overwritten); the host never blocks. Releases may come in any
- * order. Returns 0, -EINVAL if 'b' is not a batch held by the caller, or
- * -EIO when the event record failed (also latched). */
+ * the slot is overwritten; work on other streams must be made to wait
+ * first, see loader/README.md); the host never blocks. Releases may come
+ * in any order and from any thread. Returns 0, -EINVAL if 'b' is not a
+ * batch held by the caller (also: released already, or being released by
+ * another thread), or -EIO when the event record failed (also latched). */
 BFS_LOADER_API int bfs_loader_release(struct bfs_loader *L,
 				      const struct bfs_loader_batch *b,
 				      void *stream);
+
+/* Start over on another list of batch files, keeping the ring: the next
+ * epoch's directory (dir) or a NULL-terminated file list (files); exactly
+ * one of them. No new pinning, no device allocation: a training loop that
+ * reopens one loader every epoch pins and allocates once, instead of
+ * asking for the device memory again when other users (e.g. PyTorch's
+ * caching allocator) may hold it by then. Every batch must have been
+ * released; batches read ahead and not handed out are dropped; a latched
+ * error is cleared; the ring keeps the slot size and count open gave it.
+ * Returns 0, or -EINVAL, -EBUSY (a batch is still held), -EFBIG (a file is
+ * larger than the ring's slots: open a new loader), the errors of listing
+ * the files (as bfs_loader_open: -ENOENT, ...); in these cases the loader
+ * goes on with its old files. Any other error (-EAGAIN, or the CUDA error
+ * of a copy thread that cannot bind its context): the threads could not
+ * restart; the error is latched. The reason is logged. Not concurrent with
+ * other calls on L. Cost: one stat per file, stopping and starting the
+ * threads (copies in flight are not waited for). */
+BFS_LOADER_API int bfs_loader_reopen(struct bfs_loader *L, const char *dir,
+				     const char *const *files);
 
 /* Stop the threads, wait for the copy stream and for the released events
  * already recorded, free the ring, the device memory, the events and the

@@ -14,6 +14,14 @@
  * PyTorch). The copy thread makes it current once (bind); calls from the
  * consumer's thread are bracketed by push/pop.
  *
+ * Stream capture: while any thread captures a CUDA graph in the default
+ * (global) mode, as torch.cuda.graph does, a "potentially unsafe" call
+ * from another thread in global mode (cuMemAlloc, cuEventSynchronize, ...)
+ * fails and invalidates that capture. None of our work is captured, so
+ * the copy thread switches itself to the relaxed mode once (bind), and
+ * open/close, which allocate and wait on the caller's thread, run relaxed
+ * between relax() and unrelax(), restoring the caller's mode after.
+ *
  * The library handle is never dlclose'd: unloading a driver under live
  * threads of other users is unsafe, and the handle is reference-counted. */
 #include "loader/internal.h"
@@ -43,11 +51,15 @@ const char *bfs_loader_gpu_err(const struct bfs_loader_gpu *g)
 {
 	return "no CUDA backend";
 }
+void bfs_loader_gpu_unrelax(struct bfs_loader_gpu *g)
+{
+}
 #define NOGPU                                                                  \
 	{                                                                      \
 		return -ENOSYS;                                                \
 	}
 int bfs_loader_gpu_bind(struct bfs_loader_gpu *g) NOGPU
+    int bfs_loader_gpu_relax(struct bfs_loader_gpu *g) NOGPU
     int bfs_loader_gpu_push(struct bfs_loader_gpu *g) NOGPU
     int bfs_loader_gpu_pop(struct bfs_loader_gpu *g) NOGPU
     int bfs_loader_gpu_register(struct bfs_loader_gpu *g, void *p,
@@ -60,12 +72,11 @@ int bfs_loader_gpu_bind(struct bfs_loader_gpu *g) NOGPU
     int bfs_loader_gpu_event_destroy(struct bfs_loader_gpu *g, void *ev) NOGPU
     int bfs_loader_gpu_copy(struct bfs_loader_gpu *g, uint64_t dst,
 			    const void *src, size_t n, void *w, void *r) NOGPU
-    int bfs_loader_gpu_event_query(struct bfs_loader_gpu *g, void *ev) NOGPU
     int bfs_loader_gpu_event_sync(struct bfs_loader_gpu *g, void *ev) NOGPU
     int bfs_loader_gpu_stream_wait(struct bfs_loader_gpu *g, void *s,
 				   void *ev) NOGPU
     int bfs_loader_gpu_record(struct bfs_loader_gpu *g, void *ev, void *s) NOGPU
-    int bfs_loader_gpu_sync_copy_stream(struct bfs_loader_gpu *g) NOGPU
+    int bfs_loader_gpu_drain(struct bfs_loader_gpu *g) NOGPU
 
 #else /* BFS_HAVE_CUDA_H */
 
@@ -96,13 +107,13 @@ int bfs_loader_gpu_bind(struct bfs_loader_gpu *g) NOGPU
 	X(StreamCreate, "cuStreamCreate", (CUstream *, unsigned))              \
 	X(StreamDestroy, "cuStreamDestroy_v2", (CUstream))                     \
 	X(StreamWaitEvent, "cuStreamWaitEvent", (CUstream, CUevent, unsigned)) \
-	X(StreamSynchronize, "cuStreamSynchronize", (CUstream))                \
 	X(EventCreate, "cuEventCreate", (CUevent *, unsigned))                 \
 	X(EventRecord, "cuEventRecord", (CUevent, CUstream))                   \
-	X(EventQuery, "cuEventQuery", (CUevent))                               \
 	X(EventSynchronize, "cuEventSynchronize", (CUevent))                   \
 	X(EventDestroy, "cuEventDestroy_v2", (CUevent))                        \
-	X(GetErrorName, "cuGetErrorName", (CUresult, const char **))
+	X(GetErrorName, "cuGetErrorName", (CUresult, const char **))           \
+	X(ThreadExchangeStreamCaptureMode,                                     \
+	  "cuThreadExchangeStreamCaptureMode", (CUstreamCaptureMode *))
 
 struct bfs_loader_gpu {
 	void *dl;
@@ -113,13 +124,20 @@ struct bfs_loader_gpu {
 	CUcontext ctx;
 	int ctx_retained;
 	CUstream copy;
-	/* Last driver failure, for messages. Written by whichever thread
-	 * failed; a stale or torn read only garbles a message. */
-	char err[160];
+	CUevent drain; /* recorded at close to wait for the copy stream */
+	/* relax(): the caller's capture mode, to restore */
+	int relaxed;
+	CUstreamCaptureMode caller_mode;
 };
 
 typedef CUresult (*getproc_fn)(const char *, void **, int, cuuint64_t,
 			       CUdriverProcAddressQueryResult *);
+
+/* The message of the calling thread's last driver failure. Per thread,
+ * like errno: the copy thread and the consumer fail independently, and
+ * each one reads the message of its own failure right after it (one
+ * buffer per loader, written by both, named the wrong call). */
+static __thread char last_err[160];
 
 static const char *err_name(struct bfs_loader_gpu *g, CUresult r)
 {
@@ -136,14 +154,15 @@ static const char *err_name(struct bfs_loader_gpu *g, CUresult r)
 	}
 }
 
-/* Map a driver result to 0 / -EIO and remember the failing call. */
+/* Map a driver result to 0, -ENOMEM (out of device or pinned memory) or
+ * -EIO, and remember the failing call in this thread's message. */
 static int check(struct bfs_loader_gpu *g, CUresult r, const char *what)
 {
 	if (r == CUDA_SUCCESS)
 		return 0;
-	snprintf(g->err, sizeof(g->err), "%s failed: %s (%d)", what,
+	snprintf(last_err, sizeof(last_err), "%s failed: %s (%d)", what,
 		 err_name(g, r), (int)r);
-	return -EIO;
+	return r == CUDA_ERROR_OUT_OF_MEMORY ? -ENOMEM : -EIO;
 }
 
 /* Fill the table: cuGetProcAddress_v2 (12.0+ drivers) or versioned dlsym. */
@@ -205,16 +224,40 @@ static int probe(struct bfs_loader_gpu *g, int device, char *why, size_t whylen)
 			 device, n);
 		return -ENODEV;
 	}
-	if ((r = g->DeviceGet(&g->dev, device)) != CUDA_SUCCESS ||
-	    (r = g->DevicePrimaryCtxRetain(&g->ctx, g->dev)) != CUDA_SUCCESS) {
-		snprintf(why, whylen, "device %d unusable: %s (%d)", device,
-			 err_name(g, r), (int)r);
+	if ((r = g->DeviceGet(&g->dev, device)) != CUDA_SUCCESS) {
+		snprintf(why, whylen,
+			 "device %d unusable: cuDeviceGet failed: "
+			 "%s (%d)",
+			 device, err_name(g, r), (int)r);
+		return -ENODEV;
+	}
+	if ((r = g->DevicePrimaryCtxRetain(&g->ctx, g->dev)) != CUDA_SUCCESS) {
+		snprintf(why, whylen,
+			 "device %d unusable: cuDevicePrimaryCtxRetain failed: "
+			 "%s (%d)",
+			 device, err_name(g, r), (int)r);
 		return -ENODEV;
 	}
 	g->ctx_retained = 1;
 	snprintf(why, whylen, "CUDA device %d of %d, driver %d", device, n,
 		 ver);
 	return 0;
+}
+
+/* The caller relaxed (see the top of the file), the copy stream and the
+ * event that drains it. */
+static int make_copy_stream(struct bfs_loader_gpu *g)
+{
+	int rc = bfs_loader_gpu_relax(g);
+
+	if (rc == 0 && (rc = bfs_loader_gpu_push(g)) == 0) {
+		rc = check(g, g->StreamCreate(&g->copy, CU_STREAM_NON_BLOCKING),
+			   "cuStreamCreate");
+		if (rc == 0)
+			rc = bfs_loader_gpu_event_create(g, (void **)&g->drain);
+		bfs_loader_gpu_pop(g);
+	}
+	return rc;
 }
 
 int bfs_loader_gpu_open(struct bfs_loader_gpu **out, int device, char *why,
@@ -239,13 +282,8 @@ int bfs_loader_gpu_open(struct bfs_loader_gpu **out, int device, char *why,
 	rc = resolve(g, why, whylen);
 	if (rc == 0)
 		rc = probe(g, device, why, whylen);
-	if (rc == 0 && (rc = bfs_loader_gpu_push(g)) == 0) {
-		rc = check(g, g->StreamCreate(&g->copy, CU_STREAM_NON_BLOCKING),
-			   "cuStreamCreate");
-		bfs_loader_gpu_pop(g);
-		if (rc < 0)
-			snprintf(why, whylen, "%s", g->err);
-	}
+	if (rc == 0 && (rc = make_copy_stream(g)) < 0)
+		snprintf(why, whylen, "%s", last_err);
 	if (rc < 0)
 		goto err_free;
 	*out = g;
@@ -259,24 +297,54 @@ void bfs_loader_gpu_close(struct bfs_loader_gpu *g)
 {
 	if (!g)
 		return;
-	if (g->copy && bfs_loader_gpu_push(g) == 0) {
-		g->StreamDestroy(g->copy);
+	if ((g->copy || g->drain) && bfs_loader_gpu_push(g) == 0) {
+		if (g->drain)
+			g->EventDestroy(g->drain);
+		if (g->copy)
+			g->StreamDestroy(g->copy);
 		bfs_loader_gpu_pop(g);
 	}
 	if (g->ctx_retained)
 		g->DevicePrimaryCtxRelease(g->dev);
+	bfs_loader_gpu_unrelax(g);
 	/* g->dl stays loaded on purpose (see the top of the file). */
 	free(g);
 }
 
 const char *bfs_loader_gpu_err(const struct bfs_loader_gpu *g)
 {
-	return g->err;
+	return last_err;
 }
 
 int bfs_loader_gpu_bind(struct bfs_loader_gpu *g)
 {
-	return check(g, g->CtxSetCurrent(g->ctx), "cuCtxSetCurrent");
+	CUstreamCaptureMode m = CU_STREAM_CAPTURE_MODE_RELAXED;
+	int rc = check(g, g->CtxSetCurrent(g->ctx), "cuCtxSetCurrent");
+	if (rc == 0)
+		rc = check(g, g->ThreadExchangeStreamCaptureMode(&m),
+			   "cuThreadExchangeStreamCaptureMode");
+	return rc;
+}
+
+int bfs_loader_gpu_relax(struct bfs_loader_gpu *g)
+{
+	CUstreamCaptureMode m = CU_STREAM_CAPTURE_MODE_RELAXED;
+	int rc;
+
+	if (g->relaxed)
+		return 0;
+	rc = check(g, g->ThreadExchangeStreamCaptureMode(&m),
+		   "cuThreadExchangeStreamCaptureMode");
+	g->relaxed = rc == 0;
+	g->caller_mode = m;
+	return rc;
+}
+
+void bfs_loader_gpu_unrelax(struct bfs_loader_gpu *g)
+{
+	if (g->relaxed)
+		g->ThreadExchangeStreamCaptureMode(&g->caller_mode);
+	g->relaxed = 0;
 }
 
 int bfs_loader_gpu_push(struct bfs_loader_gpu *g)
@@ -314,10 +382,15 @@ int bfs_loader_gpu_free(struct bfs_loader_gpu *g, uint64_t dptr)
 	return check(g, g->MemFree((CUdeviceptr)dptr), "cuMemFree");
 }
 
+/* Blocking-sync events: a thread waiting in cuEventSynchronize sleeps until
+ * the event completes instead of spinning a core (the primary context's
+ * default scheduling spins). */
 int bfs_loader_gpu_event_create(struct bfs_loader_gpu *g, void **ev)
 {
 	CUevent e = NULL;
-	int rc = check(g, g->EventCreate(&e, CU_EVENT_DISABLE_TIMING),
+	int rc = check(g,
+		       g->EventCreate(&e, CU_EVENT_DISABLE_TIMING |
+					      CU_EVENT_BLOCKING_SYNC),
 		       "cuEventCreate");
 	*ev = e;
 	return rc;
@@ -346,14 +419,6 @@ int bfs_loader_gpu_copy(struct bfs_loader_gpu *g, uint64_t dst, const void *src,
 	return rc;
 }
 
-int bfs_loader_gpu_event_query(struct bfs_loader_gpu *g, void *ev)
-{
-	CUresult r = g->EventQuery((CUevent)ev);
-	if (r == CUDA_ERROR_NOT_READY)
-		return 1;
-	return check(g, r, "cuEventQuery");
-}
-
 int bfs_loader_gpu_event_sync(struct bfs_loader_gpu *g, void *ev)
 {
 	return check(g, g->EventSynchronize((CUevent)ev), "cuEventSynchronize");
@@ -371,10 +436,14 @@ int bfs_loader_gpu_record(struct bfs_loader_gpu *g, void *ev, void *stream)
 		     "cuEventRecord(released)");
 }
 
-int bfs_loader_gpu_sync_copy_stream(struct bfs_loader_gpu *g)
+/* Not cuStreamSynchronize: that spins in the default scheduling. */
+int bfs_loader_gpu_drain(struct bfs_loader_gpu *g)
 {
-	return check(g, g->StreamSynchronize(g->copy),
-		     "cuStreamSynchronize(copy stream)");
+	int rc =
+	    check(g, g->EventRecord(g->drain, g->copy), "cuEventRecord(drain)");
+	if (rc == 0)
+		rc = bfs_loader_gpu_event_sync(g, g->drain);
+	return rc;
 }
 
 #endif /* BFS_HAVE_CUDA_H */

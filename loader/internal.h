@@ -8,6 +8,7 @@
 
 #include "loader/batchfs_loader.h"
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -50,8 +51,8 @@ void bfs_loader_meta_free(struct bfs_loader_meta *m);
 
 /* ---- CUDA driver backend (gpu_cuda.c) ----
  * All functions but open return 0 or -EIO (with the driver's error name in
- * the message buffer of the gpu object, see bfs_loader_gpu_err()). Events
- * and streams are opaque pointers. Calls made from a thread other than the
+ * the calling thread's message, see bfs_loader_gpu_err()). Events and
+ * streams are opaque pointers. Calls made from a thread other than the
  * copy thread are bracketed by push/pop of the primary context. */
 struct bfs_loader_gpu;
 
@@ -62,9 +63,18 @@ struct bfs_loader_gpu;
 int bfs_loader_gpu_open(struct bfs_loader_gpu **out, int device, char *why,
 			size_t whylen);
 void bfs_loader_gpu_close(struct bfs_loader_gpu *g);
+/* The calling thread's last driver failure ("cuX failed: NAME (n)"); a
+ * per-thread buffer, valid until that thread's next backend call. */
 const char *bfs_loader_gpu_err(const struct bfs_loader_gpu *g);
 
-int bfs_loader_gpu_bind(struct bfs_loader_gpu *g); /* copy thread: set ctx */
+/* Copy thread: make the context current and this thread's stream-capture
+ * mode relaxed (its calls must not break other threads' captures). */
+int bfs_loader_gpu_bind(struct bfs_loader_gpu *g);
+/* The calling thread's capture mode to relaxed until unrelax (or close),
+ * which restores it; open leaves the caller relaxed. No-op when already
+ * relaxed. Not nested across threads: open/close/reopen only. */
+int bfs_loader_gpu_relax(struct bfs_loader_gpu *g);
+void bfs_loader_gpu_unrelax(struct bfs_loader_gpu *g);
 int bfs_loader_gpu_push(struct bfs_loader_gpu *g);
 int bfs_loader_gpu_pop(struct bfs_loader_gpu *g);
 int bfs_loader_gpu_register(struct bfs_loader_gpu *g, void *p, size_t n);
@@ -77,12 +87,114 @@ int bfs_loader_gpu_event_destroy(struct bfs_loader_gpu *g, void *ev);
  * 'ready_ev'. */
 int bfs_loader_gpu_copy(struct bfs_loader_gpu *g, uint64_t dst, const void *src,
 			size_t n, void *wait_ev, void *ready_ev);
-/* 0 when complete, 1 when not yet, -EIO on error. */
-int bfs_loader_gpu_event_query(struct bfs_loader_gpu *g, void *ev);
+/* Events are created with CU_EVENT_BLOCKING_SYNC: event_sync sleeps. */
 int bfs_loader_gpu_event_sync(struct bfs_loader_gpu *g, void *ev);
 int bfs_loader_gpu_stream_wait(struct bfs_loader_gpu *g, void *stream,
 			       void *ev);
 int bfs_loader_gpu_record(struct bfs_loader_gpu *g, void *ev, void *stream);
-int bfs_loader_gpu_sync_copy_stream(struct bfs_loader_gpu *g);
+/* Wait (blocking, not spinning) for everything enqueued on the copy
+ * stream. */
+int bfs_loader_gpu_drain(struct bfs_loader_gpu *g);
+
+/* ---- the list of batch files (files.c) ---- */
+struct bfs_loader_files {
+	char **names;	 /* n paths, then NULL */
+	uint64_t *sizes; /* st_size of each at listing time */
+	uint64_t n;
+	uint64_t max; /* the largest size (at least 1) */
+};
+
+/* The files of 'dir' (batch_0 ... batch_{n-1}, numeric order; a gap is an
+ * error, other names are ignored) or of the NULL-terminated list 'files'
+ * (exactly one is non-NULL), each stat()ed: it must be a regular file.
+ * Returns 0, or -ENOENT (no such dir or file, no batch files, a gap),
+ * -EINVAL (not a regular file), -ENOMEM, -errno of opendir/stat; the
+ * reason is logged. *out is empty on failure. */
+int bfs_loader_files_list(const struct bfs_loader_logger *lg, const char *dir,
+			  const char *const *files,
+			  struct bfs_loader_files *out);
+void bfs_loader_files_free(struct bfs_loader_files *fl);
+
+/* Thread-safe text of -errno ("unknown error" when there is none). */
+const char *bfs_loader_errstr(int rc);
+
+/* ---- the loader object (loader.c: pipeline; open.c: setup) ----
+ *
+ * See loader.c for the ring, the states and the threads. */
+#define BFS_LOADER_NO_BATCH UINT64_MAX
+
+enum bfs_loader_hstate {
+	H_FREE,
+	H_READING,
+	H_READ,
+	H_COPYING,
+	H_HELD,
+	H_FAILED
+};
+enum bfs_loader_dstate { D_FREE, D_QUEUED, D_HELD, D_RELEASING };
+
+struct bfs_loader_slot {
+	unsigned char *host; /* slot_bytes, page aligned */
+	uint64_t dev;	     /* device half (host address in CPU mode) */
+	void *ready;	     /* CUevent: copy into dev done */
+	void *released;	     /* CUevent: consumer done with dev */
+	/* host half (mu) */
+	enum bfs_loader_hstate hs;
+	uint64_t hbatch;
+	unsigned hgen; /* L->gen when hbatch was started */
+	int fd;
+	uint64_t size;
+	size_t nchunks; /* 0 while the file is being opened */
+	size_t next_chunk, done_chunks;
+	struct bfs_loader_meta *hmeta;
+	/* device half (mu) */
+	enum bfs_loader_dstate ds;
+	uint64_t dbatch;
+	struct bfs_loader_meta *dmeta;
+	int released_recorded; /* 'released' holds a record to wait on */
+};
+
+struct bfs_loader {
+	struct bfs_loader_logger log;
+	unsigned nslots, nreaders, flags;
+	size_t chunk;
+	struct bfs_loader_files
+	    fl; /* changed only by reopen, threads stopped */
+	size_t slot_bytes, ring_bytes;
+	unsigned char *ring;
+	int registered;
+	uint64_t dring;
+	struct bfs_loader_gpu *gpu;
+	struct bfs_loader_slot *slots;
+	pthread_t *readers;
+	unsigned nstarted;
+	pthread_t copier;
+	int copier_started;
+	/* open: why the CUDA backend failed (gpu_failed set) */
+	int gpu_failed;
+	char why[256];
+
+	pthread_mutex_t mu;
+	pthread_cond_t work_cv, copy_cv, ready_cv;
+	int stop;		/* (mu) */
+	int copier_up;		/* (mu) 1 running, < 0 its start failed */
+	int copier_live;	/* (mu) the copy thread has not yet left */
+	unsigned gen;		/* (mu) file lists so far (reopen) */
+	uint64_t read_next;	/* (mu) next batch to open */
+	uint64_t copy_next;	/* (mu) next batch to copy */
+	uint64_t deliver_next;	/* (mu) next batch for next() */
+	uint64_t err_batch;	/* (mu) lowest failed batch, NO_BATCH */
+	int err_code;		/* (mu) */
+	char err_msg[512];	/* (mu) */
+	unsigned *inflight;	/* (mu) FIFO of slots with copies in flight */
+	unsigned in_head, in_n; /* (mu) */
+	struct bfs_loader_stats st; /* (mu) */
+	char user_msg[512];	    /* consumer's copy of err_msg */
+};
+
+/* Thread bodies (arg: the loader), started by open.c. The copy thread sets
+ * copier_up (and why, on failure) before it copies anything. */
+void *bfs_loader_reader_main(void *arg);
+void *bfs_loader_copier_main(void *arg);
 
 #endif

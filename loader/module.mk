@@ -17,7 +17,7 @@
 # the .so; in the .a they are global but identical to libbatchfs_core.a's,
 # so a program may link both archives.
 LOADER_SRCS := loader/log.c loader/st_header.c loader/gpu_cuda.c \
-	loader/loader.c fs/safetensors.c
+	loader/files.c loader/loader.c loader/open.c fs/safetensors.c
 LOADER_OBJS := $(patsubst %.c,$(BUILD)/obj/loader/%.o,\
 	$(LOADER_SRCS:loader/%=%))
 LOADER_A := $(BUILD)/libbatchfs_loader.a
@@ -65,7 +65,10 @@ install: $(LOADER_A) $(LOADER_SO)
 # Test programs link the static library plus a batch-file writer.
 LOADER_TEST_CFLAGS = $(CPPFLAGS) $(CFLAGS)
 LOADER_ST_WRITE := tests/loader/st_write.c
-LOADER_TEST_DEPS = $(LOADER_A) $(LOADER_ST_WRITE) tests/loader/st_write.h
+# A program built from several sources in one command gets no usable .d
+# file, so the headers it may include are listed here.
+LOADER_TEST_DEPS = $(LOADER_A) $(LOADER_ST_WRITE) $(wildcard tests/loader/*.h) \
+	loader/batchfs_loader.h loader/bench/spin_ptx.h
 
 # One rule for them all: the cmocka program test_loader_host and the small
 # programs that test scripts run (probe of the mode; GPU check).
@@ -100,13 +103,29 @@ ifeq ($(HAVE_CUDA_H),1)
 # The fake driver: a libcuda.so.1 that performs copies with memcpy and
 # records every call (selected with LD_LIBRARY_PATH by the test script).
 LOADER_FAKE_CUDA := $(BUILD)/tests/fake/libcuda.so.1
-$(LOADER_FAKE_CUDA): tests/loader/fake_libcuda.c tests/loader/fake_libcuda.h
+$(LOADER_FAKE_CUDA): tests/loader/fake_libcuda.c tests/loader/fake_model.c \
+		tests/loader/fake_libcuda.h tests/loader/fake_model.h
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) $(LOADER_CUDA_FLAGS) $(CFLAGS) -fPIC -shared \
-		-Wl,-soname,libcuda.so.1 -o $@ $< -pthread
-LOADER_TEST_BINS += $(LOADER_FAKE_CUDA) $(BUILD)/tests/loader/test_loader_cuda \
+		-Wl,-soname,libcuda.so.1 -o $@ $(filter %.c,$^) -pthread
+# Tests that play the loader's CUDA user link the fake (and cuda_util.c);
+# the loader's dlopen("libcuda.so.1") then finds that same instance.
+LOADER_FAKE_TESTS := $(patsubst %,$(BUILD)/tests/loader/%,test_fake_libcuda \
+	test_loader_cuda test_loader_cuda_faults)
+$(LOADER_FAKE_TESTS): $(BUILD)/tests/loader/%: tests/loader/%.c \
+		tests/loader/cuda_util.c $(LOADER_TEST_DEPS) $(LOADER_FAKE_CUDA)
+	@mkdir -p $(@D)
+	$(CC) $(LOADER_TEST_CFLAGS) $(LOADER_CUDA_FLAGS) $(LDFLAGS) -o $@ $< \
+		tests/loader/cuda_util.c $(LOADER_ST_WRITE) $(LOADER_A) \
+		-L$(BUILD)/tests/fake -l:libcuda.so.1 $(call pc_libs,cmocka) \
+		$(LOADER_LIBS)
+LOADER_TEST_BINS += $(LOADER_FAKE_CUDA) $(LOADER_FAKE_TESTS) \
 	$(BUILD)/tests/loader/gpu_loader_check
-TEST_SCRIPTS += tests/loader/test_loader_cuda_fake.sh \
+TEST_SCRIPTS += tests/loader/test_fake_libcuda.sh \
+	tests/loader/test_loader_cuda_fake.sh \
+	tests/loader/test_loader_cuda_faults.sh \
+	tests/loader/test_gpu_check_fake.sh \
+	tests/loader/test_loader_python_fake.py \
 	tests/loader/test_bench_loader_fake.sh
 endif
 

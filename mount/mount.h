@@ -1,68 +1,52 @@
-/* mount/: what the FUSE ops (ops.c) and the CLI (cmd_mount.c) share. */
+/* mount/: the FUSE adapter (mount/README.md). The command line
+ * (tools/cmd_mount.c) builds the model (dataset, layout, order) and calls
+ * bfs_mount_run, which mounts, answers the kernel's INIT (where the
+ * serving mode is decided: passthrough needs the kernel's offer and the
+ * right to register backing files), lets the caller build what is served
+ * for that mode, serves until unmounted, and tears down in order. This
+ * header has no FUSE type in it. */
 #ifndef BFS_MOUNT_H
 #define BFS_MOUNT_H
 
-#include <fuse_lowlevel.h>
-#include <pthread.h>
-#include <stdatomic.h>
 #include <stdbool.h>
-#include <stdint.h>
+#include <stddef.h>
 
-#include "fs/dataset.h"
-#include "fs/layout.h"
-#include "fs/order.h"
-#include "fs/pool.h"
+#include "fs/serve.h"
 #include "fs/tree.h"
 
-/* Everything a mounted session serves. Set up before the FUSE loop
- * starts (the zc_* fields and zero_copy by the FUSE init handler, before
- * any other request), read-only while it runs except zc_advised (atomic)
- * and the handle list (handles_lock); the objects inside are thread-safe. */
-struct bfs_mount {
-	struct bfs_dataset *ds;
-	struct bfs_order *order;
-	struct bfs_layout layout;
-	struct bfs_pool *pool;
+/* What the session serves; it owns both once start returned them, and
+ * destroys them (serve first: its workers talk to the session) before it
+ * unmounts. */
+struct bfs_mount_served {
+	struct bfs_serve *serve;
 	struct bfs_tree *tree;
-	enum bfs_serve {
-		BFS_SERVE_PUSH,	  /* default: page cache, filled at open */
-		BFS_SERVE_CACHE,  /* page cache, filled by kernel READs */
-		BFS_SERVE_DIRECT, /* direct I/O: no page cache, no mmap */
-	} serve;
-	struct fuse_session *se; /* for notify_store / notify_inval */
-	/* Set by the FUSE init handler (see ops.c, zero copy): batch rows
-	 * are replied straight from the archive mapping; zc_ahead batches
-	 * after an opened one are advised (madvise) instead of gathered. */
-	bool zero_copy;
-	bool zc_no_check; /* tests: skip the size check, let the kernel fault */
-	unsigned zc_ahead;
-	unsigned zc_max_iov; /* slices per READ reply (tests may lower it) */
-	_Atomic uint64_t zc_advised; /* stream positions advised, exclusive */
-	struct bfs_pushed *pushed;   /* BFS_SERVE_PUSH: batches in the kernel */
-	/* Open file handles, freed by RELEASE; those the kernel never
-	 * released (files still open at unmount) are freed at teardown. */
-	pthread_mutex_t handles_lock;
-	struct bfs_handle *handles; /* handles_lock */
 };
 
-/* Set up the (empty) list of open handles; call before the FUSE loop. */
-void bfs_mount_handles_init(struct bfs_mount *m);
-/* Free the handles left open when the FUSE loop has ended. */
-void bfs_mount_handles_free(struct bfs_mount *m);
+struct bfs_mount_params {
+	const char *mountpoint; /* an existing directory */
+	const char *fuse_opts;	/* the user's -o options, comma-joined */
+	unsigned fuse_threads;
+	bool foreground;	   /* else: daemonize (see bfs_mount_run) */
+	enum bfs_serve_mode serve; /* BFS_SERVE_AUTO, or a forced mode */
+	/* In the serving process, once the kernel's INIT is answered: build
+	 * what is served in 'mode' ('why': the reason it was chosen), with
+	 * 'kernel' for fs/serve. 0, or -errno with a one-line reason in msg
+	 * (the mount then fails, exit 1, nothing left mounted). */
+	int (*start)(void *arg, enum bfs_serve_mode mode, const char *why,
+		     const struct bfs_serve_kernel *kernel,
+		     struct bfs_mount_served *out, char *msg, size_t len);
+	/* In the serving process, right before the mount is reported ready
+	 * (the daemon detaches its standard streams here). May be NULL. */
+	void (*ready)(void *arg);
+	void *arg;
+};
 
-/* The record of batches pushed into the kernel's page cache, kept under
- * 'budget_bytes' by invalidating the oldest closed ones. 0 or -ENOMEM. */
-int bfs_pushed_create(struct bfs_pushed **out, uint64_t budget_bytes);
-/* Accepts NULL. */
-void bfs_pushed_destroy(struct bfs_pushed *pb);
-
-/* Pool on_ready callback (arg: struct bfs_mount) in push mode: a batch
- * just gathered whose inode the kernel already knows (looked up, listed
- * with readdirplus) is stored into the page cache before anyone opens it;
- * otherwise its open pushes it. */
-void bfs_mount_on_ready(void *arg, struct bfs_batch *b, uint64_t e, uint64_t k);
-
-/* The FUSE low-level operations; userdata is a struct bfs_mount. */
-extern const struct fuse_lowlevel_ops bfs_mount_ops;
+/* Mount p->mountpoint and serve it until it is unmounted (SIGTERM,
+ * SIGINT and SIGHUP unmount cleanly). Unless p->foreground, the process
+ * forks: the parent exits 0 once the filesystem is ready and 1 (after
+ * printing why) when it is not; the child serves and returns here at the
+ * end. Returns the exit status: 0, 1 (mount or serving failure, printed),
+ * 2 (bad FUSE options). */
+int bfs_mount_run(const struct bfs_mount_params *p);
 
 #endif

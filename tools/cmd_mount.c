@@ -38,6 +38,13 @@
 
 #define MAX_SOURCES 4096
 
+/* What is mounted: built before the mount, served by the session. */
+struct model {
+	struct bfs_dataset *ds;
+	struct bfs_layout layout;
+	struct bfs_order *order;
+};
+
 struct mount_opts {
 	const char *sources[MAX_SOURCES];
 	size_t nsources;
@@ -49,7 +56,7 @@ struct mount_opts {
 	bool shuffle, have_seed, drop_last, replacement, foreground, verbose;
 	bool have_prefetch, have_world, have_pc;
 	const char *seed_source; /* see struct bfs_tree_info */
-	enum bfs_serve serve;
+	enum bfs_serve_mode serve;
 	enum bfs_torch_compat compat;
 	const char *subset, *weights, *gen_state, *log_file;
 	char fuse_o[1024]; /* user's -o options, comma-joined */
@@ -103,11 +110,16 @@ static const char usage_text[] =
     "                       batch over 16 x this is refused at mount\n"
     "  --timeout SEC        a read waits at most SEC for its batch, then\n"
     "                       EIO (default 30)\n"
-    "  --serve MODE         how batch files reach readers: push (default:\n"
-    "                       each batch is stored whole into the page cache\n"
-    "                       when opened), cache (page cache filled by the\n"
-    "                       kernel's reads), direct (direct I/O: no page\n"
-    "                       cache, but mmap MAP_SHARED fails)\n"
+    "  --serve MODE         how batch files reach readers (default auto):\n"
+    "                       passthrough (the kernel reads each batch from\n"
+    "                       its own memfd: page-cache speed, read and\n"
+    "                       mmap; needs Linux >= 6.9 and CAP_SYS_ADMIN),\n"
+    "                       push (each batch stored whole into the page\n"
+    "                       cache when opened), direct (direct I/O: no\n"
+    "                       page cache, mmap MAP_SHARED fails), cache\n"
+    "                       (the kernel's own reads), auto (passthrough\n"
+    "                       where it works, else push; the log, stats and\n"
+    "                       dataset.json say which and why)\n"
     "  --direct-io          same as --serve direct\n"
     "  --page-cache-mb M    push: pushed batches kept in the page cache\n"
     "                       (default: --cache-mb); older closed ones are\n"
@@ -313,105 +325,76 @@ static void append_o(struct mount_opts *m, const char *o)
 	snprintf(m->fuse_o + n, sizeof(m->fuse_o) - n, "%s%s", n ? "," : "", o);
 }
 
-/* Returns 0, 2 (bad usage, printed) or -1 (--help printed). */
-static int parse_opts(int argc, char **argv, struct mount_opts *m)
+/* One option that takes no number (numeric() has those). Returns 0, 2
+ * (bad usage, printed) or -1 (--help printed). */
+static int one_opt(int c, char *arg, struct mount_opts *m)
 {
-	int c, rc = 0;
-
-	m->batch_size = 1;
-	m->epochs = 1000;
-	m->cache_mb = 512;
-	m->timeout_s = 30;
-	m->fuse_threads = 4;
-	m->compat = BFS_TORCH_1_13;
-	m->workers = (unsigned)sysconf(_SC_NPROCESSORS_ONLN);
-	if (m->workers < 1)
-		m->workers = 1;
-	opterr = 0;
-	optind = 1;
-	while (rc == 0 &&
-	       (c = getopt_long(argc, argv, "o:fvh", long_opts, NULL)) != -1) {
-		switch (c) {
-		case 'h':
-			usage(stdout);
-			return -1;
-		case 'f':
-			m->foreground = true;
-			break;
-		case 'v':
-			m->verbose = true;
-			break;
-		case 'o':
-			append_o(m, optarg);
-			break;
-		case OPT_SHUFFLE:
-			m->shuffle = true;
-			break;
-		case OPT_DROP:
-			m->drop_last = true;
-			break;
-		case OPT_REPL:
-			m->replacement = true;
-			break;
-		case OPT_DIRECT:
-			m->serve = BFS_SERVE_DIRECT;
-			break;
-		case OPT_SERVE:
-			if (!strcmp(optarg, "push"))
-				m->serve = BFS_SERVE_PUSH;
-			else if (!strcmp(optarg, "cache"))
-				m->serve = BFS_SERVE_CACHE;
-			else if (!strcmp(optarg, "direct"))
-				m->serve = BFS_SERVE_DIRECT;
-			else
-				rc = bfs_cli_bad_usage(
-				    "mount", usage,
-				    "--serve: not push, cache or direct",
-				    optarg);
-			break;
-		case OPT_SUBSET:
-			m->subset = optarg;
-			break;
-		case OPT_WEIGHTS:
-			m->weights = optarg;
-			break;
-		case OPT_GENSTATE:
-			m->gen_state = optarg;
-			break;
-		case OPT_LOGFILE:
-			m->log_file = optarg;
-			break;
-		case OPT_PAD:
-		case OPT_PACK:
-			rc = ragged_opt(m, c, optarg);
-			break;
-		case OPT_COMPAT:
-			if (!strcmp(optarg, "1.13"))
-				m->compat = BFS_TORCH_1_13;
-			else if (!strcmp(optarg, "2.7"))
-				m->compat = BFS_TORCH_2_7;
-			else
-				rc = bfs_cli_bad_usage(
-				    "mount", usage,
-				    "--torch-compat: not 1.13 or 2.7", optarg);
-			break;
-		case '?':
-			rc = bfs_cli_bad_usage(
-			    "mount", usage, "unknown option or missing value",
-			    optopt && optopt < OPT_BATCH
-				? (char[]){'-', (char)optopt, 0}
-				: argv[optind - 1]);
-			break;
-		default:
-			rc = numeric(c, optarg, m);
-			break;
+	switch (c) {
+	case 'h':
+		usage(stdout);
+		return -1;
+	case 'f':
+		m->foreground = true;
+		return 0;
+	case 'v':
+		m->verbose = true;
+		return 0;
+	case 'o':
+		append_o(m, arg);
+		return 0;
+	case OPT_SHUFFLE:
+		m->shuffle = true;
+		return 0;
+	case OPT_DROP:
+		m->drop_last = true;
+		return 0;
+	case OPT_REPL:
+		m->replacement = true;
+		return 0;
+	case OPT_DIRECT:
+		m->serve = BFS_SERVE_DIRECT;
+		return 0;
+	case OPT_SERVE:
+		if (bfs_serve_mode_parse(arg, &m->serve) == 0)
+			return 0;
+		return bfs_cli_bad_usage("mount", usage,
+					 "--serve: not auto, passthrough, "
+					 "push, cache or direct",
+					 arg);
+	case OPT_SUBSET:
+		m->subset = arg;
+		return 0;
+	case OPT_WEIGHTS:
+		m->weights = arg;
+		return 0;
+	case OPT_GENSTATE:
+		m->gen_state = arg;
+		return 0;
+	case OPT_LOGFILE:
+		m->log_file = arg;
+		return 0;
+	case OPT_PAD:
+	case OPT_PACK:
+		return ragged_opt(m, c, arg);
+	case OPT_COMPAT:
+		if (!strcmp(arg, "1.13") || !strcmp(arg, "2.7")) {
+			m->compat =
+			    arg[0] == '1' ? BFS_TORCH_1_13 : BFS_TORCH_2_7;
+			return 0;
 		}
+		return bfs_cli_bad_usage(
+		    "mount", usage, "--torch-compat: not 1.13 or 2.7", arg);
+	default:
+		return numeric(c, arg, m);
 	}
-	if (rc)
-		return rc;
+}
+
+/* The operands and what the options imply together. 0 or 2. */
+static int operands(int argc, char **argv, struct mount_opts *m)
+{
 	if (argc - optind < 2)
 		return bfs_cli_bad_usage("mount", usage,
-					 "need at least one ARCHIVE and a "
+					 "need at least one SOURCE and a "
 					 "MOUNTPOINT",
 					 NULL);
 	if ((size_t)(argc - optind - 1) > MAX_SOURCES)
@@ -439,30 +422,55 @@ static int parse_opts(int argc, char **argv, struct mount_opts *m)
 	return 0;
 }
 
-/* The sampler the options ask for (PyTorch's rules: one sampler). */
-static enum bfs_sampler pick_sampler(const struct mount_opts *m)
+/* Returns 0, 2 (bad usage, printed) or -1 (--help printed). */
+static int parse_opts(int argc, char **argv, struct mount_opts *m)
 {
-	if (m->subset)
-		return BFS_SAMPLER_SUBSET;
-	if (m->weights)
-		return BFS_SAMPLER_WEIGHTED;
-	if (m->have_world)
-		return BFS_SAMPLER_DISTRIBUTED;
-	if (m->shuffle || m->replacement || m->num_samples)
-		return BFS_SAMPLER_RANDOM;
-	return BFS_SAMPLER_SEQUENTIAL;
+	int c, rc = 0;
+
+	m->batch_size = 1;
+	m->epochs = 1000;
+	m->cache_mb = 512;
+	m->timeout_s = 30;
+	m->fuse_threads = 4;
+	m->compat = BFS_TORCH_1_13;
+	m->workers = (unsigned)sysconf(_SC_NPROCESSORS_ONLN);
+	if (m->workers < 1)
+		m->workers = 1;
+	opterr = 0;
+	optind = 1;
+	while (rc == 0 &&
+	       (c = getopt_long(argc, argv, "o:fvh", long_opts, NULL)) != -1)
+		rc =
+		    c == '?'
+			? bfs_cli_bad_usage("mount", usage,
+					    "unknown option or missing value",
+					    optopt && optopt < OPT_BATCH
+						? (char[]){'-', (char)optopt, 0}
+						: argv[optind - 1])
+			: one_opt(c, optarg, m);
+	return rc ? rc : operands(argc, argv, m);
 }
 
-static const char *sampler_name(enum bfs_sampler s)
+/* The options in DataLoader's terms, for fs/order's rules. */
+static struct bfs_order_request request_of(const struct mount_opts *m)
 {
-	static const char *const names[] = {
-	    [BFS_SAMPLER_SEQUENTIAL] = "sequential",
-	    [BFS_SAMPLER_RANDOM] = "random",
-	    [BFS_SAMPLER_SUBSET] = "subset_random",
-	    [BFS_SAMPLER_WEIGHTED] = "weighted_random",
-	    [BFS_SAMPLER_DISTRIBUTED] = "distributed",
+	return (struct bfs_order_request){
+	    .shuffle = m->shuffle,
+	    .replacement = m->replacement,
+	    .num_samples = m->num_samples,
+	    .subset = m->subset != NULL,
+	    .weights = m->weights != NULL,
+	    .distributed = m->have_world,
+	    .have_seed = m->have_seed,
+	    .generator_state = m->gen_state != NULL,
 	};
-	return names[s];
+}
+
+static enum bfs_sampler pick_sampler(const struct mount_opts *m)
+{
+	struct bfs_order_request r = request_of(m);
+
+	return bfs_order_sampler_for(&r);
 }
 
 /* Inputs read from files for the order engine; freed by free_inputs. */
@@ -482,7 +490,7 @@ static void free_inputs(struct order_inputs *in)
 
 /* Build the order engine. Returns 0, 1 (a file could not be read) or 2
  * (an option value PyTorch would refuse); the message is printed. */
-static int make_order(struct mount_opts *m, struct bfs_mount *mt)
+static int make_order(struct mount_opts *m, struct model *mt)
 {
 	struct bfs_order_opts o;
 	struct order_inputs in = {0};
@@ -536,7 +544,7 @@ static int make_order(struct mount_opts *m, struct bfs_mount *mt)
 }
 
 /* Everything before FUSE: dataset, layout, order. 0, 1 or 2. */
-static int open_model(struct mount_opts *m, struct bfs_mount *mt)
+static int open_model(struct mount_opts *m, struct model *mt)
 {
 	struct bfs_error err = {{0}};
 	int rc;
@@ -572,11 +580,8 @@ static int open_model(struct mount_opts *m, struct bfs_mount *mt)
 	return 0;
 }
 
-static void close_model(struct bfs_mount *mt)
+static void close_model(struct model *mt)
 {
-	bfs_tree_destroy(mt->tree);
-	bfs_pushed_destroy(mt->pushed);
-	bfs_pool_destroy(mt->pool);
 	bfs_order_destroy(mt->order);
 	bfs_layout_fini(&mt->layout);
 	bfs_dataset_close(mt->ds);
@@ -603,54 +608,89 @@ static void syslog_sink(enum bfs_log_level level, const char *line)
 	syslog(prio[level], "%s", line);
 }
 
-/* Start the pool and the namespace (after the fork). 0 or -errno. */
-static int start_serving(struct mount_opts *m, struct bfs_mount *mt)
+/* The serving options the environment sets for tests and measurements:
+ * BATCHFS_DEBUG_GATHER_DELAY_MS (workers sleep before each gather),
+ * BATCHFS_DEBUG_NO_EARLY_PUSH, BATCHFS_DEBUG_NO_ZERO_COPY,
+ * BATCHFS_DEBUG_ZC_NO_CHECK, BATCHFS_DEBUG_ZC_MAX_IOV, BATCHFS_MEMFD_WRITE
+ * (gather|slices: how passthrough batches are written). */
+static void debug_opts(struct bfs_pool_opts *po, struct bfs_serve_opts *so)
 {
+	const char *delay = getenv("BATCHFS_DEBUG_GATHER_DELAY_MS");
+	const char *iov = getenv("BATCHFS_DEBUG_ZC_MAX_IOV");
+	const char *wr = getenv("BATCHFS_MEMFD_WRITE");
+
+	po->debug_delay_ms = delay ? (unsigned)strtoul(delay, NULL, 10) : 0;
+	po->memfd_write = !wr			  ? BFS_POOL_WRITE_AUTO
+			  : !strcmp(wr, "gather") ? BFS_POOL_WRITE_GATHER
+			  : !strcmp(wr, "slices") ? BFS_POOL_WRITE_SLICES
+						  : BFS_POOL_WRITE_AUTO;
+	so->early_push = !getenv("BATCHFS_DEBUG_NO_EARLY_PUSH");
+	so->zero_copy = !getenv("BATCHFS_DEBUG_NO_ZERO_COPY");
+	so->zc_no_check = getenv("BATCHFS_DEBUG_ZC_NO_CHECK") != NULL;
+	so->zc_max_iov = iov ? (unsigned)strtoul(iov, NULL, 10) : 0;
+}
+
+/* What the session calls back (mount/mount.h). */
+struct session_arg {
+	struct mount_opts *m;
+	struct model *model;
+};
+
+static void describe_opts(struct mount_opts *m, enum bfs_serve_mode mode);
+
+/* In the daemon, once the mode is known: the serve (pool, workers) and
+ * the namespace. 0 or -errno with msg. */
+static int start(void *arg, enum bfs_serve_mode mode, const char *why,
+		 const struct bfs_serve_kernel *kernel,
+		 struct bfs_mount_served *out, char *msg, size_t len)
+{
+	struct session_arg *sa = arg;
+	struct mount_opts *m = sa->m;
+	struct model *mt = sa->model;
+	const struct bfs_order_request req = request_of(m);
 	struct bfs_pool_opts po = {
 	    .workers = m->workers,
 	    .prefetch = m->prefetch,
 	    .budget_bytes = m->cache_mb << 20,
 	    .timeout_ms = m->timeout_s * 1000u,
 	    .epochs = m->epochs,
+	    .warm = !getenv("BATCHFS_DEBUG_NO_WARM"),
+	};
+	struct bfs_serve_opts so = {
+	    .mode = mode,
+	    .why = why,
+	    .page_cache_bytes = m->pc_mb << 20,
 	};
 	struct bfs_tree_info ti = {
 	    .sources = m->sources,
 	    .nsources = m->nsources,
 	    .epochs = m->epochs,
 	    .seed = m->seed,
-	    .shuffle = m->shuffle || m->replacement || m->num_samples ||
-		       m->subset || m->weights,
+	    .shuffle = bfs_order_is_random(&req),
 	    .drop_last = m->drop_last,
 	    .batch_size = m->batch_size,
 	    .seed_source = m->seed_source,
-	    .sampler = sampler_name(pick_sampler(m)),
+	    .sampler = bfs_order_sampler_name(pick_sampler(m)),
 	    .options = m->line,
 	    .mountpoint = m->mountpoint,
 	};
-	const char *delay = getenv("BATCHFS_DEBUG_GATHER_DELAY_MS");
 	int rc;
 
-	if (delay)
-		po.debug_delay_ms = (unsigned)strtoul(delay, NULL, 10);
-	if (mt->serve == BFS_SERVE_PUSH &&
-	    !getenv("BATCHFS_DEBUG_NO_EARLY_PUSH")) {
-		po.on_ready = bfs_mount_on_ready;
-		po.on_ready_arg = mt;
-	}
-	rc = mt->serve == BFS_SERVE_PUSH
-		 ? bfs_pushed_create(&mt->pushed, m->pc_mb << 20)
-		 : 0;
+	debug_opts(&po, &so);
+	describe_opts(m, mode);
+	rc = bfs_serve_create(&out->serve, mt->ds, mt->order, &mt->layout, &po,
+			      &so, kernel);
 	if (rc == 0)
-		rc = bfs_pool_create(&mt->pool, mt->ds, mt->order, &mt->layout,
-				     &po);
-	if (rc == 0)
-		rc = bfs_tree_create(&mt->tree, mt->ds, mt->order, &mt->layout,
-				     mt->pool, &ti);
+		rc = bfs_tree_create(&out->tree, mt->ds, mt->order, &mt->layout,
+				     out->serve, &ti);
+	if (rc < 0)
+		snprintf(msg, len, "cannot start serving: %s", strerror(-rc));
 	return rc;
 }
 
-/* The options as one line for README (what was asked, plus defaults). */
-static void describe_opts(struct mount_opts *m)
+/* The options as one line for README (what was asked, plus defaults and
+ * the mode chosen). */
+static void describe_opts(struct mount_opts *m, enum bfs_serve_mode mode)
 {
 	snprintf(m->line, sizeof(m->line),
 		 "--batch-size %" PRIu64 "%s --seed %" PRIu64
@@ -660,57 +700,7 @@ static void describe_opts(struct mount_opts *m)
 		 m->batch_size, m->shuffle ? " --shuffle" : "", m->seed,
 		 m->drop_last ? " --drop-last" : "", m->epochs, m->workers,
 		 m->prefetch, m->cache_mb, m->timeout_s,
-		 m->serve == BFS_SERVE_PUSH    ? "push"
-		 : m->serve == BFS_SERVE_CACHE ? "cache"
-					       : "direct",
-		 m->ragged_line);
-}
-
-/* fuse args: read-only, default_permissions, auto_unmount unless the user
- * asked allow_other (libfuse 3.14 refuses both together). */
-static int fuse_args_for(struct mount_opts *m, struct fuse_args *args)
-{
-	char o[1400];
-	bool allow_other = strstr(m->fuse_o, "allow_other") != NULL;
-
-	if (allow_other)
-		fprintf(stderr, "batchfs mount: warning: -o allow_other: "
-				"auto_unmount disabled (libfuse 3.14 cannot "
-				"combine them); use batchfs umount\n");
-	snprintf(o, sizeof(o),
-		 "ro,default_permissions,fsname=batchfs,subtype=batchfs%s%s%s",
-		 allow_other ? "" : ",auto_unmount", m->fuse_o[0] ? "," : "",
-		 m->fuse_o);
-	if (fuse_opt_add_arg(args, "batchfs") || fuse_opt_add_arg(args, "-o") ||
-	    fuse_opt_add_arg(args, o))
-		return -ENOMEM;
-	return 0;
-}
-
-/* Fork; the parent waits for the readiness byte and exits with 0 (byte
- * received) or 1 (the child died first). Returns the write end in the
- * child. */
-static int daemonize(struct fuse_session *se)
-{
-	int fds[2];
-	pid_t pid;
-	char c;
-
-	if (pipe(fds) < 0)
-		return -errno;
-	pid = fork();
-	if (pid < 0)
-		return -errno;
-	if (pid > 0) {
-		close(fds[1]);
-		if (read(fds[0], &c, 1) == 1)
-			_exit(0);
-		/* The child failed before readiness and reported why. */
-		_exit(1);
-	}
-	close(fds[0]);
-	setsid();
-	return fds[1];
+		 bfs_serve_mode_name(mode), m->ragged_line);
 }
 
 /* Detach stdio (the daemon logs to --log-file or syslog). */
@@ -739,74 +729,31 @@ static void detach_stdio(const struct mount_opts *m)
 	}
 }
 
-/* session_new -> handlers -> mount -> daemonize -> serve -> unmount. */
-static int run_session(struct mount_opts *m, struct bfs_mount *mt)
+/* Right before the mount is reported ready: logs go to their sink. */
+static void ready(void *arg)
 {
-	struct fuse_args args = FUSE_ARGS_INIT(0, NULL);
-	struct fuse_session *se = NULL;
-	struct fuse_loop_config *cfg = NULL;
-	int ready = -1, rc = 1;
+	struct session_arg *sa = arg;
 
-	if (fuse_args_for(m, &args) < 0)
-		goto out_args;
-	se = fuse_session_new(&args, &bfs_mount_ops, sizeof(bfs_mount_ops), mt);
-	mt->se = se;
-	if (!se) {
-		fprintf(stderr, "batchfs mount: bad FUSE options '%s'\n",
-			m->fuse_o);
-		rc = 2;
-		goto out_args;
-	}
-	if (fuse_set_signal_handlers(se) != 0)
-		goto out_destroy;
-	if (fuse_session_mount(se, m->mountpoint) != 0) {
-		fprintf(stderr, "batchfs mount: cannot mount on %s\n",
-			m->mountpoint);
-		goto out_handlers;
-	}
-	if (!m->foreground) {
-		ready = daemonize(se);
-		if (ready < 0)
-			goto out_unmount;
-	}
-	if (start_serving(m, mt) < 0) {
-		fprintf(stderr,
-			"batchfs mount: cannot start the worker pool\n");
-		goto out_unmount;
-	}
-	if (ready >= 0) {
-		detach_stdio(m);
-		if (write(ready, "1", 1) != 1)
-			goto out_unmount;
-		close(ready);
-		ready = -1;
-	}
-	bfs_log(BFS_LOG_INFO, "mount", "serving %s", m->mountpoint);
-	cfg = fuse_loop_cfg_create();
-	if (!cfg)
-		goto out_unmount;
-	fuse_loop_cfg_set_max_threads(cfg, m->fuse_threads);
-	fuse_loop_cfg_set_clone_fd(cfg, 0);
-	rc = fuse_session_loop_mt(se, cfg) < 0 ? 1 : 0;
-	fuse_loop_cfg_destroy(cfg);
-	bfs_mount_handles_free(mt);
-	/* Workers push into the session (on_ready): stop them first. */
-	bfs_tree_destroy(mt->tree);
-	mt->tree = NULL;
-	bfs_pool_destroy(mt->pool);
-	mt->pool = NULL;
-	bfs_log(BFS_LOG_INFO, "mount", "unmounting %s", m->mountpoint);
-out_unmount:
-	fuse_session_unmount(se);
-out_handlers:
-	fuse_remove_signal_handlers(se);
-out_destroy:
-	fuse_session_destroy(se);
-out_args:
-	fuse_opt_free_args(&args);
-	if (ready >= 0)
-		close(ready);
-	return rc;
+	if (!sa->m->foreground)
+		detach_stdio(sa->m);
+}
+
+/* Mount and serve the model (mount/mount.h). */
+static int run(struct mount_opts *m, struct model *mt)
+{
+	struct session_arg sa = {m, mt};
+	const struct bfs_mount_params p = {
+	    .mountpoint = m->mountpoint,
+	    .fuse_opts = m->fuse_o,
+	    .fuse_threads = m->fuse_threads,
+	    .foreground = m->foreground,
+	    .serve = m->serve,
+	    .start = start,
+	    .ready = ready,
+	    .arg = &sa,
+	};
+
+	return bfs_mount_run(&p);
 }
 
 /* Contract: see tools/cmd.h. Exit 0 once mounted (the daemon keeps
@@ -814,13 +761,13 @@ out_args:
 int bfs_cmd_mount(int argc, char **argv)
 {
 	struct mount_opts *m = calloc(1, sizeof(*m));
-	struct bfs_mount mt;
+	struct bfs_order_request req;
+	struct model mt;
 	char real[PATH_MAX];
 	struct stat st;
 	int rc;
 
 	memset(&mt, 0, sizeof(mt));
-	bfs_mount_handles_init(&mt);
 	if (!m)
 		return 1;
 	rc = parse_opts(argc, argv, m);
@@ -836,30 +783,19 @@ int bfs_cmd_mount(int argc, char **argv)
 	m->mountpoint = real;
 	/* No --seed: a random sampler gets a fresh seed (reported in
 	 * dataset.json); DistributedSampler keeps torch's default 0. */
-	if (pick_sampler(m) == BFS_SAMPLER_SEQUENTIAL ||
-	    (pick_sampler(m) == BFS_SAMPLER_DISTRIBUTED && !m->shuffle)) {
-		m->seed_source = "unused";
-	} else if (pick_sampler(m) == BFS_SAMPLER_DISTRIBUTED) {
-		m->seed_source = m->have_seed ? "--seed" : "default";
-	} else if (m->gen_state) {
-		m->seed_source = "--generator-state";
-	} else if (m->have_seed) {
-		m->seed_source = "--seed";
-	} else {
+	req = request_of(m);
+	m->seed_source = bfs_order_seed_source(&req);
+	if (!strcmp(m->seed_source, "getrandom")) {
 		uint32_t s = 0;
 
 		if (getrandom(&s, sizeof(s), 0) != sizeof(s))
 			s = (uint32_t)getpid() ^ (uint32_t)time(NULL);
 		m->seed = s;
-		m->seed_source = "getrandom";
 	}
-	describe_opts(m);
 	bfs_log_setup(m->verbose ? BFS_LOG_DEBUG : BFS_LOG_INFO, NULL);
 	rc = open_model(m, &mt);
-	if (rc == 0) {
-		mt.serve = m->serve;
-		rc = run_session(m, &mt);
-	}
+	if (rc == 0)
+		rc = run(m, &mt);
 out:
 	close_model(&mt);
 	for (size_t i = 0; i < m->nragged; i++)

@@ -7,7 +7,7 @@
  * is independent of our own ZIP parser; its record list is also compared
  * with ours. A batch file is recognised by its first bytes (u64 LE header
  * length, then '{') and its header is validated as the safetensors spec
- * requires (research/torch-format.md §4.1) by fs/safetensors, the parser
+ * requires (fs/README.md: the batch file) by fs/safetensors, the parser
  * the loader library uses too; only the header bytes are read.
  *
  * Output goes to stdout; every failure prints "batchfs inspect: FILE:

@@ -36,6 +36,7 @@ struct bench_hooks {
  * window_bytes. The window leaves out the pipeline fill. */
 struct bench_run {
 	double open_close, next_eof, window, window_bytes;
+	double copy_cpu, open_eof; /* copy thread's CPU; open to EOF */
 };
 
 double bench_now(void);

@@ -1,4 +1,4 @@
-/* bench_loader's GPU part (issue #5 item 7; research/gpu-loader.md §4).
+/* bench_loader's GPU part (targets: loader/README.md, "Benchmark").
  *
  * Measured in one run, on device --device (default 0):
  *   verify  every --verify-every-th batch (and the last) copied back with
@@ -15,6 +15,8 @@
  *           Each spins 1.2 x file bytes / E ns unless --spin-us is given.
  *   step    the same loop with the loader: next, the kernel, release, all
  *           on the consumer stream; window time. Target step / T_c <= 1.05.
+ *           Also the copy thread's CPU time over the run (open to EOF),
+ *           in % of a core: it must sleep while the GPU works (<= 5).
  *
  * The driver is dlopen'ed here too ("libcuda.so.1", or
  * $BATCHFS_LOADER_LIBCUDA like the library), so the bench shares the
@@ -36,6 +38,8 @@ int bench_gpu_part(const struct bench_cfg *c, double rf)
 const char bench_spin_ptx[] = "";
 #else
 
+#include "loader/bench/spin_ptx.h"
+
 #include <cuda.h>
 #include <dlfcn.h>
 #include <fcntl.h>
@@ -43,35 +47,7 @@ const char bench_spin_ptx[] = "";
 #include <string.h>
 #include <unistd.h>
 
-/* The compute stand-in: one thread spins until 'ns' nanoseconds of
- * %globaltimer passed (capped at 2^32 iterations, so a stuck timer cannot
- * hang the bench). PTX ISA 7.0 / sm_52: JIT-compiled by any driver that
- * runs an H100 (>= 520); tests/loader/test_bench_loader_fake.sh assembles
- * it with ptxas for sm_75, sm_80 and sm_90 when the toolkit has ptxas. */
-const char bench_spin_ptx[] =
-    ".version 7.0\n"
-    ".target sm_52\n"
-    ".address_size 64\n"
-    "\n"
-    ".visible .entry bfs_bench_spin(.param .u64 bfs_bench_spin_ns)\n"
-    "{\n"
-    "\t.reg .pred %p<3>;\n"
-    "\t.reg .b64 %rd<6>;\n"
-    "\n"
-    "\tld.param.u64 %rd1, [bfs_bench_spin_ns];\n"
-    "\tmov.u64 %rd2, %globaltimer;\n"
-    "\tmov.u64 %rd5, 0;\n"
-    "$L_spin:\n"
-    "\tadd.u64 %rd5, %rd5, 1;\n"
-    "\tsetp.ge.u64 %p2, %rd5, 4294967296;\n"
-    "\t@%p2 bra $L_done;\n"
-    "\tmov.u64 %rd3, %globaltimer;\n"
-    "\tsub.u64 %rd4, %rd3, %rd2;\n"
-    "\tsetp.lt.u64 %p1, %rd4, %rd1;\n"
-    "\t@%p1 bra $L_spin;\n"
-    "$L_done:\n"
-    "\tret;\n"
-    "}\n";
+const char bench_spin_ptx[] = BFS_SPIN_PTX;
 
 /* Driver entry points the bench uses (the fake driver in
  * tests/loader/fake_libcuda.c implements each one). */
@@ -201,9 +177,8 @@ static int gpu_setup(struct gpu *g, int device)
 		printf("JIT log: %s\n", log);
 		return rc;
 	}
-	if ((rc =
-		 ck(g, g->ModuleGetFunction(&g->spin, g->mod, "bfs_bench_spin"),
-		    "cuModuleGetFunction")) ||
+	if ((rc = ck(g, g->ModuleGetFunction(&g->spin, g->mod, BFS_SPIN_ENTRY),
+		     "cuModuleGetFunction")) ||
 	    (rc = ck(g,
 		     g->LaunchKernel(g->spin, 1, 1, 1, 1, 1, 1, 0, g->s, args,
 				     NULL),
@@ -362,7 +337,7 @@ static int loader_rates(struct gpu *g, const struct bfs_loader_opts *o,
 	struct bench_hooks hs = {NULL, hook_sync, g},
 			   hk = {hook_spin, hook_sync, g};
 	unsigned count = (unsigned)c->nb - c->skip;
-	double e[16], tc[16], st[16], em, tcm, stm;
+	double e[16], tc[16], st[16], cpu[16], em, tcm, stm;
 	struct bench_run run;
 	char label[80];
 
@@ -384,6 +359,7 @@ static int loader_rates(struct gpu *g, const struct bfs_loader_opts *o,
 		    bench_run_loader(o, g->s, c->skip, &hk, &run) < 0)
 			return -EIO;
 		st[r] = run.window;
+		cpu[r] = run.copy_cpu / run.open_eof;
 	}
 	tcm = bench_median(tc, c->reps);
 	stm = bench_median(st, c->reps);
@@ -393,6 +369,8 @@ static int loader_rates(struct gpu *g, const struct bfs_loader_opts *o,
 	snprintf(label, sizeof(label), "step next+kernel+release, %u x", count);
 	row(label, stm * 1e3, "ms");
 	row("step / T_c", stm / tcm, "(target <= 1.05)");
+	row("copy thread CPU in step, % of a core",
+	    100 * bench_median(cpu, c->reps), "(G10: <= 5)");
 	return 0;
 }
 

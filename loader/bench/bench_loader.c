@@ -1,5 +1,6 @@
 /* make bench-loader: the loader's throughput against its ceilings, all
- * measured in the same run (research/gpu-loader.md §4, issue #5 item 7).
+ * measured in the same run (targets and method: loader/README.md,
+ * "Benchmark").
  *
  * CPU part (always): plain read() of the same files into one page-aligned,
  * pre-faulted buffer, one file after the other (the baseline), against the
@@ -123,6 +124,7 @@ int bench_run_loader(const struct bfs_loader_opts *o, void *stream,
 {
 	struct bfs_loader *L;
 	struct bfs_loader_batch b;
+	struct bfs_loader_stats st = {0};
 	double t0 = bench_now(), t1, tw, t2, wbytes = 0;
 	unsigned k = 0;
 	int rc;
@@ -153,11 +155,14 @@ int bench_run_loader(const struct bfs_loader_opts *o, void *stream,
 	if (rc != BFS_LOADER_EOF)
 		fprintf(stderr, "bench: run failed: %s %s\n",
 			bfs_loader_strerror(rc), bfs_loader_errmsg(L));
+	bfs_loader_stats(L, &st);
 	bfs_loader_close(L);
 	*r = (struct bench_run){.open_close = bench_now() - t0,
 				.next_eof = t2 - t1,
 				.window = t2 - tw,
-				.window_bytes = wbytes};
+				.window_bytes = wbytes,
+				.copy_cpu = (double)st.copy_cpu_ns / 1e9,
+				.open_eof = t2 - t0};
 	return rc == BFS_LOADER_EOF ? 0 : -1;
 }
 

@@ -1,33 +1,58 @@
 """batchfs_loader: Python binding (ctypes, no compiled extension) of
-libbatchfs_loader — batch files (safetensors, e.g. a batchfs mount's
+libbatchfs_loader -- batch files (safetensors, e.g. a batchfs mount's
 epoch/N/) -> pinned host ring -> GPU, delivered in order as dicts of torch
 tensors.
 
     from batchfs_loader import Loader
-    with Loader("/mnt/data/epoch/0") as batches:        # CUDA when available
-        for batch in batches:                           # {"images": Tensor, ...}
-            loss = model(batch["images"].float()).sum()
+    with Loader("/mnt/data/epoch/0") as loader:         # CUDA when available
+        for epoch in range(10):
+            if epoch:
+                loader.reopen("/mnt/data/epoch/%d" % epoch)  # same ring
+            for batch in loader:                        # {"images": Tensor, ...}
+                loss = model(batch["images"].float()).sum()
 
-Memory rule: with copy=False (the default) the tensors of a batch view the
-loader's ring and stay valid until the next batch is requested (or the
-loader is closed). On CUDA the slot is released on the current stream, so
-work you already queued on it is safe; keep a tensor longer only after
-.clone(). copy=True returns tensors that own their memory.
+Memory rule: a batch, and every tensor in it, stays valid and unchanged for
+as long as you hold it, also after the loader moved on or was closed.
+ - copy=True (the default): the tensors own their memory. Each batch is
+   cloned from the ring on the loader's stream and the ring slot is given
+   back at once. Hold as many batches as you like (list(loader) works).
+ - copy=False: zero-copy, the tensors view the ring. A slot returns to the
+   ring when the last tensor (or view) of its batch is gone; holding as
+   many batches as there are slots and asking for one more raises
+   LoaderError(EBUSY) instead of overwriting one. close() frees the ring
+   only once the last such batch is gone.
+
+Stream rule (CUDA): every batch of an iteration is ready on one stream,
+batch.stream: the stream= given to Loader, else torch's current stream
+when the iteration starts (iter(), i.e. the for loop), whatever stream is
+current when next() is called. Use a batch on that stream freely. To use
+it on another stream s, call batch.use_on(s) first: s then waits for the
+batch, and (copy=False) the slot goes back to the ring only after the work
+queued on s by the time the batch is dropped; (copy=True) torch is told
+through record_stream. torch's default stream is the legacy default stream
+(NULL), which waits for and blocks every other blocking stream.
 
 The shared library is found via $BATCHFS_LOADER_LIB, then build/ of the
 source tree this file lives in, then the system library path.
 """
 
+import collections
 import ctypes
 import ctypes.util
 import errno
+import gc
+import logging
 import os
+import threading
+import warnings
 
-__all__ = ["Loader", "LoaderError", "load_library"]
+__all__ = ["Loader", "Batch", "LoaderError", "load_library"]
 
 EOF = 1
 MODE_AUTO, MODE_CPU, MODE_CUDA = 0, 1, 2
-FLAG_KEEP_HOST = 1
+LOG_ERR, LOG_WARN, LOG_INFO, LOG_DEBUG = 0, 1, 2, 3
+_PREFIX = "batchfs[loader]: "
+_log = logging.getLogger("batchfs_loader")
 
 _LOG_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int, ctypes.c_char_p)
 
@@ -74,8 +99,17 @@ class _Batch(ctypes.Structure):
     ]
 
 
+_STATS = ("batches", "bytes_read", "copies", "wait_ns", "ring_bytes",
+          "pin_calls", "copy_cpu_ns")
+
+
+class _Stats(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_uint64) for n in _STATS]
+
+
 class LoaderError(OSError):
-    """A loader call failed; .errno is the errno, str() the loader's message."""
+    """A loader call failed; .errno is the errno, str() says why (the
+    reason the library logged or latched)."""
 
 
 _lib = None
@@ -100,6 +134,8 @@ def load_library(path=None):
                       "(build it with make, or set BATCHFS_LOADER_LIB)")
     P = ctypes.c_void_p
     lib.bfs_loader_open.argtypes = [ctypes.POINTER(P), ctypes.POINTER(_Opts)]
+    lib.bfs_loader_reopen.argtypes = [P, ctypes.c_char_p,
+                                      ctypes.POINTER(ctypes.c_char_p)]
     lib.bfs_loader_next.argtypes = [P, ctypes.POINTER(_Batch), P]
     lib.bfs_loader_release.argtypes = [P, ctypes.POINTER(_Batch), P]
     lib.bfs_loader_close.argtypes = [P]
@@ -111,6 +147,7 @@ def load_library(path=None):
     lib.bfs_loader_errmsg.restype = ctypes.c_char_p
     lib.bfs_loader_strerror.argtypes = [ctypes.c_int]
     lib.bfs_loader_strerror.restype = ctypes.c_char_p
+    lib.bfs_loader_stats.argtypes = [P, ctypes.POINTER(_Stats)]
     if path is None:
         _lib = lib
     return lib
@@ -131,87 +168,319 @@ def _torch_dtype(torch, code):
     return getattr(torch, n, None) if n else None
 
 
-class _CudaBytes:
-    """Device bytes [ptr, ptr+n) seen through __cuda_array_interface__."""
+def _file_list(files):
+    return (ctypes.c_char_p * (len(files) + 1))(
+        *[os.fsencode(f) for f in files], None)
 
-    def __init__(self, ptr, n):
+
+# -- devices: where tensors live and how streams are ordered ---------------
+
+class _Host:
+    """CPU mode: page-aligned host memory, no streams."""
+
+    index = None
+
+    def __init__(self, torch):
+        self.torch, self.device = torch, torch.device("cpu")
+
+    def stream(self, s):
+        return None, None
+
+    def tensor(self, ptr, n, keep):
+        buf = (ctypes.c_uint8 * n).from_address(ptr)
+        buf._keep = keep         # torch holds buf, buf holds the slot
+        return self.torch.frombuffer(buf, dtype=self.torch.uint8)
+
+    def clone(self, x, stream):
+        return x.clone()
+
+    def join(self, waiter, first):
+        pass
+
+    def keep(self, x, stream):
+        pass
+
+    def empty_cache(self):
+        pass
+
+
+class _CudaBytes:
+    """Device bytes [ptr, ptr+n) seen through __cuda_array_interface__;
+    torch keeps this object (and what it holds) alive with the tensor."""
+
+    def __init__(self, ptr, n, keep):
+        self._keep = keep
         self.__cuda_array_interface__ = {
             "shape": (n,), "typestr": "|u1", "data": (ptr, False),
             "version": 2, "strides": None}
 
 
+class _TorchCuda:
+    """CUDA mode through torch: device tensors, streams, the caching
+    allocator."""
+
+    def __init__(self, torch, index):
+        self.torch, self.index = torch, index
+        self.device = torch.device("cuda", index)
+
+    def stream(self, s):
+        """(stream, CUstream handle or None) of a stream= argument; None:
+        torch's current stream now."""
+        cuda = self.torch.cuda
+        if s is None:
+            s = cuda.current_stream(self.device)
+        elif isinstance(s, int):
+            s = cuda.ExternalStream(s, device=self.device)
+        if s.device != self.device:
+            raise ValueError("stream %r is not on %s" % (s, self.device))
+        return s, (s.cuda_stream or None)
+
+    def tensor(self, ptr, n, keep):
+        with self.torch.cuda.device(self.device):
+            return self.torch.as_tensor(_CudaBytes(ptr, n, keep),
+                                        device=self.device)
+
+    def clone(self, x, stream):
+        with self.torch.cuda.stream(stream):
+            return x.clone()
+
+    def join(self, waiter, first):
+        waiter.wait_stream(first)
+
+    def keep(self, x, stream):
+        x.record_stream(stream)
+
+    def empty_cache(self):
+        self.torch.cuda.empty_cache()
+
+
+def _cuda_api(torch, index):
+    """The CUDA device of device index 'index', or None when torch has no
+    CUDA. (Tests put a device over the fake driver here.)"""
+    if not torch.cuda.is_available():
+        return None
+    if index is None:
+        index = torch.cuda.current_device()
+    return _TorchCuda(torch, index)
+
+
+# -- the C loader, shared by a Loader and its zero-copy batches ------------
+
+class _Handle:
+    """Owns the C loader. It is closed when the Loader is closed and no
+    zero-copy batch holds a ring slot any more. Its log callback keeps the
+    recent lines (for exception texts) and forwards them to logging."""
+
+    def __init__(self, lib):
+        self.lib, self.L = lib, ctypes.c_void_p()
+        self.lines = collections.deque(maxlen=16)
+        self.quiet = True     # while opening: keep, do not forward
+        self.cb = _LOG_FN(self._on_log)
+        self.mu = threading.Lock()
+        self.held, self.closing = 0, False
+
+    def _on_log(self, arg, level, line):
+        text = line.decode(errors="replace")
+        text = text[len(_PREFIX):] if text.startswith(_PREFIX) else text
+        self.lines.append((level, text))
+        if not self.quiet:
+            _log.log({LOG_ERR: logging.ERROR, LOG_WARN: logging.WARNING,
+                      LOG_INFO: logging.INFO}.get(level, logging.DEBUG),
+                     "%s", text)
+
+    def reason(self, rc, since=0):
+        """Why call result rc: the last error line logged since line number
+        'since' (or the last line), else the library's text of rc."""
+        lines = list(self.lines)[since:]
+        errs = [t for lv, t in lines if lv == LOG_ERR] or [t for _, t in lines]
+        return errs[-1] if errs else self.lib.bfs_loader_strerror(rc).decode()
+
+    def hold(self):
+        with self.mu:
+            self.held += 1
+
+    def release(self, b, stream):
+        rc = self.lib.bfs_loader_release(self.L, ctypes.byref(b), stream)
+        with self.mu:
+            self.held -= 1
+            last = self.closing and self.held == 0
+        if last:
+            self._free()
+        return rc
+
+    def close(self):
+        with self.mu:
+            self.closing = True
+            last = self.held == 0
+        if last:
+            self._free()
+
+    def _free(self):
+        if self.L.value:
+            L, self.L = self.L, ctypes.c_void_p()
+            self.lib.bfs_loader_close(L)
+
+
+class _Slot:
+    """A ring slot held by a zero-copy batch. Its tensors hold this object;
+    when the last one goes, the slot is released on the iteration's stream,
+    after the streams the batch was handed to (Batch.use_on)."""
+
+    def __init__(self, h, dev, b, stream, handle):
+        self.h, self.dev, self.b = h, dev, b
+        self.stream, self.handle, self.others = stream, handle, []
+        h.hold()
+
+    def __del__(self):
+        try:
+            for s in self.others:
+                self.dev.join(self.stream, s)
+        except Exception:      # still release; the failure is logged
+            _log.exception("batchfs loader: ordering the release")
+        if self.h.release(self.b, self.handle) < 0:
+            _log.error("batchfs loader: release of batch %d failed: %s",
+                       self.b.index, self.h.lib.bfs_loader_errmsg(
+                           self.h.L).decode(errors="replace"))
+
+
+class Batch(dict):
+    """One batch: name -> torch.Tensor, plus .index (its number in the
+    epoch) and .stream (the CUDA stream it is ready on; None on CPU)."""
+
+    def __init__(self, tensors, index, stream, dev, slot):
+        super().__init__(tensors)
+        self.index, self.stream = index, stream
+        self._dev, self._slot = dev, slot
+
+    def use_on(self, stream):
+        """Hand the batch to another CUDA stream: 'stream' waits for the
+        batch, and the batch's memory is kept until the work queued on
+        'stream' by the time the batch is dropped is done. Returns self."""
+        if self.stream is None:
+            return self
+        s, _ = self._dev.stream(stream)
+        self._dev.join(s, self.stream)
+        if self._slot is not None:
+            self._slot.others.append(s)
+        else:
+            for t in self.values():
+                self._dev.keep(t, s)
+        return self
+
+
 class Loader:
     """Iterate the batches of an epoch directory (batch_0, batch_1, ...) or
-    of an explicit file list, in order, as dicts name -> torch.Tensor.
+    of an explicit file list, in order, as Batch dicts name -> tensor.
 
-    device: "auto" (CUDA when torch and the driver have a GPU, else CPU),
-    "cpu", "cuda" or "cuda:N". slots/readers/chunk: ring slots, reader
-    threads, pread size (0 = library defaults 3 / 4 / 4 MiB).
+    device: "auto" (CUDA when torch has a GPU, else CPU), "cpu", "cuda" or
+    "cuda:N". slots/readers/chunk: ring slots, reader threads, pread size
+    (0 = the library's defaults 3 / 4 / 4 MiB). copy: see the module's
+    memory rule. stream: the CUDA stream batches are delivered on (a
+    torch.cuda.Stream or a CUstream handle); None = torch's current stream
+    at the start of each iteration.
     """
 
     def __init__(self, path=None, files=None, device="auto", slots=0,
-                 readers=0, chunk=0, copy=False, lib=None):
+                 readers=0, chunk=0, copy=True, stream=None, lib=None):
         import torch
-        self._torch = torch
-        self._lib = load_library(lib)
-        self._L = ctypes.c_void_p()
-        self._held = None
-        self._copy = copy
-        o = _Opts()
+        self._torch, self._copy, self._stream_arg = torch, copy, stream
+        self._iter = None        # (stream, handle) of the current iteration
         if (path is None) == (files is None):
             raise ValueError("give exactly one of path and files")
+        o = _Opts()
         if path is not None:
             o.dir = os.fsencode(path)
         else:
-            self._files = (ctypes.c_char_p * (len(files) + 1))(
-                *[os.fsencode(f) for f in files], None)
+            self._files = _file_list(files)
             o.files = self._files
-        dev = str(device)
-        if dev == "auto" and torch.cuda.is_available():
-            o.mode, o.device = MODE_AUTO, torch.cuda.current_device()
-        elif dev in ("auto", "cpu"):
-            o.mode = MODE_CPU
+        o.slots, o.readers, o.chunk = slots, readers, chunk
+        self._where = path if path is not None else "file list"
+        self._h = _Handle(load_library(lib))
+        o.log = self._h.cb
+        self._dev = self._open(o, str(device))
+        self._h.quiet = False
+        self.cuda = self._h.lib.bfs_loader_mode(self._h.L) == MODE_CUDA
+        self.device = self._dev.device
+
+    def _try(self, o, mode):
+        o.mode = mode
+        return self._h.lib.bfs_loader_open(ctypes.byref(self._h.L),
+                                           ctypes.byref(o))
+
+    def _open(self, o, dev):
+        """Open in the mode 'dev' asks for; CUDA out of memory: once more
+        after torch gave its cached blocks back; "auto": CPU if CUDA fails."""
+        torch, host = self._torch, _Host(self._torch)
+        if dev in ("auto", "cpu"):
+            cuda = _cuda_api(torch, None) if dev == "auto" else None
         elif dev.startswith("cuda"):
-            o.mode = MODE_CUDA
-            o.device = (int(dev.split(":")[1]) if ":" in dev
-                        else torch.cuda.current_device())
+            cuda = _cuda_api(torch, int(dev[5:]) if ":" in dev else None)
+            if cuda is None:
+                raise LoaderError(errno.ENODEV, "batchfs loader: %s "
+                                  "requested, but torch has no CUDA" % dev)
         else:
             raise ValueError("device must be auto, cpu, cuda or cuda:N")
-        o.slots, o.readers, o.chunk = slots, readers, chunk
-        rc = self._lib.bfs_loader_open(ctypes.byref(self._L), ctypes.byref(o))
+        if cuda is None:
+            rc = self._try(o, MODE_CPU)
+            if rc < 0:
+                self._fail(rc, "")
+            return host
+        o.device = cuda.index
+        rc = self._try(o, MODE_CUDA)
+        if rc == -errno.ENOMEM:
+            cuda.empty_cache()
+            rc = self._try(o, MODE_CUDA)
+        if rc == 0:
+            return cuda
+        if dev != "auto":
+            self._fail(rc, "in CUDA mode")
+        # the library falls back to CPU on a CUDA failure, says why at
+        # INFO, and fails on anything else
+        since = len(self._h.lines)
+        rc = self._try(o, MODE_AUTO)
         if rc < 0:
-            raise LoaderError(-rc, "batchfs loader: open failed: %s" %
-                              self._lib.bfs_loader_strerror(rc).decode())
-        self.cuda = self._lib.bfs_loader_mode(self._L) == MODE_CUDA
-        self.device = (torch.device("cuda", o.device) if self.cuda
-                       else torch.device("cpu"))
+            self._fail(rc, "")
+        if self._h.lib.bfs_loader_mode(self._h.L) == MODE_CUDA:
+            return cuda
+        warnings.warn("batchfs loader: reading into host memory: %s"
+                      % self._h.reason(0, since))
+        return host
+
+    def _fail(self, rc, how):
+        raise LoaderError(-rc, "batchfs loader: cannot open %s%s: %s" % (
+            self._where, " " + how if how else "", self._h.reason(rc)))
 
     # -- iteration ---------------------------------------------------------
     def __len__(self):
-        return int(self._lib.bfs_loader_count(self._L))
+        return int(self._h.lib.bfs_loader_count(self._h.L))
 
     def __iter__(self):
+        self._iter = self._dev.stream(self._stream_arg)
         return self
 
-    def _stream(self):
-        if not self.cuda:
-            return None
-        return self._torch.cuda.current_stream(self.device).cuda_stream or None
-
-    def _release_held(self):
-        if self._held is not None:
-            b, self._held = self._held, None
-            rc = self._lib.bfs_loader_release(self._L, ctypes.byref(b),
-                                              self._stream())
-            if rc < 0:
-                self._raise(rc)
-
     def _raise(self, rc):
-        msg = self._lib.bfs_loader_errmsg(self._L).decode(errors="replace")
-        raise LoaderError(-rc, msg or
-                          self._lib.bfs_loader_strerror(rc).decode())
+        msg = self._h.lib.bfs_loader_errmsg(self._h.L).decode(errors="replace")
+        raise LoaderError(-rc, msg or self._h.reason(rc))
 
-    def _tensor(self, t):
+    def _next_raw(self, handle):
+        b = _Batch()
+        lib, L = self._h.lib, self._h.L
+        rc = lib.bfs_loader_next(L, ctypes.byref(b), handle)
+        if rc == -errno.EBUSY:
+            gc.collect()         # a batch in a reference cycle may be free
+            rc = lib.bfs_loader_next(L, ctypes.byref(b), handle)
+        if rc == -errno.EBUSY:
+            raise LoaderError(errno.EBUSY, "batchfs loader: every ring slot "
+                              "is held by a zero-copy batch you still "
+                              "reference; drop one, open with more slots=, "
+                              "or use copy=True")
+        if rc == EOF:
+            raise StopIteration
+        if rc < 0:
+            self._raise(rc)
+        return b
+
+    def _tensor(self, t, keep):
         torch = self._torch
         code = t.dtype.decode()
         dt = _torch_dtype(torch, code)
@@ -219,49 +488,70 @@ class Loader:
             raise LoaderError(errno.ENOTSUP, "tensor %r: dtype %s is not "
                               "supported by this torch" % (t.name, code))
         shape = [t.shape[i] for i in range(t.ndim)]
-        n = int(t.nbytes)
-        if n == 0:
+        if t.nbytes == 0:
             return torch.empty(shape, dtype=dt, device=self.device)
-        if self.cuda:
-            raw = torch.as_tensor(_CudaBytes(int(t.dev), n),
-                                  device=self.device)
-        else:
-            buf = (ctypes.c_uint8 * n).from_address(t.host)
-            raw = torch.frombuffer(buf, dtype=torch.uint8)
-        x = raw.view(dt).reshape(shape)
-        return x.clone() if self._copy else x
+        ptr = int(t.dev) if self.cuda else t.host
+        raw = self._dev.tensor(ptr, int(t.nbytes), keep)
+        return raw.view(dt).reshape(shape)
+
+    def _tensors(self, b, keep):
+        return {b.tensors[i].name.decode(): self._tensor(b.tensors[i], keep)
+                for i in range(b.ntensors)}
 
     def __next__(self):
-        if self._L is None or not self._L.value:
+        if not self._h.L.value or self._h.closing:
             raise StopIteration
-        self._release_held()
-        b = _Batch()
-        with_stream = self._stream()
-        rc = self._lib.bfs_loader_next(self._L, ctypes.byref(b), with_stream)
-        if rc == EOF:
-            raise StopIteration
+        if self._iter is None:
+            self._iter = self._dev.stream(self._stream_arg)
+        stream, handle = self._iter
+        b = self._next_raw(handle)
+        if not self._copy:
+            slot = _Slot(self._h, self._dev, b, stream, handle)
+            return Batch(self._tensors(b, slot), b.index, stream, self._dev,
+                         slot)
+        self._h.hold()
+        try:
+            out = {n: self._dev.clone(t, stream)
+                   for n, t in self._tensors(b, None).items()}
+        finally:                 # the clones are queued first
+            rc = self._h.release(b, handle)
         if rc < 0:
             self._raise(rc)
-        self._held = b
-        out = {}
-        for i in range(b.ntensors):
-            t = b.tensors[i]
-            out[t.name.decode()] = self._tensor(t)
-        if self._copy:
-            self._release_held()   # clones are queued on the stream first
-        return out
+        return Batch(out, b.index, stream, self._dev, None)
+
+    def reopen(self, path=None, files=None):
+        """Go on with another epoch's directory (or file list), keeping the
+        ring (no new pinned or device memory). Every zero-copy batch must
+        be gone; batches not yet delivered are dropped. The next iteration
+        starts at its batch 0."""
+        if (path is None) == (files is None):
+            raise ValueError("give exactly one of path and files")
+        lib, L = self._h.lib, self._h.L
+        d = os.fsencode(path) if path is not None else None
+        fl = _file_list(files) if files is not None else None
+        since = len(self._h.lines)
+        rc = lib.bfs_loader_reopen(L, d, fl)
+        if rc == -errno.EBUSY:
+            gc.collect()
+            rc = lib.bfs_loader_reopen(L, d, fl)
+        if rc < 0:
+            raise LoaderError(-rc, "batchfs loader: cannot reopen on %s: %s"
+                              % (path if path is not None else "file list",
+                                 self._h.reason(rc, since)))
+        self._files, self._iter = fl, None
+
+    def stats(self):
+        """The library's counters (batches, bytes_read, copies, wait_ns,
+        ring_bytes, pin_calls, copy_cpu_ns) as a dict."""
+        st = _Stats()
+        self._h.lib.bfs_loader_stats(self._h.L, ctypes.byref(st))
+        return {n: int(getattr(st, n)) for n in _STATS}
 
     # -- lifetime ----------------------------------------------------------
     def close(self):
-        """Release and free everything; tensors not cloned become invalid."""
-        if self._L is not None and self._L.value:
-            if self.cuda:
-                # batches in use on the stream must finish before the
-                # device ring is freed
-                self._torch.cuda.current_stream(self.device).synchronize()
-            self._held = None
-            self._lib.bfs_loader_close(self._L)
-        self._L = None
+        """Stop. The ring is freed now, or when the last zero-copy batch
+        still held is dropped; batches already delivered stay valid."""
+        self._h.close()
 
     def __enter__(self):
         return self
@@ -270,7 +560,6 @@ class Loader:
         self.close()
 
     def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
+        h = getattr(self, "_h", None)
+        if h is not None:
+            h.close()

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """An archive larger than 4 GiB, in torch's exact ZIP64 layout
-(research/torch-format.md §1.3-1.4, cf. big.pt), written sparse: the
+(fs/README.md: torch.save archives), written sparse: the
 payloads are holes except a few rows near the start and the end, so it costs
 almost no disk and no time. Fields: x uint8 [N, 64] with N*64 = 2^32 + 64
 bytes (a record >= 4 GiB: ZIP64 sizes), then y int64 [N] whose local header

@@ -10,7 +10,8 @@ int64 field (lengths 0..13, zeros included), a float32 field of [len, 4]
 boxes, a float16 field padded with a non-zero value, and a fixed label;
 it is sharded over an .npz and a safetensors file (each with its own
 offsets). Padding to a MULTIPLE equals pad_sequence then padding the
-length up. Every serving mode (push, direct, cache) serves the same bytes. File sizes are exact before anything is read (stat = bytes
+length up. Every serving mode (the default, push, direct, cache) serves
+the same bytes. File sizes are exact before anything is read (stat = bytes
 read). Bad offsets are refused at mount, naming the field and the first
 bad index."""
 import json
@@ -176,7 +177,7 @@ def main():
     packed = {"tok": ("pack",), "box": ("pad", 0.0, 1), "half": ("pack",)}
     print("ok --pack", check(paths, ds, ["--batch-size", 6, "--shuffle", "--seed", 3,
                                          "--pack", "tok", "--pack", "half"], packed))
-    for mode in ("direct", "cache"):
+    for mode in ("push", "direct", "cache"):
         print("ok --serve %s" % mode,
               check(paths, ds, ["--batch-size", 9, "--shuffle", "--seed", 2,
                                 "--serve", mode, "--pack", "half"] + OPTS[:2],

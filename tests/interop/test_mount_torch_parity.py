@@ -6,7 +6,8 @@ and without --shuffle, 3 epochs each. The reference is
 DataLoader(dict dataset, batch_size=B, shuffle=S, drop_last=D,
 generator=torch.Generator().manual_seed(seed)) with default_collate of dict
 samples (stack per field), iterated once per epoch (a fresh iterator each
-epoch, as a training loop does)."""
+epoch, as a training loop does). The configurations take the serve modes
+(passthrough where available, push, cache, direct) in turn."""
 import os
 import sys
 
@@ -56,7 +57,8 @@ def archives():
 
 
 def check(path, d, bs, shuffle, seed, drop_last, epochs=3):
-    opts = ["--batch-size", bs, "--epochs", epochs]
+    # every serve mode in turn: each serves bytes identical to DataLoader
+    opts = ["--batch-size", bs, "--epochs", epochs, "--serve", ml.next_mode()]
     if shuffle:
         opts += ["--shuffle", "--seed", seed]
     if drop_last:
@@ -75,7 +77,7 @@ def check(path, d, bs, shuffle, seed, drop_last, epochs=3):
                 want = ml.torch_np(t)
                 assert got[name].shape == want.shape, (name, got[name].shape)
                 assert got[name].tobytes() == want.tobytes(), \
-                    (path, bs, shuffle, seed, drop_last, e, k, name)
+                    (path, bs, shuffle, seed, drop_last, e, k, name, opts)
         assert k + 1 == len(loader)
     assert ml.umount(mnt).returncode == 0
 

@@ -8,7 +8,7 @@
                              torch >= 2.6 writes with compute_crc32=False
   write_torch_layout(path, recs)
                           -> writes records the way torch 1.13's miniz does
-                             (research/torch-format.md §1.2-1.4): LFH with
+                             (fs/README.md: torch.save archives): LFH with
                              zero CRC/sizes, flags 0x0808, torch's LFH ZIP64
                              field, 'FB' padding to 64, data descriptors,
                              ZIP64 CD extras, ZIP64 end records. Data of a

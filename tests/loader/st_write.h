@@ -1,6 +1,7 @@
 /* Test helper: write safetensors batch files the way batchfs serves them
- * (DESIGN.md §2): u64 LE header length, JSON padded with spaces so the data
- * starts at a multiple of 4096, tensors back to back in the given order. */
+ * (README.md, "The batch file"): u64 LE header length, JSON padded with
+ * spaces so the data starts at a multiple of 4096, tensors back to back in
+ * the given order. */
 #ifndef BFS_TEST_ST_WRITE_H
 #define BFS_TEST_ST_WRITE_H
 

@@ -37,7 +37,8 @@ for re in "^plain read\(\) .* $num GB/s" "^loader CPU mode, next\.\.EOF: .* $num
 	"^E / min\(Rf, P\) +$num \(target >= 0\.9\)" "^E / P +$num " \
 	"^T_c spin kernel alone, 6 x $num ms +$num ms" \
 	"^step next\+kernel\+release, 6 x +$num ms" \
-	"^step / T_c +$num \(target <= 1\.05\)"; do
+	"^step / T_c +$num \(target <= 1\.05\)" \
+	"^copy thread CPU in step, % of a core +$num \(G10: <= 5\)"; do
 	grep -Eq "$re" "$BFS_TEST_TMP/out" || bad "no line matching /$re/"
 done
 grep -q "skipped" "$BFS_TEST_TMP/out" && bad "GPU part skipped"

@@ -1,5 +1,5 @@
-/* The loader's CUDA backend against the fake driver (fake_libcuda.c, found
- * through LD_LIBRARY_PATH; run by test_loader_cuda_fake.sh).
+/* The loader's CUDA backend against the fake driver (fake_libcuda.c, linked
+ * and found through LD_LIBRARY_PATH; run by test_loader_cuda_fake.sh).
  *
  * Pins down: the stream/event protocol (the copy into a device slot waits
  * on the consumer's "released" event of the slot's previous batch; "ready"
@@ -8,99 +8,16 @@
  * close, every object freed at close (also with batches outstanding), and
  * the bytes that reach "device" memory, checked in stream order by a
  * delayed check standing in for the consumer's kernel. */
-#include "loader/batchfs_loader.h"
+#include "tests/loader/cuda_util.h"
 #include "tests/loader/fake_libcuda.h"
-#include "tests/loader/st_write.h"
 
-#include <dlfcn.h>
 #include <errno.h>
-#include <limits.h>
-#include <setjmp.h>
-#include <stdarg.h>
-#include <stddef.h>
-#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-
-#include <cmocka.h>
+#include <unistd.h>
 
 enum { MARK_NEXT = 1, MARK_RELEASE = 2 };
-
-static fake_log_fn flog;
-static fake_mark_fn fmark;
-static fake_stats_fn fstats;
-static fake_check_fn fcheck;
-static fake_config_fn fconfig;
-static char workdir[2048];
-static unsigned ndirs;
-
-static void quiet(void *arg, enum bfs_loader_log_level lv, const char *line)
-{
-}
-
-/* nb batches of varied sizes (batch 1 with a header > 4 KiB) in a new dir;
- * returns the dir (static buffer per call) */
-static const char *make_batches(unsigned nb)
-{
-	static char dir[2100];
-	char path[2200];
-
-	snprintf(dir, sizeof(dir), "%s/d%u", workdir, ndirs++);
-	mkdir(dir, 0755);
-	for (unsigned k = 0; k < nb; k++) {
-		uint64_t rows = 200 + 97 * k;
-		size_t n1 = rows * 4 * 5, n2 = rows * 8, n3 = rows * 3;
-		unsigned char *d = malloc(n1 + n2 + n3);
-		struct st_tensor t[3] = {
-		    {"labels", "I64", 1, {rows}, d + n1, n2},
-		    {"x", "F32", 2, {rows, 5}, d, n1},
-		    {"rgb", "U8", 2, {rows, 3}, d + n1 + n2, n3},
-		};
-		st_fill(d, n1 + n2 + n3, k);
-		snprintf(path, sizeof(path), "%s/batch_%u", dir, k);
-		assert_true(st_write(path, t, 3, 0, k, k == 1 ? 5000 : 0) > 0);
-		free(d);
-	}
-	return dir;
-}
-
-static unsigned char *slurp(const char *dir, uint64_t k, size_t *n)
-{
-	char path[2200];
-	FILE *f;
-	unsigned char *p;
-	struct stat sb;
-
-	snprintf(path, sizeof(path), "%s/batch_%llu", dir,
-		 (unsigned long long)k);
-	assert_int_equal(stat(path, &sb), 0);
-	*n = (size_t)sb.st_size;
-	p = malloc(*n);
-	f = fopen(path, "rb");
-	assert_non_null(f);
-	assert_int_equal(fread(p, 1, *n, f), *n);
-	fclose(f);
-	return p;
-}
-
-static void expect_clean_driver(void)
-{
-	struct fake_stats s;
-
-	fstats(&s);
-	if (s.violations)
-		fail_msg("%ld driver misuse(s), last: %s", s.violations,
-			 s.last_violation);
-	assert_int_equal(s.check_failures, 0);
-	assert_int_equal(s.streams, 0);
-	assert_int_equal(s.events, 0);
-	assert_int_equal(s.allocs, 0);
-	assert_int_equal(s.registered, 0);
-	assert_int_equal(s.ctx_retained, 0);
-	assert_int_equal(s.register_after_copy, 0);
-}
 
 /* Index of the next (dir 1) or previous (dir -1) stream operation on
  * 'stream' from i (other threads' calls interleave in the log). */
@@ -133,7 +50,7 @@ static void check_protocol(size_t from, unsigned consumer, unsigned nslots,
 	} sl[16] = {{0}};
 	unsigned nsl = 0;
 
-	flog(&r, &n);
+	fake_log(&r, &n);
 #define SLOT(dptr)                                                             \
 	({                                                                     \
 		unsigned _j = 0;                                               \
@@ -210,7 +127,8 @@ static void check_protocol(size_t from, unsigned consumer, unsigned nslots,
 static void run_ordered(unsigned nslots, unsigned nb, unsigned copy_delay,
 			unsigned check_delay, unsigned flags)
 {
-	const char *dir = make_batches(nb);
+	char dbuf[2100];
+	const char *dir = ct_make_batches(dbuf, sizeof(dbuf), nb);
 	struct bfs_loader *L;
 	struct bfs_loader_batch b;
 	struct bfs_loader_stats s;
@@ -218,8 +136,8 @@ static void run_ordered(unsigned nslots, unsigned nb, unsigned copy_delay,
 	size_t from, n;
 	unsigned char *want;
 
-	fconfig(copy_delay);
-	flog(&r, &from);
+	fake_config(copy_delay);
+	fake_log(&r, &from);
 	assert_int_equal(
 	    bfs_loader_open(&L,
 			    &(struct bfs_loader_opts){.dir = dir,
@@ -228,14 +146,14 @@ static void run_ordered(unsigned nslots, unsigned nb, unsigned copy_delay,
 						      .readers = 3,
 						      .chunk = 8192,
 						      .flags = flags,
-						      .log = quiet}),
+						      .log = ct_quiet}),
 	    0);
 	assert_int_equal(bfs_loader_mode(L), BFS_LOADER_CUDA);
 	for (unsigned k = 0; k < nb; k++) {
 		assert_int_equal(bfs_loader_next(L, &b, NULL), 0);
-		fmark(MARK_NEXT, b.dev);
+		fake_mark(MARK_NEXT, b.dev);
 		assert_int_equal(b.index, k);
-		want = slurp(dir, k, &n);
+		want = ct_slurp(dir, k, &n);
 		assert_int_equal(b.nbytes, n);
 		if (flags & BFS_LOADER_KEEP_HOST) {
 			assert_non_null(b.host);
@@ -252,9 +170,9 @@ static void run_ordered(unsigned nslots, unsigned nb, unsigned copy_delay,
 		assert_int_equal(b.tensors[0].offset, k == 1 ? 8192 : 4096);
 		/* the consumer's "kernel": reads the whole batch later, in
 		 * stream order */
-		fcheck(NULL, b.dev, want, n, check_delay);
+		fake_enqueue_check(NULL, b.dev, want, n, check_delay);
 		free(want);
-		fmark(MARK_RELEASE, b.dev);
+		fake_mark(MARK_RELEASE, b.dev);
 		assert_int_equal(bfs_loader_release(L, &b, NULL), 0);
 	}
 	assert_int_equal(bfs_loader_next(L, &b, NULL), BFS_LOADER_EOF);
@@ -263,20 +181,20 @@ static void run_ordered(unsigned nslots, unsigned nb, unsigned copy_delay,
 	assert_int_equal(s.pin_calls, 1);
 	bfs_loader_close(L);
 	check_protocol(from, 0, nslots < nb ? nslots : nb, nb);
-	expect_clean_driver();
+	ct_expect_clean_driver();
 }
 
 static void copies_wait_for_release_and_bytes_reach_the_device(void **st)
 {
 	struct fake_stats s0, s1;
 
-	fstats(&s0);
+	fake_stats(&s0);
 	/* slow consumer: the copy engine must wait for the releases */
 	run_ordered(2, 9, 100, 3000, 0);
 	run_ordered(3, 10, 100, 2000, 0);
 	/* slow copies: the consumer must wait for ready */
 	run_ordered(3, 8, 3000, 0, 0);
-	fstats(&s1);
+	fake_stats(&s1);
 	assert_int_equal(s1.checks - s0.checks, 27);
 }
 
@@ -287,11 +205,12 @@ static void keep_host_keeps_the_host_copy_until_release(void **st)
 
 static void close_with_batches_outstanding_frees_everything(void **st)
 {
-	const char *dir = make_batches(6);
+	char dbuf[2100];
+	const char *dir = ct_make_batches(dbuf, sizeof(dbuf), 6);
 	struct bfs_loader *L;
 	struct bfs_loader_batch b;
 
-	fconfig(500);
+	fake_config(500);
 	assert_int_equal(
 	    bfs_loader_open(
 		&L,
@@ -300,7 +219,7 @@ static void close_with_batches_outstanding_frees_everything(void **st)
 	assert_int_equal(bfs_loader_next(L, &b, NULL), 0);
 	assert_int_equal(bfs_loader_next(L, &b, NULL), 0);
 	bfs_loader_close(L);
-	expect_clean_driver();
+	ct_expect_clean_driver();
 	/* and straight after open, copies possibly in flight */
 	assert_int_equal(
 	    bfs_loader_open(
@@ -308,17 +227,18 @@ static void close_with_batches_outstanding_frees_everything(void **st)
 		&(struct bfs_loader_opts){.dir = dir, .mode = BFS_LOADER_CUDA}),
 	    0);
 	bfs_loader_close(L);
-	expect_clean_driver();
+	ct_expect_clean_driver();
 }
 
 static void auto_picks_cuda_and_a_bad_device_is_refused(void **st)
 {
-	const char *dir = make_batches(2);
+	char dbuf[2100];
+	const char *dir = ct_make_batches(dbuf, sizeof(dbuf), 2);
 	struct bfs_loader *L;
 
 	assert_int_equal(
 	    bfs_loader_open(
-		&L, &(struct bfs_loader_opts){.dir = dir, .log = quiet}),
+		&L, &(struct bfs_loader_opts){.dir = dir, .log = ct_quiet}),
 	    0);
 	assert_int_equal(bfs_loader_mode(L), BFS_LOADER_CUDA);
 	bfs_loader_close(L);
@@ -327,45 +247,155 @@ static void auto_picks_cuda_and_a_bad_device_is_refused(void **st)
 			    &(struct bfs_loader_opts){.dir = dir,
 						      .device = 1,
 						      .mode = BFS_LOADER_CUDA,
-						      .log = quiet}),
+						      .log = ct_quiet}),
 	    -ENODEV);
 	assert_int_equal(
 	    bfs_loader_open(&L, &(struct bfs_loader_opts){.dir = dir,
 							  .device = 1,
-							  .log = quiet}),
+							  .log = ct_quiet}),
 	    0);
 	assert_int_equal(bfs_loader_mode(L), BFS_LOADER_CPU);
 	bfs_loader_close(L);
-	expect_clean_driver();
+	ct_expect_clean_driver();
+}
+
+/* While the consumer computes (a 2 ms "kernel" per batch on its stream,
+ * 2 slots so the copies wait for releases), nothing the loader does waits
+ * by spinning: on a real driver each such wait burns a core for as long as
+ * the consumer's kernels run. */
+static void no_wait_of_the_loader_spins_while_the_consumer_computes(void **st)
+{
+	char dbuf[2100];
+	const char *dir = ct_make_batches(dbuf, sizeof(dbuf), 6);
+	struct fake_stats s0, s1;
+	struct bfs_loader *L;
+	struct bfs_loader_batch b;
+	struct bfs_loader_stats ls;
+
+	fake_config(100);
+	fake_stats(&s0);
+	L = ct_open(dir, 2, 0);
+	while (bfs_loader_next(L, &b, NULL) == 0) {
+		fake_sleep(NULL, 2000);
+		assert_int_equal(bfs_loader_release(L, &b, NULL), 0);
+	}
+	assert_int_equal(bfs_loader_stats(L, &ls), 0);
+	assert_int_equal(ls.copies, 6);
+	bfs_loader_close(L);
+	fake_stats(&s1);
+	assert_int_equal(s1.spin_syncs - s0.spin_syncs, 0);
+	assert_true(s1.blocking_syncs > s0.blocking_syncs);
+	ct_expect_clean_driver();
+}
+
+/* Calls of 'op' in the fake's log from record 'from' on. */
+static size_t count_ops(size_t from, enum fake_op op)
+{
+	const struct fake_rec *r;
+	size_t n, c = 0;
+
+	fake_log(&r, &n);
+	for (size_t i = from; i < n; i++)
+		c += r[i].op == op;
+	return c;
+}
+
+/* A training loop reopens the loader on each epoch's directory: the ring
+ * is pinned and the device ring allocated once for all epochs (a new
+ * loader per epoch may find the device memory taken by then), every
+ * epoch's bytes arrive, and an epoch left half read is dropped. */
+static void one_ring_serves_every_epoch(void **state)
+{
+	char d[3][2100];
+	struct bfs_loader *L;
+	struct bfs_loader_batch b;
+	struct bfs_loader_stats ls;
+	size_t from;
+	const struct fake_rec *r;
+	unsigned u;
+	CUstream s = ct_stream(CU_STREAM_NON_BLOCKING, &u);
+
+	for (int e = 0; e < 3; e++)
+		ct_make_batches(d[e], sizeof(d[e]), 5);
+	fake_config(100);
+	fake_log(&r, &from);
+	L = ct_open(d[0], 2, 0);
+	ct_read_all(L, d[0], 5, s, 300);
+	assert_int_equal(bfs_loader_reopen(L, d[1], NULL), 0);
+	for (int k = 0; k < 2; k++) { /* half of epoch 1 */
+		assert_int_equal(bfs_loader_next(L, &b, s), 0);
+		assert_int_equal(bfs_loader_release(L, &b, s), 0);
+	}
+	assert_int_equal(bfs_loader_reopen(L, d[2], NULL), 0);
+	ct_read_all(L, d[2], 5, s, 300);
+	assert_int_equal(bfs_loader_reopen(L, d[1], NULL), 0);
+	ct_read_all(L, d[1], 5, s, 0);
+	assert_int_equal(bfs_loader_stats(L, &ls), 0);
+	assert_int_equal(ls.pin_calls, 1);
+	assert_int_equal(ls.batches, 17);
+	bfs_loader_close(L);
+	assert_int_equal(count_ops(from, F_REGISTER), 1);
+	assert_int_equal(count_ops(from, F_ALLOC), 1);
+	ct_stream_destroy(s);
+	ct_expect_clean_driver();
+}
+
+/* Reopen keeps the loader as it was when it cannot switch: a batch still
+ * held (-EBUSY), a file larger than the ring's slots (-EFBIG), a missing
+ * directory; and clears a latched error when it can. */
+static void reopen_refuses_what_it_cannot_serve(void **state)
+{
+	char d0[2100], d1[2100], big[2100], path[2200];
+	struct bfs_loader *L;
+	struct bfs_loader_batch b;
+	unsigned char *blob = calloc(1, 3 << 20);
+	FILE *f;
+
+	ct_make_batches(d0, sizeof(d0), 3);
+	ct_make_batches(d1, sizeof(d1), 3);
+	ct_make_batches(big, sizeof(big), 1);
+	snprintf(path, sizeof(path), "%s/batch_0", big);
+	f = fopen(path, "ab"); /* 3 MiB more than a 2 MiB slot */
+	assert_int_equal(fwrite(blob, 1, 3 << 20, f), 3 << 20);
+	fclose(f);
+	free(blob);
+	L = ct_open(d0, 2, 0);
+	/* 2 slots: batch 2 is read after batch 0's release, short */
+	snprintf(path, sizeof(path), "%s/batch_2", d0);
+	assert_int_equal(truncate(path, 100), 0);
+	assert_int_equal(bfs_loader_next(L, &b, NULL), 0);
+	assert_int_equal(bfs_loader_reopen(L, d1, NULL), -EBUSY);
+	assert_true(ct_logged("still held"));
+	assert_int_equal(bfs_loader_release(L, &b, NULL), 0);
+	assert_int_equal(bfs_loader_reopen(L, big, NULL), -EFBIG);
+	assert_true(ct_logged("open a new loader"));
+	assert_int_equal(bfs_loader_reopen(L, "/nonexistent", NULL), -ENOENT);
+	assert_int_equal(bfs_loader_reopen(L, NULL, NULL), -EINVAL);
+	/* still epoch 0, at batch 1 */
+	assert_int_equal(bfs_loader_next(L, &b, NULL), 0);
+	assert_int_equal(b.index, 1);
+	assert_int_equal(bfs_loader_release(L, &b, NULL), 0);
+	/* a failure latched in one epoch is gone in the next */
+	assert_int_equal(bfs_loader_next(L, &b, NULL), -EIO);
+	assert_int_equal(bfs_loader_reopen(L, d1, NULL), 0);
+	assert_string_equal(bfs_loader_errmsg(L), "");
+	ct_read_all(L, d1, 3, NULL, 0);
+	bfs_loader_close(L);
+	ct_expect_clean_driver();
 }
 
 int main(void)
 {
-	const char *t = getenv("BFS_TEST_TMP");
-	char tmpl[] = "/tmp/bfs-loader-cuda-XXXXXX";
-	void *dl = dlopen("libcuda.so.1", RTLD_NOW);
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(
 		copies_wait_for_release_and_bytes_reach_the_device),
 	    cmocka_unit_test(keep_host_keeps_the_host_copy_until_release),
 	    cmocka_unit_test(close_with_batches_outstanding_frees_everything),
 	    cmocka_unit_test(auto_picks_cuda_and_a_bad_device_is_refused),
+	    cmocka_unit_test(
+		no_wait_of_the_loader_spins_while_the_consumer_computes),
+	    cmocka_unit_test(one_ring_serves_every_epoch),
+	    cmocka_unit_test(reopen_refuses_what_it_cannot_serve),
 	};
-
-	if (!dl || !(flog = (fake_log_fn)dlsym(dl, "fake_log"))) {
-		fprintf(stderr, "libcuda.so.1 is not the fake driver "
-				"(set LD_LIBRARY_PATH=build/tests/fake)\n");
-		return 1;
-	}
-	fmark = (fake_mark_fn)dlsym(dl, "fake_mark");
-	fstats = (fake_stats_fn)dlsym(dl, "fake_stats");
-	fcheck = (fake_check_fn)dlsym(dl, "fake_enqueue_check");
-	fconfig = (fake_config_fn)dlsym(dl, "fake_config");
-	if (t && *t)
-		snprintf(workdir, sizeof(workdir), "%s", t);
-	else if (mkdtemp(tmpl))
-		snprintf(workdir, sizeof(workdir), "%s", tmpl);
-	else
-		return 1;
-	return cmocka_run_group_tests(tests, NULL, NULL);
+	return ct_run(tests, sizeof(tests) / sizeof(tests[0]));
 }

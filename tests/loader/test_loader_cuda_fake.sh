@@ -1,12 +1,4 @@
 #!/bin/bash
-# The CUDA backend against the fake driver build/tests/fake/libcuda.so.1
-# (selected with LD_LIBRARY_PATH, as a real driver would be found).
-set -u
-fake="$BUILD/tests/fake"
-prog="$BUILD/tests/loader/test_loader_cuda"
-if [ ! -x "$prog" ] || [ ! -f "$fake/libcuda.so.1" ]; then
-	echo "skip: built without cuda.h (no CUDA backend to test)"
-	exit 77
-fi
-LD_LIBRARY_PATH="$(cd "$fake" && pwd)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
-	BATCHFS_LOADER_LIBCUDA= exec "$prog"
+# The CUDA backend against the fake driver: stream/event protocol, bytes,
+# epochs, no spinning waits.
+exec bash "$BFS_SRC/tests/loader/with_fake.sh" test_loader_cuda

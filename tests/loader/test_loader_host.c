@@ -483,6 +483,47 @@ static void open_refuses_bad_options_and_missing_files(void **state)
 	gen_free(&g);
 }
 
+/* CPU mode: one loader read over three epochs with reopen, the middle one
+ * left after two batches; every delivered batch is the new epoch's. */
+static void reopen_reads_the_next_epoch_with_the_same_ring(void **state)
+{
+	char dir[3][PATH_MAX], path[sizeof(dir) + 32], name[16];
+	struct bfs_loader *L;
+	struct bfs_loader_batch b;
+	struct bfs_loader_stats st;
+	struct gen *g[3];
+
+	for (int e = 0; e < 3; e++) {
+		snprintf(name, sizeof(name), "epoch%d", e);
+		make_dir(dir[e], sizeof(dir[e]), name);
+		g[e] = gen_dataset(dir[e], 4, 20 + e, 7);
+	}
+	assert_int_equal(
+	    bfs_loader_open(&L,
+			    &(struct bfs_loader_opts){.dir = dir[0],
+						      .slots = 2,
+						      .mode = BFS_LOADER_CPU,
+						      .log = quiet}),
+	    0);
+	for (int e = 0; e < 3; e++) {
+		if (e)
+			assert_int_equal(bfs_loader_reopen(L, dir[e], NULL), 0);
+		for (unsigned k = 0; k < (e == 1 ? 2u : 4u); k++) {
+			snprintf(path, sizeof(path), "%s/batch_%u", dir[e], k);
+			assert_int_equal(bfs_loader_next(L, &b, NULL), 0);
+			check_batch(&b, &g[e][k], k, path);
+			assert_int_equal(bfs_loader_release(L, &b, NULL), 0);
+		}
+	}
+	assert_int_equal(bfs_loader_next(L, &b, NULL), BFS_LOADER_EOF);
+	assert_int_equal(bfs_loader_stats(L, &st), 0);
+	assert_int_equal(st.batches, 10);
+	assert_int_equal(st.pin_calls, 0);
+	bfs_loader_close(L);
+	for (int e = 0; e < 3; e++)
+		gen_dataset_free(g[e], 4);
+}
+
 int main(void)
 {
 	const char *t = getenv("BFS_TEST_TMP");
@@ -497,6 +538,7 @@ int main(void)
 	    cmocka_unit_test(all_slots_held_gives_ebusy_until_a_release),
 	    cmocka_unit_test(close_with_batches_outstanding_is_clean),
 	    cmocka_unit_test(open_refuses_bad_options_and_missing_files),
+	    cmocka_unit_test(reopen_reads_the_next_epoch_with_the_same_ring),
 	};
 
 	if (t && *t)

@@ -1,78 +1,18 @@
 """The Python binding (loader/python/batchfs_loader.py) with real torch, CPU
 mode: batch files written here (safetensors, as batchfs serves them) come
 back as dicts of tensors equal to the originals, for every dtype this torch
-has (bf16 included), with zero-copy and copy=True; a corrupt file raises
-LoaderError with errno EBADMSG and the loader's message."""
+has (bf16 included); a batch handed out stays valid and unchanged for as
+long as it is held (copies by default, list(loader) included; zero-copy
+batches keep their ring slot, refuse to be overwritten and outlive the
+loader); errors carry the library's reason; one loader serves several
+epochs; an exception in a with block is not masked."""
 import errno
-import json
+import gc
 import os
-import struct
-import sys
 
-try:
-    import torch
-except ImportError:
-    print("skip: torch is not installed")
-    sys.exit(77)
-
-src = os.environ.get("BFS_SRC", os.path.join(os.path.dirname(__file__), "..", ".."))
-build = os.environ.get("BUILD", "build")
-lib = os.path.join(src, build, "libbatchfs_loader.so") if not os.path.isabs(build) \
-    else os.path.join(build, "libbatchfs_loader.so")
-if not os.path.exists(lib):
-    print("FAIL: %s not built" % lib)
-    sys.exit(1)
-os.environ["BATCHFS_LOADER_LIB"] = lib
-
-
-def preload_sanitizers():
-    """A SANITIZE= build of the library can only be dlopen'ed by a python
-    whose first libraries are the sanitizer runtimes: re-exec with them
-    preloaded (python's own allocations are not ours to leak-check)."""
-    if os.environ.get("BFS_SAN_PRELOADED"):
-        return
-    import subprocess
-    deps = subprocess.run(["ldd", lib], capture_output=True, text=True).stdout
-    runtimes = [name for name in ("libasan.so", "libubsan.so") if name in deps]
-    if not runtimes:
-        return
-    paths = [subprocess.run(["gcc", "-print-file-name=" + r], capture_output=True,
-                            text=True).stdout.strip() for r in runtimes]
-    env = dict(os.environ, BFS_SAN_PRELOADED="1", LD_PRELOAD=" ".join(paths))
-    env["ASAN_OPTIONS"] = env.get("ASAN_OPTIONS", "") + ":detect_leaks=0"
-    os.execve(sys.executable, [sys.executable] + sys.argv, env)
-
-
-preload_sanitizers()
-sys.path.insert(0, os.path.join(src, "loader", "python"))
+from loader_testlib import (CODES, TMP, check_equal, hold_every_slot, simple,
+                            torch, write_batch, write_epoch)
 from batchfs_loader import Loader, LoaderError  # noqa: E402
-
-CODES = {torch.bool: "BOOL", torch.uint8: "U8", torch.int8: "I8",
-         torch.int16: "I16", torch.int32: "I32", torch.int64: "I64",
-         torch.float16: "F16", torch.bfloat16: "BF16", torch.float32: "F32",
-         torch.float64: "F64", torch.complex64: "C64"}
-
-
-def write_batch(path, tensors, k):
-    """safetensors with the data at a multiple of 4096, fields by descending
-    element size then name (DESIGN.md §2)."""
-    order = sorted(tensors, key=lambda n: (-tensors[n].element_size(), n))
-    header = {"__metadata__": {"format": "batchfs/1", "epoch": "0",
-                               "batch": str(k)}}
-    blobs, off = [], 0
-    for n in order:
-        t = tensors[n].contiguous()
-        b = t.view(torch.uint8).numpy().tobytes() if t.numel() else b""
-        header[n] = {"dtype": CODES[t.dtype], "shape": list(t.shape),
-                     "data_offsets": [off, off + len(b)]}
-        blobs.append(b)
-        off += len(b)
-    js = json.dumps(header).encode()
-    start = (8 + len(js) + 4095) // 4096 * 4096
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", start - 8) + js + b" " * (start - 8 - len(js)))
-        for b in blobs:
-            f.write(b)
 
 
 def make(rows, k):
@@ -93,42 +33,106 @@ def make(rows, k):
     }
 
 
-def check_equal(got, want, where):
-    assert set(got) == set(want), (where, sorted(got), sorted(want))
-    for n in want:
-        assert got[n].dtype == want[n].dtype, (where, n, got[n].dtype)
-        assert got[n].shape == want[n].shape, (where, n, got[n].shape)
-        assert torch.equal(got[n], want[n]), (where, n)
+def expect_error(err, words, fn, *args, **kw):
+    try:
+        fn(*args, **kw)
+    except LoaderError as e:
+        assert e.errno == err, (e.errno, str(e))
+        for w in words:
+            assert w in str(e), (w, str(e))
+        return e
+    raise AssertionError("no LoaderError(%s) from %r" % (err, fn))
 
 
-tmp = os.environ.get("BFS_TEST_TMP", "/tmp")
-d = os.path.join(tmp, "epoch0")
-os.makedirs(d, exist_ok=True)
 rows = [64, 64, 64, 64, 17]          # last batch partial
 want = [make(r, k) for k, r in enumerate(rows)]
-for k, t in enumerate(want):
-    write_batch(os.path.join(d, "batch_%d" % k), t, k)
+d = write_epoch("epoch0", want)
 
-# zero-copy: each batch compared before asking for the next one
-with Loader(d, device="cpu", slots=2, chunk=8192) as L:
+# every dtype, zero-copy: each batch compared before asking for the next
+with Loader(d, device="cpu", slots=2, chunk=8192, copy=False) as L:
     assert not L.cuda and len(L) == len(rows)
     n = 0
     for k, batch in enumerate(L):
+        assert batch.index == k and batch.stream is None
         check_equal(batch, want[k], "zero-copy batch %d" % k)
         n += 1
     assert n == len(rows)
 
-# copy=True: tensors stay valid after the loader moved on and closed
-with Loader(d, device="cpu", copy=True, slots=2) as L:
-    kept = list(L)
+# the default (copies): kept batches stay right after the loader moved on
+# and closed; list() of a 20-batch epoch through 3 slots
+many = [simple(8, k) for k in range(20)]
+d20 = write_epoch("epoch20", many)
+kept = list(Loader(d20, device="cpu"))
+assert len(kept) == 20
 for k, batch in enumerate(kept):
-    check_equal(batch, want[k], "copied batch %d" % k)
+    check_equal(batch, many[k], "kept copied batch %d" % k)
 
 # explicit file list, reversed
 files = [os.path.join(d, "batch_%d" % k) for k in reversed(range(len(rows)))]
-got = list(Loader(files=files, device="cpu", copy=True))
+got = list(Loader(files=files, device="cpu"))
 for i, batch in enumerate(got):
     check_equal(batch, want[len(rows) - 1 - i], "file list %d" % i)
+
+# zero-copy: holding every slot refuses the next batch instead of
+# overwriting one; dropping one lets iteration go on; views keep a slot too
+with Loader(d20, device="cpu", slots=2, copy=False) as L:
+    b0, b1 = hold_every_slot(L, 2)
+    it = iter(L)
+    label_view = b0["labels"][2:]
+    check_equal(b0, many[0], "held batch 0")
+    check_equal(b1, many[1], "held batch 1")
+    del b0                    # the view still holds slot 0
+    expect_error(errno.EBUSY, ["zero-copy"], next, it)
+    assert torch.equal(label_view, many[0]["labels"][2:])
+    del label_view
+    b2 = next(it)
+    check_equal(b2, many[2], "batch 2 after a release")
+    del b1, b2
+    for k, batch in enumerate(it, start=3):
+        check_equal(batch, many[k], "zero-copy batch %d" % k)
+
+# zero-copy batches outlive the with block (the ring is freed when the
+# last one goes): no segfault, no change
+with Loader(d20, device="cpu", slots=3, copy=False) as L:
+    late = [next(iter(L)) for _ in range(3)]
+gc.collect()
+for k, batch in enumerate(late):
+    check_equal(batch, many[k], "zero-copy batch %d after close" % k)
+del late
+
+# one loader, several epochs: reopen keeps the ring
+with Loader(d20, device="cpu", slots=2) as L:
+    for k, batch in enumerate(L):
+        check_equal(batch, many[k], "epoch A batch %d" % k)
+    L.reopen(d)
+    for k, batch in enumerate(L):
+        check_equal(batch, want[k], "epoch B batch %d" % k)
+    L.reopen(files=files[:2])
+    assert [b.index for b in L] == [0, 1]
+    st = L.stats()
+    assert st["batches"] == 27 and st["pin_calls"] == 0, st
+    expect_error(errno.ENOENT, ["cannot reopen", "/nonexistent"],
+                 L.reopen, "/nonexistent")
+
+# errors say what the library logged, not just the errno
+empty = os.path.join(TMP, "empty")
+os.makedirs(empty, exist_ok=True)
+expect_error(errno.ENOENT, [empty, "no batch files"], Loader, empty,
+             device="cpu")
+expect_error(errno.ENOENT, ["/nonexistent", "No such file"], Loader,
+             "/nonexistent/epoch/0", device="cpu")
+gap = os.path.join(TMP, "gap")
+os.makedirs(gap, exist_ok=True)
+write_batch(os.path.join(gap, "batch_1"), many[1], 1)
+expect_error(errno.ENOENT, ["batch_0 is missing"], Loader, gap, device="cpu")
+
+# an exception in the with block comes out as it was
+try:
+    with Loader(d, device="cpu") as L:
+        next(iter(L))
+        raise KeyError("user code")
+except KeyError as e:
+    assert e.args == ("user code",)
 
 # a corrupt header: batch 0 arrives, batch 1 raises with the reason
 with open(os.path.join(d, "batch_1"), "r+b") as f:
@@ -137,11 +141,6 @@ with open(os.path.join(d, "batch_1"), "r+b") as f:
 with Loader(d, device="cpu") as L:
     it = iter(L)
     check_equal(next(it), want[0], "before the corrupt one")
-    try:
-        next(it)
-        raise AssertionError("corrupt batch_1 was delivered")
-    except LoaderError as e:
-        assert e.errno == errno.EBADMSG, e
-        assert "batch_1" in str(e) and "header offset 8" in str(e), str(e)
+    e = expect_error(errno.EBADMSG, ["batch_1", "header offset 8"], next, it)
 print("ok: %d batches, %d fields, dtypes %s" % (
     len(rows), len(want[0]), sorted(CODES[t.dtype] for t in want[0].values())))

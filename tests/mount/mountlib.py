@@ -74,8 +74,81 @@ def daemon_pid(mnt):
 
 
 def stats(mnt):
+    """The stats file as a dict: counters as ints, serve_mode a string."""
     with open(os.path.join(mnt, "stats")) as f:
-        return {k: int(v) for k, v in (line.split() for line in f)}
+        return {k: int(v) if v.isdigit() else v
+                for k, v in (line.split() for line in f)}
+
+
+_modes = None
+
+
+def serve_modes():
+    """Every --serve mode this machine can run, the default first:
+    passthrough when the kernel offers it and we may register backing
+    files (tried once on a tiny mount), then push, cache, direct.
+    BATCHFS_TEST_SERVE_MODES (comma-separated) narrows the list."""
+    global _modes
+    if _modes is None:
+        _modes = ["push", "cache", "direct"]
+        if _passthrough_works():
+            _modes.insert(0, "passthrough")
+        want = os.environ.get("BATCHFS_TEST_SERVE_MODES")
+        if want:
+            _modes = [m for m in _modes if m in want.split(",")]
+    return _modes
+
+
+current_mode = None
+
+
+def for_each_mode(fn, *args):
+    """fn(mode, *args) for every mode of serve_modes(), saying which
+    (current_mode names it for messages)."""
+    global current_mode
+    for mode in serve_modes():
+        print("--- --serve %s" % mode)
+        current_mode = mode
+        fn(mode, *args)
+
+
+_turn = 0
+
+
+def next_mode():
+    """The serve modes in turn, for tests with many mounts: each mode
+    serves a share of them."""
+    global _turn
+    modes = serve_modes()
+    _turn += 1
+    return modes[(_turn - 1) % len(modes)]
+
+
+def _passthrough_works():
+    import torch
+    path = os.path.join(TMP, "probe-passthrough.pt")
+    torch.save({"x": torch.arange(4)}, path)
+    p, mnt = mount(path, os.path.join(TMP, "probe-pt"), "--serve",
+                   "passthrough", check=False)
+    if p.returncode == 0:
+        umount(mnt)
+        return True
+    print("passthrough not available here: " + p.stderr.strip())
+    return False
+
+
+def wait_stats(mnt, ok, timeout=10.0):
+    """The stats once ok(stats) holds, polled: RELEASE is asynchronous
+    (close() returns before the daemon hears of it). Fails after
+    'timeout' seconds (a liveness bound, not a measurement)."""
+    import time
+    end = time.monotonic() + timeout
+    while True:
+        s = stats(mnt)
+        if ok(s) or time.monotonic() > end:
+            assert ok(s), s
+            return s
+        time.sleep(0.01)
 
 
 def wait_pid_exit(pid, timeout=10.0):

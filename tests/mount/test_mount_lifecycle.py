@@ -45,8 +45,8 @@ def helper_pids(mnt):
     return out
 
 
-def sigterm_unmounts(path):
-    _, mnt = ml.mount(path, None, "--batch-size", 10)
+def sigterm_unmounts(mode, path):
+    _, mnt = ml.mount(path, None, "--serve", mode, "--batch-size", 10)
     pid = ml.daemon_pid(mnt)
     ml.read_file(mnt + "/epoch/0/batch_0")
     os.kill(pid, signal.SIGTERM)
@@ -54,8 +54,8 @@ def sigterm_unmounts(path):
     assert not ml.is_mounted(mnt), "SIGTERM left the mount"
 
 
-def sigkill_leaves_no_mount(path):
-    _, mnt = ml.mount(path, None, "--batch-size", 10)
+def sigkill_leaves_no_mount(mode, path):
+    _, mnt = ml.mount(path, None, "--serve", mode, "--batch-size", 10)
     pid = ml.daemon_pid(mnt)
     helpers = helper_pids(mnt)
     assert helpers, "no auto_unmount helper"
@@ -118,10 +118,11 @@ def corrupt_archive(path):
     assert "offset" in p.stderr, p.stderr
 
 
-def tiny_budget_big_batch():
+def tiny_budget_big_batch(mode):
     path, d = archive("big.pt", 64, 64 * 1024)  # 4 MiB batches > 1 MiB budget
-    _, mnt = ml.mount(path, None, "--batch-size", 64, "--shuffle", "--seed",
-                      3, "--cache-mb", 1, "--prefetch", 4)
+    _, mnt = ml.mount(path, None, "--serve", mode, "--batch-size", 64,
+                      "--shuffle", "--seed", 3, "--cache-mb", 1,
+                      "--prefetch", 4)
     for e in range(3):
         idx = ml.read_index(mnt + "/index/%d/batch_0" % e)
         _, arrs = ml.read_batch(mnt + "/epoch/%d/batch_0" % e)
@@ -130,6 +131,7 @@ def tiny_budget_big_batch():
     s = ml.stats(mnt)
     assert s["cache_budget_bytes"] == 1 << 20
     assert s["cache_bytes"] <= 1 << 20, s  # nothing held once read
+    assert s["shmem_bytes"] <= s["cache_bytes"], s
     # daemon memory: budget + 64 MiB (anonymous memory; the archive's
     # mapping is file-backed page cache)
     status = open("/proc/%d/status" % ml.daemon_pid(mnt)).read()
@@ -138,9 +140,10 @@ def tiny_budget_big_batch():
     assert ml.umount(mnt).returncode == 0
 
 
-def timeout_gives_eio_and_log(path):
-    log = os.path.join(TMP, "daemon.log")
-    _, mnt = ml.mount(path, None, "--batch-size", 10, "--timeout", 1,
+def timeout_gives_eio_and_log(mode, path):
+    log = os.path.join(TMP, "daemon-%s.log" % mode)
+    _, mnt = ml.mount(path, None, "--serve", mode, "--batch-size", 10,
+                      "--timeout", 1,
                       "--log-file", log,
                       env={"BATCHFS_DEBUG_GATHER_DELAY_MS": "3000"})
     idx = ml.read_index(mnt + "/index/0/batch_2")
@@ -157,13 +160,13 @@ def timeout_gives_eio_and_log(path):
 
 def main():
     path, _ = archive("small.pt", 100, 16)
-    sigterm_unmounts(path)
-    sigkill_leaves_no_mount(path)
+    ml.for_each_mode(sigterm_unmounts, path)
+    ml.for_each_mode(sigkill_leaves_no_mount, path)
     umount_busy_names_holder(path)
     bad_options(path)
     corrupt_archive(path)
-    tiny_budget_big_batch()
-    timeout_gives_eio_and_log(path)
+    ml.for_each_mode(tiny_budget_big_batch)
+    ml.for_each_mode(timeout_gives_eio_and_log, path)
     print("ok")
 
 

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
-"""The default serving mode (--serve push) stores each batch whole into the
-kernel's page cache when it is opened (or earlier, when the kernel already
-knows its inode). Checks, on a real mount with a tiny --page-cache-mb so the
+"""--serve push (the default where passthrough is not available) stores
+each batch whole into the kernel's page cache when it is opened (or
+earlier, when the kernel already knows its inode). Checks, on a real mount with a tiny --page-cache-mb so the
 daemon must drop old batches from the page cache:
 - read() and mmap(MAP_SHARED) of every batch give exactly torch's rows;
 - each batch is pushed (stats batches_pushed) and counted served;
@@ -57,7 +57,8 @@ def read_and_map(path):
 
 
 def check_push(path, data):
-    _, mnt = ml.mount(path, None, "--batch-size", BATCH, "--shuffle",
+    _, mnt = ml.mount(path, None, "--serve", "push", "--batch-size", BATCH,
+                      "--shuffle",
                       "--seed", 9, "--epochs", 3, "--page-cache-mb", 1,
                       "--cache-mb", 4)
     nb = len(os.listdir(mnt + "/epoch/0"))

@@ -1,4 +1,4 @@
-"""A live mount survives what happens around it (DESIGN.md §8):
+"""A live mount survives what happens around it:
 
 - the archive is truncated under it: reads of batches whose rows are gone
   fail with EIO (never wrong bytes), the log names the file, the daemon
@@ -32,6 +32,7 @@ failures = []
 
 def check(ok, what):
     print("%s %s" % ("ok  " if ok else "FAIL", what))
+    what = "%s (%s)" % (what, ml.current_mode)
     if not ok:
         failures.append(what)
 
@@ -58,11 +59,11 @@ def batch_ok(data, mnt, e, k):
     return all(np.array_equal(arrs[n], want[n]) for n in want)
 
 
-def truncated_archive_gives_eio():
-    path, data = make_archive("trunc.pt", 3)
-    log = os.path.join(ml.TMP, "trunc.log")
-    _, mnt = ml.mount(path, None, "--batch-size", B, "--shuffle", "--seed", 5,
-                      "--log-file", log)
+def truncated_archive_gives_eio(mode):
+    path, data = make_archive("trunc-%s.pt" % mode, 3)
+    log = os.path.join(ml.TMP, "trunc-%s.log" % mode)
+    _, mnt = ml.mount(path, None, "--serve", mode, "--batch-size", B,
+                      "--shuffle", "--seed", 5, "--log-file", log)
     pid = ml.daemon_pid(mnt)
     check(batch_ok(data, mnt, 0, 0), "truncate: batch 0 correct before")
     os.truncate(path, os.path.getsize(path) // 2)
@@ -91,19 +92,21 @@ def truncated_archive_gives_eio():
           "truncate: clean unmount, the daemon exits")
 
 
-def replaced_archive_keeps_old_bytes():
-    path, data = make_archive("repl.pt", 4)
-    _, mnt = ml.mount(path, None, "--batch-size", B, "--shuffle", "--seed", 6)
-    other, _ = make_archive("repl-new.pt", 7)
+def replaced_archive_keeps_old_bytes(mode):
+    path, data = make_archive("repl-%s.pt" % mode, 4)
+    _, mnt = ml.mount(path, None, "--serve", mode, "--batch-size", B,
+                      "--shuffle", "--seed", 6)
+    other, _ = make_archive("repl-new-%s.pt" % mode, 7)
     os.replace(other, path)
     ok = all(batch_ok(data, mnt, 4, k) for k in range(6))
     check(ok, "replace: batches keep the bytes mapped at mount time")
     check(ml.umount(mnt).returncode == 0, "replace: clean unmount")
 
 
-def killed_reader_leaves_daemon_serving():
-    path, data = make_archive("kill.pt", 5)
-    _, mnt = ml.mount(path, None, "--batch-size", B, "--shuffle", "--seed", 8)
+def killed_reader_leaves_daemon_serving(mode):
+    path, data = make_archive("kill-%s.pt" % mode, 5)
+    _, mnt = ml.mount(path, None, "--serve", mode, "--batch-size", B,
+                      "--shuffle", "--seed", 8)
     reader = subprocess.Popen(
         [sys.executable, "-c", """
 import os, sys
@@ -126,9 +129,9 @@ while True:
     check(ml.umount(mnt).returncode == 0, "kill: clean unmount")
 
 
-def umount_with_open_file():
-    path, data = make_archive("open.pt", 6)
-    _, mnt = ml.mount(path, None, "--batch-size", B)
+def umount_with_open_file(mode):
+    path, data = make_archive("open-%s.pt" % mode, 6)
+    _, mnt = ml.mount(path, None, "--serve", mode, "--batch-size", B)
     pid = ml.daemon_pid(mnt)
     f = open("%s/epoch/0/batch_1" % mnt, "rb", buffering=0)
     head = f.read(8)
@@ -148,10 +151,9 @@ def umount_with_open_file():
 
 def main():
     ml.require_fuse()
-    truncated_archive_gives_eio()
-    replaced_archive_keeps_old_bytes()
-    killed_reader_leaves_daemon_serving()
-    umount_with_open_file()
+    for fn in (truncated_archive_gives_eio, replaced_archive_keeps_old_bytes,
+               killed_reader_leaves_daemon_serving, umount_with_open_file):
+        ml.for_each_mode(fn)
     if failures:
         print("FAILURES:\n  " + "\n  ".join(failures))
         return 1

@@ -475,6 +475,52 @@ static void input_files_load_text_npy_and_state(void **state)
 	assert_non_null(strstr(err.msg, "/nonexistent/x: cannot open"));
 }
 
+/* The sampler and the seed's source follow PyTorch's rules: one sampler
+ * (subset, then weights, then distributed, then any random option); a
+ * random sampler without a seed draws one; DistributedSampler's default
+ * seed is 0; nothing random, no seed used. */
+static void the_sampler_and_seed_source_follow_torchs_rules(void **state)
+{
+	const struct {
+		struct bfs_order_request r;
+		enum bfs_sampler s;
+		const char *source;
+	} cases[] = {
+	    {{0}, BFS_SAMPLER_SEQUENTIAL, "unused"},
+	    {{.have_seed = true}, BFS_SAMPLER_SEQUENTIAL, "unused"},
+	    {{.shuffle = true}, BFS_SAMPLER_RANDOM, "getrandom"},
+	    {{.shuffle = true, .have_seed = true},
+	     BFS_SAMPLER_RANDOM,
+	     "--seed"},
+	    {{.replacement = true}, BFS_SAMPLER_RANDOM, "getrandom"},
+	    {{.shuffle = true, .generator_state = true},
+	     BFS_SAMPLER_RANDOM,
+	     "--generator-state"},
+	    {{.subset = true, .weights = true},
+	     BFS_SAMPLER_SUBSET,
+	     "getrandom"},
+	    {{.weights = true, .distributed = true},
+	     BFS_SAMPLER_WEIGHTED,
+	     "getrandom"},
+	    {{.distributed = true}, BFS_SAMPLER_DISTRIBUTED, "unused"},
+	    {{.distributed = true, .shuffle = true},
+	     BFS_SAMPLER_DISTRIBUTED,
+	     "default"},
+	    {{.distributed = true, .shuffle = true, .have_seed = true},
+	     BFS_SAMPLER_DISTRIBUTED,
+	     "--seed"},
+	};
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		assert_int_equal(bfs_order_sampler_for(&cases[i].r),
+				 cases[i].s);
+		assert_string_equal(bfs_order_seed_source(&cases[i].r),
+				    cases[i].source);
+	}
+	assert_string_equal(bfs_order_sampler_name(BFS_SAMPLER_WEIGHTED),
+			    "weighted_random");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -488,6 +534,7 @@ int main(void)
 	    cmocka_unit_test(bad_options_are_refused_like_pytorch),
 	    cmocka_unit_test(weights_beyond_2_pow_24_are_refused),
 	    cmocka_unit_test(describe_writes_the_pytorch_call),
+	    cmocka_unit_test(the_sampler_and_seed_source_follow_torchs_rules),
 	    cmocka_unit_test(input_files_load_text_npy_and_state),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

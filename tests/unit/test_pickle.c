@@ -4,7 +4,7 @@
  * The first pickle is byte for byte what torch 1.13 writes for
  * {'x': arange(6, uint8).reshape(2, 3), 'y': tensor([1, 2])}; the others are
  * assembled with the small writer below following the same patterns
- * (research/torch-format.md §2.2). */
+ * (fs/README.md: the pickle). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>

@@ -2,7 +2,9 @@
  * the order's indices, from any thread, in any order, under any budget;
  * a batch not ready within the timeout is -ETIMEDOUT; nothing leaks. */
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
+#include <unistd.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -71,6 +73,27 @@ static struct bfs_pool *pool(uint64_t budget, unsigned prefetch,
 	return p;
 }
 
+/* b holds exactly want[0..size): in its buffer, or in its memfd (which
+ * is sealed: nobody may change a batch that readers map). */
+static void expect_bytes(const struct bfs_batch *b, const void *want,
+			 uint64_t size)
+{
+	uint8_t *got;
+
+	if (bfs_batch_fd(b) < 0) {
+		assert_memory_equal(bfs_batch_data(b), want, size);
+		return;
+	}
+	assert_null(bfs_batch_data(b));
+	got = malloc(size + 1);
+	assert_int_equal(pread(bfs_batch_fd(b), got, size + 1, 0), size);
+	assert_memory_equal(got, want, size);
+	assert_int_equal(fcntl(bfs_batch_fd(b), F_GET_SEALS),
+			 F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE |
+			     F_SEAL_SEAL);
+	free(got);
+}
+
 /* Acquire (e, k) and compare with a direct layout fill. */
 static void expect_batch(struct bfs_pool *p, uint64_t e, uint64_t k,
 			 bool read_all)
@@ -86,8 +109,9 @@ static void expect_batch(struct bfs_pool *p, uint64_t e, uint64_t k,
 	    bfs_layout_fill(&fx.layout, fx.ds, e, k, idx, rows, size, want), 0);
 	assert_int_equal(bfs_pool_acquire(p, e, k, &b), 0);
 	assert_int_equal(bfs_batch_size(b), size);
-	assert_memory_equal(bfs_batch_data(b), want, size);
-	bfs_pool_served(p, b, size, read_all);
+	expect_bytes(b, want, size);
+	if (read_all) /* its reader has moved on */
+		bfs_pool_drop(p, b);
 	bfs_pool_release(p, b);
 	free(want);
 	free(idx);
@@ -103,7 +127,6 @@ static void every_batch_equals_a_direct_gather(void **state)
 		for (uint64_t k = 0; k < len; k++)
 			expect_batch(p, e, k, true);
 	bfs_pool_stats(p, &st);
-	assert_int_equal(st.batches_served, 2 * len);
 	assert_true(st.prefetch_hits > 0);
 	assert_int_equal(st.prefetch_hits + st.prefetch_misses, 2 * len);
 	bfs_pool_destroy(p);
@@ -131,6 +154,100 @@ static void streaming_reuses_batch_buffers(void **state)
 		      (unsigned long long)st.buffers_mapped);
 	assert_true(st.batches_materialized >= EPOCHS * len);
 	assert_true(st.buffers_mapped <= PREFETCH + 1 + WORKERS + 1);
+	bfs_pool_destroy(p);
+}
+
+/* Hooks of a memfd pool: every batch is tagged by on_ready before anyone
+ * sees it, and every tagged batch is handed to on_free exactly once. */
+static int hook_ready, hook_free;
+
+static void tag_ready(void *arg, struct bfs_batch *b, uint64_t e, uint64_t k)
+{
+	__atomic_add_fetch(&hook_ready, 1, __ATOMIC_RELAXED);
+	assert_true(bfs_batch_set_tag(b, (int)(e * 1000 + k + 1)));
+	assert_false(bfs_batch_set_tag(b, 7)); /* one tag per batch */
+}
+
+static void tag_free(void *arg, struct bfs_batch *b)
+{
+	__atomic_add_fetch(&hook_free, 1, __ATOMIC_RELAXED);
+}
+
+static struct bfs_pool *memfd_pool(int write)
+{
+	struct bfs_pool_opts o = {.workers = 2,
+				  .prefetch = 4,
+				  .budget_bytes = 64 << 20,
+				  .timeout_ms = 30000,
+				  .epochs = 4,
+				  .memfd = true,
+				  .memfd_write = write,
+				  .on_ready = tag_ready,
+				  .on_free = tag_free};
+	struct bfs_pool *p;
+
+	assert_int_equal(bfs_pool_create(&p, fx.ds, fx.order, &fx.layout, &o),
+			 0);
+	return p;
+}
+
+/* Passthrough's storage: each batch in its own sealed memfd, the same
+ * bytes whether gathered into a buffer and written once or written as
+ * slices straight from the archive; never reused; shmem accounted; the
+ * hooks run once per batch. */
+static void memfd_batches_equal_a_direct_gather_both_ways(void **state)
+{
+	const int ways[] = {BFS_POOL_WRITE_GATHER, BFS_POOL_WRITE_SLICES};
+	uint64_t len = bfs_order_len(fx.order);
+
+	for (int w = 0; w < 2; w++) {
+		struct bfs_pool *p = memfd_pool(ways[w]);
+		struct bfs_pool_stats st;
+		struct bfs_batch *b;
+
+		hook_ready = hook_free = 0;
+		for (uint64_t k = 0; k < len; k++)
+			expect_batch(p, 1, k, true);
+		assert_int_equal(bfs_pool_acquire(p, 2, 0, &b), 0);
+		assert_true(bfs_batch_tag(b) == 2001);
+		bfs_pool_stats(p, &st);
+		assert_true(st.shmem_bytes > 0);
+		/* all of it but the prefetches being gathered right now */
+		assert_true(st.shmem_bytes <= st.cache_bytes);
+		assert_true(st.buffers_mapped == st.batches_materialized);
+		bfs_pool_release(p, b);
+		bfs_pool_destroy(p);
+		/* gathers finishing after the snapshot have run it too */
+		assert_true(hook_ready >= st.batches_materialized);
+		assert_int_equal(hook_free, hook_ready);
+	}
+}
+
+/* release_last: a batch stays while a reference remains, leaves the pool
+ * with the last one, and is gathered again (identical) when asked. */
+static void release_last_lets_the_batch_go_with_its_last_reader(void **state)
+{
+	struct bfs_pool *p = memfd_pool(BFS_POOL_WRITE_AUTO);
+	struct bfs_batch *a, *b, *c, *d;
+	struct bfs_pool_stats st0, st1;
+
+	hook_ready = hook_free = 0;
+	assert_int_equal(bfs_pool_acquire_alone(p, 3, 1, &a), 0);
+	assert_int_equal(bfs_pool_acquire_alone(p, 3, 1, &b), 0);
+	assert_ptr_equal(a, b); /* one batch, one backing file */
+	bfs_pool_stats(p, &st0);
+	bfs_pool_release_last(p, a); /* b still holds it */
+	assert_int_equal(bfs_pool_acquire_alone(p, 3, 1, &c), 0);
+	assert_ptr_equal(c, b);
+	bfs_pool_release_last(p, c);
+	bfs_pool_release_last(p, b); /* the last: it goes */
+	assert_int_equal(hook_free, 1);
+	assert_int_equal(bfs_pool_acquire_alone(p, 3, 1, &d), 0);
+	bfs_pool_stats(p, &st1); /* nothing else was asked for: no prefetch */
+	assert_int_equal(st1.batches_materialized,
+			 st0.batches_materialized + 1);
+	bfs_pool_release(p, d);
+	expect_batch(p, 3, 1, false); /* gathered again, same bytes */
 	bfs_pool_destroy(p);
 }
 
@@ -257,7 +374,7 @@ static void archive_shrinking_under_worker_gathers_gives_eio(void **state)
 		assert_true(rc == 0 || rc == -EIO);
 		rc ? eio++ : ok++;
 		if (b)
-			bfs_pool_served(p, b, bfs_batch_size(b), true);
+			bfs_pool_drop(p, b);
 		bfs_pool_release(p, b);
 	}
 	ta_flip_stop(&fl);
@@ -277,6 +394,9 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(every_batch_equals_a_direct_gather),
 	    cmocka_unit_test(streaming_reuses_batch_buffers),
+	    cmocka_unit_test(memfd_batches_equal_a_direct_gather_both_ways),
+	    cmocka_unit_test(
+		release_last_lets_the_batch_go_with_its_last_reader),
 	    cmocka_unit_test(out_of_range_batches_are_enoent),
 	    cmocka_unit_test(
 		a_budget_smaller_than_a_batch_still_serves_it_alone),

@@ -2,7 +2,7 @@
  * and refuses every corruption with a message naming offset and reason.
  *
  * Archives are built in memory by a tiny writer that lays records out the
- * way torch's miniz does (research/torch-format.md §1.2-1.4): flags 0x0808,
+ * way torch's miniz does (fs/README.md: torch.save archives): flags 0x0808,
  * zero CRC/sizes in the local header, 'FB' padding to 64, ZIP64 end
  * records always. Options add the ZIP64 extras a >4 GiB archive carries. */
 #include <setjmp.h>

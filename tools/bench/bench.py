@@ -25,11 +25,19 @@ of BENCH_REPS passes; the machine is shared and noisy (+-30 %).
 Environment: BATCHFS, NULLFS (binaries), BENCH_SCALE (default 1),
 BENCH_REPS (3), BENCH_DL_SECONDS (6), BENCH_TMP (a parent directory for the
 work dir), BENCH_MOUNT_OPTS (extra `batchfs mount` options for every mount),
-BENCH_MODES (the read modes (d) is measured in: "default,--direct-io"
-= the default and with --direct-io), BENCH_ONLY (comma-separated words:
+BENCH_MODES (the serve modes (d) is measured in, comma-separated, from
+passthrough, push, direct, cache, and pt-gather / pt-slices = passthrough
+with its memfds written one way (BATCHFS_MEMFD_WRITE); default
+"passthrough,push,direct,cache"), BENCH_ONLY (comma-separated words:
 run only the parts whose names contain one: "small", "large", "ragged",
-"latency"), BENCH_JSON
-(also write the results there). Everything it mounts, spawns or writes is
+"latency"), BENCH_JSON (also write the results there).
+
+Besides GB/s, each mode reports the daemon's CPU seconds per GB served
+(utime + stime of the daemon over the Python 1 MiB passes), mmap reads
+(Python: mmap each batch file, copy it out) beside the same reads of plain
+files of the same sizes on tmpfs (the page-cache baseline, (a') and
+(a'')), and the time from open() to the first 4 KiB of a batch that was
+prefetched and of one that was not. Everything it mounts, spawns or writes is
 removed on exit, also on failure or Ctrl-C. Exit 1 if a measurement failed.
 """
 import json
@@ -59,7 +67,19 @@ MOUNT_OPTS = os.environ.get("BENCH_MOUNT_OPTS", "").split()
 # Read modes compared: "default" = batchfs's default; others are extra
 # `batchfs mount` options, comma-separated (BENCH_MODES="default").
 MODES = [m.strip() for m in os.environ.get(
-    "BENCH_MODES", "default,--direct-io").split(",") if m.strip()]
+    "BENCH_MODES", "passthrough,push,direct,cache").split(",") if m.strip()]
+# mode -> (mount options, environment of the daemon)
+MODE_DEFS = {
+    "passthrough": (["--serve", "passthrough"], {}),
+    "pt-gather": (["--serve", "passthrough"],
+                  {"BATCHFS_MEMFD_WRITE": "gather"}),
+    "pt-slices": (["--serve", "passthrough"],
+                  {"BATCHFS_MEMFD_WRITE": "slices"}),
+    "push": (["--serve", "push"], {}),
+    "direct": (["--serve", "direct"], {}),
+    "cache": (["--serve", "cache"], {}),
+    "default": ([], {}),
+}
 ONLY = [w for w in os.environ.get("BENCH_ONLY", "").split(",") if w]
 SEED = 7
 MIB = 1 << 20
@@ -85,10 +105,11 @@ def log(msg):
     print(msg, flush=True)
 
 
-def run(cmd, timeout=300):
+def run(cmd, timeout=300, env=None):
     """Run a command, return stdout; raise Failed with its stderr."""
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                       text=True, timeout=timeout)
+                       text=True, timeout=timeout,
+                       env=dict(os.environ, **env) if env else None)
     if p.returncode != 0:
         raise Failed("%s: exit %d: %s" % (" ".join(cmd[:3]), p.returncode,
                                           p.stderr.strip()[-400:]))
@@ -199,39 +220,81 @@ def nullfs_read(work, size):
         work.unmount(mnt)
 
 
-def mode_opts(mode):
-    return [] if mode == "default" else mode.split()
-
-
 def mount_batchfs(work, arch, batch, mnt, mode="default"):
+    opts, env = MODE_DEFS[mode]
     work.mounts.append(mnt)
     t0 = time.perf_counter()
     run([BATCHFS, "mount", "--batch-size", str(batch), "--shuffle",
-         "--seed", str(SEED)] + MOUNT_OPTS + mode_opts(mode) + [arch, mnt],
-        timeout=120)
+         "--seed", str(SEED)] + MOUNT_OPTS + opts + [arch, mnt],
+        timeout=120, env=env)
     return time.perf_counter() - t0
 
 
-def read_epoch_py(mnt, epoch, nbatches, buf, chunk):
-    """Read every batch of 'epoch' the way a Python training loop would.
+def daemon_cpu(mnt):
+    """CPU seconds (user + system) the daemon of mnt has used so far."""
+    with open(mnt + "/stats") as f:
+        pid = int(f.readline().split()[1])
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def batch_paths(mnt, epoch, nbatches):
+    return ["%s/epoch/%d/batch_%d" % (mnt, epoch, k) for k in range(nbatches)]
+
+
+def read_files_mmap(paths, buf):
+    """mmap each file, copy its bytes out (numpy.memmap's way in).
     Returns (payload bytes, seconds)."""
-    mv = memoryview(buf)
     payload = 0
     t0 = time.perf_counter()
-    for k in range(nbatches):
-        with open("%s/epoch/%d/batch_%d" % (mnt, epoch, k), "rb",
-                  buffering=0) as f:
+    for p in paths:
+        with open(p, "rb", buffering=0) as f:
             size = os.fstat(f.fileno()).st_size
-            got = 0
-            while got < size:
-                r = f.readinto(mv[got:min(size, got + chunk)])
-                if not r:
-                    raise Failed("short batch file epoch %d batch %d"
-                                 % (epoch, k))
-                got += r
-        arr = np.frombuffer(buf, np.uint8, size - 4096, 4096)
-        payload += arr.nbytes
+            mm = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ)
+            buf[:size] = mm[:size]
+            mm.close()
+        payload += size - 4096
     return payload, time.perf_counter() - t0
+
+
+def first_byte(p):
+    """Seconds from open() to the first 4 KiB of file p."""
+    t0 = time.perf_counter()
+    fd = os.open(p, os.O_RDONLY)
+    try:
+        if len(os.read(fd, 4096)) != 4096:
+            raise Failed("short first read of " + p)
+    finally:
+        os.close(fd)
+    return time.perf_counter() - t0
+
+
+def open_latency(mnt, nb):
+    """(prefetched, cold) median open -> first 4 KiB times: a batch right
+    after one just read, once the workers had time to prepare it, and a
+    batch of a far epoch nobody asked for."""
+    warm, cold = [], []
+    for i in range(9):
+        e = 200 + 3 * i
+        ml_read(mnt, e, 0)
+        time.sleep(0.3)  # the prefetch window is prepared meanwhile
+        warm.append(first_byte("%s/epoch/%d/batch_1" % (mnt, e)))
+        cold.append(first_byte("%s/epoch/%d/batch_%d" % (mnt, e + 1,
+                                                         nb // 2)))
+    return statistics.median(warm), statistics.median(cold)
+
+
+def ml_read(mnt, e, k):
+    with open("%s/epoch/%d/batch_%d" % (mnt, e, k), "rb") as f:
+        while f.read(MIB):
+            pass
+
+
+def read_epoch_py(mnt, epoch, nbatches, buf, chunk):
+    """Read every batch of 'epoch' the way a Python training loop would
+    (open, readinto a reused buffer). Returns (payload bytes, seconds)."""
+    return read_epoch_files(batch_paths(mnt, epoch, nbatches), buf, chunk)
 
 
 def parse_batch(blob):
@@ -278,15 +341,27 @@ def bench_batchfs(work, arch, batch, n, row, tensors, mode):
         epoch = 1
         for label, chunk in (("py 1M", MIB), ("py 128K", 128 << 10),
                              ("py whole", len(buf))):
-            vals = []
+            vals, cpu = [], []
             for _ in range(REPS):
+                c0 = daemon_cpu(mnt)
                 b, s = read_epoch_py(mnt, epoch, nb, buf, chunk)
+                cpu.append((daemon_cpu(mnt) - c0) / (b / 1e9))
                 if b != n * row:
                     raise Failed("epoch %d: %d payload bytes, want %d"
                                  % (epoch, b, n * row))
                 vals.append(b / s / 1e9)
                 epoch += 1
             res[label] = statistics.median(vals)
+            if label == "py 1M":
+                res["cpu s/GB"] = statistics.median(cpu)
+        if mode != "direct":  # direct I/O: MAP_SHARED is refused
+            vals = []
+            for _ in range(REPS):
+                b, s = read_files_mmap(batch_paths(mnt, epoch, nb), buf)
+                vals.append(b / s / 1e9)
+                epoch += 1
+            res["py mmap"] = statistics.median(vals)
+        res["open warm"], res["open cold"] = open_latency(mnt, nb)
         vals = []
         for _ in range(REPS):  # C reader; its GB/s includes the headers
             out = run([BATCHFS, "bench", "--read", "%s/epoch/%d" % (mnt, epoch)])
@@ -303,6 +378,55 @@ def bench_batchfs(work, arch, batch, n, row, tensors, mode):
     finally:
         work.unmount(mnt)
     return res
+
+
+def plain_files(work, arch, batch, n, shape):
+    """(a') and (a''): the Python readinto and mmap loops over plain files
+    of the batch files' sizes on tmpfs (/dev/shm: page cache, no disk),
+    one per batch of an epoch: the page-cache speed a mount aims at."""
+    row = int(np.prod(shape)) + 8
+    nb = (n + batch - 1) // batch
+    d = tempfile.mkdtemp(prefix="bfs-bench-plain.", dir="/dev/shm")
+    try:
+        paths = []
+        blob = os.urandom(4096 + batch * row)
+        for k in range(nb):
+            rows = min(batch, n - k * batch)
+            p = os.path.join(d, "batch_%d" % k)
+            with open(p, "wb") as f:
+                f.write(blob[:4096 + rows * row])
+            paths.append(p)
+        buf = mmap.mmap(-1, 4096 + batch * row + MIB)
+        res = {}
+        for label, fn in (("readinto 1M", lambda: read_epoch_files(
+                paths, buf, MIB)), ("mmap", lambda: read_files_mmap(
+                    paths, buf))):
+            vals = []
+            for _ in range(REPS):
+                b, s = fn()
+                vals.append(b / s / 1e9)
+            res[label] = statistics.median(vals)
+        return res
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def read_epoch_files(paths, buf, chunk):
+    """read_epoch_py's loop over arbitrary files."""
+    mv = memoryview(buf)
+    payload = 0
+    t0 = time.perf_counter()
+    for p in paths:
+        with open(p, "rb", buffering=0) as f:
+            size = os.fstat(f.fileno()).st_size
+            got = 0
+            while got < size:
+                r = f.readinto(mv[got:min(size, got + chunk)])
+                if not r:
+                    raise Failed("short file " + p)
+                got += r
+        payload += size - 4096
+    return payload, time.perf_counter() - t0
 
 
 def bench_dataloader(tensors, batch, workers):
@@ -372,6 +496,7 @@ def workload(work, name, shape, batch, n0, results):
     r["pagecache"] = c_bench(["--pagecache", arch])
     r["memcpy"] = c_bench(["--memcpy", str(epoch)])
     r["nullfs"] = nullfs_read(work, epoch)
+    r["plain"] = plain_files(work, arch, batch, n, shape)
     tensors = torch.load(arch)
     r["batchfs"] = {}
     for mode in MODES:
@@ -394,6 +519,9 @@ def print_table(name, r):
     modes = r["batchfs"]
     lines = [
         ("(a) page cache read, 1 MiB reads (warm)", r["pagecache"]),
+        ("(a') plain files on tmpfs: Python readinto 1 MiB",
+         r["plain"]["readinto 1M"]),
+        ("(a'') plain files on tmpfs: Python mmap", r["plain"]["mmap"]),
         ("(b) memcpy, 1 thread", r["memcpy"]),
         ("(c) null FUSE, direct_io, 1 MiB reads", r["nullfs"]["1M"]),
         ("    null FUSE, direct_io, 128 KiB reads", r["nullfs"]["128K"]),
@@ -407,6 +535,7 @@ def print_table(name, r):
              bf.get("py 128K")),
             ("    batchfs %s: Python readinto whole file" % mode,
              bf.get("py whole")),
+            ("    batchfs %s: Python mmap" % mode, bf.get("py mmap")),
             ("    batchfs %s: C read() 1 MiB" % mode, bf.get("C 1M")),
         ]
     lines += [("(e) DataLoader num_workers=0", r["dl0"]),
@@ -420,8 +549,11 @@ def print_table(name, r):
     best_dl = max(r["dl0"], r["dl2"])
     large = name.startswith("large")
 
-    def ratio(label, d, den, target):
+    def ratio(label, d, den, target=None):
         mark = ""
+        if d is None:
+            log("  %-52s %8s" % (label, "n/a"))
+            return
         if target:
             mark = "  [%s %s]" % (target[0], "MET" if d / den >= target[1]
                                   else "MISSED")
@@ -432,16 +564,25 @@ def print_table(name, r):
         if d is None:
             log("    not measured: " + bf.get("error", ""))
             continue
+        pt = mode.startswith("p") and mode != "push"
+        ratio("  (a') plain files, readinto", d, r["plain"]["readinto 1M"],
+              ("target >= 0.9x", 0.9) if pt and large else None)
+        ratio("  (a'') plain files, mmap (batchfs mmap)", bf.get("py mmap"),
+              r["plain"]["mmap"],
+              ("target >= 0.9x", 0.9) if pt and large else None)
         ratio("  (c) null FUSE", d, r["nullfs"]["1M"],
-              ("target >= 0.9x", 0.9) if large else None)
-        ratio("  (a) page cache", d, r["pagecache"], None)
-        ratio("  (b) memcpy", d, r["memcpy"], None)
-        ratio("  best DataLoader (samples/s)", d, best_dl,
-              ("target >= 2x", 2.0) if large else ("target >= 20x", 20.0))
-        ratio("  itself: 128 KiB / 1 MiB reads", bf["py 128K"], d,
-              ("G7 target >= 0.3x", 0.3))
+              ("target >= 2x", 2.0) if pt and large else None)
+        ratio("  (a) page cache, C", d, r["pagecache"])
+        ratio("  (b) memcpy", d, r["memcpy"])
+        ratio("  best DataLoader (samples/s)", d, best_dl)
+        ratio("  itself: 128 KiB / 1 MiB reads", bf["py 128K"], d)
+        log("  %-52s %8.3f" % ("  daemon CPU s per GB served",
+                               bf["cpu s/GB"]))
+        log("  %-52s %8.2f ms prefetched, %.2f ms not"
+            % ("  open() -> first 4 KiB", bf["open warm"] * 1e3,
+               bf["open cold"] * 1e3))
         log("    parity: " + bf["check"])
-        log("    stats: " + " ".join(bf["stats"].split())[:600])
+        log("    stats: " + " ".join(bf["stats"].split())[:700])
 
 
 class Tokens(torch.utils.data.Dataset):

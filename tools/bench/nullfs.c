@@ -12,7 +12,7 @@
  *   kernel at 1 MiB); --page-cache serves it through the page cache with
  *   keep_cache instead, for comparisons.
  * - Multithreaded loop (default 4 threads), max_background raised to 64,
- *   as recommended in shared/research/fuse-anchors.md §2.
+ *   as mount/README.md explains (FUSE settings).
  * - Readiness: once the mount exists, one line "ready\n" is written to
  *   stdout (or one byte to --ready-fd N) so the harness never sleep-polls.
  *   A reader arriving before INIT is answered simply waits for it.

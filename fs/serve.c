@@ -1,0 +1,416 @@
+/* fs/serve: open files and how their bytes reach readers (serve.h).
+ *
+ * Files. Every open makes a struct bfs_file: text files (README,
+ * dataset.json, stats, index files) are rendered into it at open; batch
+ * files are served per mode:
+ *   passthrough  open acquires the batch from the pool and keeps it (the
+ *                file holds its reference): its memfd and backing id,
+ *                registered by the worker that gathered it (on_ready),
+ *                stay until the last file of that batch is released
+ *                (bfs_pool_release_last), so concurrent opens of one inode
+ *                share one backing file, as the kernel requires; then the
+ *                pool frees it and on_free drops the backing id. A later
+ *                open gathers it again, identical. Reads never come here.
+ *   push         fs/serve_push.c: stored whole into the page cache at open
+ *   direct       READs reply from the pool's buffer, or straight from the
+ *                archive (fs/serve_zc.c)
+ *   cache        READs reply from the pool's buffer, 128 KiB at a time
+ * A batch read to its end leaves the pool (bfs_pool_drop): its readers
+ * have moved on.
+ *
+ * Lifetime. A file has the open's reference plus one per reply in flight:
+ * the kernel may send RELEASE as soon as the last reply is written, before
+ * its thread has called bfs_serve_done, so whichever side drops the last
+ * reference frees the file. Files still open at destroy (unmounted with
+ * files open) are freed there.
+ *
+ * Locks: s->lock guards the list of open files only; counters are atomic;
+ * the pool, the order engine and the dataset are thread-safe. */
+#include "fs/serve_impl.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fs/log.h"
+
+#define MOD "serve"
+
+static const char *const mode_names[] = {
+    [BFS_SERVE_AUTO] = "auto",	   [BFS_SERVE_PASSTHROUGH] = "passthrough",
+    [BFS_SERVE_PUSH] = "push",	   [BFS_SERVE_CACHE] = "cache",
+    [BFS_SERVE_DIRECT] = "direct",
+};
+
+const char *bfs_serve_mode_name(enum bfs_serve_mode m)
+{
+	return m <= BFS_SERVE_DIRECT ? mode_names[m] : "?";
+}
+
+int bfs_serve_mode_parse(const char *str, enum bfs_serve_mode *out)
+{
+	for (int m = BFS_SERVE_AUTO; m <= BFS_SERVE_DIRECT; m++)
+		if (!strcmp(str, mode_names[m])) {
+			*out = (enum bfs_serve_mode)m;
+			return 0;
+		}
+	return -EINVAL;
+}
+
+/* ---- passthrough: a backing id per batch ------------------------------ */
+
+/* b's backing id, registering its memfd if no worker could. */
+static int backing_of(struct bfs_serve *s, struct bfs_batch *b)
+{
+	int id = bfs_batch_tag(b);
+
+	if (id > 0)
+		return id;
+	id = s->k.backing_open(s->k.arg, bfs_batch_fd(b));
+	if (id <= 0)
+		return id ? id : -EIO;
+	if (!bfs_batch_set_tag(b, id)) { /* another thread won: use its id */
+		s->k.backing_close(s->k.arg, id);
+		return bfs_batch_tag(b);
+	}
+	atomic_fetch_add(&s->c.backing_now, 1);
+	atomic_fetch_add(&s->c.backing_all, 1);
+	return id;
+}
+
+/* Pool on_ready hook: register the batch's memfd before anyone opens it,
+ * so an open only replies. A failure is retried by the open. */
+static void passthrough_ready(void *arg, struct bfs_batch *b, uint64_t e,
+			      uint64_t k)
+{
+	struct bfs_serve *s = arg;
+	int id = backing_of(s, b);
+
+	if (id < 0)
+		bfs_log(BFS_LOG_WARN, MOD,
+			"epoch %llu batch %llu: cannot register its backing "
+			"file: %s",
+			(unsigned long long)e, (unsigned long long)k,
+			strerror(-id));
+}
+
+/* Pool on_free hook (under the pool's lock): the batch's memfd goes, and
+ * its backing id with it. */
+static void passthrough_free(void *arg, struct bfs_batch *b)
+{
+	struct bfs_serve *s = arg;
+
+	s->k.backing_close(s->k.arg, bfs_batch_tag(b));
+	atomic_fetch_sub(&s->c.backing_now, 1);
+}
+
+/* ---- creation ---------------------------------------------------------- */
+
+int bfs_serve_create(struct bfs_serve **out, const struct bfs_dataset *ds,
+		     struct bfs_order *order, const struct bfs_layout *layout,
+		     const struct bfs_pool_opts *po,
+		     const struct bfs_serve_opts *o,
+		     const struct bfs_serve_kernel *kernel)
+{
+	struct bfs_serve *s = calloc(1, sizeof(*s));
+	struct bfs_pool_opts popts = *po;
+	int rc = -ENOMEM;
+
+	*out = NULL;
+	if (!s)
+		return -ENOMEM;
+	s->ds = ds;
+	s->order = order;
+	s->layout = layout;
+	s->o = *o;
+	s->k = *kernel;
+	pthread_mutex_init(&s->lock, NULL);
+	s->why = strdup(o->why ? o->why : "");
+	if (!s->why)
+		goto err_destroy;
+	s->o.why = s->why;
+	popts.hook_arg = s;
+	popts.memfd = o->mode == BFS_SERVE_PASSTHROUGH;
+	if (o->mode == BFS_SERVE_PASSTHROUGH) {
+		popts.on_ready = passthrough_ready;
+		popts.on_free = passthrough_free;
+	} else if (o->mode == BFS_SERVE_PUSH && o->early_push) {
+		popts.on_ready = bfs_serve_push_ready;
+	}
+	if (o->mode == BFS_SERVE_PUSH &&
+	    bfs_pushed_create(&s->pushed, o->page_cache_bytes) < 0)
+		goto err_destroy;
+	rc = bfs_pool_create(&s->pool, ds, order, layout, &popts);
+	if (rc < 0)
+		goto err_destroy;
+	s->zero_copy = o->mode == BFS_SERVE_DIRECT && o->zero_copy &&
+		       bfs_serve_zc_eligible(s);
+	bfs_log(BFS_LOG_INFO, MOD, "serving in %s mode (%s)%s",
+		bfs_serve_mode_name(o->mode), s->why,
+		s->zero_copy ? ", zero copy from the archive" : "");
+	*out = s;
+	return 0;
+err_destroy:
+	bfs_serve_destroy(s);
+	return rc;
+}
+
+static void file_free(struct bfs_file *f)
+{
+	bfs_serve_zc_free(f->zc);
+	free(f->text);
+	free(f);
+}
+
+void bfs_serve_destroy(struct bfs_serve *s)
+{
+	if (!s)
+		return;
+	while (s->files) { /* open at unmount: nothing replies any more */
+		struct bfs_file *f = s->files;
+
+		s->files = f->next;
+		bfs_pool_release(s->pool, f->held);
+		file_free(f);
+	}
+	bfs_pool_destroy(s->pool);
+	bfs_pushed_destroy(s->pushed);
+	free(s->why);
+	pthread_mutex_destroy(&s->lock);
+	free(s);
+}
+
+enum bfs_serve_mode bfs_serve_mode(const struct bfs_serve *s)
+{
+	return s->o.mode;
+}
+
+const char *bfs_serve_why(const struct bfs_serve *s)
+{
+	return s->why;
+}
+
+/* ---- files --------------------------------------------------------------- */
+
+static void file_link(struct bfs_serve *s, struct bfs_file *f)
+{
+	pthread_mutex_lock(&s->lock);
+	f->next = s->files;
+	if (f->next)
+		f->next->prev = f;
+	s->files = f;
+	pthread_mutex_unlock(&s->lock);
+}
+
+/* Drop a reference to f; the last one unlinks and frees it. */
+static void file_put(struct bfs_serve *s, struct bfs_file *f)
+{
+	if (atomic_fetch_sub(&f->refs, 1) != 1)
+		return;
+	pthread_mutex_lock(&s->lock);
+	if (f->prev)
+		f->prev->next = f->next;
+	else
+		s->files = f->next;
+	if (f->next)
+		f->next->prev = f->prev;
+	pthread_mutex_unlock(&s->lock);
+	file_free(f);
+}
+
+bool bfs_serve_consumed(struct bfs_serve *s, struct bfs_file *f, uint64_t n)
+{
+	atomic_fetch_add(&s->c.bytes, n);
+	if (atomic_fetch_add(&f->served, n) + n < f->size ||
+	    atomic_exchange(&f->consumed, true))
+		return false;
+	atomic_fetch_add(&s->c.served, 1);
+	return true;
+}
+
+/* The batch of a passthrough open, kept by f until its release. */
+static int passthrough_open(struct bfs_serve *s, struct bfs_file *f,
+			    struct bfs_serve_how *how)
+{
+	int rc =
+	    bfs_pool_acquire(s->pool, f->node.epoch, f->node.batch, &f->held);
+
+	if (rc < 0)
+		return rc;
+	how->backing_id = backing_of(s, f->held);
+	if (how->backing_id <= 0) {
+		bfs_log(BFS_LOG_ERR, MOD,
+			"epoch %llu batch %llu: no backing file (%s): open "
+			"fails with EIO",
+			(unsigned long long)f->node.epoch,
+			(unsigned long long)f->node.batch,
+			strerror(how->backing_id ? -how->backing_id : EIO));
+		bfs_pool_release(s->pool, f->held);
+		f->held = NULL;
+		return -EIO;
+	}
+	bfs_serve_consumed(s, f, f->size); /* handed over whole */
+	return 0;
+}
+
+static int open_batch(struct bfs_serve *s, const struct bfs_tree *t,
+		      struct bfs_file *f, struct bfs_serve_how *how)
+{
+	int rc = bfs_tree_batch_size(t, f->node.epoch, f->node.batch, &f->size);
+
+	if (rc)
+		return rc;
+	atomic_fetch_add(&s->c.opened, 1);
+	switch (s->o.mode) {
+	case BFS_SERVE_PASSTHROUGH:
+		return passthrough_open(s, f, how);
+	case BFS_SERVE_PUSH:
+		how->keep_cache = true; /* the pages pushed stay valid */
+		return bfs_serve_push_open(s, f);
+	case BFS_SERVE_DIRECT:
+		how->direct_io = true;
+		return s->zero_copy ? bfs_serve_zc_open(s, f) : 0;
+	default:
+		how->keep_cache = true;
+		return 0;
+	}
+}
+
+/* -ETIMEDOUT (logged by the pool) and -ERANGE (a failed gather) reach a
+ * reader as EIO; the rest as they are. */
+static int reader_errno(int rc)
+{
+	return rc == -ETIMEDOUT || rc == -ERANGE ? -EIO : rc;
+}
+
+int bfs_serve_open(struct bfs_serve *s, const struct bfs_tree *t, uint64_t ino,
+		   struct bfs_file **out, struct bfs_serve_how *how)
+{
+	struct bfs_file *f = calloc(1, sizeof(*f));
+	int rc;
+
+	*out = NULL;
+	memset(how, 0, sizeof(*how));
+	how->noflush = true; /* read-only: nothing to flush at close */
+	if (!f)
+		return -ENOMEM;
+	atomic_init(&f->refs, 1);
+	f->ino = ino;
+	rc = bfs_tree_decode(t, ino, &f->node);
+	if (rc == 0 && f->node.kind == BFS_NODE_BATCH) {
+		rc = open_batch(s, t, f, how);
+	} else if (rc == 0) {
+		rc = bfs_tree_render(t, ino, &f->text, &f->text_len);
+		/* stats changes: every open reads it afresh */
+		how->direct_io = f->node.kind == BFS_NODE_STATS;
+		how->keep_cache = !how->direct_io;
+	}
+	if (rc < 0) {
+		file_free(f);
+		return reader_errno(rc);
+	}
+	file_link(s, f);
+	*out = f;
+	return 0;
+}
+
+/* ---- reads --------------------------------------------------------------- */
+
+static int read_batch(struct bfs_serve *s, struct bfs_file *f, uint64_t off,
+		      uint64_t n, struct bfs_serve_reply *r)
+{
+	const struct bfs_node *nd = &f->node;
+	int rc;
+
+	atomic_fetch_add(&s->c.reads, 1);
+	if (s->o.mode == BFS_SERVE_PASSTHROUGH) /* the kernel reads */
+		return -EIO;
+	if (s->zero_copy && f->zc) {
+		rc = bfs_serve_zc_read(s, f, off, n, r);
+		if (rc != 0)
+			return rc < 0 ? rc : 0;
+	}
+	/* Push: a READ means the kernel lost pages of a pushed batch; a
+	 * zero-copy batch needs one READ's worth: neither re-gathers its
+	 * successors. */
+	if (s->o.mode == BFS_SERVE_PUSH || f->zc) {
+		atomic_fetch_add(&s->c.refills, s->o.mode == BFS_SERVE_PUSH);
+		rc = bfs_pool_acquire_alone(s->pool, nd->epoch, nd->batch,
+					    &r->batch);
+	} else {
+		rc = bfs_pool_acquire(s->pool, nd->epoch, nd->batch, &r->batch);
+	}
+	if (rc < 0)
+		return reader_errno(rc);
+	r->iov[0].iov_base = (char *)bfs_batch_data(r->batch) + off;
+	r->iov[0].iov_len = (size_t)n;
+	r->iovcnt = 1;
+	/* Counted before the reply: a reader may look at stats as soon as
+	 * it has its bytes. */
+	if (bfs_serve_consumed(s, f, n))
+		bfs_pool_drop(s->pool, r->batch);
+	return 0;
+}
+
+int bfs_serve_read(struct bfs_serve *s, struct bfs_file *f, uint64_t off,
+		   uint64_t size, struct bfs_serve_reply *r)
+{
+	uint64_t total = f->text ? f->text_len : f->size;
+	uint64_t n = off < total ? total - off : 0;
+	int rc = 0;
+
+	if (n > size)
+		n = size;
+	r->iovcnt = 0;
+	r->batch = NULL;
+	r->file = f;
+	atomic_fetch_add(&f->refs, 1); /* a slice may point into f */
+	if (!n)
+		return 0;
+	if (f->node.kind == BFS_NODE_BATCH) {
+		rc = read_batch(s, f, off, n, r);
+	} else {
+		r->iov[0].iov_base = f->text + off;
+		r->iov[0].iov_len = (size_t)n;
+		r->iovcnt = 1;
+	}
+	return rc;
+}
+
+void bfs_serve_done(struct bfs_serve *s, struct bfs_serve_reply *r)
+{
+	bfs_pool_release(s->pool, r->batch);
+	r->batch = NULL;
+	if (r->file)
+		file_put(s, r->file);
+	r->file = NULL;
+}
+
+void bfs_serve_release(struct bfs_serve *s, struct bfs_file *f)
+{
+	if (f->held) /* passthrough: the last one lets the batch go */
+		bfs_pool_release_last(s->pool, f->held);
+	f->held = NULL;
+	if (f->push_open)
+		bfs_serve_push_release(s, f);
+	file_put(s, f);
+}
+
+void bfs_serve_stats(struct bfs_serve *s, struct bfs_stats *st)
+{
+	memset(st, 0, sizeof(*st));
+	bfs_pool_stats(s->pool, &st->pool);
+	/* a push open that found its batch pushed ahead by a worker */
+	st->pool.prefetch_hits += atomic_load(&s->c.pushed_hits);
+	st->batches_opened = atomic_load(&s->c.opened);
+	st->batch_reads = atomic_load(&s->c.reads);
+	st->batches_served = atomic_load(&s->c.served);
+	st->bytes_served = atomic_load(&s->c.bytes);
+	st->batches_pushed = atomic_load(&s->c.pushed);
+	st->page_cache_drops = atomic_load(&s->c.drops);
+	st->page_cache_refills = atomic_load(&s->c.refills);
+	st->batches_zero_copy = atomic_load(&s->c.zero_copy);
+	st->backing_files = atomic_load(&s->c.backing_now);
+	st->backing_opened = atomic_load(&s->c.backing_all);
+	st->mode = s->o.mode;
+}

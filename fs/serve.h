@@ -1,0 +1,149 @@
+/* fs/serve: open files of a mount and how their bytes reach a reader,
+ * with no FUSE in it (fs/README.md: serving modes).
+ *
+ * A FUSE adapter (mount/) decodes each request, calls one function here and
+ * sends the one reply it describes:
+ *   open     bfs_serve_open     -> a file and how to open it (flags, a
+ *                                  passthrough backing id)
+ *   read     bfs_serve_read     -> slices to reply, then bfs_serve_done
+ *   release  bfs_serve_release
+ * The few things only the kernel can do (store pages into its page cache,
+ * drop them, register a backing file) are callbacks the adapter passes in
+ * (struct bfs_serve_kernel), so this module is tested without FUSE.
+ *
+ * Modes (enum bfs_serve_mode; fs/README.md has the measurements):
+ *   passthrough  each batch is materialized by a worker into its own memfd,
+ *                registered as a backing file before anyone opens it; open
+ *                replies with its backing id and the kernel serves read()
+ *                and mmap() from the memfd: nothing reaches the daemon
+ *   push         each batch is stored whole into the page cache at open
+ *                (or earlier, by the worker); read() and mmap() are
+ *                page-cache hits; the pushed pages are kept under a budget
+ *   direct       direct I/O replies from a gathered buffer, or slices of
+ *                the archive mapping (zero copy); mmap(MAP_SHARED) fails
+ *   cache        the kernel's own page-cache READs (for comparison) */
+#ifndef BFS_SERVE_H
+#define BFS_SERVE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+#include "fs/pool.h"
+
+struct bfs_tree;
+
+enum bfs_serve_mode {
+	BFS_SERVE_AUTO = 0, /* passthrough where the kernel allows, else push */
+	BFS_SERVE_PASSTHROUGH,
+	BFS_SERVE_PUSH,
+	BFS_SERVE_CACHE,
+	BFS_SERVE_DIRECT,
+};
+
+/* "passthrough", "push", "cache", "direct" ("auto" for AUTO). */
+const char *bfs_serve_mode_name(enum bfs_serve_mode m);
+/* The mode named 's' (any of the names above): 0, or -EINVAL. */
+int bfs_serve_mode_parse(const char *s, enum bfs_serve_mode *out);
+
+/* What only the kernel can do, for the adapter to implement. Each returns
+ * 0 (backing_open: an id > 0) or -errno. */
+struct bfs_serve_kernel {
+	void *arg;
+	/* Store [buf, buf+len) at 'off' into inode ino's page cache. */
+	int (*store)(void *arg, uint64_t ino, uint64_t off, const void *buf,
+		     uint64_t len);
+	/* Drop inode ino's pages from the page cache. */
+	int (*inval)(void *arg, uint64_t ino);
+	/* Register fd as a passthrough backing file: its id (> 0). */
+	int (*backing_open)(void *arg, int fd);
+	void (*backing_close)(void *arg, int id);
+};
+
+struct bfs_serve_opts {
+	enum bfs_serve_mode mode;  /* not AUTO: the adapter decided */
+	const char *why;	   /* why this mode (stats, dataset.json) */
+	uint64_t page_cache_bytes; /* push: pushed batches kept, bytes */
+	bool early_push;	   /* push: workers push before any open */
+	bool zero_copy;		   /* direct: slices of the archive allowed */
+	bool zc_no_check;    /* tests: skip the size check before a slice */
+	unsigned zc_max_iov; /* tests: fewer slices per READ (0: all) */
+};
+
+/* Counters, one struct for the whole mount (rendered as `stats`). */
+struct bfs_stats {
+	struct bfs_pool_stats pool;
+	uint64_t batches_opened;     /* opens of batch files */
+	uint64_t batch_reads;	     /* READs of batch files answered here
+				      * (none in passthrough) */
+	uint64_t batches_served;     /* read to the end, pushed whole, or
+				      * opened in passthrough (whole) */
+	uint64_t bytes_served;	     /* of those: bytes replied, pushed or
+				      * handed over as a backing file */
+	uint64_t batches_pushed;     /* stored whole into the page cache */
+	uint64_t page_cache_drops;   /* pushed batches invalidated for room */
+	uint64_t page_cache_refills; /* READs of a pushed batch's lost pages */
+	uint64_t batches_zero_copy;  /* read straight from the archive */
+	uint64_t backing_files;	     /* passthrough ids registered now */
+	uint64_t backing_opened;     /* ... in all */
+	enum bfs_serve_mode mode;
+};
+
+struct bfs_serve;
+struct bfs_file; /* an open file */
+
+/* How the adapter answers an open. */
+struct bfs_serve_how {
+	int backing_id; /* > 0: reply FOPEN_PASSTHROUGH with this id */
+	bool direct_io, keep_cache, noflush;
+};
+
+/* The slices of a READ reply; valid until bfs_serve_done. */
+#define BFS_SERVE_MAX_IOV 1024
+struct bfs_serve_reply {
+	struct iovec iov[BFS_SERVE_MAX_IOV];
+	int iovcnt;
+	/* private: what bfs_serve_done lets go */
+	struct bfs_file *file;
+	struct bfs_batch *batch;
+};
+
+/* Serve 'layout's batches of 'ds' in 'order' in mode o->mode: creates
+ * the worker pool (po; its hooks and memfd choice are set here), the push
+ * ledger or the zero-copy plan. Borrowed objects and 'kernel' must
+ * outlive the serve. Returns 0 or -errno. */
+int bfs_serve_create(struct bfs_serve **out, const struct bfs_dataset *ds,
+		     struct bfs_order *order, const struct bfs_layout *layout,
+		     const struct bfs_pool_opts *po,
+		     const struct bfs_serve_opts *o,
+		     const struct bfs_serve_kernel *kernel);
+
+/* Close what is still open, stop the workers, free. Accepts NULL. */
+void bfs_serve_destroy(struct bfs_serve *s);
+
+/* The mode served and why (for the namespace's text files). */
+enum bfs_serve_mode bfs_serve_mode(const struct bfs_serve *s);
+const char *bfs_serve_why(const struct bfs_serve *s);
+
+/* Open file ino of tree t, read-only (the caller refused writes). Returns
+ * 0 with *f and *how set, or -ENOENT, -EISDIR, -EIO (the batch cannot be
+ * had: its gather failed or timed out, logged), -ENOMEM. */
+int bfs_serve_open(struct bfs_serve *s, const struct bfs_tree *t, uint64_t ino,
+		   struct bfs_file **f, struct bfs_serve_how *how);
+
+/* The reply to a READ of [off, off+size) of f: slices in r (r->iovcnt 0
+ * past the end). 0 or -errno (-EIO: the batch cannot be had). Call
+ * bfs_serve_done(s, r) after the reply is sent, whatever it was. */
+int bfs_serve_read(struct bfs_serve *s, struct bfs_file *f, uint64_t off,
+		   uint64_t size, struct bfs_serve_reply *r);
+void bfs_serve_done(struct bfs_serve *s, struct bfs_serve_reply *r);
+
+/* The kernel released f. It is freed once no reply of it is pending (the
+ * kernel can send RELEASE as soon as the last reply is written, before
+ * the replying thread has called bfs_serve_done). */
+void bfs_serve_release(struct bfs_serve *s, struct bfs_file *f);
+
+/* A snapshot of every counter. */
+void bfs_serve_stats(struct bfs_serve *s, struct bfs_stats *out);
+
+#endif

@@ -1,0 +1,94 @@
+/* fs/serve_impl.h: private to fs/serve.c (files, open/read/release, the
+ * passthrough hooks), fs/serve_push.c (the page-cache push ledger) and
+ * fs/serve_zc.c (zero copy from the archive); nothing else includes it. */
+#ifndef BFS_SERVE_IMPL_H
+#define BFS_SERVE_IMPL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "fs/serve.h"
+#include "fs/tree.h"
+
+struct bfs_zc;
+struct bfs_pushed;
+
+struct bfs_file {
+	struct bfs_node node;
+	uint64_t ino;
+	uint64_t size;		 /* batch files: file size */
+	_Atomic uint64_t served; /* batch files: bytes replied so far */
+	atomic_bool consumed;	 /* batch files: counted read to the end */
+	bool push_open;		 /* push: counted open in the ledger */
+	struct bfs_batch *held;	 /* passthrough: the open's batch */
+	struct bfs_zc *zc;	 /* direct: slices of the archive */
+	char *text;		 /* text files: rendered at open */
+	size_t text_len;
+	/* The open's reference plus one per reply in flight; the last one
+	 * frees the file. */
+	atomic_uint refs;
+	struct bfs_file *prev, *next; /* [s->lock] the open files */
+};
+
+struct counters {
+	_Atomic uint64_t opened, reads, served, bytes, pushed, drops, refills,
+	    zero_copy, backing_now, backing_all, pushed_hits;
+};
+
+struct bfs_serve {
+	const struct bfs_dataset *ds;
+	struct bfs_order *order;
+	const struct bfs_layout *layout;
+	struct bfs_pool *pool;
+	struct bfs_serve_opts o; /* o.why points at 'why' */
+	char *why;
+	struct bfs_serve_kernel k;
+	struct bfs_pushed *pushed; /* push mode: batches in the page cache */
+	bool zero_copy;		   /* direct: slices of the archive */
+	struct counters c;
+	pthread_mutex_t lock;	/* the list of open files */
+	struct bfs_file *files; /* [lock] */
+};
+
+/* ---- fs/serve_push.c ---- */
+
+/* The ledger of pushed batches, kept under 'budget' bytes. 0/-ENOMEM. */
+int bfs_pushed_create(struct bfs_pushed **out, uint64_t budget);
+void bfs_pushed_destroy(struct bfs_pushed *pb);
+
+/* Push-mode open of batch file f: store it whole into the page cache
+ * unless it is there already. 0 or -errno (the batch cannot be had). */
+int bfs_serve_push_open(struct bfs_serve *s, struct bfs_file *f);
+
+/* Push-mode release of f: its ledger entry closes, the page cache is
+ * trimmed to its budget. */
+void bfs_serve_push_release(struct bfs_serve *s, struct bfs_file *f);
+
+/* Pool on_ready hook in push mode: push b before anyone opens it (when
+ * the kernel knows its inode). */
+void bfs_serve_push_ready(void *arg, struct bfs_batch *b, uint64_t e,
+			  uint64_t k);
+
+/* ---- fs/serve_zc.c ---- */
+
+/* Whether zero copy can serve this dataset at all (logged once). */
+bool bfs_serve_zc_eligible(const struct bfs_serve *s);
+
+/* Plan f's slices (f->zc), or leave it NULL when a READ could need too
+ * many slices or a row needs a gather. 0 or -errno. */
+int bfs_serve_zc_open(struct bfs_serve *s, struct bfs_file *f);
+
+/* The slices of [off, off+n) of f into r; 1 when they fit, 0 when the
+ * READ needs the pool's buffer instead, -EIO when an archive shrank. */
+int bfs_serve_zc_read(struct bfs_serve *s, struct bfs_file *f, uint64_t off,
+		      uint64_t n, struct bfs_serve_reply *r);
+
+void bfs_serve_zc_free(struct bfs_zc *z);
+
+/* ---- fs/serve.c ---- */
+
+/* Count n more bytes of batch file f handed to its reader: true once,
+ * when they reach its end (the batch is then served). */
+bool bfs_serve_consumed(struct bfs_serve *s, struct bfs_file *f, uint64_t n);
+
+#endif

@@ -1,0 +1,233 @@
+/* fs/serve_push: the push mode's page-cache ledger (serve_impl.h).
+ *
+ * Push mode stores each batch whole into the kernel's page cache (the
+ * adapter's store callback: FUSE's notify_store) when it is opened, or
+ * earlier, by the worker that gathered it, when the kernel already knows
+ * its inode (looked up, listed with readdirplus). read() and mmap() faults
+ * are then page-cache hits with no round trip, and the pool drops its
+ * copy. If the kernel loses pages, READs come and the pool gathers the same
+ * bytes again (batches are pure functions of dataset, options, epoch and
+ * batch).
+ *
+ * The ledger is a FIFO of the batch inodes pushed, with their sizes and
+ * how many files have them open. It answers "is this batch already in the
+ * kernel?" (a second open, concurrent or later, does not gather and push
+ * again) and keeps the kernel's copies under a byte budget
+ * (--page-cache-mb): past it, the oldest batches nobody has open are
+ * invalidated (the inval callback), so the page cache does not grow with
+ * every epoch read. */
+#include "fs/serve_impl.h"
+
+#include <errno.h>
+#include <stdlib.h>
+
+#define PUSHED_MAX  4096u	/* batches tracked at once */
+#define TRIM_BATCH  64u		/* invalidations per trim call */
+#define STORE_CHUNK (64u << 20) /* bytes per notify_store (u32 lengths) */
+
+struct pushed_entry {
+	uint64_t ino; /* 0: forgotten (a failed push) */
+	uint64_t bytes;
+	unsigned opens;
+};
+
+struct bfs_pushed {
+	pthread_mutex_t lock;
+	uint64_t budget;
+	uint64_t bytes;			      /* [L] sum of entries */
+	unsigned head, count;		      /* [L] oldest at head */
+	struct pushed_entry ring[PUSHED_MAX]; /* [L] */
+};
+
+int bfs_pushed_create(struct bfs_pushed **out, uint64_t budget)
+{
+	struct bfs_pushed *pb = calloc(1, sizeof(*pb));
+
+	*out = pb;
+	if (!pb)
+		return -ENOMEM;
+	pthread_mutex_init(&pb->lock, NULL);
+	pb->budget = budget;
+	return 0;
+}
+
+void bfs_pushed_destroy(struct bfs_pushed *pb)
+{
+	if (!pb)
+		return;
+	pthread_mutex_destroy(&pb->lock);
+	free(pb);
+}
+
+/* The entry of ino, newest first (recent batches are the usual hits). [L] */
+static struct pushed_entry *pushed_find(struct bfs_pushed *pb, uint64_t ino)
+{
+	for (unsigned i = pb->count; i-- > 0;) {
+		struct pushed_entry *x = &pb->ring[(pb->head + i) % PUSHED_MAX];
+
+		if (x->ino == ino)
+			return x;
+	}
+	return NULL;
+}
+
+/* Record batch ino, 'opens' = 1 for an open handle, 0 for a worker
+ * pushing ahead of any open. Returns 1: new entry, the caller pushes the
+ * batch; 0: already pushed (or being pushed); -ENOSPC: no slot (workers
+ * leave a quarter of the slots to opens), nothing tracked: READs serve. */
+static int pushed_enter(struct bfs_pushed *pb, uint64_t ino, uint64_t bytes,
+			unsigned opens)
+{
+	struct pushed_entry *x;
+	int rc = 0;
+
+	pthread_mutex_lock(&pb->lock);
+	x = pushed_find(pb, ino);
+	if (x) {
+		x->opens += opens;
+	} else if (pb->count >= (opens ? PUSHED_MAX : PUSHED_MAX / 4 * 3)) {
+		rc = -ENOSPC;
+	} else {
+		x = &pb->ring[(pb->head + pb->count++) % PUSHED_MAX];
+		*x = (struct pushed_entry){
+		    .ino = ino, .bytes = bytes, .opens = opens};
+		pb->bytes += bytes;
+		rc = 1;
+	}
+	pthread_mutex_unlock(&pb->lock);
+	return rc;
+}
+
+/* A handle of ino closes; 'failed' = its push failed: forget the entry
+ * (the kernel holds none or part of it; READs serve the rest). */
+static void pushed_close(struct bfs_pushed *pb, uint64_t ino, bool failed)
+{
+	struct pushed_entry *x;
+
+	pthread_mutex_lock(&pb->lock);
+	x = pushed_find(pb, ino);
+	if (x && x->opens)
+		x->opens--;
+	if (x && failed) {
+		pb->bytes -= x->bytes;
+		*x = (struct pushed_entry){0}; /* a hole, trimmed in turn */
+	}
+	pthread_mutex_unlock(&pb->lock);
+}
+
+/* Take the oldest entries nobody has open off the record until it is
+ * under budget (and a quarter of the slots are free); their inodes go to
+ * 'inos' for invalidation. Open ones move to the tail. Returns how many. */
+static unsigned pushed_trim(struct bfs_pushed *pb, uint64_t *inos)
+{
+	unsigned n = 0;
+
+	pthread_mutex_lock(&pb->lock);
+	for (unsigned seen = 0, len = pb->count;
+	     seen < len && n < TRIM_BATCH &&
+	     (pb->bytes > pb->budget || pb->count > PUSHED_MAX / 4 * 3);
+	     seen++) {
+		struct pushed_entry x = pb->ring[pb->head];
+
+		pb->head = (pb->head + 1) % PUSHED_MAX;
+		pb->count--;
+		if (x.opens) { /* still open: keep it, newest */
+			pb->ring[(pb->head + pb->count++) % PUSHED_MAX] = x;
+			continue;
+		}
+		pb->bytes -= x.bytes;
+		if (x.ino)
+			inos[n++] = x.ino;
+	}
+	pthread_mutex_unlock(&pb->lock);
+	return n;
+}
+
+/* Invalidate what pushed_trim says is over budget. Called with no lock
+ * held: the kernel waits on pages locked by a READ in flight, which a FUSE
+ * thread answers. */
+static void trim_page_cache(struct bfs_serve *s)
+{
+	uint64_t inos[TRIM_BATCH];
+	unsigned n = pushed_trim(s->pushed, inos);
+
+	for (unsigned i = 0; i < n; i++) {
+		int rc = s->k.inval(s->k.arg, inos[i]);
+
+		/* -ENOENT: the kernel forgot the inode, pages and all */
+		if (rc == 0 || rc == -ENOENT)
+			atomic_fetch_add(&s->c.drops, 1);
+	}
+}
+
+/* Store the whole batch into the kernel's page cache for inode ino, in
+ * chunks (the store message has 32-bit lengths). */
+static int store_batch(struct bfs_serve *s, uint64_t ino,
+		       const struct bfs_batch *b)
+{
+	const char *data = bfs_batch_data(b);
+	uint64_t size = bfs_batch_size(b);
+	int rc = 0;
+
+	for (uint64_t off = 0; rc == 0 && off < size; off += STORE_CHUNK)
+		rc = s->k.store(s->k.arg, ino, off, data + off,
+				size - off < STORE_CHUNK ? size - off
+							 : STORE_CHUNK);
+	return rc;
+}
+
+/* Push b (referenced or BUSY; NULL: it could not be had) for ino, just
+ * entered in the ledger: stored, the pool drops its copy; not, the entry
+ * is forgotten and READs serve the batch. Then keep the page cache under
+ * budget. Returns whether b was stored. */
+static bool push_entered(struct bfs_serve *s, uint64_t ino, struct bfs_batch *b)
+{
+	bool stored = b && store_batch(s, ino, b) == 0;
+
+	if (stored) {
+		atomic_fetch_add(&s->c.pushed, 1);
+		atomic_fetch_add(&s->c.served, 1);
+		atomic_fetch_add(&s->c.bytes, bfs_batch_size(b));
+		bfs_pool_drop(s->pool, b);
+	} else {
+		pushed_close(s->pushed, ino, true);
+	}
+	trim_page_cache(s);
+	return stored;
+}
+
+void bfs_serve_push_ready(void *arg, struct bfs_batch *b, uint64_t e,
+			  uint64_t k)
+{
+	struct bfs_serve *s = arg;
+	struct bfs_node n = {.kind = BFS_NODE_BATCH, .epoch = e, .batch = k};
+	uint64_t ino = bfs_tree_ino(&n);
+
+	/* A failed store is usually -ENOENT: the kernel has no inode yet */
+	if (pushed_enter(s->pushed, ino, bfs_batch_size(b), 0) > 0)
+		push_entered(s, ino, b);
+}
+
+int bfs_serve_push_open(struct bfs_serve *s, struct bfs_file *f)
+{
+	struct bfs_batch *b = NULL;
+	int rc = pushed_enter(s->pushed, f->ino, f->size, 1);
+
+	f->push_open = rc >= 0;
+	if (rc == 0) /* in the page cache already: ready before it was asked */
+		atomic_fetch_add(&s->c.pushed_hits, 1);
+	if (rc <= 0)
+		return 0;
+	rc = bfs_pool_acquire(s->pool, f->node.epoch, f->node.batch, &b);
+	f->push_open = push_entered(s, f->ino, b); /* b: NULL when rc < 0 */
+	bfs_pool_release(s->pool, b);
+	if (f->push_open)
+		atomic_store(&f->consumed, true); /* counted whole */
+	return rc;
+}
+
+void bfs_serve_push_release(struct bfs_serve *s, struct bfs_file *f)
+{
+	pushed_close(s->pushed, f->ino, false);
+	trim_page_cache(s); /* RELEASE is asynchronous: no reader waits */
+}

@@ -1,0 +1,187 @@
+/* fs/serve_zc: direct mode's zero copy, batches replied straight from the
+ * archive mapping (serve_impl.h).
+ *
+ * When every row of every field is stored as served (C-contiguous,
+ * little-endian: bfs_dataset_row), a READ of [off, off+n) of a batch is a
+ * list of slices: the file's rendered header and the rows in the
+ * archive's read-only mapping. The kernel's copy into the reader's pages is
+ * the only copy (no gather into a pool buffer). Slices adjacent in memory
+ * merge (sequential order: one slice per field). A file is served this way
+ * when a READ of ZC_READ_MAX bytes cannot need more than ZC_MAX_IOV slices,
+ * and the rows average ZC_MIN_SLICE bytes (small slices cost the kernel a
+ * page pin each: measured 4x slower than one gathered buffer for 784-byte
+ * rows; fs/README.md); otherwise, and for a READ that would need more,
+ * the pool's gathered buffer serves it. Prefetch becomes read-ahead: an
+ * open advises its batch and the pool's window after it (madvise), so
+ * cold rows are read ahead with no buffer held.
+ *
+ * Faults: before each reply that touches rows, the archives are fstat()ed
+ * (bfs_dataset_check): a truncated one gives EIO. If one shrinks between
+ * the check and the reply, the kernel's copy from the slices faults inside
+ * the kernel: the reply's writev fails with EFAULT (no signal reaches the
+ * daemon) and the kernel ends the READ with EIO. This process never touches
+ * the rows. */
+#include "fs/serve_impl.h"
+
+#include <errno.h>
+#include <stdlib.h>
+
+#include "fs/log.h"
+
+#define ZC_MAX_IOV   (BFS_SERVE_MAX_IOV - 1) /* IOV_MAX minus the header */
+#define ZC_READ_MAX  (1u << 20) /* largest READ (libfuse 3.14: 256 pages) */
+#define ZC_MIN_SLICE 4096u	/* mean bytes per row slice worth it */
+
+struct bfs_zc {
+	uint64_t rows, data_off;
+	uint64_t *idx;	     /* [rows] sample indices of the batch */
+	const uint8_t **row; /* [nfields][rows] in file order */
+	char head[];	     /* data_off header bytes, then idx and row */
+};
+
+bool bfs_serve_zc_eligible(const struct bfs_serve *s)
+{
+	const struct bfs_dataset *ds = s->ds;
+
+	if (bfs_layout_mean_slice(s->layout) < ZC_MIN_SLICE)
+		return false;
+	for (size_t i = 0; i < bfs_dataset_nshards(ds); i++) {
+		struct bfs_shard_info si;
+
+		bfs_dataset_shard(ds, i, &si);
+		for (size_t f = 0; si.samples && f < bfs_dataset_nfields(ds);
+		     f++) {
+			const void *p;
+
+			if (bfs_dataset_row(ds, f, si.first_sample, &p) < 0)
+				return false;
+		}
+	}
+	return true;
+}
+
+/* Most slices a READ of ZC_READ_MAX bytes of a 'rows' batch can need. */
+static uint64_t worst_slices(const struct bfs_layout *l, uint64_t rows)
+{
+	uint64_t n = 1; /* the header */
+
+	for (size_t i = 0; i < l->nfields; i++) {
+		uint64_t rb = l->fields[i].f->row_bytes;
+		uint64_t sl = rb ? ZC_READ_MAX / rb + 2 : 0;
+
+		n += sl < rows ? sl : rows;
+	}
+	return n;
+}
+
+void bfs_serve_zc_free(struct bfs_zc *z)
+{
+	free(z);
+}
+
+int bfs_serve_zc_open(struct bfs_serve *s, struct bfs_file *f)
+{
+	const struct bfs_layout *l = s->layout;
+	uint64_t e = f->node.epoch, k = f->node.batch;
+	uint64_t rows = bfs_order_batch_rows(s->order, k);
+	uint64_t data = bfs_layout_data_offset(l, e, k, rows);
+	struct bfs_zc *z;
+	int rc = 0;
+
+	if (worst_slices(l, rows) > ZC_MAX_IOV)
+		return 0;
+	z = malloc(sizeof(*z) + data + rows * sizeof(uint64_t) +
+		   l->nfields * rows * sizeof(void *));
+	if (!z)
+		return -ENOMEM;
+	z->rows = rows;
+	z->data_off = data; /* a multiple of 4096: idx stays aligned */
+	z->idx = (uint64_t *)(z->head + data);
+	z->row = (const uint8_t **)(z->idx + rows);
+	rc = bfs_order_batch(s->order, e, k, z->idx);
+	for (size_t i = 0; rc == 0 && i < l->nfields; i++)
+		for (uint64_t r = 0; rc == 0 && r < rows; r++)
+			rc = bfs_dataset_row(
+			    s->ds, l->fields[i].ds_index, z->idx[r],
+			    (const void **)&z->row[i * rows + r]);
+	if (rc < 0) {
+		free(z);
+		return rc == -ENOTSUP ? 0 : rc;
+	}
+	bfs_layout_header(l, e, k, rows, z->head);
+	f->zc = z;
+	bfs_dataset_advise(s->ds, z->idx, rows);
+	bfs_pool_advise(s->pool, e, k);
+	return 0;
+}
+
+/* Append [p, p+len) to r's slices, merged with the last one when
+ * adjacent. false when a new slice does not fit under 'max'. */
+static bool add(struct bfs_serve_reply *r, int max, const void *p, size_t len)
+{
+	struct iovec *last = r->iovcnt ? &r->iov[r->iovcnt - 1] : NULL;
+
+	if (last && (const char *)last->iov_base + last->iov_len == p) {
+		last->iov_len += len;
+		return true;
+	}
+	if (r->iovcnt == max)
+		return false;
+	r->iov[r->iovcnt].iov_base = (void *)p;
+	r->iov[r->iovcnt++].iov_len = len;
+	return true;
+}
+
+/* The slices of bytes [off, end) of z's batch into r, at most 'max'.
+ * Returns where they end (< end when more slices were needed). */
+static uint64_t slices(const struct bfs_layout *l, const struct bfs_zc *z,
+		       uint64_t off, uint64_t end, struct bfs_serve_reply *r,
+		       int max)
+{
+	uint64_t fstart = z->data_off, p = off;
+
+	if (p < z->data_off) {
+		uint64_t n = (end < z->data_off ? end : z->data_off) - p;
+
+		add(r, max, z->head + p, (size_t)n);
+		p += n;
+	}
+	for (size_t i = 0; i < l->nfields && fstart < end; i++) {
+		uint64_t rb = l->fields[i].f->row_bytes;
+		uint64_t fend = fstart + z->rows * rb;
+		uint64_t stop = end < fend ? end : fend;
+
+		while (p < stop) {
+			uint64_t q = (p - fstart) / rb, w = (p - fstart) % rb;
+			uint64_t n = rb - w < stop - p ? rb - w : stop - p;
+
+			if (!add(r, max, z->row[i * z->rows + q] + w,
+				 (size_t)n))
+				return p;
+			p += n;
+		}
+		fstart = fend;
+	}
+	return p;
+}
+
+int bfs_serve_zc_read(struct bfs_serve *s, struct bfs_file *f, uint64_t off,
+		      uint64_t n, struct bfs_serve_reply *r)
+{
+	const struct bfs_zc *z = f->zc;
+	int max = s->o.zc_max_iov && s->o.zc_max_iov < ZC_MAX_IOV
+		      ? (int)s->o.zc_max_iov
+		      : ZC_MAX_IOV;
+	uint64_t end = off + n;
+
+	if (slices(s->layout, z, off, end, r, max) < end) {
+		r->iovcnt = 0; /* too many slices: the pool's buffer serves */
+		return 0;
+	}
+	if (end > z->data_off && !s->o.zc_no_check &&
+	    bfs_dataset_check(s->ds, z->idx, (size_t)z->rows) < 0)
+		return -EIO;
+	if (bfs_serve_consumed(s, f, n))
+		atomic_fetch_add(&s->c.zero_copy, 1);
+	return 1;
+}

@@ -1,0 +1,173 @@
+/* The list of batch files a loader reads: an epoch directory's batch_K
+ * files in numeric order, or the caller's explicit list; each stat()ed
+ * once, so a file that shrinks later ends in a short read, never in a
+ * silently shorter batch. No state of its own. */
+#include "loader/internal.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+const char *bfs_loader_errstr(int rc)
+{
+	const char *s = strerrordesc_np(-rc);
+	return s ? s : "unknown error";
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+	return x < y ? -1 : x > y;
+}
+
+/* "batch_<decimal>" without leading zeros → *k. */
+static int batch_number(const char *name, uint64_t *k)
+{
+	const char *p = name + 6;
+
+	if (strncmp(name, "batch_", 6) != 0 || !*p || (p[0] == '0' && p[1]))
+		return 0;
+	for (*k = 0; *p; p++) {
+		if (*p < '0' || *p > '9' || *k > (UINT64_MAX - 9) / 10)
+			return 0;
+		*k = *k * 10 + (uint64_t)(*p - '0');
+	}
+	return 1;
+}
+
+/* The numbers of the batch_K files of 'dir', sorted, into *ks / *n. */
+static int scan_dir(const struct bfs_loader_logger *lg, const char *dir,
+		    uint64_t **ks, uint64_t *n)
+{
+	size_t cap = 0;
+	struct dirent *e;
+	DIR *d = opendir(dir);
+	uint64_t k;
+	int rc = 0;
+
+	*ks = NULL;
+	*n = 0;
+	if (!d) {
+		rc = -errno;
+		bfs_loader_log(lg, BFS_LOADER_LOG_ERR, "%s: %s", dir,
+			       bfs_loader_errstr(rc));
+		return rc;
+	}
+	while (rc == 0 && (e = readdir(d)) != NULL) {
+		if (!batch_number(e->d_name, &k))
+			continue;
+		if (*n == cap) {
+			void *q =
+			    realloc(*ks, (cap ? cap * 2 : 64) * sizeof(k));
+			if (!q) {
+				rc = -ENOMEM;
+				break;
+			}
+			*ks = q;
+			cap = cap ? cap * 2 : 64;
+		}
+		(*ks)[(*n)++] = k;
+	}
+	closedir(d);
+	if (rc == 0 && *n)
+		qsort(*ks, (size_t)*n, sizeof(k), cmp_u64);
+	return rc;
+}
+
+/* fl->names from the arguments: the list as given, or batch_0..batch_{n-1}
+ * of dir. */
+static int list_names(const struct bfs_loader_logger *lg, const char *dir,
+		      const char *const *files, struct bfs_loader_files *fl)
+{
+	uint64_t *ks = NULL, n = 0;
+	int rc = 0;
+
+	if (files) {
+		while (files[n])
+			n++;
+	} else {
+		rc = scan_dir(lg, dir, &ks, &n);
+		for (uint64_t i = 0; rc == 0 && i < n; i++)
+			if (ks[i] != i) {
+				bfs_loader_log(lg, BFS_LOADER_LOG_ERR,
+					       "%s: batch_%llu is missing", dir,
+					       (unsigned long long)i);
+				rc = -ENOENT;
+			}
+	}
+	if (rc == 0 && n == 0) {
+		bfs_loader_log(lg, BFS_LOADER_LOG_ERR, "%s: no batch files",
+			       dir ? dir : "file list");
+		rc = -ENOENT;
+	}
+	if (rc == 0 && !(fl->names = calloc((size_t)n + 1, sizeof(char *))))
+		rc = -ENOMEM;
+	for (uint64_t i = 0; rc == 0 && i < n; i++) {
+		int w = files ? asprintf(&fl->names[i], "%s", files[i])
+			      : asprintf(&fl->names[i], "%s/batch_%llu", dir,
+					 (unsigned long long)i);
+		if (w < 0) {
+			fl->names[i] = NULL;
+			rc = -ENOMEM;
+		}
+	}
+	fl->n = rc == 0 ? n : 0;
+	free(ks);
+	return rc;
+}
+
+/* fl->sizes and fl->max: stat() of each file. */
+static int stat_files(const struct bfs_loader_logger *lg,
+		      struct bfs_loader_files *fl)
+{
+	struct stat sb;
+
+	fl->max = 1;
+	fl->sizes = calloc((size_t)fl->n, sizeof(*fl->sizes));
+	if (!fl->sizes)
+		return -ENOMEM;
+	for (uint64_t i = 0; i < fl->n; i++) {
+		if (stat(fl->names[i], &sb) < 0) {
+			int rc = -errno;
+			bfs_loader_log(lg, BFS_LOADER_LOG_ERR, "%s: %s",
+				       fl->names[i], bfs_loader_errstr(rc));
+			return rc;
+		}
+		if (!S_ISREG(sb.st_mode)) {
+			bfs_loader_log(lg, BFS_LOADER_LOG_ERR,
+				       "%s: not a regular file", fl->names[i]);
+			return -EINVAL;
+		}
+		fl->sizes[i] = (uint64_t)sb.st_size;
+		if (fl->sizes[i] > fl->max)
+			fl->max = fl->sizes[i];
+	}
+	return 0;
+}
+
+int bfs_loader_files_list(const struct bfs_loader_logger *lg, const char *dir,
+			  const char *const *files,
+			  struct bfs_loader_files *out)
+{
+	int rc;
+
+	memset(out, 0, sizeof(*out));
+	rc = list_names(lg, dir, files, out);
+	if (rc == 0)
+		rc = stat_files(lg, out);
+	if (rc < 0)
+		bfs_loader_files_free(out);
+	return rc;
+}
+
+void bfs_loader_files_free(struct bfs_loader_files *fl)
+{
+	for (uint64_t i = 0; fl->names && fl->names[i]; i++)
+		free(fl->names[i]);
+	free(fl->names);
+	free(fl->sizes);
+	memset(fl, 0, sizeof(*fl));
+}

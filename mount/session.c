@@ -1,0 +1,279 @@
+/* mount/session: a mount's lifecycle (mount.h), in libfuse's example order:
+ *
+ *   fuse args -> session_new -> signal handlers -> mount -> custom io
+ *   (mount/passthrough.c) -> daemonize (fork; the parent waits for ONE
+ *   status message on a pipe) -> answer the kernel's INIT here, before
+ *   the loop -> decide the serving mode -> p->start builds what is served
+ *   (the pool's threads start after the fork: threads do not survive it)
+ *   -> p->ready -> report ready -> multithreaded loop -> destroy what is
+ *   served (its workers push into the session) -> unmount -> remove
+ *   handlers -> destroy.
+ *
+ * The mode: passthrough needs the kernel to offer it in INIT and the
+ * daemon to be allowed to register backing files, which is only known
+ * after INIT; so INIT is received and answered before the loop starts and
+ * the mount is reported ready. With --serve auto the mount falls back to
+ * push and says why once (log, stats, dataset.json); a forced passthrough
+ * that cannot work fails the mount with that reason, nothing mounted.
+ *
+ * The status message: "1" = ready (the parent exits 0), "E<reason>" = the
+ * child failed and unmounted (the parent prints the reason, exits 1); EOF
+ * = the child died (exit 1).
+ *
+ * SIGTERM/SIGINT/SIGHUP end the loop (fuse_set_signal_handlers) and the
+ * daemon unmounts cleanly. auto_unmount (a fusermount3 helper that
+ * unmounts when our /dev/fuse descriptor dies) covers kill -9; libfuse
+ * 3.14 cannot combine it with allow_other, so asking for allow_other drops
+ * it with a warning. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "fs/log.h"
+#include "mount/internal.h"
+
+#define MOD "mount"
+
+/* ---- what fs/serve asks of the kernel ---------------------------------- */
+
+static int kernel_store(void *arg, uint64_t ino, uint64_t off, const void *buf,
+			uint64_t len)
+{
+	struct bfs_mount *m = arg;
+	struct fuse_bufvec bv = FUSE_BUFVEC_INIT((size_t)len);
+
+	bv.buf[0].mem = (void *)buf;
+	return fuse_lowlevel_notify_store(m->se, ino, (off_t)off, &bv, 0);
+}
+
+static int kernel_inval(void *arg, uint64_t ino)
+{
+	struct bfs_mount *m = arg;
+
+	return fuse_lowlevel_notify_inval_inode(m->se, ino, 0, 0);
+}
+
+/* ---- the steps ------------------------------------------------------------
+ */
+
+/* fuse args: read-only, default_permissions, auto_unmount unless the user
+ * asked allow_other (libfuse 3.14 refuses both together). */
+static int fuse_args_for(const struct bfs_mount_params *p,
+			 struct fuse_args *args)
+{
+	char o[1400];
+	bool allow_other = strstr(p->fuse_opts, "allow_other") != NULL;
+
+	if (allow_other)
+		fprintf(stderr, "batchfs mount: warning: -o allow_other: "
+				"auto_unmount disabled (libfuse 3.14 cannot "
+				"combine them); use batchfs umount\n");
+	snprintf(o, sizeof(o),
+		 "ro,default_permissions,fsname=batchfs,subtype=batchfs%s%s%s",
+		 allow_other ? "" : ",auto_unmount", p->fuse_opts[0] ? "," : "",
+		 p->fuse_opts);
+	if (fuse_opt_add_arg(args, "batchfs") || fuse_opt_add_arg(args, "-o") ||
+	    fuse_opt_add_arg(args, o))
+		return -ENOMEM;
+	return 0;
+}
+
+/* Fork; the parent waits for the status message and exits with 0 or 1.
+ * Returns the write end of the pipe in the child. */
+static int daemonize(void)
+{
+	char msg[1024];
+	int fds[2];
+	ssize_t n;
+	pid_t pid;
+
+	if (pipe(fds) < 0)
+		return -errno;
+	pid = fork();
+	if (pid < 0)
+		return -errno;
+	if (pid > 0) {
+		close(fds[1]);
+		n = read(fds[0], msg, sizeof(msg) - 1);
+		if (n == 1 && msg[0] == '1')
+			_exit(0);
+		if (n > 1 && msg[0] == 'E') {
+			msg[n] = 0;
+			fprintf(stderr, "batchfs mount: %s\n", msg + 1);
+		}
+		_exit(1); /* EOF: the child failed and said so, or died */
+	}
+	close(fds[0]);
+	setsid();
+	return fds[1];
+}
+
+/* Report a failure to start: to the waiting parent, or to stderr. */
+static void report(int status_fd, const char *msg)
+{
+	char buf[1100];
+	int n = snprintf(buf, sizeof(buf), "E%s", msg);
+
+	if (status_fd < 0 || n <= 0 ||
+	    write(status_fd, buf, (size_t)n) != (ssize_t)n)
+		fprintf(stderr, "batchfs mount: %s\n", msg);
+}
+
+/* Receive and answer the kernel's INIT (the first request after mount). */
+static int answer_init(struct fuse_session *se)
+{
+	struct fuse_buf fbuf = {.mem = NULL};
+	int rc = fuse_session_receive_buf(se, &fbuf);
+
+	if (rc > 0)
+		fuse_session_process_buf(se, &fbuf);
+	free(fbuf.mem);
+	return rc > 0 ? 0 : (rc < 0 ? rc : -EIO);
+}
+
+/* The mode to serve in, and why ('why' filled); -ENOTSUP with the reason
+ * in 'why' when a forced passthrough cannot work. */
+static int decide(struct bfs_mount *m, enum bfs_serve_mode want,
+		  enum bfs_serve_mode *mode, char *why, size_t len)
+{
+	char reason[400];
+
+	if (want != BFS_SERVE_AUTO && want != BFS_SERVE_PASSTHROUGH) {
+		*mode = want;
+		snprintf(why, len, "--serve %s", bfs_serve_mode_name(want));
+		return 0;
+	}
+	if (bfs_pt_check(m, reason, sizeof(reason)) == 0) {
+		*mode = BFS_SERVE_PASSTHROUGH;
+		snprintf(why, len, "%s%s",
+			 want == BFS_SERVE_AUTO ? "" : "--serve passthrough: ",
+			 reason);
+		return 0;
+	}
+	if (want == BFS_SERVE_PASSTHROUGH) {
+		snprintf(why, len, "--serve passthrough cannot work here: %s",
+			 reason);
+		return -ENOTSUP;
+	}
+	*mode = BFS_SERVE_PUSH;
+	snprintf(why, len, "passthrough is not possible: %s", reason);
+	return 0;
+}
+
+/* INIT, mode, start, ready: everything between the mount and the loop.
+ * On failure the reason is reported and the mount is undone by the
+ * caller. */
+static int prepare(const struct bfs_mount_params *p, struct bfs_mount *m,
+		   int status_fd)
+{
+	const struct bfs_serve_kernel kernel = {
+	    .arg = m,
+	    .store = kernel_store,
+	    .inval = kernel_inval,
+	    .backing_open = bfs_pt_backing_open,
+	    .backing_close = bfs_pt_backing_close,
+	};
+	struct bfs_mount_served served = {0};
+	enum bfs_serve_mode mode = BFS_SERVE_PUSH;
+	char why[600], msg[1000];
+	int rc = answer_init(m->se);
+
+	if (rc < 0) {
+		snprintf(msg, sizeof(msg), "the kernel's INIT failed: %s",
+			 strerror(-rc));
+		report(status_fd, msg);
+		return rc;
+	}
+	rc = decide(m, p->serve, &mode, why, sizeof(why));
+	if (rc < 0) {
+		report(status_fd, why);
+		return rc;
+	}
+	msg[0] = 0;
+	rc = p->start(p->arg, mode, why, &kernel, &served, msg, sizeof(msg));
+	if (rc < 0) {
+		report(status_fd, msg[0] ? msg : strerror(-rc));
+		return rc;
+	}
+	m->serve = served.serve;
+	m->tree = served.tree;
+	if (p->ready)
+		p->ready(p->arg);
+	bfs_log(BFS_LOG_INFO, MOD, "serving %s in %s mode (%s)", p->mountpoint,
+		bfs_serve_mode_name(mode), why);
+	if (status_fd >= 0 && write(status_fd, "1", 1) != 1)
+		return -EIO;
+	return 0;
+}
+
+/* The loop, then the served objects go (serve first: its workers push
+ * into the session). */
+static int serve_loop(const struct bfs_mount_params *p, struct bfs_mount *m)
+{
+	struct fuse_loop_config *cfg = fuse_loop_cfg_create();
+	int rc;
+
+	if (!cfg)
+		return 1;
+	fuse_loop_cfg_set_max_threads(cfg, p->fuse_threads);
+	fuse_loop_cfg_set_clone_fd(cfg, 0);
+	rc = fuse_session_loop_mt(m->se, cfg) < 0 ? 1 : 0;
+	fuse_loop_cfg_destroy(cfg);
+	return rc;
+}
+
+int bfs_mount_run(const struct bfs_mount_params *p)
+{
+	struct fuse_args args = FUSE_ARGS_INIT(0, NULL);
+	struct bfs_mount m;
+	int status_fd = -1, rc = 1;
+
+	memset(&m, 0, sizeof(m));
+	m.pt.want =
+	    p->serve == BFS_SERVE_AUTO || p->serve == BFS_SERVE_PASSTHROUGH;
+	if (fuse_args_for(p, &args) < 0)
+		goto out_args;
+	m.se =
+	    fuse_session_new(&args, &bfs_mount_ops, sizeof(bfs_mount_ops), &m);
+	if (!m.se) {
+		fprintf(stderr, "batchfs mount: bad FUSE options '%s'\n",
+			p->fuse_opts);
+		rc = 2;
+		goto out_args;
+	}
+	if (fuse_set_signal_handlers(m.se) != 0)
+		goto out_destroy;
+	if (fuse_session_mount(m.se, p->mountpoint) != 0) {
+		fprintf(stderr, "batchfs mount: cannot mount on %s\n",
+			p->mountpoint);
+		goto out_handlers;
+	}
+	if (bfs_pt_install(&m) < 0) {
+		fprintf(stderr, "batchfs mount: cannot hook the FUSE device\n");
+		goto out_unmount;
+	}
+	if (!p->foreground) {
+		status_fd = daemonize();
+		if (status_fd < 0)
+			goto out_unmount;
+	}
+	if (prepare(p, &m, status_fd) == 0) {
+		rc = serve_loop(p, &m);
+		bfs_log(BFS_LOG_INFO, MOD, "unmounting %s", p->mountpoint);
+	}
+	bfs_serve_destroy(m.serve);
+	bfs_tree_destroy(m.tree);
+out_unmount:
+	fuse_session_unmount(m.se);
+out_handlers:
+	fuse_remove_signal_handlers(m.se);
+out_destroy:
+	fuse_session_destroy(m.se);
+out_args:
+	fuse_opt_free_args(&args);
+	if (status_fd >= 0)
+		close(status_fd);
+	return rc;
+}
