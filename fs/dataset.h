@@ -12,7 +12,7 @@
  * NAME.offsets (int64 [n + 1], offsets[0] = 0, never decreasing,
  * offsets[n] = total): sample i is rows offsets[i] .. offsets[i+1] of
  * NAME.values, a variable number of rows of row_bytes bytes each
- * (fs/README.md, "Ragged fields"). Its offsets are checked at open. */
+ * (fs/README.md: ragged fields). Its offsets are checked at open. */
 #ifndef BFS_DATASET_H
 #define BFS_DATASET_H
 

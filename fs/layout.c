@@ -341,6 +341,18 @@ static int order_entries(struct bfs_layout *l, struct bfs_error *err)
 	return rc;
 }
 
+/* The end of both inits: file order and the proof, or the cleanup. */
+static int finish_init(struct bfs_layout *l, int rc, struct bfs_error *err)
+{
+	if (!rc)
+		rc = order_entries(l, err);
+	if (!rc)
+		rc = bound(l, err);
+	if (rc)
+		bfs_layout_fini(l);
+	return rc;
+}
+
 int bfs_layout_init_fields(struct bfs_layout *l,
 			   const struct bfs_field *const *fields, size_t n,
 			   uint64_t rows_max, const char *source,
@@ -363,13 +375,7 @@ int bfs_layout_init_fields(struct bfs_layout *l,
 					fields[i]->name)
 			: add_entry(l, fields[i], i, BFS_LAYOUT_ROWS, 0,
 				    fields[i]->name, err);
-	if (!rc)
-		rc = order_entries(l, err);
-	if (!rc)
-		rc = bound(l, err);
-	if (rc)
-		bfs_layout_fini(l);
-	return rc;
+	return finish_init(l, rc, err);
 }
 
 /* The option for ragged field f among opts (NULL: none). Options naming
@@ -483,13 +489,7 @@ int bfs_layout_init_ragged(struct bfs_layout *l, const struct bfs_dataset *ds,
 			 ? add_ragged(l, f, i, opts, nopts, &names, err)
 			 : add_entry(l, f, i, BFS_LAYOUT_ROWS, 0, f->name, err);
 	}
-	if (!rc)
-		rc = order_entries(l, err);
-	if (!rc)
-		rc = bound(l, err);
-	if (rc)
-		bfs_layout_fini(l);
-	return rc;
+	return finish_init(l, rc, err);
 }
 
 int bfs_layout_init(struct bfs_layout *l, const struct bfs_dataset *ds,

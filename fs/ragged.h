@@ -1,5 +1,5 @@
-/* fs/ragged: how a ragged field is served in a batch (fs/README.md,
- * "Ragged fields"), as the options `--pad` and `--pack` of `batchfs
+/* fs/ragged: how a ragged field is served in a batch (fs/README.md:
+ * ragged fields), as the options `--pad` and `--pack` of `batchfs
  * mount` ask for it.
  *
  *   pad  (the default): NAME is [B, L, *row] with L the longest sample of

@@ -1,5 +1,5 @@
 /* fs/source: what a path given to `batchfs mount`, `inspect` or `pack`
- * holds, as tensors over read-only file mappings (fs/README.md, "Sources").
+ * holds, as tensors over read-only file mappings (fs/README.md: sources).
  *
  * Kinds, recognised by their first bytes (never by the file name):
  *   torch        a torch.save ZIP archive (fs/zip + fs/pickle)

@@ -1,5 +1,5 @@
 /* fs/source_npy: .npy files, directories of them, and numpy.savez .npz
- * files as sources (fs/README.md, "Sources").
+ * files as sources (fs/README.md: sources).
  *
  * A .npy file (or an npz member, which is a .npy file stored in the ZIP)
  * is one tensor: its header is parsed by fs/npy, and the data must fill the

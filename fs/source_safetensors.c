@@ -1,5 +1,5 @@
-/* fs/source_safetensors: a safetensors file as a source (fs/README.md,
- * "Sources").
+/* fs/source_safetensors: a safetensors file as a source (fs/README.md:
+ * sources).
  *
  * The header is validated by fs/safetensors, the same strict parser that
  * reads batch files (schema, UTF-8, offsets tiling the data with no hole,

@@ -1,5 +1,5 @@
-/* fs/source_torch: a torch.save archive as a source (fs/README.md,
- * "torch.save archives").
+/* fs/source_torch: a torch.save archive as a source (fs/README.md:
+ * torch.save archives).
  *
  * The archive is mapped and parsed by fs/zip (which refuses TorchScript
  * archives), its version and byteorder records are checked, data.pkl is

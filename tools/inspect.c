@@ -1,12 +1,15 @@
-/* batchfs inspect: describe torch.save archives (one dataset, possibly
- * sharded) and safetensors batch files.
+/* batchfs inspect: describe datasets (torch.save archives, .npz, .npy
+ * files and directories, safetensors files; one dataset, possibly sharded)
+ * and safetensors batch files.
  *
- * Archives are read through fs/dataset exactly as `batchfs mount` reads
+ * Sources are read through fs/dataset exactly as `batchfs mount` reads
  * them, so what inspect prints is what a mount would serve. --verify reads
- * every record through libzip (zip_fread to the end checks the CRC), which
- * is independent of our own ZIP parser; its record list is also compared
- * with ours. A batch file is recognised by its first bytes (u64 LE header
- * length, then '{') and its header is validated as the safetensors spec
+ * every record of a ZIP (torch, npz) through libzip (zip_fread to the end
+ * checks the CRC), which is independent of our own ZIP parser; its record
+ * list is also compared with ours. A batch file is a safetensors file whose
+ * __metadata__ says "format": "batchfs/1" (other safetensors files are
+ * sources), or one whose header does not parse (the reason is then given
+ * as for a batch file); its header is validated as the safetensors spec
  * requires (fs/README.md: the batch file) by fs/safetensors, the parser
  * the loader library uses too; only the header bytes are read.
  *
@@ -483,23 +486,31 @@ static void usage(FILE *f)
 	    f,
 	    "usage: batchfs inspect [-v] [--verify] [--json] FILE...\n"
 	    "\n"
-	    "Describe torch.save archives or safetensors batch files.\n"
-	    "Several archives are one dataset (shards concatenated along\n"
-	    "dim 0, as `batchfs mount` sees them): its fields (name, dtype,\n"
-	    "shape, bytes), sample count, and each archive's version and\n"
-	    "byte order. A batch file (8-byte header length, then JSON) is\n"
-	    "validated as the safetensors spec requires and its header is\n"
-	    "printed: fields, dtypes, shapes, data offsets, __metadata__.\n"
+	    "Describe a dataset or safetensors batch files. A dataset is made\n"
+	    "of sources, as `batchfs mount` takes them: torch.save archives,\n"
+	    ".npz files (numpy.savez), .safetensors files, directories of\n"
+	    ".npy files, runs of .npy files; several are one dataset (shards\n"
+	    "concatenated along dim 0, any mix of kinds). Printed: its fields\n"
+	    "(name, dtype, shape, bytes; a ragged field NAME, from a pair\n"
+	    "NAME.values + NAME.offsets, shows its rows and longest sample),\n"
+	    "the sample count, and each shard's kind, version and byte order.\n"
+	    "A batch file (a safetensors file whose __metadata__ format is\n"
+	    "batchfs/1) is validated as the safetensors spec requires and its\n"
+	    "header is printed: fields, dtypes, shapes, data offsets,\n"
+	    "__metadata__.\n"
 	    "\n"
-	    "  -v, --verbose  also list every record (name, data offset,\n"
+	    "  -v, --verbose  also list every ZIP record (name, data offset,\n"
 	    "                 size, crc32) and each tensor's storage view\n"
-	    "      --verify   read every record through libzip and check its\n"
-	    "                 CRC-32 (CRC 0 on a non-empty record means \"not\n"
-	    "                 computed\": reported, not a failure)\n"
-	    "      --json     print one JSON object: for archives\n"
+	    "      --verify   read every ZIP record (torch, npz) through\n"
+	    "                 libzip and check its CRC-32 (CRC 0 on a\n"
+	    "                 non-empty record means \"not computed\":\n"
+	    "                 reported, not a failure)\n"
+	    "      --json     print one JSON object: for a dataset\n"
 	    "                 {\"samples\": N, \"fields\": [{\"name\", "
 	    "\"dtype\",\n"
-	    "                 \"shape\"}]} (torch dtype names, full shapes);\n"
+	    "                 \"shape\"}]} (torch dtype names, full shapes; a\n"
+	    "                 ragged field: [N, null, ...], \"ragged\": true,\n"
+	    "                 \"values_rows\", \"max_length\");\n"
 	    "                 for one batch file its header with torch names\n"
 	    "  -h, --help     this help\n"
 	    "\n"

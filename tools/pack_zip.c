@@ -1,6 +1,6 @@
 /* tools/pack_zip: the torch.save ZIP writer of `batchfs pack`, byte-
- * compatible with what torch.save itself writes (fs/README.md, "torch.save
- * archives").
+ * compatible with what torch.save itself writes (fs/README.md: torch.save
+ * archives).
  *
  * Layout, as PyTorch's miniz writes it: records "<stem>/data.pkl",
  * "<stem>/data/<i>" (one per tensor, in order), "<stem>/byteorder" =

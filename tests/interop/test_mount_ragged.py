@@ -16,7 +16,6 @@ read). Bad offsets are refused at mount, naming the field and the first
 bad index."""
 import json
 import os
-import struct
 import subprocess
 import sys
 
@@ -49,18 +48,6 @@ def shard(n, seed):
         out[name + ".values"] = vals
         out[name + ".offsets"] = offs
     return out
-
-
-def write_safetensors(path, arrays):
-    codes = {"int64": "I64", "float32": "F32", "float16": "F16"}
-    hdr, data = {}, b""
-    for k, a in arrays.items():
-        hdr[k] = {"dtype": codes[a.dtype.name], "shape": list(a.shape),
-                  "data_offsets": [len(data), len(data) + a.nbytes]}
-        data += a.tobytes()
-    h = json.dumps(hdr).encode()
-    h += b" " * ((-len(h)) % 8)
-    open(path, "wb").write(struct.pack("<Q", len(h)) + h + data)
 
 
 class Ragged(torch.utils.data.Dataset):
@@ -154,7 +141,7 @@ def main():
     pa = os.path.join(TMP, "a.npz")
     np.savez(pa, **a)
     pb = os.path.join(TMP, "b.safetensors")
-    write_safetensors(pb, b)
+    ml.write_safetensors(pb, b)
     paths = [pa, pb]
     ds = Ragged([a, b])
     sub = os.path.join(TMP, "subset.txt")

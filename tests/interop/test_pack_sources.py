@@ -21,7 +21,6 @@ import glob
 import json
 import os
 import pty
-import struct
 import subprocess
 import sys
 
@@ -48,11 +47,6 @@ def pack(*args, env=None, check=True):
     return r
 
 
-def le_c(a):
-    a = np.ascontiguousarray(a)
-    return a.astype(a.dtype.newbyteorder("<")) if a.dtype.byteorder == ">" else a
-
-
 def inputs():
     rng = np.random.default_rng(9)
     n = 40
@@ -67,22 +61,10 @@ def inputs():
     }
 
 
-def write_safetensors(path, arrays):
-    codes = {"uint8": "U8", "float32": "F32", "int32": "I32", "int64": "I64"}
-    hdr, data = {}, b""
-    for k, a in arrays.items():
-        a = le_c(a)
-        hdr[k] = {"dtype": codes[a.dtype.name], "shape": list(a.shape),
-                  "data_offsets": [len(data), len(data) + a.nbytes]}
-        data += a.tobytes()
-    h = json.dumps(hdr).encode()
-    open(path, "wb").write(struct.pack("<Q", len(h)) + h + data)
-
-
 def same(d, want):
     assert list(d) == list(want), (list(d), list(want))
     for k, a in want.items():
-        assert d[k].numpy().tobytes() == le_c(a).tobytes(), k
+        assert d[k].numpy().tobytes() == ml.le_c(a).tobytes(), k
 
 
 def from_files(n, want):
@@ -92,7 +74,7 @@ def from_files(n, want):
     pack("-o", out, "--from-npz", npz)
     same(torch.load(out, weights_only=True), want)
     st = os.path.join(TMP, "in.safetensors")
-    write_safetensors(st, want)
+    ml.write_safetensors(st, want)
     out = os.path.join(TMP, "from_st.pt")
     pack("-o", out, "--from-safetensors", st)
     same(torch.load(out, weights_only=True), want)

@@ -30,10 +30,6 @@ import numpy as np  # noqa: E402
 
 ml.require_fuse()
 TMP = ml.TMP
-ST = {"bool": "BOOL", "uint8": "U8", "int8": "I8", "int16": "I16",
-      "int32": "I32", "int64": "I64", "uint16": "U16", "uint32": "U32",
-      "uint64": "U64", "float16": "F16", "float32": "F32", "float64": "F64",
-      "complex64": "C64"}
 
 
 def fields(n, seed):
@@ -55,25 +51,6 @@ def fields(n, seed):
             a = a.astype(a.dtype.newbyteorder(">"))
         out["f_" + dt] = a
     return out
-
-
-def le_c(a):
-    """What a batch holds: C order, little-endian."""
-    a = np.ascontiguousarray(a)
-    return a.astype(a.dtype.newbyteorder("<")) if a.dtype.byteorder == ">" else a
-
-
-def write_safetensors(path, arrays, pad_to=8):
-    hdr, data = {}, b""
-    for k, a in arrays.items():
-        a = le_c(a)
-        hdr[k] = {"dtype": ST[a.dtype.name], "shape": list(a.shape),
-                  "data_offsets": [len(data), len(data) + a.nbytes]}
-        data += a.tobytes()
-    h = json.dumps(hdr).encode()
-    h += b" " * ((-len(h)) % pad_to)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(h)) + h + data)
 
 
 def write_zip64_npz(path, arrays):
@@ -116,7 +93,7 @@ def sources():
     out.append(("npy list", paths, d))
     d = fields(6, 5)
     p = os.path.join(TMP, "s.safetensors")
-    write_safetensors(p, d)
+    ml.write_safetensors(p, d)
     out.append(("safetensors", [p], d))
     return out
 
@@ -139,7 +116,7 @@ def check_mount(label, paths, want, bs):
             seen += len(idx)
             assert set(got) == set(want), (label, set(got) ^ set(want))
             for name, a in want.items():
-                ref = le_c(a[idx])
+                ref = ml.le_c(a[idx])
                 g = got[name].view(ref.dtype) if ref.dtype.kind == "c" else got[name]
                 assert g.shape == ref.shape, (label, name, g.shape, ref.shape)
                 assert g.tobytes() == ref.tobytes(), (label, name, shuffle, k)
@@ -166,11 +143,11 @@ def every_kind():
         print("ok %-14s %d samples, %d fields == numpy" % (label, n, len(want)))
     # every kind as shards of one dataset, in two orders
     paths = [p for _, ps, _ in got for p in ps]
-    cat = {k: np.concatenate([le_c(w[k]) for _, _, w in got])
+    cat = {k: np.concatenate([ml.le_c(w[k]) for _, _, w in got])
            for k in got[0][2]}
     check_mount("mixed", paths, cat, 6)
     rev = [p for _, ps, _ in reversed(got) for p in ps]
-    cat = {k: np.concatenate([le_c(w[k]) for _, _, w in reversed(got)])
+    cat = {k: np.concatenate([ml.le_c(w[k]) for _, _, w in reversed(got)])
            for k in got[0][2]}
     check_mount("mixed reversed", rev, cat, 5)
     print("ok %d shards of 5 kinds are one dataset" % len(got))
@@ -242,7 +219,7 @@ def refusals():
     np.save(p, np.array([1, "a"], dtype=object), allow_pickle=True)
     refused("object .npy", [p], p, "object")
     s = os.path.join(TMP, "bad.safetensors")
-    write_safetensors(s, d)
+    ml.write_safetensors(s, d)
     raw = bytearray(open(s, "rb").read())
     open(s, "wb").write(raw + b"!")
     refused("safetensors size", [s], s, "file holds")
@@ -256,7 +233,7 @@ def refusals():
     open(s, "wb").write(raw[:8] + b"{" + b"x" * (n - 1) + raw[8 + n:])
     refused("safetensors json", [s], s, "offset")
     other = os.path.join(TMP, "other.safetensors")
-    write_safetensors(other, {"x": d["x"]})
+    ml.write_safetensors(other, {"x": d["x"]})
     refused("shards differ", [good, other], other, "'y'")
 
 
