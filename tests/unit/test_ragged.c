@@ -308,9 +308,12 @@ static void check_batch(const struct bfs_layout *l, struct bfs_order *o,
 	assert_memory_equal(f + h->data_start + c->begin, w.counts,
 			    (rows + (uint64_t)pack) * 8);
 	t = tensor(h, "label");
-	for (uint64_t i = 0; i < rows; i++)
-		assert_int_equal(((int64_t *)(f + h->data_start + t->begin))[i],
-				 1000 + (int64_t)idx[i]);
+	for (uint64_t i = 0; i < rows; i++) { /* f is not 8-aligned */
+		int64_t v;
+
+		memcpy(&v, f + h->data_start + t->begin + 8 * i, 8);
+		assert_int_equal(v, 1000 + (int64_t)idx[i]);
+	}
 	bfs_st_free(h);
 	munmap(map, len + 2 * pg);
 }
