@@ -381,8 +381,10 @@ static int write_shard(struct plan *pl, const char *path, uint64_t a,
 		pack_out_begin(o, rec++, bytes);
 		rc = c->ragged ? write_values(pl, o, c, a, b, lens)
 			       : write_rows(pl, o, c, a, b);
+		if (rc) /* the archive is discarded */
+			break;
 		pack_out_end(o);
-		if (rc || !c->ragged)
+		if (!c->ragged)
 			continue;
 		pack_out_begin(o, rec++, (b - a + 1) * 8);
 		write_offsets(pl, o, lens, b - a);

@@ -27,7 +27,8 @@ struct pack_out;
 struct pack_out *pack_out_open(const char *path, const struct pack_tensor *t,
 			       size_t n);
 
-/* Record data/<i> of exactly 'size' bytes: begin, write pieces, end. */
+/* Record data/<i> of exactly 'size' bytes: begin, write pieces, end
+ * (another count of bytes fails the archive at pack_out_close). */
 void pack_out_begin(struct pack_out *o, size_t i, uint64_t size);
 void pack_out_write(struct pack_out *o, const void *p, size_t n);
 void pack_out_end(struct pack_out *o);

@@ -55,6 +55,7 @@ struct pack_out {
 	struct rec *recs;
 	size_t n;
 	struct rec *cur; /* the record being written */
+	uint64_t cur_at; /* where its data started */
 	int failed;	 /* errno of the first failure */
 };
 
@@ -422,6 +423,7 @@ void pack_out_begin(struct pack_out *o, size_t i, uint64_t size)
 
 	snprintf(rel, sizeof(rel), "data/%zu", i);
 	o->cur = begin_record(o, rec_name(o, name, sizeof(name), rel), size);
+	o->cur_at = o->pos;
 }
 
 void pack_out_write(struct pack_out *o, const void *p, size_t n)
@@ -434,6 +436,15 @@ void pack_out_write(struct pack_out *o, const void *p, size_t n)
 
 void pack_out_end(struct pack_out *o)
 {
+	/* An input that changed between sizing and copying: the record
+	 * would not hold what its headers say. */
+	if (o->cur && o->pos - o->cur_at != o->cur->size && !o->failed) {
+		fprintf(stderr,
+			"batchfs pack: record %s: %" PRIu64 " bytes written, "
+			"%" PRIu64 " announced (an input changed under us?)\n",
+			o->cur->name, o->pos - o->cur_at, o->cur->size);
+		o->failed = EIO;
+	}
 	end_record(o, o->cur);
 	o->cur = NULL;
 }
