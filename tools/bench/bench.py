@@ -429,23 +429,29 @@ def read_epoch_files(paths, buf, chunk):
     return payload, time.perf_counter() - t0
 
 
-def bench_dataloader(tensors, batch, workers):
-    """Samples/s of a DataLoader pass (capped at DL_SECONDS), median."""
-    ds = TensorDataset(tensors["images"], tensors["labels"])
+def dataloader_rate(ds, batch, workers, collate_fn=None):
+    """Samples/s of a shuffled DataLoader pass over ds (capped at
+    DL_SECONDS), median; batches are (x, ...) with x's dim 0 the samples."""
     vals = []
     for r in range(REPS):
         dl = DataLoader(ds, batch_size=batch, shuffle=True,
-                        num_workers=workers,
+                        num_workers=workers, collate_fn=collate_fn,
                         generator=torch.Generator().manual_seed(SEED + r))
         seen = 0
         t0 = time.perf_counter()
-        for images, _ in dl:
-            seen += images.shape[0]
+        for x, _ in dl:
+            seen += x.shape[0]
             if time.perf_counter() - t0 > DL_SECONDS:
                 break
         vals.append(seen / (time.perf_counter() - t0))
         del dl
     return statistics.median(vals)
+
+
+def bench_dataloader(tensors, batch, workers):
+    """Samples/s of a DataLoader pass over the archive's tensors."""
+    return dataloader_rate(TensorDataset(tensors["images"], tensors["labels"]),
+                           batch, workers)
 
 
 def bench_latency(work):
@@ -627,23 +633,6 @@ def ragged_epoch(mnt, epoch, nb, buf):
     return samples, time.perf_counter() - t0
 
 
-def ragged_dataloader(ds, workers):
-    vals = []
-    for r in range(REPS):
-        dl = DataLoader(ds, batch_size=RAGGED_BATCH, shuffle=True,
-                        num_workers=workers, collate_fn=pad_collate,
-                        generator=torch.Generator().manual_seed(SEED + r))
-        seen = 0
-        t0 = time.perf_counter()
-        for x, _ in dl:
-            seen += x.shape[0]
-            if time.perf_counter() - t0 > DL_SECONDS:
-                break
-        vals.append(seen / (time.perf_counter() - t0))
-        del dl
-    return statistics.median(vals)
-
-
 def ragged_workload(work, results):
     n = max(RAGGED_BATCH * 8, int(round(RAGGED_SAMPLES * SCALE)))
     rng = np.random.default_rng(SEED)
@@ -687,8 +676,8 @@ def ragged_workload(work, results):
             r[label] = statistics.median(vals)
         finally:
             work.unmount(mnt)
-    r["dl0"] = ragged_dataloader(ds, 0)
-    r["dl2"] = ragged_dataloader(ds, 2)
+    r["dl0"] = dataloader_rate(ds, RAGGED_BATCH, 0, pad_collate)
+    r["dl2"] = dataloader_rate(ds, RAGGED_BATCH, 2, pad_collate)
     os.unlink(arch)
     results["ragged rows"] = r
     best = max(r["dl0"], r["dl2"])
