@@ -1,214 +1,52 @@
-/* fs/dataset: fields and rows over one or several torch.save archives.
+/* fs/dataset: fields and rows over one or several sources (shards).
  *
- * Open: each archive is mapped and parsed by fs/zip (which refuses
- * TorchScript archives), its version and byteorder records are checked,
- * data.pkl is run through the restricted VM of fs/pickle, and every tensor
- * is bound to its storage record "<prefix>/data/<key>" (record size must
- * equal numel x elsize of the storage type exactly, as torch checks).
- * Every top-level tensor is a field; all share dim 0 (= the archive's
- * sample count). Shards must have the same fields (by name, in any order),
- * dtypes and per-sample shapes; they are concatenated along dim 0.
+ * Open: each shard's source is opened by fs/source (torch archive, npz,
+ * .npy files or safetensors: every kind yields tensors with sizes,
+ * strides and an offset over its storage bytes, and a byte order). The
+ * first shard's tensors name the fields: a pair NAME.values + NAME.offsets
+ * is one ragged field NAME, every other tensor a fixed field. Shards must
+ * have the same fields (by name, in any order), dtypes and per-row shapes;
+ * they are concatenated along dim 0, whatever their kinds.
  *
- * Limits (refused at open, naming the file and the field): a sample's
- * elements and bytes fit 2^63 - 1 (fs/size); at most BFS_MAX_FIELDS fields; the
- * metadata of all archives (directories, pickle VMs and results, field tables,
- * bindings) is charged to one budget, BFS_DATASET_META_BUDGET.
+ * Binding: a row is addressed as  base + (offset + s * stride0) * elsize
+ * plus the per-row strides. The view must lie inside its storage (torch's
+ * extent rule, for every kind). The per-row dims are simplified (size-1
+ * dims dropped, mergeable dims merged) so a C-contiguous row is one
+ * memcpy; anything else (a strided view, a Fortran-order .npy) is walked
+ * by the gather (fs/gather.c).
  *
- * Gather: a row is addressed as  base + (offset + s * stride0) * elsize  plus
- * the per-sample strides. At open the per-sample dims are simplified (size-1
- * dims dropped, mergeable dims merged) so a C-contiguous row is one memcpy;
- * anything else walks the dims with an odometer (no recursion), copying runs
- * of the innermost dim. Big-endian archives are swapped in the destination.
- * The copy is bound by memory latency; software prefetch gained nothing
- * measurable, 4- and 8-byte rows (scalar labels) are copied inline
- * (fs/README.md: the gather, with the figures).
+ * Ragged offsets are read once at open, under the SIGBUS guard: they must
+ * be int64 [n + 1], start at 0, never decrease, stay within the values'
+ * rows and end at them; a refusal names the field, the first bad index
+ * and its value. The longest sample (max_len) bounds every batch file's
+ * size in fs/layout.
  *
- * Faults: the archive stays mapped, never copied. A file truncated under us
- * would raise SIGBUS on access. Before each gather the shards touched are
- * fstat()ed (shrunk => -EIO); as a second line of defence the copy runs under
- * a per-thread sigsetjmp with a process-wide SIGBUS handler (installed, or
- * re-installed if someone replaced it, by the gather that finds it missing;
- * see guard_install) that siglongjmp()s back when the fault happened inside
- * a guarded copy on that thread, and otherwise hands the signal to whatever
- * handler was installed before ours (or the default action).
- *
- * Advise: madvise(MADV_WILLNEED) starts reads of cold rows ahead of the
- * gather; on rows already in the page cache it is pure cost (it once took
- * 42 % of the daemon's CPU). So each mapping keeps one word per 2 MiB
- * CHUNK: the first time a row of a chunk is advised (and again once the
- * answer is older than WINDOW = 1 s) one mincore() over the chunk says
- * whether all its pages are resident; rows in resident chunks are not
- * advised, rows in other chunks are (coalesced page ranges), so cold data
- * is still read ahead, and an evicted chunk is advised again within a
- * window (fs/README.md: read-ahead of cold rows, with the figures).
- *
- * Warm: bfs_dataset_warm reads whole archives that fit in memory, in
- * order and in large windows, with MADV_POPULATE_READ: the kernel reads
- * them sequentially (a cold epoch at disk speed rather than at the
- * device's random-read rate) and maps every page, so no row costs a page
- * fault on its first touch (the first epoch as fast as later ones).
- *
- * Invariants: after open, a bfs_dataset is immutable except for the
- * advise words and the read-ahead counters (relaxed atomics, only hints
- * and statistics), so gather/advise are thread-safe without locks. The other
- * mutable state is the thread-local jump-buffer pointer and the previous SIGBUS
- * action (under guard_lock). */
+ * Limits (refused at open, naming the file and the field): a row's
+ * elements and bytes fit 2^63 - 1 (fs/size); at most BFS_MAX_FIELDS
+ * fields; the metadata of all shards (directories, pickle VMs and results,
+ * field tables, bindings) is charged to one budget,
+ * BFS_DATASET_META_BUDGET. */
 #include "fs/dataset.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
-#include <pthread.h>
-#include <setjmp.h>
-#include <stdatomic.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <time.h>
-#include <unistd.h>
 
-#include "fs/log.h"
-#include "fs/npy.h"
+#include "fs/dataset_impl.h"
 #include "fs/size.h"
 #include "fs/zip.h"
 
-#define MOD	    "dataset"
-#define VERSION_MAX 10
 #define META_BUDGET BFS_DATASET_META_BUDGET
 
-/* Advise memory (see the file comment): residency is tracked per CHUNK of
- * a mapping, looked up again after WINDOW ticks of TICK_NS. */
-#define CHUNK	  ((uint64_t)2 << 20)
-#define TICK_NS	  125000000ull /* 1/8 s */
-#define TICK_MASK 0x7fffffffu
-#define WINDOW	  8u /* ticks: 1 s */
-
-/* bfs_dataset_warm reads archives in windows of this size, checking for
- * a stop between them. */
-#define WARM_WINDOW ((uint64_t)32 << 20)
-
-/* How one field of one shard is laid out in that shard's mapping. */
-struct bind {
-	const uint8_t *base; /* first byte of sample 0 of this field */
-	uint64_t stride0;    /* bytes between samples */
-	int ndim;	     /* simplified per-sample dims */
-	int64_t size[BFS_MAX_DIMS];
-	int64_t stride[BFS_MAX_DIMS]; /* in bytes */
-	uint64_t span;		      /* bytes a row touches from its start */
-	int contiguous;		      /* a row is row_bytes consecutive bytes */
-};
-
-struct shard {
-	char *path;
-	struct bfs_zip *zip;
-	struct bfs_pickle_result pk;
-	uint64_t first, samples;
-	int version, big_endian;
-	struct bind *binds; /* [nfields] */
-	/* Advise memory, one word per CHUNK bytes of the mapping (NULL for
-	 * archives opened from memory): 0 = never looked at, else
-	 * tick << 1 | resident, written with relaxed atomics (see advise). */
-	uint32_t *chunks;
-	size_t nchunks;
-};
-
-struct bfs_dataset {
-	struct shard *shards;
-	size_t nshards;
-	struct bfs_field *fields;
-	size_t nfields;
-	uint64_t samples;
-	uint64_t meta_bytes; /* metadata charged so far (META_BUDGET) */
-	/* Read-ahead counters, the one part of a dataset that changes
-	 * (relaxed atomics: statistics only). */
-	struct counters {
-		_Atomic uint64_t warm_bytes, rows_resident, rows_advised;
-	} * ctr;
-};
-
-/* ---- opening ---------------------------------------------------------- */
-
-/* The bytes of record "<prefix>/<rel>" into *data, *len; 0 or -ENOENT. */
-static int record(const struct bfs_zip *z, const char *rel,
-		  const uint8_t **data, uint64_t *len)
-{
-	const struct bfs_zip_entry *e = bfs_zip_find(z, rel);
-
-	if (!e)
-		return -ENOENT;
-	*data = bfs_zip_data(z, e);
-	*len = e->size;
-	return 0;
-}
-
-/* Decimal digits and an optional final '\n', in 1..VERSION_MAX. */
-static int parse_version(const uint8_t *rec, uint64_t len, int *out)
-{
-	uint64_t n = len && rec[len - 1] == '\n' ? len - 1 : len;
-	int v = 0;
-
-	for (uint64_t i = 0; i < n; i++) {
-		if (rec[i] < '0' || rec[i] > '9')
-			return -EINVAL;
-		v = v * 10 + (rec[i] - '0');
-		if (v > VERSION_MAX)
-			return -EINVAL;
-	}
-	if (n == 0 || v < 1)
-		return -EINVAL;
-	*out = v;
-	return 0;
-}
-
-/* The version record (torch writes "3\n"; it reads versions 1..10) and
- * the byteorder record, which must be exactly "little" or "big" (torch >=
- * 2.1 refuses anything else; absent = little). TorchScript archives were
- * refused by fs/zip already. */
-static int check_kind(struct shard *sh, struct bfs_error *err)
-{
-	const struct bfs_zip *z = sh->zip;
-	const uint8_t *rec;
-	uint64_t len;
-	char shown[64];
-	int rc;
-
-	rc = record(z, "version", &rec, &len);
-	if (rc == -ENOENT)
-		rc = record(z, ".data/version", &rec, &len);
-	if (rc == -ENOENT)
-		return bfs_error_set(err, -EINVAL, sh->path, BFS_NO_OFFSET,
-				     "no 'version' record");
-	if (parse_version(rec, len, &sh->version) < 0)
-		return bfs_error_set(
-		    err, -EINVAL, sh->path, BFS_NO_OFFSET,
-		    "unsupported archive version: version record '%s' "
-		    "(batchfs, like torch, reads versions 1..%d)",
-		    bfs_error_quote(shown, sizeof(shown), rec,
-				    len && rec[len - 1] == '\n' ? len - 1
-								: len),
-		    VERSION_MAX);
-	rc = record(z, "byteorder", &rec, &len);
-	if (rc == -ENOENT || (len == 6 && !memcmp(rec, "little", 6)))
-		return 0;
-	if (len == 3 && !memcmp(rec, "big", 3)) {
-		sh->big_endian = 1;
-		return 0;
-	}
-	return bfs_error_set(err, -EINVAL, sh->path, BFS_NO_OFFSET,
-			     "byteorder record '%s' (%" PRIu64
-			     " bytes) is neither 'little' nor 'big'",
-			     bfs_error_quote(shown, sizeof(shown), rec, len),
-			     len);
-}
+/* ---- binding ---------------------------------------------------------- */
 
 /* Drop size-1 dims and merge dims that are contiguous with each other.
  * Only for a non-empty view, whose extent fits 2^63 - 1: every dim of
  * size >= 2 then has (size - 1) x stride within it, so these products
  * cannot overflow; they are checked all the same. 0 or -EOVERFLOW. */
-static int simplify(struct bind *b, const struct bfs_pickle_tensor *t,
+static int simplify(struct bind *b, const struct bfs_source_tensor *t,
 		    size_t es)
 {
 	int n = 0;
@@ -238,57 +76,35 @@ static int simplify(struct bind *b, const struct bfs_pickle_tensor *t,
 	return 0;
 }
 
-/* Bind tensor 't' of shard 'sh' to its storage record "data/<key>". The
- * pickle VM proved the view lies inside the storage it declared; here the
- * record must hold exactly that storage (as torch checks). */
-static int bind_tensor(struct shard *sh, const struct bfs_pickle_tensor *t,
-		       struct bind *b, struct bfs_error *err)
+/* Bind tensor 't' of shard 'sh'. Its view must lie inside the storage
+ * bytes its source gave it (torch's extent rule). */
+static int bind_tensor(const struct shard *sh,
+		       const struct bfs_source_tensor *t, struct bind *b,
+		       struct bfs_error *err)
 {
 	const struct bfs_dtype_info *di = bfs_dtype_info(t->dtype);
-	const struct bfs_dtype_info *si = bfs_dtype_info(t->storage_dtype);
-	const struct bfs_zip_entry *e;
-	uint64_t nbytes, extent, span = 0;
-	char *rel = NULL;
+	const char *path = sh->src->files[t->file].path;
+	uint64_t extent, span = 0;
 
-	if (!di || !si ||
-	    (t->storage_dtype != t->dtype && t->storage_dtype != BFS_DT_UINT8))
-		return bfs_error_set(err, -EINVAL, sh->path, BFS_NO_OFFSET,
-				     "field '%s': unsupported dtype/storage",
-				     t->name);
-	if (asprintf(&rel, "data/%s", t->storage_key) < 0)
-		return -ENOMEM;
-	e = bfs_zip_find(sh->zip, rel);
-	free(rel);
-	if (!e)
-		return bfs_error_set(
-		    err, -EINVAL, sh->path, BFS_NO_OFFSET,
-		    "field '%s': storage record '%s/data/%s' missing", t->name,
-		    sh->zip->prefix, t->storage_key);
-	if (bfs_size_mul(t->storage_numel, si->size, &nbytes) ||
-	    nbytes != e->size)
-		return bfs_error_set(err, -EINVAL, sh->path, e->lfh_off,
-				     "field '%s': record '%s' has %" PRIu64
-				     " bytes, storage needs %" PRIu64 " x %zu",
-				     t->name, e->name, e->size,
-				     t->storage_numel, si->size);
 	if (bfs_size_extent(t->size, t->stride, t->ndim, t->offset, di->size,
 			    &extent) ||
-	    extent > nbytes)
-		return bfs_error_set(err, -EINVAL, sh->path, e->lfh_off,
-				     "field '%s': view exceeds its storage "
-				     "record '%s'",
-				     t->name, e->name);
+	    extent > t->data_bytes)
+		return bfs_error_set(err, -EINVAL, path, t->store_off,
+				     "field '%s': view exceeds its storage %s",
+				     t->name, t->store);
 	/* extent 0: an empty view; its offset is not used. */
-	b->base =
-	    bfs_zip_data(sh->zip, e) + (extent ? t->offset * di->size : 0);
-	/* Sample s is at stride0 * s: within the extent for s < size[0]. */
+	b->base = t->data + (extent ? t->offset * di->size : 0);
+	/* Row s is at stride0 * s: within the extent for s < size[0]. */
 	b->stride0 = t->size[0] > 1 ? (uint64_t)t->stride[0] * di->size : 0;
+	b->rows = (uint64_t)t->size[0];
+	b->swap = t->big_endian && di->swap_unit > 1;
+	b->file = t->file;
 	if (!extent) { /* nothing is ever read: any strides will do */
-		b->contiguous = 1;
+		b->contiguous = true;
 		return 0;
 	}
 	if (simplify(b, t, di->size))
-		return bfs_error_set(err, -EOVERFLOW, sh->path, e->lfh_off,
+		return bfs_error_set(err, -EOVERFLOW, path, t->store_off,
 				     "field '%s': strides overflow", t->name);
 	for (int d = 0; d < b->ndim; d++)
 		span += (uint64_t)(b->size[d] - 1) * (uint64_t)b->stride[d];
@@ -311,70 +127,42 @@ static int charge(struct bfs_dataset *ds, const char *path, uint64_t bytes,
 	return 0;
 }
 
-/* Field f from tensor t (shard 0): its per-sample shape and bytes, which
- * must fit 2^63 - 1 (fs/layout bounds all fields' bytes together). */
-static int make_field(struct bfs_field *f, const struct bfs_pickle_tensor *t,
-		      const char *path, struct bfs_error *err)
-{
-	size_t es = bfs_dtype_info(t->dtype)->size;
-	uint64_t elems;
-	char shape[160];
-
-	f->name = strdup(t->name);
-	if (!f->name)
-		return -ENOMEM;
-	f->dtype = t->dtype;
-	f->ndim = t->ndim - 1;
-	memcpy(f->shape, t->size + 1, (size_t)f->ndim * sizeof(*f->shape));
-	if (bfs_size_prod(f->shape, f->ndim, &elems) ||
-	    bfs_size_mul(elems, es, &f->row_bytes))
-		return bfs_error_set(
-		    err, -EOVERFLOW, path, BFS_NO_OFFSET,
-		    "field '%s': a sample of shape %s x %zu bytes is more "
-		    "than 2^63-1 bytes per sample",
-		    f->name,
-		    bfs_size_shape_str(shape, sizeof(shape), f->shape, f->ndim),
-		    es);
-	return 0;
-}
-
-/* Fields of the first shard become the dataset's fields. */
-static int make_fields(struct bfs_dataset *ds, const struct shard *sh,
-		       struct bfs_error *err)
-{
-	int rc;
-
-	rc = charge(ds, sh->path, sh->pk.n_tensors * sizeof(*ds->fields), err);
-	if (rc)
-		return rc;
-	ds->fields = calloc(sh->pk.n_tensors, sizeof(*ds->fields));
-	if (!ds->fields)
-		return -ENOMEM;
-	ds->nfields = sh->pk.n_tensors;
-	for (size_t i = 0; i < ds->nfields && !rc; i++)
-		rc = make_field(&ds->fields[i], &sh->pk.tensors[i], sh->path,
-				err);
-	return rc;
-}
+/* ---- fields ----------------------------------------------------------- */
 
 static int by_tensor_name(const void *a, const void *b, void *arg)
 {
-	const struct bfs_pickle_tensor *t = arg;
+	const struct bfs_source_tensor *t = arg;
 
 	return strcmp(t[*(const size_t *)a].name, t[*(const size_t *)b].name);
 }
 
-/* The index in sh's tensors of the one named 'name' (ix: tensor indexes
- * sorted by name), or SIZE_MAX. */
-static size_t tensor_named(const struct shard *sh, const size_t *ix,
-			   const char *name)
+/* Tensor indexes of 's' sorted by name; NULL when out of memory. */
+static size_t *name_index(const struct bfs_source *s)
 {
-	size_t lo = 0, hi = sh->pk.n_tensors;
+	size_t *ix = malloc((s->ntensors ? s->ntensors : 1) * sizeof(*ix));
+
+	if (!ix)
+		return NULL;
+	for (size_t i = 0; i < s->ntensors; i++)
+		ix[i] = i;
+	qsort_r(ix, s->ntensors, sizeof(*ix), by_tensor_name, s->tensors);
+	return ix;
+}
+
+/* The index in s's tensors of the one named 'name' followed by 'suffix'
+ * (ix: name_index), or SIZE_MAX. */
+static size_t tensor_named(const struct bfs_source *s, const size_t *ix,
+			   const char *name, const char *suffix)
+{
+	size_t lo = 0, hi = s->ntensors, nl = strlen(name);
 
 	while (lo < hi) {
 		size_t mid = lo + (hi - lo) / 2;
-		int d = strcmp(name, sh->pk.tensors[ix[mid]].name);
+		const char *t = s->tensors[ix[mid]].name;
+		int d = strncmp(name, t, nl);
 
+		if (!d)
+			d = strcmp(suffix, t + nl);
 		if (d == 0)
 			return ix[mid];
 		if (d < 0)
@@ -385,7 +173,103 @@ static size_t tensor_named(const struct shard *sh, const size_t *ix,
 	return SIZE_MAX;
 }
 
-/* "uint8 [3, 32, 32]": a field's dtype and per-sample shape. */
+/* 1 when tensor 'name' is NAME + 'suffix' and 's' also has NAME +
+ * 'other' (a ragged pair); the stem NAME's length in *stem. */
+static int pair_part(const struct bfs_source *s, const size_t *ix,
+		     const char *name, const char *suffix, const char *other,
+		     size_t *stem)
+{
+	size_t n = strlen(name), sl = strlen(suffix);
+	char *base;
+	int found;
+
+	if (n <= sl || strcmp(name + n - sl, suffix))
+		return 0;
+	base = strndup(name, n - sl);
+	if (!base)
+		return -ENOMEM;
+	found = tensor_named(s, ix, base, other) != SIZE_MAX;
+	free(base);
+	*stem = n - sl;
+	return found;
+}
+
+/* Field f from tensor t (shard 0): its per-row shape and bytes, which
+ * must fit 2^63 - 1 (fs/layout bounds all fields' bytes together). */
+static int make_field(struct bfs_field *f, const struct bfs_source_tensor *t,
+		      size_t name_len, const char *path, struct bfs_error *err)
+{
+	size_t es = bfs_dtype_info(t->dtype)->size;
+	uint64_t elems;
+	char shape[160];
+
+	f->name = strndup(t->name, name_len);
+	if (!f->name)
+		return -ENOMEM;
+	f->dtype = t->dtype;
+	f->ndim = t->ndim - 1;
+	memcpy(f->shape, t->size + 1, (size_t)f->ndim * sizeof(*f->shape));
+	if (bfs_size_prod(f->shape, f->ndim, &elems) ||
+	    bfs_size_mul(elems, es, &f->row_bytes))
+		return bfs_error_set(
+		    err, -EOVERFLOW, path, BFS_NO_OFFSET,
+		    "field '%s': a %s of shape %s x %zu bytes is more than "
+		    "2^63-1 bytes per %s",
+		    f->name, f->ragged ? "row" : "sample",
+		    bfs_size_shape_str(shape, sizeof(shape), f->shape, f->ndim),
+		    es, f->ragged ? "row" : "sample");
+	return 0;
+}
+
+/* Fields of the first shard become the dataset's fields: NAME.values +
+ * NAME.offsets make ragged field NAME (where NAME.values is), every other
+ * tensor a fixed field. */
+static int make_fields(struct bfs_dataset *ds, const struct bfs_source *s,
+		       struct bfs_error *err)
+{
+	size_t *ix = name_index(s);
+	int rc;
+
+	if (!ix)
+		return -ENOMEM;
+	rc = charge(ds, s->path, s->ntensors * sizeof(*ds->fields), err);
+	ds->fields = rc ? NULL : calloc(s->ntensors, sizeof(*ds->fields));
+	if (!rc && !ds->fields)
+		rc = -ENOMEM;
+	for (size_t i = 0; i < s->ntensors && !rc; i++) {
+		const struct bfs_source_tensor *t = &s->tensors[i];
+		struct bfs_field *f = &ds->fields[ds->nfields];
+		size_t stem = strlen(t->name);
+		int r;
+
+		r = pair_part(s, ix, t->name, ".offsets", ".values", &stem);
+		if (r)
+			rc = r < 0 ? r : 0;
+		else if ((r = pair_part(s, ix, t->name, ".values", ".offsets",
+					&stem)) < 0)
+			rc = r;
+		else {
+			f->ragged = r == 1;
+			if (!f->ragged)
+				stem = strlen(t->name);
+			ds->nragged += f->ragged;
+			ds->nfields++;
+			rc = make_field(f, t, stem, s->path, err);
+			if (!rc && f->ragged &&
+			    tensor_named(s, ix, f->name, "") != SIZE_MAX)
+				rc = bfs_error_set(
+				    err, -EINVAL, s->path, BFS_NO_OFFSET,
+				    "tensor '%s' and the ragged pair "
+				    "'%s.values' + '%s.offsets' would both be "
+				    "field '%s'",
+				    f->name, f->name, f->name, f->name);
+		}
+	}
+	free(ix);
+	return rc;
+}
+
+/* "uint8 [3, 32, 32]": a field's dtype and per-row shape. */
 static const char *describe(char *buf, size_t len, enum bfs_dtype dt,
 			    const int64_t *shape, int ndim)
 {
@@ -396,205 +280,316 @@ static const char *describe(char *buf, size_t len, enum bfs_dtype dt,
 	return buf;
 }
 
-/* Shard 'sh' must have the dataset's fields (by name, in any order), each
- * with the same dtype and per-sample shape: map[i] = the index in sh's
- * tensors of dataset field i. */
-static int match_fields(const struct bfs_dataset *ds, const struct shard *sh,
-			size_t *map, struct bfs_error *err)
+/* Tensor NAME + 'suffix' of shard 'sh' for field f, into *at. */
+static int find_part(const struct bfs_dataset *ds, const struct shard *sh,
+		     const size_t *ix, const struct bfs_field *f,
+		     const char *suffix, size_t *at, struct bfs_error *err)
 {
-	const struct shard *s0 = &ds->shards[0];
-	size_t *ix = malloc(sh->pk.n_tensors * sizeof(*ix));
+	*at = tensor_named(sh->src, ix, f->name, suffix);
+	if (*at != SIZE_MAX)
+		return 0;
+	return bfs_error_set(err, -EINVAL, sh->src->path, BFS_NO_OFFSET,
+			     "has no field '%s%s', which '%s' has (shards "
+			     "must have the same fields)",
+			     f->name, suffix, ds->shards[0].src->path);
+}
+
+/* Shard 'sh' must have the dataset's fields (by name, in any order), each
+ * with the same dtype and per-row shape: map[i] = the index in sh's
+ * tensors of dataset field i (ragged: of its values; omap[i] of its
+ * offsets). */
+static int match_fields(const struct bfs_dataset *ds, const struct shard *sh,
+			size_t *map, size_t *omap, struct bfs_error *err)
+{
+	const struct bfs_source *s = sh->src;
+	size_t *ix = name_index(s);
 	char a[200], b[200];
 	int rc = 0;
 
 	if (!ix)
 		return -ENOMEM;
-	for (size_t i = 0; i < sh->pk.n_tensors; i++)
-		ix[i] = i;
-	qsort_r(ix, sh->pk.n_tensors, sizeof(*ix), by_tensor_name,
-		sh->pk.tensors);
 	for (size_t i = 0; i < ds->nfields && !rc; i++) {
 		const struct bfs_field *f = &ds->fields[i];
-		const struct bfs_pickle_tensor *t;
+		const struct bfs_source_tensor *t;
 
-		map[i] = tensor_named(sh, ix, f->name);
-		if (map[i] == SIZE_MAX) {
+		rc = find_part(ds, sh, ix, f, f->ragged ? ".values" : "",
+			       &map[i], err);
+		if (!rc && f->ragged)
 			rc =
-			    bfs_error_set(err, -EINVAL, sh->path, BFS_NO_OFFSET,
-					  "has no field '%s', which '%s' has "
-					  "(shards must have the same fields)",
-					  f->name, s0->path);
+			    find_part(ds, sh, ix, f, ".offsets", &omap[i], err);
+		if (rc)
 			break;
-		}
-		t = &sh->pk.tensors[map[i]];
+		t = &s->tensors[map[i]];
 		if (t->dtype == f->dtype && t->ndim - 1 == f->ndim &&
 		    !memcmp(t->size + 1, f->shape,
 			    (size_t)f->ndim * sizeof(*f->shape)))
 			continue;
 		rc = bfs_error_set(
-		    err, -EINVAL, sh->path, BFS_NO_OFFSET,
-		    "field '%s' is %s per sample here but %s in '%s' (shards "
+		    err, -EINVAL, s->path, BFS_NO_OFFSET,
+		    "field '%s' is %s per %s here but %s in '%s' (shards "
 		    "must have the same dtypes and per-sample shapes)",
-		    f->name,
+		    t->name,
 		    describe(a, sizeof(a), t->dtype, t->size + 1, t->ndim - 1),
+		    f->ragged ? "row" : "sample",
 		    describe(b, sizeof(b), f->dtype, f->shape, f->ndim),
-		    s0->path);
+		    ds->shards[0].src->path);
 	}
-	if (!rc && sh->pk.n_tensors != ds->nfields)
-		rc = bfs_error_set(err, -EINVAL, sh->path, BFS_NO_OFFSET,
-				   "has %zu fields, '%s' has %zu (shards must "
-				   "have the same fields)",
-				   sh->pk.n_tensors, s0->path, ds->nfields);
+	if (!rc && s->ntensors != ds->nfields + ds->nragged)
+		rc = bfs_error_set(err, -EINVAL, s->path, BFS_NO_OFFSET,
+				   "has %zu tensors, '%s' has %zu (shards "
+				   "must have the same fields)",
+				   s->ntensors, ds->shards[0].src->path,
+				   ds->nfields + ds->nragged);
 	free(ix);
 	return rc;
 }
 
-/* Heap of a parsed archive: its record table and names. */
-static uint64_t zip_bytes(const struct bfs_zip *z)
-{
-	uint64_t n = sizeof(*z);
+/* ---- ragged offsets --------------------------------------------------- */
 
-	for (size_t i = 0; i < z->n_entries; i++)
-		n += sizeof(z->entries[i]) + sizeof(size_t) +
-		     strlen(z->entries[i].name) + 1;
-	return n;
+/* Walk offsets[0 .. n] of a ragged field (under the guard): the first bad
+ * index and why, or the longest sample. */
+struct walk {
+	const struct bind *ob;
+	uint64_t n, rows;     /* samples, rows of the values */
+	uint64_t at, max_len; /* the bad index; the longest */
+	int64_t v, prev;      /* offsets[at], offsets[at - 1] */
+	enum { W_OK, W_FIRST, W_DOWN, W_PAST, W_END } why;
+};
+
+static int walk_offsets(void *arg)
+{
+	struct walk *w = arg;
+	int64_t prev = bfs_dataset_offset_at(w->ob, 0);
+
+	w->v = prev;
+	if (prev != 0)
+		return w->why = W_FIRST, 0;
+	for (uint64_t i = 1; i <= w->n; i++) {
+		int64_t v = bfs_dataset_offset_at(w->ob, i);
+
+		w->at = i;
+		w->v = v;
+		w->prev = prev;
+		if (v < prev)
+			return w->why = W_DOWN, 0;
+		if ((uint64_t)v > w->rows)
+			return w->why = W_PAST, 0;
+		if ((uint64_t)(v - prev) > w->max_len)
+			w->max_len = (uint64_t)(v - prev);
+		prev = v;
+	}
+	if ((uint64_t)prev != w->rows)
+		w->why = W_END;
+	return 0;
 }
 
-/* Heap of a pickle result: its tensor table and names. */
-static uint64_t pickle_bytes(const struct bfs_pickle_result *pk)
+/* The offsets of ragged field f in shard sh: a 1-D int64 tensor of
+ * samples + 1 entries, then the walk. */
+static int check_offsets(struct bfs_dataset *ds, struct shard *sh, size_t fi,
+			 const struct bfs_source_tensor *ot,
+			 struct bfs_error *err)
 {
-	uint64_t n = pk->n_tensors * sizeof(*pk->tensors);
-
-	for (size_t i = 0; i < pk->n_tensors; i++)
-		n += strlen(pk->tensors[i].name) +
-		     strlen(pk->tensors[i].storage_key) + 2;
-	return n;
-}
-
-/* Parse shard 'sh' at 'path': archive, kind, pickle. */
-static int load_shard(struct bfs_dataset *ds, struct shard *sh,
-		      const char *path, struct bfs_error *err)
-{
-	const struct bfs_zip_entry *pkl;
-	char *label = NULL;
+	struct bfs_field *f = &ds->fields[fi];
+	const char *path = sh->src->files[ot->file].path;
+	struct walk w = {.ob = &sh->obinds[fi],
+			 .n = sh->samples,
+			 .rows = sh->binds[fi].rows};
+	uint64_t at;
+	char d[200];
 	int rc;
 
-	sh->path = strdup(path);
-	if (!sh->path)
-		return -ENOMEM;
-	rc = bfs_zip_open(&sh->zip, path, err);
-	if (!rc)
-		rc = charge(ds, path, zip_bytes(sh->zip), err);
-	if (!rc)
-		rc = check_kind(sh, err);
-	if (rc)
-		return rc;
-	pkl = bfs_zip_find(sh->zip, "data.pkl");
-	if (!pkl)
-		return bfs_error_set(err, -EINVAL, path, BFS_NO_OFFSET,
-				     "no '%s/data.pkl' record",
-				     sh->zip->prefix);
-	if (asprintf(&label, "%s:%s", path, pkl->name) < 0)
-		return -ENOMEM;
-	rc = bfs_pickle_load(bfs_zip_data(sh->zip, pkl), pkl->size, label,
-			     META_BUDGET - ds->meta_bytes, &sh->pk, err);
-	free(label);
-	for (size_t i = 0; !rc && i < sh->pk.n_tensors; i++)
-		if (sh->pk.tensors[i].ndim == 0)
-			rc = bfs_error_set(err, -EINVAL, path, BFS_NO_OFFSET,
-					   "field '%s' is a 0-dim tensor (no "
-					   "sample dimension)",
-					   sh->pk.tensors[i].name);
-	return rc ? rc : charge(ds, path, pickle_bytes(&sh->pk), err);
+	if (ot->dtype != BFS_DT_INT64 || ot->ndim != 1)
+		return bfs_error_set(
+		    err, -EINVAL, path, ot->store_off,
+		    "ragged field '%s': %s.offsets must be a 1-D int64 "
+		    "tensor, not %s",
+		    f->name, f->name,
+		    describe(d, sizeof(d), ot->dtype, ot->size, ot->ndim));
+	if ((uint64_t)ot->size[0] != sh->samples + 1)
+		return bfs_error_set(
+		    err, -EINVAL, path, ot->store_off,
+		    "ragged field '%s': %s.offsets has %" PRId64
+		    " entries, but the shard has %" PRIu64
+		    " samples: it needs one more (n + 1)",
+		    f->name, f->name, ot->size[0], sh->samples);
+	rc = bfs_dataset_guard(walk_offsets, &w);
+	if (rc == -EFAULT)
+		return bfs_error_set(err, -EIO, path, BFS_NO_OFFSET,
+				     "ragged field '%s': the file faulted "
+				     "while its offsets were read",
+				     f->name);
+	at = (uint64_t)(w.ob->base + w.at * w.ob->stride0 -
+			sh->src->files[ot->file].map);
+	switch (w.why) {
+	case W_OK:
+		break;
+	case W_FIRST:
+		return bfs_error_set(err, -EINVAL, path, at,
+				     "ragged field '%s': %s.offsets[0] is "
+				     "%" PRId64 ", must be 0",
+				     f->name, f->name, w.v);
+	case W_DOWN:
+		return bfs_error_set(
+		    err, -EINVAL, path, at,
+		    "ragged field '%s': %s.offsets[%" PRIu64 "] = %" PRId64
+		    " is less than %s.offsets[%" PRIu64 "] = %" PRId64
+		    " (offsets must not decrease)",
+		    f->name, f->name, w.at, w.v, f->name, w.at - 1, w.prev);
+	case W_PAST:
+		return bfs_error_set(
+		    err, -EINVAL, path, at,
+		    "ragged field '%s': %s.offsets[%" PRIu64 "] = %" PRId64
+		    " is past the end of %s.values (%" PRIu64 " rows)",
+		    f->name, f->name, w.at, w.v, f->name, w.rows);
+	case W_END:
+		return bfs_error_set(
+		    err, -EINVAL, path, at,
+		    "ragged field '%s': %s.offsets[%" PRIu64 "] = %" PRId64
+		    " must equal the rows of %s.values (%" PRIu64 ")",
+		    f->name, f->name, w.n, w.v, f->name, w.rows);
+	}
+	if (w.max_len > f->max_len)
+		f->max_len = w.max_len;
+	return bfs_size_add(f->total, w.rows, &f->total)
+		   ? bfs_error_set(err, -EOVERFLOW, path, BFS_NO_OFFSET,
+				   "ragged field '%s': too many rows", f->name)
+		   : 0;
 }
 
-/* Bind every dataset field to its tensor in shard sh (map: field ->
- * tensor index) and take the shard's sample count from them. */
-static int bind_shard(struct bfs_dataset *ds, struct shard *sh,
-		      const size_t *map, struct bfs_error *err)
+/* ---- shards ----------------------------------------------------------- */
+
+/* The shard's sample count: the dim 0 all its fixed fields share, or (all
+ * ragged) the entries of the first offsets minus one. */
+static int count_samples(const struct bfs_dataset *ds, struct shard *sh,
+			 const size_t *map, const size_t *omap,
+			 struct bfs_error *err)
 {
-	const struct bfs_pickle_tensor *t0 = &sh->pk.tensors[map[0]];
-	int rc;
+	const struct bfs_source_tensor *t0 = NULL;
 
-	sh->nchunks = sh->zip->fd >= 0
-			  ? (size_t)((sh->zip->map_size + CHUNK - 1) / CHUNK)
-			  : 0;
-	rc = charge(ds, sh->path,
-		    ds->nfields * sizeof(*sh->binds) +
-			sh->nchunks * sizeof(*sh->chunks),
-		    err);
-	if (rc)
-		return rc;
-	sh->binds = calloc(ds->nfields, sizeof(*sh->binds));
-	sh->chunks = calloc(sh->nchunks ? sh->nchunks : 1, sizeof(*sh->chunks));
-	if (!sh->binds || !sh->chunks)
-		return -ENOMEM;
-	sh->samples = (uint64_t)t0->size[0];
-	for (size_t i = 0; i < ds->nfields && !rc; i++) {
-		const struct bfs_pickle_tensor *t = &sh->pk.tensors[map[i]];
+	for (size_t i = 0; i < ds->nfields; i++) {
+		const struct bfs_source_tensor *t = &sh->src->tensors[map[i]];
 
-		rc = bind_tensor(sh, t, &sh->binds[i], err);
-		if (!rc && (uint64_t)t->size[0] != sh->samples)
-			rc = bfs_error_set(
-			    err, -EINVAL, sh->path, BFS_NO_OFFSET,
+		if (ds->fields[i].ragged)
+			continue;
+		if (!t0) {
+			t0 = t;
+			sh->samples = (uint64_t)t->size[0];
+		} else if ((uint64_t)t->size[0] != sh->samples) {
+			return bfs_error_set(
+			    err, -EINVAL, sh->src->path, BFS_NO_OFFSET,
 			    "field '%s' has %" PRId64 " samples, '%s' has "
 			    "%" PRIu64 " (all fields must share dim 0)",
 			    t->name, t->size[0], t0->name, sh->samples);
+		}
+	}
+	if (!t0) {
+		const struct bfs_source_tensor *ot = &sh->src->tensors[omap[0]];
+
+		sh->samples = ot->size[0] > 0 ? (uint64_t)ot->size[0] - 1 : 0;
+	}
+	return 0;
+}
+
+/* Bind every dataset field to its tensor(s) in shard sh, count its
+ * samples and check its ragged offsets. */
+static int bind_shard(struct bfs_dataset *ds, struct shard *sh,
+		      const size_t *map, const size_t *omap,
+		      struct bfs_error *err)
+{
+	const struct bfs_source *s = sh->src;
+	uint64_t fm_bytes = 0;
+	int rc;
+
+	sh->binds = calloc(ds->nfields, sizeof(*sh->binds));
+	sh->obinds = calloc(ds->nfields, sizeof(*sh->obinds));
+	if (!sh->binds || !sh->obinds || bfs_dataset_fmem_init(sh, &fm_bytes))
+		return -ENOMEM;
+	rc = charge(ds, s->path,
+		    2 * ds->nfields * sizeof(*sh->binds) + fm_bytes, err);
+	if (!rc)
+		rc = count_samples(ds, sh, map, omap, err);
+	for (size_t i = 0; i < ds->nfields && !rc; i++) {
+		rc = bind_tensor(sh, &s->tensors[map[i]], &sh->binds[i], err);
+		if (!rc && ds->fields[i].ragged)
+			rc = bind_tensor(sh, &s->tensors[omap[i]],
+					 &sh->obinds[i], err);
+		if (!rc && ds->fields[i].ragged)
+			rc =
+			    check_offsets(ds, sh, i, &s->tensors[omap[i]], err);
 	}
 	return rc;
 }
 
 static int open_shard(struct bfs_dataset *ds, struct shard *sh,
-		      const char *path, struct bfs_error *err)
+		      const struct bfs_source_part *parts, size_t nparts,
+		      struct bfs_error *err)
 {
 	size_t *map;
-	int rc = load_shard(ds, sh, path, err);
+	int rc;
 
-	if (!rc && !ds->fields)
-		rc = make_fields(ds, sh, err);
+	rc = bfs_source_open(&sh->src, parts, nparts,
+			     META_BUDGET - ds->meta_bytes, err);
 	if (rc)
 		return rc;
-	map = malloc(ds->nfields * sizeof(*map));
+	rc = charge(ds, sh->src->path, sh->src->meta_bytes, err);
+	for (size_t i = 0; !rc && i < sh->src->ntensors; i++)
+		if (sh->src->tensors[i].ndim == 0)
+			rc = bfs_error_set(
+			    err, -EINVAL,
+			    sh->src->files[sh->src->tensors[i].file].path,
+			    BFS_NO_OFFSET,
+			    "field '%s' is a 0-dim tensor (no sample "
+			    "dimension)",
+			    sh->src->tensors[i].name);
+	if (!rc && !ds->fields)
+		rc = make_fields(ds, sh->src, err);
+	if (rc)
+		return rc;
+	map = calloc(2 * ds->nfields + 1, sizeof(*map));
 	if (!map)
 		return -ENOMEM;
-	rc = match_fields(ds, sh, map, err);
+	rc = match_fields(ds, sh, map, map + ds->nfields, err);
 	if (!rc)
-		rc = bind_shard(ds, sh, map, err);
+		rc = bind_shard(ds, sh, map, map + ds->nfields, err);
 	free(map);
 	return rc;
 }
 
-int bfs_dataset_open(struct bfs_dataset **out, const char *const *paths,
-		     size_t n_paths, struct bfs_error *err)
+int bfs_dataset_open_parts(struct bfs_dataset **out,
+			   const struct bfs_source_part *parts,
+			   const size_t *first, size_t nsources,
+			   struct bfs_error *err)
 {
 	struct bfs_dataset *ds;
 	int rc = -ENOMEM;
 
 	*out = NULL;
-	if (!n_paths)
+	if (!nsources)
 		return bfs_error_set(err, -EINVAL, NULL, BFS_NO_OFFSET,
 				     "no archive given");
 	ds = calloc(1, sizeof(*ds));
 	if (!ds)
 		return -ENOMEM;
-	ds->shards = calloc(n_paths, sizeof(*ds->shards));
+	ds->shards = calloc(nsources, sizeof(*ds->shards));
 	ds->ctr = calloc(1, sizeof(*ds->ctr));
 	if (!ds->shards || !ds->ctr)
 		goto err_close;
-	for (size_t i = 0; i < n_paths; i++) {
+	for (size_t i = 0; i < nsources; i++) {
 		struct shard *sh = &ds->shards[i];
+		const char *path = parts[first[i]].path;
+
 		ds->nshards = i + 1;
-		rc = open_shard(ds, sh, paths[i], err);
+		rc = open_shard(ds, sh, parts + first[i],
+				first[i + 1] - first[i], err);
 		if (rc == -ENOMEM)
-			bfs_error_set(err, rc, paths[i], BFS_NO_OFFSET,
+			bfs_error_set(err, rc, path, BFS_NO_OFFSET,
 				      "out of memory");
 		if (rc)
 			goto err_close;
 		sh->first = ds->samples;
-		if (__builtin_add_overflow(ds->samples, sh->samples,
-					   &ds->samples)) {
-			rc = bfs_error_set(err, -EOVERFLOW, paths[i],
-					   BFS_NO_OFFSET, "too many samples");
+		if (bfs_size_add(ds->samples, sh->samples, &ds->samples)) {
+			rc = bfs_error_set(err, -EOVERFLOW, path, BFS_NO_OFFSET,
+					   "too many samples");
 			goto err_close;
 		}
 	}
@@ -605,17 +600,38 @@ err_close:
 	return rc;
 }
 
+int bfs_dataset_open(struct bfs_dataset **out, const char *const *paths,
+		     size_t n_paths, struct bfs_error *err)
+{
+	struct bfs_source_part *parts = NULL;
+	size_t *first = NULL, ns = 0;
+	int rc;
+
+	*out = NULL;
+	if (!n_paths)
+		return bfs_error_set(err, -EINVAL, NULL, BFS_NO_OFFSET,
+				     "no archive given");
+	rc = bfs_source_group(paths, n_paths, &parts, &first, &ns, err);
+	if (rc == 0)
+		rc = bfs_dataset_open_parts(out, parts, first, ns, err);
+	free(parts);
+	free(first);
+	return rc;
+}
+
 void bfs_dataset_close(struct bfs_dataset *ds)
 {
 	if (!ds)
 		return;
 	for (size_t i = 0; ds->shards && i < ds->nshards; i++) {
 		struct shard *sh = &ds->shards[i];
+
 		free(sh->binds);
-		free(sh->chunks);
-		bfs_pickle_result_free(&sh->pk);
-		bfs_zip_close(sh->zip);
-		free(sh->path);
+		free(sh->obinds);
+		for (size_t f = 0; sh->fm && f < sh->src->nfiles; f++)
+			free(sh->fm[f].chunks);
+		free(sh->fm);
+		bfs_source_close(sh->src);
 	}
 	for (size_t i = 0; ds->fields && i < ds->nfields; i++)
 		free(ds->fields[i].name);
@@ -650,421 +666,17 @@ void bfs_dataset_shard(const struct bfs_dataset *ds, size_t i,
 		       struct bfs_shard_info *out)
 {
 	const struct shard *sh = &ds->shards[i];
+	const struct bfs_source *s = sh->src;
 
-	out->path = sh->path;
-	out->zip = sh->zip;
+	memset(out, 0, sizeof(*out));
+	out->path = s->path;
+	out->source = s;
+	out->zip = s->zip;
 	out->first_sample = sh->first;
 	out->samples = sh->samples;
-	out->version = sh->version;
-	out->big_endian = sh->big_endian;
-	out->container = sh->pk.container;
-	out->pickle = &sh->pk;
-}
-
-/* ---- gathering -------------------------------------------------------- */
-
-/* The shard holding global sample 'g' (binary search over first). */
-static size_t shard_of(const struct bfs_dataset *ds, uint64_t g)
-{
-	size_t lo = 0, hi = ds->nshards;
-
-	while (hi - lo > 1) {
-		size_t mid = lo + (hi - lo) / 2;
-		if (ds->shards[mid].first <= g)
-			lo = mid;
-		else
-			hi = mid;
-	}
-	/* lo = the last shard starting at or before g: never an empty one
-	 * (the shard after an empty one starts at the same sample). */
-	return lo;
-}
-
-static void copy_elems(uint8_t *dst, const uint8_t *src, int64_t n,
-		       int64_t stride, size_t es)
-{
-	for (int64_t i = 0; i < n; i++, dst += es, src += stride)
-		switch (es) {
-		case 1:
-			*dst = *src;
-			break;
-		case 2:
-			memcpy(dst, src, 2);
-			break;
-		case 4:
-			memcpy(dst, src, 4);
-			break;
-		case 8:
-			memcpy(dst, src, 8);
-			break;
-		default:
-			memcpy(dst, src, es);
-			break;
-		}
-}
-
-/* One row of a non-contiguous field: odometer over the outer dims, runs of
- * the innermost dim. */
-static void copy_strided(uint8_t *dst, const uint8_t *row, const struct bind *b,
-			 size_t es)
-{
-	int64_t ctr[BFS_MAX_DIMS] = {0};
-	int in = b->ndim - 1;
-	int64_t n = b->size[in], st = b->stride[in];
-	const uint8_t *src = row;
-
-	for (;;) {
-		if (st == (int64_t)es)
-			memcpy(dst, src, (size_t)n * es);
-		else
-			copy_elems(dst, src, n, st, es);
-		dst += (size_t)n * es;
-		int d = in - 1;
-		while (d >= 0 && ++ctr[d] == b->size[d]) {
-			src -= (b->size[d] - 1) * b->stride[d];
-			ctr[d] = 0;
-			d--;
-		}
-		if (d < 0)
-			return;
-		src += b->stride[d];
-	}
-}
-
-/* The SIGBUS guard. 'guard_jmp' is set only while this thread copies from
- * a mapping. 'old_bus' (the handler we chain to) is written under
- * 'guard_lock' when we (re)install ours: someone else (a test harness, a
- * host program) may replace our handler after we installed it, so every
- * gather checks that ours is still in place (one sigaction call). */
-static __thread sigjmp_buf *volatile guard_jmp;
-static struct sigaction old_bus;
-static pthread_mutex_t guard_lock = PTHREAD_MUTEX_INITIALIZER;
-
-static void on_sigbus(int sig, siginfo_t *si, void *uc)
-{
-	if (guard_jmp)
-		siglongjmp(*guard_jmp, 1);
-	/* Not ours: give it to the previous handler, or die as by default. */
-	if ((old_bus.sa_flags & SA_SIGINFO) && old_bus.sa_sigaction) {
-		old_bus.sa_sigaction(sig, si, uc);
-	} else if (old_bus.sa_handler != SIG_DFL &&
-		   old_bus.sa_handler != SIG_IGN && old_bus.sa_handler) {
-		old_bus.sa_handler(sig);
-	} else {
-		signal(SIGBUS, SIG_DFL);
-		raise(SIGBUS);
-	}
-}
-
-static void guard_install(void)
-{
-	struct sigaction sa, cur;
-
-	if (sigaction(SIGBUS, NULL, &cur) == 0 && (cur.sa_flags & SA_SIGINFO) &&
-	    cur.sa_sigaction == on_sigbus)
-		return;
-	pthread_mutex_lock(&guard_lock);
-	memset(&sa, 0, sizeof(sa));
-	sa.sa_sigaction = on_sigbus;
-	/* NODEFER: jumping out of the handler must not leave SIGBUS blocked. */
-	sa.sa_flags = SA_SIGINFO | SA_NODEFER;
-	sigemptyset(&sa.sa_mask);
-	if (sigaction(SIGBUS, NULL, &cur) == 0 &&
-	    !((cur.sa_flags & SA_SIGINFO) && cur.sa_sigaction == on_sigbus))
-		sigaction(SIGBUS, &sa, &old_bus);
-	pthread_mutex_unlock(&guard_lock);
-}
-
-/* -EIO (with a log line) if the file of 'sh' shrank below its mapping;
- * 'f' (NULL: none) is named in the line. */
-static int check_size(const struct shard *sh, uint64_t sample,
-		      const struct bfs_field *f)
-{
-
-	struct stat st;
-
-	if (sh->zip->fd < 0)
-		return 0;
-	if (fstat(sh->zip->fd, &st) == 0 &&
-	    (uint64_t)st.st_size >= sh->zip->map_size)
-		return 0;
-	bfs_log(BFS_LOG_ERR, MOD,
-		"%s: archive truncated or unreadable (size now %" PRId64
-		" < %" PRIu64 " mapped); sample %" PRIu64 "%s%s%s not read",
-		sh->path, (int64_t)st.st_size, sh->zip->map_size, sample,
-		f ? " of field '" : "", f ? f->name : "", f ? "'" : "");
-	return -EIO;
-}
-
-/* Check every shard touched by idx[] once (bitmap for the first 64). */
-static int check_shards(const struct bfs_dataset *ds, const struct bfs_field *f,
-			const uint64_t *idx, size_t n)
-{
-	uint64_t seen = 0;
-	int rc;
-
-	if (ds->nshards > 64) {
-		for (size_t i = 0; i < ds->nshards; i++)
-			if ((rc = check_size(&ds->shards[i],
-					     ds->shards[i].first, f)))
-				return rc;
-		return 0;
-	}
-	for (size_t i = 0; i < n; i++) {
-		size_t s = shard_of(ds, idx[i]);
-		if (seen & (1ull << s))
-			continue;
-		seen |= 1ull << s;
-		if ((rc = check_size(&ds->shards[s], idx[i], f)))
-			return rc;
-	}
-	return 0;
-}
-
-/* Where row g of field fi starts, and its shard in *shp. */
-static const uint8_t *row_at(const struct bfs_dataset *ds, size_t fi,
-			     uint64_t g, const struct shard **shp)
-{
-	const struct shard *sh =
-	    ds->nshards == 1 ? ds->shards : &ds->shards[shard_of(ds, g)];
-
-	*shp = sh;
-	return sh->binds[fi].base + (g - sh->first) * sh->binds[fi].stride0;
-}
-
-/* The copy loop proper; runs under the SIGBUS guard. '*at' tracks the
- * sample being copied so a fault can be reported. */
-static void copy_rows(const struct bfs_dataset *ds, size_t fi,
-		      const uint64_t *idx, size_t n, uint8_t *dst,
-		      volatile size_t *at)
-{
-	const struct bfs_field *f = &ds->fields[fi];
-	size_t es = bfs_dtype_info(f->dtype)->size;
-	size_t unit = bfs_dtype_info(f->dtype)->swap_unit;
-	uint64_t rb = f->row_bytes;
-
-	if (!rb)
-		return;
-	for (size_t i = 0; i < n; i++, dst += rb) {
-		const struct shard *sh;
-		const uint8_t *row = row_at(ds, fi, idx[i], &sh);
-		const struct bind *b = &sh->binds[fi];
-
-		*at = i;
-		/* scalar labels: a constant size is copied inline, no call */
-		if (b->contiguous && rb == 8)
-			memcpy(dst, row, 8);
-		else if (b->contiguous && rb == 4)
-			memcpy(dst, row, 4);
-		else if (b->contiguous)
-			memcpy(dst, row, rb);
-		else
-			copy_strided(dst, row, b, es);
-		if (sh->big_endian && unit > 1)
-			bfs_npy_byteswap(dst, rb, unit);
-	}
-}
-
-int bfs_dataset_gather(const struct bfs_dataset *ds, size_t f,
-		       const uint64_t *idx, size_t n, void *dst)
-{
-	sigjmp_buf jb;
-	volatile size_t at = 0;
-	uint8_t *volatile out = dst; /* live across sigsetjmp */
-	int rc;
-
-	if (f >= ds->nfields)
-		return -EINVAL;
-	for (size_t i = 0; i < n; i++)
-		if (idx[i] >= ds->samples)
-			return -ERANGE;
-	rc = check_shards(ds, &ds->fields[f], idx, n);
-	if (rc)
-		return rc;
-	guard_install();
-	if (sigsetjmp(jb, 0)) {
-		guard_jmp = NULL;
-		const struct shard *sh = &ds->shards[shard_of(ds, idx[at])];
-		bfs_log(BFS_LOG_ERR, MOD,
-			"%s: SIGBUS reading sample %" PRIu64 " of field '%s' "
-			"(archive truncated or replaced under us)",
-			sh->path, idx[at], ds->fields[f].name);
-		return -EIO;
-	}
-	guard_jmp = &jb;
-	copy_rows(ds, f, idx, n, out, &at);
-	guard_jmp = NULL;
-	return 0;
-}
-
-int bfs_dataset_check(const struct bfs_dataset *ds, const uint64_t *idx,
-		      size_t n)
-{
-	for (size_t i = 0; i < n; i++)
-		if (idx[i] >= ds->samples)
-			return -ERANGE;
-	return check_shards(ds, NULL, idx, n);
-}
-
-int bfs_dataset_row(const struct bfs_dataset *ds, size_t f, uint64_t i,
-		    const void **ptr)
-{
-	const struct shard *sh;
-	const uint8_t *row;
-
-	if (f >= ds->nfields)
-		return -EINVAL;
-	if (i >= ds->samples)
-		return -ERANGE;
-	row = row_at(ds, f, i, &sh);
-	if (!sh->binds[f].contiguous ||
-	    (sh->big_endian &&
-	     bfs_dtype_info(ds->fields[f].dtype)->swap_unit > 1))
-		return -ENOTSUP;
-	*ptr = row;
-	return 0;
-}
-
-/* ---- advising --------------------------------------------------------- */
-
-/* A coarse clock for the advise memory: ticks of TICK_NS, 31 bits. */
-static uint32_t advise_tick(void)
-{
-	struct timespec ts;
-	uint64_t ns;
-
-	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-	ns = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-	return (uint32_t)(ns / TICK_NS) & TICK_MASK;
-}
-
-/* 1 if chunk c of sh was found fully resident within the last WINDOW
- * ticks; otherwise looks again (one mincore over the chunk) unless it was
- * found cold within the window, and remembers the answer. Threads racing
- * on one chunk both look and store the same kind of answer: harmless. */
-static int chunk_resident(const struct shard *sh, size_t c, uint32_t tick,
-			  size_t pg)
-{
-	uint32_t st = __atomic_load_n(&sh->chunks[c], __ATOMIC_RELAXED);
-	unsigned char vec[CHUNK / 4096];
-	uint64_t off = (uint64_t)c * CHUNK;
-	size_t len, np;
-	int res;
-
-	if (st && ((tick - (st >> 1)) & TICK_MASK) < WINDOW)
-		return (int)(st & 1);
-	len = (size_t)(sh->zip->map_size - off < CHUNK ? sh->zip->map_size - off
-						       : CHUNK);
-	np = (len + pg - 1) / pg;
-	res = np <= sizeof(vec) &&
-	      mincore((void *)(sh->zip->map + off), len, vec) == 0;
-	for (size_t i = 0; res && i < np; i++)
-		res = vec[i] & 1;
-	__atomic_store_n(&sh->chunks[c], tick << 1 | (uint32_t)res,
-			 __ATOMIC_RELAXED);
-	return res;
-}
-
-/* 1 if every chunk that [a, e) (page-aligned, inside the mapping of sh)
- * touches is known resident. */
-static int range_resident(const struct shard *sh, uintptr_t a, uintptr_t e,
-			  uint32_t tick, size_t pg)
-{
-	uintptr_t m = (uintptr_t)sh->zip->map;
-
-	if (!sh->chunks)
-		return 1; /* an archive in memory: nothing to read ahead */
-	for (size_t c = (a - m) / CHUNK; c <= (e - 1 - m) / CHUNK; c++)
-		if (!chunk_resident(sh, c, tick, pg))
-			return 0;
-	return 1;
-}
-
-void bfs_dataset_advise(const struct bfs_dataset *ds, const uint64_t *idx,
-			size_t n)
-{
-	long pgl = sysconf(_SC_PAGESIZE);
-	size_t pg = pgl >= 4096 ? (size_t)pgl : 4096;
-	uintptr_t mask = (uintptr_t)pg - 1;
-	uint32_t tick = advise_tick();
-
-	for (size_t fi = 0; fi < ds->nfields; fi++) {
-		uintptr_t lo = 0, hi = 0; /* pending range, coalesced */
-		for (size_t i = 0; i < n; i++) {
-			if (idx[i] >= ds->samples)
-				continue;
-			const struct shard *sh;
-			uintptr_t a = (uintptr_t)row_at(ds, fi, idx[i], &sh);
-			const struct bind *b = &sh->binds[fi];
-			if (!b->span)
-				continue;
-			uintptr_t e = a + b->span;
-			a &= ~mask;
-			e = (e + mask) & ~mask;
-			if (range_resident(sh, a, e, tick, pg)) {
-				atomic_fetch_add_explicit(
-				    &ds->ctr->rows_resident, 1,
-				    memory_order_relaxed);
-				continue;
-			}
-			atomic_fetch_add_explicit(&ds->ctr->rows_advised, 1,
-						  memory_order_relaxed);
-			if (hi && a <= hi && e >= lo) {
-				lo = a < lo ? a : lo;
-				hi = e > hi ? e : hi;
-				continue;
-			}
-			if (hi)
-				madvise((void *)lo, hi - lo, MADV_WILLNEED);
-			lo = a;
-			hi = e;
-		}
-		if (hi)
-			madvise((void *)lo, hi - lo, MADV_WILLNEED);
-	}
-}
-
-uint64_t bfs_dataset_bytes(const struct bfs_dataset *ds)
-{
-	uint64_t n = 0;
-
-	for (size_t i = 0; i < ds->nshards; i++)
-		n += ds->shards[i].zip->map_size;
-	return n;
-}
-
-void bfs_dataset_warm(const struct bfs_dataset *ds, const atomic_bool *stop)
-{
-	for (size_t i = 0; i < ds->nshards; i++) {
-		const struct bfs_zip *z = ds->shards[i].zip;
-
-		for (uint64_t off = 0; z->fd >= 0 && off < z->map_size;
-		     off += WARM_WINDOW) {
-			uint64_t len = z->map_size - off < WARM_WINDOW
-					   ? z->map_size - off
-					   : WARM_WINDOW;
-
-			if (atomic_load(stop))
-				return;
-			/* Faults the pages in, in order (the kernel reads
-			 * ahead sequentially) and maps them; a shrunk file
-			 * fails with EFAULT, no signal. Older kernels: just
-			 * read ahead. */
-			if (madvise((void *)(z->map + off), (size_t)len,
-				    MADV_POPULATE_READ) < 0 &&
-			    errno == EINVAL)
-				posix_fadvise(z->fd, (off_t)off, (off_t)len,
-					      POSIX_FADV_WILLNEED);
-			atomic_fetch_add_explicit(&ds->ctr->warm_bytes, len,
-						  memory_order_relaxed);
-		}
-	}
-}
-
-void bfs_dataset_stats(const struct bfs_dataset *ds,
-		       struct bfs_dataset_stats *out)
-{
-	out->warm_bytes = atomic_load(&ds->ctr->warm_bytes);
-	out->rows_resident = atomic_load(&ds->ctr->rows_resident);
-	out->rows_advised = atomic_load(&ds->ctr->rows_advised);
+	out->version = s->version;
+	out->big_endian = s->big_endian;
+	out->container =
+	    s->kind == BFS_SOURCE_TORCH ? s->pk.container : BFS_CONTAINER_DICT;
+	out->pickle = s->kind == BFS_SOURCE_TORCH ? &s->pk : NULL;
 }

@@ -1,19 +1,30 @@
-/* fs/dataset: one archive, or several with identical fields (shards,
- * concatenated along dim 0), seen as N samples of named fields.
+/* fs/dataset: one source, or several with identical fields (shards,
+ * concatenated along dim 0), seen as N samples of named fields. A source
+ * is a torch.save archive, an .npz, .npy files or a safetensors file
+ * (fs/source.h); shards of different kinds mix.
  *
- * Sample i of field f is a C-order little-endian row of
+ * Sample i of a fixed field f is a C-order little-endian row of
  * field->row_bytes bytes; bfs_dataset_gather() produces rows for any
- * storage offset, view or stride straight from the read-only mappings. */
+ * storage offset, view, stride, Fortran order or byte order straight from
+ * the read-only mappings.
+ *
+ * A ragged field NAME is a pair of tensors NAME.values ([total, ...]) and
+ * NAME.offsets (int64 [n + 1], offsets[0] = 0, never decreasing,
+ * offsets[n] = total): sample i is rows offsets[i] .. offsets[i+1] of
+ * NAME.values, a variable number of rows of row_bytes bytes each
+ * (fs/README.md: ragged fields). Its offsets are checked at open. */
 #ifndef BFS_DATASET_H
 #define BFS_DATASET_H
 
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "fs/dtype.h"
 #include "fs/error.h"
 #include "fs/pickle.h"
+#include "fs/source.h"
 
 struct bfs_zip;
 
@@ -25,33 +36,50 @@ struct bfs_zip;
 struct bfs_field {
 	char *name;
 	enum bfs_dtype dtype;
-	int ndim;		     /* per-sample dims (tensor ndim - 1) */
-	int64_t shape[BFS_MAX_DIMS]; /* per-sample shape */
+	int ndim;		     /* per-row dims (tensor ndim - 1) */
+	int64_t shape[BFS_MAX_DIMS]; /* per-row shape */
 	uint64_t row_bytes;	     /* product(shape) * elsize */
+	/* A ragged field (NAME.values + NAME.offsets): a sample is a
+	 * variable number of rows; 'shape' is one row of NAME.values. */
+	bool ragged;
+	uint64_t max_len; /* ragged: the most rows one sample has */
+	uint64_t total;	  /* ragged: rows of NAME.values, all shards */
 };
 
-/* One archive of a dataset, as reported by `batchfs inspect`. */
+/* One shard of a dataset, as reported by `batchfs inspect`. */
 struct bfs_shard_info {
 	const char *path;
-	const struct bfs_zip *zip; /* records, offsets, prefix */
+	const struct bfs_source *source; /* kind, files, tensors */
+	const struct bfs_zip *zip; /* torch, npz: records, offsets, prefix */
 	uint64_t first_sample;	   /* global index of its sample 0 */
 	uint64_t samples;
-	int version;	/* the archive's version record */
-	int big_endian; /* byteorder record says "big" */
-	enum bfs_container container;
-	const struct bfs_pickle_result *pickle; /* tensors as pickled */
+	int version;		      /* torch: the archive's version record */
+	int big_endian;		      /* torch: byteorder record says "big" */
+	enum bfs_container container; /* torch; DICT for other kinds */
+	const struct bfs_pickle_result *pickle; /* torch, else NULL */
 };
 
 struct bfs_dataset;
 
-/* Open 'n_paths' archives as one dataset. Every archive must have the same
- * field names, dtypes and per-sample shapes; every field of an archive must
- * have the same dim 0. Big-endian archives are byte-swapped on gather.
+/* Open the sources named by 'n_paths' paths (grouped into shards by
+ * bfs_source_group: a run of .npy files is one shard) as one dataset.
+ * Every shard must have the same field names, dtypes and per-row shapes;
+ * every fixed field of a shard the same dim 0, and every ragged field
+ * offsets with one entry more; ragged offsets must start at 0, never
+ * decrease and end at the values' rows (a refusal names the field and the
+ * first bad index). Big-endian data is byte-swapped on gather.
  * Returns 0 and sets *out, or -errno with 'err' naming the file, offset and
  * reason (e.g. "field 'labels' has 999 samples, 'images' has 1000").
- * Cost: maps each archive, parses its directory and pickle; no data read. */
+ * Cost: maps each file, parses its headers, reads ragged offsets once. */
 int bfs_dataset_open(struct bfs_dataset **out, const char *const *paths,
 		     size_t n_paths, struct bfs_error *err);
+
+/* The same over 'nsources' explicit sources: source i is made of
+ * parts[first[i]] .. parts[first[i+1]] (bfs_source_open). */
+int bfs_dataset_open_parts(struct bfs_dataset **out,
+			   const struct bfs_source_part *parts,
+			   const size_t *first, size_t nsources,
+			   struct bfs_error *err);
 
 /* Free everything; accepts NULL and half-built objects. */
 void bfs_dataset_close(struct bfs_dataset *ds);
@@ -66,20 +94,46 @@ size_t bfs_dataset_nshards(const struct bfs_dataset *ds);
 void bfs_dataset_shard(const struct bfs_dataset *ds, size_t i,
 		       struct bfs_shard_info *out);
 
-/* Copy samples idx[0..n) of field 'f' into 'dst', row after row
+/* Copy samples idx[0..n) of fixed field 'f' into 'dst', row after row
  * (n * row_bytes bytes), converting to C-order little-endian.
- * Thread-safe (read-only). Returns 0, -ERANGE for an index >= samples, or
- * -EIO when an archive shrank or faulted under us (truncated or replaced
- * on disk), with a log line naming the file and sample. */
+ * Thread-safe (read-only). Returns 0, -ERANGE for an index >= samples,
+ * -EINVAL for a bad or ragged f, or -EIO when an archive shrank or faulted
+ * under us (truncated or replaced on disk), with a log line naming the
+ * file and sample. */
 int bfs_dataset_gather(const struct bfs_dataset *ds, size_t f,
 		       const uint64_t *idx, size_t n, void *dst);
+
+/* Where a sample of a ragged field lies: rows [start, start + len) of
+ * NAME.values in the sample's shard. */
+struct bfs_span {
+	uint64_t start, len;
+};
+
+/* The spans of samples idx[0..n) of ragged field 'f', from its offsets
+ * (O(n), under the SIGBUS guard). Returns 0, -EINVAL (f not ragged),
+ * -ERANGE (an index >= samples) or -EIO when the archive faulted or its
+ * offsets changed under us (a span outside the values or longer than
+ * max_len: the file was rewritten in place), with a log line. */
+int bfs_dataset_spans(const struct bfs_dataset *ds, size_t f,
+		      const uint64_t *idx, size_t n, struct bfs_span *spans);
+
+/* Copy the rows of samples idx[0..n) of ragged field 'f' (their spans,
+ * from bfs_dataset_spans) into 'dst' as C-order little-endian rows:
+ * width 0 packs them back to back (sum of len rows); width > 0 gives each
+ * sample 'width' rows (>= every len), the rows after its own filled with
+ * the element 'pad' (dtype size bytes, repeated). Returns 0, -EINVAL (bad
+ * f, a len > width) or -EIO as bfs_dataset_gather. */
+int bfs_dataset_gather_spans(const struct bfs_dataset *ds, size_t f,
+			     const uint64_t *idx, const struct bfs_span *spans,
+			     size_t n, uint64_t width, const void *pad,
+			     void *dst);
 
 /* Where row i of field f lies in the archive's read-only mapping, when it
  * can be served as it is stored: C-contiguous and little-endian (no gather
  * conversion). Returns 0 and sets *ptr (row_bytes bytes; any pointer when
  * row_bytes is 0), -ENOTSUP when the row needs bfs_dataset_gather (strided
- * view, big-endian archive with multi-byte elements), -ERANGE when
- * i >= samples, -EINVAL for a bad f. Cost: O(log shards), no I/O.
+ * view, big-endian data with multi-byte elements) or the field is ragged,
+ * -ERANGE when i >= samples, -EINVAL for a bad f. Cost: O(log shards).
  * The bytes are the live mapping: touching them raises SIGBUS if the
  * archive was truncated under us. Call bfs_dataset_check first and only
  * let the kernel read them (a writev: a fault there is EFAULT). */
@@ -92,8 +146,9 @@ int bfs_dataset_row(const struct bfs_dataset *ds, size_t f, uint64_t i,
 int bfs_dataset_check(const struct bfs_dataset *ds, const uint64_t *idx,
 		      size_t n);
 
-/* Advise the kernel that samples idx[0..n) of every field will be read
- * soon (madvise MADV_WILLNEED on their pages). Best effort, never fails. */
+/* Advise the kernel that samples idx[0..n) of every fixed field will be
+ * read soon (madvise MADV_WILLNEED on their pages; ragged fields are not
+ * advised: that needs their offsets). Best effort, never fails. */
 void bfs_dataset_advise(const struct bfs_dataset *ds, const uint64_t *idx,
 			size_t n);
 

@@ -1,5 +1,6 @@
-/* fs/layout: batch file bytes as a pure function of (fields, e, k, rows,
- * indices). See layout.h and fs/README.md (the batch file).
+/* fs/layout: batch file bytes as a pure function of (fields, e, k, the
+ * batch's geometry, indices). See layout.h and fs/README.md (the batch
+ * file, ragged fields).
  *
  * Header JSON, exactly (keys in file order, no spaces but after ':' and ','
  * nowhere — compact), e.g.
@@ -14,12 +15,21 @@
  * with such a field is refused at mount time (bfs_layout_init) rather than
  * served with a made-up code. complex64 is "C64" (safetensors >= 0.7).
  *
- * Invariants: fields are sorted by (element size desc, name asc, strcmp);
- * data_offsets tile [0, rows * row_bytes) with no holes. Every size a
- * batch of up to rows_max rows can have was proven to fit 2^63 - 1 at init
- * (bound(), with fs/size's checked arithmetic), and its header to be at
- * most BFS_LAYOUT_MAX_HEADER bytes, so the plain arithmetic of the
- * functions below cannot wrap. */
+ * Ragged fields (fs/ragged.h) add a tensor each (NAME.lengths or
+ * NAME.offsets) and take their leading dims from the batch's extents: the
+ * longest sample rounded up to MULTIPLE (pad) or the sum of the lengths
+ * (pack), both measured from the offsets, O(rows). A sample is at most
+ * the field's max_len rows (checked at open, and again for every span
+ * read: fs/gather.c), so an extent is at most max_len rounded up (pad) or
+ * rows_max x max_len (pack): bound() proves the batch of those extents
+ * fits, and every real batch is no larger.
+ *
+ * Invariants: tensors are sorted by (element size desc, name asc, strcmp)
+ * and their names are unique; data_offsets tile the data with no holes.
+ * Every size a batch of up to rows_max rows can have was proven to fit
+ * 2^63 - 1 at init (bound(), with fs/size's checked arithmetic), and its
+ * header to be at most BFS_LAYOUT_MAX_HEADER bytes, so the plain
+ * arithmetic of the functions below cannot wrap. */
 #include "fs/layout.h"
 
 #include <assert.h>
@@ -79,12 +89,24 @@ void bfs_layout_json_str(char *buf, size_t len, size_t *pos, const char *s)
 static int field_cmp(const void *a, const void *b)
 {
 	const struct bfs_layout_field *x = a, *y = b;
-	size_t sx = bfs_dtype_info(x->f->dtype)->size;
-	size_t sy = bfs_dtype_info(y->f->dtype)->size;
+	size_t sx = bfs_dtype_info(x->dtype)->size;
+	size_t sy = bfs_dtype_info(y->dtype)->size;
 
 	if (sx != sy)
 		return sx > sy ? -1 : 1;
-	return strcmp(x->f->name, y->f->name);
+	return strcmp(x->name, y->name);
+}
+
+/* Whether a tensor in 'role' holds rows of its field (not lengths or
+ * offsets). */
+static bool role_rows(enum bfs_layout_role role)
+{
+	return role != BFS_LAYOUT_LENGTHS && role != BFS_LAYOUT_OFFSETS;
+}
+
+static bool holds_rows(const struct bfs_layout_field *lf)
+{
+	return role_rows(lf->role);
 }
 
 const struct bfs_layout_field *bfs_layout_largest(const struct bfs_layout *l)
@@ -92,7 +114,8 @@ const struct bfs_layout_field *bfs_layout_largest(const struct bfs_layout *l)
 	const struct bfs_layout_field *big = NULL;
 
 	for (size_t i = 0; i < l->nfields; i++)
-		if (!big || l->fields[i].f->row_bytes > big->f->row_bytes)
+		if (holds_rows(&l->fields[i]) &&
+		    (!big || l->fields[i].f->row_bytes > big->f->row_bytes))
 			big = &l->fields[i];
 	return big;
 }
@@ -105,63 +128,148 @@ static uint64_t align_data(size_t json)
 	return (n + BFS_LAYOUT_ALIGN - 1) / BFS_LAYOUT_ALIGN * BFS_LAYOUT_ALIGN;
 }
 
-/* The header shape [rows_max, *shape] of field f must be one a
- * safetensors reader accepts (fs/safetensors' running-product rule; it
- * then holds for fewer rows too). */
-static int header_shape_ok(const struct bfs_layout *l,
-			   const struct bfs_field *f, struct bfs_error *err)
+/* Entry lf's leading dims for geometry d, into lead[]; returns how many.
+ * The field's per-row shape follows them when holds_rows(lf). */
+static int lead_dims(const struct bfs_layout_field *lf,
+		     const struct bfs_layout_dims *d, uint64_t lead[2])
 {
-	uint64_t dims[BFS_MAX_DIMS + 1], bytes;
-	int64_t shown[BFS_MAX_DIMS + 1];
-	size_t es = bfs_dtype_info(f->dtype)->size;
+	lead[0] = d->rows;
+	switch (lf->role) {
+	case BFS_LAYOUT_PADDED:
+		lead[1] = d->ext[lf->slot];
+		return 2;
+	case BFS_LAYOUT_PACKED:
+		lead[0] = d->ext[lf->slot];
+		return 1;
+	case BFS_LAYOUT_OFFSETS:
+		lead[0] = d->rows + 1;
+		return 1;
+	default:
+		return 1;
+	}
+}
+
+/* Bytes per unit of the leading dims. */
+static uint64_t unit_bytes(const struct bfs_layout_field *lf)
+{
+	return holds_rows(lf) ? lf->f->row_bytes : 8;
+}
+
+/* Entry lf's bytes for geometry d (proven to fit: plain arithmetic). */
+static uint64_t entry_bytes(const struct bfs_layout_field *lf,
+			    const struct bfs_layout_dims *d)
+{
+	uint64_t lead[2], n = unit_bytes(lf);
+	int nl = lead_dims(lf, d, lead);
+
+	for (int i = 0; i < nl; i++)
+		n *= lead[i];
+	return n;
+}
+
+/* The same with checked arithmetic: 0 or -EOVERFLOW. */
+static int entry_bytes_checked(const struct bfs_layout_field *lf,
+			       const struct bfs_layout_dims *d, uint64_t *out)
+{
+	uint64_t lead[2];
+	int nl = lead_dims(lf, d, lead);
+
+	*out = unit_bytes(lf);
+	for (int i = 0; i < nl; i++)
+		if (bfs_size_mul(*out, lead[i], out))
+			return -EOVERFLOW;
+	return 0;
+}
+
+/* The header shape of entry lf at geometry d must be one a safetensors
+ * reader accepts (fs/safetensors' running-product rule; it then holds for
+ * smaller batches too). */
+static int header_shape_ok(const struct bfs_layout *l,
+			   const struct bfs_layout_field *lf,
+			   const struct bfs_layout_dims *d,
+			   struct bfs_error *err)
+{
+	uint64_t dims[BFS_MAX_DIMS + 2], bytes;
+	int64_t shown[BFS_MAX_DIMS + 2];
+	size_t es = bfs_dtype_info(lf->dtype)->size;
+	int nl = lead_dims(lf, d, dims), nd = nl;
 	char text[160];
 
-	dims[0] = l->rows_max;
-	for (int d = 0; d < f->ndim; d++)
-		dims[d + 1] = (uint64_t)f->shape[d];
-	if (!bfs_st_shape_bytes(dims, (uint32_t)f->ndim + 1, (uint32_t)es,
-				&bytes))
+	for (int i = 0; holds_rows(lf) && i < lf->f->ndim; i++)
+		dims[nd++] = (uint64_t)lf->f->shape[i];
+	if (!bfs_st_shape_bytes(dims, (uint32_t)nd, (uint32_t)es, &bytes))
 		return 0;
-	for (int d = 0; d <= f->ndim; d++)
-		shown[d] = (int64_t)dims[d];
+	for (int i = 0; i < nd; i++)
+		shown[i] = (int64_t)dims[i];
 	return bfs_error_set(
 	    err, -EFBIG, l->source, BFS_NO_OFFSET,
 	    "field '%s': a batch of shape %s x %zu bytes overflows 2^63-1 "
 	    "in its running product (a zero size comes too late): "
 	    "safetensors readers refuse such a header",
-	    f->name, bfs_size_shape_str(text, sizeof(text), shown, f->ndim + 1),
-	    es);
+	    lf->name, bfs_size_shape_str(text, sizeof(text), shown, nd), es);
+}
+
+/* The largest extent of ragged field r in a batch of rows_max rows. */
+static int ragged_max(const struct bfs_layout *l, struct bfs_layout_ragged *r,
+		      struct bfs_error *err)
+{
+	uint64_t len = r->f->max_len, m = r->multiple;
+	int rc;
+
+	if (r->mode == BFS_RAGGED_PACK)
+		rc = bfs_size_mul(l->rows_max, len, &r->ext_max);
+	else
+		rc = bfs_size_add(len, len % m ? m - len % m : 0, &r->ext_max);
+	if (!rc)
+		return 0;
+	return bfs_error_set(err, -EFBIG, l->source, BFS_NO_OFFSET,
+			     "ragged field '%s': %" PRIu64
+			     " samples of %" PRIu64
+			     " rows make more than 2^63-1 rows",
+			     r->f->name, l->rows_max, len);
 }
 
 /* Prove that batches of up to l->rows_max rows have sizes that fit (see
  * bfs_layout_init_fields). The JSON is longest for the most digits: the
- * largest rows and epoch and batch numbers of 20 digits. */
+ * largest rows and extents, epoch and batch numbers of 20 digits. */
 static int bound(struct bfs_layout *l, struct bfs_error *err)
 {
 	const struct bfs_layout_field *big = bfs_layout_largest(l);
-	uint64_t data, json;
+	struct bfs_layout_dims d = {.rows = l->rows_max};
+	uint64_t data = 0, bytes, json;
 	int rc;
 
 	for (size_t i = 0; i < l->nfields; i++)
-		if (bfs_size_add(l->row_bytes, l->fields[i].f->row_bytes,
+		if (l->fields[i].role == BFS_LAYOUT_ROWS &&
+		    bfs_size_add(l->row_bytes, l->fields[i].f->row_bytes,
 				 &l->row_bytes))
 			return bfs_error_set(
 			    err, -EFBIG, l->source, BFS_NO_OFFSET,
 			    "the fields' bytes per sample add up to more "
 			    "than 2^63-1 (at field '%s')",
 			    l->fields[i].f->name);
-	if (bfs_size_mul(l->rows_max, l->row_bytes, &data))
-		return bfs_error_set(
-		    err, -EFBIG, l->source, BFS_NO_OFFSET,
-		    "a batch of %" PRIu64 " samples of %" PRIu64 " bytes "
-		    "(field '%s': %" PRIu64 ") is more than 2^63-1 bytes",
-		    l->rows_max, l->row_bytes, big->f->name, big->f->row_bytes);
+	for (size_t r = 0; r < l->nragged; r++) {
+		rc = ragged_max(l, &l->ragged[r], err);
+		if (rc)
+			return rc;
+		d.ext[r] = l->ragged[r].ext_max;
+	}
+	for (size_t i = 0; i < l->nfields; i++)
+		if (entry_bytes_checked(&l->fields[i], &d, &bytes) ||
+		    bfs_size_add(data, bytes, &data))
+			return bfs_error_set(
+			    err, -EFBIG, l->source, BFS_NO_OFFSET,
+			    "a batch of %" PRIu64 " samples of %" PRIu64
+			    " bytes (field '%s': %" PRIu64 ") is more than "
+			    "2^63-1 bytes",
+			    l->rows_max, l->row_bytes, l->fields[i].name,
+			    big ? big->f->row_bytes : 0);
 	for (size_t i = 0; i < l->nfields; i++) {
-		rc = header_shape_ok(l, l->fields[i].f, err);
+		rc = header_shape_ok(l, &l->fields[i], &d, err);
 		if (rc)
 			return rc;
 	}
-	json = bfs_layout_json(l, UINT64_MAX, UINT64_MAX, l->rows_max, NULL, 0);
+	json = bfs_layout_json_dims(l, UINT64_MAX, UINT64_MAX, &d, NULL, 0);
 	if (json + 8 > BFS_LAYOUT_MAX_HEADER)
 		return bfs_error_set(
 		    err, -EFBIG, l->source, BFS_NO_OFFSET,
@@ -174,6 +282,75 @@ static int bound(struct bfs_layout *l, struct bfs_error *err)
 				     " samples is more than 2^63-1 bytes",
 				     l->rows_max);
 	return 0;
+}
+
+/* Entry i: dataset field f (index ds_index), served in 'role'. */
+static int add_entry(struct bfs_layout *l, const struct bfs_field *f,
+		     size_t ds_index, enum bfs_layout_role role, size_t slot,
+		     const char *name, struct bfs_error *err)
+{
+	struct bfs_layout_field *lf = &l->fields[l->nfields];
+	enum bfs_dtype dt = role_rows(role) ? f->dtype : BFS_DT_INT64;
+	const struct bfs_dtype_info *d = bfs_dtype_info(dt);
+
+	if (!d || !d->st_name)
+		return bfs_error_set(
+		    err, -ENOTSUP, l->source, BFS_NO_OFFSET,
+		    "field '%s' is %s, which has no safetensors "
+		    "dtype code: batchfs cannot serve it (convert "
+		    "it, e.g. complex128 -> complex64 or a real view)",
+		    f->name, d ? d->torch_name : "invalid");
+	lf->f = f;
+	lf->ds_index = ds_index;
+	lf->st_dtype = d->st_name;
+	lf->name = name;
+	lf->dtype = dt;
+	lf->role = role;
+	lf->slot = slot;
+	l->nfields++;
+	return 0;
+}
+
+static int by_name_ptr(const void *a, const void *b)
+{
+	return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* Sort the entries into file order; their names must be unique. */
+static int order_entries(struct bfs_layout *l, struct bfs_error *err)
+{
+	const char **names =
+	    malloc((l->nfields ? l->nfields : 1) * sizeof(*names));
+	int rc = 0;
+
+	if (!names)
+		return -ENOMEM;
+	qsort(l->fields, l->nfields, sizeof(*l->fields), field_cmp);
+	for (size_t i = 0; i < l->nfields; i++)
+		names[i] = l->fields[i].name;
+	qsort(names, l->nfields, sizeof(*names), by_name_ptr);
+	for (size_t i = 1; i < l->nfields && !rc; i++)
+		if (!strcmp(names[i - 1], names[i]))
+			rc = bfs_error_set(
+			    err, -EINVAL, l->source, BFS_NO_OFFSET,
+			    "the batch file would have two tensors named "
+			    "'%s' (a ragged field adds NAME.lengths or "
+			    "NAME.offsets): rename the field",
+			    names[i]);
+	free(names);
+	return rc;
+}
+
+/* The end of both inits: file order and the proof, or the cleanup. */
+static int finish_init(struct bfs_layout *l, int rc, struct bfs_error *err)
+{
+	if (!rc)
+		rc = order_entries(l, err);
+	if (!rc)
+		rc = bound(l, err);
+	if (rc)
+		bfs_layout_fini(l);
+	return rc;
 }
 
 int bfs_layout_init_fields(struct bfs_layout *l,
@@ -189,51 +366,136 @@ int bfs_layout_init_fields(struct bfs_layout *l,
 	l->fields = calloc(n ? n : 1, sizeof(*l->fields));
 	if (!l->fields)
 		return -ENOMEM;
-	for (size_t i = 0; i < n; i++) {
-		const struct bfs_dtype_info *d =
-		    bfs_dtype_info(fields[i]->dtype);
+	for (size_t i = 0; i < n && !rc; i++)
+		rc =
+		    fields[i]->ragged
+			? bfs_error_set(err, -ENOTSUP, l->source, BFS_NO_OFFSET,
+					"field '%s' is ragged: it needs "
+					"bfs_layout_init_ragged",
+					fields[i]->name)
+			: add_entry(l, fields[i], i, BFS_LAYOUT_ROWS, 0,
+				    fields[i]->name, err);
+	return finish_init(l, rc, err);
+}
 
-		if (!d || !d->st_name) {
-			rc = bfs_error_set(
-			    err, -ENOTSUP, l->source, BFS_NO_OFFSET,
-			    "field '%s' is %s, which has no safetensors "
-			    "dtype code: batchfs cannot serve it (convert "
-			    "it, e.g. complex128 -> complex64 or a real view)",
-			    fields[i]->name, d ? d->torch_name : "invalid");
-			goto err_free;
-		}
-		l->fields[i].f = fields[i];
-		l->fields[i].ds_index = i;
-		l->fields[i].st_dtype = d->st_name;
+/* The option for ragged field f among opts (NULL: none). Options naming
+ * no ragged field, or one field twice, are refused. */
+static int find_opts(const struct bfs_layout *l, const struct bfs_dataset *ds,
+		     const struct bfs_ragged_opt *opts, size_t nopts,
+		     struct bfs_error *err)
+{
+	for (size_t i = 0; i < nopts; i++) {
+		const struct bfs_field *f = NULL;
+
+		for (size_t k = 0; k < bfs_dataset_nfields(ds) && !f; k++)
+			if (!strcmp(bfs_dataset_field(ds, k)->name,
+				    opts[i].name))
+				f = bfs_dataset_field(ds, k);
+		if (!f || !f->ragged)
+			return bfs_error_set(
+			    err, -EINVAL, l->source, BFS_NO_OFFSET,
+			    "--%s %s: the dataset has no ragged field '%s' "
+			    "(a pair '%s.values' + '%s.offsets')",
+			    opts[i].mode == BFS_RAGGED_PAD ? "pad" : "pack",
+			    opts[i].name, opts[i].name, opts[i].name,
+			    opts[i].name);
+		for (size_t j = 0; j < i; j++)
+			if (!strcmp(opts[j].name, opts[i].name))
+				return bfs_error_set(
+				    err, -EINVAL, l->source, BFS_NO_OFFSET,
+				    "ragged field '%s' is named by two "
+				    "--pad/--pack options",
+				    opts[i].name);
 	}
-	l->nfields = n;
-	qsort(l->fields, n, sizeof(*l->fields), field_cmp);
-	rc = bound(l, err);
-	if (rc)
-		goto err_free;
 	return 0;
-err_free:
-	bfs_layout_fini(l);
+}
+
+/* Ragged field f (dataset index i) as its option says. */
+static int add_ragged(struct bfs_layout *l, const struct bfs_field *f, size_t i,
+		      const struct bfs_ragged_opt *opts, size_t nopts,
+		      char **names, struct bfs_error *err)
+{
+	struct bfs_layout_ragged *r = &l->ragged[l->nragged];
+	const struct bfs_ragged_opt *o = NULL;
+	char why[160], *extra = *names;
+	int rc;
+
+	for (size_t k = 0; k < nopts && !o; k++)
+		if (!strcmp(opts[k].name, f->name))
+			o = &opts[k];
+	r->f = f;
+	r->ds_index = i;
+	r->mode = o ? o->mode : BFS_RAGGED_PAD;
+	r->multiple = o && o->multiple ? o->multiple : 1;
+	snprintf(r->value, sizeof(r->value), "%s",
+		 o && o->value ? o->value : "0");
+	if (bfs_ragged_pad_bytes(f->dtype, o ? o->value : NULL, r->pad, why,
+				 sizeof(why)))
+		return bfs_error_set(err, -EINVAL, l->source, BFS_NO_OFFSET,
+				     "--pad %s: %s", f->name, why);
+	rc = add_entry(l, f, i,
+		       r->mode == BFS_RAGGED_PAD ? BFS_LAYOUT_PADDED
+						 : BFS_LAYOUT_PACKED,
+		       l->nragged, f->name, err);
+	*names += sprintf(extra, "%s.%s", f->name,
+			  r->mode == BFS_RAGGED_PAD ? "lengths" : "offsets") +
+		  1;
+	if (!rc)
+		rc = add_entry(l, f, i,
+			       r->mode == BFS_RAGGED_PAD ? BFS_LAYOUT_LENGTHS
+							 : BFS_LAYOUT_OFFSETS,
+			       l->nragged, extra, err);
+	l->nragged++;
 	return rc;
+}
+
+int bfs_layout_init_ragged(struct bfs_layout *l, const struct bfs_dataset *ds,
+			   uint64_t rows_max, const struct bfs_ragged_opt *opts,
+			   size_t nopts, struct bfs_error *err)
+{
+	size_t n = bfs_dataset_nfields(ds), nr = 0, chars = 1;
+	struct bfs_shard_info sh = {0};
+	char *names;
+	int rc = 0;
+
+	memset(l, 0, sizeof(*l));
+	if (bfs_dataset_nshards(ds))
+		bfs_dataset_shard(ds, 0, &sh);
+	l->source = sh.path ? sh.path : "(dataset)";
+	l->rows_max = rows_max;
+	l->ds = ds;
+	for (size_t i = 0; i < n; i++)
+		if (bfs_dataset_field(ds, i)->ragged) {
+			nr++;
+			chars += strlen(bfs_dataset_field(ds, i)->name) + 9;
+		}
+	if (nr > BFS_LAYOUT_MAX_RAGGED)
+		return bfs_error_set(err, -E2BIG, l->source, BFS_NO_OFFSET,
+				     "%zu ragged fields: batchfs serves at "
+				     "most %d",
+				     nr, BFS_LAYOUT_MAX_RAGGED);
+	l->fields = calloc(n + nr + 1, sizeof(*l->fields));
+	l->ragged = calloc(nr + 1, sizeof(*l->ragged));
+	l->names_ = names = calloc(chars, 1);
+	if (!l->fields || !l->ragged || !names) {
+		bfs_layout_fini(l);
+		return -ENOMEM;
+	}
+	rc = find_opts(l, ds, opts, nopts, err);
+	for (size_t i = 0; i < n && !rc; i++) {
+		const struct bfs_field *f = bfs_dataset_field(ds, i);
+
+		rc = f->ragged
+			 ? add_ragged(l, f, i, opts, nopts, &names, err)
+			 : add_entry(l, f, i, BFS_LAYOUT_ROWS, 0, f->name, err);
+	}
+	return finish_init(l, rc, err);
 }
 
 int bfs_layout_init(struct bfs_layout *l, const struct bfs_dataset *ds,
 		    uint64_t rows_max, struct bfs_error *err)
 {
-	size_t n = bfs_dataset_nfields(ds);
-	const struct bfs_field **f = calloc(n ? n : 1, sizeof(*f));
-	struct bfs_shard_info sh = {0};
-	int rc;
-
-	if (!f)
-		return -ENOMEM;
-	for (size_t i = 0; i < n; i++)
-		f[i] = bfs_dataset_field(ds, i);
-	if (bfs_dataset_nshards(ds))
-		bfs_dataset_shard(ds, 0, &sh);
-	rc = bfs_layout_init_fields(l, f, n, rows_max, sh.path, err);
-	free(f);
-	return rc;
+	return bfs_layout_init_ragged(l, ds, rows_max, NULL, 0, err);
 }
 
 void bfs_layout_fini(struct bfs_layout *l)
@@ -241,11 +503,103 @@ void bfs_layout_fini(struct bfs_layout *l)
 	if (!l)
 		return;
 	free(l->fields);
+	free(l->ragged);
+	free(l->names_);
 	memset(l, 0, sizeof(*l));
 }
 
-size_t bfs_layout_json(const struct bfs_layout *l, uint64_t e, uint64_t k,
-		       uint64_t rows, char *buf, size_t len)
+/* ---- one batch -------------------------------------------------------- */
+
+/* The extent of ragged field r over the spans of a batch: the longest
+ * rounded up to the multiple (pad), or the sum (pack). Each len is at
+ * most max_len (bfs_dataset_spans checks it): within ext_max. */
+static uint64_t extent(const struct bfs_layout_ragged *r,
+		       const struct bfs_span *sp, uint64_t rows)
+{
+	uint64_t x = 0;
+
+	for (uint64_t i = 0; i < rows; i++)
+		if (r->mode == BFS_RAGGED_PACK)
+			x += sp[i].len;
+		else if (sp[i].len > x)
+			x = sp[i].len;
+	if (r->mode == BFS_RAGGED_PAD && x % r->multiple)
+		x += r->multiple - x % r->multiple;
+	return x;
+}
+
+/* Spans of every ragged field of the batch (spans[slot * rows + i]) and
+ * its extents into d. 0 or -errno. */
+static int read_spans(const struct bfs_layout *l, const struct bfs_dataset *ds,
+		      const uint64_t *idx, uint64_t rows, struct bfs_span *sp,
+		      size_t nslots, struct bfs_layout_dims *d)
+{
+	int rc = 0;
+
+	for (size_t r = 0; r < l->nragged && !rc; r++) {
+		struct bfs_span *s = sp + (nslots > 1 ? r * rows : 0);
+
+		rc = bfs_dataset_spans(ds, l->ragged[r].ds_index, idx,
+				       (size_t)rows, s);
+		if (!rc)
+			d->ext[r] = extent(&l->ragged[r], s, rows);
+	}
+	return rc;
+}
+
+int bfs_layout_measure(const struct bfs_layout *l, const uint64_t *idx,
+		       uint64_t rows, struct bfs_layout_dims *d)
+{
+	struct bfs_span *sp;
+	int rc;
+
+	memset(d, 0, sizeof(*d));
+	d->rows = rows;
+	if (!l->nragged)
+		return 0;
+	assert(rows <= l->rows_max); /* a caller's bug: sizes unproven */
+	sp = malloc((rows ? rows : 1) * sizeof(*sp));
+	if (!sp)
+		return -ENOMEM;
+	rc = read_spans(l, l->ds, idx, rows, sp, 1, d);
+	free(sp);
+	return rc;
+}
+
+int bfs_layout_batch_dims(const struct bfs_layout *l, struct bfs_order *o,
+			  uint64_t e, uint64_t k, struct bfs_layout_dims *d)
+{
+	uint64_t rows = bfs_order_batch_rows(o, k), *idx;
+	int rc;
+
+	memset(d, 0, sizeof(*d));
+	d->rows = rows;
+	if (!l->nragged)
+		return 0;
+	idx = malloc((rows ? rows : 1) * sizeof(*idx));
+	if (!idx)
+		return -ENOMEM;
+	rc = bfs_order_batch(o, e, k, idx);
+	if (!rc)
+		rc = bfs_layout_measure(l, idx, rows, d);
+	free(idx);
+	return rc;
+}
+
+int bfs_layout_file_size(const struct bfs_layout *l, struct bfs_order *o,
+			 uint64_t e, uint64_t k, uint64_t *size)
+{
+	struct bfs_layout_dims d;
+	int rc = bfs_layout_batch_dims(l, o, e, k, &d);
+
+	if (!rc)
+		*size = bfs_layout_size_dims(l, e, k, &d);
+	return rc;
+}
+
+size_t bfs_layout_json_dims(const struct bfs_layout *l, uint64_t e, uint64_t k,
+			    const struct bfs_layout_dims *d, char *buf,
+			    size_t len)
 {
 	size_t pos = 0;
 	uint64_t off = 0;
@@ -258,16 +612,20 @@ size_t bfs_layout_json(const struct bfs_layout *l, uint64_t e, uint64_t k,
 			  (unsigned long long)e, (unsigned long long)k);
 	for (size_t i = 0; i < l->nfields; i++) {
 		const struct bfs_layout_field *lf = &l->fields[i];
-		uint64_t bytes = rows * lf->f->row_bytes;
+		uint64_t bytes = entry_bytes(lf, d), lead[2];
+		int nl = lead_dims(lf, d, lead);
 
 		put_char(buf, len, &pos, ',');
-		bfs_layout_json_str(buf, len, &pos, lf->f->name);
+		bfs_layout_json_str(buf, len, &pos, lf->name);
 		bfs_layout_append(buf, len, &pos,
 				  ":{\"dtype\":\"%s\",\"shape\":[%llu",
-				  lf->st_dtype, (unsigned long long)rows);
-		for (int d = 0; d < lf->f->ndim; d++)
+				  lf->st_dtype, (unsigned long long)lead[0]);
+		if (nl > 1)
+			bfs_layout_append(buf, len, &pos, ",%llu",
+					  (unsigned long long)lead[1]);
+		for (int dd = 0; holds_rows(lf) && dd < lf->f->ndim; dd++)
 			bfs_layout_append(buf, len, &pos, ",%lld",
-					  (long long)lf->f->shape[d]);
+					  (long long)lf->f->shape[dd]);
 		bfs_layout_append(
 		    buf, len, &pos, "],\"data_offsets\":[%llu,%llu]}",
 		    (unsigned long long)off, (unsigned long long)(off + bytes));
@@ -277,52 +635,129 @@ size_t bfs_layout_json(const struct bfs_layout *l, uint64_t e, uint64_t k,
 	return pos;
 }
 
-uint64_t bfs_layout_data_offset(const struct bfs_layout *l, uint64_t e,
-				uint64_t k, uint64_t rows)
+uint64_t bfs_layout_data_offset_dims(const struct bfs_layout *l, uint64_t e,
+				     uint64_t k,
+				     const struct bfs_layout_dims *d)
 {
-	return align_data(bfs_layout_json(l, e, k, rows, NULL, 0));
+	return align_data(bfs_layout_json_dims(l, e, k, d, NULL, 0));
 }
 
-uint64_t bfs_layout_file_size(const struct bfs_layout *l, uint64_t e,
-			      uint64_t k, uint64_t rows)
+uint64_t bfs_layout_size_dims(const struct bfs_layout *l, uint64_t e,
+			      uint64_t k, const struct bfs_layout_dims *d)
 {
-	assert(rows <= l->rows_max); /* a caller's bug: sizes unproven */
-	return bfs_layout_data_offset(l, e, k, rows) + rows * l->row_bytes;
+	uint64_t n = bfs_layout_data_offset_dims(l, e, k, d);
+
+	assert(d->rows <= l->rows_max); /* a caller's bug: sizes unproven */
+	for (size_t i = 0; i < l->nfields; i++)
+		n += entry_bytes(&l->fields[i], d);
+	return n;
 }
 
-uint64_t bfs_layout_header(const struct bfs_layout *l, uint64_t e, uint64_t k,
-			   uint64_t rows, void *dst)
+uint64_t bfs_layout_header_dims(const struct bfs_layout *l, uint64_t e,
+				uint64_t k, const struct bfs_layout_dims *d,
+				void *dst)
 {
 	unsigned char *p = dst;
-	size_t json = bfs_layout_json(l, e, k, rows, NULL, 0);
+	size_t json = bfs_layout_json_dims(l, e, k, d, NULL, 0);
 	uint64_t data = align_data(json), n = data - 8;
 
 	for (int i = 0; i < 8; i++)
 		p[i] = (unsigned char)(n >> (8 * i));
 	/* Render all but the closing '}' (the NUL takes its place), then
 	 * the '}': nothing lands past the header, which may end the file. */
-	bfs_layout_json(l, e, k, rows, (char *)p + 8, json);
+	bfs_layout_json_dims(l, e, k, d, (char *)p + 8, json);
 	p[8 + json - 1] = '}';
 	memset(p + 8 + json, ' ', n - json);
 	return data;
 }
 
+static uint8_t *put_le64(uint8_t *p, uint64_t v)
+{
+	for (int b = 0; b < 8; b++)
+		*p++ = (uint8_t)(v >> (8 * b));
+	return p;
+}
+
+/* NAME.lengths (offsets 0) or NAME.offsets (1) of spans sp into p. */
+static void put_counts(uint8_t *p, const struct bfs_span *sp, uint64_t rows,
+		       int offsets)
+{
+	uint64_t at = 0;
+
+	if (offsets)
+		p = put_le64(p, 0);
+	for (uint64_t i = 0; i < rows; i++) {
+		at += sp[i].len;
+		p = put_le64(p, offsets ? at : sp[i].len);
+	}
+}
+
+/* Entry lf of the batch into p. */
+static int fill_entry(const struct bfs_layout *l, const struct bfs_dataset *ds,
+		      const struct bfs_layout_field *lf, const uint64_t *idx,
+		      const struct bfs_layout_dims *d,
+		      const struct bfs_span *sp, uint8_t *p)
+{
+	const struct bfs_span *s;
+
+	if (lf->role == BFS_LAYOUT_ROWS)
+		return lf->f->row_bytes && d->rows
+			   ? bfs_dataset_gather(ds, lf->ds_index, idx,
+						(size_t)d->rows, p)
+			   : 0;
+	s = sp + lf->slot * d->rows;
+	switch (lf->role) {
+	case BFS_LAYOUT_ROWS:
+		break;
+	case BFS_LAYOUT_PADDED:
+	case BFS_LAYOUT_PACKED:
+		return bfs_dataset_gather_spans(
+		    ds, lf->ds_index, idx, s, (size_t)d->rows,
+		    lf->role == BFS_LAYOUT_PADDED ? d->ext[lf->slot] : 0,
+		    l->ragged[lf->slot].pad, p);
+	case BFS_LAYOUT_LENGTHS:
+	case BFS_LAYOUT_OFFSETS:
+		put_counts(p, s, d->rows, lf->role == BFS_LAYOUT_OFFSETS);
+		return 0;
+	}
+	return -EINVAL;
+}
+
 int bfs_layout_fill(const struct bfs_layout *l, const struct bfs_dataset *ds,
 		    uint64_t e, uint64_t k, const uint64_t *idx, uint64_t rows,
-		    void *dst)
+		    uint64_t size, void *dst)
 {
+	struct bfs_layout_dims d = {.rows = rows};
+	struct bfs_span *sp = NULL;
 	unsigned char *p = dst;
+	uint64_t n;
 	int rc = 0;
 
-	p += bfs_layout_header(l, e, k, rows, p);
-	for (size_t i = 0; i < l->nfields && rc == 0; i++) {
-		const struct bfs_layout_field *lf = &l->fields[i];
-
-		if (lf->f->row_bytes && rows)
-			rc = bfs_dataset_gather(ds, lf->ds_index, idx,
-						(size_t)rows, p);
-		p += rows * lf->f->row_bytes;
+	assert(rows <= l->rows_max); /* a caller's bug: sizes unproven */
+	if (l->nragged) {
+		if (bfs_size_mul(rows ? rows : 1, l->nragged * sizeof(*sp), &n))
+			return -ENOMEM;
+		sp = malloc((size_t)n);
+		if (!sp)
+			return -ENOMEM;
+		rc = read_spans(l, ds, idx, rows, sp, l->nragged, &d);
 	}
+	if (!rc && bfs_layout_size_dims(l, e, k, &d) != size) {
+		bfs_log(BFS_LOG_ERR, "layout",
+			"%s: epoch %llu batch %llu now measures %llu bytes, "
+			"not %llu: its ragged offsets changed under us",
+			l->source, (unsigned long long)e, (unsigned long long)k,
+			(unsigned long long)bfs_layout_size_dims(l, e, k, &d),
+			(unsigned long long)size);
+		rc = -EIO;
+	}
+	if (!rc)
+		p += bfs_layout_header_dims(l, e, k, &d, p);
+	for (size_t i = 0; i < l->nfields && rc == 0; i++) {
+		rc = fill_entry(l, ds, &l->fields[i], idx, &d, sp, p);
+		p += entry_bytes(&l->fields[i], &d);
+	}
+	free(sp);
 	return rc;
 }
 
@@ -330,6 +765,8 @@ uint64_t bfs_layout_mean_slice(const struct bfs_layout *l)
 {
 	size_t used = 0;
 
+	if (l->nragged) /* ragged batches are always gathered */
+		return 0;
 	for (size_t i = 0; i < l->nfields; i++)
 		used += l->fields[i].f->row_bytes != 0;
 	return used ? l->row_bytes / used : 0;
@@ -398,11 +835,16 @@ int bfs_layout_pwrite(const struct bfs_layout *l, const struct bfs_dataset *ds,
 		      uint64_t e, uint64_t k, const uint64_t *idx,
 		      uint64_t rows, int fd)
 {
-	uint64_t data = bfs_layout_data_offset(l, e, k, rows);
-	struct writer *w = malloc(sizeof(*w));
-	void *head = malloc((size_t)data);
+	uint64_t data;
+	struct writer *w;
+	void *head;
 	int rc = 0;
 
+	if (l->nragged) /* rows not stored as served: gathered */
+		return -ENOTSUP;
+	data = bfs_layout_data_offset(l, e, k, rows);
+	w = malloc(sizeof(*w));
+	head = malloc((size_t)data);
 	if (!w || !head) {
 		rc = -ENOMEM;
 		goto out;

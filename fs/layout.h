@@ -2,26 +2,68 @@
  *
  * A batch file is a safetensors file: u64 LE header length N, N bytes of
  * JSON padded with spaces so the data starts at a multiple of 4096 (4096
- * unless the JSON is bigger), then each field's [rows, *shape] C-order
- * little-endian bytes with no holes. Fields are ordered by descending
- * element size, ties by name, so each stays naturally aligned.
+ * unless the JSON is bigger), then each tensor's C-order little-endian
+ * bytes with no holes. Tensors are ordered by descending element size,
+ * ties by name, so each stays naturally aligned.
  *
- * Every size here is arithmetic: nothing is gathered to know a file's size. */
+ * A fixed field is one tensor [rows, *shape]. A ragged field (fs/ragged.h)
+ * is two: padded, NAME [rows, L, *row] and NAME.lengths [rows]; packed,
+ * NAME [T, *row] and NAME.offsets [rows + 1]. L and T are the batch's
+ * extents (struct bfs_layout_dims), measured from its samples' offsets in
+ * O(rows); everything else is arithmetic: nothing is gathered to know a
+ * file's size, and every size a batch can have is proven to fit at init. */
 #ifndef BFS_LAYOUT_H
 #define BFS_LAYOUT_H
 
+#include <assert.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "fs/dataset.h"
 #include "fs/error.h"
+#include "fs/order.h"
+#include "fs/ragged.h"
 
 #define BFS_LAYOUT_ALIGN 4096u
+
+/* Most ragged fields a dataset may have. */
+#define BFS_LAYOUT_MAX_RAGGED 64
+
+/* What a tensor of the batch file holds. */
+enum bfs_layout_role {
+	BFS_LAYOUT_ROWS,    /* a fixed field: [rows, *shape] */
+	BFS_LAYOUT_PADDED,  /* a ragged field, --pad: [rows, L, *shape] */
+	BFS_LAYOUT_PACKED,  /* a ragged field, --pack: [T, *shape] */
+	BFS_LAYOUT_LENGTHS, /* int64 [rows]: its samples' lengths (pad) */
+	BFS_LAYOUT_OFFSETS, /* int64 [rows + 1]: where they start (pack) */
+};
 
 struct bfs_layout_field {
 	const struct bfs_field *f; /* borrowed from the dataset */
 	size_t ds_index;	   /* index for bfs_dataset_gather */
 	const char *st_dtype;	   /* safetensors dtype code */
+	const char *name;	   /* in the batch file */
+	enum bfs_dtype dtype;	   /* of this tensor */
+	enum bfs_layout_role role;
+	size_t slot; /* ragged roles: index in ragged[] and dims.ext[] */
+};
+
+/* How one ragged field is served. */
+struct bfs_layout_ragged {
+	const struct bfs_field *f;
+	size_t ds_index;
+	enum bfs_ragged_mode mode;
+	uint64_t multiple;		 /* pad: L is a multiple of it */
+	uint8_t pad[BFS_RAGGED_PAD_MAX]; /* pad: the element */
+	char value[48];			 /* pad: VALUE as given ("0") */
+	uint64_t ext_max;		 /* the largest L (pad) or T (pack) */
+};
+
+/* A batch's geometry: its rows and, per ragged field (slot), its padded
+ * length L (pad) or its total rows T (pack). */
+struct bfs_layout_dims {
+	uint64_t rows;
+	uint64_t ext[BFS_LAYOUT_MAX_RAGGED];
 };
 
 /* The most bytes of JSON header a batch file may have: a dataset whose
@@ -30,28 +72,44 @@ struct bfs_layout_field {
 #define BFS_LAYOUT_MAX_HEADER (1u << 20)
 
 struct bfs_layout {
-	size_t nfields;
+	size_t nfields;			 /* tensors in the batch file */
 	struct bfs_layout_field *fields; /* file order */
-	uint64_t row_bytes;		 /* sum of the fields' row_bytes */
+	uint64_t row_bytes;		 /* per sample, of the fixed fields */
 	uint64_t rows_max;		 /* the most rows a batch may have */
-	uint64_t max_file_size;		 /* a batch file of rows_max rows */
+	uint64_t max_file_size;		 /* the largest batch file */
 	const char *source;		 /* named in refusals (borrowed) */
+	const struct bfs_dataset *ds;	 /* ragged extents; may be NULL */
+	size_t nragged;
+	struct bfs_layout_ragged *ragged; /* [nragged] */
+	char *names_;			  /* private: "NAME.lengths" ... */
 };
 
-/* Lay out 'n' fields (fields[i] is dataset field i) for batches of at most
- * 'rows_max' rows, and prove every size of such a batch file fits: each
- * field's and the whole data's bytes, a header of at most
+/* Lay out 'n' fixed fields (fields[i] is dataset field i) for batches of
+ * at most 'rows_max' rows, and prove every size of such a batch file fits:
+ * each tensor's and the whole data's bytes, a header of at most
  * BFS_LAYOUT_MAX_HEADER bytes (for any epoch and batch number), the file
  * size within 2^63 - 1. Refusals name 'source' (the archive) and the
  * field: -ENOTSUP for a dtype safetensors cannot express (complex32,
- * complex128), -EFBIG for sizes past those limits. Returns 0 or -errno. */
+ * complex128) or a ragged field (it needs bfs_layout_init_ragged),
+ * -EFBIG for sizes past those limits. Returns 0 or -errno. */
 int bfs_layout_init_fields(struct bfs_layout *l,
 			   const struct bfs_field *const *fields, size_t n,
 			   uint64_t rows_max, const char *source,
 			   struct bfs_error *err);
 
-/* bfs_layout_init_fields over every field of 'ds' (source: its first
- * archive). */
+/* Every field of 'ds' (source: its first shard), ragged fields served as
+ * opts[0..nopts) say (one option per field at most; a field without one
+ * is padded with 0). The proof covers the longest sample of every ragged
+ * field in every row (a sampler with replacement may draw it B times).
+ * Also refused: an option naming no ragged field, two options for one
+ * field, a pad value the dtype cannot hold, more than
+ * BFS_LAYOUT_MAX_RAGGED ragged fields, two tensors of one name in the
+ * batch file (a field "x.lengths" beside ragged "x" padded). */
+int bfs_layout_init_ragged(struct bfs_layout *l, const struct bfs_dataset *ds,
+			   uint64_t rows_max, const struct bfs_ragged_opt *opts,
+			   size_t nopts, struct bfs_error *err);
+
+/* bfs_layout_init_ragged with no options. */
 int bfs_layout_init(struct bfs_layout *l, const struct bfs_dataset *ds,
 		    uint64_t rows_max, struct bfs_error *err);
 
@@ -62,46 +120,114 @@ const struct bfs_layout_field *bfs_layout_largest(const struct bfs_layout *l);
 /* Free what init allocated; accepts a zeroed or half-built layout. */
 void bfs_layout_fini(struct bfs_layout *l);
 
-/* The JSON header of batch k of epoch e holding 'rows' samples, unpadded,
- * into buf (NUL-terminated when len > 0). Returns the length snprintf
- * would, so bfs_layout_json(l, e, k, rows, NULL, 0) measures it. */
-size_t bfs_layout_json(const struct bfs_layout *l, uint64_t e, uint64_t k,
-		       uint64_t rows, char *buf, size_t len);
+/* The extents of the batch of samples idx[0..rows) into *d (d->rows too):
+ * O(rows) per ragged field, reading their offsets (bfs_dataset_spans).
+ * Nothing to read without ragged fields. Returns 0, -ENOMEM, -EIO (the
+ * archive faulted or changed under us) or -ERANGE (bad index). */
+int bfs_layout_measure(const struct bfs_layout *l, const uint64_t *idx,
+		       uint64_t rows, struct bfs_layout_dims *d);
+
+/* The geometry of batch k of epoch e in order 'o' (its rows, and its
+ * indices measured when there are ragged fields). 0 or -errno. */
+int bfs_layout_batch_dims(const struct bfs_layout *l, struct bfs_order *o,
+			  uint64_t e, uint64_t k, struct bfs_layout_dims *d);
+
+/* The exact size of batch k of epoch e in order 'o', before anything is
+ * gathered: arithmetic, plus O(rows) offsets per ragged field. What the
+ * pool and the namespace serve as the file's size. 0 or -errno as
+ * bfs_layout_batch_dims. */
+int bfs_layout_file_size(const struct bfs_layout *l, struct bfs_order *o,
+			 uint64_t e, uint64_t k, uint64_t *size);
+
+/* The JSON header of batch k of epoch e of geometry d (d's extents at
+ * most those proven at init), unpadded, into buf (NUL-terminated when
+ * len > 0). Returns the length snprintf would, so
+ * bfs_layout_json_dims(l, e, k, d, NULL, 0) measures it. */
+size_t bfs_layout_json_dims(const struct bfs_layout *l, uint64_t e, uint64_t k,
+			    const struct bfs_layout_dims *d, char *buf,
+			    size_t len);
 
 /* Byte offset of the data = 8 + padded JSON: a multiple of 4096. */
-uint64_t bfs_layout_data_offset(const struct bfs_layout *l, uint64_t e,
-				uint64_t k, uint64_t rows);
+uint64_t bfs_layout_data_offset_dims(const struct bfs_layout *l, uint64_t e,
+				     uint64_t k,
+				     const struct bfs_layout_dims *d);
 
-/* Exact size of the batch file (rows <= rows_max: no overflow). */
-uint64_t bfs_layout_file_size(const struct bfs_layout *l, uint64_t e,
-			      uint64_t k, uint64_t rows);
+/* Exact size of the batch file of geometry d (no overflow: proven). */
+uint64_t bfs_layout_size_dims(const struct bfs_layout *l, uint64_t e,
+			      uint64_t k, const struct bfs_layout_dims *d);
 
-/* Write the batch file's first bfs_layout_data_offset() bytes (length,
- * JSON, space padding) into dst, and nothing past them. Returns that data
- * offset (the JSON is measured once). */
-uint64_t bfs_layout_header(const struct bfs_layout *l, uint64_t e, uint64_t k,
-			   uint64_t rows, void *dst);
+/* Write the batch file's first bfs_layout_data_offset_dims() bytes
+ * (length, JSON, space padding) into dst, and nothing past them. Returns
+ * that data offset (the JSON is measured once). */
+uint64_t bfs_layout_header_dims(const struct bfs_layout *l, uint64_t e,
+				uint64_t k, const struct bfs_layout_dims *d,
+				void *dst);
 
-/* Write the whole batch file (header, then each field's rows gathered
- * from 'ds' at indices idx[0..rows)) into dst, which must hold
- * bfs_layout_file_size() bytes. Returns 0 or the -errno of the gather
- * (-EIO archive faulted, -ERANGE bad index, -ENOMEM). */
+/* Layouts without ragged fields: 'rows' is the whole geometry. */
+static inline size_t bfs_layout_json(const struct bfs_layout *l, uint64_t e,
+				     uint64_t k, uint64_t rows, char *buf,
+				     size_t len)
+{
+	struct bfs_layout_dims d = {.rows = rows};
+
+	assert(!l->nragged); /* a caller's bug: ragged needs its dims */
+
+	return bfs_layout_json_dims(l, e, k, &d, buf, len);
+}
+
+static inline uint64_t bfs_layout_data_offset(const struct bfs_layout *l,
+					      uint64_t e, uint64_t k,
+					      uint64_t rows)
+{
+	struct bfs_layout_dims d = {.rows = rows};
+
+	assert(!l->nragged); /* a caller's bug: ragged needs its dims */
+
+	return bfs_layout_data_offset_dims(l, e, k, &d);
+}
+
+static inline uint64_t bfs_layout_size(const struct bfs_layout *l, uint64_t e,
+				       uint64_t k, uint64_t rows)
+{
+	struct bfs_layout_dims d = {.rows = rows};
+
+	assert(!l->nragged); /* a caller's bug: ragged needs its dims */
+
+	return bfs_layout_size_dims(l, e, k, &d);
+}
+
+static inline uint64_t bfs_layout_header(const struct bfs_layout *l, uint64_t e,
+					 uint64_t k, uint64_t rows, void *dst)
+{
+	struct bfs_layout_dims d = {.rows = rows};
+
+	assert(!l->nragged); /* a caller's bug: ragged needs its dims */
+
+	return bfs_layout_header_dims(l, e, k, &d, dst);
+}
+
+/* Write the whole batch file of samples idx[0..rows) (header, then each
+ * tensor gathered from 'ds') into dst, which holds 'size' bytes: the
+ * size bfs_layout_file_size gave this batch. Returns 0 or -errno: the
+ * gather's (-EIO archive faulted, -ERANGE bad index), -ENOMEM, or -EIO
+ * when the batch measures another size now (its ragged offsets changed
+ * under us: nothing is written past 'size'). */
 int bfs_layout_fill(const struct bfs_layout *l, const struct bfs_dataset *ds,
 		    uint64_t e, uint64_t k, const uint64_t *idx, uint64_t rows,
-		    void *dst);
+		    uint64_t size, void *dst);
 
 /* Mean bytes of a row of a non-empty field (row_bytes / fields that have
- * bytes), 0 when none has: how big the slices of a batch served straight
- * from the archive would be. */
+ * bytes), 0 when none has or a field is ragged: how big the slices of a
+ * batch served straight from the archive would be. */
 uint64_t bfs_layout_mean_slice(const struct bfs_layout *l);
 
 /* Write the whole batch file into 'fd' from offset 0 with pwritev, the
  * rows straight from the archive mappings (no copy in this process):
  * the header from a small buffer, then one slice per row (adjacent slices
- * merge). Only when every row is stored as served (bfs_dataset_row):
- * -ENOTSUP otherwise, before anything is written. Returns 0, -ENOTSUP,
- * -EIO (an archive shrank: caught by the size check, or the kernel's copy
- * faulted, with a log line), -ENOMEM or the -errno of pwritev. */
+ * merge). Only when every row is stored as served (bfs_dataset_row) and
+ * no field is ragged: -ENOTSUP otherwise, before anything is written. Returns
+ * 0, -ENOTSUP, -EIO (an archive shrank: caught by the size check, or the
+ * kernel's copy faulted, with a log line), -ENOMEM or the -errno of pwritev. */
 int bfs_layout_pwrite(const struct bfs_layout *l, const struct bfs_dataset *ds,
 		      uint64_t e, uint64_t k, const uint64_t *idx,
 		      uint64_t rows, int fd);

@@ -1,4 +1,4 @@
-/* fs/npy: NumPy .npy headers (format version 1-3, numpy's own rules).
+/* fs/npy: NumPy .npy headers (format versions 1-3; fs/README.md: sources).
  *
  * The header is a Python dict literal such as
  *   {'descr': '<f4', 'fortran_order': False, 'shape': (3, 4), }
@@ -19,6 +19,8 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include "fs/size.h"
 
 static const uint8_t magic[6] = {0x93, 'N', 'U', 'M', 'P', 'Y'};
 
@@ -106,16 +108,18 @@ static int parse_descr(struct scan *s, struct bfs_npy *o)
 	return 0;
 }
 
-static int parse_bool_false(struct scan *s)
+static int parse_fortran(struct scan *s, struct bfs_npy *o)
 {
 	skip_ws(s);
 	if ((size_t)(s->end - s->p) >= 5 && !memcmp(s->p, "False", 5)) {
 		s->p += 5;
 		return 0;
 	}
-	if ((size_t)(s->end - s->p) >= 4 && !memcmp(s->p, "True", 4))
-		return BAD(s, "npy: Fortran-order arrays are not supported "
-			      "(save with np.ascontiguousarray)");
+	if ((size_t)(s->end - s->p) >= 4 && !memcmp(s->p, "True", 4)) {
+		s->p += 4;
+		o->fortran = 1;
+		return 0;
+	}
 	return BAD(s, "npy header: fortran_order must be True or False");
 }
 
@@ -172,7 +176,7 @@ static int parse_dict(struct scan *s, struct bfs_npy *o)
 		if (!strcmp(key, "descr"))
 			rc = parse_descr(s, o), bit = 1;
 		else if (!strcmp(key, "fortran_order"))
-			rc = parse_bool_false(s), bit = 2;
+			rc = parse_fortran(s, o), bit = 2;
 		else if (!strcmp(key, "shape"))
 			rc = parse_shape(s, o), bit = 4;
 		else
@@ -242,13 +246,29 @@ int bfs_npy_parse(const uint8_t *buf, size_t len, const char *label,
 		s.p++;
 	if (s.p != s.end)
 		return BAD(&s, "npy header: trailing bytes");
-	bytes = bfs_dtype_info(out->dtype)->size;
-	for (int d = 0; d < out->ndim; d++)
-		if (__builtin_mul_overflow(bytes, (uint64_t)out->shape[d],
-					   &bytes))
-			return bfs_error_set(err, -EINVAL, label, pre,
-					     "npy: array size overflows");
+	if (bfs_size_prod(out->shape, out->ndim, &bytes) ||
+	    bfs_size_mul(bytes, bfs_dtype_info(out->dtype)->size, &bytes))
+		return bfs_error_set(err, -EINVAL, label, pre,
+				     "npy: array of more than 2^63-1 bytes");
 	out->data_bytes = bytes;
+	return 0;
+}
+
+int bfs_npy_parse_exact(const uint8_t *p, uint64_t len, const char *label,
+			struct bfs_npy *out, struct bfs_error *err)
+{
+	int rc = bfs_npy_parse(p, (size_t)len, label, out, err);
+
+	if (rc == -EAGAIN)
+		return bfs_error_set(err, -EINVAL, label, len,
+				     "truncated .npy header");
+	if (rc)
+		return rc;
+	if (len - out->data_off != out->data_bytes)
+		return bfs_error_set(err, -EINVAL, label, out->data_off,
+				     ".npy data holds %" PRIu64
+				     " bytes, its shape needs %" PRIu64,
+				     len - out->data_off, out->data_bytes);
 	return 0;
 }
 

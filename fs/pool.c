@@ -260,20 +260,26 @@ static void unlink_batch(struct bfs_pool *p, struct bfs_batch *b)
 		batch_free(p, b);
 }
 
-/* A new QUEUED batch for pos, in the table. NULL on ENOMEM. [L] */
+/* A new QUEUED batch for pos, in the table. NULL with *rc = -ENOMEM, or
+ * the -errno of its size (ragged fields read their offsets: -EIO). [L] */
 static struct bfs_batch *batch_new(struct bfs_pool *p, uint64_t pos,
-				   bool demand)
+				   bool demand, int *rc)
 {
 	struct bfs_batch *b = calloc(1, sizeof(*b));
 	struct bfs_batch **pp = bucket(p, pos);
 
+	*rc = -ENOMEM;
 	if (!b)
 		return NULL;
 	b->pos = pos;
 	b->e = pos / p->len;
 	b->k = pos % p->len;
 	b->rows = bfs_order_batch_rows(p->order, b->k);
-	b->size = bfs_layout_file_size(p->layout, b->e, b->k, b->rows);
+	*rc = bfs_layout_file_size(p->layout, p->order, b->e, b->k, &b->size);
+	if (*rc) {
+		free(b);
+		return NULL;
+	}
 	b->map_size = (b->size + 4095) & ~(uint64_t)4095;
 	b->state = B_QUEUED;
 	b->fd = -1;
@@ -416,7 +422,7 @@ static int gather(struct bfs_pool *p, struct bfs_batch *b, struct worker *w)
 	bfs_dataset_advise(p->ds, w->idx, b->rows);
 	if (b->fd < 0)
 		return bfs_layout_fill(l, p->ds, b->e, b->k, w->idx, b->rows,
-				       b->buf);
+				       b->size, b->buf);
 	if (p->slices) {
 		rc = bfs_layout_pwrite(l, p->ds, b->e, b->k, w->idx, b->rows,
 				       b->fd);
@@ -426,7 +432,7 @@ static int gather(struct bfs_pool *p, struct bfs_batch *b, struct worker *w)
 	rc = scratch_fit(w, b->size);
 	if (!rc)
 		rc = bfs_layout_fill(l, p->ds, b->e, b->k, w->idx, b->rows,
-				     w->scratch);
+				     b->size, w->scratch);
 	return rc ? rc : write_all(b->fd, w->scratch, b->size);
 }
 
@@ -757,10 +763,11 @@ static void window(struct bfs_pool *p, uint64_t pos, uint64_t *from,
 static void schedule(struct bfs_pool *p, uint64_t pos)
 {
 	uint64_t from, to;
+	int rc;
 
 	window(p, pos, &from, &to);
 	for (uint64_t q = from; q < to; q++)
-		if (!find(p, q) && !batch_new(p, q, false))
+		if (!find(p, q) && !batch_new(p, q, false, &rc))
 			break;
 }
 
@@ -843,17 +850,15 @@ static int acquire(struct bfs_pool *p, uint64_t e, uint64_t k, bool prefetch,
 	pthread_mutex_lock(&p->lock);
 	b = find(p, pos);
 	if (!b) {
-		b = batch_new(p, pos, true);
+		b = batch_new(p, pos, true, &rc);
 		p->st.prefetch_misses++;
 	} else {
 		note_demand(p, b);
 	}
 	if (prefetch)
 		schedule(p, pos);
-	if (!b) {
-		rc = -ENOMEM;
+	if (!b)
 		goto out_unlock;
-	}
 	b->refs++;
 	while (b->state == B_QUEUED || b->state == B_BUSY) {
 		if (pthread_cond_timedwait(&p->ready, &p->lock, &dl) ==

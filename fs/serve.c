@@ -256,7 +256,10 @@ static int passthrough_open(struct bfs_serve *s, struct bfs_file *f,
 static int open_batch(struct bfs_serve *s, const struct bfs_tree *t,
 		      struct bfs_file *f, struct bfs_serve_how *how)
 {
-	f->size = bfs_tree_batch_size(t, f->node.epoch, f->node.batch);
+	int rc = bfs_tree_batch_size(t, f->node.epoch, f->node.batch, &f->size);
+
+	if (rc)
+		return rc;
 	atomic_fetch_add(&s->c.opened, 1);
 	switch (s->o.mode) {
 	case BFS_SERVE_PASSTHROUGH:

@@ -70,10 +70,10 @@ int bfs_tree_decode(const struct bfs_tree *t, uint64_t ino,
 	}
 }
 
-uint64_t bfs_tree_batch_size(const struct bfs_tree *t, uint64_t e, uint64_t k)
+int bfs_tree_batch_size(const struct bfs_tree *t, uint64_t e, uint64_t k,
+			uint64_t *size)
 {
-	return bfs_layout_file_size(t->layout, e, k,
-				    bfs_order_batch_rows(t->order, k));
+	return bfs_layout_file_size(t->layout, t->order, e, k, size);
 }
 
 /* ---- text files ---- */
@@ -233,12 +233,14 @@ static void fill_stat(const struct bfs_tree *t, const struct bfs_node *n,
 static int node_stat(const struct bfs_tree *t, const struct bfs_node *n,
 		     struct stat *st)
 {
+	uint64_t bytes = 0;
 	size_t size = 0;
 	int rc = 0;
 
 	switch (n->kind) {
 	case BFS_NODE_BATCH:
-		size = bfs_tree_batch_size(t, n->epoch, n->batch);
+		rc = bfs_tree_batch_size(t, n->epoch, n->batch, &bytes);
+		size = (size_t)bytes;
 		break;
 	case BFS_NODE_README:
 	case BFS_NODE_DATASET:
@@ -403,35 +405,75 @@ int bfs_tree_dirent(const struct bfs_tree *t, uint64_t ino, uint64_t off,
 
 /* ---- creation: README and dataset.json ---- */
 
+/* A ragged field's serving in dataset.json: how, and its other tensor. */
+static void json_ragged(const struct bfs_layout_field *lf,
+			const struct bfs_layout_ragged *r, char *b, size_t n,
+			size_t *pos)
+{
+	if (lf->role == BFS_LAYOUT_LENGTHS || lf->role == BFS_LAYOUT_OFFSETS) {
+		bfs_layout_append(b, n, pos, ", \"%s_of\": ",
+				  lf->role == BFS_LAYOUT_LENGTHS ? "lengths"
+								 : "offsets");
+		bfs_layout_json_str(b, n, pos, r->f->name);
+		return;
+	}
+	bfs_layout_append(
+	    b, n, pos, ", \"ragged\": \"%s\", \"max_length\": %" PRIu64,
+	    r->mode == BFS_RAGGED_PAD ? "pad" : "pack", r->f->max_len);
+	if (r->mode == BFS_RAGGED_PAD) {
+		bfs_layout_append(b, n, pos, ", \"pad_value\": ");
+		bfs_layout_json_str(b, n, pos, r->value);
+		bfs_layout_append(b, n, pos, ", \"multiple\": %" PRIu64,
+				  r->multiple);
+	}
+}
+
+/* The tensors of a batch file, per sample; a ragged field's shape starts
+ * with null (its length varies). */
 static void json_fields(const struct bfs_tree *t, char *b, size_t n,
 			size_t *pos)
 {
 	bfs_layout_append(b, n, pos, "  \"fields\": [");
 	for (size_t i = 0; i < t->layout->nfields; i++) {
 		const struct bfs_layout_field *lf = &t->layout->fields[i];
+		bool rows = lf->role != BFS_LAYOUT_LENGTHS &&
+			    lf->role != BFS_LAYOUT_OFFSETS;
 
 		bfs_layout_append(b, n, pos,
 				  "%s\n    {\"name\": ", i ? "," : "");
-		bfs_layout_json_str(b, n, pos, lf->f->name);
-		bfs_layout_append(b, n, pos,
-				  ", \"dtype\": \"%s\", \"safetensors_dtype\":"
-				  " \"%s\", \"shape\": [",
-				  bfs_dtype_info(lf->f->dtype)->torch_name,
-				  lf->st_dtype);
-		for (int d = 0; d < lf->f->ndim; d++)
-			bfs_layout_append(b, n, pos, "%s%lld", d ? ", " : "",
-					  (long long)lf->f->shape[d]);
-		bfs_layout_append(b, n, pos, "], \"row_bytes\": %" PRIu64 "}",
-				  lf->f->row_bytes);
+		bfs_layout_json_str(b, n, pos, lf->name);
+		bfs_layout_append(
+		    b, n, pos,
+		    ", \"dtype\": \"%s\", \"safetensors_dtype\":"
+		    " \"%s\", \"shape\": [%s",
+		    bfs_dtype_info(lf->dtype)->torch_name, lf->st_dtype,
+		    lf->role == BFS_LAYOUT_ROWS || !rows ? "" : "null");
+		for (int d = 0; rows && d < lf->f->ndim; d++)
+			bfs_layout_append(
+			    b, n, pos, "%s%lld",
+			    d || lf->role != BFS_LAYOUT_ROWS ? ", " : "",
+			    (long long)lf->f->shape[d]);
+		bfs_layout_append(b, n, pos, "], \"row_bytes\": %" PRIu64,
+				  rows ? lf->f->row_bytes : 8);
+		if (lf->role != BFS_LAYOUT_ROWS)
+			json_ragged(lf, &t->layout->ragged[lf->slot], b, n,
+				    pos);
+		bfs_layout_append(b, n, pos, "}");
 	}
 	bfs_layout_append(b, n, pos, "\n  ],\n");
 }
 
-/* Data offset of batch 0 of epoch 0 (0 rows when there is no batch). */
+/* Data offset of batch 0 of epoch 0 (0 rows when there is no batch; 0
+ * when a ragged batch 0 cannot be measured). */
 static uint64_t header_size(const struct bfs_tree *t)
 {
-	return bfs_layout_data_offset(t->layout, 0, 0,
-				      bfs_order_batch_rows(t->order, 0));
+	struct bfs_layout_dims d;
+
+	if (t->len && bfs_layout_batch_dims(t->layout, t->order, 0, 0, &d))
+		return 0;
+	if (!t->len)
+		memset(&d, 0, sizeof(d));
+	return bfs_layout_data_offset_dims(t->layout, 0, 0, &d);
 }
 
 /* dataset.json: everything a program needs to read the batches. */
@@ -495,6 +537,35 @@ static const char readme_reader[] =
     ".reshape(v[\"shape\"])\n"
     "            for k, v in head.items()}\n";
 
+/* README's words on ragged fields: which collate_fn they equal. */
+static void render_ragged(const struct bfs_tree *t, char *b, size_t n,
+			  size_t *pos)
+{
+	for (size_t i = 0; i < t->layout->nragged; i++) {
+		const struct bfs_layout_ragged *r = &t->layout->ragged[i];
+		const char *f = r->f->name;
+
+		if (r->mode == BFS_RAGGED_PACK)
+			bfs_layout_append(
+			    b, n, pos,
+			    "Ragged field %s is packed: %s is its samples' "
+			    "rows back to back,\n%s.offsets (int64, B + 1) "
+			    "where each starts.\n",
+			    f, f, f);
+		else
+			bfs_layout_append(
+			    b, n, pos,
+			    "Ragged field %s is padded: %s = torch.nn.utils."
+			    "rnn.pad_sequence(samples,\nbatch_first=True, "
+			    "padding_value=%s) (length rounded up to a "
+			    "multiple of %" PRIu64 "),\n%s.lengths (int64, "
+			    "B) each sample's length.\n",
+			    f, f, r->value, r->multiple, f);
+	}
+	if (t->layout->nragged)
+		bfs_layout_append(b, n, pos, "\n");
+}
+
 static void render_readme(const struct bfs_tree *t,
 			  const struct bfs_tree_info *in, const char *torch,
 			  char *b, size_t n, size_t *pos)
@@ -513,13 +584,14 @@ static void render_readme(const struct bfs_tree *t,
 	    "%" PRIu64 " batches per epoch; epochs 0..%" PRIu64
 	    " can be opened (ls epoch lists them all).\n"
 	    "The batches are exactly those of this PyTorch loader "
-	    "(default_collate of dict samples):\n\n  %s\n\n"
-	    "Read a batch with numpy only:\n\n",
+	    "(default_collate of dict samples):\n\n  %s\n\n",
 	    in->mountpoint ? in->mountpoint : "?", bfs_dataset_nshards(t->ds),
 	    bfs_dataset_samples(t->ds), bfs_dataset_nfields(t->ds),
 	    in->options ? in->options : "", header_size(t), t->len,
 	    t->epochs ? t->epochs - 1 : 0, torch);
+	render_ragged(t, b, n, pos);
 	bfs_layout_append(b, n, pos,
+			  "Read a batch with numpy only:\n\n"
 			  "%sbatch = read_batch(\"%s/epoch/0/batch_0\")\n\n"
 			  "Read with >= 1 MiB reads (cat, cp, np.fromfile, "
 			  "readinto): small reads cost a round trip each.\n"

@@ -103,7 +103,9 @@ int bfs_tree_dirent(const struct bfs_tree *t, uint64_t ino, uint64_t off,
 int bfs_tree_render(const struct bfs_tree *t, uint64_t ino, char **text,
 		    size_t *len);
 
-/* Batch file size of (e, k), from the layout. */
-uint64_t bfs_tree_batch_size(const struct bfs_tree *t, uint64_t e, uint64_t k);
+/* Batch file size of (e, k), from the layout (O(rows) with ragged
+ * fields). 0 or -errno (-EIO: the archive faulted). */
+int bfs_tree_batch_size(const struct bfs_tree *t, uint64_t e, uint64_t k,
+			uint64_t *size);
 
 #endif

@@ -1,5 +1,6 @@
 /* fs/zip: a strict ZIP/ZIP64 central-directory parser for torch.save
- * archives (fs/README.md: torch.save archives).
+ * archives and numpy.savez .npz files (fs/README.md: torch.save
+ * archives, sources).
  *
  * Design. The archive is mapped read-only once; everything here reads the
  * mapping through rd16/rd32/rd64 after a bounds check written with
@@ -11,12 +12,17 @@
  * (which holds the LFH offset) are ignored.
  *
  * A TorchScript archive (torch.jit.save: code/ and constants.pkl records,
- * the code deflated) is refused as such, before its compression is.
+ * the code deflated) is refused as such, before its compression is. An
+ * .npz (BFS_ZIP_NPZ) has no prefix; numpy's zipfile writes ZIP64 local
+ * and central extras (force_zip64) and the ZIP64 end records only when
+ * an offset or count needs them: both forms are read. A deflated member
+ * (numpy.savez_compressed) is refused with advice to use numpy.savez.
  *
  * Invariants after a successful open: every record is stored (method 0),
  * unencrypted, csize == usize, [lfh, data + size) lies before the central
  * directory and overlaps no other record, names are unique, safe (no "..",
- * no leading '/', no '\\', no NUL) and all start with "<prefix>/".
+ * no leading '/', no '\\', no NUL) and, for torch, all start with
+ * "<prefix>/".
  *
  * A private struct wraps struct bfs_zip to hold a name index for
  * bfs_zip_find (binary search, O(log n)). No locks: a bfs_zip is immutable
@@ -57,6 +63,7 @@ struct ctx {
 	const uint8_t *p;
 	uint64_t size;
 	const char *label;
+	enum bfs_zip_kind kind;
 	struct bfs_error *err;
 };
 
@@ -348,7 +355,7 @@ static int check_stored(struct ctx *c)
 	const struct bfs_zip *z = c->z;
 	size_t plen = strlen(z->prefix);
 
-	for (size_t i = 0; i < z->n_entries; i++)
+	for (size_t i = 0; i < z->n_entries && c->kind == BFS_ZIP_TORCH; i++)
 		if (torchscript_record(z->entries[i].name + plen + 1))
 			return FAIL(c, z->entries[i].lfh_off,
 				    "a TorchScript archive (record '%s' is "
@@ -356,7 +363,14 @@ static int check_stored(struct ctx *c)
 				    "a torch.save archive of tensors",
 				    z->entries[i].name);
 	for (size_t i = 0; i < z->n_entries; i++)
-		if (z->entries[i].method != 0)
+		if (z->entries[i].method != 0 && c->kind == BFS_ZIP_NPZ)
+			return FAIL(c, z->entries[i].lfh_off,
+				    "member '%s' is compressed (method %u, as "
+				    "numpy.savez_compressed writes): batchfs "
+				    "maps arrays in place, so write the file "
+				    "with numpy.savez instead",
+				    z->entries[i].name, z->entries[i].method);
+		else if (z->entries[i].method != 0)
 			return FAIL(c, z->entries[i].lfh_off,
 				    "record '%s' is compressed (method %u); "
 				    "only stored records are supported",
@@ -475,13 +489,21 @@ static int check_layout(struct ctx *c, struct zip_priv *zp)
 	return rc;
 }
 
-/* Step 4: every name is "<prefix>/<something>", prefix from entry 0. */
+/* Step 4: every name is "<prefix>/<something>", prefix from entry 0
+ * (an npz has none: prefix ""). */
 static int check_prefix(struct ctx *c)
 {
 	struct bfs_zip *z = c->z;
 	const char *slash = strchr(z->entries[0].name, '/');
 	size_t plen;
 
+	if (c->kind == BFS_ZIP_NPZ) {
+		z->prefix = strdup("");
+		return z->prefix
+			   ? 0
+			   : bfs_error_set(c->err, -ENOMEM, c->label,
+					   BFS_NO_OFFSET, "out of memory");
+	}
 	if (!slash)
 		return FAIL(c, z->entries[0].lfh_off,
 			    "record '%s' is not under "
@@ -546,10 +568,10 @@ static int parse(struct ctx *c, struct zip_priv *zp)
 }
 
 static int open_common(struct bfs_zip **out, struct zip_priv *zp,
-		       struct bfs_error *err)
+		       enum bfs_zip_kind kind, struct bfs_error *err)
 {
-	struct ctx c = {&zp->pub, zp->pub.map, zp->pub.map_size, zp->pub.path,
-			err};
+	struct ctx c = {&zp->pub,     zp->pub.map, zp->pub.map_size,
+			zp->pub.path, kind,	   err};
 	int rc = parse(&c, zp);
 
 	if (rc) {
@@ -575,8 +597,9 @@ static struct zip_priv *zip_new(const char *label)
 	return zp;
 }
 
-int bfs_zip_open_mem(struct bfs_zip **out, const uint8_t *buf, uint64_t size,
-		     const char *label, struct bfs_error *err)
+int bfs_zip_open_mem_kind(struct bfs_zip **out, const uint8_t *buf,
+			  uint64_t size, const char *label,
+			  enum bfs_zip_kind kind, struct bfs_error *err)
 {
 	struct zip_priv *zp = zip_new(label);
 
@@ -586,10 +609,22 @@ int bfs_zip_open_mem(struct bfs_zip **out, const uint8_t *buf, uint64_t size,
 				     "out of memory");
 	zp->pub.map = buf;
 	zp->pub.map_size = size;
-	return open_common(out, zp, err);
+	return open_common(out, zp, kind, err);
+}
+
+int bfs_zip_open_mem(struct bfs_zip **out, const uint8_t *buf, uint64_t size,
+		     const char *label, struct bfs_error *err)
+{
+	return bfs_zip_open_mem_kind(out, buf, size, label, BFS_ZIP_TORCH, err);
 }
 
 int bfs_zip_open(struct bfs_zip **out, const char *path, struct bfs_error *err)
+{
+	return bfs_zip_open_kind(out, path, BFS_ZIP_TORCH, err);
+}
+
+int bfs_zip_open_kind(struct bfs_zip **out, const char *path,
+		      enum bfs_zip_kind kind, struct bfs_error *err)
 {
 	struct zip_priv *zp = zip_new(path);
 	struct stat st;
@@ -625,7 +660,7 @@ int bfs_zip_open(struct bfs_zip **out, const char *path, struct bfs_error *err)
 	}
 	zp->pub.map = m;
 	zp->pub.map_size = (uint64_t)st.st_size;
-	return open_common(out, zp, err);
+	return open_common(out, zp, kind, err);
 
 err_close:
 	bfs_zip_close(&zp->pub);
@@ -638,6 +673,8 @@ static int key_cmp(const char *prefix, const char *rel, const char *name)
 	size_t plen = strlen(prefix);
 	int d = strncmp(prefix, name, plen);
 
+	if (!plen) /* npz: no prefix */
+		return strcmp(rel, name);
 	if (d)
 		return d;
 	if (name[plen] != '/')

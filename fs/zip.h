@@ -21,12 +21,21 @@ struct bfs_zip_entry {
 	uint16_t method;   /* compression: 0 (stored) after a successful open */
 };
 
+/* What an archive must be: torch.save's layout (records under one
+ * "<prefix>/", TorchScript refused by name) or numpy.savez's (members at
+ * the top level, no prefix; a compressed member is refused with advice to
+ * use numpy.savez, as savez_compressed writes deflated members). */
+enum bfs_zip_kind {
+	BFS_ZIP_TORCH,
+	BFS_ZIP_NPZ,
+};
+
 struct bfs_zip {
-	char *path;		       /* label used in error messages */
-	int fd;			       /* -1 for archives opened from memory */
-	const uint8_t *map;	       /* the whole archive, read-only */
-	uint64_t map_size;	       /* bytes mapped = archive size at open */
-	char *prefix;		       /* torch's record prefix ("archive") */
+	char *path;	    /* label used in error messages */
+	int fd;		    /* -1 for archives opened from memory */
+	const uint8_t *map; /* the whole archive, read-only */
+	uint64_t map_size;  /* bytes mapped = archive size at open */
+	char *prefix;	    /* torch's record prefix ("archive"); "" for npz */
 	struct bfs_zip_entry *entries; /* in central-directory order */
 	size_t n_entries;
 	uint64_t cd_off; /* where the central directory starts */
@@ -44,7 +53,16 @@ int bfs_zip_open(struct bfs_zip **out, const char *path, struct bfs_error *err);
 int bfs_zip_open_mem(struct bfs_zip **out, const uint8_t *buf, uint64_t size,
 		     const char *label, struct bfs_error *err);
 
-/* The record named "<prefix>/<rel>" (e.g. rel = "data.pkl"), or NULL. */
+/* bfs_zip_open / bfs_zip_open_mem for an archive of 'kind' (the two above
+ * are BFS_ZIP_TORCH). */
+int bfs_zip_open_kind(struct bfs_zip **out, const char *path,
+		      enum bfs_zip_kind kind, struct bfs_error *err);
+int bfs_zip_open_mem_kind(struct bfs_zip **out, const uint8_t *buf,
+			  uint64_t size, const char *label,
+			  enum bfs_zip_kind kind, struct bfs_error *err);
+
+/* The record named "<prefix>/<rel>" (e.g. rel = "data.pkl"; for npz, the
+ * member named 'rel'), or NULL. */
 const struct bfs_zip_entry *bfs_zip_find(const struct bfs_zip *z,
 					 const char *rel);
 

@@ -61,14 +61,33 @@ struct mount_opts {
 	const char *subset, *weights, *gen_state, *log_file;
 	char fuse_o[1024]; /* user's -o options, comma-joined */
 	char line[2048];   /* the options as one line, for README */
+	struct bfs_ragged_opt ragged[BFS_LAYOUT_MAX_RAGGED]; /* --pad/--pack */
+	size_t nragged;
+	char ragged_line[512]; /* them, for README (cut when long) */
 };
 
 static const char usage_text[] =
-    "usage: batchfs mount [OPTIONS] ARCHIVE... MOUNTPOINT\n"
-    "Mount torch.save archives (one dataset; several = shards) as a\n"
-    "directory of batches: MOUNTPOINT/epoch/N/batch_K (safetensors).\n"
-    "Returns once the filesystem is ready; the daemon stays in the\n"
-    "background until `batchfs umount MOUNTPOINT`.\n\n"
+    "usage: batchfs mount [OPTIONS] SOURCE... MOUNTPOINT\n"
+    "Mount a dataset as a directory of batches: MOUNTPOINT/epoch/N/batch_K\n"
+    "(safetensors). Returns once the filesystem is ready; the daemon stays\n"
+    "in the background until `batchfs umount MOUNTPOINT`.\n\n"
+    "A SOURCE is a torch.save archive, an .npz from numpy.savez (not\n"
+    "savez_compressed), a .safetensors file, a directory of NAME.npy files,\n"
+    "or .npy files (consecutive ones are the fields of one shard; a name\n"
+    "seen again starts the next). Several sources with the same fields are\n"
+    "one dataset (shards, any mix of kinds). Fortran-order and big-endian\n"
+    "arrays are served in C order, little-endian.\n\n"
+    "Ragged fields: a pair NAME.values [total, ...] + NAME.offsets (int64,\n"
+    "n + 1, from 0, never decreasing, ending at total) is field NAME, whose\n"
+    "sample i is rows offsets[i] .. offsets[i+1] of NAME.values.\n"
+    "  --pad NAME[=VALUE][:MULTIPLE]\n"
+    "                       (the default, VALUE 0) NAME [B, L, ...] padded\n"
+    "                       with VALUE to the batch's longest sample, L\n"
+    "                       rounded up to MULTIPLE, + NAME.lengths int64\n"
+    "                       [B]: pad_sequence(batch_first=True,\n"
+    "                       padding_value=VALUE)\n"
+    "  --pack NAME          NAME [sum of lengths, ...] back to back +\n"
+    "                       NAME.offsets int64 [B + 1] (varlen attention)\n\n"
     "  --batch-size B       samples per batch (default 1)\n"
     "  --shuffle            random order (RandomSampler)\n"
     "  --seed S             generator seed (default: random, reported in\n"
@@ -157,6 +176,8 @@ enum {
 	OPT_PCMB,
 	OPT_FTHREADS,
 	OPT_LOGFILE,
+	OPT_PAD,
+	OPT_PACK,
 };
 
 static const struct option long_opts[] = {
@@ -182,6 +203,8 @@ static const struct option long_opts[] = {
     {"page-cache-mb", required_argument, NULL, OPT_PCMB},
     {"fuse-threads", required_argument, NULL, OPT_FTHREADS},
     {"log-file", required_argument, NULL, OPT_LOGFILE},
+    {"pad", required_argument, NULL, OPT_PAD},
+    {"pack", required_argument, NULL, OPT_PACK},
     {"foreground", no_argument, NULL, 'f'},
     {"verbose", no_argument, NULL, 'v'},
     {"help", no_argument, NULL, 'h'},
@@ -272,6 +295,29 @@ static int numeric(int c, const char *arg, struct mount_opts *m)
 	return 0;
 }
 
+/* --pad NAME[=VALUE][:MULTIPLE] / --pack NAME (fs/ragged parses them;
+ * fs/layout checks them against the dataset). 0 or 2 (usage printed). */
+static int ragged_opt(struct mount_opts *m, int c, const char *arg)
+{
+	char why[160], msg[200];
+	size_t n;
+
+	if (m->nragged == BFS_LAYOUT_MAX_RAGGED)
+		return bfs_cli_bad_usage("mount", usage,
+					 "too many --pad/--pack options", arg);
+	if (bfs_ragged_opt_parse(
+		arg, c == OPT_PAD ? BFS_RAGGED_PAD : BFS_RAGGED_PACK,
+		&m->ragged[m->nragged], why, sizeof(why))) {
+		snprintf(msg, sizeof(msg), "--%s: %s", opt_name(c), why);
+		return bfs_cli_bad_usage("mount", usage, msg, arg);
+	}
+	m->nragged++;
+	n = strlen(m->ragged_line);
+	snprintf(m->ragged_line + n, sizeof(m->ragged_line) - n, " --%s %s",
+		 opt_name(c), arg);
+	return 0;
+}
+
 static void append_o(struct mount_opts *m, const char *o)
 {
 	size_t n = strlen(m->fuse_o);
@@ -327,6 +373,9 @@ static int one_opt(int c, char *arg, struct mount_opts *m)
 	case OPT_LOGFILE:
 		m->log_file = arg;
 		return 0;
+	case OPT_PAD:
+	case OPT_PACK:
+		return ragged_opt(m, c, arg);
 	case OPT_COMPAT:
 		if (!strcmp(arg, "1.13") || !strcmp(arg, "2.7")) {
 			m->compat =
@@ -345,7 +394,7 @@ static int operands(int argc, char **argv, struct mount_opts *m)
 {
 	if (argc - optind < 2)
 		return bfs_cli_bad_usage("mount", usage,
-					 "need at least one ARCHIVE and a "
+					 "need at least one SOURCE and a "
 					 "MOUNTPOINT",
 					 NULL);
 	if ((size_t)(argc - optind - 1) > MAX_SOURCES)
@@ -502,7 +551,8 @@ static int open_model(struct mount_opts *m, struct model *mt)
 
 	rc = bfs_dataset_open(&mt->ds, m->sources, m->nsources, &err);
 	if (rc == 0)
-		rc = bfs_layout_init(&mt->layout, mt->ds, m->batch_size, &err);
+		rc = bfs_layout_init_ragged(&mt->layout, mt->ds, m->batch_size,
+					    m->ragged, m->nragged, &err);
 	if (rc == 0)
 		rc =
 		    bfs_pool_check_budget(&mt->layout, m->cache_mb << 20, &err);
@@ -642,14 +692,15 @@ static int start(void *arg, enum bfs_serve_mode mode, const char *why,
  * the mode chosen). */
 static void describe_opts(struct mount_opts *m, enum bfs_serve_mode mode)
 {
-	snprintf(
-	    m->line, sizeof(m->line),
-	    "--batch-size %" PRIu64 "%s --seed %" PRIu64 "%s --epochs %" PRIu64
-	    " --workers %u --prefetch %u --cache-mb %" PRIu64
-	    " --timeout %u --serve %s",
-	    m->batch_size, m->shuffle ? " --shuffle" : "", m->seed,
-	    m->drop_last ? " --drop-last" : "", m->epochs, m->workers,
-	    m->prefetch, m->cache_mb, m->timeout_s, bfs_serve_mode_name(mode));
+	snprintf(m->line, sizeof(m->line),
+		 "--batch-size %" PRIu64 "%s --seed %" PRIu64
+		 "%s --epochs %" PRIu64
+		 " --workers %u --prefetch %u --cache-mb %" PRIu64
+		 " --timeout %u --serve %s%s",
+		 m->batch_size, m->shuffle ? " --shuffle" : "", m->seed,
+		 m->drop_last ? " --drop-last" : "", m->epochs, m->workers,
+		 m->prefetch, m->cache_mb, m->timeout_s,
+		 bfs_serve_mode_name(mode), m->ragged_line);
 }
 
 /* Detach stdio (the daemon logs to --log-file or syslog). */
@@ -747,6 +798,8 @@ int bfs_cmd_mount(int argc, char **argv)
 		rc = run(m, &mt);
 out:
 	close_model(&mt);
+	for (size_t i = 0; i < m->nragged; i++)
+		bfs_ragged_opt_free(&m->ragged[i]);
 	free(m);
 	return rc < 0 ? 0 : rc;
 }

@@ -1,12 +1,15 @@
-/* batchfs inspect: describe torch.save archives (one dataset, possibly
- * sharded) and safetensors batch files.
+/* batchfs inspect: describe datasets (torch.save archives, .npz, .npy
+ * files and directories, safetensors files; one dataset, possibly sharded)
+ * and safetensors batch files.
  *
- * Archives are read through fs/dataset exactly as `batchfs mount` reads
+ * Sources are read through fs/dataset exactly as `batchfs mount` reads
  * them, so what inspect prints is what a mount would serve. --verify reads
- * every record through libzip (zip_fread to the end checks the CRC), which
- * is independent of our own ZIP parser; its record list is also compared
- * with ours. A batch file is recognised by its first bytes (u64 LE header
- * length, then '{') and its header is validated as the safetensors spec
+ * every record of a ZIP (torch, npz) through libzip (zip_fread to the end
+ * checks the CRC), which is independent of our own ZIP parser; its record
+ * list is also compared with ours. A batch file is a safetensors file whose
+ * __metadata__ says "format": "batchfs/1" (other safetensors files are
+ * sources), or one whose header does not parse (the reason is then given
+ * as for a batch file); its header is validated as the safetensors spec
  * requires (fs/README.md: the batch file) by fs/safetensors, the parser
  * the loader library uses too; only the header bytes are read.
  *
@@ -52,13 +55,13 @@ static void json_str(FILE *f, const char *s)
 
 static void print_shape(FILE *f, uint64_t n0, const struct bfs_field *fl)
 {
-	fprintf(f, "[%" PRIu64, n0);
+	fprintf(f, "[%" PRIu64 "%s", n0, fl->ragged ? ", *" : "");
 	for (int d = 0; d < fl->ndim; d++)
 		fprintf(f, ", %" PRId64, fl->shape[d]);
 	fprintf(f, "]");
 }
 
-/* ---- archives ------------------------------------------------------------ */
+/* ---- datasets ------------------------------------------------------------ */
 
 static const char *container_name(enum bfs_container c)
 {
@@ -86,10 +89,81 @@ static void archive_json(const struct bfs_dataset *ds)
 		json_str(stdout, fl->name);
 		printf(", \"dtype\": \"%s\", \"shape\": ",
 		       bfs_dtype_info(fl->dtype)->torch_name);
-		print_shape(stdout, n, fl);
+		if (fl->ragged) { /* [n, null, *row shape] */
+			printf("[%" PRIu64 ", null", n);
+			for (int d = 0; d < fl->ndim; d++)
+				printf(", %" PRId64, fl->shape[d]);
+			printf("], \"ragged\": true, \"values_rows\": %" PRIu64
+			       ", \"max_length\": %" PRIu64,
+			       fl->total, fl->max_len);
+		} else {
+			print_shape(stdout, n, fl);
+		}
 		printf("}");
 	}
 	printf("]}\n");
+}
+
+/* One line per shard: what kind of source, its samples and size. */
+static void shard_line(const struct bfs_shard_info *si)
+{
+	const struct bfs_source *src = si->source;
+	uint64_t bytes = 0;
+
+	for (size_t f = 0; f < src->nfiles; f++)
+		bytes += src->files[f].size;
+	if (src->kind == BFS_SOURCE_TORCH)
+		printf("archive %s: prefix '%s', version %d, byteorder %s, "
+		       "%s of %zu tensors, ",
+		       si->path, si->zip->prefix, si->version,
+		       si->big_endian ? "big (swapped on read)" : "little",
+		       container_name(si->container), si->pickle->n_tensors);
+	else
+		printf("%s %s: %zu tensors%s, ",
+		       bfs_source_kind_name(src->kind), si->path, src->ntensors,
+		       src->nfiles > 1 ? " (one per .npy file)" : "");
+	printf("samples %" PRIu64 "..%" PRIu64 " (%" PRIu64 "), ",
+	       si->first_sample,
+	       si->samples ? si->first_sample + si->samples - 1
+			   : si->first_sample,
+	       si->samples);
+	if (si->zip)
+		printf("%zu records, ", si->zip->n_entries);
+	printf("%" PRIu64 " bytes\n", bytes);
+}
+
+/* -v: the records of a ZIP, then every tensor's storage view. */
+static void shard_details(const struct bfs_shard_info *si)
+{
+	const struct bfs_source *src = si->source;
+
+	if (si->zip) {
+		printf("  %-32s %14s %14s %10s\n", "record", "data offset",
+		       "size", "crc32");
+		for (size_t r = 0; r < si->zip->n_entries; r++) {
+			const struct bfs_zip_entry *e = &si->zip->entries[r];
+			printf("  %-32s %14" PRIu64 " %14" PRIu64
+			       "   %08" PRIx32 "\n",
+			       e->name, e->data_off, e->size, e->crc32);
+		}
+	}
+	for (size_t t = 0; t < src->ntensors; t++) {
+		const struct bfs_source_tensor *st = &src->tensors[t];
+		const struct bfs_source_file *fl = &src->files[st->file];
+		const struct bfs_pickle_tensor *pt =
+		    si->pickle ? &si->pickle->tensors[t] : NULL;
+
+		printf("  tensor %s: %s %s at file offset %" PRIu64 " (%" PRIu64
+		       " bytes), offset %" PRIu64 ", stride (",
+		       st->name, bfs_dtype_info(st->dtype)->torch_name,
+		       st->store, (uint64_t)(st->data - fl->map),
+		       st->data_bytes, st->offset);
+		for (int d = 0; d < st->ndim; d++)
+			printf("%s%" PRId64, d ? ", " : "", st->stride[d]);
+		printf(")%s%s%s\n", st->big_endian ? ", big-endian" : "",
+		       pt && pt->is_parameter ? ", Parameter" : "",
+		       pt && pt->requires_grad ? ", requires_grad" : "");
+	}
 }
 
 static void archive_text(const struct bfs_dataset *ds, int verbose)
@@ -97,45 +171,14 @@ static void archive_text(const struct bfs_dataset *ds, int verbose)
 	uint64_t n = bfs_dataset_samples(ds);
 	size_t ns = bfs_dataset_nshards(ds);
 
-	printf("dataset: %zu archive%s, %" PRIu64 " samples, %zu fields\n", ns,
+	printf("dataset: %zu shard%s, %" PRIu64 " samples, %zu fields\n", ns,
 	       ns == 1 ? "" : "s", n, bfs_dataset_nfields(ds));
 	for (size_t s = 0; s < ns; s++) {
 		struct bfs_shard_info si;
 		bfs_dataset_shard(ds, s, &si);
-		printf("archive %s: prefix '%s', version %d, byteorder %s, "
-		       "%s of %zu tensors, samples %" PRIu64 "..%" PRIu64
-		       " (%" PRIu64 "), %zu records, %" PRIu64 " bytes\n",
-		       si.path, si.zip->prefix, si.version,
-		       si.big_endian ? "big (swapped on read)" : "little",
-		       container_name(si.container), si.pickle->n_tensors,
-		       si.first_sample,
-		       si.samples ? si.first_sample + si.samples - 1
-				  : si.first_sample,
-		       si.samples, si.zip->n_entries, si.zip->map_size);
-		if (!verbose)
-			continue;
-		printf("  %-32s %14s %14s %10s\n", "record", "data offset",
-		       "size", "crc32");
-		for (size_t r = 0; r < si.zip->n_entries; r++) {
-			const struct bfs_zip_entry *e = &si.zip->entries[r];
-			printf("  %-32s %14" PRIu64 " %14" PRIu64
-			       "   %08" PRIx32 "\n",
-			       e->name, e->data_off, e->size, e->crc32);
-		}
-		for (size_t t = 0; t < si.pickle->n_tensors; t++) {
-			const struct bfs_pickle_tensor *pt =
-			    &si.pickle->tensors[t];
-			printf("  tensor %s: storage data/%s (%s, %" PRIu64
-			       " el), offset %" PRIu64 ", stride (",
-			       pt->name, pt->storage_key,
-			       bfs_dtype_info(pt->storage_dtype)->torch_name,
-			       pt->storage_numel, pt->offset);
-			for (int d = 0; d < pt->ndim; d++)
-				printf("%s%" PRId64, d ? ", " : "",
-				       pt->stride[d]);
-			printf(")%s%s\n", pt->is_parameter ? ", Parameter" : "",
-			       pt->requires_grad ? ", requires_grad" : "");
-		}
+		shard_line(&si);
+		if (verbose)
+			shard_details(&si);
 	}
 	printf("%-24s %-10s %-24s %12s %16s\n", "field", "dtype", "shape",
 	       "row bytes", "bytes");
@@ -149,9 +192,15 @@ static void archive_text(const struct bfs_dataset *ds, int verbose)
 		} else {
 			shape[0] = 0;
 		}
-		printf("%-24s %-10s %-24s %12" PRIu64 " %16" PRIu64 "\n",
+		printf("%-24s %-10s %-24s %12" PRIu64 " %16" PRIu64 "%s\n",
 		       fl->name, bfs_dtype_info(fl->dtype)->torch_name, shape,
-		       fl->row_bytes, fl->row_bytes * n);
+		       fl->row_bytes,
+		       fl->row_bytes * (fl->ragged ? fl->total : n),
+		       fl->ragged ? "  ragged" : "");
+		if (fl->ragged)
+			printf("%-24s %" PRIu64 " rows of values, the longest "
+			       "sample %" PRIu64 " rows\n",
+			       "", fl->total, fl->max_len);
 	}
 }
 
@@ -250,7 +299,8 @@ static int inspect_archives(char **paths, size_t n, const struct opts *o)
 	for (size_t s = 0; o->verify && s < bfs_dataset_nshards(ds); s++) {
 		struct bfs_shard_info si;
 		bfs_dataset_shard(ds, s, &si);
-		bad += verify_archive(&si);
+		if (si.zip) /* .npy and safetensors files have no CRC */
+			bad += verify_archive(&si);
 	}
 	bfs_dataset_close(ds);
 	return bad ? 1 : 0;
@@ -383,6 +433,33 @@ err_report:
 
 enum kind { KIND_BAD, KIND_ARCHIVE, KIND_BATCH };
 
+/* 1 when the safetensors file on fd says it is a batch file
+ * (__metadata__ "format" is "batchfs/1"): its header is described;
+ * other safetensors files are dataset sources. */
+static int batch_file(int fd, uint64_t fsize)
+{
+	struct bfs_st_header *h = NULL;
+	unsigned char *buf = NULL;
+	uint8_t lenb[8];
+	uint64_t hlen;
+	int yes = 0;
+
+	if (pread(fd, lenb, 8, 0) != 8 ||
+	    bfs_st_header_len(lenb, fsize, &hlen, NULL) ||
+	    !(buf = malloc(8 + hlen)) ||
+	    pread(fd, buf, 8 + hlen, 0) != (ssize_t)(8 + hlen) ||
+	    bfs_st_parse(buf, 8 + hlen, fsize, BFS_ST_ANY_DTYPE, &h, NULL)) {
+		free(buf);
+		return 1; /* not readable as a source either: say why here */
+	}
+	for (size_t i = 0; i < h->nmeta; i++)
+		yes |= !strcmp(h->meta[i].key, "format") &&
+		       !strcmp(h->meta[i].value, "batchfs/1");
+	bfs_st_free(h);
+	free(buf);
+	return yes;
+}
+
 static enum kind classify(const char *path, int *fd, uint64_t *size)
 {
 	struct stat st;
@@ -395,14 +472,11 @@ static enum kind classify(const char *path, int *fd, uint64_t *size)
 		return KIND_BAD;
 	}
 	*size = (uint64_t)st.st_size;
-	if (st.st_size >= 9 && pread(*fd, b, 9, 0) == 9) {
-		if (!memcmp(b, "PK\3\4", 4))
-			return KIND_ARCHIVE;
-		if (b[8] == '{')
-			return KIND_BATCH;
-	}
-	/* Not a batch file: fs/zip says precisely what it is instead (e.g.
-	 * "legacy torch.save format", "not a ZIP archive"). */
+	if (st.st_size >= 9 && pread(*fd, b, 9, 0) == 9 && b[8] == '{' &&
+	    batch_file(*fd, *size))
+		return KIND_BATCH;
+	/* A dataset source: fs/source recognises its kind, or fs/zip says
+	 * precisely what it is instead (e.g. "legacy torch.save format"). */
 	return KIND_ARCHIVE;
 }
 
@@ -412,23 +486,31 @@ static void usage(FILE *f)
 	    f,
 	    "usage: batchfs inspect [-v] [--verify] [--json] FILE...\n"
 	    "\n"
-	    "Describe torch.save archives or safetensors batch files.\n"
-	    "Several archives are one dataset (shards concatenated along\n"
-	    "dim 0, as `batchfs mount` sees them): its fields (name, dtype,\n"
-	    "shape, bytes), sample count, and each archive's version and\n"
-	    "byte order. A batch file (8-byte header length, then JSON) is\n"
-	    "validated as the safetensors spec requires and its header is\n"
-	    "printed: fields, dtypes, shapes, data offsets, __metadata__.\n"
+	    "Describe a dataset or safetensors batch files. A dataset is made\n"
+	    "of sources, as `batchfs mount` takes them: torch.save archives,\n"
+	    ".npz files (numpy.savez), .safetensors files, directories of\n"
+	    ".npy files, runs of .npy files; several are one dataset (shards\n"
+	    "concatenated along dim 0, any mix of kinds). Printed: its fields\n"
+	    "(name, dtype, shape, bytes; a ragged field NAME, from a pair\n"
+	    "NAME.values + NAME.offsets, shows its rows and longest sample),\n"
+	    "the sample count, and each shard's kind, version and byte order.\n"
+	    "A batch file (a safetensors file whose __metadata__ format is\n"
+	    "batchfs/1) is validated as the safetensors spec requires and its\n"
+	    "header is printed: fields, dtypes, shapes, data offsets,\n"
+	    "__metadata__.\n"
 	    "\n"
-	    "  -v, --verbose  also list every record (name, data offset,\n"
+	    "  -v, --verbose  also list every ZIP record (name, data offset,\n"
 	    "                 size, crc32) and each tensor's storage view\n"
-	    "      --verify   read every record through libzip and check its\n"
-	    "                 CRC-32 (CRC 0 on a non-empty record means \"not\n"
-	    "                 computed\": reported, not a failure)\n"
-	    "      --json     print one JSON object: for archives\n"
+	    "      --verify   read every ZIP record (torch, npz) through\n"
+	    "                 libzip and check its CRC-32 (CRC 0 on a\n"
+	    "                 non-empty record means \"not computed\":\n"
+	    "                 reported, not a failure)\n"
+	    "      --json     print one JSON object: for a dataset\n"
 	    "                 {\"samples\": N, \"fields\": [{\"name\", "
 	    "\"dtype\",\n"
-	    "                 \"shape\"}]} (torch dtype names, full shapes);\n"
+	    "                 \"shape\"}]} (torch dtype names, full shapes; a\n"
+	    "                 ragged field: [N, null, ...], \"ragged\": true,\n"
+	    "                 \"values_rows\", \"max_length\");\n"
 	    "                 for one batch file its header with torch names\n"
 	    "  -h, --help     this help\n"
 	    "\n"

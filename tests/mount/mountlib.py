@@ -191,6 +191,35 @@ def _cleanup():
 atexit.register(_cleanup)
 
 
+# numpy dtype name -> safetensors code (what numpy and safetensors share)
+ST_CODES = {"bool": "BOOL", "uint8": "U8", "int8": "I8", "int16": "I16",
+            "int32": "I32", "int64": "I64", "uint16": "U16", "uint32": "U32",
+            "uint64": "U64", "float16": "F16", "float32": "F32",
+            "float64": "F64", "complex64": "C64"}
+
+
+def le_c(a):
+    """An array as a batch holds it: C order, little-endian."""
+    a = np.ascontiguousarray(a)
+    return a.astype(a.dtype.newbyteorder("<")) if a.dtype.byteorder == ">" else a
+
+
+def write_safetensors(path, arrays, pad_to=8):
+    """A safetensors file as the reference writer makes it: {name: numpy
+    array} in order, C order, little-endian, the JSON header padded with
+    spaces to a multiple of pad_to."""
+    hdr, data = {}, b""
+    for k, a in arrays.items():
+        a = le_c(a)
+        hdr[k] = {"dtype": ST_CODES[a.dtype.name], "shape": list(a.shape),
+                  "data_offsets": [len(data), len(data) + a.nbytes]}
+        data += a.tobytes()
+    h = json.dumps(hdr).encode()
+    h += b" " * ((-len(h)) % pad_to)
+    with open(path, "wb") as f:
+        f.write(len(h).to_bytes(8, "little") + h + data)
+
+
 def parse_safetensors(buf):
     """bytes -> (metadata, {name: numpy array}); checks the file is valid
     safetensors: header JSON, offsets tiling the data with no holes, exact

@@ -13,11 +13,31 @@
 
 #include "fs/layout.h"
 
-static struct bfs_field f_img = {"images", BFS_DT_UINT8, 3, {3, 2, 2}, 12};
-static struct bfs_field f_lab = {"labels", BFS_DT_INT64, 0, {0}, 8};
-static struct bfs_field f_w = {"w", BFS_DT_FLOAT32, 1, {5}, 20};
-static struct bfs_field f_a = {"a", BFS_DT_INT32, 1, {2}, 8};
-static struct bfs_field f_bf = {"q\"x", BFS_DT_BFLOAT16, 0, {0}, 2};
+static struct bfs_field f_img = {.name = "images",
+				 .dtype = BFS_DT_UINT8,
+				 .ndim = 3,
+				 .shape = {3, 2, 2},
+				 .row_bytes = 12};
+static struct bfs_field f_lab = {.name = "labels",
+				 .dtype = BFS_DT_INT64,
+				 .ndim = 0,
+				 .shape = {0},
+				 .row_bytes = 8};
+static struct bfs_field f_w = {.name = "w",
+			       .dtype = BFS_DT_FLOAT32,
+			       .ndim = 1,
+			       .shape = {5},
+			       .row_bytes = 20};
+static struct bfs_field f_a = {.name = "a",
+			       .dtype = BFS_DT_INT32,
+			       .ndim = 1,
+			       .shape = {2},
+			       .row_bytes = 8};
+static struct bfs_field f_bf = {.name = "q\"x",
+				.dtype = BFS_DT_BFLOAT16,
+				.ndim = 0,
+				.shape = {0},
+				.row_bytes = 2};
 
 static void fields_are_ordered_by_element_size_then_name(void **state)
 {
@@ -54,7 +74,7 @@ static void header_is_exact_json_padded_to_4096(void **state)
 			 strlen(want));
 	assert_string_equal(json, want);
 	assert_int_equal(bfs_layout_data_offset(&l, 3, 17, 5), 4096);
-	assert_int_equal(bfs_layout_file_size(&l, 3, 17, 5), 4096 + 110);
+	assert_int_equal(bfs_layout_size(&l, 3, 17, 5), 4096 + 110);
 	/* a truncated render still reports the full length */
 	assert_int_equal(bfs_layout_json(&l, 3, 17, 5, json, 10), strlen(want));
 	assert_int_equal(strlen(json), 9);
@@ -71,7 +91,11 @@ a_header_bigger_than_a_page_moves_data_to_the_next_page(void **state)
 	size_t json;
 
 	for (int i = 0; i < N; i++) {
-		many[i] = (struct bfs_field){NULL, BFS_DT_FLOAT32, 1, {7}, 28};
+		many[i] = (struct bfs_field){.name = NULL,
+					     .dtype = BFS_DT_FLOAT32,
+					     .ndim = 1,
+					     .shape = {7},
+					     .row_bytes = 28};
 		many[i].name = malloc(16);
 		snprintf(many[i].name, 16, "field_%03d", i);
 		fs[i] = &many[i];
@@ -82,7 +106,7 @@ a_header_bigger_than_a_page_moves_data_to_the_next_page(void **state)
 	assert_true(json + 8 > 4096);
 	assert_int_equal(bfs_layout_data_offset(&l, 0, 0, 9),
 			 (json + 8 + 4095) / 4096 * 4096);
-	assert_int_equal(bfs_layout_file_size(&l, 0, 0, 9),
+	assert_int_equal(bfs_layout_size(&l, 0, 0, 9),
 			 bfs_layout_data_offset(&l, 0, 0, 9) + 9 * 28 * N);
 	bfs_layout_fini(&l);
 	for (int i = 0; i < N; i++)
@@ -91,7 +115,11 @@ a_header_bigger_than_a_page_moves_data_to_the_next_page(void **state)
 
 static void dtypes_without_a_safetensors_code_are_refused_by_name(void **state)
 {
-	struct bfs_field c128 = {"spec", BFS_DT_COMPLEX128, 0, {0}, 16};
+	struct bfs_field c128 = {.name = "spec",
+				 .dtype = BFS_DT_COMPLEX128,
+				 .ndim = 0,
+				 .shape = {0},
+				 .row_bytes = 16};
 	const struct bfs_field *fs[] = {&f_lab, &c128};
 	struct bfs_layout l;
 	struct bfs_error err = {{0}};
@@ -106,7 +134,11 @@ static void dtypes_without_a_safetensors_code_are_refused_by_name(void **state)
 
 static void zero_rows_and_zero_size_fields_make_empty_spans(void **state)
 {
-	struct bfs_field empty = {"e", BFS_DT_FLOAT32, 1, {0}, 0};
+	struct bfs_field empty = {.name = "e",
+				  .dtype = BFS_DT_FLOAT32,
+				  .ndim = 1,
+				  .shape = {0},
+				  .row_bytes = 0};
 	const struct bfs_field *fs[] = {&empty, &f_lab};
 	struct bfs_layout l;
 	char json[512];
@@ -116,7 +148,7 @@ static void zero_rows_and_zero_size_fields_make_empty_spans(void **state)
 	bfs_layout_json(&l, 0, 0, 4, json, sizeof(json));
 	assert_non_null(strstr(json, "\"e\":{\"dtype\":\"F32\",\"shape\":"
 				     "[4,0],\"data_offsets\":[32,32]}"));
-	assert_int_equal(bfs_layout_file_size(&l, 0, 0, 0), 4096);
+	assert_int_equal(bfs_layout_size(&l, 0, 0, 0), 4096);
 	bfs_layout_fini(&l);
 }
 
@@ -126,7 +158,11 @@ static void zero_rows_and_zero_size_fields_make_empty_spans(void **state)
 static void a_header_ending_at_the_file_end_writes_within_the_file(void **state)
 {
 	static char name[4096];
-	struct bfs_field empty = {name, BFS_DT_FLOAT32, 1, {0}, 0};
+	struct bfs_field empty = {.name = name,
+				  .dtype = BFS_DT_FLOAT32,
+				  .ndim = 1,
+				  .shape = {0},
+				  .row_bytes = 0};
 	const struct bfs_field *fs[] = {&empty};
 	struct bfs_layout l;
 	unsigned char *map, *f;
@@ -141,13 +177,13 @@ static void a_header_ending_at_the_file_end_writes_within_the_file(void **state)
 			break;
 		bfs_layout_fini(&l);
 	}
-	assert_int_equal(bfs_layout_file_size(&l, 0, 0, 0), 4096);
+	assert_int_equal(bfs_layout_size(&l, 0, 0, 0), 4096);
 	map = mmap(NULL, 2 * 4096, PROT_READ | PROT_WRITE,
 		   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	assert_true(map != MAP_FAILED);
 	assert_int_equal(mprotect(map + 4096, 4096, PROT_NONE), 0);
 	f = map;
-	assert_int_equal(bfs_layout_fill(&l, NULL, 0, 0, NULL, 0, f), 0);
+	assert_int_equal(bfs_layout_fill(&l, NULL, 0, 0, NULL, 0, 4096, f), 0);
 	assert_int_equal(f[0] | f[1] << 8, 4096 - 8);
 	assert_int_equal(f[8], '{');
 	assert_int_equal(f[4095], '}');

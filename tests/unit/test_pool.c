@@ -99,14 +99,14 @@ static void expect_batch(struct bfs_pool *p, uint64_t e, uint64_t k,
 			 bool read_all)
 {
 	uint64_t rows = bfs_order_batch_rows(fx.order, k);
-	uint64_t size = bfs_layout_file_size(&fx.layout, e, k, rows);
+	uint64_t size = bfs_layout_size(&fx.layout, e, k, rows);
 	uint64_t *idx = malloc(rows * sizeof(*idx));
 	void *want = malloc(size);
 	struct bfs_batch *b;
 
 	assert_int_equal(bfs_order_batch(fx.order, e, k, idx), 0);
 	assert_int_equal(
-	    bfs_layout_fill(&fx.layout, fx.ds, e, k, idx, rows, want), 0);
+	    bfs_layout_fill(&fx.layout, fx.ds, e, k, idx, rows, size, want), 0);
 	assert_int_equal(bfs_pool_acquire(p, e, k, &b), 0);
 	assert_int_equal(bfs_batch_size(b), size);
 	expect_bytes(b, want, size);

@@ -33,9 +33,21 @@ static unsigned char *file_of(const char *json, size_t pad, size_t data,
 	return f;
 }
 
-static struct bfs_field f_img = {"images", BFS_DT_UINT8, 3, {3, 2, 2}, 12};
-static struct bfs_field f_lab = {"labels", BFS_DT_INT64, 0, {0}, 8};
-static struct bfs_field f_bf = {"q\"x", BFS_DT_BFLOAT16, 0, {0}, 2};
+static struct bfs_field f_img = {.name = "images",
+				 .dtype = BFS_DT_UINT8,
+				 .ndim = 3,
+				 .shape = {3, 2, 2},
+				 .row_bytes = 12};
+static struct bfs_field f_lab = {.name = "labels",
+				 .dtype = BFS_DT_INT64,
+				 .ndim = 0,
+				 .shape = {0},
+				 .row_bytes = 8};
+static struct bfs_field f_bf = {.name = "q\"x",
+				.dtype = BFS_DT_BFLOAT16,
+				.ndim = 0,
+				.shape = {0},
+				.row_bytes = 2};
 
 static void a_batch_written_by_fs_layout_parses_back(void **state)
 {
@@ -48,7 +60,7 @@ static void a_batch_written_by_fs_layout_parses_back(void **state)
 
 	assert_int_equal(bfs_layout_init_fields(&l, fs, 3, 1000, NULL, NULL),
 			 0);
-	size = bfs_layout_file_size(&l, 2, 9, 5);
+	size = bfs_layout_size(&l, 2, 9, 5);
 	data = bfs_layout_data_offset(&l, 2, 9, 5);
 	f = calloc(1, size);
 	assert_non_null(f);
@@ -100,11 +112,11 @@ static void an_empty_batch_from_bfs_layout_fill_parses_back(void **state)
 
 	assert_int_equal(bfs_layout_init_fields(&l, fs, 2, 1000, NULL, NULL),
 			 0);
-	size = bfs_layout_file_size(&l, 0, 0, 0);
+	size = bfs_layout_size(&l, 0, 0, 0);
 	f = malloc(size);
 	assert_non_null(f);
 	/* rows = 0: fill writes only the header, no dataset needed */
-	assert_int_equal(bfs_layout_fill(&l, NULL, 0, 0, NULL, 0, f), 0);
+	assert_int_equal(bfs_layout_fill(&l, NULL, 0, 0, NULL, 0, size, f), 0);
 	assert_int_equal(bfs_st_parse(f, size, size, 0, &h, NULL), 0);
 	assert_int_equal(size, 4096);
 	assert_int_equal(h->ntensors, 2);

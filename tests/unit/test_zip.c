@@ -495,6 +495,55 @@ static void impossible_directory_geometry_is_refused(void **state)
 	expect_refused(&w, w.len, "ZIP64 extra field is missing");
 }
 
+/* numpy.savez's layout: top-level members, no prefix, with or without
+ * ZIP64 extras; each found by its own name. */
+static void npz_members_have_no_prefix_and_are_found_by_name(void **state)
+{
+	static const int layouts[] = {ZW_NO_PAD | ZW_CLASSIC,
+				      ZW_NO_PAD | ZW_CD_ZIP64};
+	struct bfs_error err = {{0}};
+	struct bfs_zip *z = NULL;
+	struct zw w;
+
+	for (size_t i = 0; i < 2; i++) {
+		zw_init(&w, layouts[i]);
+		zw_add(&w, "x.npy", tensor0, sizeof(tensor0));
+		zw_add(&w, "dir/y.npy", "ab", 2);
+		zw_finish(&w);
+		assert_int_equal(bfs_zip_open_mem_kind(&z, w.buf, w.len,
+						       "t.npz", BFS_ZIP_NPZ,
+						       &err),
+				 0);
+		assert_string_equal(z->prefix, "");
+		assert_ptr_equal(bfs_zip_find(z, "x.npy"), &z->entries[0]);
+		assert_ptr_equal(bfs_zip_find(z, "dir/y.npy"), &z->entries[1]);
+		assert_null(bfs_zip_find(z, "y.npy"));
+		assert_int_equal(z->entries[0].size, sizeof(tensor0));
+		bfs_zip_close(z);
+		/* the same bytes are no torch archive */
+		expect_refused(&w, w.len, "not under a directory prefix");
+	}
+}
+
+static void npz_deflated_member_is_refused_with_savez_advice(void **state)
+{
+	struct bfs_error err = {{0}};
+	struct bfs_zip *z = NULL;
+	struct zw w;
+
+	zw_init(&w, ZW_NO_PAD | ZW_CLASSIC);
+	zw_add(&w, "x.npy", tensor0, sizeof(tensor0));
+	zw_finish(&w);
+	set16(w.buf + w.cdh[0] + 10, 8);
+	assert_int_equal(
+	    bfs_zip_open_mem_kind(&z, w.buf, w.len, "c.npz", BFS_ZIP_NPZ, &err),
+	    -EINVAL);
+	assert_null(z);
+	assert_non_null(strstr(err.msg, "c.npz: offset 0: member 'x.npy' "
+					"is compressed"));
+	assert_non_null(strstr(err.msg, "numpy.savez instead"));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -511,6 +560,8 @@ int main(void)
 	    cmocka_unit_test(compressed_and_encrypted_records_are_refused),
 	    cmocka_unit_test(duplicate_and_unsafe_names_are_refused),
 	    cmocka_unit_test(impossible_directory_geometry_is_refused),
+	    cmocka_unit_test(npz_members_have_no_prefix_and_are_found_by_name),
+	    cmocka_unit_test(npz_deflated_member_is_refused_with_savez_advice),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

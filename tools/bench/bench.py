@@ -14,7 +14,12 @@ and its children:
   (e) torch DataLoader over the same archive (torch.load, TensorDataset,
       shuffle=True, num_workers 0 and 2; capped at BENCH_DL_SECONDS per pass)
 and the time from `batchfs mount` to the first byte of batch 0 for 10^6
-samples. GB/s counts payload bytes (10^9 B/s). Every figure is the median
+samples. A ragged workload (token sequences: int64, lengths uniform in
+16..2048, batch 64, shuffled; an .npz of tokens.values + tokens.offsets
+mounted directly) compares samples/s of every batch of an epoch read from
+Python (default --pad, and --pack) with a DataLoader over the same arrays
+whose collate_fn pads with torch.nn.utils.rnn.pad_sequence (num_workers 0
+and 2), after checking batch 0 against it. GB/s counts payload bytes (10^9 B/s). Every figure is the median
 of BENCH_REPS passes; the machine is shared and noisy (+-30 %).
 
 Environment: BATCHFS, NULLFS (binaries), BENCH_SCALE (default 1),
@@ -23,8 +28,9 @@ work dir), BENCH_MOUNT_OPTS (extra `batchfs mount` options for every mount),
 BENCH_MODES (the serve modes (d) is measured in, comma-separated, from
 passthrough, push, direct, cache, and pt-gather / pt-slices = passthrough
 with its memfds written one way (BATCHFS_MEMFD_WRITE); default
-"passthrough,push,direct,cache"), BENCH_JSON (also write the results
-there).
+"passthrough,push,direct,cache"), BENCH_ONLY (comma-separated words:
+run only the parts whose names contain one: "small", "large", "ragged",
+"latency"), BENCH_JSON (also write the results there).
 
 Besides GB/s, each mode reports the daemon's CPU seconds per GB served
 (utime + stime of the daemon over the Python 1 MiB passes), mmap reads
@@ -74,10 +80,15 @@ MODE_DEFS = {
     "cache": (["--serve", "cache"], {}),
     "default": ([], {}),
 }
+ONLY = [w for w in os.environ.get("BENCH_ONLY", "").split(",") if w]
 SEED = 7
 MIB = 1 << 20
 LATENCY_SAMPLES = 10**6
 LATENCY_REPS = max(5, REPS)
+
+RAGGED_SAMPLES = 40_000  # at scale 1: ~0.33 GB of tokens
+RAGGED_BATCH = 64
+RAGGED_LENGTHS = (16, 2048)
 
 WORKLOADS = [
     # name, per-sample image shape, batch size, samples at scale 1
@@ -418,23 +429,29 @@ def read_epoch_files(paths, buf, chunk):
     return payload, time.perf_counter() - t0
 
 
-def bench_dataloader(tensors, batch, workers):
-    """Samples/s of a DataLoader pass (capped at DL_SECONDS), median."""
-    ds = TensorDataset(tensors["images"], tensors["labels"])
+def dataloader_rate(ds, batch, workers, collate_fn=None):
+    """Samples/s of a shuffled DataLoader pass over ds (capped at
+    DL_SECONDS), median; batches are (x, ...) with x's dim 0 the samples."""
     vals = []
     for r in range(REPS):
         dl = DataLoader(ds, batch_size=batch, shuffle=True,
-                        num_workers=workers,
+                        num_workers=workers, collate_fn=collate_fn,
                         generator=torch.Generator().manual_seed(SEED + r))
         seen = 0
         t0 = time.perf_counter()
-        for images, _ in dl:
-            seen += images.shape[0]
+        for x, _ in dl:
+            seen += x.shape[0]
             if time.perf_counter() - t0 > DL_SECONDS:
                 break
         vals.append(seen / (time.perf_counter() - t0))
         del dl
     return statistics.median(vals)
+
+
+def bench_dataloader(tensors, batch, workers):
+    """Samples/s of a DataLoader pass over the archive's tensors."""
+    return dataloader_rate(TensorDataset(tensors["images"], tensors["labels"]),
+                           batch, workers)
 
 
 def bench_latency(work):
@@ -574,6 +591,114 @@ def print_table(name, r):
         log("    stats: " + " ".join(bf["stats"].split())[:700])
 
 
+class Tokens(torch.utils.data.Dataset):
+    """Sample i: tokens[offsets[i]:offsets[i+1]] as a tensor."""
+
+    def __init__(self, values, offsets):
+        self.values = torch.from_numpy(values)
+        self.offsets = offsets
+
+    def __len__(self):
+        return len(self.offsets) - 1
+
+    def __getitem__(self, i):
+        return self.values[self.offsets[i]:self.offsets[i + 1]]
+
+
+def pad_collate(batch):
+    """The padding collate_fn batchfs's default --pad equals."""
+    return (torch.nn.utils.rnn.pad_sequence(batch, batch_first=True),
+            torch.tensor([len(x) for x in batch]))
+
+
+def ragged_epoch(mnt, epoch, nb, buf):
+    """Samples of every batch of an epoch, read with 1 MiB readinto."""
+    mv = memoryview(buf)
+    samples = 0
+    t0 = time.perf_counter()
+    for k in range(nb):
+        with open("%s/epoch/%d/batch_%d" % (mnt, epoch, k), "rb",
+                  buffering=0) as f:
+            size = os.fstat(f.fileno()).st_size
+            got = 0
+            while got < size:
+                r = f.readinto(mv[got:min(size, got + MIB)])
+                if not r:
+                    raise Failed("short ragged batch %d" % k)
+                got += r
+        n = int.from_bytes(buf[:8], "little")
+        head = json.loads(bytes(buf[8:8 + n]))
+        samples += head["tokens"]["shape"][0] if "tokens.lengths" in head \
+            else head["tokens.offsets"]["shape"][0] - 1
+    return samples, time.perf_counter() - t0
+
+
+def ragged_workload(work, results):
+    n = max(RAGGED_BATCH * 8, int(round(RAGGED_SAMPLES * SCALE)))
+    rng = np.random.default_rng(SEED)
+    lens = rng.integers(RAGGED_LENGTHS[0], RAGGED_LENGTHS[1] + 1, n)
+    offsets = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
+    values = rng.integers(0, 50_000, int(offsets[-1]), dtype=np.int64)
+    log("\n== ragged rows: tokens int64, lengths %d..%d (mean %.0f), batch "
+        "%d, n=%d, %.3f GB of tokens" % (RAGGED_LENGTHS + (lens.mean(),
+                                          RAGGED_BATCH, n, values.nbytes / 1e9)))
+    arch = work.path("tokens.npz")
+    np.savez(arch, **{"tokens.values": values, "tokens.offsets": offsets})
+    ds = Tokens(values, offsets)
+    nb = -(-n // RAGGED_BATCH)
+    buf = mmap.mmap(-1, 4096 + RAGGED_BATCH * RAGGED_LENGTHS[1] * 8 + MIB)
+    r = {"n": n}
+    for label, opts in (("pad", []), ("pack", ["--pack", "tokens"])):
+        mnt = work.mountpoint("ragged")
+        work.mounts.append(mnt)
+        run([BATCHFS, "mount", "--batch-size", str(RAGGED_BATCH),
+             "--shuffle", "--seed", str(SEED)] + MOUNT_OPTS + opts +
+            [arch, mnt], timeout=120)
+        try:
+            if label == "pad":
+                with open(mnt + "/epoch/0/batch_0", "rb") as f:
+                    got = f.read()
+                dl = DataLoader(ds, batch_size=RAGGED_BATCH, shuffle=True,
+                                collate_fn=pad_collate,
+                                generator=torch.Generator().manual_seed(SEED))
+                want = next(iter(dl))[0].numpy().tobytes()
+                h = int.from_bytes(got[:8], "little")
+                a, b = json.loads(got[8:8 + h])["tokens"]["data_offsets"]
+                r["check"] = ("ok (batch 0 == DataLoader + pad_sequence)"
+                              if got[8 + h + a:8 + h + b] == want
+                              else "MISMATCH with DataLoader + pad_sequence")
+            vals = []
+            for e in range(1, REPS + 1):
+                got, secs = ragged_epoch(mnt, e, nb, buf)
+                if got != n:
+                    raise Failed("ragged epoch %d: %d samples" % (e, got))
+                vals.append(n / secs)
+            r[label] = statistics.median(vals)
+        finally:
+            work.unmount(mnt)
+    r["dl0"] = dataloader_rate(ds, RAGGED_BATCH, 0, pad_collate)
+    r["dl2"] = dataloader_rate(ds, RAGGED_BATCH, 2, pad_collate)
+    os.unlink(arch)
+    results["ragged rows"] = r
+    best = max(r["dl0"], r["dl2"])
+    log("\n  %-52s %11s" % ("ragged rows (median of %d)" % REPS, "samples/s"))
+    for label, v in (("batchfs --pad (default): Python readinto 1 MiB",
+                      r["pad"]),
+                     ("batchfs --pack tokens: Python readinto 1 MiB",
+                      r["pack"]),
+                     ("DataLoader + pad_sequence, num_workers=0", r["dl0"]),
+                     ("DataLoader + pad_sequence, num_workers=2", r["dl2"])):
+        log("  %-52s %11s" % (label, fmt_rate(v)))
+    log("  %-52s %7.2fx" % ("batchfs --pad vs best DataLoader", r["pad"] / best))
+    log("  %-52s %7.2fx" % ("batchfs --pack vs best DataLoader",
+                            r["pack"] / best))
+    log("    parity: " + r["check"])
+
+
+def wanted(part):
+    return not ONLY or any(w in part for w in ONLY)
+
+
 def source_version():
     try:
         head = run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"]).strip()
@@ -604,24 +729,34 @@ def main():
     log("GB/s = payload bytes (images + labels) per second, 10^9 B/s.")
     try:
         for name, shape, batch, n0 in WORKLOADS:
+            if not wanted(name):
+                continue
             workload(work, name, shape, batch, n0, results)
             ok = ok and all("error" not in v
                             for v in results[name]["batchfs"].values())
-        log("\n== time from `batchfs mount` to the first byte of batch 0, "
-            "%d samples (median of %d)" % (LATENCY_SAMPLES, LATENCY_REPS))
         try:
-            if not any("error" not in v for w in WORKLOADS
-                       for v in results[w[0]]["batchfs"].values()):
-                raise Failed("skipped: batchfs mount failed above")
-            m, f, t = bench_latency(work)
-            results["latency"] = {"mount": m, "first_byte": f, "total": t}
-            log("  mount returned   %8.1f ms" % (m * 1e3))
-            log("  first byte after %8.1f ms" % (f * 1e3))
-            log("  total            %8.1f ms  [target <= 50 ms %s]"
-                % (t * 1e3, "MET" if t <= 0.05 else "MISSED"))
+            if wanted("ragged rows"):
+                ragged_workload(work, results)
         except (Failed, OSError, subprocess.TimeoutExpired) as e:
             ok = False
-            log("  FAILED: %s" % e)
+            log("  ragged rows: FAILED: %s" % e)
+        if wanted("latency"):
+            log("\n== time from `batchfs mount` to the first byte of batch 0, "
+                "%d samples (median of %d)" % (LATENCY_SAMPLES, LATENCY_REPS))
+            try:
+                ran = [w[0] for w in WORKLOADS if w[0] in results]
+                if ran and not any("error" not in v for w in ran
+                                   for v in results[w]["batchfs"].values()):
+                    raise Failed("skipped: batchfs mount failed above")
+                m, f, t = bench_latency(work)
+                results["latency"] = {"mount": m, "first_byte": f, "total": t}
+                log("  mount returned   %8.1f ms" % (m * 1e3))
+                log("  first byte after %8.1f ms" % (f * 1e3))
+                log("  total            %8.1f ms  [target <= 50 ms %s]"
+                    % (t * 1e3, "MET" if t <= 0.05 else "MISSED"))
+            except (Failed, OSError, subprocess.TimeoutExpired) as e:
+                ok = False
+                log("  FAILED: %s" % e)
     finally:
         work.close()
     if os.environ.get("BENCH_JSON"):

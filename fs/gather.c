@@ -1,0 +1,707 @@
+/* fs/gather: a dataset's rows, ragged spans and read-ahead advice, straight
+ * from the read-only mappings of its sources (see dataset.h).
+ *
+ * Gather: a fixed field's row is addressed as  base + s * stride0  plus
+ * its simplified per-row strides (fs/dataset.c binds them). A C-contiguous
+ * row is one memcpy; anything else (a strided view, a Fortran-order .npy)
+ * walks the dims with an odometer (no recursion), copying runs of the
+ * innermost dim. Big-endian data is swapped in the destination. The copy
+ * is bound by memory latency; software prefetch gained nothing
+ * measurable, 4- and 8-byte rows (scalar labels) are copied inline
+ * (fs/README.md: the gather, with the figures).
+ *
+ * Ragged fields: a sample's span (start, len) in NAME.values comes from
+ * two adjacent offsets; bfs_dataset_spans reads them once per batch and
+ * checks each span against what was proven at open (inside the shard's
+ * values, at most max_len rows), so a file rewritten in place can never
+ * make a batch larger than its size or a read leave the mapping. The
+ * spans' rows are then copied like rows of a fixed field (one memcpy per
+ * sample when the values are contiguous), packed or padded.
+ *
+ * Faults: the files stay mapped, never copied. A file truncated under us
+ * would raise SIGBUS on access. Before each gather the files of the shards
+ * touched are fstat()ed (shrunk => -EIO); as a second line of defence the
+ * copy runs under a per-thread sigsetjmp with a process-wide SIGBUS handler
+ * (installed, or re-installed if someone replaced it, by the gather that
+ * finds it missing; see guard_install) that siglongjmp()s back when the
+ * fault happened inside a guarded copy on that thread, and otherwise hands
+ * the signal to whatever handler was installed before ours (or the
+ * default action).
+ *
+ * Advise: madvise(MADV_WILLNEED) starts reads of cold rows ahead of the
+ * gather; on rows already in the page cache it is pure cost (it once took
+ * 42 % of the daemon's CPU). So each mapping keeps one word per 2 MiB
+ * CHUNK: the first time a row of a chunk is advised (and again once the
+ * answer is older than WINDOW = 1 s) one mincore() over the chunk says
+ * whether all its pages are resident; rows in resident chunks are not
+ * advised, rows in other chunks are (coalesced page ranges), so cold data
+ * is still read ahead, and an evicted chunk is advised again within a
+ * window (fs/README.md: read-ahead of cold rows, with the figures).
+ *
+ * Warm: bfs_dataset_warm reads whole files that fit in memory, in order
+ * and in large windows, with MADV_POPULATE_READ: the kernel reads them
+ * sequentially (a cold epoch at disk speed rather than at the device's
+ * random-read rate) and maps every page, so no row costs a page fault on
+ * its first touch (the first epoch as fast as later ones).
+ *
+ * Thread-safety: the dataset is immutable after open except for the
+ * advise words and the read-ahead counters (relaxed atomics, only hints
+ * and statistics). The other mutable state is the thread-local
+ * jump-buffer pointer and the previous SIGBUS action (under guard_lock). */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fs/dataset_impl.h"
+#include "fs/log.h"
+#include "fs/npy.h"
+
+#define MOD "dataset"
+
+/* Advise memory (see the file comment): residency is tracked per CHUNK of
+ * a mapping, looked up again after WINDOW ticks of TICK_NS. */
+#define CHUNK	  ((uint64_t)2 << 20)
+#define TICK_NS	  125000000ull /* 1/8 s */
+#define TICK_MASK 0x7fffffffu
+#define WINDOW	  8u /* ticks: 1 s */
+
+/* bfs_dataset_warm reads files in windows of this size, checking for a
+ * stop between them. */
+#define WARM_WINDOW ((uint64_t)32 << 20)
+
+size_t bfs_dataset_shard_of(const struct bfs_dataset *ds, uint64_t g)
+{
+	size_t lo = 0, hi = ds->nshards;
+
+	while (hi - lo > 1) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (ds->shards[mid].first <= g)
+			lo = mid;
+		else
+			hi = mid;
+	}
+	/* lo = the last shard starting at or before g: never an empty one
+	 * (the shard after an empty one starts at the same sample). */
+	return lo;
+}
+
+int bfs_dataset_fmem_init(struct shard *sh, uint64_t *bytes)
+{
+	const struct bfs_source *s = sh->src;
+
+	sh->fm = calloc(s->nfiles ? s->nfiles : 1, sizeof(*sh->fm));
+	if (!sh->fm)
+		return -ENOMEM;
+	*bytes = s->nfiles * sizeof(*sh->fm);
+	for (size_t i = 0; i < s->nfiles; i++) {
+		struct fmem *m = &sh->fm[i];
+
+		if (s->files[i].fd < 0)
+			continue; /* in memory: nothing to read ahead */
+		m->nchunks = (size_t)((s->files[i].size + CHUNK - 1) / CHUNK);
+		m->chunks =
+		    calloc(m->nchunks ? m->nchunks : 1, sizeof(*m->chunks));
+		if (!m->chunks)
+			return -ENOMEM;
+		*bytes += m->nchunks * sizeof(*m->chunks);
+	}
+	return 0;
+}
+
+/* ---- copying ---------------------------------------------------------- */
+
+static void copy_elems(uint8_t *dst, const uint8_t *src, int64_t n,
+		       int64_t stride, size_t es)
+{
+	for (int64_t i = 0; i < n; i++, dst += es, src += stride)
+		switch (es) {
+		case 1:
+			*dst = *src;
+			break;
+		case 2:
+			memcpy(dst, src, 2);
+			break;
+		case 4:
+			memcpy(dst, src, 4);
+			break;
+		case 8:
+			memcpy(dst, src, 8);
+			break;
+		default:
+			memcpy(dst, src, es);
+			break;
+		}
+}
+
+/* One row of a non-contiguous field: odometer over the outer dims, runs of
+ * the innermost dim. */
+static void copy_strided(uint8_t *dst, const uint8_t *row, const struct bind *b,
+			 size_t es)
+{
+	int64_t ctr[BFS_MAX_DIMS] = {0};
+	int in = b->ndim - 1;
+	int64_t n = b->size[in], st = b->stride[in];
+	const uint8_t *src = row;
+
+	for (;;) {
+		if (st == (int64_t)es)
+			memcpy(dst, src, (size_t)n * es);
+		else
+			copy_elems(dst, src, n, st, es);
+		dst += (size_t)n * es;
+		int d = in - 1;
+		while (d >= 0 && ++ctr[d] == b->size[d]) {
+			src -= (b->size[d] - 1) * b->stride[d];
+			ctr[d] = 0;
+			d--;
+		}
+		if (d < 0)
+			return;
+		src += b->stride[d];
+	}
+}
+
+/* Rows [r, r + n) of bind b into dst (n * rb bytes), C order, LE. */
+static void copy_run(uint8_t *dst, const struct bind *b, uint64_t r, uint64_t n,
+		     uint64_t rb, const struct bfs_field *f)
+{
+	const struct bfs_dtype_info *di = bfs_dtype_info(f->dtype);
+	const uint8_t *row = b->base + r * b->stride0;
+	uint8_t *out = dst;
+
+	if (b->contiguous && (b->stride0 == rb || n == 1))
+		memcpy(out, row, n * rb);
+	else
+		for (uint64_t i = 0; i < n; i++, row += b->stride0, out += rb)
+			if (b->contiguous)
+				memcpy(out, row, rb);
+			else
+				copy_strided(out, row, b, di->size);
+	if (b->swap)
+		bfs_npy_byteswap(dst, n * rb, di->swap_unit);
+}
+
+/* ---- the SIGBUS guard -------------------------------------------------- */
+
+/* 'guard_jmp' is set only while this thread copies from a mapping.
+ * 'old_bus' (the handler we chain to) is written under 'guard_lock' when
+ * we (re)install ours: someone else (a test harness, a host program) may
+ * replace our handler after we installed it, so every guarded call checks
+ * that ours is still in place (one sigaction call). */
+static __thread sigjmp_buf *volatile guard_jmp;
+static struct sigaction old_bus;
+static pthread_mutex_t guard_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void on_sigbus(int sig, siginfo_t *si, void *uc)
+{
+	if (guard_jmp)
+		siglongjmp(*guard_jmp, 1);
+	/* Not ours: give it to the previous handler, or die as by default. */
+	if ((old_bus.sa_flags & SA_SIGINFO) && old_bus.sa_sigaction) {
+		old_bus.sa_sigaction(sig, si, uc);
+	} else if (old_bus.sa_handler != SIG_DFL &&
+		   old_bus.sa_handler != SIG_IGN && old_bus.sa_handler) {
+		old_bus.sa_handler(sig);
+	} else {
+		signal(SIGBUS, SIG_DFL);
+		raise(SIGBUS);
+	}
+}
+
+static void guard_install(void)
+{
+	struct sigaction sa, cur;
+
+	if (sigaction(SIGBUS, NULL, &cur) == 0 && (cur.sa_flags & SA_SIGINFO) &&
+	    cur.sa_sigaction == on_sigbus)
+		return;
+	pthread_mutex_lock(&guard_lock);
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_sigaction = on_sigbus;
+	/* NODEFER: jumping out of the handler must not leave SIGBUS blocked. */
+	sa.sa_flags = SA_SIGINFO | SA_NODEFER;
+	sigemptyset(&sa.sa_mask);
+	if (sigaction(SIGBUS, NULL, &cur) == 0 &&
+	    !((cur.sa_flags & SA_SIGINFO) && cur.sa_sigaction == on_sigbus))
+		sigaction(SIGBUS, &sa, &old_bus);
+	pthread_mutex_unlock(&guard_lock);
+}
+
+int bfs_dataset_guard(int (*fn)(void *), void *arg)
+{
+	sigjmp_buf jb;
+	int rc;
+
+	guard_install();
+	if (sigsetjmp(jb, 0)) {
+		guard_jmp = NULL;
+		return -EFAULT;
+	}
+	guard_jmp = &jb;
+	rc = fn(arg);
+	guard_jmp = NULL;
+	return rc;
+}
+
+/* -EIO (with a log line) if a file of 'sh' shrank below its mapping;
+ * 'f' (NULL: none) is named in the line. */
+static int check_size(const struct shard *sh, uint64_t sample,
+		      const struct bfs_field *f)
+{
+	for (size_t i = 0; i < sh->src->nfiles; i++) {
+		const struct bfs_source_file *fl = &sh->src->files[i];
+		struct stat st;
+
+		if (fl->fd < 0 || (fstat(fl->fd, &st) == 0 &&
+				   (uint64_t)st.st_size >= fl->size))
+			continue;
+		bfs_log(BFS_LOG_ERR, MOD,
+			"%s: archive truncated or unreadable (size now %" PRId64
+			" < %" PRIu64 " mapped); sample %" PRIu64
+			"%s%s%s not read",
+			fl->path, (int64_t)st.st_size, fl->size, sample,
+			f ? " of field '" : "", f ? f->name : "", f ? "'" : "");
+		return -EIO;
+	}
+	return 0;
+}
+
+/* Check every shard touched by idx[] once (bitmap for the first 64). */
+static int check_shards(const struct bfs_dataset *ds, const struct bfs_field *f,
+			const uint64_t *idx, size_t n)
+{
+	uint64_t seen = 0;
+	int rc;
+
+	if (ds->nshards > 64) {
+		for (size_t i = 0; i < ds->nshards; i++)
+			if ((rc = check_size(&ds->shards[i],
+					     ds->shards[i].first, f)))
+				return rc;
+		return 0;
+	}
+	for (size_t i = 0; i < n; i++) {
+		size_t s = bfs_dataset_shard_of(ds, idx[i]);
+		if (seen & (1ull << s))
+			continue;
+		seen |= 1ull << s;
+		if ((rc = check_size(&ds->shards[s], idx[i], f)))
+			return rc;
+	}
+	return 0;
+}
+
+/* The shard holding global sample g. */
+static const struct shard *shard_at(const struct bfs_dataset *ds, uint64_t g)
+{
+	return ds->nshards == 1 ? ds->shards
+				: &ds->shards[bfs_dataset_shard_of(ds, g)];
+}
+
+/* Where row g of field fi starts, and its shard in *shp. */
+static const uint8_t *row_at(const struct bfs_dataset *ds, size_t fi,
+			     uint64_t g, const struct shard **shp)
+{
+	const struct shard *sh = shard_at(ds, g);
+
+	*shp = sh;
+	return sh->binds[fi].base + (g - sh->first) * sh->binds[fi].stride0;
+}
+
+/* ---- gathering -------------------------------------------------------- */
+
+/* One guarded copy: what to copy and, on a fault, how far it got. */
+struct job {
+	const struct bfs_dataset *ds;
+	size_t f;
+	const uint64_t *idx;
+	const struct bfs_span *spans; /* ragged; NULL for rows */
+	size_t n;
+	uint64_t width; /* ragged: rows per sample, 0 = packed */
+	const void *pad;
+	uint8_t *dst;
+	volatile size_t at; /* the sample being copied */
+};
+
+/* The copy loop of a fixed field. */
+static int copy_rows(void *arg)
+{
+	struct job *j = arg;
+	const struct bfs_field *f = &j->ds->fields[j->f];
+	size_t unit = bfs_dtype_info(f->dtype)->swap_unit;
+	uint64_t rb = f->row_bytes;
+	uint8_t *dst = j->dst;
+
+	if (!rb)
+		return 0;
+	for (size_t i = 0; i < j->n; i++, dst += rb) {
+		const struct shard *sh;
+		const uint8_t *row = row_at(j->ds, j->f, j->idx[i], &sh);
+		const struct bind *b = &sh->binds[j->f];
+
+		j->at = i;
+		/* scalar labels: a constant size is copied inline, no call */
+		if (b->contiguous && rb == 8)
+			memcpy(dst, row, 8);
+		else if (b->contiguous && rb == 4)
+			memcpy(dst, row, 4);
+		else if (b->contiguous)
+			memcpy(dst, row, rb);
+		else
+			copy_strided(dst, row, b,
+				     bfs_dtype_info(f->dtype)->size);
+		if (b->swap)
+			bfs_npy_byteswap(dst, rb, unit);
+	}
+	return 0;
+}
+
+/* Fill 'rows' rows of rb bytes at dst with the element 'pad' of es bytes. */
+static void fill_pad(uint8_t *dst, uint64_t rows, uint64_t rb,
+		     const uint8_t *pad, size_t es)
+{
+	uint64_t n = rows * rb;
+	bool zero = true;
+
+	for (size_t i = 0; i < es; i++)
+		zero = zero && !pad[i];
+	if (zero) {
+		memset(dst, 0, n);
+		return;
+	}
+	for (uint64_t i = 0; i < n; i += es)
+		memcpy(dst + i, pad, es);
+}
+
+/* The copy loop of a ragged field. */
+static int copy_spans(void *arg)
+{
+	struct job *j = arg;
+	const struct bfs_field *f = &j->ds->fields[j->f];
+	size_t es = bfs_dtype_info(f->dtype)->size;
+	uint64_t rb = f->row_bytes;
+	uint8_t *dst = j->dst;
+
+	for (size_t i = 0; i < j->n; i++) {
+		const struct shard *sh = shard_at(j->ds, j->idx[i]);
+		uint64_t len = j->spans[i].len;
+
+		j->at = i;
+		if (len && rb)
+			copy_run(dst, &sh->binds[j->f], j->spans[i].start, len,
+				 rb, f);
+		dst += len * rb;
+		if (j->width && rb) {
+			fill_pad(dst, j->width - len, rb, j->pad, es);
+			dst += (j->width - len) * rb;
+		}
+	}
+	return 0;
+}
+
+/* Run the copy 'fn' of job j guarded; a fault is logged and is -EIO. */
+static int run_job(struct job *j, int (*fn)(void *))
+{
+	int rc;
+
+	rc = check_shards(j->ds, &j->ds->fields[j->f], j->idx, j->n);
+	if (rc)
+		return rc;
+	rc = bfs_dataset_guard(fn, j);
+	if (rc != -EFAULT)
+		return rc;
+	bfs_log(BFS_LOG_ERR, MOD,
+		"%s: SIGBUS reading sample %" PRIu64 " of field '%s' "
+		"(archive truncated or replaced under us)",
+		shard_at(j->ds, j->idx[j->at])->src->path, j->idx[j->at],
+		j->ds->fields[j->f].name);
+	return -EIO;
+}
+
+static int check_idx(const struct bfs_dataset *ds, const uint64_t *idx,
+		     size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (idx[i] >= ds->samples)
+			return -ERANGE;
+	return 0;
+}
+
+int bfs_dataset_gather(const struct bfs_dataset *ds, size_t f,
+		       const uint64_t *idx, size_t n, void *dst)
+{
+	struct job j = {ds, f, idx, NULL, n, 0, NULL, dst, 0};
+
+	if (f >= ds->nfields || ds->fields[f].ragged)
+		return -EINVAL;
+	return check_idx(ds, idx, n) ?: run_job(&j, copy_rows);
+}
+
+int64_t bfs_dataset_offset_at(const struct bind *ob, uint64_t i)
+{
+	uint8_t b[8];
+	int64_t v;
+
+	memcpy(b, ob->base + i * ob->stride0, 8);
+	if (ob->swap)
+		bfs_npy_byteswap(b, 8, 8);
+	memcpy(&v, b, 8);
+	return v;
+}
+
+/* The spans of job j, checked against what open proved. */
+static int read_spans(void *arg)
+{
+	struct job *j = arg;
+	const struct bfs_field *f = &j->ds->fields[j->f];
+	struct bfs_span *out = (struct bfs_span *)j->dst;
+
+	for (size_t i = 0; i < j->n; i++) {
+		const struct shard *sh = shard_at(j->ds, j->idx[i]);
+		const struct bind *ob = &sh->obinds[j->f];
+		uint64_t s = j->idx[i] - sh->first;
+		int64_t a = bfs_dataset_offset_at(ob, s);
+		int64_t b = bfs_dataset_offset_at(ob, s + 1);
+
+		j->at = i;
+		if (a < 0 || b < a || (uint64_t)b > sh->binds[j->f].rows ||
+		    (uint64_t)(b - a) > f->max_len)
+			return -ESTALE;
+		out[i].start = (uint64_t)a;
+		out[i].len = (uint64_t)(b - a);
+	}
+	return 0;
+}
+
+int bfs_dataset_spans(const struct bfs_dataset *ds, size_t f,
+		      const uint64_t *idx, size_t n, struct bfs_span *spans)
+{
+	struct job j = {ds, f, idx, NULL, n, 0, NULL, (uint8_t *)spans, 0};
+	int rc;
+
+	if (f >= ds->nfields || !ds->fields[f].ragged)
+		return -EINVAL;
+	rc = check_idx(ds, idx, n) ?: run_job(&j, read_spans);
+	if (rc != -ESTALE)
+		return rc;
+	bfs_log(BFS_LOG_ERR, MOD,
+		"%s: the offsets of ragged field '%s' changed under us at "
+		"sample %" PRIu64 " (the file was rewritten in place)",
+		shard_at(ds, idx[j.at])->src->path, ds->fields[f].name,
+		idx[j.at]);
+	return -EIO;
+}
+
+int bfs_dataset_gather_spans(const struct bfs_dataset *ds, size_t f,
+			     const uint64_t *idx, const struct bfs_span *spans,
+			     size_t n, uint64_t width, const void *pad,
+			     void *dst)
+{
+	struct job j = {ds, f, idx, spans, n, width, pad, dst, 0};
+
+	if (f >= ds->nfields || !ds->fields[f].ragged || (width && !pad))
+		return -EINVAL;
+	for (size_t i = 0; i < n; i++) {
+		const struct shard *sh;
+
+		if (idx[i] >= ds->samples)
+			return -ERANGE;
+		sh = shard_at(ds, idx[i]);
+		if ((width && spans[i].len > width) ||
+		    spans[i].start > sh->binds[f].rows ||
+		    spans[i].len > sh->binds[f].rows - spans[i].start)
+			return -EINVAL;
+	}
+	return run_job(&j, copy_spans);
+}
+
+int bfs_dataset_check(const struct bfs_dataset *ds, const uint64_t *idx,
+		      size_t n)
+{
+	return check_idx(ds, idx, n) ?: check_shards(ds, NULL, idx, n);
+}
+
+int bfs_dataset_row(const struct bfs_dataset *ds, size_t f, uint64_t i,
+		    const void **ptr)
+{
+	const struct shard *sh;
+	const uint8_t *row;
+
+	if (f >= ds->nfields)
+		return -EINVAL;
+	if (i >= ds->samples)
+		return -ERANGE;
+	if (ds->fields[f].ragged)
+		return -ENOTSUP;
+	row = row_at(ds, f, i, &sh);
+	if (!sh->binds[f].contiguous || sh->binds[f].swap)
+		return -ENOTSUP;
+	*ptr = row;
+	return 0;
+}
+
+/* ---- advising --------------------------------------------------------- */
+
+/* A coarse clock for the advise memory: ticks of TICK_NS, 31 bits. */
+static uint32_t advise_tick(void)
+{
+	struct timespec ts;
+	uint64_t ns;
+
+	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+	ns = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+	return (uint32_t)(ns / TICK_NS) & TICK_MASK;
+}
+
+/* 1 if chunk c of file fl was found fully resident within the last WINDOW
+ * ticks; otherwise looks again (one mincore over the chunk) unless it was
+ * found cold within the window, and remembers the answer. Threads racing
+ * on one chunk both look and store the same kind of answer: harmless. */
+static int chunk_resident(const struct bfs_source_file *fl,
+			  const struct fmem *m, size_t c, uint32_t tick,
+			  size_t pg)
+{
+	uint32_t st = __atomic_load_n(&m->chunks[c], __ATOMIC_RELAXED);
+	unsigned char vec[CHUNK / 4096];
+	uint64_t off = (uint64_t)c * CHUNK;
+	size_t len, np;
+	int res;
+
+	if (st && ((tick - (st >> 1)) & TICK_MASK) < WINDOW)
+		return (int)(st & 1);
+	len = (size_t)(fl->size - off < CHUNK ? fl->size - off : CHUNK);
+	np = (len + pg - 1) / pg;
+	res = np <= sizeof(vec) &&
+	      mincore((void *)(fl->map + off), len, vec) == 0;
+	for (size_t i = 0; res && i < np; i++)
+		res = vec[i] & 1;
+	__atomic_store_n(&m->chunks[c], tick << 1 | (uint32_t)res,
+			 __ATOMIC_RELAXED);
+	return res;
+}
+
+/* 1 if every chunk that [a, e) (page-aligned, inside file f of sh)
+ * touches is known resident. */
+static int range_resident(const struct shard *sh, size_t f, uintptr_t a,
+			  uintptr_t e, uint32_t tick, size_t pg)
+{
+	const struct bfs_source_file *fl = &sh->src->files[f];
+	const struct fmem *m = &sh->fm[f];
+	uintptr_t base = (uintptr_t)fl->map;
+
+	if (!m->chunks)
+		return 1; /* a file in memory: nothing to read ahead */
+	for (size_t c = (a - base) / CHUNK; c <= (e - 1 - base) / CHUNK; c++)
+		if (!chunk_resident(fl, m, c, tick, pg))
+			return 0;
+	return 1;
+}
+
+void bfs_dataset_advise(const struct bfs_dataset *ds, const uint64_t *idx,
+			size_t n)
+{
+	long pgl = sysconf(_SC_PAGESIZE);
+	size_t pg = pgl >= 4096 ? (size_t)pgl : 4096;
+	uintptr_t mask = (uintptr_t)pg - 1;
+	uint32_t tick = advise_tick();
+
+	for (size_t fi = 0; fi < ds->nfields; fi++) {
+		uintptr_t lo = 0, hi = 0; /* pending range, coalesced */
+
+		if (ds->fields[fi].ragged)
+			continue;
+		for (size_t i = 0; i < n; i++) {
+			if (idx[i] >= ds->samples)
+				continue;
+			const struct shard *sh;
+			uintptr_t a = (uintptr_t)row_at(ds, fi, idx[i], &sh);
+			const struct bind *b = &sh->binds[fi];
+			if (!b->span)
+				continue;
+			uintptr_t e = a + b->span;
+			a &= ~mask;
+			e = (e + mask) & ~mask;
+			if (range_resident(sh, b->file, a, e, tick, pg)) {
+				atomic_fetch_add_explicit(
+				    &ds->ctr->rows_resident, 1,
+				    memory_order_relaxed);
+				continue;
+			}
+			atomic_fetch_add_explicit(&ds->ctr->rows_advised, 1,
+						  memory_order_relaxed);
+			if (hi && a <= hi && e >= lo) {
+				lo = a < lo ? a : lo;
+				hi = e > hi ? e : hi;
+				continue;
+			}
+			if (hi)
+				madvise((void *)lo, hi - lo, MADV_WILLNEED);
+			lo = a;
+			hi = e;
+		}
+		if (hi)
+			madvise((void *)lo, hi - lo, MADV_WILLNEED);
+	}
+}
+
+uint64_t bfs_dataset_bytes(const struct bfs_dataset *ds)
+{
+	uint64_t n = 0;
+
+	for (size_t i = 0; i < ds->nshards; i++)
+		for (size_t f = 0; f < ds->shards[i].src->nfiles; f++)
+			n += ds->shards[i].src->files[f].size;
+	return n;
+}
+
+/* Read file fl in, window by window, until done or *stop. 0 or 1 when
+ * stopped. */
+static int warm_file(const struct bfs_dataset *ds,
+		     const struct bfs_source_file *fl, const atomic_bool *stop)
+{
+	for (uint64_t off = 0; fl->fd >= 0 && off < fl->size;
+	     off += WARM_WINDOW) {
+		uint64_t len =
+		    fl->size - off < WARM_WINDOW ? fl->size - off : WARM_WINDOW;
+
+		if (atomic_load(stop))
+			return 1;
+		/* Faults the pages in, in order (the kernel reads ahead
+		 * sequentially) and maps them; a shrunk file fails with
+		 * EFAULT, no signal. Older kernels: just read ahead. */
+		if (madvise((void *)(fl->map + off), (size_t)len,
+			    MADV_POPULATE_READ) < 0 &&
+		    errno == EINVAL)
+			posix_fadvise(fl->fd, (off_t)off, (off_t)len,
+				      POSIX_FADV_WILLNEED);
+		atomic_fetch_add_explicit(&ds->ctr->warm_bytes, len,
+					  memory_order_relaxed);
+	}
+	return 0;
+}
+
+void bfs_dataset_warm(const struct bfs_dataset *ds, const atomic_bool *stop)
+{
+	for (size_t i = 0; i < ds->nshards; i++)
+		for (size_t f = 0; f < ds->shards[i].src->nfiles; f++)
+			if (warm_file(ds, &ds->shards[i].src->files[f], stop))
+				return;
+}
+
+void bfs_dataset_stats(const struct bfs_dataset *ds,
+		       struct bfs_dataset_stats *out)
+{
+	out->warm_bytes = atomic_load(&ds->ctr->warm_bytes);
+	out->rows_resident = atomic_load(&ds->ctr->rows_resident);
+	out->rows_advised = atomic_load(&ds->ctr->rows_advised);
+}

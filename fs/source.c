@@ -1,0 +1,405 @@
+/* fs/source: kinds of sources, recognised by their first bytes, and what
+ * every kind shares (see source.h; the loaders are source_torch.c,
+ * source_npy.c and source_safetensors.c).
+ *
+ * Recognition (sniff): "\x93NUMPY" is a .npy file; "PK\3\4" is a ZIP,
+ * an npz when its first member's name ends in ".npy" (numpy.savez names
+ * every member so; torch.save's first record is "<stem>/data.pkl"), a
+ * torch archive otherwise; '{' after an 8-byte length is a safetensors
+ * file. Anything else goes to fs/zip, which names what it is instead (a
+ * legacy torch.save file, not a ZIP at all). A directory holds .npy files.
+ *
+ * Memory: a source owns its files' mappings (or its zip, which owns the
+ * archive's), its tensor table and names; meta_bytes counts that heap so
+ * a dataset can bound the metadata of all its shards together. */
+#include "fs/source.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "fs/size.h"
+#include "fs/source_impl.h"
+#include "fs/zip.h"
+
+#define SNIFF_BYTES 4096
+
+const char *bfs_source_kind_name(enum bfs_source_kind k)
+{
+	static const char *const names[] = {
+	    [BFS_SOURCE_TORCH] = "torch",
+	    [BFS_SOURCE_NPZ] = "npz",
+	    [BFS_SOURCE_NPY] = "npy",
+	    [BFS_SOURCE_SAFETENSORS] = "safetensors",
+	};
+	return (unsigned)k < sizeof(names) / sizeof(names[0]) ? names[k] : "?";
+}
+
+/* The kind of a file from its first n bytes (see the file comment). */
+static enum bfs_source_kind sniff(const uint8_t *b, size_t n)
+{
+	if (n >= 6 && !memcmp(b, "\x93NUMPY", 6))
+		return BFS_SOURCE_NPY;
+	if (n >= 30 && !memcmp(b, "PK\3\4", 4)) {
+		size_t nl = (size_t)(b[26] | b[27] << 8);
+
+		if (nl >= 4 && 30 + nl <= n &&
+		    !memcmp(b + 30 + nl - 4, ".npy", 4))
+			return BFS_SOURCE_NPZ;
+		return BFS_SOURCE_TORCH;
+	}
+	if (n >= 9 && b[8] == '{')
+		return BFS_SOURCE_SAFETENSORS;
+	return BFS_SOURCE_TORCH;
+}
+
+/* What 'path' is: 1 a directory, 0 a file whose kind is *kind, or -errno
+ * with 'err'. */
+static int sniff_path(const char *path, enum bfs_source_kind *kind,
+		      struct bfs_error *err)
+{
+	uint8_t head[SNIFF_BYTES];
+	struct stat st;
+	ssize_t got;
+	int fd, rc;
+
+	if (stat(path, &st) < 0) {
+		rc = -errno;
+		return bfs_error_set(err, rc, path, BFS_NO_OFFSET,
+				     "cannot open: %s", strerror(-rc));
+	}
+	if (S_ISDIR(st.st_mode))
+		return 1;
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		rc = -errno;
+		return bfs_error_set(err, rc, path, BFS_NO_OFFSET,
+				     "cannot open: %s", strerror(-rc));
+	}
+	got = pread(fd, head, sizeof(head), 0);
+	close(fd);
+	*kind = sniff(head, got > 0 ? (size_t)got : 0);
+	return 0;
+}
+
+int bfs_source_map(struct bfs_source *s, const char *path, const uint8_t *mem,
+		   uint64_t size, struct bfs_error *err)
+{
+	struct bfs_source_file *f, *nf;
+	struct stat st;
+	void *m;
+	int rc;
+
+	nf = realloc(s->files, (s->nfiles + 1) * sizeof(*nf));
+	if (!nf)
+		return -ENOMEM;
+	s->files = nf;
+	f = memset(&nf[s->nfiles], 0, sizeof(*f));
+	f->fd = -1;
+	f->path = strdup(path);
+	if (!f->path)
+		return -ENOMEM;
+	s->nfiles++;
+	s->meta_bytes += sizeof(*f) + strlen(path) + 1;
+	if (mem) {
+		f->map = mem;
+		f->size = size;
+		return (int)(s->nfiles - 1);
+	}
+	f->fd = open(path, O_RDONLY | O_CLOEXEC);
+	f->owned = true;
+	if (f->fd < 0 || fstat(f->fd, &st) < 0) {
+		rc = -errno;
+		return bfs_error_set(err, rc, path, BFS_NO_OFFSET,
+				     "cannot open: %s", strerror(-rc));
+	}
+	if (!S_ISREG(st.st_mode) || st.st_size == 0)
+		return bfs_error_set(
+		    err, -EINVAL, path, BFS_NO_OFFSET, "%s",
+		    S_ISREG(st.st_mode) ? "empty file" : "not a regular file");
+	m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, f->fd, 0);
+	if (m == MAP_FAILED) {
+		rc = -errno;
+		return bfs_error_set(err, rc, path, BFS_NO_OFFSET,
+				     "cannot map: %s", strerror(-rc));
+	}
+	f->map = m;
+	f->size = (uint64_t)st.st_size;
+	return (int)(s->nfiles - 1);
+}
+
+int bfs_source_tensor_new(struct bfs_source *s, const char *name,
+			  const char *store, struct bfs_source_tensor **out,
+			  struct bfs_error *err)
+{
+	struct bfs_source_tensor *nt, *t;
+
+	if (s->ntensors >= BFS_MAX_FIELDS)
+		return bfs_error_set(err, -E2BIG, s->path, BFS_NO_OFFSET,
+				     "more than %u tensors: refused",
+				     BFS_MAX_FIELDS);
+	nt = realloc(s->tensors, (s->ntensors + 1) * sizeof(*nt));
+	if (!nt)
+		return -ENOMEM;
+	s->tensors = nt;
+	t = memset(&nt[s->ntensors++], 0, sizeof(*t));
+	t->name = strdup(name);
+	t->store = strdup(store);
+	if (!t->name || !t->store)
+		return -ENOMEM;
+	s->meta_bytes += sizeof(*t) + strlen(name) + strlen(store) + 2;
+	*out = t;
+	return 0;
+}
+
+int bfs_source_strides(struct bfs_source_tensor *t, int fortran)
+{
+	uint64_t st = 1, numel;
+
+	if (bfs_size_prod(t->size, t->ndim, &numel))
+		return -EOVERFLOW;
+	for (int i = 0; i < t->ndim; i++) {
+		int d = fortran ? i : t->ndim - 1 - i;
+
+		t->stride[d] = numel ? (int64_t)st : 0;
+		if (numel && bfs_size_mul(st, (uint64_t)t->size[d], &st))
+			return -EOVERFLOW;
+	}
+	return 0;
+}
+
+static int by_name(const void *a, const void *b, void *arg)
+{
+	const struct bfs_source_tensor *t = arg;
+
+	return strcmp(t[*(const size_t *)a].name, t[*(const size_t *)b].name);
+}
+
+/* Tensor names are unique (a group of .npy files may repeat one). */
+static int check_unique(struct bfs_source *s, struct bfs_error *err)
+{
+	size_t *ix = malloc((s->ntensors ? s->ntensors : 1) * sizeof(*ix));
+	int rc = 0;
+
+	if (!ix)
+		return -ENOMEM;
+	for (size_t i = 0; i < s->ntensors; i++)
+		ix[i] = i;
+	qsort_r(ix, s->ntensors, sizeof(*ix), by_name, s->tensors);
+	for (size_t i = 1; i < s->ntensors && !rc; i++) {
+		const struct bfs_source_tensor *a = &s->tensors[ix[i - 1]];
+		const struct bfs_source_tensor *b = &s->tensors[ix[i]];
+
+		if (!strcmp(a->name, b->name))
+			rc = bfs_error_set(
+			    err, -EINVAL, s->files[b->file].path, BFS_NO_OFFSET,
+			    "tensor name '%s' comes twice (also from %s)",
+			    a->name, s->files[a->file].path);
+	}
+	free(ix);
+	return rc;
+}
+
+/* One part alone: a file of any kind, or a directory. */
+static int load_one(struct bfs_source *s, const struct bfs_source_part *p,
+		    uint64_t mem_limit, struct bfs_error *err)
+{
+	enum bfs_source_kind kind = BFS_SOURCE_TORCH;
+	int rc = sniff_path(p->path, &kind, err);
+
+	if (rc < 0)
+		return rc;
+	if (rc == 1) {
+		s->kind = BFS_SOURCE_NPY;
+		return bfs_source_load_npy_dir(s, p->path, err);
+	}
+	s->kind = kind;
+	switch (kind) {
+	case BFS_SOURCE_NPZ:
+		return bfs_source_load_npz(s, p->path, NULL, 0, err);
+	case BFS_SOURCE_NPY:
+		return bfs_source_load_npy(s, p->path, p->name, NULL, 0, err);
+	case BFS_SOURCE_SAFETENSORS:
+		return bfs_source_load_safetensors(s, p->path, NULL, 0, err);
+	case BFS_SOURCE_TORCH:
+		break;
+	}
+	return bfs_source_load_torch(s, p->path, NULL, 0, mem_limit, err);
+}
+
+/* Several parts: a group of .npy files. */
+static int load_group(struct bfs_source *s, const struct bfs_source_part *p,
+		      size_t n, struct bfs_error *err)
+{
+	s->kind = BFS_SOURCE_NPY;
+	for (size_t i = 0; i < n; i++) {
+		enum bfs_source_kind kind = BFS_SOURCE_TORCH;
+		int rc = sniff_path(p[i].path, &kind, err);
+
+		if (rc < 0)
+			return rc;
+		if (rc == 1 || kind != BFS_SOURCE_NPY)
+			return bfs_error_set(
+			    err, -EINVAL, p[i].path, BFS_NO_OFFSET,
+			    "is %s, not a .npy file: only .npy files are "
+			    "grouped into one shard",
+			    rc == 1 ? "a directory"
+				    : bfs_source_kind_name(kind));
+		rc = bfs_source_load_npy(s, p[i].path, p[i].name, NULL, 0, err);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+static struct bfs_source *source_new(const char *path)
+{
+	struct bfs_source *s = calloc(1, sizeof(*s));
+
+	if (s && !(s->path = strdup(path))) {
+		free(s);
+		s = NULL;
+	}
+	return s;
+}
+
+/* Common tail of both opens: uniqueness, then *out or a cleanup. */
+static int finish(struct bfs_source **out, struct bfs_source *s, int rc,
+		  struct bfs_error *err)
+{
+	if (rc == 0)
+		rc = check_unique(s, err);
+	if (rc == -ENOMEM)
+		bfs_error_set(err, rc, s->path, BFS_NO_OFFSET, "out of memory");
+	if (rc) {
+		bfs_source_close(s);
+		return rc;
+	}
+	*out = s;
+	return 0;
+}
+
+int bfs_source_open(struct bfs_source **out,
+		    const struct bfs_source_part *parts, size_t n,
+		    uint64_t mem_limit, struct bfs_error *err)
+{
+	struct bfs_source *s;
+
+	*out = NULL;
+	if (!n)
+		return bfs_error_set(err, -EINVAL, NULL, BFS_NO_OFFSET,
+				     "no source given");
+	if (n > BFS_MAX_FIELDS)
+		return bfs_error_set(err, -E2BIG, parts[0].path, BFS_NO_OFFSET,
+				     "more than %u .npy files in one shard",
+				     BFS_MAX_FIELDS);
+	s = source_new(parts[0].path);
+	if (!s)
+		return -ENOMEM;
+	return finish(out, s,
+		      n == 1 ? load_one(s, parts, mem_limit, err)
+			     : load_group(s, parts, n, err),
+		      err);
+}
+
+int bfs_source_open_mem(struct bfs_source **out, const uint8_t *buf,
+			uint64_t size, const char *label, uint64_t mem_limit,
+			struct bfs_error *err)
+{
+	struct bfs_source *s = source_new(label);
+	int rc;
+
+	*out = NULL;
+	if (!s)
+		return -ENOMEM;
+	s->kind = sniff(buf, size < SNIFF_BYTES ? (size_t)size : SNIFF_BYTES);
+	switch (s->kind) {
+	case BFS_SOURCE_NPZ:
+		rc = bfs_source_load_npz(s, label, buf, size, err);
+		break;
+	case BFS_SOURCE_NPY:
+		rc = bfs_source_load_npy(s, label, NULL, buf, size, err);
+		break;
+	case BFS_SOURCE_SAFETENSORS:
+		rc = bfs_source_load_safetensors(s, label, buf, size, err);
+		break;
+	default:
+		rc = bfs_source_load_torch(s, label, buf, size, mem_limit, err);
+		break;
+	}
+	return finish(out, s, rc, err);
+}
+
+void bfs_source_close(struct bfs_source *s)
+{
+	if (!s)
+		return;
+	for (size_t i = 0; i < s->ntensors; i++) {
+		free(s->tensors[i].name);
+		free(s->tensors[i].store);
+	}
+	free(s->tensors);
+	for (size_t i = 0; i < s->nfiles; i++) {
+		struct bfs_source_file *f = &s->files[i];
+
+		if (f->owned && f->map)
+			munmap((void *)f->map, (size_t)f->size);
+		if (f->owned && f->fd >= 0)
+			close(f->fd);
+		free(f->path);
+	}
+	free(s->files);
+	bfs_pickle_result_free(&s->pk);
+	bfs_zip_close(s->zip);
+	free(s->path);
+	free(s);
+}
+
+int bfs_source_group(const char *const *paths, size_t n,
+		     struct bfs_source_part **parts, size_t **first,
+		     size_t *nsources, struct bfs_error *err)
+{
+	struct bfs_source_part *p = calloc(n ? n : 1, sizeof(*p));
+	size_t *f = calloc(n + 1, sizeof(*f)), ns = 0, run = 0;
+	char a[256], b[256];
+	int rc = 0;
+
+	if (!p || !f) {
+		rc = -ENOMEM;
+		goto err_free;
+	}
+	for (size_t i = 0; i < n; i++) {
+		enum bfs_source_kind kind = BFS_SOURCE_TORCH;
+		bool again = false;
+
+		p[i].path = paths[i];
+		rc = sniff_path(paths[i], &kind, err);
+		if (rc < 0)
+			goto err_free;
+		if (rc == 0 && kind == BFS_SOURCE_NPY && run) {
+			bfs_source_npy_name(paths[i], a, sizeof(a));
+			for (size_t j = i - run; j < i && !again; j++)
+				again = !strcmp(a, bfs_source_npy_name(
+						       paths[j], b, sizeof(b)));
+			if (!again) { /* same shard as the previous .npy */
+				run++;
+				continue;
+			}
+		}
+		f[ns++] = i;
+		run = rc == 0 && kind == BFS_SOURCE_NPY ? 1 : 0;
+	}
+	f[ns] = n;
+	*parts = p;
+	*first = f;
+	*nsources = ns;
+	return 0;
+err_free:
+	free(p);
+	free(f);
+	return rc;
+}

@@ -1,0 +1,124 @@
+/* fs/source: what a path given to `batchfs mount`, `inspect` or `pack`
+ * holds, as tensors over read-only file mappings (fs/README.md: sources).
+ *
+ * Kinds, recognised by their first bytes (never by the file name):
+ *   torch        a torch.save ZIP archive (fs/zip + fs/pickle)
+ *   npz          a numpy.savez ZIP: each NAME.npy member is tensor NAME
+ *   npy          one or more .npy files, or a directory of them: file
+ *                NAME.npy is tensor NAME
+ *   safetensors  a safetensors file: each entry is a tensor
+ * One source is one shard of a dataset. It is made of parts (paths): one
+ * archive / npz / safetensors file / directory, or a group of .npy files
+ * (each may be given an explicit tensor name, as `pack NAME=FILE.npy`).
+ *
+ * Every tensor is described the same way whatever the kind: dtype, sizes,
+ * strides and offset in elements, the storage bytes it may touch, and the
+ * byte order. fs/dataset binds rows over them; nothing here copies data.
+ * Fortran-order .npy arrays are described by their strides; big-endian
+ * .npy arrays and torch archives whose byteorder record says "big" are
+ * marked big_endian (swapped by the gather).
+ *
+ * Everything read here is untrusted: headers are parsed by fs/zip,
+ * fs/pickle, fs/npy and fs/safetensors, every size is checked with fs/size,
+ * every refusal names the file, the byte offset and the reason. */
+#ifndef BFS_SOURCE_H
+#define BFS_SOURCE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fs/dtype.h"
+#include "fs/error.h"
+#include "fs/pickle.h"
+
+struct bfs_zip;
+
+enum bfs_source_kind {
+	BFS_SOURCE_TORCH,
+	BFS_SOURCE_NPZ,
+	BFS_SOURCE_NPY,
+	BFS_SOURCE_SAFETENSORS,
+};
+
+/* One path of a source: 'name' names the tensor of a .npy file (NULL: its
+ * file name without ".npy"); ignored for the other kinds. */
+struct bfs_source_part {
+	const char *path;
+	const char *name;
+};
+
+/* A file a source reads, mapped read-only whole. */
+struct bfs_source_file {
+	char *path;
+	int fd; /* -1 when the bytes were given in memory */
+	const uint8_t *map;
+	uint64_t size; /* bytes mapped = the file's size at open */
+	bool owned;    /* mapped here (else by 'zip', or caller memory) */
+};
+
+struct bfs_source_tensor {
+	char *name;
+	enum bfs_dtype dtype;
+	int ndim;
+	int64_t size[BFS_MAX_DIMS];
+	int64_t stride[BFS_MAX_DIMS]; /* in elements */
+	uint64_t offset;	      /* in elements, from 'data' */
+	const uint8_t *data;	      /* its storage, inside files[file] */
+	uint64_t data_bytes;	      /* bytes of storage from 'data' */
+	size_t file;		      /* index in the source's files */
+	bool big_endian;	      /* elements stored big-endian */
+	char *store; /* the storage as named in refusals ("record 'x'") */
+	uint64_t store_off; /* file offset of its description */
+};
+
+struct bfs_source {
+	enum bfs_source_kind kind;
+	char *path;		       /* first part's path */
+	struct bfs_source_file *files; /* [nfiles] */
+	size_t nfiles;
+	struct bfs_source_tensor *tensors; /* [ntensors], source order */
+	size_t ntensors;
+	uint64_t meta_bytes; /* heap held: charged to a dataset's budget */
+	/* What inspect describes, by kind (NULL / zero otherwise): */
+	struct bfs_zip *zip;	     /* torch, npz: the archive (owned) */
+	struct bfs_pickle_result pk; /* torch: the tensors as pickled */
+	int version;		     /* torch: the version record */
+	bool big_endian;	     /* torch: byteorder record "big" */
+};
+
+/* Open the 'n' parts of one source. A torch archive, an npz, a
+ * safetensors file or a directory must be the only part; several parts
+ * must all be .npy files. Tensor names must be unique. 'mem_limit' bounds
+ * the metadata (pickle VM, tables) this source may allocate.
+ * Returns 0 and *out, or -errno with 'err' naming the file, offset and
+ * reason. Cost: maps each file, parses its headers; no data read. */
+int bfs_source_open(struct bfs_source **out,
+		    const struct bfs_source_part *parts, size_t n,
+		    uint64_t mem_limit, struct bfs_error *err);
+
+/* Same over caller memory [buf, buf+size) holding one file of any kind
+ * but a directory ('label' names it). The memory must outlive the source.
+ * Used by fuzz targets. */
+int bfs_source_open_mem(struct bfs_source **out, const uint8_t *buf,
+			uint64_t size, const char *label, uint64_t mem_limit,
+			struct bfs_error *err);
+
+/* Unmap and free; accepts NULL and half-built sources. */
+void bfs_source_close(struct bfs_source *s);
+
+/* "torch", "npz", "npy", "safetensors". */
+const char *bfs_source_kind_name(enum bfs_source_kind k);
+
+/* Split the paths of a command line into sources (shards): each torch
+ * archive, npz, safetensors file or directory is one source; a run of
+ * .npy files is one source, whose tensors they are, until a tensor name
+ * comes again (then the next source starts). *parts gets the n paths as
+ * parts (names NULL), *first[i] .. *first[i+1] the parts of source i
+ * (*nsources + 1 entries). Reads each file's first bytes.
+ * Returns 0 or -errno with 'err' (a path that cannot be opened). */
+int bfs_source_group(const char *const *paths, size_t n,
+		     struct bfs_source_part **parts, size_t **first,
+		     size_t *nsources, struct bfs_error *err);
+
+#endif

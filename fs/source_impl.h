@@ -1,0 +1,51 @@
+/* fs/source_impl: what fs/source.c shares with the loaders of each kind
+ * (source_torch.c, source_npy.c, source_safetensors.c). Not a public
+ * header: nothing outside fs/source*.c includes it. */
+#ifndef BFS_SOURCE_IMPL_H
+#define BFS_SOURCE_IMPL_H
+
+#include "fs/source.h"
+
+/* Map 'path' read-only as a new file of 's' (or, when mem is not NULL,
+ * take [mem, mem+size) as its bytes). Returns the file's index or -errno
+ * with 'err'. An empty or non-regular file is refused. */
+int bfs_source_map(struct bfs_source *s, const char *path, const uint8_t *mem,
+		   uint64_t size, struct bfs_error *err);
+
+/* A zeroed new tensor at the end of s->tensors (NULL when out of memory),
+ * named a copy of 'name' and whose storage is named by 'store' (both
+ * copied; at most BFS_MAX_FIELDS tensors, then -E2BIG with 'err'). */
+int bfs_source_tensor_new(struct bfs_source *s, const char *name,
+			  const char *store, struct bfs_source_tensor **out,
+			  struct bfs_error *err);
+
+/* C-order (fortran 0) or Fortran-order strides, in elements, of a tensor
+ * of sizes t->size[0..ndim); strides of an empty tensor are 0 (never
+ * used). 0 or -EOVERFLOW (a non-empty tensor's strides past 2^63 - 1:
+ * impossible once its bytes fit). */
+int bfs_source_strides(struct bfs_source_tensor *t, int fortran);
+
+/* The tensor name of a .npy file: its base name without ".npy", cut to
+ * len - 1 bytes (a file name has at most 255). Returns buf. */
+const char *bfs_source_npy_name(const char *path, char *buf, size_t len);
+
+/* The loaders: fill 's' (kind, files, tensors and the kind's own fields)
+ * from 'path', or from [mem, mem+size) when mem is not NULL. */
+int bfs_source_load_torch(struct bfs_source *s, const char *path,
+			  const uint8_t *mem, uint64_t size, uint64_t mem_limit,
+			  struct bfs_error *err);
+int bfs_source_load_npz(struct bfs_source *s, const char *path,
+			const uint8_t *mem, uint64_t size,
+			struct bfs_error *err);
+/* One .npy file as tensor 'name' (NULL: from the file name). */
+int bfs_source_load_npy(struct bfs_source *s, const char *path,
+			const char *name, const uint8_t *mem, uint64_t size,
+			struct bfs_error *err);
+/* Every *.npy file of directory 'path', in name order. */
+int bfs_source_load_npy_dir(struct bfs_source *s, const char *path,
+			    struct bfs_error *err);
+int bfs_source_load_safetensors(struct bfs_source *s, const char *path,
+				const uint8_t *mem, uint64_t size,
+				struct bfs_error *err);
+
+#endif
