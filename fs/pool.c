@@ -260,27 +260,20 @@ static void unlink_batch(struct bfs_pool *p, struct bfs_batch *b)
 		batch_free(p, b);
 }
 
-/* A new QUEUED batch for pos, in the table. NULL with *rc = -ENOMEM, or
- * the -errno of its size (ragged fields read their offsets: -EIO). [L] */
+/* A new QUEUED batch for pos, in the table, its size not known yet (the
+ * worker measures it: next_job). NULL on ENOMEM. [L] */
 static struct bfs_batch *batch_new(struct bfs_pool *p, uint64_t pos,
-				   bool demand, int *rc)
+				   bool demand)
 {
 	struct bfs_batch *b = calloc(1, sizeof(*b));
 	struct bfs_batch **pp = bucket(p, pos);
 
-	*rc = -ENOMEM;
 	if (!b)
 		return NULL;
 	b->pos = pos;
 	b->e = pos / p->len;
 	b->k = pos % p->len;
 	b->rows = bfs_order_batch_rows(p->order, b->k);
-	*rc = bfs_layout_file_size(p->layout, p->order, b->e, b->k, &b->size);
-	if (*rc) {
-		free(b);
-		return NULL;
-	}
-	b->map_size = (b->size + 4095) & ~(uint64_t)4095;
 	b->state = B_QUEUED;
 	b->fd = -1;
 	b->in_table = true;
@@ -450,6 +443,55 @@ static int gather_sealed(struct bfs_pool *p, struct bfs_batch *b,
 	return rc;
 }
 
+/* The end of a gather of b: READY (the ready hook ran already) or
+ * FAILED, waiters woken. [L] */
+static void finish(struct bfs_pool *p, struct bfs_batch *b, int rc)
+{
+	if (rc == 0) {
+		b->state = B_READY;
+		p->st.batches_materialized++;
+		if (b->in_table)
+			list_push_head(&p->lru, b);
+		else if (b->refs == 0) /* dropped meanwhile (pushed ahead) */
+			batch_free(p, b);
+	} else {
+		bfs_log(BFS_LOG_ERR, "pool",
+			"epoch %llu batch %llu: gather failed: %s",
+			(unsigned long long)b->e, (unsigned long long)b->k,
+			strerror(-rc));
+		b->state = B_FAILED;
+		b->err = rc;
+		p->st.errors++;
+		if (b->in_table)
+			unlink_batch(p, b); /* frees if unreferenced */
+		else if (b->refs == 0)
+			batch_free(p, b);
+	}
+	pthread_cond_broadcast(&p->ready);
+}
+
+/* The file size of b, just taken off the queue, measured without the
+ * lock (a ragged batch reads its samples' offsets, which may compute its
+ * epoch's order): meanwhile b is BUSY, off every list, waited for and
+ * never freed. 0, or the -errno with which b then failed. [L] */
+static int size_batch(struct bfs_pool *p, struct bfs_batch *b)
+{
+	uint64_t size = 0;
+	int rc;
+
+	b->state = B_BUSY;
+	pthread_mutex_unlock(&p->lock);
+	rc = bfs_layout_file_size(p->layout, p->order, b->e, b->k, &size);
+	pthread_mutex_lock(&p->lock);
+	if (rc < 0) {
+		finish(p, b, rc);
+		return rc;
+	}
+	b->size = size;
+	b->map_size = (size + 4095) & ~(uint64_t)4095;
+	return 0;
+}
+
 /* Pick the next batch to gather and reserve its budget; NULL = stop. [L] */
 static struct bfs_batch *next_job(struct bfs_pool *p)
 {
@@ -462,6 +504,8 @@ static struct bfs_batch *next_job(struct bfs_pool *p)
 			return NULL;
 		b = p->queue.head;
 		list_del(&p->queue, b);
+		if (!b->map_size && size_batch(p, b) < 0)
+			continue; /* FAILED: its waiters have the error */
 		if (!p->o.memfd && take_spare(p, b)) { /* counted already */
 			b->state = B_BUSY;
 			p->st.cache_batches++;
@@ -492,33 +536,6 @@ static void put_ref(struct bfs_pool *p, struct bfs_batch *b)
 		batch_free(p, b);
 	if (p->st.cache_bytes > p->o.budget_bytes)
 		make_room(p, 0, UINT64_MAX);
-}
-
-/* The end of a gather of b: READY (the ready hook ran already) or
- * FAILED, waiters woken. [L] */
-static void finish(struct bfs_pool *p, struct bfs_batch *b, int rc)
-{
-	if (rc == 0) {
-		b->state = B_READY;
-		p->st.batches_materialized++;
-		if (b->in_table)
-			list_push_head(&p->lru, b);
-		else if (b->refs == 0) /* dropped meanwhile (pushed ahead) */
-			batch_free(p, b);
-	} else {
-		bfs_log(BFS_LOG_ERR, "pool",
-			"epoch %llu batch %llu: gather failed: %s",
-			(unsigned long long)b->e, (unsigned long long)b->k,
-			strerror(-rc));
-		b->state = B_FAILED;
-		b->err = rc;
-		p->st.errors++;
-		if (b->in_table)
-			unlink_batch(p, b); /* frees if unreferenced */
-		else if (b->refs == 0)
-			batch_free(p, b);
-	}
-	pthread_cond_broadcast(&p->ready);
 }
 
 static void *worker_main(void *arg)
@@ -763,11 +780,10 @@ static void window(struct bfs_pool *p, uint64_t pos, uint64_t *from,
 static void schedule(struct bfs_pool *p, uint64_t pos)
 {
 	uint64_t from, to;
-	int rc;
 
 	window(p, pos, &from, &to);
 	for (uint64_t q = from; q < to; q++)
-		if (!find(p, q) && !batch_new(p, q, false, &rc))
+		if (!find(p, q) && !batch_new(p, q, false))
 			break;
 }
 
@@ -850,15 +866,17 @@ static int acquire(struct bfs_pool *p, uint64_t e, uint64_t k, bool prefetch,
 	pthread_mutex_lock(&p->lock);
 	b = find(p, pos);
 	if (!b) {
-		b = batch_new(p, pos, true, &rc);
+		b = batch_new(p, pos, true);
 		p->st.prefetch_misses++;
 	} else {
 		note_demand(p, b);
 	}
 	if (prefetch)
 		schedule(p, pos);
-	if (!b)
+	if (!b) {
+		rc = -ENOMEM;
 		goto out_unlock;
+	}
 	b->refs++;
 	while (b->state == B_QUEUED || b->state == B_BUSY) {
 		if (pthread_cond_timedwait(&p->ready, &p->lock, &dl) ==
