@@ -109,6 +109,33 @@ struct bfs_order {
 	struct slot slots[BFS_ORDER_SLOTS];
 };
 
+int bfs_order_request_check(const struct bfs_order_request *r,
+			    struct bfs_error *err)
+{
+	const char *no = NULL;
+
+	if (r->subset && r->weights)
+		return bfs_error_set(err, -EINVAL, "--weights", BFS_NO_OFFSET,
+				     "cannot be combined with --subset (two "
+				     "samplers)");
+	if (!r->num_samples)
+		return 0;
+	if (r->subset)
+		no = "SubsetRandomSampler (--subset) has no num_samples: it "
+		     "draws each index once per epoch";
+	else if (r->weights)
+		return 0;
+	else if (r->distributed)
+		no = "DistributedSampler (--world-size) has no num_samples";
+	else if (!r->shuffle)
+		no = "needs --shuffle (RandomSampler(num_samples=M)) or "
+		     "--weights (WeightedRandomSampler); alone it does not say "
+		     "which sampler draws the samples";
+	return no ? bfs_error_set(err, -EINVAL, "--num-samples", BFS_NO_OFFSET,
+				  "%s", no)
+		  : 0;
+}
+
 enum bfs_sampler bfs_order_sampler_for(const struct bfs_order_request *r)
 {
 	if (r->subset)
@@ -452,6 +479,30 @@ int bfs_order_create(struct bfs_order **out, const struct bfs_order_opts *p,
 err_destroy:
 	bfs_order_destroy(o);
 	return rc;
+}
+
+int bfs_order_check_len(const struct bfs_order *o, const char *source,
+			struct bfs_error *err)
+{
+	const struct bfs_order_opts *p = &o->opt;
+	char rank[64] = "";
+
+	if (o->batches)
+		return 0;
+	if (p->sampler == BFS_SAMPLER_DISTRIBUTED)
+		snprintf(rank, sizeof(rank), " (rank %u of %u)", p->rank,
+			 p->world_size);
+	if (!o->samples)
+		return bfs_error_set(err, -EINVAL, source, BFS_NO_OFFSET,
+				     "0 batches per epoch: %" PRIu64
+				     " samples in the dataset, 0 per epoch%s",
+				     p->n, rank);
+	return bfs_error_set(
+	    err, -EINVAL, source, BFS_NO_OFFSET,
+	    "0 batches per epoch: --drop-last drops the only, incomplete "
+	    "batch of %" PRIu64 " samples per epoch%s (--batch-size %" PRIu64
+	    "): use a --batch-size of at most %" PRIu64 ", or no --drop-last",
+	    o->samples, rank, p->batch_size, o->samples);
 }
 
 uint64_t bfs_order_len(const struct bfs_order *o)

@@ -67,6 +67,14 @@ struct bfs_order_request {
 	bool generator_state; /* a generator state was given */
 };
 
+/* Whether r says one thing in PyTorch's terms: 0, or -EINVAL with 'err'
+ * naming the option and why (a usage error). num_samples belongs to
+ * RandomSampler (shuffle) or WeightedRandomSampler (weights): alone it
+ * would not say which, and SubsetRandomSampler and DistributedSampler
+ * have none; a subset and weights are two samplers. */
+int bfs_order_request_check(const struct bfs_order_request *r,
+			    struct bfs_error *err);
+
 /* The one sampler PyTorch would use for r (a subset or weights win, then
  * distributed, then any random option, else sequential). */
 enum bfs_sampler bfs_order_sampler_for(const struct bfs_order_request *r);
@@ -96,6 +104,12 @@ int bfs_order_create(struct bfs_order **out, const struct bfs_order_opts *o,
 
 /* Free; accepts NULL. */
 void bfs_order_destroy(struct bfs_order *o);
+
+/* 0 when an epoch of o has at least one batch; else -EINVAL with 'err'
+ * (file: 'source') saying why there is none: no samples, or drop_last
+ * with fewer samples per epoch (per rank) than a batch. */
+int bfs_order_check_len(const struct bfs_order *o, const char *source,
+			struct bfs_error *err);
 
 /* Batches per epoch = len(DataLoader) for this rank. */
 uint64_t bfs_order_len(const struct bfs_order *o);

@@ -35,6 +35,7 @@
 #include "mount/mount.h"
 #include "tools/cli.h"
 #include "tools/cmd.h"
+#include "tools/mountinfo.h"
 
 #define MAX_SOURCES 4096
 
@@ -340,9 +341,14 @@ static int one_opt(int c, char *arg, struct mount_opts *m)
 	}
 }
 
+static struct bfs_order_request request_of(const struct mount_opts *m);
+
 /* The operands and what the options imply together. 0 or 2. */
 static int operands(int argc, char **argv, struct mount_opts *m)
 {
+	struct bfs_order_request req;
+	struct bfs_error err = {{0}};
+
 	if (argc - optind < 2)
 		return bfs_cli_bad_usage("mount", usage,
 					 "need at least one ARCHIVE and a "
@@ -359,10 +365,9 @@ static int operands(int argc, char **argv, struct mount_opts *m)
 			 sizeof(m->source_label) - strlen(m->source_label),
 			 " (and %zu more shards)", m->nsources - 1);
 	m->mountpoint = argv[argc - 1];
-	if (m->subset && m->weights)
-		return bfs_cli_bad_usage(
-		    "mount", usage,
-		    "--weights: cannot be combined with --subset", NULL);
+	req = request_of(m);
+	if (bfs_order_request_check(&req, &err) < 0)
+		return bfs_cli_bad_usage("mount", usage, err.msg, NULL);
 	if (!m->have_world && m->rank)
 		return bfs_cli_bad_usage("mount", usage,
 					 "--rank: needs --world-size", NULL);
@@ -514,6 +519,10 @@ static int open_model(struct mount_opts *m, struct model *mt)
 	rc = make_order(m, mt);
 	if (rc)
 		return rc;
+	if (bfs_order_check_len(mt->order, m->source_label, &err) < 0) {
+		fprintf(stderr, "batchfs mount: %s\n", err.msg);
+		return 1;
+	}
 	if (bfs_order_len(mt->order) >= BFS_TREE_MAX_BATCHES) {
 		uint64_t n = bfs_dataset_samples(mt->ds);
 
@@ -713,7 +722,6 @@ int bfs_cmd_mount(int argc, char **argv)
 	struct bfs_order_request req;
 	struct model mt;
 	char real[PATH_MAX];
-	struct stat st;
 	int rc;
 
 	memset(&mt, 0, sizeof(mt));
@@ -722,13 +730,9 @@ int bfs_cmd_mount(int argc, char **argv)
 	rc = parse_opts(argc, argv, m);
 	if (rc)
 		goto out;
-	if (!realpath(m->mountpoint, real) || stat(real, &st) < 0 ||
-	    !S_ISDIR(st.st_mode)) {
-		fprintf(stderr, "batchfs mount: %s: not a directory\n",
-			m->mountpoint);
-		rc = 1;
+	rc = bfs_mountinfo_check_target(m->mountpoint, real, sizeof(real));
+	if (rc)
 		goto out;
-	}
 	m->mountpoint = real;
 	/* No --seed: a random sampler gets a fresh seed (reported in
 	 * dataset.json); DistributedSampler keeps torch's default 0. */
