@@ -52,6 +52,14 @@ enum {
 	BFS_POOL_WRITE_SLICES,	 /* pwritev straight from the archive */
 };
 
+/* A batch that a reader could not have: when, which, why. */
+#define BFS_POOL_ERROR_MAX 200
+struct bfs_pool_error {
+	uint64_t time_ns; /* CLOCK_REALTIME; 0: no error yet */
+	uint64_t epoch, batch;
+	char msg[BFS_POOL_ERROR_MAX]; /* one line, cut to fit */
+};
+
 /* Counters since the pool was created (a snapshot; see bfs_pool_stats). */
 struct bfs_pool_stats {
 	uint64_t batches_materialized; /* gathers completed */
@@ -74,6 +82,7 @@ struct bfs_pool_stats {
 	uint64_t rows_resident;	       /* rows found in memory when advised */
 	uint64_t rows_advised;	       /* rows the kernel was asked to read */
 	uint64_t workers, prefetch_depth;
+	struct bfs_pool_error last_error; /* the latest bfs_pool_note_error */
 };
 
 struct bfs_pool;
@@ -144,5 +153,12 @@ int bfs_batch_tag(const struct bfs_batch *b);
 bool bfs_batch_set_tag(struct bfs_batch *b, int tag);
 
 void bfs_pool_stats(struct bfs_pool *p, struct bfs_pool_stats *out);
+
+/* Batch k of epoch e failed a reader: log "epoch E batch K: MESSAGE" as an
+ * error and keep it as the pool's last_error (stats). Thread-safe; takes
+ * the pool's lock (not to be held). */
+void bfs_pool_note_error(struct bfs_pool *p, uint64_t e, uint64_t k,
+			 const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 
 #endif

@@ -24,6 +24,11 @@
  * reference frees the file. Files still open at destroy (unmounted with
  * files open) are freed there.
  *
+ * With debug logging (-v) each batch file's open (with the time it took:
+ * in passthrough and push it waits for the batch) and its serving (read
+ * to the end, pushed or handed over whole; the time since its open) are
+ * logged; the pool logs materializing and evicting.
+ *
  * Locks: s->lock guards the list of open files only; counters are atomic;
  * the pool, the order engine and the dataset are thread-safe. */
 #include "fs/serve_impl.h"
@@ -31,6 +36,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "fs/log.h"
 
@@ -55,6 +61,14 @@ int bfs_serve_mode_parse(const char *str, enum bfs_serve_mode *out)
 			return 0;
 		}
 	return -EINVAL;
+}
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
 /* ---- passthrough: a backing id per batch ------------------------------ */
@@ -145,9 +159,10 @@ int bfs_serve_create(struct bfs_serve **out, const struct bfs_dataset *ds,
 		goto err_destroy;
 	s->zero_copy = o->mode == BFS_SERVE_DIRECT && o->zero_copy &&
 		       bfs_serve_zc_eligible(s);
-	bfs_log(BFS_LOG_INFO, MOD, "serving in %s mode (%s)%s",
-		bfs_serve_mode_name(o->mode), s->why,
-		s->zero_copy ? ", zero copy from the archive" : "");
+	if (s->zero_copy) /* the mode and why: mount/session logs them */
+		bfs_log(BFS_LOG_INFO, MOD,
+			"direct mode: batches whose rows allow it are "
+			"replied straight from the archive (zero copy)");
 	*out = s;
 	return 0;
 err_destroy:
@@ -225,6 +240,12 @@ bool bfs_serve_consumed(struct bfs_serve *s, struct bfs_file *f, uint64_t n)
 	    atomic_exchange(&f->consumed, true))
 		return false;
 	atomic_fetch_add(&s->c.served, 1);
+	bfs_log(BFS_LOG_DEBUG, MOD,
+		"epoch %llu batch %llu: served (%llu bytes), %.3f ms after "
+		"its open",
+		(unsigned long long)f->node.epoch,
+		(unsigned long long)f->node.batch, (unsigned long long)f->size,
+		(double)(now_ns() - f->opened_ns) / 1e6);
 	return true;
 }
 
@@ -239,12 +260,10 @@ static int passthrough_open(struct bfs_serve *s, struct bfs_file *f,
 		return rc;
 	how->backing_id = backing_of(s, f->held);
 	if (how->backing_id <= 0) {
-		bfs_log(BFS_LOG_ERR, MOD,
-			"epoch %llu batch %llu: no backing file (%s): open "
-			"fails with EIO",
-			(unsigned long long)f->node.epoch,
-			(unsigned long long)f->node.batch,
-			strerror(how->backing_id ? -how->backing_id : EIO));
+		bfs_pool_note_error(
+		    s->pool, f->node.epoch, f->node.batch,
+		    "no backing file (%s): open fails with EIO",
+		    strerror(how->backing_id ? -how->backing_id : EIO));
 		bfs_pool_release(s->pool, f->held);
 		f->held = NULL;
 		return -EIO;
@@ -253,11 +272,9 @@ static int passthrough_open(struct bfs_serve *s, struct bfs_file *f,
 	return 0;
 }
 
-static int open_batch(struct bfs_serve *s, const struct bfs_tree *t,
-		      struct bfs_file *f, struct bfs_serve_how *how)
+static int open_batch_as(struct bfs_serve *s, struct bfs_file *f,
+			 struct bfs_serve_how *how)
 {
-	f->size = bfs_tree_batch_size(t, f->node.epoch, f->node.batch);
-	atomic_fetch_add(&s->c.opened, 1);
 	switch (s->o.mode) {
 	case BFS_SERVE_PASSTHROUGH:
 		return passthrough_open(s, f, how);
@@ -271,6 +288,24 @@ static int open_batch(struct bfs_serve *s, const struct bfs_tree *t,
 		how->keep_cache = true;
 		return 0;
 	}
+}
+
+static int open_batch(struct bfs_serve *s, const struct bfs_tree *t,
+		      struct bfs_file *f, struct bfs_serve_how *how)
+{
+	int rc;
+
+	f->size = bfs_tree_batch_size(t, f->node.epoch, f->node.batch);
+	f->opened_ns = now_ns();
+	atomic_fetch_add(&s->c.opened, 1);
+	rc = open_batch_as(s, f, how);
+	bfs_log(BFS_LOG_DEBUG, MOD,
+		"epoch %llu batch %llu: open (%s): %s in %.3f ms",
+		(unsigned long long)f->node.epoch,
+		(unsigned long long)f->node.batch,
+		bfs_serve_mode_name(s->o.mode), rc < 0 ? strerror(-rc) : "ok",
+		(double)(now_ns() - f->opened_ns) / 1e6);
+	return rc;
 }
 
 /* -ETIMEDOUT (logged by the pool) and -ERANGE (a failed gather) reach a

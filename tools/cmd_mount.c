@@ -26,7 +26,6 @@
 #include <string.h>
 #include <sys/random.h>
 #include <sys/stat.h>
-#include <syslog.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -35,6 +34,7 @@
 #include "mount/mount.h"
 #include "tools/cli.h"
 #include "tools/cmd.h"
+#include "tools/mount_log.h"
 #include "tools/mountinfo.h"
 
 #define MAX_SOURCES 4096
@@ -60,8 +60,9 @@ struct mount_opts {
 	enum bfs_serve_mode serve;
 	enum bfs_torch_compat compat;
 	const char *subset, *weights, *gen_state, *log_file;
-	char fuse_o[1024]; /* user's -o options, comma-joined */
-	char line[2048];   /* the options as one line, for README */
+	struct bfs_mount_log log; /* where the daemon logs */
+	char fuse_o[1024];	  /* user's -o options, comma-joined */
+	char line[2048];	  /* the options as one line, for README */
 };
 
 static const char usage_text[] =
@@ -107,11 +108,16 @@ static const char usage_text[] =
     "                       (default: --cache-mb); older closed ones are\n"
     "                       dropped from it\n"
     "  --fuse-threads N     FUSE request threads (default 4)\n"
-    "  --log-file FILE      daemon log (default: syslog)\n"
+    "  --log-file FILE      the daemon's log (default: stderr with -f,\n"
+    "                       else MOUNTPOINT's name, e.g. mnt-cifar.log,\n"
+    "                       in $XDG_RUNTIME_DIR/batchfs, /run/batchfs\n"
+    "                       (root) or /tmp/batchfs-UID: dataset.json\n"
+    "                       says which)\n"
     "  -o OPT[,OPT...]      FUSE mount options (allow_other drops\n"
     "                       auto_unmount on libfuse 3.14)\n"
     "  -f, --foreground     stay in the foreground, log to stderr\n"
-    "  -v, --verbose        debug logging\n"
+    "  -v, --verbose        debug logging: also each batch's open,\n"
+    "                       materialize, serve and evict, with timings\n"
     "  -h, --help           this text\n";
 
 static void usage(FILE *f)
@@ -546,27 +552,6 @@ static void close_model(struct model *mt)
 	bfs_dataset_close(mt->ds);
 }
 
-/* Log sinks for the daemon. Set once before any thread starts, read-only
- * after (fs/log.h contract). */
-static int log_fd = -1;
-
-static void file_sink(enum bfs_log_level level, const char *line)
-{
-	char buf[1100];
-	int n = snprintf(buf, sizeof(buf), "%s\n", line);
-
-	if (n > 0 && write(log_fd, buf, (size_t)n) < 0) {
-		/* nowhere left to report it */
-	}
-}
-
-static void syslog_sink(enum bfs_log_level level, const char *line)
-{
-	static const int prio[] = {LOG_ERR, LOG_WARNING, LOG_INFO, LOG_DEBUG};
-
-	syslog(prio[level], "%s", line);
-}
-
 /* The serving options the environment sets for tests and measurements:
  * BATCHFS_DEBUG_GATHER_DELAY_MS (workers sleep before each gather),
  * BATCHFS_DEBUG_NO_EARLY_PUSH, BATCHFS_DEBUG_NO_ZERO_COPY,
@@ -632,11 +617,15 @@ static int start(void *arg, enum bfs_serve_mode mode, const char *why,
 	    .sampler = bfs_order_sampler_name(pick_sampler(m)),
 	    .options = m->line,
 	    .mountpoint = m->mountpoint,
+	    .log = m->log.path,
 	};
 	int rc;
 
+	bfs_mount_log_start(&m->log, m->verbose);
 	debug_opts(&po, &so);
 	describe_opts(m, mode);
+	bfs_log(BFS_LOG_INFO, "mount", "mounting %s on %s (pid %ld): %s",
+		m->source_label, m->mountpoint, (long)getpid(), m->line);
 	rc = bfs_serve_create(&out->serve, mt->ds, mt->order, &mt->layout, &po,
 			      &so, kernel);
 	if (rc == 0)
@@ -661,23 +650,11 @@ static void describe_opts(struct mount_opts *m, enum bfs_serve_mode mode)
 	    m->prefetch, m->cache_mb, m->timeout_s, bfs_serve_mode_name(mode));
 }
 
-/* Detach stdio (the daemon logs to --log-file or syslog). */
+/* Detach stdio (the daemon logs to its log file, tools/mount_log.h). */
 static void detach_stdio(const struct mount_opts *m)
 {
 	int nul = open("/dev/null", O_RDWR);
 
-	if (m->log_file) {
-		log_fd = open(m->log_file,
-			      O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-	}
-	if (log_fd >= 0) {
-		bfs_log_setup(m->verbose ? BFS_LOG_DEBUG : BFS_LOG_INFO,
-			      file_sink);
-	} else {
-		openlog("batchfs", LOG_PID, LOG_DAEMON);
-		bfs_log_setup(m->verbose ? BFS_LOG_DEBUG : BFS_LOG_INFO,
-			      syslog_sink);
-	}
 	if (nul >= 0) {
 		dup2(nul, STDIN_FILENO);
 		dup2(nul, STDOUT_FILENO);
@@ -727,10 +704,14 @@ int bfs_cmd_mount(int argc, char **argv)
 	memset(&mt, 0, sizeof(mt));
 	if (!m)
 		return 1;
+	m->log.fd = -1;
 	rc = parse_opts(argc, argv, m);
 	if (rc)
 		goto out;
 	rc = bfs_mountinfo_check_target(m->mountpoint, real, sizeof(real));
+	if (rc == 0)
+		rc = bfs_mount_log_open(&m->log, m->log_file, m->foreground,
+					real);
 	if (rc)
 		goto out;
 	m->mountpoint = real;
@@ -751,6 +732,8 @@ int bfs_cmd_mount(int argc, char **argv)
 		rc = run(m, &mt);
 out:
 	close_model(&mt);
+	if (m->log.fd >= 0)
+		close(m->log.fd);
 	free(m);
 	return rc < 0 ? 0 : rc;
 }
