@@ -59,7 +59,7 @@ struct mount_opts {
 	const char *seed_source; /* see struct bfs_tree_info */
 	enum bfs_serve_mode serve;
 	enum bfs_torch_compat compat;
-	const char *subset, *weights, *gen_state, *log_file;
+	const char *subset, *weights, *gen_state, *rng_state, *log_file;
 	struct bfs_mount_log log; /* where the daemon logs */
 	char fuse_o[1024];	  /* user's -o options, comma-joined */
 	char line[2048];	  /* the options as one line, for README */
@@ -87,6 +87,9 @@ static const char usage_text[] =
     "  --rank R             ... as rank R (default 0)\n"
     "  --torch-compat V     randperm of torch 1.13 (default) or 2.7\n"
     "  --generator-state F  start from torch.Generator.get_state() bytes\n"
+    "  --rng-state F        with --shuffle: torch.get_rng_state() bytes,\n"
+    "                       for DataLoader(shuffle=True) without\n"
+    "                       generator= (torch's global generator)\n"
     "  --workers W          gather threads (default: online cores)\n"
     "  --prefetch P         batches prepared ahead (default 2 x workers)\n"
     "  --cache-mb M         memory budget for batches (default 512); a\n"
@@ -159,6 +162,7 @@ enum {
 	OPT_RANK,
 	OPT_COMPAT,
 	OPT_GENSTATE,
+	OPT_RNGSTATE,
 	OPT_DIRECT,
 	OPT_SERVE,
 	OPT_PCMB,
@@ -184,6 +188,7 @@ static const struct option long_opts[] = {
     {"rank", required_argument, NULL, OPT_RANK},
     {"torch-compat", required_argument, NULL, OPT_COMPAT},
     {"generator-state", required_argument, NULL, OPT_GENSTATE},
+    {"rng-state", required_argument, NULL, OPT_RNGSTATE},
     {"direct-io", no_argument, NULL, OPT_DIRECT},
     {"serve", required_argument, NULL, OPT_SERVE},
     {"page-cache-mb", required_argument, NULL, OPT_PCMB},
@@ -331,6 +336,9 @@ static int one_opt(int c, char *arg, struct mount_opts *m)
 	case OPT_GENSTATE:
 		m->gen_state = arg;
 		return 0;
+	case OPT_RNGSTATE:
+		m->rng_state = arg;
+		return 0;
 	case OPT_LOGFILE:
 		m->log_file = arg;
 		return 0;
@@ -425,6 +433,7 @@ static struct bfs_order_request request_of(const struct mount_opts *m)
 	    .distributed = m->have_world,
 	    .have_seed = m->have_seed,
 	    .generator_state = m->gen_state != NULL,
+	    .global_generator = m->rng_state != NULL,
 	};
 }
 
@@ -466,9 +475,10 @@ static int make_order(struct mount_opts *m, struct model *mt)
 	if (rc == 0 && m->weights)
 		rc = bfs_order_load_weights(m->weights, &in.weights,
 					    &in.weights_len, &err);
-	if (rc == 0 && m->gen_state)
-		rc = bfs_order_load_state(m->gen_state, &in.state,
-					  &in.state_len, &err);
+	if (rc == 0 && (m->gen_state || m->rng_state))
+		rc = bfs_order_load_state(m->gen_state ? m->gen_state
+						       : m->rng_state,
+					  &in.state, &in.state_len, &err);
 	if (rc < 0) {
 		fprintf(stderr, "batchfs mount: %s\n", err.msg);
 		free_inputs(&in);
@@ -493,6 +503,7 @@ static int make_order(struct mount_opts *m, struct model *mt)
 	o.compat = m->compat;
 	o.generator_state = in.state;
 	o.generator_state_len = in.state_len;
+	o.global_generator = m->rng_state != NULL;
 	o.source = m->source_label;
 	rc = bfs_order_create(&mt->order, &o, &err);
 	free_inputs(&in);
