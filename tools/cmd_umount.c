@@ -1,10 +1,12 @@
-/* tools/cmd_umount: `batchfs umount MOUNTPOINT` = fusermount3 -u of a
- * batchfs mount. First /proc/self/mountinfo says whether MOUNTPOINT is a
- * batchfs mount at all ("is not mounted" otherwise, nothing run); only
- * when fusermount3 finds a real mount busy are the processes that hold
- * it looked up (open files or working directory under it, found by
- * scanning /proc/PID/fd and /proc/PID/cwd). fusermount3's own message is
- * printed once, after the last try. */
+/* tools/cmd_umount: `batchfs umount [--lazy] MOUNTPOINT` = fusermount3 -u
+ * (-z) of a batchfs mount. First /proc/self/mountinfo says whether
+ * MOUNTPOINT is a batchfs mount at all ("is not mounted" otherwise,
+ * nothing run); only when fusermount3 finds a real mount busy are the
+ * processes that hold it looked up (open files, mapped files or working
+ * directory under it: /proc/PID/fd, /proc/PID/maps, /proc/PID/cwd).
+ * fusermount3's own message is printed once, after the last try. --lazy
+ * detaches the mount at once, busy or not: what is open or mapped stays
+ * readable, and the daemon exits when the last of it is gone. */
 #include <dirent.h>
 #include <stdbool.h>
 #include <errno.h>
@@ -21,7 +23,16 @@
 
 static void usage(FILE *f)
 {
-	fputs("usage: batchfs umount MOUNTPOINT\n", f);
+	fputs("usage: batchfs umount [--lazy] MOUNTPOINT\n"
+	      "Unmount a batchfs mount (fusermount3 -u). When it is busy, the\n"
+	      "processes that hold it are listed and nothing is unmounted.\n\n"
+	      "  -z, --lazy   detach it now, even when busy: open and mapped\n"
+	      "               files stay readable; the daemon exits when the\n"
+	      "               last of them is closed\n"
+	      "  -h, --help   this text\n\n"
+	      "Exit status: 0 unmounted, 1 not a batchfs mount or busy, 2 bad\n"
+	      "usage.\n",
+	      f);
 }
 
 static bool under(const char *path, const char *mnt)
@@ -31,26 +42,64 @@ static bool under(const char *path, const char *mnt)
 	return !strncmp(path, mnt, n) && (path[n] == '\0' || path[n] == '/');
 }
 
+/* The command name of process 'pid' into comm ("?" when unknown). */
+static const char *comm_of(const char *pid, char *comm, size_t len)
+{
+	char path[300];
+	FILE *f;
+
+	snprintf(comm, len, "?");
+	snprintf(path, sizeof(path), "/proc/%s/comm", pid);
+	f = fopen(path, "re");
+	if (f) {
+		if (fgets(comm, (int)len, f))
+			comm[strcspn(comm, "\n")] = '\0';
+		fclose(f);
+	}
+	return comm;
+}
+
 /* Print "PID (comm): PATH" for a link under mnt; true if it was. */
 static bool report_link(const char *pid, const char *link, const char *mnt)
 {
-	char target[PATH_MAX], commp[64], comm[64] = "?";
+	char target[PATH_MAX], comm[64];
 	ssize_t n = readlink(link, target, sizeof(target) - 1);
-	FILE *f;
 
 	if (n <= 0)
 		return false;
 	target[n] = '\0';
 	if (!under(target, mnt))
 		return false;
-	snprintf(commp, sizeof(commp), "/proc/%s/comm", pid);
-	f = fopen(commp, "r");
-	if (f) {
-		if (fgets(comm, sizeof(comm), f))
-			comm[strcspn(comm, "\n")] = '\0';
-		fclose(f);
+	fprintf(stderr, "  pid %s (%s) holds %s\n", pid,
+		comm_of(pid, comm, sizeof(comm)), target);
+	return true;
+}
+
+/* Print "pid PID (comm) maps N files under MNT" when process 'pid' maps
+ * files under mnt (numpy.memmap, mmap); true if it does. */
+static bool report_maps(const char *pid, const char *mnt)
+{
+	char path[300], line[PATH_MAX + 256], comm[64];
+	unsigned long n = 0;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%s/maps", pid);
+	f = fopen(path, "re");
+	if (!f)
+		return false;
+	while (fgets(line, sizeof(line), f)) {
+		char *file = strchr(line, '/');
+
+		if (file) {
+			file[strcspn(file, "\n")] = '\0';
+			n += under(file, mnt);
+		}
 	}
-	fprintf(stderr, "  pid %s (%s) holds %s\n", pid, comm, target);
+	fclose(f);
+	if (!n)
+		return false;
+	fprintf(stderr, "  pid %s (%s) maps %lu file region(s) under %s\n", pid,
+		comm_of(pid, comm, sizeof(comm)), n, mnt);
 	return true;
 }
 
@@ -72,6 +121,7 @@ static int report_holders(const char *mnt)
 			continue;
 		snprintf(path, sizeof(path), "/proc/%s/cwd", d->d_name);
 		found += report_link(d->d_name, path, mnt);
+		found += report_maps(d->d_name, mnt);
 		snprintf(path, sizeof(path), "/proc/%s/fd", d->d_name);
 		fds = opendir(path);
 		if (!fds)
@@ -90,9 +140,9 @@ static int report_holders(const char *mnt)
 	return found;
 }
 
-/* Run fusermount3 -u mnt; its exit status, or -1. Its stderr goes into
- * msg (the last line kept). */
-static int fusermount_u(const char *mnt, char *msg, size_t len)
+/* Run fusermount3 -u [-z] mnt; its exit status, or -1. Its stderr goes
+ * into msg. */
+static int fusermount_u(const char *mnt, bool lazy, char *msg, size_t len)
 {
 	int fds[2], st;
 	size_t n = 0;
@@ -106,7 +156,8 @@ static int fusermount_u(const char *mnt, char *msg, size_t len)
 		dup2(fds[1], STDERR_FILENO);
 		close(fds[0]);
 		close(fds[1]);
-		execlp("fusermount3", "fusermount3", "-u", mnt, (char *)NULL);
+		execlp("fusermount3", "fusermount3", lazy ? "-uz" : "-u", mnt,
+		       (char *)NULL);
 		fprintf(stderr, "cannot run fusermount3: %s\n",
 			strerror(errno));
 		_exit(127);
@@ -152,6 +203,8 @@ int bfs_cmd_umount(int argc, char **argv)
 {
 	char mnt[PATH_MAX], msg[1024] = "";
 	struct bfs_mountinfo now;
+	const char *arg;
+	bool lazy = false;
 	int rc;
 
 	if (argc == 2 &&
@@ -159,39 +212,54 @@ int bfs_cmd_umount(int argc, char **argv)
 		usage(stdout);
 		return 0;
 	}
+	if (argc == 3 &&
+	    (!strcmp(argv[1], "-z") || !strcmp(argv[1], "--lazy"))) {
+		lazy = true;
+		argv++;
+		argc--;
+	}
 	if (argc != 2 || argv[1][0] == '-')
-		return bfs_cli_bad_usage("umount", usage,
-					 "expected one MOUNTPOINT", NULL);
-	rc = bfs_mountinfo_resolve(argv[1], mnt, sizeof(mnt));
+		return bfs_cli_bad_usage(
+		    "umount", usage, "expected [--lazy] MOUNTPOINT",
+		    argc > 1 && argv[1][0] == '-' ? argv[1] : NULL);
+	arg = argv[1];
+	rc = bfs_mountinfo_resolve(arg, mnt, sizeof(mnt));
 	if (rc < 0) {
-		fprintf(stderr, "batchfs umount: %s: %s\n", argv[1],
+		fprintf(stderr, "batchfs umount: %s: %s\n", arg,
 			rc == -ENOENT ? "does not exist" : strerror(-rc));
 		return 1;
 	}
-	if (is_batchfs_mount(argv[1], mnt) != 1)
+	if (is_batchfs_mount(arg, mnt) != 1)
 		return 1;
 	if (chdir("/") < 0) { /* run from inside, we would hold it */
 		perror("batchfs umount: chdir /");
 		return 1;
 	}
+	if (lazy) {
+		rc = fusermount_u(mnt, true, msg, sizeof(msg));
+		if (rc)
+			fprintf(stderr, "batchfs umount: %s: %s\n", arg,
+				msg[0] ? msg : "fusermount3 -uz failed");
+		return rc ? 1 : 0;
+	}
 	/* A file closed an instant ago can still hold the mount while the
 	 * kernel finishes releasing it: retry a few times (~0.5 s) as long as
 	 * no process holds anything under the mount. */
 	for (int i = 0; i < 10; i++) {
-		if (fusermount_u(mnt, msg, sizeof(msg)) == 0 ||
+		if (fusermount_u(mnt, false, msg, sizeof(msg)) == 0 ||
 		    bfs_mountinfo_find(mnt, &now) == 0) /* gone meanwhile */
 			return 0;
 		if (report_holders(mnt) > 0) {
 			fprintf(stderr,
 				"batchfs umount: %s is busy (processes above); "
-				"close them, or detach now with "
-				"fusermount3 -uz %s\n",
+				"close them, or detach it now with "
+				"batchfs umount --lazy %s\n",
 				mnt, mnt);
 			return 1;
 		}
 		usleep(50000);
 	}
-	fprintf(stderr, "batchfs umount: %s: %s\n", argv[1],
+	fprintf(stderr, "batchfs umount: %s: %s\n", arg,
 		msg[0] ? msg : "fusermount3 failed");
 	return 1;
 }

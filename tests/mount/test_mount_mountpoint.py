@@ -5,6 +5,8 @@ is mounted there (/proc/mounts lists it once); a missing mountpoint "does
 not exist"; `batchfs umount` of a directory that is not mounted says so
 once (no fusermount3 retries, no unrelated holders), of another file
 system refuses, of a dead mount (daemon killed, no auto_unmount) works;
+a mapped batch file holds the mount (umount names the process), --lazy
+detaches it and the daemon exits when the mapping goes;
 a mount with 0 batches per epoch is refused with the reason; --num-samples
 without --shuffle or --weights is a usage error."""
 import os
@@ -96,6 +98,30 @@ def umount_from_inside_works(path):
     assert not ml.is_mounted(mnt)
 
 
+def mapped_batches_hold_the_mount_until_lazy(path):
+    """A process that maps a batch file holds the mount: umount names it
+    and unmounts nothing; --lazy detaches at once, the mapping stays
+    readable, and the daemon exits once it is gone."""
+    import mmap
+    _, mnt = ml.mount(path, os.path.join(TMP, "mapped"), "--batch-size", 5)
+    pid = ml.daemon_pid(mnt)
+    want = ml.read_file(mnt + "/epoch/0/batch_1")
+    with open(mnt + "/epoch/0/batch_1", "rb") as f:
+        m = mmap.mmap(f.fileno(), 0, mmap.MAP_PRIVATE, mmap.PROT_READ)
+    p = run("umount", mnt)
+    assert p.returncode == 1, p
+    assert "pid %d (python3) maps 1 file region(s) under %s" % (
+        os.getpid(), mnt) in p.stderr, p.stderr
+    assert "batchfs umount --lazy" in p.stderr, p.stderr
+    assert ml.is_mounted(mnt)
+    p = run("umount", "--lazy", mnt)
+    assert p.returncode == 0, p
+    assert not ml.is_mounted(mnt)
+    assert m[:] == want
+    m.close()
+    assert ml.wait_pid_exit(pid), "the daemon outlived the last mapping"
+
+
 def dead_mount_is_refused_then_unmounted(path):
     # allow_other turns auto_unmount off: a killed daemon leaves a dead
     # mount (ENOTCONN) behind
@@ -150,6 +176,7 @@ def main():
     missing_mountpoint_does_not_exist(path)
     umount_of_what_is_not_mounted()
     umount_from_inside_works(path)
+    mapped_batches_hold_the_mount_until_lazy(path)
     dead_mount_is_refused_then_unmounted(path)
     zero_batches_are_refused(path)
     num_samples_alone_is_a_usage_error(path)
