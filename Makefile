@@ -6,6 +6,10 @@
 #   make demo         the demo from README.md
 #   make fuzz         libFuzzer targets (clang), FUZZ_SECONDS each
 #   make bench        side-by-side benchmark (not part of check)
+#   make install      bin/batchfs, its man page, the loader library, header
+#                     and pkg-config file, the Python package, under
+#                     $(DESTDIR)$(PREFIX) (PYTHON_SITE: the system Python's
+#                     site directory for PREFIX); make uninstall removes them
 #   SANITIZE=address,undefined make ...   any target under ASan/UBSan
 #   WERROR=1 (default in CI) turns warnings into errors
 
@@ -13,6 +17,13 @@ CC ?= cc
 BUILD ?= build
 PYTHON ?= /usr/bin/python3
 PREFIX ?= /usr/local
+BINDIR ?= $(PREFIX)/bin
+LIBDIR ?= $(PREFIX)/lib
+INCLUDEDIR ?= $(PREFIX)/include
+MANDIR ?= $(PREFIX)/share/man
+PYTHON_SITE ?= $(shell $(PYTHON) tools/scripts/python_site.py $(PREFIX))
+VERSION := $(shell sed -n 's/^\#define BFS_VERSION "\(.*\)"/\1/p' \
+	tools/version.h)
 WERROR ?= $(if $(CI),1,0)
 
 PKGS := fuse3 libzip
@@ -44,7 +55,8 @@ all: deps-build
 	@$(MAKE) --no-print-directory build-all
 
 .PHONY: all build-all deps-build deps-test deps-torch check check-build \
-	clean demo fuzz bench bench-loader install format format-check
+	clean demo fuzz bench bench-loader install uninstall format \
+	format-check
 
 deps-build:
 	@tools/scripts/deps.sh build
@@ -60,6 +72,7 @@ TEST_PROGS :=
 TEST_SCRIPTS :=
 BUILD_ALL :=
 FUZZ_TARGETS :=
+INSTALL_PARTS :=
 
 include fs/module.mk
 include tools/module.mk
@@ -84,6 +97,12 @@ $(BUILD)/batchfs: $(CLI_OBJS) $(BUILD)/libbatchfs_core.a
 		$(call pc_libs,$(PKGS)) $(LDLIBS) -lm
 
 build-all: $(BUILD)/batchfs $(BUILD)/libbatchfs_core.a $(BUILD_ALL)
+
+# make install / uninstall: each module.mk adds its install-X rule (and
+# uninstall-X) to INSTALL_PARTS.
+install: all
+	@$(MAKE) --no-print-directory $(INSTALL_PARTS)
+uninstall: $(INSTALL_PARTS:install-%=uninstall-%)
 
 # make check: build everything (tests included), then run every test.
 check: deps-torch

@@ -1,7 +1,8 @@
 /* bfs_log: one line per call, written with a single write() so lines from
  * concurrent threads never interleave. The level and sink are set once at
  * start-up (bfs_log_setup) before any thread exists and are read-only after,
- * so they need no lock. */
+ * so they need no lock. The last error line is kept per thread (no lock,
+ * nothing shared): it is what the thread that logged it reports up. */
 #include "fs/log.h"
 
 #include <stdio.h>
@@ -10,6 +11,17 @@
 
 static enum bfs_log_level log_max = BFS_LOG_INFO;
 static bfs_log_sink_fn log_sink;
+static __thread char err_last[512];
+
+const char *bfs_log_err_last(void)
+{
+	return err_last;
+}
+
+void bfs_log_err_reset(void)
+{
+	err_last[0] = '\0';
+}
 
 void bfs_log_setup(enum bfs_log_level max_level, bfs_log_sink_fn sink)
 {
@@ -29,6 +41,8 @@ void bfs_log(enum bfs_log_level level, const char *module, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(line + n, sizeof(line) - (size_t)n, fmt, ap);
 	va_end(ap);
+	if (level == BFS_LOG_ERR)
+		snprintf(err_last, sizeof(err_last), "%s", line + n);
 	if (log_sink) {
 		log_sink(level, line);
 		return;

@@ -2,7 +2,7 @@
  *
  * Nothing in fs/ or loader/ prints to stdout; everything goes through
  * bfs_log(), which writes one line to stderr (or to the sink the daemon
- * installs, e.g. syslog once it has gone to the background). */
+ * installs, e.g. its log file once it has gone to the background). */
 #ifndef BFS_LOG_H
 #define BFS_LOG_H
 
@@ -22,6 +22,13 @@ typedef void (*bfs_log_sink_fn)(enum bfs_log_level level, const char *line);
  * 'module' is a short literal such as "zip" or "pool". */
 void bfs_log(enum bfs_log_level level, const char *module, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+/* The message of the last BFS_LOG_ERR line this thread logged since its
+ * last bfs_log_err_reset() (without the "batchfs[module]: " prefix), or
+ * "" when none: lets a caller up the stack quote the reason a callee
+ * logged (the pool names it in a failed batch's last_error). */
+const char *bfs_log_err_last(void);
+void bfs_log_err_reset(void);
 
 /* Set the most verbose level printed (default BFS_LOG_INFO) and the sink
  * (NULL = stderr). Call before starting threads. */

@@ -15,6 +15,10 @@
  *                 SubsetRandomSampler            perm(len(indices))
  *                 WeightedRandomSampler          2M
  *   DistributedSampler: a fresh Generator().manual_seed(seed + epoch).
+ *   global form   RandomSampler with no generator= (global_generator): G
+ *                 is torch's global generator; each epoch draws _base_seed
+ *                 (2 words), then the sampler's seed (2 words) for a fresh
+ *                 Generator() that feeds the sampler          4
  * perm(n) = n - 1 words (0 for n <= 1), or 2n for the inside-out shuffle of
  * torch >= 2.7 when n >= 214748364.
  *
@@ -109,6 +113,48 @@ struct bfs_order {
 	struct slot slots[BFS_ORDER_SLOTS];
 };
 
+int bfs_order_request_check(const struct bfs_order_request *r,
+			    struct bfs_error *err)
+{
+	const char *no = NULL;
+
+	if (r->subset && r->weights)
+		return bfs_error_set(err, -EINVAL, "--weights", BFS_NO_OFFSET,
+				     "cannot be combined with --subset (two "
+				     "samplers)");
+	if (r->global_generator && r->generator_state)
+		return bfs_error_set(
+		    err, -EINVAL, "--rng-state", BFS_NO_OFFSET,
+		    "cannot be combined with --generator-state "
+		    "(one generator)");
+	if (r->global_generator && !r->shuffle)
+		return bfs_error_set(err, -EINVAL, "--rng-state", BFS_NO_OFFSET,
+				     "needs --shuffle");
+	if (r->global_generator &&
+	    bfs_order_sampler_for(r) != BFS_SAMPLER_RANDOM)
+		return bfs_error_set(
+		    err, -EINVAL, "--rng-state", BFS_NO_OFFSET,
+		    "torch's global generator is modelled for "
+		    "DataLoader(shuffle=True) and RandomSampler only: no "
+		    "--subset, --weights or --world-size");
+	if (!r->num_samples)
+		return 0;
+	if (r->subset)
+		no = "SubsetRandomSampler (--subset) has no num_samples: it "
+		     "draws each index once per epoch";
+	else if (r->weights)
+		return 0;
+	else if (r->distributed)
+		no = "DistributedSampler (--world-size) has no num_samples";
+	else if (!r->shuffle)
+		no = "needs --shuffle (RandomSampler(num_samples=M)) or "
+		     "--weights (WeightedRandomSampler); alone it does not say "
+		     "which sampler draws the samples";
+	return no ? bfs_error_set(err, -EINVAL, "--num-samples", BFS_NO_OFFSET,
+				  "%s", no)
+		  : 0;
+}
+
 enum bfs_sampler bfs_order_sampler_for(const struct bfs_order_request *r)
 {
 	if (r->subset)
@@ -148,6 +194,8 @@ const char *bfs_order_seed_source(const struct bfs_order_request *r)
 		return "unused";
 	if (bfs_order_sampler_for(r) == BFS_SAMPLER_DISTRIBUTED)
 		return r->have_seed ? "--seed" : "default";
+	if (r->global_generator)
+		return "--rng-state";
 	if (r->generator_state)
 		return "--generator-state";
 	return r->have_seed ? "--seed" : "getrandom";
@@ -179,6 +227,11 @@ static int validate(const struct bfs_order_opts *p, struct bfs_error *err)
 	    p->compat != BFS_TORCH_2_7)
 		return invalid(err, "unknown torch_compat %" PRIu64,
 			       (uint64_t)p->compat);
+	if (p->global_generator && p->sampler != BFS_SAMPLER_RANDOM)
+		return invalid(err,
+			       "torch's global generator is modelled for "
+			       "RandomSampler only, not for sampler %" PRIu64,
+			       (uint64_t)p->sampler);
 	if (p->generator_state && (p->sampler == BFS_SAMPLER_SEQUENTIAL ||
 				   p->sampler == BFS_SAMPLER_DISTRIBUTED))
 		return invalid(err,
@@ -346,6 +399,10 @@ static void setup_stream(struct bfs_order *o)
 		o->perm_n = o->cap = N;
 		break;
 	}
+	if (p->global_generator) { /* base seed + the sampler's seed */
+		o->pre_words = 2;
+		o->epoch_words = 4;
+	}
 	if (p->drop_last)
 		o->batches = o->samples / p->batch_size;
 	else
@@ -454,6 +511,30 @@ err_destroy:
 	return rc;
 }
 
+int bfs_order_check_len(const struct bfs_order *o, const char *source,
+			struct bfs_error *err)
+{
+	const struct bfs_order_opts *p = &o->opt;
+	char rank[64] = "";
+
+	if (o->batches)
+		return 0;
+	if (p->sampler == BFS_SAMPLER_DISTRIBUTED)
+		snprintf(rank, sizeof(rank), " (rank %u of %u)", p->rank,
+			 p->world_size);
+	if (!o->samples)
+		return bfs_error_set(err, -EINVAL, source, BFS_NO_OFFSET,
+				     "0 batches per epoch: %" PRIu64
+				     " samples in the dataset, 0 per epoch%s",
+				     p->n, rank);
+	return bfs_error_set(
+	    err, -EINVAL, source, BFS_NO_OFFSET,
+	    "0 batches per epoch: --drop-last drops the only, incomplete "
+	    "batch of %" PRIu64 " samples per epoch%s (--batch-size %" PRIu64
+	    "): use a --batch-size of at most %" PRIu64 ", or no --drop-last",
+	    o->samples, rank, p->batch_size, o->samples);
+}
+
 uint64_t bfs_order_len(const struct bfs_order *o)
 {
 	return o->batches;
@@ -518,6 +599,11 @@ static void epoch_generator(struct bfs_order *o, uint64_t e, struct bfs_mt *mt)
 	snapshot_store(o, e, mt);
 	pthread_mutex_unlock(&o->snap_lock);
 	bfs_mt_skip(mt, o->pre_words);
+	/* RandomSampler without generator=: seed = torch.empty((),
+	 * dtype=torch.int64).random_() (random64() % 2^63) from the global
+	 * generator, then Generator().manual_seed(seed) */
+	if (o->opt.global_generator)
+		bfs_mt_seed(mt, bfs_mt_random64(mt) % (1ull << 63));
 }
 
 /* Forward Fisher-Yates steps [from, to) of randperm(P) on a[] stored as
@@ -792,6 +878,28 @@ static int describe_generator(const struct bfs_order *o, char *buf, size_t len)
 			o->opt.seed);
 }
 
+/* The global form (RandomSampler without generator=). */
+static int describe_global(const struct bfs_order *o, const char *head,
+			   char *buf, size_t len)
+{
+	const struct bfs_order_opts *p = &o->opt;
+	const char *dl = p->drop_last ? "True" : "False";
+	const char *when = " iterated right after torch.set_rng_state(state), "
+			   "each epoch right after the one before";
+	char num[48] = "";
+
+	if (o->shuffle_form && !p->replacement)
+		return snprintf(buf, len, "%s, shuffle=True, drop_last=%s)%s",
+				head, dl, when);
+	if (p->num_samples)
+		snprintf(num, sizeof(num), ", num_samples=%" PRIu64,
+			 p->num_samples);
+	return snprintf(buf, len,
+			"%s, drop_last=%s, sampler=RandomSampler(ds, "
+			"replacement=%s%s))%s",
+			head, dl, p->replacement ? "True" : "False", num, when);
+}
+
 int bfs_order_describe(const struct bfs_order *o, char *buf, size_t len)
 {
 	const struct bfs_order_opts *p = &o->opt;
@@ -801,6 +909,8 @@ int bfs_order_describe(const struct bfs_order *o, char *buf, size_t len)
 	describe_generator(o, gen, sizeof(gen));
 	snprintf(head, sizeof(head), "DataLoader(ds, batch_size=%" PRIu64,
 		 p->batch_size);
+	if (p->global_generator)
+		return describe_global(o, head, buf, len);
 	switch (p->sampler) {
 	case BFS_SAMPLER_SEQUENTIAL:
 		return snprintf(buf, len, "%s, drop_last=%s)", head, dl);

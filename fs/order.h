@@ -50,22 +50,39 @@ struct bfs_order_opts {
 	 * instead of manual_seed(seed); NULL = use seed. */
 	const uint8_t *generator_state;
 	size_t generator_state_len;
+	/* RANDOM only: the generator is torch's global one (the state is
+	 * torch.get_rng_state()), as for DataLoader(shuffle=True) or
+	 * RandomSampler without generator=: each epoch draws the base seed
+	 * and then a seed for a fresh Generator() the sampler draws from
+	 * (4 words of the global generator per epoch; epochs after the first
+	 * assume nothing else drew from it in between). */
+	bool global_generator;
 };
 
 struct bfs_order;
 
 /* What a command line asked for, in DataLoader's terms. */
 struct bfs_order_request {
-	bool shuffle;	      /* shuffle=True (RandomSampler, or shuffled
-			       * DistributedSampler) */
-	bool replacement;     /* RandomSampler(replacement=True) */
-	uint64_t num_samples; /* RandomSampler/WeightedRandomSampler M */
-	bool subset;	      /* SubsetRandomSampler(indices) */
-	bool weights;	      /* WeightedRandomSampler(weights) */
-	bool distributed;     /* DistributedSampler (a world size given) */
-	bool have_seed;	      /* a seed was given */
-	bool generator_state; /* a generator state was given */
+	bool shuffle;	       /* shuffle=True (RandomSampler, or shuffled
+				* DistributedSampler) */
+	bool replacement;      /* RandomSampler(replacement=True) */
+	uint64_t num_samples;  /* RandomSampler/WeightedRandomSampler M */
+	bool subset;	       /* SubsetRandomSampler(indices) */
+	bool weights;	       /* WeightedRandomSampler(weights) */
+	bool distributed;      /* DistributedSampler (a world size given) */
+	bool have_seed;	       /* a seed was given */
+	bool generator_state;  /* a generator's state was given */
+	bool global_generator; /* torch's global generator's state was */
 };
+
+/* Whether r says one thing in PyTorch's terms: 0, or -EINVAL with 'err'
+ * naming the option and why (a usage error). num_samples belongs to
+ * RandomSampler (shuffle) or WeightedRandomSampler (weights): alone it
+ * would not say which, and SubsetRandomSampler and DistributedSampler
+ * have none; a subset and weights are two samplers; torch's global
+ * generator is modelled for RandomSampler (shuffle) only. */
+int bfs_order_request_check(const struct bfs_order_request *r,
+			    struct bfs_error *err);
 
 /* The one sampler PyTorch would use for r (a subset or weights win, then
  * distributed, then any random option, else sequential). */
@@ -79,7 +96,8 @@ const char *bfs_order_sampler_name(enum bfs_sampler s);
 bool bfs_order_is_random(const struct bfs_order_request *r);
 
 /* Where the seed of r comes from: "unused" (no generator is drawn from),
- * "default" (DistributedSampler's 0), "--generator-state", "--seed", or
+ * "default" (DistributedSampler's 0), "--generator-state", "--rng-state"
+ * (global_generator), "--seed", or
  * "getrandom" (a random sampler with no seed: the caller draws one and
  * reports it, as torch draws one from its global generator). */
 const char *bfs_order_seed_source(const struct bfs_order_request *r);
@@ -96,6 +114,12 @@ int bfs_order_create(struct bfs_order **out, const struct bfs_order_opts *o,
 
 /* Free; accepts NULL. */
 void bfs_order_destroy(struct bfs_order *o);
+
+/* 0 when an epoch of o has at least one batch; else -EINVAL with 'err'
+ * (file: 'source') saying why there is none: no samples, or drop_last
+ * with fewer samples per epoch (per rank) than a batch. */
+int bfs_order_check_len(const struct bfs_order *o, const char *source,
+			struct bfs_error *err);
 
 /* Batches per epoch = len(DataLoader) for this rank. */
 uint64_t bfs_order_len(const struct bfs_order *o);

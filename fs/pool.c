@@ -40,15 +40,23 @@
  * walks the same window but only reads ahead (madvise), for batches served
  * from the archive itself.
  *
- * Hooks. on_ready runs on the worker after a gather, before the batch is
- * READY (so whatever it prepares, e.g. a backing id, is there before any
- * reader sees the batch); on_free runs under the lock when a batch with a
- * tag is freed.
+ * Hooks. prepare runs on the worker after a gather, before the batch is
+ * READY (so what it prepares, e.g. a backing id, is there before any
+ * reader sees the batch); on_ready runs after, holding a reference (an
+ * early push into the page cache may wait on a READ of the same batch,
+ * which must find it READY); on_free runs under the lock when a batch
+ * with a tag is freed.
  *
  * Lock order: one mutex (p->lock) protects every field marked [L] and every
  * batch's state/refs/links. Workers drop it while gathering. There is no
  * other lock, so no order to respect; bfs_order and bfs_dataset calls are
  * thread-safe on their own and are made without p->lock held.
+ *
+ * Errors: a failed gather and a read that timed out are logged and kept
+ * as the pool's last_error (time, epoch, batch, message; stats), with the
+ * reason the gathering thread logged below (bfs_log_err_last). With debug
+ * logging (-v), each batch materialized and evicted is logged with its
+ * timing.
  *
  * Debug: BATCHFS_DEBUG_GATHER_DELAY_MS is read by the CLI into
  * opts.debug_delay_ms (workers sleep that long before each gather), so
@@ -57,6 +65,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <pthread.h>
 #include <signal.h>
@@ -80,6 +89,7 @@ struct bfs_batch {
 	uint64_t pos, e, k, rows;
 	uint64_t size;		 /* file size */
 	uint64_t map_size;	 /* size rounded to pages */
+	uint64_t ready_ns;	 /* [L] when it became READY (monotonic) */
 	void *buf;		 /* mmap'd, page aligned; NULL until BUSY */
 	int fd;			 /* memfd batches (opts.memfd): else -1 */
 	_Atomic int tag;	 /* the user's (bfs_batch_tag), 0 = none */
@@ -131,6 +141,41 @@ static uint64_t now_ns(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Log "epoch E batch K: msg" as an error and keep it as last_error. [L] */
+static void note_error(struct bfs_pool *p, uint64_t e, uint64_t k,
+		       const char *msg)
+{
+	struct bfs_pool_error *le = &p->st.last_error;
+	size_t n = sizeof(le->msg);
+	struct timespec ts;
+
+	bfs_log(BFS_LOG_ERR, "pool", "epoch %llu batch %llu: %s",
+		(unsigned long long)e, (unsigned long long)k, msg);
+	clock_gettime(CLOCK_REALTIME, &ts);
+	le->time_ns = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+	le->epoch = e;
+	le->batch = k;
+	if (snprintf(le->msg, n, "%s", msg) >= (int)n)
+		memcpy(le->msg + n - 4, "...", 4);
+	for (char *c = le->msg; *c; c++)
+		if (*c == '\n' || *c == '\t')
+			*c = ' ';
+}
+
+void bfs_pool_note_error(struct bfs_pool *p, uint64_t e, uint64_t k,
+			 const char *fmt, ...)
+{
+	char msg[512];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	pthread_mutex_lock(&p->lock);
+	note_error(p, e, k, msg);
+	pthread_mutex_unlock(&p->lock);
 }
 
 static void list_push_head(struct list *l, struct bfs_batch *b)
@@ -306,6 +351,12 @@ static bool make_room(struct bfs_pool *p, uint64_t need, uint64_t limit)
 			break;
 		prev = b->prev;
 		if (b->refs == 0 && b->pos < limit) {
+			bfs_log(BFS_LOG_DEBUG, "pool",
+				"epoch %llu batch %llu: evicted for room, %.3f "
+				"ms after it was materialized",
+				(unsigned long long)b->e,
+				(unsigned long long)b->k,
+				(double)(now_ns() - b->ready_ns) / 1e6);
 			unlink_batch(p, b); /* its buffer may become a spare */
 			p->st.evictions++;
 		}
@@ -443,22 +494,33 @@ static int gather_sealed(struct bfs_pool *p, struct bfs_batch *b,
 	return rc;
 }
 
-/* The end of a gather of b: READY (the ready hook ran already) or
- * FAILED, waiters woken. [L] */
-static void finish(struct bfs_pool *p, struct bfs_batch *b, int rc)
+/* The end of a gather of b that took 'ns': READY (the ready hook ran
+ * already) or FAILED, waiters woken. [L] */
+static void finish(struct bfs_pool *p, struct bfs_batch *b, int rc, uint64_t ns)
 {
+	char why[700];
+
 	if (rc == 0) {
+		bfs_log(BFS_LOG_DEBUG, "pool",
+			"epoch %llu batch %llu: materialized in %.3f ms (%llu "
+			"bytes, %s)",
+			(unsigned long long)b->e, (unsigned long long)b->k,
+			(double)ns / 1e6, (unsigned long long)b->size,
+			b->demanded ? "demanded" : "prefetched");
 		b->state = B_READY;
+		b->ready_ns = now_ns();
 		p->st.batches_materialized++;
 		if (b->in_table)
 			list_push_head(&p->lru, b);
 		else if (b->refs == 0) /* dropped meanwhile (pushed ahead) */
 			batch_free(p, b);
 	} else {
-		bfs_log(BFS_LOG_ERR, "pool",
-			"epoch %llu batch %llu: gather failed: %s",
-			(unsigned long long)b->e, (unsigned long long)b->k,
-			strerror(-rc));
+		const char *cause = bfs_log_err_last();
+
+		snprintf(why, sizeof(why), "gather failed: %s%s%s%s",
+			 strerror(-rc), *cause ? " (" : "", cause,
+			 *cause ? ")" : "");
+		note_error(p, b->e, b->k, why);
 		b->state = B_FAILED;
 		b->err = rc;
 		p->st.errors++;
@@ -484,7 +546,7 @@ static int size_batch(struct bfs_pool *p, struct bfs_batch *b)
 	rc = bfs_layout_file_size(p->layout, p->order, b->e, b->k, &size);
 	pthread_mutex_lock(&p->lock);
 	if (rc < 0) {
-		finish(p, b, rc);
+		finish(p, b, rc, 0);
 		return rc;
 	}
 	b->size = size;
@@ -538,6 +600,18 @@ static void put_ref(struct bfs_pool *p, struct bfs_batch *b)
 		make_room(p, 0, UINT64_MAX);
 }
 
+/* Run on_ready for b, just made READY (and kept: in the table or
+ * referenced), holding a reference and not the lock. [L] on entry and
+ * exit. */
+static void ready_hook(struct bfs_pool *p, struct bfs_batch *b)
+{
+	b->refs++;
+	pthread_mutex_unlock(&p->lock);
+	p->o.on_ready(p->o.hook_arg, b, b->e, b->k);
+	pthread_mutex_lock(&p->lock);
+	put_ref(p, b);
+}
+
 static void *worker_main(void *arg)
 {
 	struct bfs_pool *p = arg;
@@ -558,7 +632,7 @@ static void *worker_main(void *arg)
 	pthread_mutex_lock(&p->lock);
 	for (;;) {
 		struct bfs_batch *b = next_job(p);
-		bool fresh;
+		bool fresh, hook;
 		uint64_t t0;
 		int rc;
 
@@ -566,12 +640,13 @@ static void *worker_main(void *arg)
 			break;
 		pthread_mutex_unlock(&p->lock);
 		t0 = now_ns();
+		bfs_log_err_reset();
 		rc = make_storage(p, b, &fresh);
 		if (!rc)
 			rc = gather_sealed(p, b, &w);
 		advise_ahead(p, b->pos + p->o.prefetch + 1, &w);
-		if (!rc && p->o.on_ready) /* b is BUSY: nobody frees it */
-			p->o.on_ready(p->o.hook_arg, b, b->e, b->k);
+		if (!rc && p->o.prepare) /* b is BUSY: nobody frees it */
+			p->o.prepare(p->o.hook_arg, b, b->e, b->k);
 		pthread_mutex_lock(&p->lock);
 		p->st.buffers_mapped += fresh;
 		if (b->fd >= 0)
@@ -580,8 +655,13 @@ static void *worker_main(void *arg)
 			p->st.cache_bytes -= b->map_size;
 			p->st.cache_batches--;
 		}
-		p->st.worker_busy_ns += now_ns() - t0;
-		finish(p, b, rc);
+		t0 = now_ns() - t0;
+		p->st.worker_busy_ns += t0;
+		/* finish frees b if nobody wants it: decide before */
+		hook = !rc && p->o.on_ready && (b->in_table || b->refs);
+		finish(p, b, rc, t0);
+		if (hook)
+			ready_hook(p, b);
 	}
 	pthread_mutex_unlock(&p->lock);
 	free(w.idx);
@@ -812,7 +892,7 @@ void bfs_pool_advise(struct bfs_pool *p, uint64_t e, uint64_t k)
 	pthread_mutex_unlock(&p->lock);
 }
 
-/* Log a read that timed out: epoch, batch and its first sample. Called
+/* Note a read that timed out: epoch, batch and its first sample. Called
  * without the lock (it recomputes the batch's indices). */
 static void log_timeout(struct bfs_pool *p, uint64_t e, uint64_t k)
 {
@@ -823,11 +903,10 @@ static void log_timeout(struct bfs_pool *p, uint64_t e, uint64_t k)
 	if (idx && bfs_order_batch(p->order, e, k, idx) == 0 && rows)
 		first = (long long)idx[0];
 	free(idx);
-	bfs_log(BFS_LOG_ERR, "pool",
-		"epoch %llu batch %llu (sample %lld, %llu samples) not ready "
-		"after %u ms: read fails with EIO",
-		(unsigned long long)e, (unsigned long long)k, first,
-		(unsigned long long)rows, p->o.timeout_ms);
+	bfs_pool_note_error(p, e, k,
+			    "not ready after %u ms (sample %lld first of %llu "
+			    "samples): read fails with EIO",
+			    p->o.timeout_ms, first, (unsigned long long)rows);
 }
 
 /* Count the acquire in the prefetch stats and make b demanded. [L] */

@@ -33,13 +33,18 @@ struct bfs_pool_opts {
 	 * sequentially, when they fit in half the memory available. */
 	bool warm;
 	/* Called by the worker, without the pool's lock, right after a
-	 * gather succeeded and before b is ready for anyone: what the pool's
-	 * user prepares once per batch (a backing id, an early push). NULL:
-	 * none. */
+	 * gather succeeded and before b is ready for anyone: what must be
+	 * there before a reader sees the batch (a backing id). It must not
+	 * wait for a reader. NULL: none. */
+	void (*prepare)(void *arg, struct bfs_batch *b, uint64_t e, uint64_t k);
+	/* Called by the worker, without the pool's lock and holding a
+	 * reference, once b is ready: what may overlap readers (an early
+	 * push into the page cache, which can wait on a READ of the same
+	 * batch). NULL: none. */
 	void (*on_ready)(void *arg, struct bfs_batch *b, uint64_t e,
 			 uint64_t k);
-	/* Called, under the pool's lock (keep it short), when b is freed;
-	 * undoes on_ready (e.g. drops the backing id in bfs_batch_tag). */
+	/* Called, under the pool's lock (keep it short), when a batch with a
+	 * tag is freed: undoes prepare (drops the backing id). */
 	void (*on_free)(void *arg, struct bfs_batch *b);
 	void *hook_arg;
 };
@@ -50,6 +55,14 @@ enum {
 				  * stored as served: SLICES, else GATHER */
 	BFS_POOL_WRITE_GATHER,	 /* gather into a reused buffer, one pwrite */
 	BFS_POOL_WRITE_SLICES,	 /* pwritev straight from the archive */
+};
+
+/* A batch that a reader could not have: when, which, why. */
+#define BFS_POOL_ERROR_MAX 200
+struct bfs_pool_error {
+	uint64_t time_ns; /* CLOCK_REALTIME; 0: no error yet */
+	uint64_t epoch, batch;
+	char msg[BFS_POOL_ERROR_MAX]; /* one line, cut to fit */
 };
 
 /* Counters since the pool was created (a snapshot; see bfs_pool_stats). */
@@ -74,6 +87,7 @@ struct bfs_pool_stats {
 	uint64_t rows_resident;	       /* rows found in memory when advised */
 	uint64_t rows_advised;	       /* rows the kernel was asked to read */
 	uint64_t workers, prefetch_depth;
+	struct bfs_pool_error last_error; /* the latest bfs_pool_note_error */
 };
 
 struct bfs_pool;
@@ -144,5 +158,12 @@ int bfs_batch_tag(const struct bfs_batch *b);
 bool bfs_batch_set_tag(struct bfs_batch *b, int tag);
 
 void bfs_pool_stats(struct bfs_pool *p, struct bfs_pool_stats *out);
+
+/* Batch k of epoch e failed a reader: log "epoch E batch K: MESSAGE" as an
+ * error and keep it as the pool's last_error (stats). Thread-safe; takes
+ * the pool's lock (not to be held). */
+void bfs_pool_note_error(struct bfs_pool *p, uint64_t e, uint64_t k,
+			 const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 
 #endif

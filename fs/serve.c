@@ -5,7 +5,7 @@
  * files are served per mode:
  *   passthrough  open acquires the batch from the pool and keeps it (the
  *                file holds its reference): its memfd and backing id,
- *                registered by the worker that gathered it (on_ready),
+ *                registered by the worker that gathered it (prepare),
  *                stay until the last file of that batch is released
  *                (bfs_pool_release_last), so concurrent opens of one inode
  *                share one backing file, as the kernel requires; then the
@@ -24,6 +24,11 @@
  * reference frees the file. Files still open at destroy (unmounted with
  * files open) are freed there.
  *
+ * With debug logging (-v) each batch file's open (with the time it took:
+ * in passthrough and push it waits for the batch) and its serving (read
+ * to the end, pushed or handed over whole; the time since its open) are
+ * logged; the pool logs materializing and evicting.
+ *
  * Locks: s->lock guards the list of open files only; counters are atomic;
  * the pool, the order engine and the dataset are thread-safe. */
 #include "fs/serve_impl.h"
@@ -31,6 +36,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "fs/log.h"
 
@@ -57,6 +63,14 @@ int bfs_serve_mode_parse(const char *str, enum bfs_serve_mode *out)
 	return -EINVAL;
 }
 
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
 /* ---- passthrough: a backing id per batch ------------------------------ */
 
 /* b's backing id, registering its memfd if no worker could. */
@@ -78,7 +92,7 @@ static int backing_of(struct bfs_serve *s, struct bfs_batch *b)
 	return id;
 }
 
-/* Pool on_ready hook: register the batch's memfd before anyone opens it,
+/* Pool prepare hook: register the batch's memfd before anyone opens it,
  * so an open only replies. A failure is retried by the open. */
 static void passthrough_ready(void *arg, struct bfs_batch *b, uint64_t e,
 			      uint64_t k)
@@ -132,7 +146,7 @@ int bfs_serve_create(struct bfs_serve **out, const struct bfs_dataset *ds,
 	popts.hook_arg = s;
 	popts.memfd = o->mode == BFS_SERVE_PASSTHROUGH;
 	if (o->mode == BFS_SERVE_PASSTHROUGH) {
-		popts.on_ready = passthrough_ready;
+		popts.prepare = passthrough_ready;
 		popts.on_free = passthrough_free;
 	} else if (o->mode == BFS_SERVE_PUSH && o->early_push) {
 		popts.on_ready = bfs_serve_push_ready;
@@ -145,9 +159,10 @@ int bfs_serve_create(struct bfs_serve **out, const struct bfs_dataset *ds,
 		goto err_destroy;
 	s->zero_copy = o->mode == BFS_SERVE_DIRECT && o->zero_copy &&
 		       bfs_serve_zc_eligible(s);
-	bfs_log(BFS_LOG_INFO, MOD, "serving in %s mode (%s)%s",
-		bfs_serve_mode_name(o->mode), s->why,
-		s->zero_copy ? ", zero copy from the archive" : "");
+	if (s->zero_copy) /* the mode and why: mount/session logs them */
+		bfs_log(BFS_LOG_INFO, MOD,
+			"direct mode: batches whose rows allow it are "
+			"replied straight from the archive (zero copy)");
 	*out = s;
 	return 0;
 err_destroy:
@@ -225,6 +240,12 @@ bool bfs_serve_consumed(struct bfs_serve *s, struct bfs_file *f, uint64_t n)
 	    atomic_exchange(&f->consumed, true))
 		return false;
 	atomic_fetch_add(&s->c.served, 1);
+	bfs_log(BFS_LOG_DEBUG, MOD,
+		"epoch %llu batch %llu: served (%llu bytes), %.3f ms after "
+		"its open",
+		(unsigned long long)f->node.epoch,
+		(unsigned long long)f->node.batch, (unsigned long long)f->size,
+		(double)(now_ns() - f->opened_ns) / 1e6);
 	return true;
 }
 
@@ -239,12 +260,10 @@ static int passthrough_open(struct bfs_serve *s, struct bfs_file *f,
 		return rc;
 	how->backing_id = backing_of(s, f->held);
 	if (how->backing_id <= 0) {
-		bfs_log(BFS_LOG_ERR, MOD,
-			"epoch %llu batch %llu: no backing file (%s): open "
-			"fails with EIO",
-			(unsigned long long)f->node.epoch,
-			(unsigned long long)f->node.batch,
-			strerror(how->backing_id ? -how->backing_id : EIO));
+		bfs_pool_note_error(
+		    s->pool, f->node.epoch, f->node.batch,
+		    "no backing file (%s): open fails with EIO",
+		    strerror(how->backing_id ? -how->backing_id : EIO));
 		bfs_pool_release(s->pool, f->held);
 		f->held = NULL;
 		return -EIO;
@@ -253,14 +272,9 @@ static int passthrough_open(struct bfs_serve *s, struct bfs_file *f,
 	return 0;
 }
 
-static int open_batch(struct bfs_serve *s, const struct bfs_tree *t,
-		      struct bfs_file *f, struct bfs_serve_how *how)
+static int open_batch_as(struct bfs_serve *s, struct bfs_file *f,
+			 struct bfs_serve_how *how)
 {
-	int rc = bfs_tree_batch_size(t, f->node.epoch, f->node.batch, &f->size);
-
-	if (rc)
-		return rc;
-	atomic_fetch_add(&s->c.opened, 1);
 	switch (s->o.mode) {
 	case BFS_SERVE_PASSTHROUGH:
 		return passthrough_open(s, f, how);
@@ -274,6 +288,25 @@ static int open_batch(struct bfs_serve *s, const struct bfs_tree *t,
 		how->keep_cache = true;
 		return 0;
 	}
+}
+
+static int open_batch(struct bfs_serve *s, const struct bfs_tree *t,
+		      struct bfs_file *f, struct bfs_serve_how *how)
+{
+	int rc = bfs_tree_batch_size(t, f->node.epoch, f->node.batch, &f->size);
+
+	if (rc)
+		return rc;
+	f->opened_ns = now_ns();
+	atomic_fetch_add(&s->c.opened, 1);
+	rc = open_batch_as(s, f, how);
+	bfs_log(BFS_LOG_DEBUG, MOD,
+		"epoch %llu batch %llu: open (%s): %s in %.3f ms",
+		(unsigned long long)f->node.epoch,
+		(unsigned long long)f->node.batch,
+		bfs_serve_mode_name(s->o.mode), rc < 0 ? strerror(-rc) : "ok",
+		(double)(now_ns() - f->opened_ns) / 1e6);
+	return rc;
 }
 
 /* -ETIMEDOUT (logged by the pool) and -ERANGE (a failed gather) reach a

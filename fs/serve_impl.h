@@ -19,6 +19,7 @@ struct bfs_file {
 	uint64_t size;		 /* batch files: file size */
 	_Atomic uint64_t served; /* batch files: bytes replied so far */
 	atomic_bool consumed;	 /* batch files: counted read to the end */
+	uint64_t opened_ns;	 /* batch files: when opened (monotonic) */
 	bool push_open;		 /* push: counted open in the ledger */
 	struct bfs_batch *held;	 /* passthrough: the open's batch */
 	struct bfs_zc *zc;	 /* direct: slices of the archive */

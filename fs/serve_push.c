@@ -21,6 +21,8 @@
 #include <errno.h>
 #include <stdlib.h>
 
+#include "fs/log.h"
+
 #define PUSHED_MAX  4096u	/* batches tracked at once */
 #define TRIM_BATCH  64u		/* invalidations per trim call */
 #define STORE_CHUNK (64u << 20) /* bytes per notify_store (u32 lengths) */
@@ -176,15 +178,21 @@ static int store_batch(struct bfs_serve *s, uint64_t ino,
 	return rc;
 }
 
-/* Push b (referenced or BUSY; NULL: it could not be had) for ino, just
- * entered in the ledger: stored, the pool drops its copy; not, the entry
- * is forgotten and READs serve the batch. Then keep the page cache under
- * budget. Returns whether b was stored. */
-static bool push_entered(struct bfs_serve *s, uint64_t ino, struct bfs_batch *b)
+/* Push b (batch k of epoch e, referenced or BUSY; NULL: it could not be
+ * had) for ino, just entered in the ledger: stored, the pool drops its
+ * copy; not, the entry is forgotten and READs serve the batch. Then keep
+ * the page cache under budget. Returns whether b was stored. */
+static bool push_entered(struct bfs_serve *s, uint64_t ino, uint64_t e,
+			 uint64_t k, struct bfs_batch *b)
 {
 	bool stored = b && store_batch(s, ino, b) == 0;
 
 	if (stored) {
+		bfs_log(BFS_LOG_DEBUG, "serve",
+			"epoch %llu batch %llu: served (%llu bytes), pushed "
+			"whole into the page cache",
+			(unsigned long long)e, (unsigned long long)k,
+			(unsigned long long)bfs_batch_size(b));
 		atomic_fetch_add(&s->c.pushed, 1);
 		atomic_fetch_add(&s->c.served, 1);
 		atomic_fetch_add(&s->c.bytes, bfs_batch_size(b));
@@ -205,7 +213,7 @@ void bfs_serve_push_ready(void *arg, struct bfs_batch *b, uint64_t e,
 
 	/* A failed store is usually -ENOENT: the kernel has no inode yet */
 	if (pushed_enter(s->pushed, ino, bfs_batch_size(b), 0) > 0)
-		push_entered(s, ino, b);
+		push_entered(s, ino, e, k, b);
 }
 
 int bfs_serve_push_open(struct bfs_serve *s, struct bfs_file *f)
@@ -219,7 +227,8 @@ int bfs_serve_push_open(struct bfs_serve *s, struct bfs_file *f)
 	if (rc <= 0)
 		return 0;
 	rc = bfs_pool_acquire(s->pool, f->node.epoch, f->node.batch, &b);
-	f->push_open = push_entered(s, f->ino, b); /* b: NULL when rc < 0 */
+	/* b: NULL when rc < 0 */
+	f->push_open = push_entered(s, f->ino, f->node.epoch, f->node.batch, b);
 	bfs_pool_release(s->pool, b);
 	if (f->push_open)
 		atomic_store(&f->consumed, true); /* counted whole */

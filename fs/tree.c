@@ -78,8 +78,31 @@ int bfs_tree_batch_size(const struct bfs_tree *t, uint64_t e, uint64_t k,
 
 /* ---- text files ---- */
 
+/* The last error, four fixed-width lines (time, epoch, batch, message;
+ * "-" for none) so the stats file keeps its size. */
+static void render_last_error(const struct bfs_pool_error *le, char *buf,
+			      size_t len, size_t *pos)
+{
+	char when[32] = "-", e[24] = "-", k[24] = "-";
+	time_t sec = (time_t)(le->time_ns / 1000000000u);
+	struct tm tm;
+
+	if (le->time_ns && gmtime_r(&sec, &tm)) {
+		strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", &tm);
+		snprintf(e, sizeof(e), "%" PRIu64, le->epoch);
+		snprintf(k, sizeof(k), "%" PRIu64, le->batch);
+	}
+	bfs_layout_append(buf, len, pos, "%-22s %20s\n", "last_error_time",
+			  when);
+	bfs_layout_append(buf, len, pos, "%-22s %20s\n", "last_error_epoch", e);
+	bfs_layout_append(buf, len, pos, "%-22s %20s\n", "last_error_batch", k);
+	bfs_layout_append(buf, len, pos, "%-22s %-*.*s\n", "last_error",
+			  BFS_POOL_ERROR_MAX, BFS_POOL_ERROR_MAX,
+			  le->time_ns ? le->msg : "-");
+}
+
 /* One stats line per counter: "name value", fixed width, so the file's
- * size is the same at every getattr. */
+ * size is the same at every getattr; the last error comes last. */
 static void render_stats(const struct bfs_tree *t, char *buf, size_t len,
 			 size_t *pos)
 {
@@ -130,6 +153,7 @@ static void render_stats(const struct bfs_tree *t, char *buf, size_t len,
 	for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++)
 		bfs_layout_append(buf, len, pos, "%-22s %20" PRIu64 "\n",
 				  rows[i].name, *rows[i].v);
+	render_last_error(&s.pool.last_error, buf, len, pos);
 }
 
 static int render_index(const struct bfs_tree *t, uint64_t e, uint64_t k,
@@ -508,6 +532,8 @@ static void render_json(const struct bfs_tree *t,
 	    b, n, pos, ",\n  \"serve_mode\": \"%s\",\n  \"serve_mode_why\": ",
 	    t->serve ? bfs_serve_mode_name(bfs_serve_mode(t->serve)) : "-");
 	bfs_layout_json_str(b, n, pos, t->serve ? bfs_serve_why(t->serve) : "");
+	bfs_layout_append(b, n, pos, ",\n  \"log\": ");
+	bfs_layout_json_str(b, n, pos, in->log ? in->log : "");
 	bfs_layout_append(
 	    b, n, pos,
 	    ",\n  \"format\": \"safetensors\",\n  \"batch_"
@@ -595,8 +621,10 @@ static void render_readme(const struct bfs_tree *t,
 			  "%sbatch = read_batch(\"%s/epoch/0/batch_0\")\n\n"
 			  "Read with >= 1 MiB reads (cat, cp, np.fromfile, "
 			  "readinto): small reads cost a round trip each.\n"
+			  "The daemon logs to: %s\n"
 			  "Unmount with: batchfs umount %s\n",
 			  readme_reader, in->mountpoint ? in->mountpoint : ".",
+			  in->log ? in->log : "?",
 			  in->mountpoint ? in->mountpoint : "MOUNTPOINT");
 }
 

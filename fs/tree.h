@@ -61,6 +61,7 @@ struct bfs_tree_info {
 	const char *sampler; /* "sequential", "random", ... */
 	const char *options; /* the mount options, one line */
 	const char *mountpoint;
+	const char *log; /* where the daemon logs: a file, or "stderr" */
 };
 
 struct bfs_tree;

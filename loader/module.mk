@@ -2,7 +2,10 @@
 #
 #   build/libbatchfs_loader.a, build/libbatchfs_loader.so   (part of `make`)
 #   make install        header, libraries, batchfs_loader.pc under
-#                       $(DESTDIR)$(PREFIX)
+#                       $(DESTDIR)$(PREFIX), and the Python side
+#                       (loader/python: batchfs_loader.py, the batchfs
+#                       package) into $(DESTDIR)$(PYTHON_SITE), told where
+#                       the library and the command were installed
 #   make bench-loader   CPU-mode throughput vs plain read(), and the GPU part
 #                       (P, Pp, E, Rf, T_c, step) when a GPU is present;
 #                       BENCH_LOADER_MB, _BATCH_MB, _ARGS (loader/README.md)
@@ -48,18 +51,46 @@ $(LOADER_SO): $(LOADER_OBJS)
 
 BUILD_ALL += $(LOADER_A) $(LOADER_SO)
 
-install: $(LOADER_A) $(LOADER_SO)
-	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig
-	install -m 644 loader/batchfs_loader.h $(DESTDIR)$(PREFIX)/include/
-	install -m 644 $(LOADER_A) $(DESTDIR)$(PREFIX)/lib/
+INSTALL_PARTS += install-loader install-python
+.PHONY: install-loader uninstall-loader install-python uninstall-python
+install-loader: $(LOADER_A) $(LOADER_SO)
+	install -d $(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(LIBDIR)/pkgconfig
+	install -m 644 loader/batchfs_loader.h $(DESTDIR)$(INCLUDEDIR)/
+	install -m 644 $(LOADER_A) $(DESTDIR)$(LIBDIR)/
 	install -m 755 $(LOADER_SO) \
-		$(DESTDIR)$(PREFIX)/lib/libbatchfs_loader.so.$(LOADER_VERSION)
+		$(DESTDIR)$(LIBDIR)/libbatchfs_loader.so.$(LOADER_VERSION)
 	ln -sf libbatchfs_loader.so.$(LOADER_VERSION) \
-		$(DESTDIR)$(PREFIX)/lib/$(LOADER_SONAME)
-	ln -sf $(LOADER_SONAME) $(DESTDIR)$(PREFIX)/lib/libbatchfs_loader.so
+		$(DESTDIR)$(LIBDIR)/$(LOADER_SONAME)
+	ln -sf $(LOADER_SONAME) $(DESTDIR)$(LIBDIR)/libbatchfs_loader.so
 	sed -e 's|@PREFIX@|$(PREFIX)|; s|@VERSION@|$(LOADER_VERSION)|' \
+		-e 's|^libdir=.*|libdir=$(LIBDIR)|' \
+		-e 's|^includedir=.*|includedir=$(INCLUDEDIR)|' \
 		loader/batchfs_loader.pc.in \
-		>$(DESTDIR)$(PREFIX)/lib/pkgconfig/batchfs_loader.pc
+		>$(DESTDIR)$(LIBDIR)/pkgconfig/batchfs_loader.pc
+uninstall-loader:
+	rm -f $(DESTDIR)$(INCLUDEDIR)/batchfs_loader.h \
+		$(DESTDIR)$(LIBDIR)/libbatchfs_loader.a \
+		$(DESTDIR)$(LIBDIR)/libbatchfs_loader.so.$(LOADER_VERSION) \
+		$(DESTDIR)$(LIBDIR)/$(LOADER_SONAME) \
+		$(DESTDIR)$(LIBDIR)/libbatchfs_loader.so \
+		$(DESTDIR)$(LIBDIR)/pkgconfig/batchfs_loader.pc
+
+# The Python side: batchfs_loader.py with the installed library's path
+# written in, the batchfs package with the installed command's
+# (batchfs/_installed.py).
+PY_PKG := $(DESTDIR)$(PYTHON_SITE)/batchfs
+install-python:
+	install -d $(PY_PKG)
+	install -m 644 loader/python/batchfs/*.py $(PY_PKG)/
+	printf '"""Written by make install."""\nBATCHFS = "%s"\n' \
+		'$(BINDIR)/batchfs' >$(PY_PKG)/_installed.py
+	sed 's|^_INSTALLED_LIB = None.*|_INSTALLED_LIB = "$(LIBDIR)/$(LOADER_SONAME)"|' \
+		loader/python/batchfs_loader.py \
+		>$(DESTDIR)$(PYTHON_SITE)/batchfs_loader.py
+uninstall-python:
+	rm -rf $(PY_PKG)
+	rm -f $(DESTDIR)$(PYTHON_SITE)/batchfs_loader.py \
+		$(DESTDIR)$(PYTHON_SITE)/__pycache__/batchfs_loader.*.pyc
 
 # ---- tests (tests/loader/, tests/gpu/) ----
 # Test programs link the static library plus a batch-file writer.

@@ -1,5 +1,6 @@
-# tests/: unit tests (cmocka, one program per tests/unit/test_*.c), mount and
-# interop tests (scripts), fuzz targets. tests/lib/ holds shared helpers.
+# tests/: unit tests (cmocka, one program per tests/unit/test_*.c), mount,
+# interop and command-line tests (scripts), fuzz targets. tests/lib/ holds
+# shared helpers.
 #
 # Unit tests link the core library plus cmocka, libzip and libfuse.
 UNIT_SRCS := $(sort $(wildcard tests/unit/test_*.c))
@@ -17,6 +18,8 @@ TEST_PROGS += $(UNIT_PROGS)
 TEST_SCRIPTS += $(sort $(wildcard tests/mount/test_*.sh tests/mount/test_*.py))
 TEST_SCRIPTS += $(sort $(wildcard tests/interop/test_*.sh tests/interop/test_*.py))
 TEST_SCRIPTS += $(sort $(wildcard tests/gpu/test_*.sh tests/gpu/test_*.py))
+# The command line, its documentation and make install.
+TEST_SCRIPTS += $(sort $(wildcard tests/cli/test_*.sh tests/cli/test_*.py))
 
 # Fuzz targets: tests/fuzz/fuzz_<name>.c, built with clang -fsanitize=fuzzer.
 # make fuzz FUZZ_SECONDS=600 runs each for that long over its seed corpus.

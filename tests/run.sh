@@ -5,7 +5,8 @@
 # A test is an executable, a .sh (bash) or a .py (run with $PYTHON, the system
 # python that has torch). Exit 0 = pass, 77 = skipped, anything else = fail.
 # Each test gets its own work directory in $BFS_TEST_TMP (removed afterwards
-# unless it failed) and finds the binaries through $BUILD / $BATCHFS.
+# unless it failed; also its $XDG_RUNTIME_DIR, so the daemons' default log
+# files land there) and finds the binaries through $BUILD / $BATCHFS.
 # TESTS_FILTER=regex runs only the tests whose path matches.
 # Sanitizer reports (SANITIZE= builds) are written into the work directory,
 # also those of daemons whose stderr is gone; any report fails the test.
@@ -33,7 +34,7 @@ for t in "$@"; do
 	esac
 	ASAN_OPTIONS="log_path=$work/sanitizer-asan${ASAN_OPTIONS:+:$ASAN_OPTIONS}" \
 	UBSAN_OPTIONS="log_path=$work/sanitizer-ubsan:print_stacktrace=1${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}" \
-	BFS_TEST_TMP="$work" timeout --kill-after=10 "${TEST_TIMEOUT:-900}" \
+	BFS_TEST_TMP="$work" XDG_RUNTIME_DIR="$work" timeout --kill-after=10 "${TEST_TIMEOUT:-900}" \
 		"${cmd[@]}" >"$log" 2>&1
 	rc=$?
 	secs=$(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}')

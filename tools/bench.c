@@ -53,6 +53,7 @@ static void usage(FILE *f)
 	       "  --bs BYTES       read size (default 1M)\n"
 	       "  --repeat N       repetitions, one output line each "
 	       "(default 1)\n"
+	       "  -h, --help       this help\n"
 	       "BYTES accepts K, M, G suffixes (powers of 1024). Output: "
 	       "'MODE bytes=.. seconds=.. GB/s=..'\n"
 	       "with GB = 10^9 bytes. `make bench` runs the full "

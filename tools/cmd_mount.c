@@ -26,7 +26,6 @@
 #include <string.h>
 #include <sys/random.h>
 #include <sys/stat.h>
-#include <syslog.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -35,6 +34,8 @@
 #include "mount/mount.h"
 #include "tools/cli.h"
 #include "tools/cmd.h"
+#include "tools/mount_log.h"
+#include "tools/mountinfo.h"
 
 #define MAX_SOURCES 4096
 
@@ -58,9 +59,10 @@ struct mount_opts {
 	const char *seed_source; /* see struct bfs_tree_info */
 	enum bfs_serve_mode serve;
 	enum bfs_torch_compat compat;
-	const char *subset, *weights, *gen_state, *log_file;
-	char fuse_o[1024]; /* user's -o options, comma-joined */
-	char line[2048];   /* the options as one line, for README */
+	const char *subset, *weights, *gen_state, *rng_state, *log_file;
+	struct bfs_mount_log log; /* where the daemon logs */
+	char fuse_o[1024];	  /* user's -o options, comma-joined */
+	char line[2048];	  /* the options as one line, for README */
 	struct bfs_ragged_opt ragged[BFS_LAYOUT_MAX_RAGGED]; /* --pad/--pack */
 	size_t nragged;
 	char ragged_line[512]; /* them, for README (cut when long) */
@@ -69,8 +71,9 @@ struct mount_opts {
 static const char usage_text[] =
     "usage: batchfs mount [OPTIONS] SOURCE... MOUNTPOINT\n"
     "Mount a dataset as a directory of batches: MOUNTPOINT/epoch/N/batch_K\n"
-    "(safetensors). Returns once the filesystem is ready; the daemon stays\n"
-    "in the background until `batchfs umount MOUNTPOINT`.\n\n"
+    "(safetensors). MOUNTPOINT: an existing directory that is not a mount\n"
+    "point. Returns once the filesystem is ready; the daemon stays in the\n"
+    "background until `batchfs umount MOUNTPOINT`.\n\n"
     "A SOURCE is a torch.save archive, an .npz from numpy.savez (not\n"
     "savez_compressed), a .safetensors file, a directory of NAME.npy files,\n"
     "or .npy files (consecutive ones are the fields of one shard; a name\n"
@@ -95,7 +98,8 @@ static const char usage_text[] =
     "  --drop-last          drop the last incomplete batch\n"
     "  --epochs E           epochs 0..E-1 exist and are listed (default "
     "1000)\n"
-    "  --num-samples M      samples drawn per epoch (RandomSampler)\n"
+    "  --num-samples M      samples drawn per epoch: RandomSampler's\n"
+    "                       (with --shuffle) or WeightedRandomSampler's\n"
     "  --replacement        draw with replacement (RandomSampler)\n"
     "  --subset FILE        SubsetRandomSampler over these indices\n"
     "  --weights FILE       WeightedRandomSampler with these weights\n"
@@ -104,6 +108,9 @@ static const char usage_text[] =
     "  --rank R             ... as rank R (default 0)\n"
     "  --torch-compat V     randperm of torch 1.13 (default) or 2.7\n"
     "  --generator-state F  start from torch.Generator.get_state() bytes\n"
+    "  --rng-state F        with --shuffle: torch.get_rng_state() bytes,\n"
+    "                       for DataLoader(shuffle=True) without\n"
+    "                       generator= (torch's global generator)\n"
     "  --workers W          gather threads (default: online cores)\n"
     "  --prefetch P         batches prepared ahead (default 2 x workers)\n"
     "  --cache-mb M         memory budget for batches (default 512); a\n"
@@ -125,11 +132,16 @@ static const char usage_text[] =
     "                       (default: --cache-mb); older closed ones are\n"
     "                       dropped from it\n"
     "  --fuse-threads N     FUSE request threads (default 4)\n"
-    "  --log-file FILE      daemon log (default: syslog)\n"
+    "  --log-file FILE      the daemon's log (default: stderr with -f,\n"
+    "                       else MOUNTPOINT's name, e.g. mnt-cifar.log,\n"
+    "                       in $XDG_RUNTIME_DIR/batchfs, /run/batchfs\n"
+    "                       (root) or /tmp/batchfs-UID: dataset.json\n"
+    "                       says which)\n"
     "  -o OPT[,OPT...]      FUSE mount options (allow_other drops\n"
     "                       auto_unmount on libfuse 3.14)\n"
     "  -f, --foreground     stay in the foreground, log to stderr\n"
-    "  -v, --verbose        debug logging\n"
+    "  -v, --verbose        debug logging: also each batch's open,\n"
+    "                       materialize, serve and evict, with timings\n"
     "  -h, --help           this text\n";
 
 static void usage(FILE *f)
@@ -171,6 +183,7 @@ enum {
 	OPT_RANK,
 	OPT_COMPAT,
 	OPT_GENSTATE,
+	OPT_RNGSTATE,
 	OPT_DIRECT,
 	OPT_SERVE,
 	OPT_PCMB,
@@ -198,6 +211,7 @@ static const struct option long_opts[] = {
     {"rank", required_argument, NULL, OPT_RANK},
     {"torch-compat", required_argument, NULL, OPT_COMPAT},
     {"generator-state", required_argument, NULL, OPT_GENSTATE},
+    {"rng-state", required_argument, NULL, OPT_RNGSTATE},
     {"direct-io", no_argument, NULL, OPT_DIRECT},
     {"serve", required_argument, NULL, OPT_SERVE},
     {"page-cache-mb", required_argument, NULL, OPT_PCMB},
@@ -370,6 +384,9 @@ static int one_opt(int c, char *arg, struct mount_opts *m)
 	case OPT_GENSTATE:
 		m->gen_state = arg;
 		return 0;
+	case OPT_RNGSTATE:
+		m->rng_state = arg;
+		return 0;
 	case OPT_LOGFILE:
 		m->log_file = arg;
 		return 0;
@@ -389,9 +406,14 @@ static int one_opt(int c, char *arg, struct mount_opts *m)
 	}
 }
 
+static struct bfs_order_request request_of(const struct mount_opts *m);
+
 /* The operands and what the options imply together. 0 or 2. */
 static int operands(int argc, char **argv, struct mount_opts *m)
 {
+	struct bfs_order_request req;
+	struct bfs_error err = {{0}};
+
 	if (argc - optind < 2)
 		return bfs_cli_bad_usage("mount", usage,
 					 "need at least one SOURCE and a "
@@ -408,10 +430,9 @@ static int operands(int argc, char **argv, struct mount_opts *m)
 			 sizeof(m->source_label) - strlen(m->source_label),
 			 " (and %zu more shards)", m->nsources - 1);
 	m->mountpoint = argv[argc - 1];
-	if (m->subset && m->weights)
-		return bfs_cli_bad_usage(
-		    "mount", usage,
-		    "--weights: cannot be combined with --subset", NULL);
+	req = request_of(m);
+	if (bfs_order_request_check(&req, &err) < 0)
+		return bfs_cli_bad_usage("mount", usage, err.msg, NULL);
 	if (!m->have_world && m->rank)
 		return bfs_cli_bad_usage("mount", usage,
 					 "--rank: needs --world-size", NULL);
@@ -463,6 +484,7 @@ static struct bfs_order_request request_of(const struct mount_opts *m)
 	    .distributed = m->have_world,
 	    .have_seed = m->have_seed,
 	    .generator_state = m->gen_state != NULL,
+	    .global_generator = m->rng_state != NULL,
 	};
 }
 
@@ -504,9 +526,10 @@ static int make_order(struct mount_opts *m, struct model *mt)
 	if (rc == 0 && m->weights)
 		rc = bfs_order_load_weights(m->weights, &in.weights,
 					    &in.weights_len, &err);
-	if (rc == 0 && m->gen_state)
-		rc = bfs_order_load_state(m->gen_state, &in.state,
-					  &in.state_len, &err);
+	if (rc == 0 && (m->gen_state || m->rng_state))
+		rc = bfs_order_load_state(m->gen_state ? m->gen_state
+						       : m->rng_state,
+					  &in.state, &in.state_len, &err);
 	if (rc < 0) {
 		fprintf(stderr, "batchfs mount: %s\n", err.msg);
 		free_inputs(&in);
@@ -531,6 +554,7 @@ static int make_order(struct mount_opts *m, struct model *mt)
 	o.compat = m->compat;
 	o.generator_state = in.state;
 	o.generator_state_len = in.state_len;
+	o.global_generator = m->rng_state != NULL;
 	o.source = m->source_label;
 	rc = bfs_order_create(&mt->order, &o, &err);
 	free_inputs(&in);
@@ -564,6 +588,10 @@ static int open_model(struct mount_opts *m, struct model *mt)
 	rc = make_order(m, mt);
 	if (rc)
 		return rc;
+	if (bfs_order_check_len(mt->order, m->source_label, &err) < 0) {
+		fprintf(stderr, "batchfs mount: %s\n", err.msg);
+		return 1;
+	}
 	if (bfs_order_len(mt->order) >= BFS_TREE_MAX_BATCHES) {
 		uint64_t n = bfs_dataset_samples(mt->ds);
 
@@ -585,27 +613,6 @@ static void close_model(struct model *mt)
 	bfs_order_destroy(mt->order);
 	bfs_layout_fini(&mt->layout);
 	bfs_dataset_close(mt->ds);
-}
-
-/* Log sinks for the daemon. Set once before any thread starts, read-only
- * after (fs/log.h contract). */
-static int log_fd = -1;
-
-static void file_sink(enum bfs_log_level level, const char *line)
-{
-	char buf[1100];
-	int n = snprintf(buf, sizeof(buf), "%s\n", line);
-
-	if (n > 0 && write(log_fd, buf, (size_t)n) < 0) {
-		/* nowhere left to report it */
-	}
-}
-
-static void syslog_sink(enum bfs_log_level level, const char *line)
-{
-	static const int prio[] = {LOG_ERR, LOG_WARNING, LOG_INFO, LOG_DEBUG};
-
-	syslog(prio[level], "%s", line);
 }
 
 /* The serving options the environment sets for tests and measurements:
@@ -673,11 +680,15 @@ static int start(void *arg, enum bfs_serve_mode mode, const char *why,
 	    .sampler = bfs_order_sampler_name(pick_sampler(m)),
 	    .options = m->line,
 	    .mountpoint = m->mountpoint,
+	    .log = m->log.path,
 	};
 	int rc;
 
+	bfs_mount_log_start(&m->log, m->verbose);
 	debug_opts(&po, &so);
 	describe_opts(m, mode);
+	bfs_log(BFS_LOG_INFO, "mount", "mounting %s on %s (pid %ld): %s",
+		m->source_label, m->mountpoint, (long)getpid(), m->line);
 	rc = bfs_serve_create(&out->serve, mt->ds, mt->order, &mt->layout, &po,
 			      &so, kernel);
 	if (rc == 0)
@@ -703,23 +714,11 @@ static void describe_opts(struct mount_opts *m, enum bfs_serve_mode mode)
 		 bfs_serve_mode_name(mode), m->ragged_line);
 }
 
-/* Detach stdio (the daemon logs to --log-file or syslog). */
+/* Detach stdio (the daemon logs to its log file, tools/mount_log.h). */
 static void detach_stdio(const struct mount_opts *m)
 {
 	int nul = open("/dev/null", O_RDWR);
 
-	if (m->log_file) {
-		log_fd = open(m->log_file,
-			      O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-	}
-	if (log_fd >= 0) {
-		bfs_log_setup(m->verbose ? BFS_LOG_DEBUG : BFS_LOG_INFO,
-			      file_sink);
-	} else {
-		openlog("batchfs", LOG_PID, LOG_DAEMON);
-		bfs_log_setup(m->verbose ? BFS_LOG_DEBUG : BFS_LOG_INFO,
-			      syslog_sink);
-	}
 	if (nul >= 0) {
 		dup2(nul, STDIN_FILENO);
 		dup2(nul, STDOUT_FILENO);
@@ -764,22 +763,21 @@ int bfs_cmd_mount(int argc, char **argv)
 	struct bfs_order_request req;
 	struct model mt;
 	char real[PATH_MAX];
-	struct stat st;
 	int rc;
 
 	memset(&mt, 0, sizeof(mt));
 	if (!m)
 		return 1;
+	m->log.fd = -1;
 	rc = parse_opts(argc, argv, m);
 	if (rc)
 		goto out;
-	if (!realpath(m->mountpoint, real) || stat(real, &st) < 0 ||
-	    !S_ISDIR(st.st_mode)) {
-		fprintf(stderr, "batchfs mount: %s: not a directory\n",
-			m->mountpoint);
-		rc = 1;
+	rc = bfs_mountinfo_check_target(m->mountpoint, real, sizeof(real));
+	if (rc == 0)
+		rc = bfs_mount_log_open(&m->log, m->log_file, m->foreground,
+					real);
+	if (rc)
 		goto out;
-	}
 	m->mountpoint = real;
 	/* No --seed: a random sampler gets a fresh seed (reported in
 	 * dataset.json); DistributedSampler keeps torch's default 0. */
@@ -800,6 +798,8 @@ out:
 	close_model(&mt);
 	for (size_t i = 0; i < m->nragged; i++)
 		bfs_ragged_opt_free(&m->ragged[i]);
+	if (m->log.fd >= 0)
+		close(m->log.fd);
 	free(m);
 	return rc < 0 ? 0 : rc;
 }

@@ -1,6 +1,12 @@
-/* tools/cmd_umount: `batchfs umount MOUNTPOINT` = fusermount3 -u, and when
- * the mount is busy, which processes hold it (open files or working
- * directory under it, found by scanning /proc/PID/fd and /proc/PID/cwd). */
+/* tools/cmd_umount: `batchfs umount [--lazy] MOUNTPOINT` = fusermount3 -u
+ * (-z) of a batchfs mount. First /proc/self/mountinfo says whether
+ * MOUNTPOINT is a batchfs mount at all ("is not mounted" otherwise,
+ * nothing run); only when fusermount3 finds a real mount busy are the
+ * processes that hold it looked up (open files, mapped files or working
+ * directory under it: /proc/PID/fd, /proc/PID/maps, /proc/PID/cwd).
+ * fusermount3's own message is printed once, after the last try. --lazy
+ * detaches the mount at once, busy or not: what is open or mapped stays
+ * readable, and the daemon exits when the last of it is gone. */
 #include <dirent.h>
 #include <stdbool.h>
 #include <errno.h>
@@ -13,10 +19,20 @@
 
 #include "tools/cli.h"
 #include "tools/cmd.h"
+#include "tools/mountinfo.h"
 
 static void usage(FILE *f)
 {
-	fputs("usage: batchfs umount MOUNTPOINT\n", f);
+	fputs("usage: batchfs umount [--lazy] MOUNTPOINT\n"
+	      "Unmount a batchfs mount (fusermount3 -u). When it is busy, the\n"
+	      "processes that hold it are listed and nothing is unmounted.\n\n"
+	      "  -z, --lazy   detach it now, even when busy: open and mapped\n"
+	      "               files stay readable; the daemon exits when the\n"
+	      "               last of them is closed\n"
+	      "  -h, --help   this text\n\n"
+	      "Exit status: 0 unmounted, 1 not a batchfs mount or busy, 2 bad\n"
+	      "usage.\n",
+	      f);
 }
 
 static bool under(const char *path, const char *mnt)
@@ -26,26 +42,64 @@ static bool under(const char *path, const char *mnt)
 	return !strncmp(path, mnt, n) && (path[n] == '\0' || path[n] == '/');
 }
 
+/* The command name of process 'pid' into comm ("?" when unknown). */
+static const char *comm_of(const char *pid, char *comm, size_t len)
+{
+	char path[300];
+	FILE *f;
+
+	snprintf(comm, len, "?");
+	snprintf(path, sizeof(path), "/proc/%s/comm", pid);
+	f = fopen(path, "re");
+	if (f) {
+		if (fgets(comm, (int)len, f))
+			comm[strcspn(comm, "\n")] = '\0';
+		fclose(f);
+	}
+	return comm;
+}
+
 /* Print "PID (comm): PATH" for a link under mnt; true if it was. */
 static bool report_link(const char *pid, const char *link, const char *mnt)
 {
-	char target[PATH_MAX], commp[64], comm[64] = "?";
+	char target[PATH_MAX], comm[64];
 	ssize_t n = readlink(link, target, sizeof(target) - 1);
-	FILE *f;
 
 	if (n <= 0)
 		return false;
 	target[n] = '\0';
 	if (!under(target, mnt))
 		return false;
-	snprintf(commp, sizeof(commp), "/proc/%s/comm", pid);
-	f = fopen(commp, "r");
-	if (f) {
-		if (fgets(comm, sizeof(comm), f))
-			comm[strcspn(comm, "\n")] = '\0';
-		fclose(f);
+	fprintf(stderr, "  pid %s (%s) holds %s\n", pid,
+		comm_of(pid, comm, sizeof(comm)), target);
+	return true;
+}
+
+/* Print "pid PID (comm) maps N files under MNT" when process 'pid' maps
+ * files under mnt (numpy.memmap, mmap); true if it does. */
+static bool report_maps(const char *pid, const char *mnt)
+{
+	char path[300], line[PATH_MAX + 256], comm[64];
+	unsigned long n = 0;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%s/maps", pid);
+	f = fopen(path, "re");
+	if (!f)
+		return false;
+	while (fgets(line, sizeof(line), f)) {
+		char *file = strchr(line, '/');
+
+		if (file) {
+			file[strcspn(file, "\n")] = '\0';
+			n += under(file, mnt);
+		}
 	}
-	fprintf(stderr, "  pid %s (%s) holds %s\n", pid, comm, target);
+	fclose(f);
+	if (!n)
+		return false;
+	fprintf(stderr, "  pid %s (%s) maps %lu file region(s) under %s\n", pid,
+		comm_of(pid, comm, sizeof(comm)), n, mnt);
 	return true;
 }
 
@@ -67,6 +121,7 @@ static int report_holders(const char *mnt)
 			continue;
 		snprintf(path, sizeof(path), "/proc/%s/cwd", d->d_name);
 		found += report_link(d->d_name, path, mnt);
+		found += report_maps(d->d_name, mnt);
 		snprintf(path, sizeof(path), "/proc/%s/fd", d->d_name);
 		fds = opendir(path);
 		if (!fds)
@@ -85,54 +140,126 @@ static int report_holders(const char *mnt)
 	return found;
 }
 
-/* Run fusermount3 -u [-q] mnt; its exit status, or -1. */
-static int fusermount_u(const char *mnt)
+/* Run fusermount3 -u [-z] mnt; its exit status, or -1. Its stderr goes
+ * into msg. */
+static int fusermount_u(const char *mnt, bool lazy, char *msg, size_t len)
 {
-	pid_t pid = fork();
-	int st;
+	int fds[2], st;
+	size_t n = 0;
+	ssize_t r;
+	pid_t pid;
 
-	if (pid < 0)
+	if (pipe(fds) < 0)
 		return -1;
+	pid = fork();
 	if (pid == 0) {
-		execlp("fusermount3", "fusermount3", "-u", mnt, (char *)NULL);
+		dup2(fds[1], STDERR_FILENO);
+		close(fds[0]);
+		close(fds[1]);
+		execlp("fusermount3", "fusermount3", lazy ? "-uz" : "-u", mnt,
+		       (char *)NULL);
+		fprintf(stderr, "cannot run fusermount3: %s\n",
+			strerror(errno));
 		_exit(127);
 	}
-	if (waitpid(pid, &st, 0) < 0 || !WIFEXITED(st))
+	close(fds[1]);
+	while (pid > 0 && (r = read(fds[0], msg + n, len - 1 - n)) > 0)
+		n += (size_t)r;
+	msg[n] = '\0';
+	while (n && msg[n - 1] == '\n')
+		msg[--n] = '\0';
+	close(fds[0]);
+	if (pid < 0 || waitpid(pid, &st, 0) < 0 || !WIFEXITED(st))
 		return -1;
 	return WEXITSTATUS(st);
 }
 
-/* Contract: see tools/cmd.h. 0 unmounted, 1 failed (busy: holders
- * listed), 2 bad usage. */
+/* Whether 'mnt' (resolved) is a batchfs mount: 1 yes, 0 no (printed),
+ * -1 mountinfo unreadable (printed). */
+static int is_batchfs_mount(const char *arg, const char *mnt)
+{
+	struct bfs_mountinfo *m = malloc(sizeof(*m));
+	int rc = m ? bfs_mountinfo_find(mnt, m) : -ENOMEM;
+
+	if (rc < 0)
+		fprintf(stderr, "batchfs umount: /proc/self/mountinfo: %s\n",
+			strerror(-rc));
+	else if (rc == 0)
+		fprintf(stderr, "batchfs umount: %s is not mounted\n", arg);
+	else if (rc == 1 && !bfs_mountinfo_is_batchfs(m)) {
+		fprintf(stderr,
+			"batchfs umount: %s is not a batchfs mount (%s from "
+			"%s is mounted there)\n",
+			arg, m->fstype, m->source);
+		rc = 0;
+	}
+	free(m);
+	return rc < 0 ? -1 : rc;
+}
+
+/* Contract: see tools/cmd.h. 0 unmounted, 1 failed (not a batchfs
+ * mount, or busy: holders listed), 2 bad usage. */
 int bfs_cmd_umount(int argc, char **argv)
 {
-	char real[PATH_MAX];
-	const char *mnt;
+	char mnt[PATH_MAX], msg[1024] = "";
+	struct bfs_mountinfo now;
+	const char *arg;
+	bool lazy = false;
+	int rc;
 
 	if (argc == 2 &&
 	    (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"))) {
 		usage(stdout);
 		return 0;
 	}
+	if (argc == 3 &&
+	    (!strcmp(argv[1], "-z") || !strcmp(argv[1], "--lazy"))) {
+		lazy = true;
+		argv++;
+		argc--;
+	}
 	if (argc != 2 || argv[1][0] == '-')
-		return bfs_cli_bad_usage("umount", usage,
-					 "expected one MOUNTPOINT", NULL);
-	mnt = realpath(argv[1], real) ? real : argv[1];
+		return bfs_cli_bad_usage(
+		    "umount", usage, "expected [--lazy] MOUNTPOINT",
+		    argc > 1 && argv[1][0] == '-' ? argv[1] : NULL);
+	arg = argv[1];
+	rc = bfs_mountinfo_resolve(arg, mnt, sizeof(mnt));
+	if (rc < 0) {
+		fprintf(stderr, "batchfs umount: %s: %s\n", arg,
+			rc == -ENOENT ? "does not exist" : strerror(-rc));
+		return 1;
+	}
+	if (is_batchfs_mount(arg, mnt) != 1)
+		return 1;
+	if (chdir("/") < 0) { /* run from inside, we would hold it */
+		perror("batchfs umount: chdir /");
+		return 1;
+	}
+	if (lazy) {
+		rc = fusermount_u(mnt, true, msg, sizeof(msg));
+		if (rc)
+			fprintf(stderr, "batchfs umount: %s: %s\n", arg,
+				msg[0] ? msg : "fusermount3 -uz failed");
+		return rc ? 1 : 0;
+	}
 	/* A file closed an instant ago can still hold the mount while the
 	 * kernel finishes releasing it: retry a few times (~0.5 s) as long as
 	 * no process holds anything under the mount. */
 	for (int i = 0; i < 10; i++) {
-		if (fusermount_u(mnt) == 0)
+		if (fusermount_u(mnt, false, msg, sizeof(msg)) == 0 ||
+		    bfs_mountinfo_find(mnt, &now) == 0) /* gone meanwhile */
 			return 0;
 		if (report_holders(mnt) > 0) {
 			fprintf(stderr,
 				"batchfs umount: %s is busy (processes above); "
-				"close them, or detach now with "
-				"fusermount3 -uz %s\n",
+				"close them, or detach it now with "
+				"batchfs umount --lazy %s\n",
 				mnt, mnt);
 			return 1;
 		}
 		usleep(50000);
 	}
+	fprintf(stderr, "batchfs umount: %s: %s\n", arg,
+		msg[0] ? msg : "fusermount3 failed");
 	return 1;
 }

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "tools/cmd.h"
+#include "tools/version.h"
 
 static const struct {
 	const char *name;
@@ -22,7 +23,9 @@ static void usage(FILE *f)
 	fprintf(f, "usage: batchfs COMMAND [OPTIONS] ...\n\ncommands:\n");
 	for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++)
 		fprintf(f, "  %-8s %s\n", cmds[i].name, cmds[i].summary);
-	fprintf(f, "\n'batchfs COMMAND --help' describes a command.\n");
+	fprintf(f, "\n'batchfs COMMAND --help' describes a command; "
+		   "'batchfs --version'\nprints the version; 'man batchfs' "
+		   "has it all.\n");
 }
 
 int main(int argc, char **argv)
@@ -34,6 +37,10 @@ int main(int argc, char **argv)
 	if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") ||
 	    !strcmp(argv[1], "help")) {
 		usage(stdout);
+		return 0;
+	}
+	if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "-V")) {
+		printf("batchfs %s\n", BFS_VERSION);
 		return 0;
 	}
 	for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++)

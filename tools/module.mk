@@ -27,3 +27,15 @@ bench: deps-torch
 	BATCHFS=$(abspath $(BUILD)/batchfs) NULLFS=$(abspath $(BENCH_NULLFS)) \
 		$(PYTHON) tools/bench/bench.py
 	PYTHON=$(PYTHON) tools/bench/bench_order.sh $(BENCH_ORDER_N)
+
+# make install: the command and its man page (tools/batchfs.1, the version
+# from tools/version.h).
+INSTALL_PARTS += install-bin
+.PHONY: install-bin uninstall-bin
+install-bin: $(BUILD)/batchfs
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(MANDIR)/man1
+	install -m 755 $(BUILD)/batchfs $(DESTDIR)$(BINDIR)/batchfs
+	sed 's/@VERSION@/$(VERSION)/' tools/batchfs.1 \
+		>$(DESTDIR)$(MANDIR)/man1/batchfs.1
+uninstall-bin:
+	rm -f $(DESTDIR)$(BINDIR)/batchfs $(DESTDIR)$(MANDIR)/man1/batchfs.1

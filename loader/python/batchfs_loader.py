@@ -32,8 +32,9 @@ queued on s by the time the batch is dropped; (copy=True) torch is told
 through record_stream. torch's default stream is the legacy default stream
 (NULL), which waits for and blocks every other blocking stream.
 
-The shared library is found via $BATCHFS_LOADER_LIB, then build/ of the
-source tree this file lives in, then the system library path.
+The shared library is found via $BATCHFS_LOADER_LIB, then where `make
+install` put it, then build/ of the source tree this file lives in, then
+the system library path.
 """
 
 import collections
@@ -113,6 +114,7 @@ class LoaderError(OSError):
 
 
 _lib = None
+_INSTALLED_LIB = None  # `make install` writes the installed library here
 
 
 def load_library(path=None):
@@ -121,7 +123,7 @@ def load_library(path=None):
     if _lib is not None and path is None:
         return _lib
     here = os.path.dirname(os.path.abspath(__file__))
-    candidates = [path, os.environ.get("BATCHFS_LOADER_LIB"),
+    candidates = [path, os.environ.get("BATCHFS_LOADER_LIB"), _INSTALLED_LIB,
                   os.path.join(here, "..", "..", "build", "libbatchfs_loader.so"),
                   ctypes.util.find_library("batchfs_loader")]
     lib = None

@@ -153,7 +153,7 @@ def main():
         ["--batch-size", 6, "--drop-last"],
         ["--batch-size", 4, "--shuffle", "--seed", 7],
         ["--batch-size", 8, "--shuffle", "--seed", 1, "--drop-last"],
-        ["--batch-size", 3, "--replacement", "--num-samples", 50, "--seed", 4],
+        ["--batch-size", 3, "--shuffle", "--replacement", "--num-samples", 50, "--seed", 4],
         ["--batch-size", 4, "--subset", sub, "--seed", 9],
         ["--batch-size", 5, "--weights", wf, "--seed", 2],
     ] + [["--batch-size", 4, "--world-size", 3, "--rank", r, "--shuffle",

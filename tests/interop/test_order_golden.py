@@ -121,6 +121,8 @@ def dump_args(cfg):
         a.append("--shuffle")
     if kind == "random" and cfg["replacement"]:
         a.append("--replacement")
+    if kind == "random" and cfg.get("num_samples") is not None:
+        a.append("--shuffle")  # RandomSampler's num_samples needs it
     if cfg.get("num_samples") is not None:
         a += ["--num-samples", str(cfg["num_samples"])]
     if kind == "subset":
@@ -281,6 +283,12 @@ def mount_part(cfgs, per_kind=5):
         opts = dump_args(cfg) + ["--epochs", str(cfg["epochs"])]
         p, mnt = ml.mount(archives[n], None, *opts, check=False)
         got = []
+        if all(w.startswith("epoch ") for w in want):  # no batch: refused
+            if p.returncode != 1 or "0 batches per epoch" not in p.stderr:
+                print(f"MOUNT NOT REFUSED (n={n}, 0 batches per epoch): "
+                      f"batchfs mount {shlex.join(opts)}: rc={p.returncode}")
+                bad += 1
+            continue
         if p.returncode == 0:
             for e in range(cfg["epochs"]):
                 got.append(f"epoch {e}")

@@ -74,10 +74,12 @@ def daemon_pid(mnt):
 
 
 def stats(mnt):
-    """The stats file as a dict: counters as ints, serve_mode a string."""
+    """The stats file as a dict: counters as ints, the rest (serve_mode,
+    last_error_*: "-" when there was none) as strings."""
     with open(os.path.join(mnt, "stats")) as f:
-        return {k: int(v) if v.isdigit() else v
-                for k, v in (line.split() for line in f)}
+        pairs = (line.split(None, 1) for line in f)
+        return {k: int(v) if v.strip().isdigit() else v.strip()
+                for k, v in pairs}
 
 
 _modes = None
@@ -271,3 +273,14 @@ def torch_np(t):
     if t.dtype == torch.bfloat16:
         return t.contiguous().view(torch.int16).numpy().view("<u2")
     return t.contiguous().numpy()
+
+
+def read_fails_with_eio(path):
+    """Reading 'path' whole fails with EIO (a batch that cannot be had)."""
+    import errno
+    try:
+        read_file(path)
+    except OSError as ex:
+        assert ex.errno == errno.EIO, ex
+        return
+    raise AssertionError("reading %s did not fail" % path)

@@ -496,6 +496,9 @@ static void the_sampler_and_seed_source_follow_torchs_rules(void **state)
 	    {{.shuffle = true, .generator_state = true},
 	     BFS_SAMPLER_RANDOM,
 	     "--generator-state"},
+	    {{.shuffle = true, .global_generator = true},
+	     BFS_SAMPLER_RANDOM,
+	     "--rng-state"},
 	    {{.subset = true, .weights = true},
 	     BFS_SAMPLER_SUBSET,
 	     "getrandom"},
@@ -521,6 +524,92 @@ static void the_sampler_and_seed_source_follow_torchs_rules(void **state)
 			    "weighted_random");
 }
 
+/* --num-samples says which sampler draws only with --shuffle or
+ * --weights; SubsetRandomSampler and DistributedSampler have none; a
+ * subset and weights are two samplers. Nothing falls back silently to a
+ * random order. */
+static void num_samples_alone_is_a_usage_error(void **state)
+{
+	const struct {
+		struct bfs_order_request r;
+		const char *needle; /* NULL: accepted */
+	} cases[] = {
+	    {{.num_samples = 5}, "--num-samples: needs --shuffle"},
+	    {{.num_samples = 5, .replacement = true},
+	     "--num-samples: needs --shuffle"},
+	    {{.num_samples = 5, .subset = true},
+	     "--num-samples: SubsetRandomSampler"},
+	    {{.num_samples = 5, .distributed = true, .shuffle = true},
+	     "--num-samples: DistributedSampler"},
+	    {{.subset = true, .weights = true}, "--weights: cannot be"},
+	    {{.num_samples = 5, .shuffle = true}, NULL},
+	    {{.num_samples = 5, .weights = true}, NULL},
+	    {{.shuffle = true}, NULL},
+	    {{0}, NULL},
+	};
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct bfs_error err = {{0}};
+		int rc = bfs_order_request_check(&cases[i].r, &err);
+
+		if (!cases[i].needle) {
+			assert_int_equal(rc, 0);
+			continue;
+		}
+		assert_int_equal(rc, -EINVAL);
+		if (strncmp(err.msg, cases[i].needle, strlen(cases[i].needle)))
+			fail_msg("case %zu: '%s' does not start with '%s'", i,
+				 err.msg, cases[i].needle);
+	}
+}
+
+/* An epoch with no batch is refused with the reason: an empty dataset,
+ * or --drop-last with fewer samples than a batch (per rank). */
+static void zero_batches_per_epoch_are_refused_with_the_reason(void **state)
+{
+	const struct {
+		struct bfs_order_opts o;
+		const char *needle; /* NULL: has batches */
+	} cases[] = {
+	    {{.n = 0, .batch_size = 4}, "0 samples in the dataset"},
+	    {{.n = 3, .batch_size = 4, .drop_last = true},
+	     "--drop-last drops the only, incomplete batch of 3 samples per "
+	     "epoch (--batch-size 4): use a --batch-size of at most 3"},
+	    {{.n = 3,
+	      .batch_size = 1,
+	      .drop_last = true,
+	      .sampler = BFS_SAMPLER_DISTRIBUTED,
+	      .world_size = 8,
+	      .rank = 7},
+	     "0 per epoch (rank 7 of 8)"},
+	    {{.n = 7,
+	      .batch_size = 4,
+	      .drop_last = true,
+	      .sampler = BFS_SAMPLER_DISTRIBUTED,
+	      .world_size = 2},
+	     "batch of 3 samples per epoch (rank 0 of 2) (--batch-size 4)"},
+	    {{.n = 3, .batch_size = 4}, NULL},
+	};
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct bfs_error err = {{0}};
+		struct bfs_order *ord = make(&cases[i].o);
+		int rc = bfs_order_check_len(ord, "d.pt", &err);
+
+		if (!cases[i].needle) {
+			assert_int_equal(rc, 0);
+		} else {
+			assert_int_equal(rc, -EINVAL);
+			assert_int_equal(
+			    strncmp(err.msg, "d.pt: 0 batches", 15), 0);
+			if (!strstr(err.msg, cases[i].needle))
+				fail_msg("case %zu: '%s' lacks '%s'", i,
+					 err.msg, cases[i].needle);
+		}
+		bfs_order_destroy(ord);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -536,6 +625,9 @@ int main(void)
 	    cmocka_unit_test(describe_writes_the_pytorch_call),
 	    cmocka_unit_test(the_sampler_and_seed_source_follow_torchs_rules),
 	    cmocka_unit_test(input_files_load_text_npy_and_state),
+	    cmocka_unit_test(num_samples_alone_is_a_usage_error),
+	    cmocka_unit_test(
+		zero_batches_per_epoch_are_refused_with_the_reason),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

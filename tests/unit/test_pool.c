@@ -157,7 +157,7 @@ static void streaming_reuses_batch_buffers(void **state)
 	bfs_pool_destroy(p);
 }
 
-/* Hooks of a memfd pool: every batch is tagged by on_ready before anyone
+/* Hooks of a memfd pool: every batch is tagged by prepare before anyone
  * sees it, and every tagged batch is handed to on_free exactly once. */
 static int hook_ready, hook_free;
 
@@ -182,7 +182,7 @@ static struct bfs_pool *memfd_pool(int write)
 				  .epochs = 4,
 				  .memfd = true,
 				  .memfd_write = write,
-				  .on_ready = tag_ready,
+				  .prepare = tag_ready,
 				  .on_free = tag_free};
 	struct bfs_pool *p;
 

@@ -37,7 +37,9 @@ step "python3: read epoch/0/batch_0 with json + numpy only"
 import json, sys
 import numpy as np
 NP = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "BF16": "<u2", "I64": "<i8",
-      "I32": "<i4", "I16": "<i2", "I8": "i1", "U8": "u1", "BOOL": "?"}
+      "I32": "<i4", "I16": "<i2", "I8": "i1", "U64": "<u8", "U32": "<u4",
+      "U16": "<u2", "U8": "u1", "BOOL": "?", "C64": "<c8",
+      "F8_E4M3": "u1", "F8_E5M2": "u1"}
 mnt = sys.argv[1]
 buf = open(mnt + "/epoch/0/batch_0", "rb").read()
 n = int.from_bytes(buf[:8], "little")

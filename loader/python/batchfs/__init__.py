@@ -1,0 +1,46 @@
+"""batchfs: a dataset mounted as a directory of training batches, from
+Python. Pure Python over the mount (numpy; torch optional):
+
+    import batchfs
+    with batchfs.mount("data.pt", "/mnt/data", batch_size=256,
+                       shuffle=True, seed=7) as m:
+        batches = m.batches(device="cpu")          # dicts of tensors
+        for epoch in range(10):
+            for batch in batches:                  # each pass: next epoch
+                ...
+
+    # or, for DataLoader-based trainers:
+    loader = torch.utils.data.DataLoader(batchfs.IterableDataset("/mnt/data"),
+                                         batch_size=None)
+
+- mount(archive, mountpoint, **options) -> Mount: `batchfs mount` (a
+  context manager; .umount(), .dataset, .stats(), .log, .batches()).
+- Batches(mountpoint, epoch=0, start_batch=0, device=None): the batches,
+  epoch after epoch, as dicts of numpy arrays or torch tensors; len(),
+  set_epoch(), state_dict() / load_state_dict().
+- IterableDataset(mountpoint, ...): the same for DataLoader(ds,
+  batch_size=None) (needs torch).
+- read_batch(path, device=None, zero_copy=True): one batch file.
+- Loader: the GPU loader (libbatchfs_loader through ctypes; pinned ring,
+  asynchronous copies), batchfs_loader.Loader (needs torch).
+
+loader/python/batchfs/README.md says why the package lives there.
+"""
+from ._batchfile import NP, read_batch
+from ._batches import Batches
+from ._mount import Mount, MountError, find_batchfs, mount
+
+__version__ = "0.1.0"
+__all__ = ["mount", "Mount", "MountError", "Batches", "IterableDataset",
+           "read_batch", "find_batchfs", "Loader", "LoaderError", "NP"]
+
+
+def __getattr__(name):
+    """What needs torch is imported when first used."""
+    if name == "IterableDataset":
+        from ._torch import IterableDataset
+        return IterableDataset
+    if name in ("Loader", "LoaderError"):
+        import batchfs_loader
+        return getattr(batchfs_loader, name)
+    raise AttributeError("module 'batchfs' has no attribute %r" % name)

@@ -1,0 +1,95 @@
+"""batchfs.Batches: the batches of a mount, epoch after epoch, resumable."""
+import json
+import os
+
+from ._batchfile import read_batch
+
+
+class Batches:
+    """Iterate a mount's batches as dicts name -> array: numpy arrays
+    (device=None) or torch tensors on 'device' ("cpu", "cuda", ...).
+
+    An iteration yields one epoch, from batch 'start_batch' of epoch
+    'epoch' on; the next iteration goes on from where it stopped: the
+    next epoch after a whole one (as `for epoch ...: for batch in loader`
+    expects), the next batch after a break. set_epoch(n) makes the next
+    iteration epoch n (as DistributedSampler.set_epoch; calling it with
+    the current epoch keeps a resumed position). state_dict() /
+    load_state_dict() save and restore (epoch, next batch). len() is the
+    batches per epoch. One iteration at a time.
+
+    Arrays are views of the batch file's mapping (mmap, copy-on-write)
+    where the mount's serve mode allows it (passthrough, push, cache:
+    dataset.json's serve_mode), else (direct) memory of their own; either
+    way a batch stays valid and unchanged for as long as you hold it."""
+
+    def __init__(self, mountpoint, epoch=0, start_batch=0, device=None):
+        self.path = os.fspath(mountpoint)
+        with open(os.path.join(self.path, "dataset.json")) as f:
+            info = json.load(f)
+        self._len = info["batches_per_epoch"]
+        self._epochs = info["epochs"]
+        self.zero_copy = info.get("serve_mode") != "direct"
+        self.device = device
+        self._epoch, self._next = int(epoch), int(start_batch)
+        if not 0 <= self._next <= self._len:
+            raise ValueError("start_batch %d: an epoch has %d batches"
+                             % (self._next, self._len))
+
+    def __len__(self):
+        return self._len
+
+    @property
+    def epoch(self):
+        """The epoch the next iteration yields (or goes on with)."""
+        self._roll()
+        return self._epoch
+
+    def _roll(self):
+        if self._next >= self._len:
+            self._epoch, self._next = self._epoch + 1, 0
+
+    def set_epoch(self, epoch):
+        """The next iteration yields epoch 'epoch' from its start, or from
+        the resumed position when it is the current epoch already."""
+        self._roll()
+        if int(epoch) != self._epoch:
+            self._epoch, self._next = int(epoch), 0
+
+    def state_dict(self):
+        """{"epoch": E, "batch": K}: the next iteration yields batch K of
+        epoch E first."""
+        self._roll()
+        return {"epoch": self._epoch, "batch": self._next}
+
+    def load_state_dict(self, state):
+        self._epoch, self._next = int(state["epoch"]), int(state["batch"])
+        self._roll()
+
+    def batch_path(self, epoch, k):
+        return "%s/epoch/%d/batch_%d" % (self.path, epoch, k)
+
+    def read(self, epoch, k):
+        """Batch k of 'epoch' (any, in any order; the state is untouched)."""
+        return read_batch(self.batch_path(epoch, k), self.device,
+                          self.zero_copy)
+
+    def _indices(self, k):
+        """The batch numbers an iteration from batch k yields (a
+        DataLoader worker's share: batchfs.IterableDataset)."""
+        return range(k, self._len)
+
+    def __iter__(self):
+        self._roll()
+        e = self._epoch
+        if e >= self._epochs:
+            raise ValueError("epoch %d: the mount has epochs 0..%d (mount "
+                             "with a larger --epochs)" % (e, self._epochs - 1))
+        for k in self._indices(self._next):
+            batch = self.read(e, k)
+            if self._epoch == e:       # set_epoch() meanwhile: theirs wins
+                self._next = k + 1
+            yield batch
+        if self._epoch == e:
+            self._next = self._len
+            self._roll()

@@ -1,0 +1,164 @@
+#!/usr/bin/python3
+"""The daemon's log: by default a file named after the mountpoint under
+$XDG_RUNTIME_DIR/batchfs/, named in dataset.json and the mount's README;
+stderr with -f; an unusable --log-file fails the mount (exit 1, nothing
+mounted); -v logs each batch's open, materialize, serve and evict with
+timings; stats ends with last_error (time, epoch, batch, message, with
+the reason a lower layer logged) and keeps its size."""
+import json
+import os
+import re
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import mountlib as ml  # noqa: E402
+
+import torch  # noqa: E402
+
+ml.require_fuse()
+TMP = ml.TMP
+
+
+def archive(name, n, row):
+    path = os.path.join(TMP, name)
+    torch.save({"x": torch.arange(n * row, dtype=torch.int32).reshape(n, row),
+                "y": torch.arange(n)}, path)
+    return path
+
+
+def dataset_json(mnt):
+    with open(os.path.join(mnt, "dataset.json")) as f:
+        return json.load(f)
+
+
+def default_log_is_named_after_the_mountpoint(path):
+    xdg = os.path.join(TMP, "xdg")
+    os.makedirs(xdg)
+    mnt = os.path.join(TMP, "by", "name")
+    _, mnt = ml.mount(path, mnt, "--batch-size", 5,
+                      env={"XDG_RUNTIME_DIR": xdg})
+    want = os.path.join(xdg, "batchfs",
+                        mnt.strip("/").replace("/", "-") + ".log")
+    assert dataset_json(mnt)["log"] == want, dataset_json(mnt)
+    assert "The daemon logs to: %s\n" % want in \
+        open(os.path.join(mnt, "README")).read()
+    assert ml.umount(mnt).returncode == 0
+    text = open(want).read()
+    assert re.search(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z batchfs"
+                     r"\[mount\]: mounting .* on %s" % re.escape(mnt), text,
+                     re.M), text
+    assert "unmounting " + mnt in text, text
+
+
+def foreground_logs_to_stderr(path):
+    mnt = os.path.join(TMP, "fg")
+    os.makedirs(mnt)
+    p = subprocess.Popen([ml.BATCHFS, "mount", "-f", path, mnt],
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        for line in p.stderr:       # blocks until the daemon says it serves
+            if "batchfs[mount]: serving " + mnt in line:
+                break
+        assert dataset_json(mnt)["log"] == "stderr"
+        assert ml.umount(mnt).returncode == 0
+        assert p.wait() == 0
+        assert "unmounting " + mnt in p.stderr.read()
+    finally:
+        if p.poll() is None:
+            p.kill()
+
+
+def unusable_log_file_fails_the_mount(path):
+    mnt = os.path.join(TMP, "nolog")
+    os.makedirs(mnt)
+    for bad in [TMP, os.path.join(TMP, "missing", "x.log")]:
+        p, _ = ml.mount(path, mnt, "--log-file", bad, check=False)
+        assert p.returncode == 1, p
+        assert p.stderr.startswith("batchfs mount: --log-file %s: " % bad), \
+            p.stderr
+        assert not ml.is_mounted(mnt)
+
+
+def verbose_logs_every_step_of_a_batch(mode, path):
+    log = os.path.join(TMP, "v-%s.log" % mode)
+    # 256 KiB batches, a 1 MiB budget: a jump ahead evicts prefetched ones
+    _, mnt = ml.mount(path, None, "-v", "--log-file", log, "--serve", mode,
+                      "--batch-size", 64, "--cache-mb", 1, "--workers", 1,
+                      "--prefetch", 2)
+    ml.read_file(mnt + "/epoch/0/batch_0")
+    ml.wait_stats(mnt, lambda s: s["cache_batches"] >= 2)
+    ml.read_file(mnt + "/epoch/7/batch_3")
+    s = ml.stats(mnt)
+    assert ml.umount(mnt).returncode == 0
+    text = open(log).read()
+    ms = r" [0-9]+\.[0-9]{3} ms"
+    for step in [r"epoch 0 batch 0: open \(%s\): ok in%s" % (mode, ms),
+                 r"epoch 0 batch 0: materialized in%s \(\d+ bytes, "
+                 r"demanded\)" % ms,
+                 r"epoch 0 batch 1: materialized in%s \(\d+ bytes, "
+                 r"prefetched\)" % ms,
+                 r"epoch 0 batch 0: served \(\d+ bytes\), (pushed|%s "
+                 r"after its open)" % ms[1:],
+                 r"epoch 7 batch 3: served"]:
+        assert re.search(step, text), (step, text)
+    if s["evictions"]:
+        assert re.search(r"epoch 0 batch \d+: evicted for room,%s after "
+                         r"it was materialized" % ms, text), text
+
+
+def last_error_in_stats(path):
+    log = os.path.join(TMP, "err.log")
+    _, mnt = ml.mount(path, None, "--batch-size", 10, "--timeout", 1,
+                      "--log-file", log,
+                      env={"BATCHFS_DEBUG_GATHER_DELAY_MS": "3000"})
+    size = os.stat(mnt + "/stats").st_size
+    s = ml.stats(mnt)
+    for k in ["last_error_time", "last_error_epoch", "last_error_batch",
+              "last_error"]:
+        assert s[k] == "-", s
+    idx = ml.read_index(mnt + "/index/0/batch_2")
+    ml.read_fails_with_eio(mnt + "/epoch/0/batch_2")
+    s = ml.stats(mnt)
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ",
+                        s["last_error_time"]), s
+    assert s["last_error_epoch"] == 0 and s["last_error_batch"] == 2, s
+    assert s["last_error"] == ("not ready after 1000 ms (sample %d first "
+                               "of 10 samples): read fails with EIO"
+                               % idx[0]), s
+    assert os.stat(mnt + "/stats").st_size == size
+    assert len(open(mnt + "/stats").read()) == size
+    assert ml.umount(mnt).returncode == 0
+
+
+def last_error_carries_the_reason(path):
+    """A gather that fails names the reason the dataset logged (the
+    archive shrank under the mount)."""
+    victim = os.path.join(TMP, "victim.pt")
+    with open(path, "rb") as f:
+        data = f.read()
+    with open(victim, "wb") as f:
+        f.write(data)
+    _, mnt = ml.mount(victim, None, "--batch-size", 10, "--prefetch", 0,
+                      "--log-file", os.path.join(TMP, "victim.log"))
+    os.truncate(victim, 4096)
+    ml.read_fails_with_eio(mnt + "/epoch/0/batch_3")
+    s = ml.stats(mnt)
+    assert s["last_error_batch"] == 3, s
+    assert s["last_error"].startswith("gather failed: Input/output error ("), s
+    assert "victim.pt" in s["last_error"], s
+    assert ml.umount(mnt).returncode == 0
+
+
+def main():
+    path = archive("d.pt", 400, 1024)
+    default_log_is_named_after_the_mountpoint(path)
+    foreground_logs_to_stderr(path)
+    unusable_log_file_fails_the_mount(path)
+    ml.for_each_mode(verbose_logs_every_step_of_a_batch, path)
+    last_error_in_stats(path)
+    last_error_carries_the_reason(path)
+    print("ok")
+
+
+main()

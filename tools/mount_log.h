@@ -1,0 +1,31 @@
+/* tools/mount_log: where a mount's daemon logs (fs/log.h's sink).
+ *
+ * --log-file FILE, else stderr with -f, else a file the user can find,
+ * named after the mountpoint ("/mnt/cifar" -> "mnt-cifar.log") in the
+ * first usable of $XDG_RUNTIME_DIR/batchfs/, /run/batchfs/ and
+ * /tmp/batchfs-UID/. The file is opened (appending) before anything is
+ * mounted, so one that cannot be written fails the mount; the mount's
+ * dataset.json ("log") and README name it. Each line is
+ * "2025-05-01T12:00:00.123Z batchfs[module]: message" (UTC). */
+#ifndef BFS_TOOLS_MOUNT_LOG_H
+#define BFS_TOOLS_MOUNT_LOG_H
+
+#include <limits.h>
+#include <stdbool.h>
+
+struct bfs_mount_log {
+	int fd;		     /* the file; -1: stderr */
+	char path[PATH_MAX]; /* the file's path, or "stderr" */
+};
+
+/* Choose and open the log of a mount on 'mountpoint' (resolved): 'file'
+ * (--log-file, may be NULL), 'foreground' (-f). 0, or 1 after printing
+ * why it cannot be opened. */
+int bfs_mount_log_open(struct bfs_mount_log *l, const char *file,
+		       bool foreground, const char *mountpoint);
+
+/* From now on, bfs_log lines go to l (debug lines too when 'verbose').
+ * Call once in the daemon, before its threads start; l must stay. */
+void bfs_mount_log_start(const struct bfs_mount_log *l, bool verbose);
+
+#endif

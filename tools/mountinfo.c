@@ -1,0 +1,159 @@
+/* tools/mountinfo: find the mount on a path in /proc/self/mountinfo.
+ *
+ * A line is (proc(5)):
+ *   36 35 98:0 /root /mnt/point rw,noatime master:1 - ext3 /dev/sda1 rw
+ *   id parent dev root point options [optional fields...] - type source sb
+ * The point, type and source are octal-escaped (\040 for a space, \011,
+ * \012, \134). A later line for the same point is a mount stacked on top
+ * of an earlier one, so the last match wins. */
+#include "tools/mountinfo.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+int bfs_mountinfo_resolve(const char *arg, char *out, size_t len)
+{
+	char real[PATH_MAX], dir[PATH_MAX], base[PATH_MAX];
+	char *slash;
+	int err;
+
+	if (realpath(arg, real)) {
+		snprintf(out, len, "%s", real);
+		return 0;
+	}
+	err = errno;
+	if (err == ENOENT || err == ENOTDIR) /* not there at all */
+		return -err;
+	/* There, but it cannot be looked into (a dead mount: ENOTCONN):
+	 * resolve its parent instead. */
+	snprintf(dir, sizeof(dir), "%s", arg);
+	while (strlen(dir) > 1 && dir[strlen(dir) - 1] == '/')
+		dir[strlen(dir) - 1] = '\0';
+	slash = strrchr(dir, '/');
+	snprintf(base, sizeof(base), "%s", slash ? slash + 1 : dir);
+	if (!*base || !strcmp(base, ".") || !strcmp(base, ".."))
+		return -err;
+	if (!slash)
+		snprintf(dir, sizeof(dir), ".");
+	else
+		slash[slash == dir] = '\0'; /* "/name" -> "/" */
+	if (!realpath(dir, real))
+		return -err;
+	snprintf(out, len, "%s%s%s", real, strcmp(real, "/") ? "/" : "", base);
+	return 0;
+}
+
+/* Decode mountinfo's octal escapes of field 'in' into out. */
+static void unescape(const char *in, char *out, size_t len)
+{
+	size_t n = 0;
+
+	while (*in && n + 1 < len) {
+		if (in[0] == '\\' && in[1] >= '0' && in[1] <= '3' &&
+		    in[2] >= '0' && in[2] <= '7' && in[3] >= '0' &&
+		    in[3] <= '7') {
+			out[n++] = (char)((in[1] - '0') << 6 |
+					  (in[2] - '0') << 3 | (in[3] - '0'));
+			in += 4;
+		} else {
+			out[n++] = *in++;
+		}
+	}
+	out[n] = '\0';
+}
+
+/* Fill m from one mountinfo line (modified in place). 0, or -1 when the
+ * line does not have the expected fields. */
+static int parse_line(char *line, struct bfs_mountinfo *m)
+{
+	char *save = NULL, *f[5], *tok;
+	int i = 0;
+
+	line[strcspn(line, "\n")] = '\0';
+	for (tok = strtok_r(line, " ", &save); tok && i < 5;
+	     tok = strtok_r(NULL, " ", &save))
+		f[i++] = tok;
+	if (i < 5)
+		return -1;
+	unescape(f[4], m->point, sizeof(m->point));
+	while (tok && strcmp(tok, "-")) /* optional fields, then "-" */
+		tok = strtok_r(NULL, " ", &save);
+	if (!tok || !(tok = strtok_r(NULL, " ", &save)))
+		return -1;
+	unescape(tok, m->fstype, sizeof(m->fstype));
+	tok = strtok_r(NULL, " ", &save);
+	unescape(tok ? tok : "?", m->source, sizeof(m->source));
+	return 0;
+}
+
+int bfs_mountinfo_find(const char *path, struct bfs_mountinfo *out)
+{
+	FILE *f = fopen("/proc/self/mountinfo", "re");
+	struct bfs_mountinfo *m;
+	char *line = NULL;
+	size_t cap = 0;
+	int found = 0;
+
+	if (!f)
+		return -errno;
+	m = malloc(sizeof(*m));
+	if (!m) {
+		fclose(f);
+		return -ENOMEM;
+	}
+	while (getline(&line, &cap, f) > 0) {
+		if (parse_line(line, m) == 0 && !strcmp(m->point, path)) {
+			*out = *m;
+			found = 1;
+		}
+	}
+	free(line);
+	free(m);
+	fclose(f);
+	return found;
+}
+
+bool bfs_mountinfo_is_batchfs(const struct bfs_mountinfo *m)
+{
+	return !strcmp(m->fstype, "fuse.batchfs");
+}
+
+int bfs_mountinfo_check_target(const char *arg, char *real, size_t len)
+{
+	struct bfs_mountinfo *m = malloc(sizeof(*m));
+	struct stat st;
+	int rc = m ? bfs_mountinfo_resolve(arg, real, len) : -ENOMEM;
+
+	if (rc == 0)
+		rc = bfs_mountinfo_find(real, m);
+	if (rc == 0 && stat(real, &st) == 0 && S_ISDIR(st.st_mode)) {
+		free(m);
+		return 0;
+	}
+	if (rc == -ENOENT)
+		fprintf(stderr,
+			"batchfs mount: %s does not exist (create the "
+			"directory first: mkdir -p %s)\n",
+			arg, arg);
+	else if (rc < 0)
+		fprintf(stderr, "batchfs mount: %s: %s\n", arg, strerror(-rc));
+	else if (rc == 1 && bfs_mountinfo_is_batchfs(m))
+		fprintf(stderr,
+			"batchfs mount: %s is already a mount point: a "
+			"batchfs mount is there; unmount it first with: "
+			"batchfs umount %s\n",
+			arg, arg);
+	else if (rc == 1)
+		fprintf(stderr,
+			"batchfs mount: %s is already a mount point: %s (%s) "
+			"is mounted there; mount on a directory that is not "
+			"a mount point\n",
+			arg, m->fstype, m->source);
+	else
+		fprintf(stderr, "batchfs mount: %s is not a directory\n", arg);
+	free(m);
+	return 1;
+}

@@ -1,0 +1,39 @@
+/* tools/mountinfo: what is mounted where, read from /proc/self/mountinfo,
+ * for `batchfs mount` (refuse a mountpoint that is already a mount) and
+ * `batchfs umount` (refuse a directory that is not one). */
+#ifndef BFS_TOOLS_MOUNTINFO_H
+#define BFS_TOOLS_MOUNTINFO_H
+
+#include <limits.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+/* One mount, as mountinfo describes it (escapes such as \040 decoded). */
+struct bfs_mountinfo {
+	char point[PATH_MAX];  /* the mount point */
+	char fstype[64];       /* "fuse.batchfs", "ext4", "tmpfs", ... */
+	char source[PATH_MAX]; /* "batchfs", "/dev/sda1", ... */
+};
+
+/* 'arg' as an absolute path without symlinks or "..", for comparing with
+ * mount points: realpath(arg), or, when arg itself cannot be resolved (a
+ * dead FUSE mount answers ENOTCONN), realpath of its parent plus its last
+ * component. Returns 0, or -errno of realpath(arg) when neither works
+ * (-ENOENT: arg does not exist). */
+int bfs_mountinfo_resolve(const char *arg, char *out, size_t len);
+
+/* The mount whose mount point is 'path' (resolved as above): 1 with *out
+ * filled (the topmost of several stacked there), 0 when path is not a
+ * mount point, -errno when mountinfo cannot be read. */
+int bfs_mountinfo_find(const char *path, struct bfs_mountinfo *out);
+
+/* Whether m is a batchfs mount (type fuse.batchfs). */
+bool bfs_mountinfo_is_batchfs(const struct bfs_mountinfo *m);
+
+/* For `batchfs mount`: whether 'arg' can be mounted on: an existing
+ * directory that is not a mount point already. 0 with its resolved path
+ * in 'real', or 1 after printing why not ("does not exist", "is not a
+ * directory", "is already a mount point: ... is mounted there"). */
+int bfs_mountinfo_check_target(const char *arg, char *real, size_t len);
+
+#endif
