@@ -33,7 +33,8 @@ def preload_sanitizers():
         return
     import subprocess
     deps = subprocess.run(["ldd", lib], capture_output=True, text=True).stdout
-    runtimes = [name for name in ("libasan.so", "libubsan.so") if name in deps]
+    runtimes = [name for name in ("libasan.so", "libubsan.so", "libtsan.so")
+                if name in deps]
     if not runtimes:
         return
     paths = [subprocess.run(["gcc", "-print-file-name=" + r], capture_output=True,
