@@ -23,8 +23,10 @@
  * copy is bound by memory latency (88 % of the time inside memcpy; 784-byte
  * rows 5.5 M, 256-byte rows 16 M, int64 rows 56-60 M rows per CPU-second).
  * The per-call fstat + sigaction below cost under 1 %, so they stay per
- * call; software prefetch of the rows 4, 8 or 16 ahead was measured and
- * gained nothing beyond noise (3 %), so there is none. 4- and 8-byte rows
+ * call (so does the signal-mask save of sigsetjmp: gather_bench's rows/s
+ * with and without it differ by less than its run-to-run noise, 20 %);
+ * software prefetch of the rows 4, 8 or 16 ahead was measured and gained
+ * nothing beyond noise (3 %), so there is none. 4- and 8-byte rows
  * (scalar labels) are copied inline (was 45-52 M rows/s via the libc call).
  *
  * Faults: the archive stays mapped, never copied. A file truncated under us
@@ -874,7 +876,11 @@ int bfs_dataset_gather(const struct bfs_dataset *ds, size_t f,
 	if (rc)
 		return rc;
 	guard_install();
-	if (sigsetjmp(jb, 0)) {
+	/* Save the signal mask (1): a wrapper around our handler (a
+	 * sanitizer's runs handlers with every signal blocked) would
+	 * otherwise leave SIGBUS blocked after the jump, and the next fault
+	 * on this thread would kill the process. */
+	if (sigsetjmp(jb, 1)) {
 		guard_jmp = NULL;
 		const struct shard *sh = &ds->shards[shard_of(ds, idx[at])];
 		bfs_log(BFS_LOG_ERR, MOD,

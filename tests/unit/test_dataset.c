@@ -16,7 +16,9 @@
 #include <string.h>
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -456,6 +458,80 @@ static void archive_truncated_during_gather_never_crashes(void **state)
 	free(dst);
 }
 
+/* A dataset over "<tmpdir>/<file>" (N rows of ROW bytes) whose copies
+ * fault: the archive is truncated to its first page while fstat of the
+ * dataset's descriptor still reports the full size (another file of that
+ * size is dup2'ed over it), so the size check passes and every row past
+ * the first page raises SIGBUS inside the guarded copy. */
+enum { FAULT_N = 16, FAULT_ROW = 8192 };
+static struct bfs_dataset *faulting_dataset(const char *file, uint8_t *rows)
+{
+	enum { N = FAULT_N, ROW = FAULT_ROW };
+	struct ta_tensor ts[] = {
+	    {"x", BFS_DT_UINT8, "0", N * ROW, 0, 2, {N, ROW}, {ROW, 1}},
+	};
+	struct ta_storage st[] = {{"0", rows, (size_t)N * ROW}};
+	const char *p = make_archive(file, ts, 1, st, 1, "3\n", NULL, NULL);
+	struct bfs_dataset *ds = open1(p);
+	struct bfs_shard_info si;
+	char other[300];
+	struct stat sb;
+	int fd;
+
+	bfs_dataset_shard(ds, 0, &si);
+	assert_int_equal(stat(p, &sb), 0);
+	snprintf(other, sizeof(other), "%s.size", p);
+	fd = open(other, O_RDWR | O_CREAT | O_TRUNC, 0644);
+	assert_true(fd >= 0);
+	assert_int_equal(ftruncate(fd, sb.st_size), 0);
+	assert_int_equal(dup2(fd, si.zip->fd), si.zip->fd);
+	close(fd);
+	assert_int_equal(truncate(p, 4096), 0);
+	return ds;
+}
+
+/* Regression (found by ThreadSanitizer, whose wrapper runs signal handlers
+ * with every signal blocked): the guard jumped out of the handler without
+ * restoring the signal mask, so SIGBUS stayed blocked and the second fault
+ * on the thread killed the process. Here the guard's handler is
+ * re-registered with a full mask, as such a wrapper would run it; three
+ * faulting gathers in a row must each return -EIO (in a child process, so
+ * a death is a failed assertion, not a lost test run). */
+static void
+faults_caught_even_when_the_handler_runs_with_signals_blocked(void **state)
+{
+	uint8_t *rows = calloc(FAULT_N, FAULT_ROW), *dst = malloc(FAULT_ROW);
+	struct bfs_dataset *ds = faulting_dataset("masked.pt", rows);
+	uint64_t idx[] = {FAULT_N - 1};
+	int status = -1;
+	pid_t pid = fork();
+
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		struct sigaction sa;
+		int eio = 0;
+
+		sigbus_logs = 0;
+		bfs_log_setup(BFS_LOG_INFO, capture);
+		eio += bfs_dataset_gather(ds, 0, idx, 1, dst) == -EIO;
+		sigaction(SIGBUS, NULL, &sa); /* the guard's handler */
+		sigfillset(&sa.sa_mask);
+		sigaction(SIGBUS, &sa, NULL);
+		eio += bfs_dataset_gather(ds, 0, idx, 1, dst) == -EIO;
+		eio += bfs_dataset_gather(ds, 0, idx, 1, dst) == -EIO;
+		eio += bfs_dataset_gather(ds, 0, idx, 1, dst) == -EIO;
+		_exit(eio == 4 && sigbus_logs == 4 ? 0 : 1);
+	}
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	if (!WIFEXITED(status))
+		fail_msg("the gathering process died of signal %d",
+			 WTERMSIG(status));
+	assert_int_equal(WEXITSTATUS(status), 0);
+	bfs_dataset_close(ds);
+	free(rows);
+	free(dst);
+}
+
 /* Pages of [p, p + n) in the page cache (mincore over the page range). */
 static size_t resident_pages(const uint8_t *p, size_t n)
 {
@@ -535,6 +611,8 @@ int main(void)
 	    cmocka_unit_test(refusals_name_the_file_and_the_field),
 	    cmocka_unit_test(truncated_archive_gives_eio_and_names_the_sample),
 	    cmocka_unit_test(archive_truncated_during_gather_never_crashes),
+	    cmocka_unit_test(
+		faults_caught_even_when_the_handler_runs_with_signals_blocked),
 	    cmocka_unit_test(rows_served_in_place_only_when_stored_as_served),
 	    cmocka_unit_test(advise_reads_cold_rows_ahead),
 	};
