@@ -49,3 +49,10 @@ $(BUILD)/tests/bin/%: $(BUILD)/obj/tests/bin/%.o $(TEST_LIB_OBJS) $(BUILD)/libba
 	$(CC) $(LDFLAGS) -o $@ $< $(TEST_LIB_OBJS) $(BUILD)/libbatchfs_core.a \
 		$(call pc_libs,cmocka $(PKGS)) $(LDLIBS) -lm
 check-build: $(TEST_BINS)
+# crash_probe also links the daemon's fatal-signal handler.
+CRASH_PROBE_OBJS := $(BUILD)/obj/tests/bin/crash_probe.o \
+	$(BUILD)/obj/mount/postmortem.o $(TEST_LIB_OBJS)
+$(BUILD)/tests/bin/crash_probe: $(CRASH_PROBE_OBJS) $(BUILD)/libbatchfs_core.a
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -rdynamic -o $@ $(CRASH_PROBE_OBJS) \
+		$(BUILD)/libbatchfs_core.a $(call pc_libs,$(PKGS)) $(LDLIBS) -lm

@@ -33,6 +33,7 @@
 #include "fs/log.h"
 #include "fs/order_input.h"
 #include "mount/mount.h"
+#include "mount/postmortem.h"
 #include "tools/cli.h"
 #include "tools/cmd.h"
 
@@ -724,10 +725,13 @@ static int run_session(struct mount_opts *m, struct bfs_mount *mt)
 	}
 	if (ready >= 0) {
 		detach_stdio(m);
+		bfs_postmortem_install(log_fd); /* -1: syslog */
 		if (write(ready, "1", 1) != 1)
 			goto out_unmount;
 		close(ready);
 		ready = -1;
+	} else {
+		bfs_postmortem_install(STDERR_FILENO);
 	}
 	bfs_log(BFS_LOG_INFO, "mount", "serving %s", m->mountpoint);
 	cfg = fuse_loop_cfg_create();
