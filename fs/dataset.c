@@ -30,13 +30,33 @@
  * (scalar labels) are copied inline (was 45-52 M rows/s via the libc call).
  *
  * Faults: the archive stays mapped, never copied. A file truncated under us
- * would raise SIGBUS on access. Before each gather the shards touched are
- * fstat()ed (shrunk => -EIO); as a second line of defence the copy runs under
- * a per-thread sigsetjmp with a process-wide SIGBUS handler (installed, or
- * re-installed if someone replaced it, by the gather that finds it missing;
- * see guard_install) that siglongjmp()s back when the fault happened inside
- * a guarded copy on that thread, and otherwise hands the signal to whatever
- * handler was installed before ours (or the default action).
+ * would raise SIGBUS on access. Before each gather the size of the shards
+ * touched is checked (shrunk => -EIO); as a second line of defence the copy
+ * runs under a per-thread sigsetjmp with a process-wide SIGBUS handler
+ * (installed, or re-installed if someone replaced it, by the gather that
+ * finds it missing; see guard_install) that siglongjmp()s back when the
+ * fault happened inside a guarded copy on that thread, and otherwise hands
+ * the signal to whatever handler was installed before ours (or the default
+ * action).
+ * The size check is per row: a gather fails only when a row it needs
+ * reaches past the file's end, so a truncated archive still serves the
+ * batches whose rows are all before the cut.
+ * Short reads: an archive on a FUSE file system whose server answers a
+ * read short mid-file has told the kernel "end of file here": the kernel
+ * lowers its cached size to that point and zero-fills the rest of the
+ * page, which a copy would return as data (the pages after it fault). The
+ * next stat that asks the server (fstat) raises the size again and drops
+ * the pages. So the size is read from the kernel's cache (statx
+ * AT_STATX_DONT_SYNC) before and after each copy: a cached size short of
+ * the rows copied fails the gather after the copy (-EIO), and one found
+ * short before it is refreshed with fstat, under the dataset's
+ * 'copy_lock' held for writing, while copies hold it for reading: a
+ * refresh waits for the copies in flight, whose checks then still see the
+ * lowered size. (A stat by another process could raise it unseen; a read
+ * from zero copy's replies is the kernel's copy, not checked after.)
+ * Every -EIO of a gather or check leaves, for the calling thread, the
+ * archive, sample and archive offset that could not be read
+ * (bfs_dataset_fault), for the caller's log line.
  *
  * Advise: madvise(MADV_WILLNEED) starts reads of cold rows ahead of the
  * gather; on rows already in the page cache it is pure cost. Per-row
@@ -58,15 +78,19 @@
  *
  * Invariants: after open, a bfs_dataset is immutable except for the
  * advise words (relaxed atomics, only hints), so gather/advise are
- * thread-safe without locks. The other mutable state is the thread-local
- * jump-buffer pointer and the previous SIGBUS action (under guard_lock). */
+ * thread-safe (copy_lock only orders copies against size refreshes). The
+ * other mutable state is the thread-local jump-buffer pointer, fault
+ * address and fault record, and the previous SIGBUS action (under
+ * guard_lock). */
 #include "fs/dataset.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -123,6 +147,9 @@ struct bfs_dataset {
 	size_t nfields;
 	uint64_t samples;
 	uint64_t meta_bytes; /* metadata charged so far (META_BUDGET) */
+	/* Read-held by copies, write-held by size refreshes (see Faults);
+	 * writers preferred, so a refresh is not starved by busy workers. */
+	pthread_rwlock_t *copy_lock;
 };
 
 /* ---- opening ---------------------------------------------------------- */
@@ -560,6 +587,26 @@ static int open_shard(struct bfs_dataset *ds, struct shard *sh,
 	return rc;
 }
 
+/* A writer-preferring rwlock (copy_lock), or NULL. */
+static pthread_rwlock_t *lock_new(void)
+{
+	pthread_rwlock_t *l = malloc(sizeof(*l));
+	pthread_rwlockattr_t a;
+
+	if (!l || pthread_rwlockattr_init(&a)) {
+		free(l);
+		return NULL;
+	}
+	pthread_rwlockattr_setkind_np(
+	    &a, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+	if (pthread_rwlock_init(l, &a)) {
+		free(l);
+		l = NULL;
+	}
+	pthread_rwlockattr_destroy(&a);
+	return l;
+}
+
 int bfs_dataset_open(struct bfs_dataset **out, const char *const *paths,
 		     size_t n_paths, struct bfs_error *err)
 {
@@ -573,8 +620,9 @@ int bfs_dataset_open(struct bfs_dataset **out, const char *const *paths,
 	ds = calloc(1, sizeof(*ds));
 	if (!ds)
 		return -ENOMEM;
+	ds->copy_lock = lock_new();
 	ds->shards = calloc(n_paths, sizeof(*ds->shards));
-	if (!ds->shards)
+	if (!ds->shards || !ds->copy_lock)
 		goto err_close;
 	for (size_t i = 0; i < n_paths; i++) {
 		struct shard *sh = &ds->shards[i];
@@ -616,6 +664,9 @@ void bfs_dataset_close(struct bfs_dataset *ds)
 		free(ds->fields[i].name);
 	free(ds->fields);
 	free(ds->shards);
+	if (ds->copy_lock)
+		pthread_rwlock_destroy(ds->copy_lock);
+	free(ds->copy_lock);
 	free(ds);
 }
 
@@ -731,13 +782,20 @@ static void copy_strided(uint8_t *dst, const uint8_t *row, const struct bind *b,
  * host program) may replace our handler after we installed it, so every
  * gather checks that ours is still in place (one sigaction call). */
 static __thread sigjmp_buf *volatile guard_jmp;
+static __thread const void *volatile guard_addr; /* the faulting address */
 static struct sigaction old_bus;
 static pthread_mutex_t guard_lock = PTHREAD_MUTEX_INITIALIZER;
 
+/* The last -EIO of a gather or check on this thread (bfs_dataset_fault). */
+static __thread struct bfs_dataset_fault last_fault;
+static __thread bool have_fault;
+
 static void on_sigbus(int sig, siginfo_t *si, void *uc)
 {
-	if (guard_jmp)
+	if (guard_jmp) {
+		guard_addr = si->si_addr;
 		siglongjmp(*guard_jmp, 1);
+	}
 	/* Not ours: give it to the previous handler, or die as by default. */
 	if ((old_bus.sa_flags & SA_SIGINFO) && old_bus.sa_sigaction) {
 		old_bus.sa_sigaction(sig, si, uc);
@@ -769,48 +827,172 @@ static void guard_install(void)
 	pthread_mutex_unlock(&guard_lock);
 }
 
-/* -EIO (with a log line) if the file of 'sh' shrank below its mapping;
- * 'f' (NULL: none) is named in the line. */
-static int check_size(const struct shard *sh, uint64_t sample,
-		      const struct bfs_field *f)
+/* Remember a -EIO for bfs_dataset_fault; returns -EIO. */
+static int fault(const struct shard *sh, uint64_t sample, uint64_t offset)
 {
-
-	struct stat st;
-
-	if (sh->zip->fd < 0)
-		return 0;
-	if (fstat(sh->zip->fd, &st) == 0 &&
-	    (uint64_t)st.st_size >= sh->zip->map_size)
-		return 0;
-	bfs_log(BFS_LOG_ERR, MOD,
-		"%s: archive truncated or unreadable (size now %" PRId64
-		" < %" PRIu64 " mapped); sample %" PRIu64 "%s%s%s not read",
-		sh->path, (int64_t)st.st_size, sh->zip->map_size, sample,
-		f ? " of field '" : "", f ? f->name : "", f ? "'" : "");
+	last_fault = (struct bfs_dataset_fault){
+	    .path = sh->path, .sample = sample, .offset = offset};
+	have_fault = true;
 	return -EIO;
 }
 
-/* Check every shard touched by idx[] once (bitmap for the first 64). */
-static int check_shards(const struct bfs_dataset *ds, const struct bfs_field *f,
+/* The size of sh's archive as the kernel has it cached (no round trip to
+ * a FUSE or network server), or with 'sync' as fstat finds it. */
+static int64_t archive_size(const struct shard *sh, bool sync)
+{
+	struct statx sx;
+	struct stat st;
+
+	if (sync)
+		return fstat(sh->zip->fd, &st) == 0 ? (int64_t)st.st_size : -1;
+	if (statx(sh->zip->fd, "", AT_EMPTY_PATH | AT_STATX_DONT_SYNC,
+		  STATX_SIZE, &sx) < 0)
+		return archive_size(sh, true);
+	return (int64_t)sx.stx_size;
+}
+
+/* The shards idx[0..n) touch, each once (all of them when there are more
+ * than 64: no bitmap). Start with *pos = *seen = 0; NULL at the end. */
+static struct shard *next_shard(const struct bfs_dataset *ds,
+				const uint64_t *idx, size_t n, size_t *pos,
+				uint64_t *seen)
+{
+	if (ds->nshards > 64)
+		return *pos < ds->nshards ? &ds->shards[(*pos)++] : NULL;
+	while (*pos < n) {
+		size_t s = shard_of(ds, idx[(*pos)++]);
+
+		if (*seen & (1ull << s))
+			continue;
+		*seen |= 1ull << s;
+		return &ds->shards[s];
+	}
+	return NULL;
+}
+
+/* Where the row of sample g (in sh) of field fi ends in the archive. */
+static uint64_t row_end(const struct shard *sh, size_t fi, uint64_t g)
+{
+	const struct bind *b = &sh->binds[fi];
+
+	return (uint64_t)(b->base - sh->zip->map) +
+	       (g - sh->first) * b->stride0 + b->span;
+}
+
+/* The end of the furthest row that samples idx[0..n) in sh have in field
+ * fi, or in any field when fi is SIZE_MAX (0: none in sh); *sample: its
+ * sample. Rows of later samples lie further (stride0 >= 0). */
+static uint64_t rows_end(const struct bfs_dataset *ds, const struct shard *sh,
+			 size_t fi, const uint64_t *idx, size_t n,
+			 uint64_t *sample)
+{
+	uint64_t end = 0, hi = 0;
+	bool any = false;
+
+	for (size_t i = 0; i < n; i++)
+		if (idx[i] >= sh->first && idx[i] - sh->first < sh->samples &&
+		    (!any || idx[i] > hi)) {
+			hi = idx[i];
+			any = true;
+		}
+	for (size_t f = 0; any && f < ds->nfields; f++)
+		if ((fi == SIZE_MAX || f == fi) && sh->binds[f].span &&
+		    row_end(sh, f, hi) > end)
+			end = row_end(sh, f, hi);
+	*sample = hi;
+	return end;
+}
+
+/* The first of idx[0..n) in sh whose row of field fi (SIZE_MAX: any)
+ * reaches past byte 'end': the one that holds 'end' if any does. */
+static uint64_t first_past(const struct bfs_dataset *ds, const struct shard *sh,
+			   size_t fi, const uint64_t *idx, size_t n,
+			   uint64_t end)
+{
+	uint64_t found = idx[0];
+	bool any = false;
+
+	for (size_t i = 0; i < n; i++) {
+		if (idx[i] < sh->first || idx[i] - sh->first >= sh->samples)
+			continue;
+		for (size_t f = 0; f < ds->nfields; f++) {
+			uint64_t e = row_end(sh, f, idx[i]);
+
+			if ((fi != SIZE_MAX && f != fi) || e <= end)
+				continue;
+			if (e - sh->binds[f].span <= end)
+				return idx[i]; /* the row holding 'end' */
+			if (!any)
+				found = idx[i];
+			any = true;
+		}
+	}
+	return found;
+}
+
+/* Before a copy: -EIO (with a log line) if a row that idx[0..n) need from
+ * a touched archive (field fi, SIZE_MAX: all fields) lies past its end.
+ * A cached size found short is refreshed first (a short read, see the
+ * file comment). */
+static int check_shards(const struct bfs_dataset *ds, size_t fi,
 			const uint64_t *idx, size_t n)
 {
-	uint64_t seen = 0;
-	int rc;
+	uint64_t seen = 0, need, sample;
+	size_t pos = 0;
+	struct shard *sh;
+	int64_t size;
 
-	if (ds->nshards > 64) {
-		for (size_t i = 0; i < ds->nshards; i++)
-			if ((rc = check_size(&ds->shards[i],
-					     ds->shards[i].first, f)))
-				return rc;
-		return 0;
-	}
-	for (size_t i = 0; i < n; i++) {
-		size_t s = shard_of(ds, idx[i]);
-		if (seen & (1ull << s))
+	while ((sh = next_shard(ds, idx, n, &pos, &seen))) {
+		need = rows_end(ds, sh, fi, idx, n, &sample);
+		if (sh->zip->fd < 0 || !need ||
+		    archive_size(sh, false) >= (int64_t)need)
 			continue;
-		seen |= 1ull << s;
-		if ((rc = check_size(&ds->shards[s], idx[i], f)))
-			return rc;
+		pthread_rwlock_wrlock(ds->copy_lock);
+		size = archive_size(sh, true);
+		pthread_rwlock_unlock(ds->copy_lock);
+		if (size >= (int64_t)need)
+			continue;
+		sample = size < 0
+			     ? sample
+			     : first_past(ds, sh, fi, idx, n, (uint64_t)size);
+		bfs_log(BFS_LOG_ERR, MOD,
+			"%s: archive truncated or unreadable (size now %" PRId64
+			" < %" PRIu64 " mapped); sample %" PRIu64 "%s%s%s not "
+			"read",
+			sh->path, size, sh->zip->map_size, sample,
+			fi != SIZE_MAX ? " of field '" : "",
+			fi != SIZE_MAX ? ds->fields[fi].name : "",
+			fi != SIZE_MAX ? "'" : "");
+		return fault(sh, sample,
+			     size < 0 ? BFS_NO_OFFSET : (uint64_t)size);
+	}
+	return 0;
+}
+
+/* After the copy of field fi from idx[0..n), copy_lock still held: -EIO
+ * (logged) if the kernel's cached size of a touched archive fell short of
+ * the rows copied meanwhile (a short read: the copy may hold zeros). */
+static int check_copied(const struct bfs_dataset *ds, size_t fi,
+			const uint64_t *idx, size_t n)
+{
+	uint64_t seen = 0, need, sample;
+	size_t pos = 0;
+	struct shard *sh;
+	int64_t size;
+
+	while ((sh = next_shard(ds, idx, n, &pos, &seen))) {
+		need = rows_end(ds, sh, fi, idx, n, &sample);
+		if (sh->zip->fd < 0 || !need ||
+		    (size = archive_size(sh, false)) >= (int64_t)need)
+			continue;
+		sample = first_past(ds, sh, fi, idx, n, (uint64_t)size);
+		bfs_log(BFS_LOG_ERR, MOD,
+			"%s: read short while field '%s' was copied (the file "
+			"system reported its end at %" PRId64 " of %" PRIu64
+			"); sample %" PRIu64 " not served",
+			sh->path, ds->fields[fi].name, size, sh->zip->map_size,
+			sample);
+		return fault(sh, sample, (uint64_t)size);
 	}
 	return 0;
 }
@@ -867,41 +1049,62 @@ int bfs_dataset_gather(const struct bfs_dataset *ds, size_t f,
 	uint8_t *volatile out = dst; /* live across sigsetjmp */
 	int rc;
 
+	have_fault = false;
 	if (f >= ds->nfields)
 		return -EINVAL;
 	for (size_t i = 0; i < n; i++)
 		if (idx[i] >= ds->samples)
 			return -ERANGE;
-	rc = check_shards(ds, &ds->fields[f], idx, n);
+	rc = check_shards(ds, f, idx, n);
 	if (rc)
 		return rc;
 	guard_install();
+	pthread_rwlock_rdlock(ds->copy_lock);
 	/* Save the signal mask (1): a wrapper around our handler (a
 	 * sanitizer's runs handlers with every signal blocked) would
 	 * otherwise leave SIGBUS blocked after the jump, and the next fault
 	 * on this thread would kill the process. */
 	if (sigsetjmp(jb, 1)) {
 		guard_jmp = NULL;
+		pthread_rwlock_unlock(ds->copy_lock);
 		const struct shard *sh = &ds->shards[shard_of(ds, idx[at])];
+		uintptr_t a = (uintptr_t)guard_addr,
+			  m = (uintptr_t)sh->zip->map;
+		uint64_t off = a >= m && a - m < sh->zip->map_size
+				   ? (uint64_t)(a - m)
+				   : BFS_NO_OFFSET;
 		bfs_log(BFS_LOG_ERR, MOD,
 			"%s: SIGBUS reading sample %" PRIu64 " of field '%s' "
-			"(archive truncated or replaced under us)",
-			sh->path, idx[at], ds->fields[f].name);
-		return -EIO;
+			"at archive offset %" PRId64
+			" (archive truncated, replaced or unreadable)",
+			sh->path, idx[at], ds->fields[f].name,
+			off == BFS_NO_OFFSET ? (int64_t)-1 : (int64_t)off);
+		return fault(sh, idx[at], off);
 	}
 	guard_jmp = &jb;
 	copy_rows(ds, f, idx, n, out, &at);
 	guard_jmp = NULL;
-	return 0;
+	rc = check_copied(ds, f, idx, n);
+	pthread_rwlock_unlock(ds->copy_lock);
+	return rc;
 }
 
 int bfs_dataset_check(const struct bfs_dataset *ds, const uint64_t *idx,
 		      size_t n)
 {
+	have_fault = false;
 	for (size_t i = 0; i < n; i++)
 		if (idx[i] >= ds->samples)
 			return -ERANGE;
-	return check_shards(ds, NULL, idx, n);
+	return check_shards(ds, SIZE_MAX, idx, n);
+}
+
+int bfs_dataset_fault(struct bfs_dataset_fault *out)
+{
+	if (!have_fault)
+		return -ENOENT;
+	*out = last_fault;
+	return 0;
 }
 
 int bfs_dataset_row(const struct bfs_dataset *ds, size_t f, uint64_t i,

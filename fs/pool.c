@@ -40,6 +40,7 @@
 #include "fs/pool.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <pthread.h>
 #include <signal.h>
@@ -364,6 +365,27 @@ static void ready_hook(struct bfs_pool *p, struct bfs_batch *b)
 	put_ref(p, b);
 }
 
+/* Log a failed gather: epoch, batch and, for an archive that could not
+ * be read, the sample, archive and offset (fs/dataset's fault record of
+ * this thread). */
+static void log_failure(const struct bfs_batch *b, int rc)
+{
+	struct bfs_dataset_fault f;
+	char where[PATH_MAX + 96] = "", off[40] = "";
+
+	if (rc == -EIO && bfs_dataset_fault(&f) == 0) {
+		if (f.offset != BFS_NO_OFFSET)
+			snprintf(off, sizeof(off), " at offset %llu",
+				 (unsigned long long)f.offset);
+		snprintf(where, sizeof(where), " (sample %llu, %s%s)",
+			 (unsigned long long)f.sample, f.path, off);
+	}
+	bfs_log(BFS_LOG_ERR, "pool",
+		"epoch %llu batch %llu: gather failed: %s%s",
+		(unsigned long long)b->e, (unsigned long long)b->k,
+		strerror(-rc), where);
+}
+
 static void *worker_main(void *arg)
 {
 	struct bfs_pool *p = arg;
@@ -419,10 +441,7 @@ static void *worker_main(void *arg)
 			else
 				batch_free(p, b);
 		} else {
-			bfs_log(BFS_LOG_ERR, "pool",
-				"epoch %llu batch %llu: gather failed: %s",
-				(unsigned long long)b->e,
-				(unsigned long long)b->k, strerror(-rc));
+			log_failure(b, rc);
 			b->state = B_FAILED;
 			b->err = rc;
 			p->st.errors++;
