@@ -42,6 +42,8 @@ fuzz:
 	done
 
 # Helper programs used by test scripts: tests/bin/<name>.c -> build/tests/bin/<name>
+# (faultfs is a FUSE server: FUSE's include flags for the folder)
+DIR_CPPFLAGS_tests/bin = $(call pc_cflags,fuse3)
 TEST_BIN_SRCS := $(sort $(wildcard tests/bin/*.c))
 TEST_BINS := $(TEST_BIN_SRCS:tests/bin/%.c=$(BUILD)/tests/bin/%)
 $(BUILD)/tests/bin/%: $(BUILD)/obj/tests/bin/%.o $(TEST_LIB_OBJS) $(BUILD)/libbatchfs_core.a

@@ -24,6 +24,10 @@ NP = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "BF16": "<u2", "I64": "<i8",
       "U16": "<u2", "U8": "u1", "BOOL": "?", "C64": "<c8", "F8_E4M3": "u1",
       "F8_E5M2": "u1"}
 
+# Every value of `batchfs mount --serve`: tests that must hold in each
+# mode loop over this list (one place to extend when a mode is added).
+SERVE_MODES = ["push", "cache", "direct"]
+
 _mounts = []
 
 
