@@ -555,6 +555,26 @@ static int open_shard(struct bfs_dataset *ds, struct shard *sh,
 	return rc;
 }
 
+/* A writer-preferring rwlock (the dataset's copy_lock), or NULL. */
+static pthread_rwlock_t *lock_new(void)
+{
+	pthread_rwlock_t *l = malloc(sizeof(*l));
+	pthread_rwlockattr_t a;
+
+	if (!l || pthread_rwlockattr_init(&a)) {
+		free(l);
+		return NULL;
+	}
+	pthread_rwlockattr_setkind_np(
+	    &a, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+	if (pthread_rwlock_init(l, &a)) {
+		free(l);
+		l = NULL;
+	}
+	pthread_rwlockattr_destroy(&a);
+	return l;
+}
+
 int bfs_dataset_open_parts(struct bfs_dataset **out,
 			   const struct bfs_source_part *parts,
 			   const size_t *first, size_t nsources,
@@ -572,7 +592,8 @@ int bfs_dataset_open_parts(struct bfs_dataset **out,
 		return -ENOMEM;
 	ds->shards = calloc(nsources, sizeof(*ds->shards));
 	ds->ctr = calloc(1, sizeof(*ds->ctr));
-	if (!ds->shards || !ds->ctr)
+	ds->copy_lock = lock_new();
+	if (!ds->shards || !ds->ctr || !ds->copy_lock)
 		goto err_close;
 	for (size_t i = 0; i < nsources; i++) {
 		struct shard *sh = &ds->shards[i];
@@ -638,6 +659,9 @@ void bfs_dataset_close(struct bfs_dataset *ds)
 	free(ds->fields);
 	free(ds->shards);
 	free(ds->ctr);
+	if (ds->copy_lock)
+		pthread_rwlock_destroy(ds->copy_lock);
+	free(ds->copy_lock);
 	free(ds);
 }
 

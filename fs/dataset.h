@@ -97,9 +97,10 @@ void bfs_dataset_shard(const struct bfs_dataset *ds, size_t i,
 /* Copy samples idx[0..n) of fixed field 'f' into 'dst', row after row
  * (n * row_bytes bytes), converting to C-order little-endian.
  * Thread-safe (read-only). Returns 0, -ERANGE for an index >= samples,
- * -EINVAL for a bad or ragged f, or -EIO when an archive shrank or faulted
- * under us (truncated or replaced on disk), with a log line naming the
- * file and sample. */
+ * -EINVAL for a bad or ragged f, or -EIO when an archive shrank, faulted or
+ * read short under us (truncated, replaced, an I/O error, a FUSE server's
+ * short read), with a log line naming the file and sample
+ * (bfs_dataset_fault: where). */
 int bfs_dataset_gather(const struct bfs_dataset *ds, size_t f,
 		       const uint64_t *idx, size_t n, void *dst);
 
@@ -145,6 +146,28 @@ int bfs_dataset_row(const struct bfs_dataset *ds, size_t f, uint64_t i,
  * shrank (truncated or replaced on disk). One fstat per archive touched. */
 int bfs_dataset_check(const struct bfs_dataset *ds, const uint64_t *idx,
 		      size_t n);
+
+/* Run fn(arg), which copies the rows of samples idx[0..n) of every fixed
+ * field out of the mappings by other means (bfs_dataset_row's pointers
+ * handed to pwritev), between the size checks a gather makes: -EIO (with
+ * a log line and the fault record) when a file is too short for those
+ * rows before fn, or read short while fn ran; else fn's result. fn must
+ * not gather. */
+int bfs_dataset_copy_checked(const struct bfs_dataset *ds, const uint64_t *idx,
+			     size_t n, int (*fn)(void *), void *arg);
+
+/* Where the archive could not be read, for a log line that names it. */
+struct bfs_dataset_fault {
+	const char *path; /* the archive (lives as long as the dataset) */
+	uint64_t sample;  /* the sample being read */
+	uint64_t offset;  /* archive byte offset of the fault (SIGBUS) or
+			   * where the file now ends; BFS_NO_OFFSET: unknown */
+};
+
+/* 0 and *out when the calling thread's last bfs_dataset_gather or
+ * bfs_dataset_check returned -EIO; -ENOENT otherwise. Per thread, like
+ * errno; valid until that thread's next gather or check. */
+int bfs_dataset_fault(struct bfs_dataset_fault *out);
 
 /* Advise the kernel that samples idx[0..n) of every fixed field will be
  * read soon (madvise MADV_WILLNEED on their pages; ragged fields are not

@@ -4,11 +4,12 @@
  *
  * Invariants after bfs_dataset_open: everything here is immutable except
  * the advise words and the read-ahead counters (relaxed atomics, only
- * hints and statistics), so the gather side is thread-safe without
- * locks. */
+ * hints and statistics), so the gather side is thread-safe; copy_lock
+ * only orders copies against refreshes of a file's size (gather.c). */
 #ifndef BFS_DATASET_IMPL_H
 #define BFS_DATASET_IMPL_H
 
+#include <pthread.h>
 #include <stdbool.h>
 
 #include "fs/dataset.h"
@@ -56,6 +57,9 @@ struct bfs_dataset {
 	struct counters {
 		_Atomic uint64_t warm_bytes, rows_resident, rows_advised;
 	} * ctr;
+	/* Read-held by copies, write-held by size refreshes (gather.c:
+	 * short reads); writers preferred, so a refresh is not starved. */
+	pthread_rwlock_t *copy_lock;
 };
 
 /* The shard holding global sample 'g' (binary search). */

@@ -19,14 +19,29 @@
  * sample when the values are contiguous), packed or padded.
  *
  * Faults: the files stay mapped, never copied. A file truncated under us
- * would raise SIGBUS on access. Before each gather the files of the shards
- * touched are fstat()ed (shrunk => -EIO); as a second line of defence the
- * copy runs under a per-thread sigsetjmp with a process-wide SIGBUS handler
- * (installed, or re-installed if someone replaced it, by the gather that
- * finds it missing; see guard_install) that siglongjmp()s back when the
- * fault happened inside a guarded copy on that thread, and otherwise hands
- * the signal to whatever handler was installed before ours (or the
- * default action).
+ * would raise SIGBUS on access. Before each copy the files it reads are
+ * checked against the rows it needs (a row past the end => -EIO; so a
+ * truncated archive still serves the batches whose rows lie before the
+ * cut); as a second line of defence the copy runs under a per-thread
+ * sigsetjmp with a process-wide SIGBUS handler (installed, or re-installed
+ * if someone replaced it, by the gather that finds it missing; see
+ * guard_install) that siglongjmp()s back when the fault happened inside a
+ * guarded copy on that thread, and otherwise hands the signal to whatever
+ * handler was installed before ours (or the default action).
+ * Short reads: a file on a FUSE file system whose server answers a read
+ * short mid-file has told the kernel "end of file here": the kernel lowers
+ * its cached size to that point and zero-fills the rest of the page, which
+ * a copy would return as data. The next stat that asks the server (fstat)
+ * raises the size again and drops the pages. So the size is read from the
+ * kernel's cache (statx AT_STATX_DONT_SYNC) before and after each copy: a
+ * cached size short of the rows copied fails the copy after it (-EIO), and
+ * one found short before it is refreshed with fstat under the dataset's
+ * copy_lock held for writing, while copies hold it for reading: a refresh
+ * waits for the copies in flight, whose checks then still see the lowered
+ * size. (A stat by another process could raise it unseen.)
+ * Every -EIO of a gather or check leaves, for the calling thread, the
+ * file, sample and offset that could not be read (bfs_dataset_fault), for
+ * the caller's log line.
  *
  * Advise: madvise(MADV_WILLNEED) starts reads of cold rows ahead of the
  * gather; on rows already in the page cache it is pure cost (it once took
@@ -46,8 +61,10 @@
  *
  * Thread-safety: the dataset is immutable after open except for the
  * advise words and the read-ahead counters (relaxed atomics, only hints
- * and statistics). The other mutable state is the thread-local
- * jump-buffer pointer and the previous SIGBUS action (under guard_lock). */
+ * and statistics); copy_lock only orders copies against size refreshes.
+ * The other mutable state is the thread-local jump-buffer pointer, fault
+ * address and fault record, and the previous SIGBUS action (under
+ * guard_lock). */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -193,19 +210,27 @@ static void copy_run(uint8_t *dst, const struct bind *b, uint64_t r, uint64_t n,
 
 /* ---- the SIGBUS guard -------------------------------------------------- */
 
-/* 'guard_jmp' is set only while this thread copies from a mapping.
+/* 'guard_jmp' is set only while this thread copies from a mapping;
+ * 'guard_addr' is the address of its last fault.
  * 'old_bus' (the handler we chain to) is written under 'guard_lock' when
  * we (re)install ours: someone else (a test harness, a host program) may
  * replace our handler after we installed it, so every guarded call checks
  * that ours is still in place (one sigaction call). */
 static __thread sigjmp_buf *volatile guard_jmp;
+static __thread const void *volatile guard_addr;
 static struct sigaction old_bus;
 static pthread_mutex_t guard_lock = PTHREAD_MUTEX_INITIALIZER;
 
+/* The last -EIO of a gather or check on this thread (bfs_dataset_fault). */
+static __thread struct bfs_dataset_fault last_fault;
+static __thread bool have_fault;
+
 static void on_sigbus(int sig, siginfo_t *si, void *uc)
 {
-	if (guard_jmp)
+	if (guard_jmp) {
+		guard_addr = si->si_addr;
 		siglongjmp(*guard_jmp, 1);
+	}
 	/* Not ours: give it to the previous handler, or die as by default. */
 	if ((old_bus.sa_flags & SA_SIGINFO) && old_bus.sa_sigaction) {
 		old_bus.sa_sigaction(sig, si, uc);
@@ -243,7 +268,11 @@ int bfs_dataset_guard(int (*fn)(void *), void *arg)
 	int rc;
 
 	guard_install();
-	if (sigsetjmp(jb, 0)) {
+	/* Save the signal mask (1): a wrapper around our handler (a
+	 * sanitizer's runs handlers with every signal blocked) would
+	 * otherwise leave SIGBUS blocked after the jump, and the next fault
+	 * on this thread would kill the process. */
+	if (sigsetjmp(jb, 1)) {
 		guard_jmp = NULL;
 		return -EFAULT;
 	}
@@ -253,51 +282,172 @@ int bfs_dataset_guard(int (*fn)(void *), void *arg)
 	return rc;
 }
 
-/* -EIO (with a log line) if a file of 'sh' shrank below its mapping;
- * 'f' (NULL: none) is named in the line. */
-static int check_size(const struct shard *sh, uint64_t sample,
-		      const struct bfs_field *f)
+/* Remember a -EIO for bfs_dataset_fault; returns -EIO. */
+static int fault(const char *path, uint64_t sample, uint64_t offset)
 {
-	for (size_t i = 0; i < sh->src->nfiles; i++) {
-		const struct bfs_source_file *fl = &sh->src->files[i];
-		struct stat st;
+	last_fault = (struct bfs_dataset_fault){
+	    .path = path, .sample = sample, .offset = offset};
+	have_fault = true;
+	return -EIO;
+}
 
-		if (fl->fd < 0 || (fstat(fl->fd, &st) == 0 &&
-				   (uint64_t)st.st_size >= fl->size))
-			continue;
-		bfs_log(BFS_LOG_ERR, MOD,
-			"%s: archive truncated or unreadable (size now %" PRId64
-			" < %" PRIu64 " mapped); sample %" PRIu64
-			"%s%s%s not read",
-			fl->path, (int64_t)st.st_size, fl->size, sample,
-			f ? " of field '" : "", f ? f->name : "", f ? "'" : "");
-		return -EIO;
-	}
+int bfs_dataset_fault(struct bfs_dataset_fault *out)
+{
+	if (!have_fault)
+		return -ENOENT;
+	*out = last_fault;
 	return 0;
 }
 
-/* Check every shard touched by idx[] once (bitmap for the first 64). */
-static int check_shards(const struct bfs_dataset *ds, const struct bfs_field *f,
-			const uint64_t *idx, size_t n)
+/* The size of a mapped file as the kernel has it cached (no round trip to
+ * a FUSE or network server), or with 'sync' as fstat finds it; -1 when
+ * neither can say. */
+static int64_t file_size(const struct bfs_source_file *fl, bool sync)
+{
+	struct statx sx;
+	struct stat st;
+
+	if (sync)
+		return fstat(fl->fd, &st) == 0 ? (int64_t)st.st_size : -1;
+	if (statx(fl->fd, "", AT_EMPTY_PATH | AT_STATX_DONT_SYNC, STATX_SIZE,
+		  &sx) < 0)
+		return file_size(fl, true);
+	return (int64_t)sx.stx_size;
+}
+
+/* The shards idx[0..n) touch, each once (all of them when there are more
+ * than 64: no bitmap). Start with *pos = *seen = 0; NULL at the end. */
+static const struct shard *next_shard(const struct bfs_dataset *ds,
+				      const uint64_t *idx, size_t n,
+				      size_t *pos, uint64_t *seen)
+{
+	if (ds->nshards > 64)
+		return *pos < ds->nshards ? &ds->shards[(*pos)++] : NULL;
+	while (*pos < n) {
+		size_t s = bfs_dataset_shard_of(ds, idx[(*pos)++]);
+
+		if (*seen & (1ull << s))
+			continue;
+		*seen |= 1ull << s;
+		return &ds->shards[s];
+	}
+	return NULL;
+}
+
+/* The file of sh that field f's rows live in. */
+static const struct bfs_source_file *file_of(const struct shard *sh, size_t f)
+{
+	return &sh->src->files[sh->binds[f].file];
+}
+
+/* Bytes of f's file that sample g's row of field f needs (up to the end
+ * of the row). A ragged field's spans are only known while copying: it
+ * needs its whole values (and offsets) as mapped at open. */
+static uint64_t row_end(const struct shard *sh, size_t f, uint64_t g)
+{
+	const struct bind *b = &sh->binds[f];
+
+	if (sh->obinds && sh->obinds[f].base)
+		return file_of(sh, f)->size;
+	return (uint64_t)(b->base - file_of(sh, f)->map) +
+	       (g - sh->first) * b->stride0 + b->span;
+}
+
+/* The largest of idx[0..n) in sh (rows of later samples lie further:
+ * stride0 >= 0); false when none is in sh. */
+static bool last_in(const struct shard *sh, const uint64_t *idx, size_t n,
+		    uint64_t *hi)
+{
+	bool any = false;
+
+	for (size_t i = 0; i < n; i++)
+		if (idx[i] >= sh->first && idx[i] - sh->first < sh->samples &&
+		    (!any || idx[i] > *hi)) {
+			*hi = idx[i];
+			any = true;
+		}
+	return any;
+}
+
+/* The first of idx[0..n) in sh whose row of field f reaches past byte
+ * 'end' of its file: the one holding 'end' if any does. */
+static uint64_t first_past(const struct shard *sh, size_t f,
+			   const uint64_t *idx, size_t n, uint64_t end)
+{
+	uint64_t found = idx[0];
+	bool any = false;
+
+	for (size_t i = 0; i < n; i++) {
+		uint64_t e;
+
+		if (idx[i] < sh->first || idx[i] - sh->first >= sh->samples)
+			continue;
+		e = row_end(sh, f, idx[i]);
+		if (e <= end)
+			continue;
+		if (e - sh->binds[f].span <= end)
+			return idx[i];
+		if (!any)
+			found = idx[i];
+		any = true;
+	}
+	return found;
+}
+
+/* One field f of one shard against its file's size: 0, or -EIO with a
+ * log line when a row that idx[0..n) need lies past the end. 'after':
+ * checked after the copy (a short read meanwhile, see the file comment),
+ * else before it, where a cached size found short is refreshed first. */
+static int check_field(const struct bfs_dataset *ds, const struct shard *sh,
+		       size_t f, const uint64_t *idx, size_t n, bool after)
+{
+	const struct bfs_source_file *fl = file_of(sh, f);
+	uint64_t hi = 0, need, s;
+	int64_t size;
+
+	if (fl->fd < 0 || !last_in(sh, idx, n, &hi))
+		return 0;
+	need = row_end(sh, f, hi);
+	if (!need || (size = file_size(fl, false)) >= (int64_t)need)
+		return 0;
+	if (!after) {
+		pthread_rwlock_wrlock(ds->copy_lock);
+		size = file_size(fl, true);
+		pthread_rwlock_unlock(ds->copy_lock);
+		if (size >= (int64_t)need)
+			return 0;
+	}
+	s = size < 0 ? hi : first_past(sh, f, idx, n, (uint64_t)size);
+	if (after)
+		bfs_log(BFS_LOG_ERR, MOD,
+			"%s: read short while field '%s' was copied (the file "
+			"system reported its end at %" PRId64 " of %" PRIu64
+			"); sample %" PRIu64 " not served",
+			fl->path, ds->fields[f].name, size, fl->size, s);
+	else
+		bfs_log(BFS_LOG_ERR, MOD,
+			"%s: archive truncated or unreadable (size now %" PRId64
+			" < %" PRIu64 " mapped); sample %" PRIu64
+			" of field '%s' not read",
+			fl->path, size, fl->size, s, ds->fields[f].name);
+	return fault(fl->path, s, size < 0 ? BFS_NO_OFFSET : (uint64_t)size);
+}
+
+/* Field f (SIZE_MAX: every field) of every shard idx[0..n) touch against
+ * the size of its file; see check_field. */
+static int check_shards(const struct bfs_dataset *ds, size_t f,
+			const uint64_t *idx, size_t n, bool after)
 {
 	uint64_t seen = 0;
+	size_t pos = 0;
+	const struct shard *sh;
 	int rc;
 
-	if (ds->nshards > 64) {
-		for (size_t i = 0; i < ds->nshards; i++)
-			if ((rc = check_size(&ds->shards[i],
-					     ds->shards[i].first, f)))
+	while ((sh = next_shard(ds, idx, n, &pos, &seen)))
+		for (size_t g = 0; g < ds->nfields; g++)
+			if ((f == SIZE_MAX || g == f) &&
+			    (rc = check_field(ds, sh, g, idx, n, after)))
 				return rc;
-		return 0;
-	}
-	for (size_t i = 0; i < n; i++) {
-		size_t s = bfs_dataset_shard_of(ds, idx[i]);
-		if (seen & (1ull << s))
-			continue;
-		seen |= 1ull << s;
-		if ((rc = check_size(&ds->shards[s], idx[i], f)))
-			return rc;
-	}
 	return 0;
 }
 
@@ -409,23 +559,53 @@ static int copy_spans(void *arg)
 	return 0;
 }
 
-/* Run the copy 'fn' of job j guarded; a fault is logged and is -EIO. */
+/* Where in its file a fault at address a in shard sh lies (for the log
+ * line), or BFS_NO_OFFSET. */
+static uint64_t fault_offset(const struct shard *sh, uintptr_t a,
+			     const char **path)
+{
+	*path = sh->src->path;
+	for (size_t i = 0; i < sh->src->nfiles; i++) {
+		const struct bfs_source_file *fl = &sh->src->files[i];
+		uintptr_t m = (uintptr_t)fl->map;
+
+		if (fl->map && a >= m && a - m < fl->size) {
+			*path = fl->path;
+			return (uint64_t)(a - m);
+		}
+	}
+	return BFS_NO_OFFSET;
+}
+
+/* Run the copy 'fn' of job j guarded, between the size checks of the
+ * files it reads (before: truncated; after: read short meanwhile); a
+ * fault is logged and is -EIO, with the thread's fault record. */
 static int run_job(struct job *j, int (*fn)(void *))
 {
+	const struct shard *sh;
+	const char *path;
+	uint64_t off;
 	int rc;
 
-	rc = check_shards(j->ds, &j->ds->fields[j->f], j->idx, j->n);
+	rc = check_shards(j->ds, j->f, j->idx, j->n, false);
 	if (rc)
 		return rc;
+	pthread_rwlock_rdlock(j->ds->copy_lock);
 	rc = bfs_dataset_guard(fn, j);
+	if (!rc)
+		rc = check_shards(j->ds, j->f, j->idx, j->n, true);
+	pthread_rwlock_unlock(j->ds->copy_lock);
 	if (rc != -EFAULT)
 		return rc;
+	sh = shard_at(j->ds, j->idx[j->at]);
+	off = fault_offset(sh, (uintptr_t)guard_addr, &path);
 	bfs_log(BFS_LOG_ERR, MOD,
-		"%s: SIGBUS reading sample %" PRIu64 " of field '%s' "
-		"(archive truncated or replaced under us)",
-		shard_at(j->ds, j->idx[j->at])->src->path, j->idx[j->at],
-		j->ds->fields[j->f].name);
-	return -EIO;
+		"%s: SIGBUS reading sample %" PRIu64 " of field '%s' at "
+		"offset %" PRId64 " (archive truncated, replaced or "
+		"unreadable)",
+		path, j->idx[j->at], j->ds->fields[j->f].name,
+		off == BFS_NO_OFFSET ? (int64_t)-1 : (int64_t)off);
+	return fault(path, j->idx[j->at], off);
 }
 
 static int check_idx(const struct bfs_dataset *ds, const uint64_t *idx,
@@ -442,6 +622,7 @@ int bfs_dataset_gather(const struct bfs_dataset *ds, size_t f,
 {
 	struct job j = {ds, f, idx, NULL, n, 0, NULL, dst, 0};
 
+	have_fault = false;
 	if (f >= ds->nfields || ds->fields[f].ragged)
 		return -EINVAL;
 	return check_idx(ds, idx, n) ?: run_job(&j, copy_rows);
@@ -489,6 +670,7 @@ int bfs_dataset_spans(const struct bfs_dataset *ds, size_t f,
 	struct job j = {ds, f, idx, NULL, n, 0, NULL, (uint8_t *)spans, 0};
 	int rc;
 
+	have_fault = false;
 	if (f >= ds->nfields || !ds->fields[f].ragged)
 		return -EINVAL;
 	rc = check_idx(ds, idx, n) ?: run_job(&j, read_spans);
@@ -499,7 +681,8 @@ int bfs_dataset_spans(const struct bfs_dataset *ds, size_t f,
 		"sample %" PRIu64 " (the file was rewritten in place)",
 		shard_at(ds, idx[j.at])->src->path, ds->fields[f].name,
 		idx[j.at]);
-	return -EIO;
+	return fault(shard_at(ds, idx[j.at])->src->path, idx[j.at],
+		     BFS_NO_OFFSET);
 }
 
 int bfs_dataset_gather_spans(const struct bfs_dataset *ds, size_t f,
@@ -509,6 +692,7 @@ int bfs_dataset_gather_spans(const struct bfs_dataset *ds, size_t f,
 {
 	struct job j = {ds, f, idx, spans, n, width, pad, dst, 0};
 
+	have_fault = false;
 	if (f >= ds->nfields || !ds->fields[f].ragged || (width && !pad))
 		return -EINVAL;
 	for (size_t i = 0; i < n; i++) {
@@ -528,7 +712,26 @@ int bfs_dataset_gather_spans(const struct bfs_dataset *ds, size_t f,
 int bfs_dataset_check(const struct bfs_dataset *ds, const uint64_t *idx,
 		      size_t n)
 {
-	return check_idx(ds, idx, n) ?: check_shards(ds, NULL, idx, n);
+	have_fault = false;
+	return check_idx(ds, idx, n)
+		   ?: check_shards(ds, SIZE_MAX, idx, n, false);
+}
+
+int bfs_dataset_copy_checked(const struct bfs_dataset *ds, const uint64_t *idx,
+			     size_t n, int (*fn)(void *), void *arg)
+{
+	int rc;
+
+	have_fault = false;
+	rc = check_idx(ds, idx, n) ?: check_shards(ds, SIZE_MAX, idx, n, false);
+	if (rc)
+		return rc;
+	pthread_rwlock_rdlock(ds->copy_lock);
+	rc = fn(arg);
+	if (!rc)
+		rc = check_shards(ds, SIZE_MAX, idx, n, true);
+	pthread_rwlock_unlock(ds->copy_lock);
+	return rc;
 }
 
 int bfs_dataset_row(const struct bfs_dataset *ds, size_t f, uint64_t i,

@@ -831,6 +831,36 @@ static int add(struct writer *w, const void *p, size_t len)
 	return rc;
 }
 
+/* The rows of a batch, slice by slice, into a writer. */
+struct slices {
+	const struct bfs_layout *l;
+	const struct bfs_dataset *ds;
+	const uint64_t *idx;
+	uint64_t rows;
+	struct writer *w;
+};
+
+static int write_slices(void *arg)
+{
+	const struct slices *j = arg;
+	int rc = 0;
+
+	for (size_t i = 0; i < j->l->nfields && !rc; i++) {
+		const struct bfs_layout_field *lf = &j->l->fields[i];
+
+		for (uint64_t r = 0; r < j->rows && !rc && lf->f->row_bytes;
+		     r++) {
+			const void *p;
+
+			rc =
+			    bfs_dataset_row(j->ds, lf->ds_index, j->idx[r], &p);
+			if (!rc)
+				rc = add(j->w, p, (size_t)lf->f->row_bytes);
+		}
+	}
+	return rc ?: flush(j->w);
+}
+
 int bfs_layout_pwrite(const struct bfs_layout *l, const struct bfs_dataset *ds,
 		      uint64_t e, uint64_t k, const uint64_t *idx,
 		      uint64_t rows, int fd)
@@ -857,8 +887,6 @@ int bfs_layout_pwrite(const struct bfs_layout *l, const struct bfs_dataset *ds,
 			rc = bfs_dataset_row(ds, l->fields[i].ds_index, idx[r],
 					     &p);
 	}
-	if (!rc)
-		rc = bfs_dataset_check(ds, idx, (size_t)rows);
 	if (rc)
 		goto out;
 	w->fd = fd;
@@ -867,19 +895,12 @@ int bfs_layout_pwrite(const struct bfs_layout *l, const struct bfs_dataset *ds,
 	w->pending = 0;
 	bfs_layout_header(l, e, k, rows, head);
 	rc = add(w, head, (size_t)data);
-	for (size_t i = 0; i < l->nfields && !rc; i++) {
-		const struct bfs_layout_field *lf = &l->fields[i];
+	if (!rc) {
+		struct slices job = {l, ds, idx, rows, w};
 
-		for (uint64_t r = 0; r < rows && !rc && lf->f->row_bytes; r++) {
-			const void *p;
-
-			rc = bfs_dataset_row(ds, lf->ds_index, idx[r], &p);
-			if (!rc)
-				rc = add(w, p, (size_t)lf->f->row_bytes);
-		}
+		rc = bfs_dataset_copy_checked(ds, idx, (size_t)rows,
+					      write_slices, &job);
 	}
-	if (!rc)
-		rc = flush(w);
 	if (rc == -EIO)
 		bfs_log(BFS_LOG_ERR, "layout",
 			"epoch %llu batch %llu: an archive faulted while the "

@@ -23,18 +23,26 @@
  * torch >= 2.7 when n >= 214748364.
  *
  * So G's state at the start of epoch e is G0 advanced by e·words: the
- * states at the epoch starts computed so far are cached (snapshots, 2.5 KB
- * per epoch started, epochs < 2^20) and a new one costs one bfs_mt_skip
- * from the nearest earlier snapshot (twists, or a ~0.1 s polynomial
- * jump-ahead when that is cheaper, so a cold epoch 999 costs what epoch 2
- * does).
+ * states at the starts of the SNAPS epochs started most recently are kept
+ * (snapshots, 2.5 KB each: a fixed 40 KB however many epochs a mount
+ * lives) and a new one costs one bfs_mt_skip from the nearest earlier
+ * snapshot (twists, or a ~0.1 s polynomial jump-ahead when that is
+ * cheaper, so a cold epoch 999 costs what epoch 2 does). Reading epochs
+ * in order, the previous epoch's snapshot is always there.
  *
  * An epoch's sampler output ("stream") is computed lazily in one of
  * BFS_ORDER_SLOTS slots (LRU over epochs), only as far as the batch asked
  * for: forward Fisher-Yates fixes a[i] at step i, so batch k needs (k+1)·B
- * steps. Permutations are stored XOR their position (v ^ i), so memory
- * fresh from calloc (zero pages, mapped lazily) already is the identity and
- * starting an epoch costs O(1), not O(n). Values are uint32 when they fit.
+ * steps. Permutations are stored XOR their position (v ^ i), so zero
+ * pages already are the identity and starting an epoch costs O(1), not
+ * O(n). Values are uint32 when they fit. Each slot's table is its own
+ * anonymous mapping, made once and handed back to zero pages with
+ * madvise(MADV_DONTNEED) when the slot starts another epoch: memory is
+ * bounded by BFS_ORDER_SLOTS tables. (It was calloc'ed per epoch: glibc's
+ * mmap threshold rises to the size of the first table freed, so later
+ * tables came from the heaps of whichever threads asked, were zeroed by
+ * memset, and stayed resident there once freed: RssAnon grew by one table,
+ * 5 MB at 1.3 M samples, every few epochs, 6 -> 41 MB by epoch 38.)
  *
  * Locks (lock order: slot->lock, then snap_lock; table_lock is never held
  * while taking another):
@@ -55,6 +63,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "fs/mt19937.h"
@@ -63,9 +72,9 @@
 #define BFS_ORDER_SLOTS 3
 #define LARGE_PERM_N	214748364ull /* UINT32_MAX / 20 (torch >= 2.7) */
 #define MAX_CATEGORIES	(1ull << 24)
-#define SNAP_MAX_EPOCHS (1u << 20) /* snapshots kept for epochs below */
-#define FILL_CHUNK	512	   /* fill at least this far ahead per call */
-#define LOOKAHEAD	64	   /* Fisher-Yates swap targets drawn ahead */
+#define SNAPS		16  /* generator snapshots kept */
+#define FILL_CHUNK	512 /* fill at least this far ahead per call */
+#define LOOKAHEAD	64  /* Fisher-Yates swap targets drawn ahead */
 
 enum stream_kind {
 	K_NONE,	  /* sequential / unshuffled distributed: arithmetic */
@@ -82,7 +91,7 @@ struct slot {
 	unsigned pins;
 	uint64_t stamp;
 	/* under lock: */
-	void *vals;	 /* uint32_t or uint64_t [o->cap] */
+	void *vals;	 /* uint32_t or uint64_t [o->cap], table_bytes mapped */
 	uint64_t filled; /* stream positions [0, filled) are final */
 	int started;
 	struct bfs_mt mt; /* positioned to continue the stream */
@@ -104,8 +113,12 @@ struct bfs_order {
 	struct bfs_mt mt0;    /* G at the start of epoch 0 */
 
 	pthread_mutex_t snap_lock;
-	struct bfs_mt **snaps; /* [nsnaps], NULL where not computed */
-	uint64_t nsnaps;
+	struct snap {
+		int used;
+		uint64_t epoch, stamp;
+		struct bfs_mt mt; /* G at the start of 'epoch' */
+	} snaps[SNAPS];		  /* snap_lock */
+	uint64_t snap_clock;	  /* snap_lock */
 
 	pthread_mutex_t table_lock;
 	pthread_cond_t table_cond;
@@ -435,17 +448,23 @@ static int check_tables(const struct bfs_order *o, const char *source,
 	    ram >> 20);
 }
 
+/* Bytes mapped for one slot's table (whole pages). */
+static size_t table_bytes(const struct bfs_order *o)
+{
+	size_t el = o->narrow ? 4 : 8, page = 4096;
+
+	return ((o->cap ? o->cap : 1) * el + page - 1) / page * page;
+}
+
 void bfs_order_destroy(struct bfs_order *o)
 {
 	if (!o)
 		return;
 	for (int i = 0; i < BFS_ORDER_SLOTS; i++) {
-		free(o->slots[i].vals);
+		if (o->slots[i].vals)
+			munmap(o->slots[i].vals, table_bytes(o));
 		pthread_mutex_destroy(&o->slots[i].lock);
 	}
-	for (uint64_t e = 0; e < o->nsnaps; e++)
-		free(o->snaps[e]);
-	free(o->snaps);
 	pthread_mutex_destroy(&o->snap_lock);
 	pthread_mutex_destroy(&o->table_lock);
 	pthread_cond_destroy(&o->table_cond);
@@ -551,35 +570,49 @@ uint64_t bfs_order_batch_rows(const struct bfs_order *o, uint64_t k)
 	return bs;
 }
 
-/* Remember G at the start of epoch e (snap_lock held). Best effort: a
- * snapshot that cannot be stored is recomputed when next needed. */
+/* The snapshot of the latest epoch <= e, NULL if none. [snap_lock] */
+static struct snap *snapshot_before(struct bfs_order *o, uint64_t e)
+{
+	struct snap *best = NULL;
+
+	for (int i = 0; i < SNAPS; i++) {
+		struct snap *s = &o->snaps[i];
+
+		if (s->used && s->epoch <= e &&
+		    (!best || s->epoch > best->epoch))
+			best = s;
+	}
+	return best;
+}
+
+/* Remember G at the start of epoch e, in place of the least recently
+ * used snapshot. [snap_lock] */
 static void snapshot_store(struct bfs_order *o, uint64_t e,
 			   const struct bfs_mt *mt)
 {
-	struct bfs_mt **s;
+	struct snap *s = &o->snaps[0];
 
-	if (e >= SNAP_MAX_EPOCHS)
-		return;
-	if (e >= o->nsnaps) {
-		uint64_t want = e + 1 > 2 * o->nsnaps ? e + 1 : 2 * o->nsnaps;
+	for (int i = 0; i < SNAPS; i++) {
+		struct snap *c = &o->snaps[i];
 
-		s = realloc(o->snaps, want * sizeof(*s));
-		if (!s)
-			return;
-		memset(s + o->nsnaps, 0, (want - o->nsnaps) * sizeof(*s));
-		o->snaps = s;
-		o->nsnaps = want;
+		if (c->used && c->epoch == e) {
+			s = c;
+			break;
+		}
+		if (!c->used || (s->used && c->stamp < s->stamp))
+			s = c;
 	}
-	if (!o->snaps[e])
-		o->snaps[e] = malloc(sizeof(*mt));
-	if (o->snaps[e])
-		*o->snaps[e] = *mt;
+	s->used = 1;
+	s->epoch = e;
+	s->stamp = ++o->snap_clock;
+	s->mt = *mt;
 }
 
 /* G at the start of epoch e's sampler: the nearest earlier snapshot moved
  * on by one bfs_mt_skip (a jump-ahead when far). */
 static void epoch_generator(struct bfs_order *o, uint64_t e, struct bfs_mt *mt)
 {
+	struct snap *base;
 	uint64_t b, words;
 
 	if (o->opt.sampler == BFS_SAMPLER_DISTRIBUTED) {
@@ -587,10 +620,11 @@ static void epoch_generator(struct bfs_order *o, uint64_t e, struct bfs_mt *mt)
 		return;
 	}
 	pthread_mutex_lock(&o->snap_lock);
-	b = e < o->nsnaps ? e : o->nsnaps - (o->nsnaps > 0);
-	while (b > 0 && !o->snaps[b])
-		b--;
-	*mt = o->nsnaps && o->snaps[b] ? *o->snaps[b] : o->mt0;
+	base = snapshot_before(o, e);
+	b = base ? base->epoch : 0;
+	*mt = base ? base->mt : o->mt0;
+	if (base)
+		base->stamp = ++o->snap_clock;
 	if (__builtin_mul_overflow(e - b, o->epoch_words, &words))
 		for (; b < e; b++)
 			bfs_mt_skip(mt, o->epoch_words);
@@ -805,16 +839,26 @@ static void slot_release(struct bfs_order *o, struct slot *sl, int failed)
 	pthread_mutex_unlock(&o->table_lock);
 }
 
-/* Fresh zeroed stream memory (= identity permutation) for a new epoch. */
+/* Zeroed stream memory (= identity permutation) for a new epoch: the
+ * slot's table, mapped on first use, given back to zero pages after. */
 static int slot_prepare(struct bfs_order *o, struct slot *sl)
 {
-	size_t el = o->narrow ? 4 : 8;
+	size_t bytes = table_bytes(o);
+	void *p;
 
 	if (sl->started)
 		return 0;
-	free(sl->vals);
-	sl->vals = calloc(o->cap ? o->cap : 1, el);
-	return sl->vals ? 0 : -ENOMEM;
+	if (sl->vals) {
+		if (madvise(sl->vals, bytes, MADV_DONTNEED) < 0)
+			memset(sl->vals, 0, bytes);
+		return 0;
+	}
+	p = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
+		 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (p == MAP_FAILED)
+		return -ENOMEM;
+	sl->vals = p;
+	return 0;
 }
 
 /* Stream position of row r of batch k (DistributedSampler: the rank's

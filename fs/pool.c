@@ -516,10 +516,23 @@ static void finish(struct bfs_pool *p, struct bfs_batch *b, int rc, uint64_t ns)
 			batch_free(p, b);
 	} else {
 		const char *cause = bfs_log_err_last();
+		struct bfs_dataset_fault f;
+		char off[40] = "";
 
-		snprintf(why, sizeof(why), "gather failed: %s%s%s%s",
-			 strerror(-rc), *cause ? " (" : "", cause,
-			 *cause ? ")" : "");
+		if (rc == -EIO && bfs_dataset_fault(&f) == 0) {
+			/* an archive that could not be read: where */
+			if (f.offset != BFS_NO_OFFSET)
+				snprintf(off, sizeof(off), " at offset %llu",
+					 (unsigned long long)f.offset);
+			snprintf(why, sizeof(why),
+				 "gather failed: %s (sample %llu, %s%s)",
+				 strerror(-rc), (unsigned long long)f.sample,
+				 f.path, off);
+		} else {
+			snprintf(why, sizeof(why), "gather failed: %s%s%s%s",
+				 strerror(-rc), *cause ? " (" : "", cause,
+				 *cause ? ")" : "");
+		}
 		note_error(p, b->e, b->k, why);
 		b->state = B_FAILED;
 		b->err = rc;

@@ -20,21 +20,25 @@
 
 #include <errno.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "fs/log.h"
 
 #define PUSHED_MAX  4096u	/* batches tracked at once */
 #define TRIM_BATCH  64u		/* invalidations per trim call */
 #define STORE_CHUNK (64u << 20) /* bytes per notify_store (u32 lengths) */
+#define PUSH_WAIT_S 2		/* an open waits this long for a push */
 
 struct pushed_entry {
 	uint64_t ino; /* 0: forgotten (a failed push) */
 	uint64_t bytes;
 	unsigned opens;
+	bool pushing; /* entered, not stored yet: opens wait (pushed_enter) */
 };
 
 struct bfs_pushed {
 	pthread_mutex_t lock;
+	pthread_cond_t stored; /* [L] some entry stopped 'pushing' */
 	uint64_t budget;
 	uint64_t bytes;			      /* [L] sum of entries */
 	unsigned head, count;		      /* [L] oldest at head */
@@ -49,6 +53,7 @@ int bfs_pushed_create(struct bfs_pushed **out, uint64_t budget)
 	if (!pb)
 		return -ENOMEM;
 	pthread_mutex_init(&pb->lock, NULL);
+	pthread_cond_init(&pb->stored, NULL);
 	pb->budget = budget;
 	return 0;
 }
@@ -57,6 +62,7 @@ void bfs_pushed_destroy(struct bfs_pushed *pb)
 {
 	if (!pb)
 		return;
+	pthread_cond_destroy(&pb->stored);
 	pthread_mutex_destroy(&pb->lock);
 	free(pb);
 }
@@ -75,15 +81,26 @@ static struct pushed_entry *pushed_find(struct bfs_pushed *pb, uint64_t ino)
 
 /* Record batch ino, 'opens' = 1 for an open handle, 0 for a worker
  * pushing ahead of any open. Returns 1: new entry, the caller pushes the
- * batch; 0: already pushed (or being pushed); -ENOSPC: no slot (workers
- * leave a quarter of the slots to opens), nothing tracked: READs serve. */
+ * batch (then pushed_stored); 0: already pushed; -ENOSPC: no slot
+ * (workers leave a quarter of the slots to opens), nothing tracked: READs
+ * serve. An open that finds the batch still being pushed waits for the
+ * store: were it to return, its reads would be READs locking the pages the
+ * store then waits for, answered only by another FUSE thread (none once
+ * the loop stops at SIGTERM: the daemon hung). The wait is bounded
+ * (PUSH_WAIT_S), so opens never hold every FUSE thread. */
 static int pushed_enter(struct bfs_pushed *pb, uint64_t ino, uint64_t bytes,
 			unsigned opens)
 {
 	struct pushed_entry *x;
+	struct timespec until;
 	int rc = 0;
 
 	pthread_mutex_lock(&pb->lock);
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += PUSH_WAIT_S;
+	while (opens && (x = pushed_find(pb, ino)) && x->pushing)
+		if (pthread_cond_timedwait(&pb->stored, &pb->lock, &until))
+			break; /* bounded: FUSE threads must not all wait */
 	x = pushed_find(pb, ino);
 	if (x) {
 		x->opens += opens;
@@ -91,13 +108,29 @@ static int pushed_enter(struct bfs_pushed *pb, uint64_t ino, uint64_t bytes,
 		rc = -ENOSPC;
 	} else {
 		x = &pb->ring[(pb->head + pb->count++) % PUSHED_MAX];
-		*x = (struct pushed_entry){
-		    .ino = ino, .bytes = bytes, .opens = opens};
+		*x = (struct pushed_entry){.ino = ino,
+					   .bytes = bytes,
+					   .opens = opens,
+					   .pushing = true};
 		pb->bytes += bytes;
 		rc = 1;
 	}
 	pthread_mutex_unlock(&pb->lock);
 	return rc;
+}
+
+/* The push of ino entered by pushed_enter is over (stored or failed):
+ * opens waiting for it go on. */
+static void pushed_stored(struct bfs_pushed *pb, uint64_t ino)
+{
+	struct pushed_entry *x;
+
+	pthread_mutex_lock(&pb->lock);
+	x = pushed_find(pb, ino);
+	if (x)
+		x->pushing = false;
+	pthread_cond_broadcast(&pb->stored);
+	pthread_mutex_unlock(&pb->lock);
 }
 
 /* A handle of ino closes; 'failed' = its push failed: forget the entry
@@ -200,6 +233,7 @@ static bool push_entered(struct bfs_serve *s, uint64_t ino, uint64_t e,
 	} else {
 		pushed_close(s->pushed, ino, true);
 	}
+	pushed_stored(s->pushed, ino);
 	trim_page_cache(s);
 	return stored;
 }

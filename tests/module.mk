@@ -45,6 +45,8 @@ fuzz:
 	done
 
 # Helper programs used by test scripts: tests/bin/<name>.c -> build/tests/bin/<name>
+# (faultfs is a FUSE server: FUSE's include flags for the folder)
+DIR_CPPFLAGS_tests/bin = $(call pc_cflags,fuse3)
 TEST_BIN_SRCS := $(sort $(wildcard tests/bin/*.c))
 TEST_BINS := $(TEST_BIN_SRCS:tests/bin/%.c=$(BUILD)/tests/bin/%)
 $(BUILD)/tests/bin/%: $(BUILD)/obj/tests/bin/%.o $(TEST_LIB_OBJS) $(BUILD)/libbatchfs_core.a
@@ -52,3 +54,31 @@ $(BUILD)/tests/bin/%: $(BUILD)/obj/tests/bin/%.o $(TEST_LIB_OBJS) $(BUILD)/libba
 	$(CC) $(LDFLAGS) -o $@ $< $(TEST_LIB_OBJS) $(BUILD)/libbatchfs_core.a \
 		$(call pc_libs,cmocka $(PKGS)) $(LDLIBS) -lm
 check-build: $(TEST_BINS)
+# crash_probe also links the daemon's fatal-signal handler.
+CRASH_PROBE_OBJS := $(BUILD)/obj/tests/bin/crash_probe.o \
+	$(BUILD)/obj/mount/postmortem.o $(TEST_LIB_OBJS)
+$(BUILD)/tests/bin/crash_probe: $(CRASH_PROBE_OBJS) $(BUILD)/libbatchfs_core.a
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -rdynamic -o $@ $(CRASH_PROBE_OBJS) \
+		$(BUILD)/libbatchfs_core.a $(call pc_libs,$(PKGS)) $(LDLIBS) -lm
+
+# make soak: the long run, never part of check. SOAK_SECONDS (default 600)
+# of tests/mount/fuzz_mount.py with 8 readers (4 processes x 2 threads) in
+# the default serve mode, then SOAK_CYCLES (default 100) SIGTERM and
+# SIGKILL cycles of tests/mount/test_mount_cycles.py; niced. The fuzz
+# report (operations, errors by errno, wrong bytes, the daemon's RssAnon /
+# RssShmem / fds / threads at start and end) is left in $(BUILD)/soak/;
+# it fails on any unexpected answer or wrong byte, and when RssAnon or the
+# open fds grow more than 2 % after the warm-up (a tenth of the run).
+SOAK_SECONDS ?= 600
+SOAK_CYCLES ?= 100
+.PHONY: soak
+soak: deps-torch
+	@$(MAKE) --no-print-directory check-build
+	@rm -rf $(BUILD)/soak && mkdir -p $(BUILD)/soak
+	BATCHFS=$(abspath $(BUILD)/batchfs) nice $(PYTHON) \
+		tests/mount/fuzz_mount.py --seconds $(SOAK_SECONDS) --readers 8 \
+		--work $(abspath $(BUILD)/soak) \
+		--report $(abspath $(BUILD)/soak/fuzz.json) --flat
+	BATCHFS=$(abspath $(BUILD)/batchfs) BFS_TEST_TMP=$(abspath $(BUILD)/soak) \
+		CYCLES=$(SOAK_CYCLES) nice $(PYTHON) tests/mount/test_mount_cycles.py

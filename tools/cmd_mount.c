@@ -32,6 +32,7 @@
 #include "fs/log.h"
 #include "fs/order_input.h"
 #include "mount/mount.h"
+#include "mount/postmortem.h"
 #include "tools/cli.h"
 #include "tools/cmd.h"
 #include "tools/mount_log.h"
@@ -735,6 +736,9 @@ static void ready(void *arg)
 
 	if (!sa->m->foreground)
 		detach_stdio(sa->m);
+	/* a fatal signal's last words go to the log too */
+	bfs_postmortem_install(sa->m->log.fd >= 0 ? sa->m->log.fd
+						  : STDERR_FILENO);
 }
 
 /* Mount and serve the model (mount/mount.h). */

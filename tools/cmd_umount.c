@@ -259,6 +259,19 @@ int bfs_cmd_umount(int argc, char **argv)
 		}
 		usleep(50000);
 	}
+	if (strstr(msg, "busy")) {
+		/* Busy with nothing open under it: a request is in flight
+		 * (an open or a read waiting for its batch), which holds the
+		 * mount until it is answered. */
+		fprintf(stderr,
+			"batchfs umount: %s is busy: no process has a file or "
+			"directory open under it, so a request is in flight "
+			"(an open or read waiting for a batch); try again when "
+			"it is answered, or detach it now with batchfs umount "
+			"--lazy %s\n",
+			mnt, mnt);
+		return 1;
+	}
 	fprintf(stderr, "batchfs umount: %s: %s\n", arg,
 		msg[0] ? msg : "fusermount3 failed");
 	return 1;

@@ -204,7 +204,7 @@ static void *flipper(void *arg)
 {
 	struct ta_flip *fl = arg;
 
-	while (!fl->stop)
+	while (!__atomic_load_n(&fl->stop, __ATOMIC_RELAXED))
 		if (truncate(fl->path, 4096) || truncate(fl->path, fl->size))
 			break;
 	return NULL;
@@ -218,14 +218,14 @@ void ta_flip_start(struct ta_flip *fl, const char *path)
 		abort();
 	fl->path = path;
 	fl->size = st.st_size;
-	fl->stop = 0;
+	__atomic_store_n(&fl->stop, 0, __ATOMIC_RELAXED);
 	if (pthread_create(&fl->thread, NULL, flipper, fl))
 		abort();
 }
 
 void ta_flip_stop(struct ta_flip *fl)
 {
-	fl->stop = 1;
+	__atomic_store_n(&fl->stop, 1, __ATOMIC_RELAXED);
 	pthread_join(fl->thread, NULL);
 	if (truncate(fl->path, fl->size))
 		abort();

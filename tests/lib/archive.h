@@ -47,7 +47,7 @@ int ta_write(const char *path, const uint8_t *b, size_t n);
 struct ta_flip {
 	const char *path;
 	int64_t size;
-	volatile int stop;
+	int stop; /* __atomic: read by the flipping thread */
 	pthread_t thread;
 };
 

@@ -30,7 +30,8 @@ def _preload_sanitizers():
     if os.environ.get("BFS_SAN_PRELOADED"):
         return
     deps = subprocess.run(["ldd", LIB], capture_output=True, text=True).stdout
-    runtimes = [name for name in ("libasan.so", "libubsan.so") if name in deps]
+    runtimes = [name for name in ("libasan.so", "libubsan.so", "libtsan.so")
+                if name in deps]
     if not runtimes:
         return
     paths = [subprocess.run(["gcc", "-print-file-name=" + r],

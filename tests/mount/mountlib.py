@@ -166,6 +166,24 @@ def wait_pid_exit(pid, timeout=10.0):
         os.close(fd)
 
 
+def unmount_helpers(mnt):
+    """pids of the fusermount3 --auto-unmount helpers watching mnt (each
+    unmounts when the daemon's /dev/fuse descriptor dies)."""
+    out = []
+    want = os.path.realpath(mnt).encode()
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open("/proc/%s/cmdline" % pid, "rb") as f:
+                cmd = f.read().split(b"\0")
+        except OSError:
+            continue
+        if cmd and cmd[0].endswith(b"fusermount3") and want in cmd:
+            out.append(int(pid))
+    return out
+
+
 def umount(mnt):
     p = subprocess.run([BATCHFS, "umount", mnt], capture_output=True, text=True)
     if p.returncode:

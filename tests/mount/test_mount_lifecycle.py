@@ -28,22 +28,6 @@ def archive(name, n, row):
     return path, d
 
 
-def helper_pids(mnt):
-    """fusermount3 --auto-unmount helpers watching mnt."""
-    out = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            cmd = open("/proc/%s/cmdline" % pid, "rb").read().split(b"\0")
-        except OSError:
-            continue
-        if cmd and cmd[0].endswith(b"fusermount3") and \
-                os.path.realpath(mnt).encode() in cmd:
-            out.append(int(pid))
-    return out
-
-
 def sigterm_unmounts(mode, path):
     _, mnt = ml.mount(path, None, "--serve", mode, "--batch-size", 10)
     pid = ml.daemon_pid(mnt)
@@ -56,7 +40,7 @@ def sigterm_unmounts(mode, path):
 def sigkill_leaves_no_mount(mode, path):
     _, mnt = ml.mount(path, None, "--serve", mode, "--batch-size", 10)
     pid = ml.daemon_pid(mnt)
-    helpers = helper_pids(mnt)
+    helpers = ml.unmount_helpers(mnt)
     assert helpers, "no auto_unmount helper"
     os.kill(pid, signal.SIGKILL)
     assert ml.wait_pid_exit(pid)

@@ -16,7 +16,9 @@
 #include <string.h>
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -456,6 +458,153 @@ static void archive_truncated_during_gather_never_crashes(void **state)
 	free(dst);
 }
 
+/* A dataset over "<tmpdir>/<file>" (N rows of ROW bytes) whose copies
+ * fault: the archive is truncated to its first page while fstat of the
+ * dataset's descriptor still reports the full size (another file of that
+ * size is dup2'ed over it), so the size check passes and every row past
+ * the first page raises SIGBUS inside the guarded copy. */
+enum { FAULT_N = 16, FAULT_ROW = 8192 };
+static struct bfs_dataset *faulting_dataset(const char *file, uint8_t *rows)
+{
+	enum { N = FAULT_N, ROW = FAULT_ROW };
+	struct ta_tensor ts[] = {
+	    {"x", BFS_DT_UINT8, "0", N * ROW, 0, 2, {N, ROW}, {ROW, 1}},
+	};
+	struct ta_storage st[] = {{"0", rows, (size_t)N * ROW}};
+	const char *p = make_archive(file, ts, 1, st, 1, "3\n", NULL, NULL);
+	struct bfs_dataset *ds = open1(p);
+	struct bfs_shard_info si;
+	char other[300];
+	struct stat sb;
+	int fd;
+
+	bfs_dataset_shard(ds, 0, &si);
+	assert_int_equal(stat(p, &sb), 0);
+	snprintf(other, sizeof(other), "%s.size", p);
+	fd = open(other, O_RDWR | O_CREAT | O_TRUNC, 0644);
+	assert_true(fd >= 0);
+	assert_int_equal(ftruncate(fd, sb.st_size), 0);
+	assert_int_equal(dup2(fd, si.zip->fd), si.zip->fd);
+	close(fd);
+	assert_int_equal(truncate(p, 4096), 0);
+	return ds;
+}
+
+/* Regression (found by ThreadSanitizer, whose wrapper runs signal handlers
+ * with every signal blocked): the guard jumped out of the handler without
+ * restoring the signal mask, so SIGBUS stayed blocked and the second fault
+ * on the thread killed the process. Here the guard's handler is
+ * re-registered with a full mask, as such a wrapper would run it; three
+ * faulting gathers in a row must each return -EIO (in a child process, so
+ * a death is a failed assertion, not a lost test run). */
+static void
+faults_caught_even_when_the_handler_runs_with_signals_blocked(void **state)
+{
+	uint8_t *rows = calloc(FAULT_N, FAULT_ROW), *dst = malloc(FAULT_ROW);
+	struct bfs_dataset *ds = faulting_dataset("masked.pt", rows);
+	uint64_t idx[] = {FAULT_N - 1};
+	int status = -1;
+	pid_t pid = fork();
+
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		struct sigaction sa;
+		int eio = 0;
+
+		sigbus_logs = 0;
+		bfs_log_setup(BFS_LOG_INFO, capture);
+		eio += bfs_dataset_gather(ds, 0, idx, 1, dst) == -EIO;
+		sigaction(SIGBUS, NULL, &sa); /* the guard's handler */
+		sigfillset(&sa.sa_mask);
+		sigaction(SIGBUS, &sa, NULL);
+		eio += bfs_dataset_gather(ds, 0, idx, 1, dst) == -EIO;
+		eio += bfs_dataset_gather(ds, 0, idx, 1, dst) == -EIO;
+		eio += bfs_dataset_gather(ds, 0, idx, 1, dst) == -EIO;
+		_exit(eio == 4 && sigbus_logs == 4 ? 0 : 1);
+	}
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	if (!WIFEXITED(status))
+		fail_msg("the gathering process died of signal %d",
+			 WTERMSIG(status));
+	assert_int_equal(WEXITSTATUS(status), 0);
+	bfs_dataset_close(ds);
+	free(rows);
+	free(dst);
+}
+
+/* A gather that faults leaves, for this thread, the archive, the sample
+ * and the archive offset of the fault (inside the sample's row), for the
+ * caller's log line; a gather that succeeds leaves none. */
+static void a_fault_names_the_sample_and_its_archive_offset(void **state)
+{
+	uint8_t *rows = calloc(FAULT_N, FAULT_ROW), *dst = malloc(FAULT_ROW);
+	struct bfs_dataset *ds = faulting_dataset("where.pt", rows);
+	uint64_t idx[] = {FAULT_N - 2}, first[] = {0};
+	struct bfs_dataset_fault f;
+	struct bfs_shard_info si;
+	const void *row;
+
+	bfs_dataset_shard(ds, 0, &si);
+	assert_int_equal(bfs_dataset_row(ds, 0, FAULT_N - 2, &row), 0);
+	bfs_log_setup(BFS_LOG_INFO, capture);
+	assert_int_equal(bfs_dataset_gather(ds, 0, idx, 1, dst), -EIO);
+	bfs_log_setup(BFS_LOG_INFO, NULL);
+	assert_int_equal(bfs_dataset_fault(&f), 0);
+	assert_int_equal(f.sample, FAULT_N - 2);
+	assert_string_equal(f.path, si.path);
+	uint64_t start = (uint64_t)((const uint8_t *)row - si.zip->map);
+	assert_true(f.offset >= start && f.offset < start + FAULT_ROW);
+	assert_non_null(strstr(last_log, "at archive offset"));
+	bfs_dataset_close(ds);
+	ds = open1(simple_archive("where2.pt", 5));
+	assert_int_equal(bfs_dataset_gather(ds, 1, first, 1, dst), 0);
+	assert_int_equal(bfs_dataset_fault(&f), -ENOENT);
+	bfs_dataset_close(ds);
+	free(rows);
+	free(dst);
+}
+
+/* The size check is per row: truncated in the middle of its rows, an
+ * archive still serves the samples whose rows lie before the cut, right;
+ * a gather that needs a row past it fails with -EIO, naming that sample
+ * and the offset where the file now ends. */
+static void a_truncated_archive_serves_the_rows_before_the_cut(void **state)
+{
+	enum { N = 16, ROW = 4096 };
+	uint8_t *rows = malloc(N * ROW), got[2 * ROW];
+	struct ta_tensor ts[] = {
+	    {"x", BFS_DT_UINT8, "0", N * ROW, 0, 2, {N, ROW}, {ROW, 1}},
+	};
+	struct ta_storage st[] = {{"0", rows, (size_t)N * ROW}};
+	const char *p;
+	struct bfs_dataset *ds;
+	struct bfs_dataset_fault f;
+	const void *row;
+	uint64_t before[] = {9, 2}, after[] = {3, 11, 12};
+
+	for (size_t i = 0; i < (size_t)N * ROW; i++)
+		rows[i] = (uint8_t)(i * 7 + i / ROW);
+	p = make_archive("cut.pt", ts, 1, st, 1, "3\n", NULL, NULL);
+	ds = open1(p);
+	assert_int_equal(bfs_dataset_row(ds, 0, 10, &row), 0);
+	struct bfs_shard_info si;
+	bfs_dataset_shard(ds, 0, &si);
+	uint64_t cut = (uint64_t)((const uint8_t *)row - si.zip->map) + 100;
+	assert_int_equal(truncate(p, (off_t)cut), 0); /* inside row 10 */
+	assert_int_equal(bfs_dataset_gather(ds, 0, before, 2, got), 0);
+	assert_memory_equal(got, rows + 9 * ROW, ROW);
+	assert_memory_equal(got + ROW, rows + 2 * ROW, ROW);
+	bfs_log_setup(BFS_LOG_INFO, capture);
+	assert_int_equal(bfs_dataset_gather(ds, 0, after, 3, got), -EIO);
+	bfs_log_setup(BFS_LOG_INFO, NULL);
+	assert_int_equal(bfs_dataset_fault(&f), 0);
+	assert_int_equal(f.sample, 11);
+	assert_int_equal(f.offset, cut);
+	assert_non_null(strstr(last_log, "sample 11"));
+	bfs_dataset_close(ds);
+	free(rows);
+}
+
 /* Pages of [p, p + n) in the page cache (mincore over the page range). */
 static size_t resident_pages(const uint8_t *p, size_t n)
 {
@@ -535,6 +684,11 @@ int main(void)
 	    cmocka_unit_test(refusals_name_the_file_and_the_field),
 	    cmocka_unit_test(truncated_archive_gives_eio_and_names_the_sample),
 	    cmocka_unit_test(archive_truncated_during_gather_never_crashes),
+	    cmocka_unit_test(
+		faults_caught_even_when_the_handler_runs_with_signals_blocked),
+	    cmocka_unit_test(a_fault_names_the_sample_and_its_archive_offset),
+	    cmocka_unit_test(
+		a_truncated_archive_serves_the_rows_before_the_cut),
 	    cmocka_unit_test(rows_served_in_place_only_when_stored_as_served),
 	    cmocka_unit_test(advise_reads_cold_rows_ahead),
 	};
