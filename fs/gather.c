@@ -601,7 +601,7 @@ static int run_job(struct job *j, int (*fn)(void *))
 	off = fault_offset(sh, (uintptr_t)guard_addr, &path);
 	bfs_log(BFS_LOG_ERR, MOD,
 		"%s: SIGBUS reading sample %" PRIu64 " of field '%s' at "
-		"offset %" PRId64 " (archive truncated, replaced or "
+		"archive offset %" PRId64 " (archive truncated, replaced or "
 		"unreadable)",
 		path, j->idx[j->at], j->ds->fields[j->f].name,
 		off == BFS_NO_OFFSET ? (int64_t)-1 : (int64_t)off);
