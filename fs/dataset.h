@@ -141,9 +141,11 @@ int bfs_dataset_gather_spans(const struct bfs_dataset *ds, size_t f,
 int bfs_dataset_row(const struct bfs_dataset *ds, size_t f, uint64_t i,
 		    const void **ptr);
 
-/* 0 when every archive holding samples idx[0..n) still has at least its
- * mapped size, -EIO (with a log line naming the file and sample) when one
- * shrank (truncated or replaced on disk). One fstat per archive touched. */
+/* 0 when the files holding the rows of samples idx[0..n) (every field)
+ * still reach past those rows, -EIO (with a log line naming the file and
+ * sample, and the fault record) when one shrank below them (truncated,
+ * replaced on disk, read short). One cached-size statx per field and
+ * shard touched (an fstat when that looks short). */
 int bfs_dataset_check(const struct bfs_dataset *ds, const uint64_t *idx,
 		      size_t n);
 

@@ -15,8 +15,9 @@
  * open advises its batch and the pool's window after it (madvise), so
  * cold rows are read ahead with no buffer held.
  *
- * Faults: before each reply that touches rows, the archives are fstat()ed
- * (bfs_dataset_check): a truncated one gives EIO. If one shrinks between
+ * Faults: before each reply that touches rows, the archives' sizes are
+ * checked against those rows (bfs_dataset_check): a truncated one gives
+ * EIO. If one shrinks between
  * the check and the reply, the kernel's copy from the slices faults inside
  * the kernel: the reply's writev fails with EFAULT (no signal reaches the
  * daemon) and the kernel ends the READ with EIO. This process never touches
