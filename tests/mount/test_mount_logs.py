@@ -43,7 +43,10 @@ def default_log_is_named_after_the_mountpoint(path):
     assert dataset_json(mnt)["log"] == want, dataset_json(mnt)
     assert "The daemon logs to: %s\n" % want in \
         open(os.path.join(mnt, "README")).read()
+    pid = ml.daemon_pid(mnt)
     assert ml.umount(mnt).returncode == 0
+    # the daemon writes its last line after the unmount: wait for it
+    assert ml.wait_pid_exit(pid), "the daemon did not exit"
     text = open(want).read()
     assert re.search(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z batchfs"
                      r"\[mount\]: mounting .* on %s" % re.escape(mnt), text,

@@ -188,7 +188,11 @@ def flat_over_epochs(path, data):
                                          st9["shmem_bytes"]))
     assert st9["shmem_bytes"] <= 64 << 20
     # A memfd per batch kept would be 32 batches (~6 MB) per epoch.
-    assert a9 - a2 <= 1024, (a2, a9)
+    if ml.tsan_daemon(pid):
+        print("RssAnon bound not checked: a ThreadSanitizer build's RssAnon "
+              "is mostly TSan's own state (mountlib.tsan_daemon)")
+    else:
+        assert a9 - a2 <= 1024, (a2, a9)
     assert sh9 - sh2 <= 2048, (sh2, sh9)
     assert ml.umount(mnt).returncode == 0
 
