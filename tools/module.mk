@@ -28,6 +28,13 @@ bench: deps-torch
 		$(PYTHON) tools/bench/bench.py
 	PYTHON=$(PYTHON) tools/bench/bench_order.sh $(BENCH_ORDER_N)
 
+# make bench-gather: a worker's gather against numpy's x[idx], per row size.
+.PHONY: bench-gather
+bench-gather: deps-test
+	@$(MAKE) --no-print-directory $(BUILD)/tests/bin/gather_bench
+	GATHER_BENCH=$(abspath $(BUILD)/tests/bin/gather_bench) \
+		$(PYTHON) tools/bench/gather_numpy.py
+
 # make install: the command and its man page (tools/batchfs.1, the version
 # from tools/version.h).
 INSTALL_PARTS += install-bin

@@ -36,8 +36,11 @@ Besides GB/s, each mode reports the daemon's CPU seconds per GB served
 (utime + stime of the daemon over the Python 1 MiB passes), mmap reads
 (Python: mmap each batch file, copy it out) beside the same reads of plain
 files of the same sizes on tmpfs (the page-cache baseline, (a') and
-(a'')), and the time from open() to the first 4 KiB of a batch that was
-prefetched and of one that was not. Everything it mounts, spawns or writes is
+(a'')), the time from open() to the first 4 KiB of a batch that was
+prefetched and of one that was not, open+close of a prefetched batch
+beside open+close of the null FUSE server's file, and the second read of
+a batch file held open beside the same read of a plain file on /dev/shm
+(the read path alone, the batch's bytes already prepared). Everything it mounts, spawns or writes is
 removed on exit, also on failure or Ctrl-C. Exit 1 if a measurement failed.
 """
 import json
@@ -202,8 +205,16 @@ def make_archive(work, name, shape, n):
     return arch, how
 
 
+def open_close(path):
+    """Seconds of os.open + os.close of path."""
+    t0 = time.perf_counter()
+    os.close(os.open(path, os.O_RDONLY))
+    return time.perf_counter() - t0
+
+
 def nullfs_read(work, size):
-    """(c): GB/s of the null FUSE server at 1 MiB and 128 KiB reads."""
+    """(c): GB/s of the null FUSE server at 1 MiB and 128 KiB reads, and
+    the median open+close of its file ("open+close", seconds)."""
     mnt = work.mountpoint("nullfs")
     proc = subprocess.Popen([NULLFS, "--size", str(size), mnt],
                             stdout=subprocess.PIPE, text=True)
@@ -214,7 +225,9 @@ def nullfs_read(work, size):
             raise Failed("nullfs did not start (exit %s)" % proc.wait())
         data = os.path.join(mnt, "data")
         return {"1M": c_bench(["--read", data]),
-                "128K": c_bench(["--bs", "128K", "--read", data])}
+                "128K": c_bench(["--bs", "128K", "--read", data]),
+                "open+close": statistics.median(open_close(data)
+                                                for _ in range(200))}
     finally:
         work.stop(proc)
         work.unmount(mnt)
@@ -283,6 +296,42 @@ def open_latency(mnt, nb):
         cold.append(first_byte("%s/epoch/%d/batch_%d" % (mnt, e + 1,
                                                          nb // 2)))
     return statistics.median(warm), statistics.median(cold)
+
+
+def prefetched_open_close(mnt, e, n):
+    """Median open+close of batches 1..n-1 of epoch e, each opened 10 ms
+    after the one before it was read (so the workers prepared it)."""
+    times = []
+    ml_read(mnt, e, 0)
+    for k in range(1, n):
+        time.sleep(0.01)
+        p = "%s/epoch/%d/batch_%d" % (mnt, e, k)
+        times.append(open_close(p))
+        ml_read(mnt, e, k)
+    return statistics.median(times)
+
+
+def reread(mnt, e, n, buf, plain):
+    """(batchfs, plain) GB/s of the second read of a file held open: batch
+    files of epoch e (their bytes prepared by the first read) and a plain
+    file 'plain' of the same size: the read path alone."""
+    got = {"batchfs": [], "plain": []}
+    view = memoryview(buf)
+    for k in range(n):
+        fd = os.open("%s/epoch/%d/batch_%d" % (mnt, e, k), os.O_RDONLY)
+        size = os.fstat(fd).st_size
+        if k == 0:
+            with open(plain, "wb") as f:
+                f.write(os.urandom(size))
+        for key, f in (("batchfs", fd), ("plain", os.open(plain, os.O_RDONLY))):
+            for rep_ in range(2):
+                t0, off = time.perf_counter(), 0
+                while off < size:
+                    off += os.preadv(f, [view[:min(MIB, size - off)]], off)
+            got[key].append(size / (time.perf_counter() - t0) / 1e9)
+            os.close(f)
+    os.unlink(plain)
+    return statistics.median(got["batchfs"]), statistics.median(got["plain"])
 
 
 def ml_read(mnt, e, k):
@@ -362,6 +411,11 @@ def bench_batchfs(work, arch, batch, n, row, tensors, mode):
                 epoch += 1
             res["py mmap"] = statistics.median(vals)
         res["open warm"], res["open cold"] = open_latency(mnt, nb)
+        res["open+close"] = prefetched_open_close(mnt, epoch, min(nb, 200))
+        epoch += 1
+        res["reread"] = reread(mnt, epoch, min(nb, 20), buf,
+                               "/dev/shm/bfs-bench-reread.%d" % os.getpid())
+        epoch += 1
         vals = []
         for _ in range(REPS):  # C reader; its GB/s includes the headers
             out = run([BATCHFS, "bench", "--read", "%s/epoch/%d" % (mnt, epoch)])
@@ -587,6 +641,13 @@ def print_table(name, r):
         log("  %-52s %8.2f ms prefetched, %.2f ms not"
             % ("  open() -> first 4 KiB", bf["open warm"] * 1e3,
                bf["open cold"] * 1e3))
+        log("  %-52s %8.1f us (null FUSE's file: %.1f us)"
+            % ("  open+close of a prefetched batch",
+               bf["open+close"] * 1e6, r["nullfs"]["open+close"] * 1e6))
+        log("  %-52s %7.2fx (%.2f vs %.2f GB/s)"
+            % ("  second read of an open batch / of a plain file",
+               bf["reread"][0] / bf["reread"][1], bf["reread"][0],
+               bf["reread"][1]))
         log("    parity: " + bf["check"])
         log("    stats: " + " ".join(bf["stats"].split())[:700])
 
