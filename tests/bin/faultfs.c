@@ -294,11 +294,13 @@ static void ff_write(fuse_req_t req, fuse_ino_t ino, const char *buf,
 		fuse_reply_err(req, err);
 		return;
 	}
-	fuse_reply_write(req, size);
-	/* After the reply: the kernel drops archive.pt's pages (unmapping
-	 * them from readers) and attributes; a READ in flight is answered
-	 * by another thread meanwhile. */
+	/* Before the reply, so the command is in force when the writer's
+	 * write() returns: the kernel drops archive.pt's pages (unmapping
+	 * them from readers) and attributes; a READ in flight (also a
+	 * stalled one, which this then waits for) is answered by another
+	 * thread meanwhile. */
 	fuse_lowlevel_notify_inval_inode(ff.se, INO_ARCHIVE, 0, 0);
+	fuse_reply_write(req, size);
 }
 
 static void ff_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
