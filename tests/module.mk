@@ -64,7 +64,7 @@ $(BUILD)/tests/bin/crash_probe: $(CRASH_PROBE_OBJS) $(BUILD)/libbatchfs_core.a
 
 # make soak: the long run, never part of check. SOAK_SECONDS (default 600)
 # of tests/mount/fuzz_mount.py with 8 readers (4 processes x 2 threads) in
-# the default serve mode, then SOAK_CYCLES (default 100) SIGTERM and
+# the default serve mode (auto), then SOAK_CYCLES (default 100) SIGTERM and
 # SIGKILL cycles of tests/mount/test_mount_cycles.py; niced. The fuzz
 # report (operations, errors by errno, wrong bytes, the daemon's RssAnon /
 # RssShmem / fds / threads at start and end) is left in $(BUILD)/soak/;

@@ -410,11 +410,12 @@ class Reader:
         # last_error_* fields are words or text ("-": none)
         try:
             st = dict(ln.split(None, 1) for ln in got.decode().splitlines())
-            ok = int(st["pid"]) > 0 and st["serve_mode"].strip() == \
-                self.m.mode and all(v.strip().lstrip("-").isdigit()
-                                    for k, v in st.items()
-                                    if k not in ("serve_mode", "serve_mode_why")
-                                    and not k.startswith("last_error"))
+            counters = [v.strip() for k, v in st.items()
+                        if k not in ("serve_mode", "serve_mode_why")
+                        and not k.startswith("last_error")]
+            ok = (int(st["pid"]) > 0 and all(v.lstrip("-").isdigit()
+                                              for v in counters)
+                  and self.m.mode in ("auto", st["serve_mode"].strip()))
         except (ValueError, KeyError):
             ok = False
         if not ok:
@@ -628,10 +629,12 @@ def run(mode, seconds, readers, procs, seed, work):
     total = sum(rep["ops"].values())
     warm = next((r for t, r in samples if t >= seconds / 10), samples[-1][1])
     alive = ml.is_mounted(mnt) and ml.stats(mnt)["pid"] == pid
+    served = ml.stats(mnt)["serve_mode"] if alive else None
     with open(log) as f:
         crash = [ln for ln in f if "batchfs[crash]" in ln]
     rep.update({
-        "mode": mode, "seconds": round(elapsed, 1), "readers": readers,
+        "mode": mode, "serve_mode": served, "seconds": round(elapsed, 1),
+        "readers": readers,
         "processes": len(ps), "operations": total,
         "ops_per_s": round(total / elapsed, 1),
         "daemon_start": samples[0][1], "daemon_warm": warm,
@@ -666,7 +669,7 @@ def main():
     ap.add_argument("--readers", type=int, default=8)
     ap.add_argument("--procs", type=int, default=0,
                     help="processes (default: readers / 2)")
-    ap.add_argument("--mode", default="push")
+    ap.add_argument("--mode", default="auto")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--report")
     ap.add_argument("--flat", action="store_true",
