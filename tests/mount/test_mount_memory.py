@@ -53,7 +53,12 @@ def main():
             rss[e] = rss_anon_kb(pid)
     print("RssAnon: epoch 10 %d kB, epoch 100 %d kB, epoch %d %d kB"
           % (rss[10], rss[100], EPOCHS, rss[EPOCHS]))
-    assert rss[EPOCHS] <= rss[10] + SLACK_KB, rss
+    if ml.sanitizer_of(pid):
+        print("RssAnon bound not checked: under %s RssAnon is mostly the "
+              "sanitizer's own state (mountlib.sanitizer_of)"
+              % ml.sanitizer_of(pid))
+    else:
+        assert rss[EPOCHS] <= rss[10] + SLACK_KB, rss
     assert ml.umount(mnt).returncode == 0
     print("ok")
 

@@ -188,9 +188,10 @@ def flat_over_epochs(path, data):
                                          st9["shmem_bytes"]))
     assert st9["shmem_bytes"] <= 64 << 20
     # A memfd per batch kept would be 32 batches (~6 MB) per epoch.
-    if ml.tsan_daemon(pid):
-        print("RssAnon bound not checked: a ThreadSanitizer build's RssAnon "
-              "is mostly TSan's own state (mountlib.tsan_daemon)")
+    if ml.sanitizer_of(pid):
+        print("RssAnon bound not checked: under %s RssAnon is mostly the "
+              "sanitizer's own state (mountlib.sanitizer_of)"
+              % ml.sanitizer_of(pid))
     else:
         assert a9 - a2 <= 1024, (a2, a9)
     assert sh9 - sh2 <= 2048, (sh2, sh9)
