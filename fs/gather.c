@@ -56,8 +56,8 @@
  * Warm: bfs_dataset_warm reads whole files that fit in memory, in order
  * and in large windows, with MADV_POPULATE_READ: the kernel reads them
  * sequentially (so a cold epoch can run at the device's sequential rate
- * rather than its random-read rate) and maps every page, so no row costs a page fault on
- * its first touch.
+ * rather than its random-read rate) and maps every page, so no row costs a
+ * page fault on its first touch.
  *
  * Thread-safety: the dataset is immutable after open except for the
  * advise words and the read-ahead counters (relaxed atomics, only hints
