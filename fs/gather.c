@@ -395,17 +395,19 @@ static uint64_t first_past(const struct shard *sh, size_t f,
 }
 
 /* One field f of one shard against its file's size: 0, or -EIO with a
- * log line when a row that idx[0..n) need lies past the end. 'after':
- * checked after the copy (a short read meanwhile, see the file comment),
- * else before it, where a cached size found short is refreshed first. */
+ * log line when a row that idx[0..n) need lies past the end (hi: the
+ * largest of them in sh, last_in). 'after': checked after the copy (a
+ * short read meanwhile, see the file comment), else before it, where a
+ * cached size found short is refreshed first. */
 static int check_field(const struct bfs_dataset *ds, const struct shard *sh,
-		       size_t f, const uint64_t *idx, size_t n, bool after)
+		       size_t f, const uint64_t *idx, size_t n, uint64_t hi,
+		       bool after)
 {
 	const struct bfs_source_file *fl = file_of(sh, f);
-	uint64_t hi = 0, need, s;
+	uint64_t need, s;
 	int64_t size;
 
-	if (fl->fd < 0 || !last_in(sh, idx, n, &hi))
+	if (fl->fd < 0)
 		return 0;
 	need = row_end(sh, f, hi);
 	if (!need || (size = file_size(fl, false)) >= (int64_t)need)
@@ -438,16 +440,19 @@ static int check_field(const struct bfs_dataset *ds, const struct shard *sh,
 static int check_shards(const struct bfs_dataset *ds, size_t f,
 			const uint64_t *idx, size_t n, bool after)
 {
-	uint64_t seen = 0;
+	uint64_t seen = 0, hi = 0;
 	size_t pos = 0;
 	const struct shard *sh;
 	int rc;
 
-	while ((sh = next_shard(ds, idx, n, &pos, &seen)))
+	while ((sh = next_shard(ds, idx, n, &pos, &seen))) {
+		if (!last_in(sh, idx, n, &hi))
+			continue;
 		for (size_t g = 0; g < ds->nfields; g++)
 			if ((f == SIZE_MAX || g == f) &&
-			    (rc = check_field(ds, sh, g, idx, n, after)))
+			    (rc = check_field(ds, sh, g, idx, n, hi, after)))
 				return rc;
+	}
 	return 0;
 }
 
@@ -480,8 +485,7 @@ struct job {
 	uint64_t width; /* ragged: rows per sample, 0 = packed */
 	const void *pad;
 	uint8_t *dst;
-	volatile size_t at; /* the sample being copied (not kept when fast) */
-	volatile bool fast; /* copy_fast: 'at' comes from the fault address */
+	volatile size_t at; /* the row being copied (copy_fast: none) */
 };
 
 /* How far ahead the fast loop issues the loads of rows (rows). */
@@ -512,6 +516,15 @@ static void copy_fast(uint8_t *dst, const uint8_t *base, uint64_t stride,
 #undef FAST_LOOP
 }
 
+/* Whether field f's rows are copied by copy_fast: one shard, its rows
+ * stored as served. */
+static bool rows_fast(const struct bfs_dataset *ds, size_t f)
+{
+	const struct bind *b = &ds->shards[0].binds[f];
+
+	return ds->nshards == 1 && b->contiguous && !b->swap;
+}
+
 /* The copy loop of a fixed field. */
 static int copy_rows(void *arg)
 {
@@ -524,8 +537,7 @@ static int copy_rows(void *arg)
 
 	if (!rb)
 		return 0;
-	if (j->ds->nshards == 1 && b0->contiguous && !b0->swap) {
-		j->fast = true;
+	if (rows_fast(j->ds, j->f)) {
 		copy_fast(dst, b0->base, b0->stride0, j->idx, j->n, rb);
 		return 0;
 	}
@@ -648,7 +660,7 @@ static int run_job(struct job *j, int (*fn)(void *))
 	pthread_rwlock_unlock(j->ds->copy_lock);
 	if (rc != -EFAULT)
 		return rc;
-	if (j->fast)
+	if (fn == copy_rows && rows_fast(j->ds, j->f))
 		j->at = fault_at(j, (uintptr_t)guard_addr);
 	sh = shard_at(j->ds, j->idx[j->at]);
 	off = fault_offset(sh, (uintptr_t)guard_addr, &path);
@@ -673,7 +685,7 @@ static int check_idx(const struct bfs_dataset *ds, const uint64_t *idx,
 int bfs_dataset_gather(const struct bfs_dataset *ds, size_t f,
 		       const uint64_t *idx, size_t n, void *dst)
 {
-	struct job j = {ds, f, idx, NULL, n, 0, NULL, dst, 0, false};
+	struct job j = {ds, f, idx, NULL, n, 0, NULL, dst, 0};
 
 	have_fault = false;
 	if (f >= ds->nfields || ds->fields[f].ragged)
@@ -720,8 +732,7 @@ static int read_spans(void *arg)
 int bfs_dataset_spans(const struct bfs_dataset *ds, size_t f,
 		      const uint64_t *idx, size_t n, struct bfs_span *spans)
 {
-	struct job j = {ds, f,	  idx, NULL, n, 0, NULL, (uint8_t *)spans,
-			0,  false};
+	struct job j = {ds, f, idx, NULL, n, 0, NULL, (uint8_t *)spans, 0};
 	int rc;
 
 	have_fault = false;
@@ -744,7 +755,7 @@ int bfs_dataset_gather_spans(const struct bfs_dataset *ds, size_t f,
 			     size_t n, uint64_t width, const void *pad,
 			     void *dst)
 {
-	struct job j = {ds, f, idx, spans, n, width, pad, dst, 0, false};
+	struct job j = {ds, f, idx, spans, n, width, pad, dst, 0};
 
 	have_fault = false;
 	if (f >= ds->nfields || !ds->fields[f].ragged || (width && !pad))
