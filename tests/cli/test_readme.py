@@ -46,9 +46,16 @@ def links_lead_somewhere():
         path = os.path.join(SRC, doc)
         with open(path) as f:
             text = f.read()
-        for word in ["research/", "DESIGN.md", "../shared", "STYLE.md"]:
-            if word in text:
-                bad.append("%s names %s" % (doc, word))
+        # A clone has only the repository: a Markdown file it does not
+        # hold, or a path climbing out of it, points nowhere.
+        for name in re.findall(r"[\w./-]*[\w-]\.md\b", text):
+            if not any(os.path.exists(os.path.normpath(os.path.join(d, name)))
+                       for d in (os.path.dirname(path), SRC)):
+                bad.append("%s names %s, not in the repository" % (doc, name))
+        for up in re.findall(r"(?<![\w.])\.\./[\w./-]*[\w/-]", text):
+            dest = os.path.normpath(os.path.join(os.path.dirname(path), up))
+            if not dest.startswith(SRC + os.sep) or not os.path.exists(dest):
+                bad.append("%s names %s, not in the repository" % (doc, up))
         for target in re.findall(r"\]\(([^)\s]+)\)", text):
             if re.match(r"[a-z]+://", target):
                 continue
