@@ -12,8 +12,6 @@ import re
 import subprocess
 import sys
 
-import numpy as np
-
 SRC = os.path.abspath(os.environ.get("BFS_SRC") or os.path.join(
     os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 BUILD = os.environ.get("BUILD", "build")

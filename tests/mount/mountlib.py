@@ -12,6 +12,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 
 import numpy as np
 
@@ -165,6 +166,26 @@ def wait_stats(mnt, ok, timeout=10.0):
             assert ok(s), s
             return s
         time.sleep(0.01)
+
+
+def wait_blocked(pid, timeout=5.0):
+    """Until process pid sleeps waiting for a FUSE answer (its wchan is
+    request_wait_answer); False after timeout seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with open("/proc/%d/wchan" % pid) as f:
+            if "request_wait_answer" in f.read():
+                return True
+        time.sleep(0.01)
+    return False
+
+
+def finish(failures):
+    """A test's exit status: 0, or 1 after listing its failures."""
+    if failures:
+        print("FAILURES:\n  " + "\n  ".join(failures))
+        return 1
+    return 0
 
 
 def wait_pid_exit(pid, timeout=10.0):

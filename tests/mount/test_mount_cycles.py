@@ -161,16 +161,6 @@ def cycle(src, mnt, n, sig):
     check(unmounted(mnt), "%s: no mount left after %.0f s" % (what, BOUND_S))
 
 
-def wait_blocked(pid):
-    """Until pid sleeps waiting for a FUSE answer (bounded)."""
-    deadline = time.monotonic() + BOUND_S
-    while time.monotonic() < deadline:
-        with open("/proc/%d/wchan" % pid) as f:
-            if "request_wait_answer" in f.read():
-                return True
-        time.sleep(0.01)
-    return False
-
 
 def umount_while_blocked(src):
     mnt = os.path.join(ml.TMP, "slow")
@@ -185,7 +175,8 @@ def umount_while_blocked(src):
                 mnt + "/epoch/0/batch_5").st_size else 1)
         except OSError as ex:
             os._exit(ex.errno)
-    check(wait_blocked(child), "slow: the reader waits for its batch")
+    check(ml.wait_blocked(child, BOUND_S),
+          "slow: the reader waits for its batch")
     t0 = time.monotonic()
     p = subprocess.run([ml.BATCHFS, "umount", mnt], capture_output=True,
                        text=True, timeout=60)

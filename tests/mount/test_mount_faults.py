@@ -318,10 +318,7 @@ def main():
     ds = Dataset()
     for mode in ml.serve_modes():
         run_mode(ds, mode)
-    if failures:
-        print("FAILURES:\n  " + "\n  ".join(failures))
-        return 1
-    return 0
+    return ml.finish(failures)
 
 
 if __name__ == "__main__":

@@ -157,10 +157,7 @@ def main():
     probes()
     daemon_killed(signal.SIGSEGV)
     daemon_killed(signal.SIGBUS)
-    if failures:
-        print("FAILURES:\n  " + "\n  ".join(failures))
-        return 1
-    return 0
+    return ml.finish(failures)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,6 @@ import ctypes
 import mmap
 import os
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import mountlib as ml  # noqa: E402
@@ -44,15 +43,6 @@ def resident_pages(fd, size):
     return sum(v & 1 for v in vec)
 
 
-def wait_blocked(pid):
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline:
-        with open("/proc/%d/wchan" % pid) as f:
-            if "request_wait_answer" in f.read():
-                return True
-        time.sleep(0.01)
-    return False
-
 
 def main():
     ml.require_fuse()
@@ -76,7 +66,7 @@ def main():
         os.write(w, b"1" if len(data) == size else b"0")
         os._exit(0)
     os.close(w)
-    assert wait_blocked(first), "the first open does not wait"
+    assert ml.wait_blocked(first), "the first open does not wait"
     fd = os.open(f, os.O_RDONLY)
     resident = resident_pages(fd, size)
     second = b"".join(iter(lambda: os.read(fd, 1 << 20), b""))

@@ -154,10 +154,7 @@ def main():
     for fn in (truncated_archive_gives_eio, replaced_archive_keeps_old_bytes,
                killed_reader_leaves_daemon_serving, umount_with_open_file):
         ml.for_each_mode(fn)
-    if failures:
-        print("FAILURES:\n  " + "\n  ".join(failures))
-        return 1
-    return 0
+    return ml.finish(failures)
 
 
 if __name__ == "__main__":
