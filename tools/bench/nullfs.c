@@ -13,6 +13,10 @@
  *   keep_cache instead, for comparisons.
  * - Multithreaded loop (default 4 threads), max_background raised to 64,
  *   as mount/README.md explains (FUSE settings).
+ * - Besides "data", any name "data.K" (K a decimal number, not listed)
+ *   looks up a file of its own (inode 3 + K) with the same bytes, so the
+ *   harness can time open+close of a file never opened before (LOOKUP +
+ *   OPEN + RELEASE), as a reader of batch files pays it.
  * - Readiness: once the mount exists, one line "ready\n" is written to
  *   stdout (or one byte to --ready-fd N) so the harness never sleep-polls.
  *   A reader arriving before INIT is answered simply waits for it.
@@ -69,19 +73,41 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 	conn->congestion_threshold = 48;
 }
 
+/* The inode of name in the root: FILE_INO for "data", FILE_INO + 1 + K
+ * for "data.K"; 0 for anything else. */
+static fuse_ino_t name_ino(const char *name)
+{
+	const char *p = name + strlen(FILE_NAME);
+	char *end;
+	unsigned long long k;
+
+	if (strncmp(name, FILE_NAME, strlen(FILE_NAME)))
+		return 0;
+	if (!*p)
+		return FILE_INO;
+	if (*p != '.' || p[1] < '0' || p[1] > '9')
+		return 0;
+	errno = 0;
+	k = strtoull(p + 1, &end, 10);
+	if (*end || errno || k > (1ull << 40))
+		return 0;
+	return (fuse_ino_t)(FILE_INO + 1 + k);
+}
+
 static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
 	struct fuse_entry_param e;
+	fuse_ino_t ino = parent == FUSE_ROOT_ID ? name_ino(name) : 0;
 
-	if (parent != FUSE_ROOT_ID || strcmp(name, FILE_NAME)) {
+	if (!ino) {
 		fuse_reply_err(req, ENOENT);
 		return;
 	}
 	memset(&e, 0, sizeof(e));
-	e.ino = FILE_INO;
+	e.ino = ino;
 	e.attr_timeout = 3600;
 	e.entry_timeout = 3600;
-	fill_stat(nfs(req), FILE_INO, &e.attr);
+	fill_stat(nfs(req), ino, &e.attr);
 	fuse_reply_entry(req, &e);
 }
 
@@ -90,7 +116,7 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino,
 {
 	struct stat st;
 
-	if (ino != FUSE_ROOT_ID && ino != FILE_INO) {
+	if (ino != FUSE_ROOT_ID && ino < FILE_INO) {
 		fuse_reply_err(req, ENOENT);
 		return;
 	}
@@ -100,7 +126,7 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino,
 
 static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-	if (ino != FILE_INO) {
+	if (ino < FILE_INO) {
 		fuse_reply_err(req, EISDIR);
 		return;
 	}
@@ -110,6 +136,7 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	}
 	fi->direct_io = !nfs(req)->page_cache;
 	fi->keep_cache = nfs(req)->page_cache;
+	fi->noflush = 1; /* read-only: as batchfs, no FLUSH at close */
 	fuse_reply_open(req, fi);
 }
 
