@@ -24,7 +24,11 @@
  * or still referenced; memfds count their pages, shmem_bytes). Before a
  * gather the worker makes room by evicting idle READY batches, least
  * recently used first; a prefetch only evicts batches behind it in the
- * stream, and is dropped when that is not enough. A demanded batch is
+ * stream, or ahead of it outside the prefetch window of every recent
+ * reader (the last RECENT acquires): a window prefetched after a peek at
+ * a far epoch that nobody reads on, which would otherwise hold its room
+ * until the stream got there and leave every prefetch without room. A
+ * prefetch is dropped when that is not enough. A demanded batch is
  * gathered even when the budget cannot hold it (a batch larger than the
  * budget works, alone), so memory is bounded by budget + the batches
  * readers hold at this instant. Freed anonymous buffers are kept as spares
@@ -82,6 +86,7 @@
 
 #define NBUCKETS   4096u
 #define MAX_SPARES 16u /* bounded further by workers + prefetch + 1 */
+#define RECENT	   8u  /* acquires whose prefetch windows are kept */
 
 enum bstate { B_QUEUED, B_BUSY, B_READY, B_FAILED };
 
@@ -122,7 +127,9 @@ struct bfs_pool {
 	struct list queue;		   /* [L] QUEUED batches */
 	struct list lru;		   /* [L] READY in table, MRU at head */
 	uint64_t pf_upto;		   /* [L] highest pos prefetched + 1 */
-	void *spare[MAX_SPARES];	 /* [L] freed buffers kept for reuse */
+	uint64_t recent[RECENT]; /* [L] positions of the last acquires + 1 */
+	unsigned recent_at;	 /* [L] next slot of recent */
+	void *spare[MAX_SPARES]; /* [L] freed buffers kept for reuse */
 	uint64_t spare_size[MAX_SPARES]; /* [L] their sizes */
 	unsigned nspare;		 /* [L] */
 	struct bfs_pool_stats st;	 /* [L] */
@@ -333,9 +340,21 @@ static struct bfs_batch *batch_new(struct bfs_pool *p, uint64_t pos,
 	return b;
 }
 
+/* Whether pos lies in the prefetch window of one of the last RECENT
+ * acquires (a reader is on its way there). [L] */
+static bool in_a_window(const struct bfs_pool *p, uint64_t pos)
+{
+	for (unsigned i = 0; i < RECENT; i++)
+		if (p->recent[i] && pos >= p->recent[i] &&
+		    pos - p->recent[i] < p->o.prefetch)
+			return true;
+	return false;
+}
+
 /* Evict idle READY batches (LRU first) until 'need' more bytes fit. A
  * prefetch ('limit' = its pos) only evicts batches before it in the
- * stream. Returns true when the bytes fit. [L] */
+ * stream, or after it outside every recent reader's window. Returns true
+ * when the bytes fit. [L] */
 static bool make_room(struct bfs_pool *p, uint64_t need, uint64_t limit)
 {
 	struct bfs_batch *b = p->lru.tail;
@@ -350,7 +369,8 @@ static bool make_room(struct bfs_pool *p, uint64_t need, uint64_t limit)
 		if (!b)
 			break;
 		prev = b->prev;
-		if (b->refs == 0 && b->pos < limit) {
+		if (b->refs == 0 &&
+		    (b->pos < limit || !in_a_window(p, b->pos))) {
 			bfs_log(BFS_LOG_DEBUG, "pool",
 				"epoch %llu batch %llu: evicted for room, %.3f "
 				"ms after it was materialized",
@@ -963,8 +983,11 @@ static int acquire(struct bfs_pool *p, uint64_t e, uint64_t k, bool prefetch,
 	} else {
 		note_demand(p, b);
 	}
-	if (prefetch)
+	if (prefetch) {
+		/* pos + 1: the window's first position; 0 = an empty slot */
+		p->recent[p->recent_at++ % RECENT] = pos + 1;
 		schedule(p, pos);
+	}
 	if (!b) {
 		rc = -ENOMEM;
 		goto out_unlock;

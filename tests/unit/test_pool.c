@@ -276,6 +276,53 @@ static void a_budget_smaller_than_a_batch_still_serves_it_alone(void **state)
 	bfs_pool_destroy(p);
 }
 
+/* Peeks at far epochs leave their prefetch windows behind, ahead of the
+ * stream: once the last RECENT (8) acquires are elsewhere, a prefetch
+ * evicts them for room instead of being dropped (they used to hold their
+ * room until the stream reached their epoch, and a prefetch that found the
+ * budget full of them was dropped: the reader then waited for a gather). */
+static void windows_left_by_peeks_do_not_starve_the_prefetch(void **state)
+{
+	enum { PREFETCH = 2, ORPHANS = 6 };
+	uint64_t rows = bfs_order_batch_rows(fx.order, 0);
+	uint64_t size = bfs_layout_size(&fx.layout, 0, 0, rows);
+	uint64_t len = bfs_order_len(fx.order);
+	struct bfs_pool *p =
+	    pool(ORPHANS * ((size + 4095) & ~4095ull), PREFETCH, 0, 30000);
+	const uint64_t peek[2][2] = {{3, 0}, {2, 5}};
+	struct bfs_pool_stats st;
+	struct bfs_batch *b;
+
+	for (int i = 0; i < 2; i++) { /* a peek and its window, all READY */
+		for (uint64_t k = peek[i][1]; k <= peek[i][1] + PREFETCH; k++) {
+			int (*get)(struct bfs_pool *, uint64_t, uint64_t,
+				   struct bfs_batch **) =
+			    k == peek[i][1] ? bfs_pool_acquire
+					    : bfs_pool_acquire_alone;
+
+			assert_int_equal(get(p, peek[i][0], k, &b), 0);
+			bfs_pool_release(p, b); /* not read to its end */
+		}
+	}
+	bfs_pool_stats(p, &st);
+	assert_int_equal(st.cache_batches, ORPHANS); /* the budget is full */
+	/* 8 acquires of the last batch (no window after it): the peeks are
+	 * no longer recent */
+	for (int i = 0; i < 8; i++) {
+		assert_int_equal(bfs_pool_acquire(p, 3, len - 1, &b), 0);
+		bfs_pool_release(p, b);
+	}
+	for (uint64_t e = 0; e < 2; e++)
+		for (uint64_t k = 0; k < len; k++)
+			expect_batch(p, e, k, true);
+	bfs_pool_stats(p, &st);
+	print_message("%llu prefetches dropped, %llu evictions\n",
+		      (unsigned long long)st.prefetch_skipped,
+		      (unsigned long long)st.evictions);
+	assert_int_equal(st.prefetch_skipped, 0);
+	bfs_pool_destroy(p);
+}
+
 static void a_slow_batch_times_out(void **state)
 {
 	struct bfs_pool *p = pool(64 << 20, 0, 400, 50);
@@ -400,6 +447,7 @@ int main(void)
 	    cmocka_unit_test(out_of_range_batches_are_enoent),
 	    cmocka_unit_test(
 		a_budget_smaller_than_a_batch_still_serves_it_alone),
+	    cmocka_unit_test(windows_left_by_peeks_do_not_starve_the_prefetch),
 	    cmocka_unit_test(a_slow_batch_times_out),
 	    cmocka_unit_test(
 		concurrent_readers_under_a_small_budget_get_right_bytes),
