@@ -13,6 +13,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,6 +33,9 @@ struct bfs_tree {
 	uid_t uid;
 	gid_t gid;
 	struct timespec when;
+	/* LOOKUPs that found a batch file (stats: batch_lookups); apart,
+	 * since lookups take a const tree */
+	atomic_uint_fast64_t *batch_lookups;
 };
 
 uint64_t bfs_tree_ino(const struct bfs_node *n)
@@ -107,11 +111,13 @@ static void render_stats(const struct bfs_tree *t, char *buf, size_t len,
 			 size_t *pos)
 {
 	struct bfs_stats s;
+	uint64_t lookups = atomic_load(t->batch_lookups);
 	const struct {
 		const char *name;
 		const uint64_t *v;
 	} rows[] = {
 	    {"batches_opened", &s.batches_opened},
+	    {"batch_lookups", &lookups},
 	    {"batch_reads", &s.batch_reads},
 	    {"batches_served", &s.batches_served},
 	    {"bytes_served", &s.bytes_served},
@@ -364,6 +370,9 @@ int bfs_tree_lookup(const struct bfs_tree *t, uint64_t parent, const char *name,
 		rc = child(t, &p, name, &c);
 	if (rc == 0)
 		rc = node_stat(t, &c, st);
+	if (rc == 0 && c.kind == BFS_NODE_BATCH)
+		atomic_fetch_add_explicit(t->batch_lookups, 1,
+					  memory_order_relaxed);
 	return rc;
 }
 
@@ -673,6 +682,11 @@ int bfs_tree_create(struct bfs_tree **out, const struct bfs_dataset *ds,
 	t = calloc(1, sizeof(*t));
 	if (!t)
 		return -ENOMEM;
+	t->batch_lookups = calloc(1, sizeof(*t->batch_lookups));
+	if (!t->batch_lookups) {
+		free(t);
+		return -ENOMEM;
+	}
 	t->ds = ds;
 	t->order = order;
 	t->layout = layout;
@@ -697,5 +711,6 @@ void bfs_tree_destroy(struct bfs_tree *t)
 		return;
 	free(t->readme);
 	free(t->json);
+	free(t->batch_lookups);
 	free(t);
 }

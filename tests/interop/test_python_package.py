@@ -143,6 +143,8 @@ def batches_state(path, fields):
             assert len(got) == len(want[e])
             for g, w in zip(got, want[e]):
                 same(g, w)
+        # listed ahead (READDIRPLUS): no batch opened from 0 was looked up
+        assert m.stats()["batch_lookups"] == 0, m.stats()
         for k, g in enumerate(b):                 # epoch 2, stop at 3
             if k == 3:
                 break
@@ -159,8 +161,11 @@ def batches_state(path, fields):
         r.set_epoch(5)
         for g, w in zip(r, want[5]):
             same(g, w)
-        s = batchfs.Batches(m.path, epoch=1, start_batch=2)
-        assert len(list(s)) == len(want[1]) - 2
+        s = batchfs.Batches(m.path, epoch=4, start_batch=2)
+        n0 = m.stats()["batch_lookups"]
+        assert len(list(s)) == len(want[4]) - 2
+        # resumed mid-epoch: not listed, each name looked up
+        assert m.stats()["batch_lookups"] == n0 + len(want[4]) - 2
         late = batchfs.Batches(m.path, epoch=6)
         try:
             list(late)

@@ -199,7 +199,9 @@ def check_stats_accounting(mode, archive, known_first):
     open as one prefetch hit or miss, and leaves only the prefetch window in
     memory. known_first: every batch file is stat'ed before reading, so the
     kernel knows its inode and workers push batches into the page cache
-    before they are opened (an open that finds its batch there is a hit)."""
+    before they are opened (an open that finds its batch there is a hit).
+    Each batch name is looked up once (LOOKUP), unless the directory was
+    listed first: READDIRPLUS puts the listed names in the kernel's cache."""
     _, mnt = ml.mount(archive, None, "--serve", mode, "--batch-size", 100,
                       "--shuffle", "--seed", 1, "--workers", 2,
                       "--prefetch", 3)
@@ -211,6 +213,7 @@ def check_stats_accounting(mode, archive, known_first):
     s = ml.stats(mnt)
     assert s["serve_mode"] == mode, s
     assert s["batches_opened"] == 10, s
+    assert s["batch_lookups"] == 10, s
     assert s["batches_served"] == 10, s
     assert s["bytes_served"] == total, s
     assert s["prefetch_hits"] + s["prefetch_misses"] == 10, s
@@ -218,6 +221,11 @@ def check_stats_accounting(mode, archive, known_first):
     # when the read that served its last bytes drops its reference, which
     # happens right after the reply (the reader may be faster)
     assert s["cache_batches"] <= 3 + 1, s
+    assert sorted(os.listdir(mnt + "/epoch/1")) == sorted(names)
+    for b in names:
+        ml.read_file(mnt + "/epoch/1/" + b)
+    s = ml.stats(mnt)
+    assert s["batches_opened"] == 20 and s["batch_lookups"] == 10, s
     assert ml.umount(mnt).returncode == 0
 
 

@@ -10,7 +10,10 @@ and its children:
   (c) the null FUSE server (direct_io, 1 MiB reads) build/bench/nullfs
   (d) batchfs: every batch of an epoch read from Python (open, readinto a
       reused page-aligned buffer, np.frombuffer), at 1 MiB, 128 KiB and
-      whole-file read sizes, plus `batchfs bench --read` (C) at 1 MiB
+      whole-file read sizes, at 1 MiB with the epoch's directory listed
+      ahead of the opens (as batchfs.Batches does: no LOOKUP per batch),
+      plus `batchfs bench --read` (C; it lists and stats the files before
+      its clock starts) at 1 MiB
   (e) torch DataLoader over the same archive (torch.load, TensorDataset,
       shuffle=True, num_workers 0 and 2; capped at BENCH_DL_SECONDS per pass)
 and the time from `batchfs mount` to the first byte of batch 0 for 10^6
@@ -373,10 +376,26 @@ def ml_read(mnt, e, k):
             pass
 
 
-def read_epoch_py(mnt, epoch, nbatches, buf, chunk):
+def read_epoch_py(mnt, epoch, nbatches, buf, chunk, listed=False):
     """Read every batch of 'epoch' the way a Python training loop would
-    (open, readinto a reused buffer). Returns (payload bytes, seconds)."""
-    return read_epoch_files(batch_paths(mnt, epoch, nbatches), buf, chunk)
+    (open, readinto a reused buffer). Returns (payload bytes, seconds).
+    listed: list the epoch's directory (os.scandir) 64 entries ahead of
+    the batch opened, as batchfs.Batches does (an open then needs no
+    LOOKUP)."""
+    paths = batch_paths(mnt, epoch, nbatches)
+    if listed:
+        paths = listed_ahead("%s/epoch/%d" % (mnt, epoch), paths)
+    return read_epoch_files(paths, buf, chunk)
+
+
+def listed_ahead(d, paths, ahead=64):
+    """paths, each yielded once d's listing is 'ahead' entries past it."""
+    with os.scandir(d) as it:
+        seen = 0
+        for k, p in enumerate(paths):
+            while seen is not None and seen <= k + ahead:
+                seen = seen + 1 if next(it, None) is not None else None
+            yield p
 
 
 def parse_batch(blob):
@@ -421,12 +440,13 @@ def bench_batchfs(work, arch, batch, n, row, tensors, mode):
     try:
         buf = mmap.mmap(-1, 4096 + batch * row + MIB)  # page aligned
         epoch = 1
-        for label, chunk in (("py 1M", MIB), ("py 128K", 128 << 10),
-                             ("py whole", len(buf))):
+        for label, chunk in (("py 1M", MIB), ("py 1M listed", MIB),
+                             ("py 128K", 128 << 10), ("py whole", len(buf))):
             vals, cpu = [], []
             for _ in range(REPS):
                 c0 = daemon_cpu(mnt)
-                b, s = read_epoch_py(mnt, epoch, nb, buf, chunk)
+                b, s = read_epoch_py(mnt, epoch, nb, buf, chunk,
+                                     label.endswith("listed"))
                 cpu.append((daemon_cpu(mnt) - c0) / (b / 1e9))
                 if b != n * row:
                     raise Failed("epoch %d: %d payload bytes, want %d"
@@ -816,6 +836,8 @@ def print_table(name, r):
         lines += [
             ("%s batchfs %s: Python readinto 1 MiB" % (tag, mode),
              bf.get("py 1M")),
+            ("    batchfs %s: readinto 1 MiB, listed ahead" % mode,
+             bf.get("py 1M listed")),
             ("    batchfs %s: Python readinto 128 KiB" % mode,
              bf.get("py 128K")),
             ("    batchfs %s: Python readinto whole file" % mode,
@@ -860,6 +882,8 @@ def print_table(name, r):
         ratio("  (a) page cache, C", d, r["pagecache"])
         ratio("  (b) memcpy", d, r["memcpy"])
         ratio("  best DataLoader (samples/s)", d, best_dl)
+        ratio("  best DataLoader, directory listed ahead",
+              bf.get("py 1M listed"), best_dl)
         ratio("  itself: 128 KiB / 1 MiB reads", bf["py 128K"], d)
         log("  %-52s %8.3f" % ("  daemon CPU s per GB served",
                                bf["cpu s/GB"]))

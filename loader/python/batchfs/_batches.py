@@ -4,6 +4,40 @@ import os
 
 from ._batchfile import read_batch
 
+# Entries of the epoch's directory listed ahead of the batch being opened.
+LIST_AHEAD = 64
+
+
+class _Listing:
+    """The epoch's directory, read a little ahead of the batches opened.
+    Listing a batchfs directory brings each entry into the kernel's cache
+    with its attributes (READDIRPLUS), so opening a listed batch costs one
+    round trip to the daemon (OPEN) instead of two (LOOKUP, OPEN): see
+    "Listing ahead" in loader/python/batchfs/README.md. Entries come
+    in batch order, lazily (os.scandir), so only what is opened soon is
+    listed; any failure just stops the listing."""
+
+    def __init__(self, path):
+        self._it, self._seen = None, 0
+        try:
+            self._it = os.scandir(path)
+        except OSError:
+            pass
+
+    def past(self, k):
+        """List until batch k + LIST_AHEAD (or the end)."""
+        while self._it is not None and self._seen <= k + LIST_AHEAD:
+            try:
+                next(self._it)
+                self._seen += 1
+            except (StopIteration, OSError):
+                self.close()
+
+    def close(self):
+        if self._it is not None:
+            self._it.close()
+            self._it = None
+
 
 class Batches:
     """Iterate a mount's batches as dicts name -> array: numpy arrays
@@ -85,11 +119,20 @@ class Batches:
         if e >= self._epochs:
             raise ValueError("epoch %d: the mount has epochs 0..%d (mount "
                              "with a larger --epochs)" % (e, self._epochs - 1))
-        for k in self._indices(self._next):
-            batch = self.read(e, k)
-            if self._epoch == e:       # set_epoch() meanwhile: theirs wins
-                self._next = k + 1
-            yield batch
+        # From batch 0 only: from k, the listing would first list 0..k.
+        listing = (_Listing("%s/epoch/%d" % (self.path, e))
+                   if self._next == 0 else None)
+        try:
+            for k in self._indices(self._next):
+                if listing:
+                    listing.past(k)
+                batch = self.read(e, k)
+                if self._epoch == e:   # set_epoch() meanwhile: theirs wins
+                    self._next = k + 1
+                yield batch
+        finally:
+            if listing:
+                listing.close()
         if self._epoch == e:
             self._next = self._len
             self._roll()
