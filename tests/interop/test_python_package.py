@@ -5,9 +5,10 @@ build tree, over real mounts and real torch:
   options (files given as values too), and raises MountError with the
   command's message;
 - Batches yields PyTorch's batches as numpy arrays or torch tensors, for
-  every dtype and serve mode: views of the batch file's mapping where the
-  serve mode allows mmap, owned memory under --serve direct; a batch held
-  stays valid and unchanged, also after the mount is gone;
+  every dtype and serve mode: in memory of their own by default, with
+  zero_copy=True views of the batch file's mapping where the serve mode
+  allows mmap (owned memory under --serve direct); a batch held stays
+  valid and unchanged, also after the mount is gone;
 - len(), re-iteration (the next epoch), state_dict()/load_state_dict()
   mid-epoch, set_epoch(), start_batch;
 - IterableDataset in DataLoader(ds, batch_size=None), with and without
@@ -106,16 +107,20 @@ def every_dtype_and_mode(path, fields):
         with batchfs.mount(path, mnt, batch_size=B, shuffle=True, seed=SEED,
                            serve=mode) as m:
             assert m.dataset["serve_mode"] == mode
-            held = list(m.batches())              # numpy, epoch 0
+            held = list(m.batches(zero_copy=True))  # numpy, epoch 0
+            owned = list(m.batches())             # read into memory
             cpu = m.batches(epoch=1, device="cpu")
             assert len(cpu) == len(want[1])
             for got, w in zip(cpu, want[1]):
                 same(got, w)
-            for got, w in zip(held, want[0]):
+            for got, o, w in zip(held, owned, want[0]):
                 same(got, w)
+                same(o, w)
                 views = mapping_of(got["f32"]) is not None
                 assert views == (mode != "direct"), (mode, views)
+                assert mapping_of(o["f32"]) is None, mode
             held[0]["f32"][0, 0] = 1e9            # copy-on-write: ours only
+            owned[0]["f32"][0, 0] = 1e9
             assert batchfs.read_batch(m.path + "/epoch/0/batch_0")["f32"][
                 0, 0] != 1e9
         assert not ml.is_mounted(mnt)

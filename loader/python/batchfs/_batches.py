@@ -52,18 +52,25 @@ class Batches:
     load_state_dict() save and restore (epoch, next batch). len() is the
     batches per epoch. One iteration at a time.
 
-    Arrays are views of the batch file's mapping (mmap, copy-on-write)
-    where the mount's serve mode allows it (passthrough, push, cache:
-    dataset.json's serve_mode), else (direct) memory of their own; either
-    way a batch stays valid and unchanged for as long as you hold it."""
+    Each batch file is read into memory its arrays own (one read per
+    file). zero_copy=True maps it instead (mmap, copy-on-write) where the
+    mount's serve mode allows it (passthrough, push, cache: dataset.json's
+    serve_mode; direct reads): no copy, but each page is a page fault when
+    first touched and the mapping is torn down when the batch goes, which
+    cost more than the copy on the machines measured once the arrays are
+    used (loader/python/batchfs/README.md); it pays when most of each
+    batch is never read. Either way a batch stays valid and unchanged for
+    as long as you hold it."""
 
-    def __init__(self, mountpoint, epoch=0, start_batch=0, device=None):
+    def __init__(self, mountpoint, epoch=0, start_batch=0, device=None,
+                 zero_copy=False):
         self.path = os.fspath(mountpoint)
         with open(os.path.join(self.path, "dataset.json")) as f:
             info = json.load(f)
         self._len = info["batches_per_epoch"]
         self._epochs = info["epochs"]
-        self.zero_copy = info.get("serve_mode") != "direct"
+        self.zero_copy = bool(zero_copy) and \
+            info.get("serve_mode") != "direct"
         self.device = device
         self._epoch, self._next = int(epoch), int(start_batch)
         if not 0 <= self._next <= self._len:

@@ -26,16 +26,17 @@ class IterableDataset(torch.utils.data.IterableDataset):
     PyTorch's batches for the mounted options, epoch after epoch.
 
     Batches are CPU tensors (device="cpu"; pin_memory=True in DataLoader
-    for fast copies to a GPU) viewing the batch file's mapping where the
-    serve mode allows it. epoch / start_batch / set_epoch() / state_dict()
-    / load_state_dict() are batchfs.Batches'. With num_workers > 0 each
+    for fast copies to a GPU). epoch / start_batch / zero_copy /
+    set_epoch() / state_dict() / load_state_dict() are batchfs.Batches'. With num_workers > 0 each
     worker reads every num_workers-th batch (the order stays the epoch's);
     the workers are copies, so call set_epoch(n) before each epoch, and
     keep device="cpu" (no CUDA in workers)."""
 
-    def __init__(self, mountpoint, epoch=0, start_batch=0, device="cpu"):
+    def __init__(self, mountpoint, epoch=0, start_batch=0, device="cpu",
+                 zero_copy=False):
         super().__init__()
-        self.batches = Batches(mountpoint, epoch, start_batch, device)
+        self.batches = Batches(mountpoint, epoch, start_batch, device,
+                               zero_copy)
 
     def __len__(self):
         return len(self.batches)
