@@ -117,15 +117,21 @@ static void expect_batch(struct bfs_pool *p, uint64_t e, uint64_t k,
 	free(idx);
 }
 
+/* Read epochs 0..epochs-1 in order, every batch to its end. */
+static void stream(struct bfs_pool *p, uint64_t epochs)
+{
+	for (uint64_t e = 0; e < epochs; e++)
+		for (uint64_t k = 0; k < bfs_order_len(fx.order); k++)
+			expect_batch(p, e, k, true);
+}
+
 static void every_batch_equals_a_direct_gather(void **state)
 {
 	struct bfs_pool *p = pool(64 << 20, 4, 0, 30000);
 	uint64_t len = bfs_order_len(fx.order);
 	struct bfs_pool_stats st;
 
-	for (uint64_t e = 0; e < 2; e++)
-		for (uint64_t k = 0; k < len; k++)
-			expect_batch(p, e, k, true);
+	stream(p, 2);
 	bfs_pool_stats(p, &st);
 	assert_true(st.prefetch_hits > 0);
 	assert_int_equal(st.prefetch_hits + st.prefetch_misses, 2 * len);
@@ -145,9 +151,7 @@ static void streaming_reuses_batch_buffers(void **state)
 	uint64_t len = bfs_order_len(fx.order);
 	struct bfs_pool_stats st;
 
-	for (uint64_t e = 0; e < EPOCHS; e++)
-		for (uint64_t k = 0; k < len; k++)
-			expect_batch(p, e, k, true);
+	stream(p, EPOCHS);
 	bfs_pool_stats(p, &st);
 	print_message("%llu batches materialized, %llu buffers mapped\n",
 		      (unsigned long long)st.batches_materialized,
@@ -312,9 +316,7 @@ static void windows_left_by_peeks_do_not_starve_the_prefetch(void **state)
 		assert_int_equal(bfs_pool_acquire(p, 3, len - 1, &b), 0);
 		bfs_pool_release(p, b);
 	}
-	for (uint64_t e = 0; e < 2; e++)
-		for (uint64_t k = 0; k < len; k++)
-			expect_batch(p, e, k, true);
+	stream(p, 2);
 	bfs_pool_stats(p, &st);
 	print_message("%llu prefetches dropped, %llu evictions\n",
 		      (unsigned long long)st.prefetch_skipped,
