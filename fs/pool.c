@@ -743,11 +743,120 @@ int bfs_pool_check_budget(const struct bfs_layout *l, uint64_t budget_bytes,
 	    BFS_POOL_OVER_BUDGET, human(c, sizeof(c), budget_bytes));
 }
 
-/* MemAvailable of /proc/meminfo in bytes; 0 when unknown. */
+/* The first number in file dir/name; false when there is none ("max"). */
+static bool read_u64(const char *dir, const char *name, uint64_t *v)
+{
+	char path[4096];
+	unsigned long long x;
+	FILE *f;
+	bool ok;
+
+	if (snprintf(path, sizeof(path), "%s/%s", dir, name) >=
+	    (int)sizeof(path))
+		return false;
+	f = fopen(path, "r");
+	ok = f && fscanf(f, "%llu", &x) == 1;
+	if (f)
+		fclose(f);
+	if (ok)
+		*v = x;
+	return ok;
+}
+
+/* The room memory cgroup 'path' (v2: v1 false; v1: the memory
+ * hierarchy's) leaves under mount point 'mnt': limit - usage, the
+ * tightest of the cgroup and its ancestors. */
+static uint64_t cgroup_room_at(const char *mnt, const char *path, bool v1)
+{
+	char dir[4096];
+	uint64_t room = UINT64_MAX;
+	size_t root = strlen(mnt);
+
+	if (snprintf(dir, sizeof(dir), "%s%s", mnt, path) >= (int)sizeof(dir))
+		return room;
+	for (;;) {
+		uint64_t lim, use;
+		char *slash;
+
+		if (read_u64(dir, v1 ? "memory.limit_in_bytes" : "memory.max",
+			     &lim) &&
+		    lim < (1ull << 62) && /* v1 writes "no limit" as ~2^63 */
+		    read_u64(dir,
+			     v1 ? "memory.usage_in_bytes" : "memory.current",
+			     &use) &&
+		    (use < lim ? lim - use : 0) < room)
+			room = use < lim ? lim - use : 0;
+		slash = strrchr(dir, '/');
+		if (!slash || (size_t)(slash - dir) < root)
+			break;
+		*slash = '\0';
+	}
+	return room;
+}
+
+/* The mount point of the cgroup file system of this kind ("cgroup2", or
+ * "cgroup" with the memory controller) into out; false when none. */
+static bool cgroup_mount(bool v1, char *out, size_t len)
+{
+	FILE *f = fopen("/proc/self/mountinfo", "r");
+	char line[4096], mnt[2048], fs[64], opts[1024];
+	bool found = false;
+
+	while (!found && f && fgets(line, sizeof(line), f)) {
+		const char *sep = strstr(line, " - ");
+
+		if (!sep || sscanf(line, "%*s %*s %*s %*s %2047s", mnt) != 1 ||
+		    sscanf(sep + 3, "%63s %*s %1023s", fs, opts) != 2)
+			continue;
+		found = v1 ? !strcmp(fs, "cgroup") && strstr(opts, "memory")
+			   : !strcmp(fs, "cgroup2");
+	}
+	if (f)
+		fclose(f);
+	if (found && (size_t)snprintf(out, len, "%s", mnt) >= len)
+		found = false;
+	return found;
+}
+
+/* The room this process's memory cgroups leave (v2 and v1, whichever
+ * limit it); UINT64_MAX when none limits it. A container's page cache
+ * counts against its limit: an archive read in past it would only evict
+ * itself. */
+static uint64_t cgroup_room(void)
+{
+	FILE *f = fopen("/proc/self/cgroup", "r");
+	char line[4096], mnt[2048];
+	uint64_t room = UINT64_MAX, r;
+
+	while (f && fgets(line, sizeof(line), f)) {
+		char *a = strchr(line, ':'), *b = a ? strchr(a + 1, ':') : NULL;
+		bool v1;
+
+		if (!b)
+			continue;
+		b[strcspn(b, "\n")] = '\0';
+		*a = *b = '\0'; /* "ID:controllers:path" */
+		v1 = strcmp(line, "0") != 0;
+		if (v1 && !strstr(a + 1, "memory"))
+			continue;
+		if (!cgroup_mount(v1, mnt, sizeof(mnt)))
+			continue;
+		r = cgroup_room_at(mnt, strcmp(b + 1, "/") ? b + 1 : "", v1);
+		room = r < room ? r : room;
+	}
+	if (f)
+		fclose(f);
+	return room;
+}
+
+/* The memory available to this process in bytes: MemAvailable of
+ * /proc/meminfo, or less when a memory cgroup leaves less; 0 when
+ * unknown. */
 static uint64_t mem_available(void)
 {
 	FILE *f = fopen("/proc/meminfo", "r");
 	unsigned long long kb = 0;
+	uint64_t room = cgroup_room();
 	char line[128];
 
 	while (f && fgets(line, sizeof(line), f))
@@ -755,7 +864,7 @@ static uint64_t mem_available(void)
 			break;
 	if (f)
 		fclose(f);
-	return (uint64_t)kb << 10;
+	return room < ((uint64_t)kb << 10) ? room : (uint64_t)kb << 10;
 }
 
 static void *warmer_main(void *arg)
@@ -780,7 +889,8 @@ static void start_warmer(struct bfs_pool *p)
 	if (need > avail / 2) {
 		bfs_log(BFS_LOG_INFO, "pool",
 			"archives (%llu MiB) do not fit in half the memory "
-			"available (%llu MiB): read ahead batch by batch",
+			"available (%llu MiB, memory cgroups included): read "
+			"ahead batch by batch",
 			(unsigned long long)(need >> 20),
 			(unsigned long long)(avail >> 20));
 		return;

@@ -46,8 +46,10 @@ def is_mounted(mnt):
         return any(line.split()[1] == mnt for line in f)
 
 
-def mount(sources, mnt=None, *opts, env=None, check=True):
-    """Run batchfs mount; returns (CompletedProcess, mountpoint)."""
+def mount(sources, mnt=None, *opts, env=None, check=True, preexec_fn=None):
+    """Run batchfs mount; returns (CompletedProcess, mountpoint).
+    preexec_fn: run in the child before batchfs starts (its daemon
+    inherits what it sets up, e.g. a cgroup)."""
     if isinstance(sources, str):
         sources = [sources]
     if mnt is None:
@@ -56,7 +58,8 @@ def mount(sources, mnt=None, *opts, env=None, check=True):
     e = dict(os.environ)
     e.update(env or {})
     p = subprocess.run([BATCHFS, "mount", *map(str, opts), *sources, mnt],
-                       capture_output=True, text=True, env=e)
+                       capture_output=True, text=True, env=e,
+                       preexec_fn=preexec_fn)
     if p.returncode == 0:
         _mounts.append(mnt)
     if check and p.returncode != 0:

@@ -1,0 +1,126 @@
+#!/usr/bin/python3
+"""The read-in at mount respects the memory cgroup the daemon runs in.
+
+An archive that fits in half the memory available is read in whole at
+mount (stats readahead_bytes = its size). In a container the page cache
+counts against the container's memory limit, so "available" is the
+smaller of /proc/meminfo's MemAvailable and what the daemon's memory
+cgroup leaves (limit - usage, v1 or v2): a 64 MB archive mounted in a
+cgroup limited to 96 MiB is not read in (read ahead batch by batch
+instead, with a log line saying why), serves every batch all the same,
+and is read in when mounted outside it.
+
+Needs root and a memory cgroup controller (v1 hierarchy, or v2 with
+memory in the root's subtree_control); exit 77 otherwise."""
+import json
+import os
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import mountlib as ml  # noqa: E402
+
+LIMIT = 96 << 20
+SAMPLES = 21000  # the demo's 3080-byte samples: 64.7 MB
+
+
+def cgroup_mounts():
+    """(v1 memory hierarchy mount point or None, v2 mount point or None)."""
+    v1 = v2 = None
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            pre, post = line.split(" - ", 1)
+            mnt, (fs, _, opts) = pre.split()[4], post.split()[:3]
+            if fs == "cgroup" and "memory" in opts.split(","):
+                v1 = v1 or mnt
+            elif fs == "cgroup2":
+                v2 = v2 or mnt
+    return v1, v2
+
+
+def make_cgroup():
+    """A fresh memory cgroup limited to LIMIT: its directory."""
+    v1, v2 = cgroup_mounts()
+    name = "batchfs-test-%d" % os.getpid()
+    if v1:
+        d = os.path.join(v1, name)
+        os.mkdir(d)
+        with open(os.path.join(d, "memory.limit_in_bytes"), "w") as f:
+            f.write(str(LIMIT))
+        return d
+    if v2:
+        with open(os.path.join(v2, "cgroup.subtree_control")) as f:
+            if "memory" not in f.read().split():
+                ml.skip("cgroup v2 without the memory controller enabled")
+        d = os.path.join(v2, name)
+        os.mkdir(d)
+        with open(os.path.join(d, "memory.max"), "w") as f:
+            f.write(str(LIMIT))
+        return d
+    ml.skip("no memory cgroup controller")
+
+
+def join(cgroup):
+    """Move the calling process into 'cgroup' (a preexec_fn)."""
+    with open(os.path.join(cgroup, "cgroup.procs"), "w") as f:
+        f.write(str(os.getpid()))
+
+
+def daemon_log(mnt):
+    with open(mnt + "/dataset.json") as f:
+        path = json.load(f)["log"]
+    with open(path) as f:
+        return f.read()
+
+
+def check_every_batch(mnt):
+    nb = len(os.listdir(mnt + "/epoch/0"))
+    got = sum(len(ml.read_file("%s/epoch/0/batch_%d" % (mnt, k)))
+              for k in range(nb))
+    assert got > SAMPLES * 3080, got
+
+
+def main():
+    ml.require_fuse()
+    if os.geteuid() != 0:
+        ml.skip("needs root (a memory cgroup of its own)")
+    archive = os.path.join(ml.TMP, "demo.pt")
+    subprocess.run([ml.BATCHFS, "pack", "--demo", str(SAMPLES), "-o",
+                    archive], check=True, capture_output=True)
+    size = os.path.getsize(archive)
+    assert LIMIT // 2 < size < LIMIT, size
+    opts = ("--batch-size", 256, "--shuffle", "--seed", 7, "--cache-mb", 8)
+    cg = make_cgroup()
+    pid = None
+    try:
+        mnt = os.path.join(ml.TMP, "in-cgroup")
+        _, mnt = ml.mount(archive, mnt, *opts, "-v",
+                          preexec_fn=lambda: join(cg))
+        pid = ml.daemon_pid(mnt)
+        with open("/proc/%d/cgroup" % pid) as f:
+            assert os.path.basename(cg) in f.read()
+        check_every_batch(mnt)
+        s = ml.stats(mnt)
+        assert s["readahead_bytes"] == 0, s
+        log = daemon_log(mnt)
+        assert "do not fit in half the memory available" in log and \
+            "memory cgroups included" in log, log[-2000:]
+        assert ml.umount(mnt).returncode == 0
+        _, mnt = ml.mount(archive, os.path.join(ml.TMP, "outside"), *opts)
+        ml.wait_stats(mnt, lambda s: s["readahead_bytes"] == size)
+        check_every_batch(mnt)
+        assert ml.umount(mnt).returncode == 0
+    finally:
+        for m in ("in-cgroup", "outside"):
+            if ml.is_mounted(os.path.join(ml.TMP, m)):
+                ml.umount(os.path.join(ml.TMP, m))
+        if pid:
+            ml.wait_pid_exit(pid)  # a cgroup goes once it is empty
+        try:
+            os.rmdir(cg)
+        except OSError as e:  # never hides the failure being raised
+            print("cannot remove %s: %s" % (cg, e))
+    print("ok")
+
+
+main()
