@@ -186,6 +186,14 @@ uint64_t bfs_dataset_bytes(const struct bfs_dataset *ds);
  * that fits in memory; best effort, never fails. Thread-safe. */
 void bfs_dataset_warm(const struct bfs_dataset *ds, const atomic_bool *stop);
 
+/* For archives that do not fit in memory: tell the kernel their mappings
+ * are read at random (MADV_RANDOM), so a page fault reads that page alone
+ * and not the device's read-ahead window around it (8 MiB on some disks:
+ * thousands of times a small row, and an eviction storm when memory is
+ * short); rows are read ahead by bfs_dataset_advise instead. Best effort.
+ * Thread-safe. */
+void bfs_dataset_random_access(const struct bfs_dataset *ds);
+
 /* Read-ahead counters. */
 struct bfs_dataset_stats {
 	uint64_t warm_bytes;	/* read in by bfs_dataset_warm */

@@ -958,6 +958,19 @@ static int warm_file(const struct bfs_dataset *ds,
 	return 0;
 }
 
+void bfs_dataset_random_access(const struct bfs_dataset *ds)
+{
+	for (size_t i = 0; i < ds->nshards; i++)
+		for (size_t f = 0; f < ds->shards[i].src->nfiles; f++) {
+			const struct bfs_source_file *fl =
+			    &ds->shards[i].src->files[f];
+
+			if (fl->fd >= 0 && fl->size)
+				madvise((void *)fl->map, (size_t)fl->size,
+					MADV_RANDOM);
+		}
+}
+
 void bfs_dataset_warm(const struct bfs_dataset *ds, const atomic_bool *stop)
 {
 	for (size_t i = 0; i < ds->nshards; i++)

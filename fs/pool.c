@@ -893,6 +893,7 @@ static void start_warmer(struct bfs_pool *p)
 			"ahead batch by batch",
 			(unsigned long long)(need >> 20),
 			(unsigned long long)(avail >> 20));
+		bfs_dataset_random_access(p->ds);
 		return;
 	}
 	atomic_init(&p->warm_stop, false);
