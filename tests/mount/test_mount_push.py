@@ -104,7 +104,10 @@ def check_push(path, data):
         assert mm[:] == blob
         mm.close()
     s4 = ml.stats(mnt)
-    assert s4["batches_pushed"] == s3["batches_pushed"], (s3, s4)
+    # through READ (refills), not a push of this batch; batches_pushed may
+    # still grow meanwhile: the workers push the prefetch window after
+    # epoch 2 batch 3 early (seen under TSan), so it is no measure here
+    assert s4["page_cache_refills"] > s3["page_cache_refills"], (s3, s4)
     assert s4["batches_materialized"] > s3["batches_materialized"], (s3, s4)
     assert s4["bytes_served"] > s3["bytes_served"], (s3, s4)
 
