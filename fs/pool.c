@@ -783,9 +783,11 @@ static uint64_t cgroup_room_at(const char *mnt, const char *path, bool v1)
 		    lim < (1ull << 62) && /* v1 writes "no limit" as ~2^63 */
 		    read_u64(dir,
 			     v1 ? "memory.usage_in_bytes" : "memory.current",
-			     &use) &&
-		    (use < lim ? lim - use : 0) < room)
-			room = use < lim ? lim - use : 0;
+			     &use)) {
+			uint64_t left = use < lim ? lim - use : 0;
+
+			room = left < room ? left : room;
+		}
 		slash = strrchr(dir, '/');
 		if (!slash || (size_t)(slash - dir) < root)
 			break;

@@ -161,7 +161,6 @@ def cycle(src, mnt, n, sig):
     check(unmounted(mnt), "%s: no mount left after %.0f s" % (what, BOUND_S))
 
 
-
 def umount_while_blocked(src):
     mnt = os.path.join(ml.TMP, "slow")
     _, mnt = ml.mount(src, mnt, "--batch-size", B, "--timeout", 60,

@@ -236,6 +236,12 @@ def make_archive(work, name, shape, n):
     return arch, how
 
 
+def batch_buffer(batch, row):
+    """A page-aligned buffer that holds any batch file of the workload
+    (a header page, batch rows of 'row' bytes) and 1 MiB more."""
+    return mmap.mmap(-1, 4096 + batch * row + MIB)
+
+
 def open_close(path):
     """Seconds of os.open + os.close of path."""
     t0 = time.perf_counter()
@@ -445,7 +451,7 @@ def bench_batchfs(work, arch, batch, n, row, tensors, mode):
     res = {}
     mount_batchfs(work, arch, batch, mnt, mode)
     try:
-        buf = mmap.mmap(-1, 4096 + batch * row + MIB)  # page aligned
+        buf = batch_buffer(batch, row)
         epoch = 1
         for label, chunk in (("py 1M", MIB), ("py 1M listed", MIB),
                              ("py 128K", 128 << 10), ("py whole", len(buf))):
@@ -478,9 +484,8 @@ def bench_batchfs(work, arch, batch, n, row, tensors, mode):
         epoch += 1
         vals = []
         for _ in range(REPS):  # C reader; its GB/s includes the headers
-            out = run([BATCHFS, "bench", "--read", "%s/epoch/%d" % (mnt, epoch)])
-            m = re.search(r"bytes=(\d+) seconds=([0-9.]+)", out)
-            vals.append(n * row / float(m.group(2)) / 1e9)
+            _, secs = c_read(read_c("%s/epoch/%d" % (mnt, epoch)))
+            vals.append(n * row / secs / 1e9)
             epoch += 1
         res["C 1M"] = statistics.median(vals)
         res["check"] = check_batch0(mnt, tensors, batch)
@@ -514,7 +519,7 @@ def bench_epochs(work, arch, batch, n, row):
     seconds per GB and page faults. A fresh mount per pass."""
     nb = (n + batch - 1) // batch
     mnt = work.mountpoint("epochs")
-    buf = mmap.mmap(-1, 4096 + batch * row + MIB)
+    buf = batch_buffer(batch, row)
     run(["dd", "if=" + arch, "of=/dev/null", "bs=1M"], timeout=600)  # cached
     res = {}
     for variant in ("default", "no-read-in"):
@@ -572,7 +577,7 @@ def bench_cold(work, arch, batch, n, row):
     and without it (the version before it). Interleaved, median of REPS."""
     nb = (n + batch - 1) // batch
     mnt = work.mountpoint("cold")
-    buf = mmap.mmap(-1, 4096 + batch * row + MIB)
+    buf = batch_buffer(batch, row)
     size = os.path.getsize(arch)
     got = {"dd": [], "default": [], "no-read-in": [], "read in": []}
     for _ in range(REPS):
@@ -619,13 +624,14 @@ def read_c(path):
                             text=True)
 
 
-def c_bytes(proc):
+def c_read(proc):
+    """(bytes, seconds) a read_c child reports once it has finished."""
     out, err = proc.communicate(timeout=600)
     m = re.search(r"bytes=(\d+) seconds=([0-9.]+)", out)
     if proc.returncode or not m:
         raise Failed("batchfs bench --read: exit %d: %s"
                      % (proc.returncode, err.strip()[-300:]))
-    return int(m.group(1))
+    return int(m.group(1)), float(m.group(2))
 
 
 def bench_ranks(work, arch, batch, n, row):
@@ -651,7 +657,7 @@ def bench_ranks(work, arch, batch, n, row):
             for key, which in (("one", mnts[:1]), ("two", mnts)):
                 c0, t0 = cpu(), time.perf_counter()
                 procs = [read_c("%s/epoch/%d" % (m, e)) for m in which]
-                b = sum(c_bytes(p) for p in procs)
+                b = sum(c_read(p)[0] for p in procs)
                 t = time.perf_counter() - t0
                 got[key].append(b / t / 1e9)
                 got[key + " cores"].append((cpu() - c0) / t)
@@ -687,7 +693,7 @@ def plain_files(work, arch, batch, n, shape):
             with open(p, "wb") as f:
                 f.write(blob[:4096 + rows * row])
             paths.append(p)
-        buf = mmap.mmap(-1, 4096 + batch * row + MIB)
+        buf = batch_buffer(batch, row)
         res = {}
         for label, fn in (("readinto 1M", lambda: read_epoch_files(
                 paths, buf, MIB)), ("mmap", lambda: read_files_mmap(
