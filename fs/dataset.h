@@ -164,6 +164,7 @@ struct bfs_dataset_fault {
 	uint64_t sample;  /* the sample being read */
 	uint64_t offset;  /* archive byte offset of the fault (SIGBUS) or
 			   * where the file now ends; BFS_NO_OFFSET: unknown */
+	bool changed;	  /* the file was modified since it was opened */
 };
 
 /* 0 and *out when the calling thread's last bfs_dataset_gather or

@@ -3,13 +3,15 @@
  * (rows, ragged spans, the SIGBUS guard, advice). Not a public header.
  *
  * Invariants after bfs_dataset_open: everything here is immutable except
- * the advise words and the read-ahead counters (relaxed atomics, only
- * hints and statistics), so the gather side is thread-safe; copy_lock
- * only orders copies against refreshes of a file's size (gather.c). */
+ * the advise words, the changed flags and the read-ahead counters
+ * (relaxed atomics, only hints, log-once flags and statistics), so the gather
+ * side is thread-safe; copy_lock only orders copies against refreshes of a
+ * file's size (gather.c). */
 #ifndef BFS_DATASET_IMPL_H
 #define BFS_DATASET_IMPL_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 
 #include "fs/dataset.h"
@@ -34,6 +36,9 @@ struct bind {
 struct fmem {
 	uint32_t *chunks; /* NULL for files given in memory */
 	size_t nchunks;
+	/* The file was found modified since it was opened, and said so in
+	 * the log (once: a relaxed atomic, like the chunk words). */
+	atomic_bool changed;
 };
 
 struct shard {

@@ -39,6 +39,10 @@
  * copy_lock held for writing, while copies hold it for reading: a refresh
  * waits for the copies in flight, whose checks then still see the lowered
  * size. (A stat by another process could raise it unseen.)
+ * A file modified since it was opened (its mtime moved: rewritten in
+ * place, truncated) fails every copy that reads it, checked with the same
+ * statx before and after each copy, so no batch mixes two versions of a
+ * file (fs/README.md: a source that changes).
  * Every -EIO of a gather or check leaves, for the calling thread, the
  * file, sample and offset that could not be read (bfs_dataset_fault), for
  * the caller's log line.
@@ -72,6 +76,7 @@
 #include <setjmp.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -291,6 +296,14 @@ static int fault(const char *path, uint64_t sample, uint64_t offset)
 	return -EIO;
 }
 
+/* The same for a file modified since it was opened. */
+static int fault_changed(const char *path, uint64_t sample)
+{
+	fault(path, sample, BFS_NO_OFFSET);
+	last_fault.changed = true;
+	return -EIO;
+}
+
 int bfs_dataset_fault(struct bfs_dataset_fault *out)
 {
 	if (!have_fault)
@@ -299,20 +312,79 @@ int bfs_dataset_fault(struct bfs_dataset_fault *out)
 	return 0;
 }
 
-/* The size of a mapped file as the kernel has it cached (no round trip to
- * a FUSE or network server), or with 'sync' as fstat finds it; -1 when
- * neither can say. */
-static int64_t file_size(const struct bfs_source_file *fl, bool sync)
+/* What the kernel has cached of a mapped file (no round trip to a FUSE or
+ * network server), or with 'sync' what fstat finds: its size (-1 when
+ * neither can say) and its modification time (as opened when unknown). */
+static int64_t file_now(const struct bfs_source_file *fl, bool sync,
+			struct timespec *mtime)
 {
 	struct statx sx;
 	struct stat st;
 
-	if (sync)
-		return fstat(fl->fd, &st) == 0 ? (int64_t)st.st_size : -1;
-	if (statx(fl->fd, "", AT_EMPTY_PATH | AT_STATX_DONT_SYNC, STATX_SIZE,
-		  &sx) < 0)
-		return file_size(fl, true);
+	*mtime = fl->mtime;
+	if (sync) {
+		if (fstat(fl->fd, &st) < 0)
+			return -1;
+		*mtime = st.st_mtim;
+		return (int64_t)st.st_size;
+	}
+	if (statx(fl->fd, "", AT_EMPTY_PATH | AT_STATX_DONT_SYNC,
+		  STATX_SIZE | STATX_MTIME, &sx) < 0)
+		return file_now(fl, true, mtime);
+	if (sx.stx_mask & STATX_MTIME) {
+		mtime->tv_sec = sx.stx_mtime.tv_sec;
+		mtime->tv_nsec = sx.stx_mtime.tv_nsec;
+	}
 	return (int64_t)sx.stx_size;
+}
+
+/* t as "2026-11-25T17:01:02.123456789Z" into buf. */
+static const char *utc(char *buf, size_t len, const struct timespec *t)
+{
+	struct tm tm;
+	time_t sec = t->tv_sec;
+	size_t n = 0;
+
+	if (gmtime_r(&sec, &tm))
+		n = strftime(buf, len, "%Y-%m-%dT%H:%M:%S", &tm);
+	snprintf(buf + n, len - n, ".%09ldZ", (long)t->tv_nsec);
+	return buf;
+}
+
+/* Whether fl was modified since it was opened: a write or a truncation
+ * moves its mtime. (Not its ctime: an unlink or a rename over its path
+ * moves that too, and the bytes mapped stay what they were.) */
+static bool modified(const struct bfs_source_file *fl,
+		     const struct timespec *mtime)
+{
+	return mtime->tv_sec != fl->mtime.tv_sec ||
+	       mtime->tv_nsec != fl->mtime.tv_nsec;
+}
+
+/* -EIO for sample s of field f, whose file fl (sh's file i) was modified
+ * since it was opened; the first time, a log line says what changed and
+ * what to do. */
+static int changed(const struct bfs_dataset *ds, const struct shard *sh,
+		   size_t i, size_t f, uint64_t s, int64_t size,
+		   const struct timespec *mtime)
+{
+	const struct bfs_source_file *fl = &sh->src->files[i];
+	char was[40], now[40];
+
+	if (!atomic_exchange_explicit(&sh->fm[i].changed, true,
+				      memory_order_relaxed)) {
+		bfs_log(BFS_LOG_ERR, MOD,
+			"%s: changed under the mount (modified %s, %" PRId64
+			" bytes; it was %s, %" PRIu64 " bytes when mounted): "
+			"batches that read it now fail with EIO (first: "
+			"sample %" PRIu64 " of field '%s'). To replace a "
+			"mounted dataset, write a new file and rename it over "
+			"the old one, then remount",
+			fl->path, utc(now, sizeof(now), mtime), size,
+			utc(was, sizeof(was), &fl->mtime), fl->size, s,
+			ds->fields[f].name);
+	}
+	return fault_changed(fl->path, s);
 }
 
 /* The shards idx[0..n) touch, each once (all of them when there are more
@@ -404,18 +476,27 @@ static int check_field(const struct bfs_dataset *ds, const struct shard *sh,
 		       bool after)
 {
 	const struct bfs_source_file *fl = file_of(sh, f);
+	struct timespec mt;
 	uint64_t need, s;
 	int64_t size;
 
 	if (fl->fd < 0)
 		return 0;
 	need = row_end(sh, f, hi);
-	if (!need || (size = file_size(fl, false)) >= (int64_t)need)
+	if (!need)
+		return 0;
+	size = file_now(fl, false, &mt);
+	if (modified(fl, &mt))
+		return changed(ds, sh, sh->binds[f].file, f, hi, size, &mt);
+	if (size >= (int64_t)need)
 		return 0;
 	if (!after) {
 		pthread_rwlock_wrlock(ds->copy_lock);
-		size = file_size(fl, true);
+		size = file_now(fl, true, &mt);
 		pthread_rwlock_unlock(ds->copy_lock);
+		if (modified(fl, &mt))
+			return changed(ds, sh, sh->binds[f].file, f, hi, size,
+				       &mt);
 		if (size >= (int64_t)need)
 			return 0;
 	}

@@ -86,6 +86,39 @@ static int sniff_path(const char *path, enum bfs_source_kind *kind,
 	return 0;
 }
 
+/* Record what f's file is (st: its fstat). */
+static void identify(struct bfs_source_file *f, const struct stat *st)
+{
+	f->mtime = st->st_mtim;
+	f->dev = (uint64_t)st->st_dev;
+	f->ino = (uint64_t)st->st_ino;
+	f->uid = st->st_uid;
+	f->gid = st->st_gid;
+	f->mode = st->st_mode & 07777;
+}
+
+int bfs_source_adopt_fd(struct bfs_source *s, size_t i, int fd,
+			struct bfs_error *err)
+{
+	struct bfs_source_file *f = &s->files[i];
+	struct stat st;
+
+	f->fd = fd;
+	if (fd < 0)
+		return 0; /* bytes in memory */
+	if (fstat(fd, &st) < 0)
+		return bfs_error_set(err, -errno, f->path, BFS_NO_OFFSET,
+				     "cannot stat: %s", strerror(errno));
+	if ((uint64_t)st.st_size != f->size)
+		return bfs_error_set(err, -EIO, f->path, BFS_NO_OFFSET,
+				     "changed size while it was opened "
+				     "(%llu bytes mapped, %llu now)",
+				     (unsigned long long)f->size,
+				     (unsigned long long)st.st_size);
+	identify(f, &st);
+	return 0;
+}
+
 int bfs_source_map(struct bfs_source *s, const char *path, const uint8_t *mem,
 		   uint64_t size, struct bfs_error *err)
 {
@@ -129,6 +162,7 @@ int bfs_source_map(struct bfs_source *s, const char *path, const uint8_t *mem,
 	}
 	f->map = m;
 	f->size = (uint64_t)st.st_size;
+	identify(f, &st);
 	return (int)(s->nfiles - 1);
 }
 

@@ -27,6 +27,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "fs/dtype.h"
 #include "fs/error.h"
@@ -55,6 +56,12 @@ struct bfs_source_file {
 	const uint8_t *map;
 	uint64_t size; /* bytes mapped = the file's size at open */
 	bool owned;    /* mapped here (else by 'zip', or caller memory) */
+	/* What the file was at open (fstat of fd), to tell when its bytes
+	 * change under a mount: a write or truncation moves st_mtime (the
+	 * gather compares it, fs/README.md: a source that changes). */
+	struct timespec mtime;
+	uint64_t dev, ino;
+	uint32_t uid, gid, mode; /* owner, group, permission bits */
 };
 
 struct bfs_source_tensor {

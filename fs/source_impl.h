@@ -12,6 +12,13 @@
 int bfs_source_map(struct bfs_source *s, const char *path, const uint8_t *mem,
 		   uint64_t size, struct bfs_error *err);
 
+/* Let file 'f' of 's' read through 'fd' (a mapping someone else made of
+ * it, e.g. the zip's; -1: bytes in memory) and record what the file is
+ * now: its identity and times (struct bfs_source_file). 0, or -errno with
+ * 'err' (the file changed size since it was mapped). */
+int bfs_source_adopt_fd(struct bfs_source *s, size_t f, int fd,
+			struct bfs_error *err);
+
 /* A zeroed new tensor at the end of s->tensors (NULL when out of memory),
  * named a copy of 'name' and whose storage is named by 'store' (both
  * copied; at most BFS_MAX_FIELDS tensors, then -E2BIG with 'err'). */

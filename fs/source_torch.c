@@ -202,7 +202,10 @@ int bfs_source_load_torch(struct bfs_source *s, const char *path,
 	f = bfs_source_map(s, path, s->zip->map, s->zip->map_size, err);
 	if (f < 0)
 		return f;
-	s->files[f].fd = s->zip->fd; /* the zip owns fd and mapping */
+	/* the zip owns fd and mapping */
+	rc = bfs_source_adopt_fd(s, (size_t)f, s->zip->fd, err);
+	if (rc)
+		return rc;
 	for (size_t i = 0; i < s->pk.n_tensors && !rc; i++)
 		rc = bind_storage(s, &s->pk.tensors[i], err);
 	return rc;

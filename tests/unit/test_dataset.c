@@ -345,11 +345,12 @@ static void refusals_name_the_file_and_the_field(void **state)
 /* Truncation is detected before the copy: -EIO and a log line naming the
  * file and the sample. */
 static char last_log[1024];
-static int sigbus_logs;
+static int sigbus_logs, changed_logs;
 static void capture(enum bfs_log_level level, const char *line)
 {
 	snprintf(last_log, sizeof(last_log), "%s", line);
 	sigbus_logs += strstr(line, "SIGBUS") != NULL;
+	changed_logs += strstr(line, "changed under the mount") != NULL;
 }
 
 static void truncated_archive_gives_eio_and_names_the_sample(void **state)
@@ -484,6 +485,9 @@ static struct bfs_dataset *faulting_dataset(const char *file, uint8_t *rows)
 	fd = open(other, O_RDWR | O_CREAT | O_TRUNC, 0644);
 	assert_true(fd >= 0);
 	assert_int_equal(ftruncate(fd, sb.st_size), 0);
+	/* and its mtime: not a file modified since it was opened */
+	assert_int_equal(
+	    futimens(fd, (struct timespec[]){sb.st_atim, sb.st_mtim}), 0);
 	assert_int_equal(dup2(fd, si.zip->fd), si.zip->fd);
 	close(fd);
 	assert_int_equal(truncate(p, 4096), 0);
@@ -564,11 +568,12 @@ static void a_fault_names_the_sample_and_its_archive_offset(void **state)
 	free(dst);
 }
 
-/* The size check is per row: truncated in the middle of its rows, an
- * archive still serves the samples whose rows lie before the cut, right;
+/* The size check is per row: a file found shorter with its mtime
+ * unchanged (what a FUSE server's short read leaves in the kernel's
+ * cache) still serves the samples whose rows lie before the cut, right;
  * a gather that needs a row past it fails with -EIO, naming that sample
  * and the offset where the file now ends. */
-static void a_truncated_archive_serves_the_rows_before_the_cut(void **state)
+static void a_shorter_file_serves_the_rows_before_the_cut(void **state)
 {
 	enum { N = 16, ROW = 4096 };
 	uint8_t *rows = malloc(N * ROW), got[2 * ROW];
@@ -590,7 +595,13 @@ static void a_truncated_archive_serves_the_rows_before_the_cut(void **state)
 	struct bfs_shard_info si;
 	bfs_dataset_shard(ds, 0, &si);
 	uint64_t cut = (uint64_t)((const uint8_t *)row - si.zip->map) + 100;
+	struct stat sb;
+	assert_int_equal(stat(p, &sb), 0);
 	assert_int_equal(truncate(p, (off_t)cut), 0); /* inside row 10 */
+	assert_int_equal(utimensat(AT_FDCWD, p,
+				   (struct timespec[]){sb.st_atim, sb.st_mtim},
+				   0),
+			 0);
 	assert_int_equal(bfs_dataset_gather(ds, 0, before, 2, got), 0);
 	assert_memory_equal(got, rows + 9 * ROW, ROW);
 	assert_memory_equal(got + ROW, rows + 2 * ROW, ROW);
@@ -603,6 +614,53 @@ static void a_truncated_archive_serves_the_rows_before_the_cut(void **state)
 	assert_non_null(strstr(last_log, "sample 11"));
 	bfs_dataset_close(ds);
 	free(rows);
+}
+
+/* A file modified since it was opened (its mtime moved: rewritten in
+ * place, truncated) serves no row any more, not even the rows it still
+ * has or had rewritten with the same bytes: -EIO, the fault record says
+ * it changed, and one log line (not one per gather) says what changed.
+ * The archive's mtime is set back a day before it is opened, so the
+ * rewrite moves it whatever the file system's clock granularity. */
+static void a_modified_file_serves_no_row(void **state)
+{
+	const char *p = simple_archive("modified.pt", 5);
+	struct timespec old[2] = {{time(NULL) - 86400, 0},
+				  {time(NULL) - 86400, 0}};
+	struct bfs_dataset *ds;
+	struct bfs_dataset_fault f;
+	uint64_t idx[] = {0};
+	float got[3];
+	char *bytes;
+	size_t len;
+	FILE *fp;
+
+	assert_int_equal(utimensat(AT_FDCWD, p, old, 0), 0);
+	ds = open1(p);
+	assert_int_equal(bfs_dataset_gather(ds, 0, idx, 1, got), 0);
+	fp = fopen(p, "rb");
+	assert_non_null(fp);
+	bytes = malloc(1 << 20);
+	len = fread(bytes, 1, 1 << 20, fp);
+	fclose(fp);
+	fp = fopen(p, "wb"); /* rewritten with the very same bytes */
+	assert_non_null(fp);
+	assert_int_equal(fwrite(bytes, 1, len, fp), len);
+	fclose(fp);
+	free(bytes);
+	sigbus_logs = 0;
+	changed_logs = 0;
+	bfs_log_setup(BFS_LOG_INFO, capture);
+	for (int i = 0; i < 3; i++) {
+		assert_int_equal(bfs_dataset_gather(ds, 0, idx, 1, got), -EIO);
+		assert_int_equal(bfs_dataset_check(ds, idx, 1), -EIO);
+	}
+	bfs_log_setup(BFS_LOG_INFO, NULL);
+	assert_int_equal(changed_logs, 1);
+	assert_int_equal(bfs_dataset_fault(&f), 0);
+	assert_true(f.changed);
+	assert_non_null(strstr(f.path, "modified.pt"));
+	bfs_dataset_close(ds);
 }
 
 /* Pages of [p, p + n) in the page cache (mincore over the page range). */
@@ -687,8 +745,8 @@ int main(void)
 	    cmocka_unit_test(
 		faults_caught_even_when_the_handler_runs_with_signals_blocked),
 	    cmocka_unit_test(a_fault_names_the_sample_and_its_archive_offset),
-	    cmocka_unit_test(
-		a_truncated_archive_serves_the_rows_before_the_cut),
+	    cmocka_unit_test(a_shorter_file_serves_the_rows_before_the_cut),
+	    cmocka_unit_test(a_modified_file_serves_no_row),
 	    cmocka_unit_test(rows_served_in_place_only_when_stored_as_served),
 	    cmocka_unit_test(advise_reads_cold_rows_ahead),
 	};
