@@ -30,8 +30,7 @@ struct bfs_tree {
 	struct bfs_serve *serve;
 	uint64_t len, epochs;
 	char *readme, *json;
-	uid_t uid;
-	gid_t gid;
+	struct bfs_perm perm;
 	struct timespec when;
 	/* LOOKUPs that found a batch file (stats: batch_lookups); apart,
 	 * since lookups take a const tree */
@@ -240,12 +239,12 @@ static void fill_stat(const struct bfs_tree *t, const struct bfs_node *n,
 {
 	memset(st, 0, sizeof(*st));
 	st->st_ino = bfs_tree_ino(n);
-	st->st_uid = t->uid;
-	st->st_gid = t->gid;
+	st->st_uid = t->perm.uid;
+	st->st_gid = t->perm.gid;
 	st->st_blksize = BFS_TREE_BLKSIZE;
 	st->st_atim = st->st_mtim = st->st_ctim = t->when;
 	if (is_dir(n->kind)) {
-		st->st_mode = S_IFDIR | 0555;
+		st->st_mode = S_IFDIR | t->perm.read | t->perm.read >> 2;
 		st->st_nlink =
 		    n->kind == BFS_NODE_ROOT ? 4
 		    : n->kind == BFS_NODE_EPOCHS || n->kind == BFS_NODE_INDEXES
@@ -253,7 +252,7 @@ static void fill_stat(const struct bfs_tree *t, const struct bfs_node *n,
 			: 2;
 		st->st_size = 4096;
 	} else {
-		st->st_mode = S_IFREG | 0444;
+		st->st_mode = S_IFREG | t->perm.read;
 		st->st_nlink = 1;
 		st->st_size = (off_t)size;
 	}
@@ -693,8 +692,8 @@ int bfs_tree_create(struct bfs_tree **out, const struct bfs_dataset *ds,
 	t->serve = serve;
 	t->len = bfs_order_len(order);
 	t->epochs = info->epochs;
-	t->uid = getuid();
-	t->gid = getgid();
+	t->perm = info->perm;
+	t->perm.read &= 0444;
 	clock_gettime(CLOCK_REALTIME, &t->when);
 	rc = render_static(t, info);
 	if (rc < 0) {

@@ -20,6 +20,7 @@
 #include "fs/dataset.h"
 #include "fs/layout.h"
 #include "fs/order.h"
+#include "fs/perm.h"
 #include "fs/serve.h"
 
 #define BFS_TREE_MAX_EPOCHS  (1ull << 24)
@@ -62,6 +63,10 @@ struct bfs_tree_info {
 	const char *options; /* the mount options, one line */
 	const char *mountpoint;
 	const char *log; /* where the daemon logs: a file, or "stderr" */
+	/* Every node's owner and group, and its read bits (a subset of
+	 * 0444, from fs/perm: no wider than the sources'); directories get
+	 * the search bit beside each read bit. */
+	struct bfs_perm perm;
 };
 
 struct bfs_tree;
@@ -84,7 +89,8 @@ int bfs_tree_decode(const struct bfs_tree *t, uint64_t ino,
 		    struct bfs_node *out);
 
 /* Attributes of ino: exact st_size (text files are rendered to size
- * them), st_blksize 1 MiB, read-only modes. 0 or -ENOENT. */
+ * them), st_blksize 1 MiB, the owner, group and read bits of
+ * info->perm (never a write bit). 0 or -ENOENT. */
 int bfs_tree_getattr(const struct bfs_tree *t, uint64_t ino, struct stat *st);
 
 /* Name 'name' in directory 'parent': 0 and its attributes (st_ino set),

@@ -37,6 +37,7 @@
 #include "tools/cmd.h"
 #include "tools/mount_log.h"
 #include "tools/mountinfo.h"
+#include "tools/mount_perm.h"
 
 #define MAX_SOURCES 4096
 
@@ -61,9 +62,11 @@ struct mount_opts {
 	enum bfs_serve_mode serve;
 	enum bfs_torch_compat compat;
 	const char *subset, *weights, *gen_state, *rng_state, *log_file;
-	struct bfs_mount_log log; /* where the daemon logs */
-	char fuse_o[1024];	  /* user's -o options, comma-joined */
-	char line[2048];	  /* the options as one line, for README */
+	struct bfs_mount_log log;     /* where the daemon logs */
+	char fuse_o[1024];	      /* user's -o options, comma-joined */
+	char line[2048];	      /* the options as one line, for README */
+	struct bfs_mount_owner owner; /* --owner */
+	struct bfs_perm perm;	      /* who may read the nodes */
 	struct bfs_ragged_opt ragged[BFS_LAYOUT_MAX_RAGGED]; /* --pad/--pack */
 	size_t nragged;
 	char ragged_line[512]; /* them, for README (cut when long) */
@@ -138,8 +141,16 @@ static const char usage_text[] =
     "                       in $XDG_RUNTIME_DIR/batchfs, /run/batchfs\n"
     "                       (root) or /tmp/batchfs-UID: dataset.json\n"
     "                       says which)\n"
-    "  -o OPT[,OPT...]      FUSE mount options (allow_other drops\n"
-    "                       auto_unmount on libfuse 3.14)\n"
+    "  --owner USER[:GROUP] make USER (and GROUP, default USER's group)\n"
+    "                       the owner of every file, for a mount made by\n"
+    "                       root for another user; refused unless USER\n"
+    "                       may read every source; implies allow_other\n"
+    "  -o OPT[,OPT...]      FUSE mount options (allow_other lets other\n"
+    "                       users in, as far as the files' permissions\n"
+    "                       allow; it drops auto_unmount on libfuse 3.14)\n"
+    "Permissions: every file's owner, group and read bits are no wider\n"
+    "than the sources' (the most restrictive of them, their directories\n"
+    "included); the kernel enforces them. Nothing is writable.\n"
     "  -f, --foreground     stay in the foreground, log to stderr\n"
     "  -v, --verbose        debug logging: also each batch's open,\n"
     "                       materialize, serve and evict, with timings\n"
@@ -192,6 +203,7 @@ enum {
 	OPT_LOGFILE,
 	OPT_PAD,
 	OPT_PACK,
+	OPT_OWNER,
 };
 
 static const struct option long_opts[] = {
@@ -220,6 +232,7 @@ static const struct option long_opts[] = {
     {"log-file", required_argument, NULL, OPT_LOGFILE},
     {"pad", required_argument, NULL, OPT_PAD},
     {"pack", required_argument, NULL, OPT_PACK},
+    {"owner", required_argument, NULL, OPT_OWNER},
     {"foreground", no_argument, NULL, 'f'},
     {"verbose", no_argument, NULL, 'v'},
     {"help", no_argument, NULL, 'h'},
@@ -394,6 +407,13 @@ static int one_opt(int c, char *arg, struct mount_opts *m)
 	case OPT_PAD:
 	case OPT_PACK:
 		return ragged_opt(m, c, arg);
+	case OPT_OWNER: {
+		char why[160];
+
+		if (bfs_mount_owner_parse(arg, &m->owner, why, sizeof(why)))
+			return bfs_cli_bad_usage("mount", usage, why, NULL);
+		return 0;
+	}
 	case OPT_COMPAT:
 		if (!strcmp(arg, "1.13") || !strcmp(arg, "2.7")) {
 			m->compat =
@@ -441,6 +461,8 @@ static int operands(int argc, char **argv, struct mount_opts *m)
 		m->prefetch = 2 * m->workers;
 	if (!m->have_pc)
 		m->pc_mb = m->cache_mb;
+	if (m->owner.set && !strstr(m->fuse_o, "allow_other"))
+		append_o(m, "allow_other"); /* else only the mounter gets in */
 	return 0;
 }
 
@@ -682,14 +704,18 @@ static int start(void *arg, enum bfs_serve_mode mode, const char *why,
 	    .options = m->line,
 	    .mountpoint = m->mountpoint,
 	    .log = m->log.path,
+	    .perm = m->perm,
 	};
 	int rc;
 
 	bfs_mount_log_start(&m->log, m->verbose);
 	debug_opts(&po, &so);
 	describe_opts(m, mode);
-	bfs_log(BFS_LOG_INFO, "mount", "mounting %s on %s (pid %ld): %s",
-		m->source_label, m->mountpoint, (long)getpid(), m->line);
+	bfs_log(BFS_LOG_INFO, "mount",
+		"mounting %s on %s (pid %ld): %s; files owned by %u:%u, mode "
+		"%04o",
+		m->source_label, m->mountpoint, (long)getpid(), m->line,
+		m->perm.uid, m->perm.gid, m->perm.read);
 	rc = bfs_serve_create(&out->serve, mt->ds, mt->order, &mt->layout, &po,
 			      &so, kernel);
 	if (rc == 0)
@@ -796,6 +822,10 @@ int bfs_cmd_mount(int argc, char **argv)
 	}
 	bfs_log_setup(m->verbose ? BFS_LOG_DEBUG : BFS_LOG_INFO, NULL);
 	rc = open_model(m, &mt);
+	if (rc == 0)
+		rc = bfs_mount_perm_decide(
+		    mt.ds, &m->owner, strstr(m->fuse_o, "allow_other") != NULL,
+		    &m->perm);
 	if (rc == 0)
 		rc = run(m, &mt);
 out:

@@ -1,15 +1,16 @@
 #!/bin/sh
 # Install the Debian packages a make target needs, if they are missing.
 # Usage: tools/scripts/deps.sh build|test|torch|fuzz|lint
-# build: the libraries batchfs links; test: + cmocka, zip tools, numpy;
+# build: the libraries batchfs links; test: + cmocka, zip tools, numpy,
+# acl (setfacl, for the permission test);
 # torch: + python3-torch for interop tests; fuzz: + clang and libFuzzer;
 # lint: + clang-format (make format-check).
 set -eu
 want="libfuse3-dev fuse3 libzip-dev pkg-config"
 case "${1:-build}" in
 build) ;;
-test) want="$want libcmocka-dev zip unzip python3-numpy" ;;
-torch) want="$want libcmocka-dev zip unzip python3-numpy python3-torch" ;;
+test) want="$want libcmocka-dev zip unzip python3-numpy acl" ;;
+torch) want="$want libcmocka-dev zip unzip python3-numpy python3-torch acl" ;;
 fuzz) want="$want clang libclang-rt-14-dev" ;;
 lint) want="$want clang-format" ;;
 *) echo "usage: $0 build|test|torch|fuzz|lint" >&2; exit 2 ;;

@@ -1,0 +1,247 @@
+/* tools/mount_perm: who may read a mount (mount_perm.h). */
+#include "tools/mount_perm.h"
+
+#include <errno.h>
+#include <grp.h>
+#include <limits.h>
+#include <pwd.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/vfs.h>
+#include <unistd.h>
+
+#define MAX_GROUPS 1024
+
+/* A user id from a name or a number; false when neither. */
+static bool user_id(const char *s, unsigned *uid, unsigned *gid)
+{
+	struct passwd *pw = getpwnam(s);
+	char *end;
+	unsigned long v;
+
+	if (pw) {
+		*uid = pw->pw_uid;
+		*gid = pw->pw_gid;
+		return true;
+	}
+	errno = 0;
+	v = strtoul(s, &end, 10);
+	if (!*s || *end || errno || v >= UINT32_MAX)
+		return false;
+	*uid = (unsigned)v;
+	pw = getpwuid(*uid);
+	*gid = pw ? pw->pw_gid : *uid;
+	return true;
+}
+
+static bool group_id(const char *s, unsigned *gid)
+{
+	struct group *gr = getgrnam(s);
+	char *end;
+	unsigned long v;
+
+	if (gr) {
+		*gid = gr->gr_gid;
+		return true;
+	}
+	errno = 0;
+	v = strtoul(s, &end, 10);
+	if (!*s || *end || errno || v >= UINT32_MAX)
+		return false;
+	*gid = (unsigned)v;
+	return true;
+}
+
+int bfs_mount_owner_parse(const char *arg, struct bfs_mount_owner *o,
+			  char *why, size_t len)
+{
+	char user[64];
+	const char *colon = strchr(arg, ':');
+	size_t n = colon ? (size_t)(colon - arg) : strlen(arg);
+
+	if (n == 0 || n >= sizeof(user)) {
+		snprintf(why, len, "--owner: not USER or USER:GROUP");
+		return -1;
+	}
+	memcpy(user, arg, n);
+	user[n] = '\0';
+	if (!user_id(user, &o->uid, &o->gid)) {
+		snprintf(why, len, "--owner: no such user '%s'", user);
+		return -1;
+	}
+	if (colon && !group_id(colon + 1, &o->gid)) {
+		snprintf(why, len, "--owner: no such group '%s'", colon + 1);
+		return -1;
+	}
+	snprintf(o->name, sizeof(o->name), "%s", user);
+	o->set = true;
+	return 0;
+}
+
+/* The groups of user uid (primary group gid) into g; 0 when unknown (no
+ * passwd entry), then fs/perm assumes nothing either way. */
+static size_t groups_of(unsigned uid, unsigned gid, gid_t *g)
+{
+	struct passwd *pw = getpwuid(uid);
+	int n = MAX_GROUPS;
+
+	if (!pw || getgrouplist(pw->pw_name, gid, g, &n) < 0)
+		return 0;
+	return (size_t)n;
+}
+
+/* This process's groups (it is the mounter). */
+static size_t own_groups(gid_t *g)
+{
+	int n = getgroups(MAX_GROUPS - 1, g);
+
+	if (n < 0)
+		n = 0;
+	g[n++] = getegid();
+	return (size_t)n;
+}
+
+static const char *user_name(unsigned uid, char *buf, size_t len)
+{
+	struct passwd *pw = getpwuid(uid);
+
+	if (pw)
+		snprintf(buf, len, "%s", pw->pw_name);
+	else
+		snprintf(buf, len, "%u", uid);
+	return buf;
+}
+
+static const char *group_name(unsigned gid, char *buf, size_t len)
+{
+	struct group *gr = getgrgid(gid);
+
+	if (gr)
+		snprintf(buf, len, "%s", gr->gr_name);
+	else
+		snprintf(buf, len, "%u", gid);
+	return buf;
+}
+
+/* File systems whose servers may refuse a read that the mode bits allow
+ * (their own permission checks, ID mapping, or root squashing). */
+static bool remote_fs(long type)
+{
+	static const long types[] = {
+	    0x6969,	/* NFS */
+	    0xFF534D42, /* CIFS */
+	    0xFE534D42, /* SMB2 */
+	    0x517B,	/* SMB */
+	    0x65735546, /* FUSE */
+	    0x01021997, /* 9P */
+	    0x00C36400, /* Ceph */
+	    0x5346414F, /* AFS */
+	    0x47504653, /* GPFS */
+	    0x0BD00BD0, /* Lustre */
+	};
+
+	for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++)
+		if ((type & 0xFFFFFFFF) == types[i])
+			return true;
+	return false;
+}
+
+/* Who may read files of mode bits p->read, in words. */
+static void readers(const struct bfs_perm *p, char *buf, size_t len)
+{
+	char u[64], g[64];
+
+	user_name(p->uid, u, sizeof(u));
+	group_name(p->gid, g, sizeof(g));
+	if (p->read & S_IROTH)
+		snprintf(buf, len, "everyone");
+	else if ((p->read & S_IRUSR) && (p->read & S_IRGRP))
+		snprintf(buf, len, "%s and members of group %s", u, g);
+	else if (p->read & S_IRUSR)
+		snprintf(buf, len, "%s only", u);
+	else if (p->read & S_IRGRP)
+		snprintf(buf, len, "members of group %s", g);
+	else
+		snprintf(buf, len, "nobody but root");
+}
+
+/* What -o allow_other lets in, said once at mount, and the sources whose
+ * permissions may be more than their mode bits. */
+static void allow_other_notes(const struct bfs_perm_obj *o, size_t n,
+			      const struct bfs_perm *p)
+{
+	char who[200], u[64], g[64];
+	struct statfs sf;
+
+	readers(p, who, sizeof(who));
+	fprintf(stderr,
+		"batchfs mount: -o allow_other: files are %s:%s, mode %04o "
+		"(no wider than the sources'): readable by %s\n",
+		user_name(p->uid, u, sizeof(u)),
+		group_name(p->gid, g, sizeof(g)), p->read, who);
+	for (size_t i = 0; i < n; i++)
+		if (!o[i].dir && statfs(o[i].path, &sf) == 0 &&
+		    remote_fs((long)sf.f_type))
+			fprintf(stderr,
+				"batchfs mount: warning: %s is on a network or "
+				"FUSE file system whose server may check more "
+				"than its mode bits: with allow_other the "
+				"mount shows its data to whoever its mode "
+				"bits allow\n",
+				o[i].path);
+}
+
+int bfs_mount_perm_decide(const struct bfs_dataset *ds,
+			  const struct bfs_mount_owner *owner, bool allow_other,
+			  struct bfs_perm *out)
+{
+	struct bfs_error err = {{0}};
+	struct bfs_perm_obj *o;
+	gid_t groups[MAX_GROUPS];
+	size_t n, ng = 0;
+	bool root = geteuid() == 0;
+
+	if (bfs_perm_objects(ds, &o, &n, &err) < 0) {
+		fprintf(stderr, "batchfs mount: %s\n", err.msg);
+		return 1;
+	}
+	memset(out, 0, sizeof(*out));
+	if (owner->set) {
+		out->uid = owner->uid;
+		out->gid = owner->gid;
+		ng = groups_of(out->uid, out->gid, groups);
+	} else if (!root) {
+		out->uid = geteuid();
+		out->gid = getegid();
+		ng = own_groups(groups);
+	} else if (n) { /* o[0]: the first source file */
+		out->uid = o[0].uid;
+		out->gid = o[0].gid;
+		ng = groups_of(out->uid, out->gid, groups);
+	}
+	out->read = bfs_perm_bits(o, n, out->uid, out->gid, groups, ng);
+	if (!owner->set && !root) /* it opened them: it may read them */
+		out->read |= S_IRUSR;
+	if (owner->set && !(out->read & S_IRUSR)) {
+		const struct bfs_perm_obj *d =
+		    bfs_perm_denied(o, n, out->uid, groups, ng);
+
+		fprintf(stderr,
+			"batchfs mount: --owner %s: %s may not %s %s (mode "
+			"%04o, owner %u, group %u%s): the mount would show "
+			"it data it cannot read\n",
+			owner->name, owner->name,
+			d && d->dir ? "search the directory" : "read",
+			d ? d->path : "every source", d ? d->mode : 0,
+			d ? d->uid : 0, d ? d->gid : 0,
+			d && d->acl ? ", with an ACL" : "");
+		bfs_perm_objects_free(o, n);
+		return 1;
+	}
+	if (allow_other)
+		allow_other_notes(o, n, out);
+	bfs_perm_objects_free(o, n);
+	return 0;
+}
