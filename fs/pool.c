@@ -121,7 +121,7 @@ struct bfs_pool {
 
 	pthread_mutex_t lock;
 	pthread_cond_t work;  /* [L] queue not empty or stop */
-	pthread_cond_t ready; /* [L] some batch became READY/FAILED */
+	pthread_cond_t ready; /* [L] some batch became READY/FAILED, or stop */
 	bool stop;	      /* [L] */
 	struct bfs_batch *table[NBUCKETS]; /* [L] */
 	struct list queue;		   /* [L] QUEUED batches */
@@ -148,6 +148,21 @@ static uint64_t now_ns(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* CLOCK_MONOTONIC 'ms' milliseconds from now (p->ready's clock). */
+static struct timespec deadline_in(unsigned ms)
+{
+	struct timespec dl;
+
+	clock_gettime(CLOCK_MONOTONIC, &dl);
+	dl.tv_sec += ms / 1000;
+	dl.tv_nsec += (long)(ms % 1000) * 1000000L;
+	if (dl.tv_nsec >= 1000000000L) {
+		dl.tv_sec++;
+		dl.tv_nsec -= 1000000000L;
+	}
+	return dl;
 }
 
 /* Log "epoch E batch K: msg" as an error and keep it as last_error. [L] */
@@ -464,6 +479,19 @@ static int make_storage(struct bfs_pool *p, struct bfs_batch *b, bool *fresh)
 	return 0;
 }
 
+/* Tests: wait opts.debug_delay_ms before a gather, or until the pool
+ * stops (bfs_pool_destroy does not wait out the delay). */
+static void debug_delay(struct bfs_pool *p)
+{
+	struct timespec dl = deadline_in(p->o.debug_delay_ms);
+
+	pthread_mutex_lock(&p->lock);
+	while (!p->stop &&
+	       pthread_cond_timedwait(&p->ready, &p->lock, &dl) != ETIMEDOUT)
+		;
+	pthread_mutex_unlock(&p->lock);
+}
+
 /* Gather b into its storage, without the lock. Returns 0 or -errno. */
 static int gather(struct bfs_pool *p, struct bfs_batch *b, struct worker *w)
 {
@@ -471,7 +499,7 @@ static int gather(struct bfs_pool *p, struct bfs_batch *b, struct worker *w)
 	int rc;
 
 	if (p->o.debug_delay_ms)
-		usleep(p->o.debug_delay_ms * 1000u);
+		debug_delay(p);
 	if (b->rows > w->idx_cap) {
 		uint64_t *n = realloc(w->idx, b->rows * sizeof(*w->idx));
 
@@ -545,9 +573,10 @@ static void finish(struct bfs_pool *p, struct bfs_batch *b, int rc, uint64_t ns)
 				snprintf(off, sizeof(off), " at offset %llu",
 					 (unsigned long long)f.offset);
 			snprintf(why, sizeof(why),
-				 "gather failed: %s (sample %llu, %s%s)",
+				 "gather failed: %s (sample %llu, %s%s%s)",
 				 strerror(-rc), (unsigned long long)f.sample,
-				 f.path, off);
+				 f.path, off,
+				 f.changed ? " changed under the mount" : "");
 		} else {
 			snprintf(why, sizeof(why), "gather failed: %s%s%s%s",
 				 strerror(-rc), *cause ? " (" : "", cause,
@@ -963,6 +992,7 @@ void bfs_pool_destroy(struct bfs_pool *p)
 	pthread_mutex_lock(&p->lock);
 	p->stop = true;
 	pthread_cond_broadcast(&p->work);
+	pthread_cond_broadcast(&p->ready); /* cuts debug_delay short */
 	pthread_mutex_unlock(&p->lock);
 	for (unsigned i = 0; i < p->nthreads; i++)
 		pthread_join(p->threads[i], NULL);
@@ -1081,13 +1111,7 @@ static int acquire(struct bfs_pool *p, uint64_t e, uint64_t k, bool prefetch,
 	*out = NULL;
 	if (k >= p->len || e >= p->o.epochs)
 		return -ENOENT;
-	clock_gettime(CLOCK_MONOTONIC, &dl);
-	dl.tv_sec += p->o.timeout_ms / 1000;
-	dl.tv_nsec += (long)(p->o.timeout_ms % 1000) * 1000000L;
-	if (dl.tv_nsec >= 1000000000L) {
-		dl.tv_sec++;
-		dl.tv_nsec -= 1000000000L;
-	}
+	dl = deadline_in(p->o.timeout_ms);
 	pthread_mutex_lock(&p->lock);
 	b = find(p, pos);
 	if (!b) {

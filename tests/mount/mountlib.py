@@ -157,7 +157,13 @@ def _passthrough_works():
     return False
 
 
-def wait_stats(mnt, ok, timeout=10.0):
+# How long a test waits for a state before it calls it a hang: a bound on
+# liveness, never a measurement, so generous enough for a sanitizer build
+# on a machine whose cores are all busy.
+LIVENESS_S = 60.0
+
+
+def wait_stats(mnt, ok, timeout=LIVENESS_S):
     """The stats once ok(stats) holds, polled: RELEASE is asynchronous
     (close() returns before the daemon hears of it). Fails after
     'timeout' seconds (a liveness bound, not a measurement)."""
@@ -171,7 +177,7 @@ def wait_stats(mnt, ok, timeout=10.0):
         time.sleep(0.01)
 
 
-def wait_blocked(pid, timeout=5.0):
+def wait_blocked(pid, timeout=LIVENESS_S):
     """Until process pid sleeps waiting for a FUSE answer (its wchan is
     request_wait_answer); False after timeout seconds."""
     deadline = time.monotonic() + timeout
@@ -191,7 +197,7 @@ def finish(failures):
     return 0
 
 
-def wait_pid_exit(pid, timeout=10.0):
+def wait_pid_exit(pid, timeout=LIVENESS_S):
     """Wait for a (non-child) process to exit, without polling."""
     try:
         fd = os.pidfd_open(pid)

@@ -128,7 +128,7 @@ def timeout_gives_eio_and_log(mode, path):
     _, mnt = ml.mount(path, None, "--serve", mode, "--batch-size", 10,
                       "--timeout", 1,
                       "--log-file", log,
-                      env={"BATCHFS_DEBUG_GATHER_DELAY_MS": "3000"})
+                      env={"BATCHFS_DEBUG_GATHER_DELAY_MS": "60000"})
     idx = ml.read_index(mnt + "/index/0/batch_2")
     ml.read_fails_with_eio(mnt + "/epoch/0/batch_2")
     text = open(log).read()

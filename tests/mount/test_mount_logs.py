@@ -114,7 +114,7 @@ def last_error_in_stats(path):
     log = os.path.join(TMP, "err.log")
     _, mnt = ml.mount(path, None, "--batch-size", 10, "--timeout", 1,
                       "--log-file", log,
-                      env={"BATCHFS_DEBUG_GATHER_DELAY_MS": "3000"})
+                      env={"BATCHFS_DEBUG_GATHER_DELAY_MS": "60000"})
     size = os.stat(mnt + "/stats").st_size
     s = ml.stats(mnt)
     for k in ["last_error_time", "last_error_epoch", "last_error_batch",
