@@ -7,13 +7,14 @@ backtrace naming the function, on one line.
   is gone outside fs/dataset's SIGBUS guard (after a fault inside the guard
   came back as -EIO without a word from the handler): the guard chains to
   the post-mortem handler, the process dies of the signal;
-- a mounted daemon killed with SIGSEGV or SIGBUS (after a gather installed
-  the guard) writes the line into its --log-file, dies, and auto_unmount
-  removes the mount;
+- a mounted daemon whose main thread is sent SIGSEGV or SIGBUS (after a
+  gather installed the guard) writes the line into its --log-file, with
+  frames of batchfs, dies, and auto_unmount removes the mount;
 - in a SANITIZE= build, when no log_path is given in the sanitizer's
   options, the sanitizer's own report goes to the --log-file too, and an
   ASan error (a read of a freed block) ends with the crash line.
 """
+import ctypes
 import os
 import re
 import signal
@@ -126,7 +127,10 @@ def daemon_killed(sig):
     pid = ml.daemon_pid(mnt)
     helpers = ml.unmount_helpers(mnt)
     ml.read_file(mnt + "/epoch/0/batch_3")  # a gather: the guard is in
-    os.kill(pid, sig)
+    # To the main thread (tgkill): kill(2) lets the kernel pick any thread
+    # that does not block the signal, and a libfuse worker's stack has no
+    # frame of batchfs: which one it picks is scheduling, not a property.
+    ctypes.CDLL(None, use_errno=True).tgkill(pid, pid, sig)
     name = signal.Signals(sig).name
     check(ml.wait_pid_exit(pid), "daemon %s: the daemon exits" % name)
     lines = crash_lines(log)
