@@ -497,15 +497,17 @@ static int bind_shard(struct bfs_dataset *ds, struct shard *sh,
 		      struct bfs_error *err)
 {
 	const struct bfs_source *s = sh->src;
-	uint64_t fm_bytes = 0;
 	int rc;
 
 	sh->binds = calloc(ds->nfields, sizeof(*sh->binds));
 	sh->obinds = calloc(ds->nfields, sizeof(*sh->obinds));
-	if (!sh->binds || !sh->obinds || bfs_dataset_fmem_init(sh, &fm_bytes))
+	sh->changed = calloc(s->nfiles ? s->nfiles : 1, sizeof(*sh->changed));
+	if (!sh->binds || !sh->obinds || !sh->changed)
 		return -ENOMEM;
 	rc = charge(ds, s->path,
-		    2 * ds->nfields * sizeof(*sh->binds) + fm_bytes, err);
+		    2 * ds->nfields * sizeof(*sh->binds) +
+			s->nfiles * sizeof(*sh->changed),
+		    err);
 	if (!rc)
 		rc = count_samples(ds, sh, map, omap, err);
 	for (size_t i = 0; i < ds->nfields && !rc; i++) {
@@ -575,6 +577,27 @@ static pthread_rwlock_t *lock_new(void)
 	return l;
 }
 
+/* Number every shard's files in shard order (ds->files, shard->file0).
+ * 0 or -ENOMEM. */
+static int number_files(struct bfs_dataset *ds)
+{
+	size_t n = 0;
+
+	for (size_t i = 0; i < ds->nshards; i++)
+		n += ds->shards[i].src->nfiles;
+	ds->files = calloc(n ? n : 1, sizeof(*ds->files));
+	if (!ds->files)
+		return -ENOMEM;
+	for (size_t i = 0; i < ds->nshards; i++) {
+		const struct bfs_source *s = ds->shards[i].src;
+
+		ds->shards[i].file0 = ds->nfiles;
+		for (size_t f = 0; f < s->nfiles; f++)
+			ds->files[ds->nfiles++] = &s->files[f];
+	}
+	return 0;
+}
+
 int bfs_dataset_open_parts(struct bfs_dataset **out,
 			   const struct bfs_source_part *parts,
 			   const size_t *first, size_t nsources,
@@ -591,9 +614,8 @@ int bfs_dataset_open_parts(struct bfs_dataset **out,
 	if (!ds)
 		return -ENOMEM;
 	ds->shards = calloc(nsources, sizeof(*ds->shards));
-	ds->ctr = calloc(1, sizeof(*ds->ctr));
 	ds->copy_lock = lock_new();
-	if (!ds->shards || !ds->ctr || !ds->copy_lock)
+	if (!ds->shards || !ds->copy_lock)
 		goto err_close;
 	for (size_t i = 0; i < nsources; i++) {
 		struct shard *sh = &ds->shards[i];
@@ -614,6 +636,9 @@ int bfs_dataset_open_parts(struct bfs_dataset **out,
 			goto err_close;
 		}
 	}
+	rc = number_files(ds);
+	if (rc)
+		goto err_close;
 	*out = ds;
 	return 0;
 err_close:
@@ -649,16 +674,14 @@ void bfs_dataset_close(struct bfs_dataset *ds)
 
 		free(sh->binds);
 		free(sh->obinds);
-		for (size_t f = 0; sh->fm && f < sh->src->nfiles; f++)
-			free(sh->fm[f].chunks);
-		free(sh->fm);
+		free(sh->changed);
 		bfs_source_close(sh->src);
 	}
 	for (size_t i = 0; ds->fields && i < ds->nfields; i++)
 		free(ds->fields[i].name);
 	free(ds->fields);
 	free(ds->shards);
-	free(ds->ctr);
+	free(ds->files);
 	if (ds->copy_lock)
 		pthread_rwlock_destroy(ds->copy_lock);
 	free(ds->copy_lock);
@@ -684,6 +707,26 @@ const struct bfs_field *bfs_dataset_field(const struct bfs_dataset *ds,
 size_t bfs_dataset_nshards(const struct bfs_dataset *ds)
 {
 	return ds->nshards;
+}
+
+size_t bfs_dataset_nfiles(const struct bfs_dataset *ds)
+{
+	return ds->nfiles;
+}
+
+const struct bfs_source_file *bfs_dataset_file(const struct bfs_dataset *ds,
+					       size_t i)
+{
+	return ds->files[i];
+}
+
+uint64_t bfs_dataset_bytes(const struct bfs_dataset *ds)
+{
+	uint64_t n = 0;
+
+	for (size_t i = 0; i < ds->nfiles; i++)
+		n += ds->files[i]->size;
+	return n;
 }
 
 void bfs_dataset_shard(const struct bfs_dataset *ds, size_t i,

@@ -172,36 +172,26 @@ struct bfs_dataset_fault {
  * errno; valid until that thread's next gather or check. */
 int bfs_dataset_fault(struct bfs_dataset_fault *out);
 
-/* Advise the kernel that samples idx[0..n) of every fixed field will be
- * read soon (madvise MADV_WILLNEED on their pages; ragged fields are not
- * advised: that needs their offsets). Best effort, never fails. */
-void bfs_dataset_advise(const struct bfs_dataset *ds, const uint64_t *idx,
-			size_t n);
+/* The files the dataset maps, numbered 0 .. nfiles - 1 in shard order
+ * (file i lives as long as the dataset). */
+size_t bfs_dataset_nfiles(const struct bfs_dataset *ds);
+const struct bfs_source_file *bfs_dataset_file(const struct bfs_dataset *ds,
+					       size_t i);
 
-/* Bytes of all archives (their mapped sizes). */
+/* Bytes of all files (their mapped sizes). */
 uint64_t bfs_dataset_bytes(const struct bfs_dataset *ds);
 
-/* Read every archive into the page cache and map its pages, in order and
- * in large windows (sequential reads at disk speed, and no page fault on
- * the first touch of a row later), until done or *stop is set. For data
- * that fits in memory; best effort, never fails. Thread-safe. */
-void bfs_dataset_warm(const struct bfs_dataset *ds, const atomic_bool *stop);
-
-/* For archives that do not fit in memory: tell the kernel their mappings
- * are read at random (MADV_RANDOM), so a page fault reads that page alone
- * and not the device's read-ahead window around it (8 MiB on some disks:
- * thousands of times a small row, and an eviction storm when memory is
- * short); rows are read ahead by bfs_dataset_advise instead. Best effort.
- * Thread-safe. */
-void bfs_dataset_random_access(const struct bfs_dataset *ds);
-
-/* Read-ahead counters. */
-struct bfs_dataset_stats {
-	uint64_t warm_bytes;	/* read in by bfs_dataset_warm */
-	uint64_t rows_resident; /* rows advise found in memory already */
-	uint64_t rows_advised;	/* rows advise asked the kernel to read */
+/* Where row i of fixed field f lies: bytes [off, off + len) of file
+ * 'file' (bfs_dataset_file), len the bytes the row touches from its start
+ * (a strided row's span). For read-ahead: nothing is read. */
+struct bfs_extent {
+	size_t file;
+	uint64_t off, len;
 };
-void bfs_dataset_stats(const struct bfs_dataset *ds,
-		       struct bfs_dataset_stats *out);
+
+/* 0 and *out, -EINVAL (bad or ragged f) or -ERANGE (i >= samples).
+ * Cost: O(log shards). */
+int bfs_dataset_extent(const struct bfs_dataset *ds, size_t f, uint64_t i,
+		       struct bfs_extent *out);
 
 #endif

@@ -3,8 +3,7 @@
  * (rows, ragged spans, the SIGBUS guard, advice). Not a public header.
  *
  * Invariants after bfs_dataset_open: everything here is immutable except
- * the advise words, the changed flags and the read-ahead counters
- * (relaxed atomics, only hints, log-once flags and statistics), so the gather
+ * the changed flags (relaxed atomics: say a change once), so the gather
  * side is thread-safe; copy_lock only orders copies against refreshes of a
  * file's size (gather.c). */
 #ifndef BFS_DATASET_IMPL_H
@@ -31,22 +30,15 @@ struct bind {
 	size_t file;		      /* in the shard's source files */
 };
 
-/* Advise memory of one mapped file, one word per CHUNK bytes (see
- * gather.c): 0 = never looked at, else tick << 1 | resident. */
-struct fmem {
-	uint32_t *chunks; /* NULL for files given in memory */
-	size_t nchunks;
-	/* The file was found modified since it was opened, and said so in
-	 * the log (once: a relaxed atomic, like the chunk words). */
-	atomic_bool changed;
-};
-
 struct shard {
 	struct bfs_source *src;
 	uint64_t first, samples;
 	struct bind *binds;  /* [nfields]: the field (ragged: its values) */
 	struct bind *obinds; /* [nfields]: ragged offsets; NULL when none */
-	struct fmem *fm;     /* [src->nfiles] */
+	size_t file0;	     /* the dataset's number of its first file */
+	/* [src->nfiles]: the file was found modified since it was opened,
+	 * and the log said so (once: relaxed atomics) */
+	atomic_bool *changed;
 };
 
 struct bfs_dataset {
@@ -57,11 +49,9 @@ struct bfs_dataset {
 	size_t nragged; /* fields with ragged set */
 	uint64_t samples;
 	uint64_t meta_bytes; /* metadata charged so far (the budget) */
-	/* Read-ahead counters, the one part of a dataset that changes
-	 * (relaxed atomics: statistics only). */
-	struct counters {
-		_Atomic uint64_t warm_bytes, rows_resident, rows_advised;
-	} * ctr;
+	/* every shard's files, numbered in shard order (bfs_dataset_file) */
+	const struct bfs_source_file **files;
+	size_t nfiles;
 	/* Read-held by copies, write-held by size refreshes (gather.c:
 	 * short reads); writers preferred, so a refresh is not starved. */
 	pthread_rwlock_t *copy_lock;
@@ -79,9 +69,5 @@ int64_t bfs_dataset_offset_at(const struct bind *ob, uint64_t i);
  * that a jump out of it would leak, and never return -EFAULT itself).
  * Returns fn's result or -EFAULT; the caller logs and says -EIO. */
 int bfs_dataset_guard(int (*fn)(void *), void *arg);
-
-/* Initialise the advise memory of shard 'sh' (gather.c); 0 or -ENOMEM.
- * Its bytes are returned in *bytes for the metadata budget. */
-int bfs_dataset_fmem_init(struct shard *sh, uint64_t *bytes);
 
 #endif

@@ -1,5 +1,6 @@
-/* fs/gather: a dataset's rows, ragged spans and read-ahead advice, straight
- * from the read-only mappings of its sources (see dataset.h).
+/* fs/gather: a dataset's rows and ragged spans, copied straight from the
+ * read-only mappings of its sources, safely (see dataset.h). What to read
+ * ahead is fs/readahead's.
  *
  * Gather: a fixed field's row is addressed as  base + s * stride0  plus
  * its simplified per-row strides (fs/dataset.c binds them). A C-contiguous
@@ -47,25 +48,9 @@
  * file, sample and offset that could not be read (bfs_dataset_fault), for
  * the caller's log line.
  *
- * Advise: madvise(MADV_WILLNEED) starts reads of cold rows ahead of the
- * gather; on rows already in the page cache it is pure cost (it once took
- * 42 % of the daemon's CPU). So each mapping keeps one word per 2 MiB
- * CHUNK: the first time a row of a chunk is advised (and again once the
- * answer is older than WINDOW = 1 s) one mincore() over the chunk says
- * whether all its pages are resident; rows in resident chunks are not
- * advised, rows in other chunks are (coalesced page ranges), so cold data
- * is still read ahead, and an evicted chunk is advised again within a
- * window (fs/README.md: read-ahead of cold rows, with the figures).
- *
- * Warm: bfs_dataset_warm reads whole files that fit in memory, in order
- * and in large windows, with MADV_POPULATE_READ: the kernel reads them
- * sequentially (so a cold epoch can run at the device's sequential rate
- * rather than its random-read rate) and maps every page, so no row costs a
- * page fault on its first touch.
- *
  * Thread-safety: the dataset is immutable after open except for the
- * advise words and the read-ahead counters (relaxed atomics, only hints
- * and statistics); copy_lock only orders copies against size refreshes.
+ * changed flags (relaxed atomics: a change is said once); copy_lock only
+ * orders copies against size refreshes.
  * The other mutable state is the thread-local jump-buffer pointer, fault
  * address and fault record, and the previous SIGBUS action (under
  * guard_lock). */
@@ -90,17 +75,6 @@
 
 #define MOD "dataset"
 
-/* Advise memory (see the file comment): residency is tracked per CHUNK of
- * a mapping, looked up again after WINDOW ticks of TICK_NS. */
-#define CHUNK	  ((uint64_t)2 << 20)
-#define TICK_NS	  125000000ull /* 1/8 s */
-#define TICK_MASK 0x7fffffffu
-#define WINDOW	  8u /* ticks: 1 s */
-
-/* bfs_dataset_warm reads files in windows of this size, checking for a
- * stop between them. */
-#define WARM_WINDOW ((uint64_t)32 << 20)
-
 size_t bfs_dataset_shard_of(const struct bfs_dataset *ds, uint64_t g)
 {
 	size_t lo = 0, hi = ds->nshards;
@@ -115,29 +89,6 @@ size_t bfs_dataset_shard_of(const struct bfs_dataset *ds, uint64_t g)
 	/* lo = the last shard starting at or before g: never an empty one
 	 * (the shard after an empty one starts at the same sample). */
 	return lo;
-}
-
-int bfs_dataset_fmem_init(struct shard *sh, uint64_t *bytes)
-{
-	const struct bfs_source *s = sh->src;
-
-	sh->fm = calloc(s->nfiles ? s->nfiles : 1, sizeof(*sh->fm));
-	if (!sh->fm)
-		return -ENOMEM;
-	*bytes = s->nfiles * sizeof(*sh->fm);
-	for (size_t i = 0; i < s->nfiles; i++) {
-		struct fmem *m = &sh->fm[i];
-
-		if (s->files[i].fd < 0)
-			continue; /* in memory: nothing to read ahead */
-		m->nchunks = (size_t)((s->files[i].size + CHUNK - 1) / CHUNK);
-		m->chunks =
-		    calloc(m->nchunks ? m->nchunks : 1, sizeof(*m->chunks));
-		if (!m->chunks)
-			return -ENOMEM;
-		*bytes += m->nchunks * sizeof(*m->chunks);
-	}
-	return 0;
 }
 
 /* ---- copying ---------------------------------------------------------- */
@@ -371,7 +322,7 @@ static int changed(const struct bfs_dataset *ds, const struct shard *sh,
 	const struct bfs_source_file *fl = &sh->src->files[i];
 	char was[40], now[40];
 
-	if (!atomic_exchange_explicit(&sh->fm[i].changed, true,
+	if (!atomic_exchange_explicit(&sh->changed[i], true,
 				      memory_order_relaxed)) {
 		bfs_log(BFS_LOG_ERR, MOD,
 			"%s: changed under the mount (modified %s, %" PRId64
@@ -899,171 +850,21 @@ int bfs_dataset_row(const struct bfs_dataset *ds, size_t f, uint64_t i,
 	return 0;
 }
 
-/* ---- advising --------------------------------------------------------- */
-
-/* A coarse clock for the advise memory: ticks of TICK_NS, 31 bits. */
-static uint32_t advise_tick(void)
+int bfs_dataset_extent(const struct bfs_dataset *ds, size_t f, uint64_t i,
+		       struct bfs_extent *out)
 {
-	struct timespec ts;
-	uint64_t ns;
+	const struct shard *sh;
+	const struct bfs_source_file *fl;
+	const uint8_t *row;
 
-	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-	ns = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-	return (uint32_t)(ns / TICK_NS) & TICK_MASK;
-}
-
-/* 1 if chunk c of file fl was found fully resident within the last WINDOW
- * ticks; otherwise looks again (one mincore over the chunk) unless it was
- * found cold within the window, and remembers the answer. Threads racing
- * on one chunk both look and store the same kind of answer: harmless. */
-static int chunk_resident(const struct bfs_source_file *fl,
-			  const struct fmem *m, size_t c, uint32_t tick,
-			  size_t pg)
-{
-	uint32_t st = __atomic_load_n(&m->chunks[c], __ATOMIC_RELAXED);
-	unsigned char vec[CHUNK / 4096];
-	uint64_t off = (uint64_t)c * CHUNK;
-	size_t len, np;
-	int res;
-
-	if (st && ((tick - (st >> 1)) & TICK_MASK) < WINDOW)
-		return (int)(st & 1);
-	len = (size_t)(fl->size - off < CHUNK ? fl->size - off : CHUNK);
-	np = (len + pg - 1) / pg;
-	res = np <= sizeof(vec) &&
-	      mincore((void *)(fl->map + off), len, vec) == 0;
-	for (size_t i = 0; res && i < np; i++)
-		res = vec[i] & 1;
-	__atomic_store_n(&m->chunks[c], tick << 1 | (uint32_t)res,
-			 __ATOMIC_RELAXED);
-	return res;
-}
-
-/* 1 if every chunk that [a, e) (page-aligned, inside file f of sh)
- * touches is known resident. */
-static int range_resident(const struct shard *sh, size_t f, uintptr_t a,
-			  uintptr_t e, uint32_t tick, size_t pg)
-{
-	const struct bfs_source_file *fl = &sh->src->files[f];
-	const struct fmem *m = &sh->fm[f];
-	uintptr_t base = (uintptr_t)fl->map;
-
-	if (!m->chunks)
-		return 1; /* a file in memory: nothing to read ahead */
-	for (size_t c = (a - base) / CHUNK; c <= (e - 1 - base) / CHUNK; c++)
-		if (!chunk_resident(fl, m, c, tick, pg))
-			return 0;
-	return 1;
-}
-
-void bfs_dataset_advise(const struct bfs_dataset *ds, const uint64_t *idx,
-			size_t n)
-{
-	long pgl = sysconf(_SC_PAGESIZE);
-	size_t pg = pgl >= 4096 ? (size_t)pgl : 4096;
-	uintptr_t mask = (uintptr_t)pg - 1;
-	uint32_t tick = advise_tick();
-
-	for (size_t fi = 0; fi < ds->nfields; fi++) {
-		uintptr_t lo = 0, hi = 0; /* pending range, coalesced */
-
-		if (ds->fields[fi].ragged)
-			continue;
-		for (size_t i = 0; i < n; i++) {
-			if (idx[i] >= ds->samples)
-				continue;
-			const struct shard *sh;
-			uintptr_t a = (uintptr_t)row_at(ds, fi, idx[i], &sh);
-			const struct bind *b = &sh->binds[fi];
-			if (!b->span)
-				continue;
-			uintptr_t e = a + b->span;
-			a &= ~mask;
-			e = (e + mask) & ~mask;
-			if (range_resident(sh, b->file, a, e, tick, pg)) {
-				atomic_fetch_add_explicit(
-				    &ds->ctr->rows_resident, 1,
-				    memory_order_relaxed);
-				continue;
-			}
-			atomic_fetch_add_explicit(&ds->ctr->rows_advised, 1,
-						  memory_order_relaxed);
-			if (hi && a <= hi && e >= lo) {
-				lo = a < lo ? a : lo;
-				hi = e > hi ? e : hi;
-				continue;
-			}
-			if (hi)
-				madvise((void *)lo, hi - lo, MADV_WILLNEED);
-			lo = a;
-			hi = e;
-		}
-		if (hi)
-			madvise((void *)lo, hi - lo, MADV_WILLNEED);
-	}
-}
-
-uint64_t bfs_dataset_bytes(const struct bfs_dataset *ds)
-{
-	uint64_t n = 0;
-
-	for (size_t i = 0; i < ds->nshards; i++)
-		for (size_t f = 0; f < ds->shards[i].src->nfiles; f++)
-			n += ds->shards[i].src->files[f].size;
-	return n;
-}
-
-/* Read file fl in, window by window, until done or *stop. 0 or 1 when
- * stopped. */
-static int warm_file(const struct bfs_dataset *ds,
-		     const struct bfs_source_file *fl, const atomic_bool *stop)
-{
-	for (uint64_t off = 0; fl->fd >= 0 && off < fl->size;
-	     off += WARM_WINDOW) {
-		uint64_t len =
-		    fl->size - off < WARM_WINDOW ? fl->size - off : WARM_WINDOW;
-
-		if (atomic_load(stop))
-			return 1;
-		/* Faults the pages in, in order (the kernel reads ahead
-		 * sequentially) and maps them; a shrunk file fails with
-		 * EFAULT, no signal. Older kernels: just read ahead. */
-		if (madvise((void *)(fl->map + off), (size_t)len,
-			    MADV_POPULATE_READ) < 0 &&
-		    errno == EINVAL)
-			posix_fadvise(fl->fd, (off_t)off, (off_t)len,
-				      POSIX_FADV_WILLNEED);
-		atomic_fetch_add_explicit(&ds->ctr->warm_bytes, len,
-					  memory_order_relaxed);
-	}
+	if (f >= ds->nfields || ds->fields[f].ragged)
+		return -EINVAL;
+	if (i >= ds->samples)
+		return -ERANGE;
+	row = row_at(ds, f, i, &sh);
+	fl = file_of(sh, f);
+	out->file = sh->file0 + sh->binds[f].file;
+	out->off = (uint64_t)(row - fl->map);
+	out->len = sh->binds[f].span;
 	return 0;
-}
-
-void bfs_dataset_random_access(const struct bfs_dataset *ds)
-{
-	for (size_t i = 0; i < ds->nshards; i++)
-		for (size_t f = 0; f < ds->shards[i].src->nfiles; f++) {
-			const struct bfs_source_file *fl =
-			    &ds->shards[i].src->files[f];
-
-			if (fl->fd >= 0 && fl->size)
-				madvise((void *)fl->map, (size_t)fl->size,
-					MADV_RANDOM);
-		}
-}
-
-void bfs_dataset_warm(const struct bfs_dataset *ds, const atomic_bool *stop)
-{
-	for (size_t i = 0; i < ds->nshards; i++)
-		for (size_t f = 0; f < ds->shards[i].src->nfiles; f++)
-			if (warm_file(ds, &ds->shards[i].src->files[f], stop))
-				return;
-}
-
-void bfs_dataset_stats(const struct bfs_dataset *ds,
-		       struct bfs_dataset_stats *out)
-{
-	out->warm_bytes = atomic_load(&ds->ctr->warm_bytes);
-	out->rows_resident = atomic_load(&ds->ctr->rows_resident);
-	out->rows_advised = atomic_load(&ds->ctr->rows_advised);
 }

@@ -221,17 +221,6 @@ int bfs_layout_fill(const struct bfs_layout *l, const struct bfs_dataset *ds,
  * batch served straight from the archive would be. */
 uint64_t bfs_layout_mean_slice(const struct bfs_layout *l);
 
-/* Write the whole batch file into 'fd' from offset 0 with pwritev, the
- * rows straight from the archive mappings (no copy in this process):
- * the header from a small buffer, then one slice per row (adjacent slices
- * merge). Only when every row is stored as served (bfs_dataset_row) and
- * no field is ragged: -ENOTSUP otherwise, before anything is written. Returns
- * 0, -ENOTSUP, -EIO (an archive shrank: caught by the size check, or the
- * kernel's copy faulted, with a log line), -ENOMEM or the -errno of pwritev. */
-int bfs_layout_pwrite(const struct bfs_layout *l, const struct bfs_dataset *ds,
-		      uint64_t e, uint64_t k, const uint64_t *idx,
-		      uint64_t rows, int fd);
-
 /* Append 's' as a JSON string literal (quotes included, escaped) to buf
  * at *pos, never writing past len; *pos advances by the full length even
  * when truncated (snprintf semantics). */

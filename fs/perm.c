@@ -147,7 +147,7 @@ static int add_dirs(struct bfs_perm_obj **o, size_t *n, char *real,
 		struct stat st;
 
 		if (slash == real && !real[1])
-			break; /* "/" was the last */
+			break;		     /* "/" was the last */
 		slash[slash == real] = '\0'; /* the parent; "/" stays "/" */
 		if (seen && above(real, seen))
 			break;
@@ -155,10 +155,10 @@ static int add_dirs(struct bfs_perm_obj **o, size_t *n, char *real,
 			return bfs_error_set(err, -errno, real, BFS_NO_OFFSET,
 					     "cannot examine: %s",
 					     strerror(errno));
-		rc = add(o, n, real, &st,
-			 has_acl(getxattr(real, "system.posix_acl_access",
-					  NULL, 0)),
-			 true);
+		rc = add(
+		    o, n, real, &st,
+		    has_acl(getxattr(real, "system.posix_acl_access", NULL, 0)),
+		    true);
 	}
 	return rc;
 }

@@ -81,7 +81,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "fs/layout_fd.h"
 #include "fs/log.h"
+#include "fs/readahead.h"
 #include "fs/size.h"
 
 #define NBUCKETS   4096u
@@ -134,12 +136,9 @@ struct bfs_pool {
 	unsigned nspare;		 /* [L] */
 	struct bfs_pool_stats st;	 /* [L] */
 
-	bool slices; /* memfds written straight from the archive */
+	struct bfs_readahead *ra;
 	pthread_t *threads;
 	unsigned nthreads;
-	pthread_t warmer; /* reads the archives in at creation (warm) */
-	bool warming;
-	atomic_bool warm_stop;
 };
 
 static uint64_t now_ns(void)
@@ -400,46 +399,14 @@ static bool make_room(struct bfs_pool *p, uint64_t need, uint64_t limit)
 	return p->st.cache_bytes + need <= p->o.budget_bytes;
 }
 
-/* What one worker keeps from one gather to the next. */
+/* What one worker keeps from one batch to the next. Between taking a
+ * batch and finishing it, idx[0..b->rows) are that batch's samples: its
+ * plan, made once (next_job) and used to size, read ahead and gather it. */
 struct worker {
-	uint64_t *idx; /* the batch's sample indices */
+	uint64_t *idx;
 	uint64_t idx_cap;
-	void *scratch; /* memfd batches written in one pwrite: gathered here */
-	size_t scratch_len;
+	struct bfs_layout_fd fdw; /* memfd batches (passthrough) */
 };
-
-/* Room for n bytes in w->scratch (anonymous memory, reused). */
-static int scratch_fit(struct worker *w, uint64_t n)
-{
-	if (n <= w->scratch_len)
-		return 0;
-	if (w->scratch)
-		munmap(w->scratch, w->scratch_len);
-	w->scratch_len = (size_t)((n + 4095) & ~(uint64_t)4095);
-	w->scratch = mmap(NULL, w->scratch_len, PROT_READ | PROT_WRITE,
-			  MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	if (w->scratch != MAP_FAILED)
-		return 0;
-	w->scratch = NULL;
-	w->scratch_len = 0;
-	return -ENOMEM;
-}
-
-/* All of [buf, buf+n) into fd at offset 0. */
-static int write_all(int fd, const uint8_t *buf, uint64_t n)
-{
-	for (uint64_t done = 0; done < n;) {
-		ssize_t w =
-		    pwrite(fd, buf + done, (size_t)(n - done), (off_t)done);
-
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0)
-			return w < 0 ? -errno : -EIO;
-		done += (uint64_t)w;
-	}
-	return 0;
-}
 
 /* Ask the kernel to read the rows of position pos ahead (madvise of the
  * rows not resident): workers keep this window one prefetch window ahead
@@ -453,7 +420,7 @@ static void advise_ahead(struct bfs_pool *p, uint64_t pos, struct worker *w)
 	if (pos >= p->total || rows > w->idx_cap ||
 	    bfs_order_batch(p->order, pos / p->len, k, w->idx) < 0)
 		return;
-	bfs_dataset_advise(p->ds, w->idx, rows);
+	bfs_readahead_rows(p->ra, w->idx, rows);
 }
 
 /* b's storage: a fresh anonymous buffer (unless a spare was taken) or a
@@ -492,40 +459,18 @@ static void debug_delay(struct bfs_pool *p)
 	pthread_mutex_unlock(&p->lock);
 }
 
-/* Gather b into its storage, without the lock. Returns 0 or -errno. */
+/* Gather b (its plan: w->idx) into its storage, without the lock.
+ * Returns 0 or -errno. */
 static int gather(struct bfs_pool *p, struct bfs_batch *b, struct worker *w)
 {
-	const struct bfs_layout *l = p->layout;
-	int rc;
-
 	if (p->o.debug_delay_ms)
 		debug_delay(p);
-	if (b->rows > w->idx_cap) {
-		uint64_t *n = realloc(w->idx, b->rows * sizeof(*w->idx));
-
-		if (!n)
-			return -ENOMEM;
-		w->idx = n;
-		w->idx_cap = b->rows;
-	}
-	rc = bfs_order_batch(p->order, b->e, b->k, w->idx);
-	if (rc < 0)
-		return rc;
-	bfs_dataset_advise(p->ds, w->idx, b->rows);
+	bfs_readahead_rows(p->ra, w->idx, b->rows);
 	if (b->fd < 0)
-		return bfs_layout_fill(l, p->ds, b->e, b->k, w->idx, b->rows,
-				       b->size, b->buf);
-	if (p->slices) {
-		rc = bfs_layout_pwrite(l, p->ds, b->e, b->k, w->idx, b->rows,
-				       b->fd);
-		if (rc != -ENOTSUP)
-			return rc;
-	}
-	rc = scratch_fit(w, b->size);
-	if (!rc)
-		rc = bfs_layout_fill(l, p->ds, b->e, b->k, w->idx, b->rows,
-				     b->size, w->scratch);
-	return rc ? rc : write_all(b->fd, w->scratch, b->size);
+		return bfs_layout_fill(p->layout, p->ds, b->e, b->k, w->idx,
+				       b->rows, b->size, b->buf);
+	return bfs_layout_fd_write(&w->fdw, b->e, b->k, w->idx, b->rows,
+				   b->size, b->fd);
 }
 
 /* Gather b; a memfd is then sealed: nobody (a reader mapping it through
@@ -594,18 +539,42 @@ static void finish(struct bfs_pool *p, struct bfs_batch *b, int rc, uint64_t ns)
 	pthread_cond_broadcast(&p->ready);
 }
 
-/* The file size of b, just taken off the queue, measured without the
- * lock (a ragged batch reads its samples' offsets, which may compute its
- * epoch's order): meanwhile b is BUSY, off every list, waited for and
- * never freed. 0, or the -errno with which b then failed. [L] */
-static int size_batch(struct bfs_pool *p, struct bfs_batch *b)
+/* b's plan into w: its samples (w->idx) and its file size (a ragged
+ * batch reads its samples' offsets). 0 or -errno. Without the lock. */
+static int plan(struct bfs_pool *p, struct bfs_batch *b, struct worker *w,
+		uint64_t *size)
+{
+	struct bfs_layout_dims d;
+	int rc;
+
+	if (b->rows > w->idx_cap) {
+		uint64_t *n = realloc(w->idx, b->rows * sizeof(*w->idx));
+
+		if (!n)
+			return -ENOMEM;
+		w->idx = n;
+		w->idx_cap = b->rows;
+	}
+	rc = bfs_order_batch(p->order, b->e, b->k, w->idx);
+	if (rc == 0)
+		rc = bfs_layout_measure(p->layout, w->idx, b->rows, &d);
+	if (rc == 0)
+		*size = bfs_layout_size_dims(p->layout, b->e, b->k, &d);
+	return rc;
+}
+
+/* Plan b, just taken off the queue, without the lock (the order may
+ * compute its epoch, a ragged batch reads offsets): meanwhile b is BUSY,
+ * off every list, waited for and never freed. 0, or the -errno with which
+ * b then failed. [L] */
+static int plan_batch(struct bfs_pool *p, struct bfs_batch *b, struct worker *w)
 {
 	uint64_t size = 0;
 	int rc;
 
 	b->state = B_BUSY;
 	pthread_mutex_unlock(&p->lock);
-	rc = bfs_layout_file_size(p->layout, p->order, b->e, b->k, &size);
+	rc = plan(p, b, w, &size);
 	pthread_mutex_lock(&p->lock);
 	if (rc < 0) {
 		finish(p, b, rc, 0);
@@ -616,8 +585,9 @@ static int size_batch(struct bfs_pool *p, struct bfs_batch *b)
 	return 0;
 }
 
-/* Pick the next batch to gather and reserve its budget; NULL = stop. [L] */
-static struct bfs_batch *next_job(struct bfs_pool *p)
+/* Pick the next batch to gather, plan it into w and reserve its budget;
+ * NULL = stop. [L] */
+static struct bfs_batch *next_job(struct bfs_pool *p, struct worker *w)
 {
 	for (;;) {
 		struct bfs_batch *b;
@@ -628,7 +598,7 @@ static struct bfs_batch *next_job(struct bfs_pool *p)
 			return NULL;
 		b = p->queue.head;
 		list_del(&p->queue, b);
-		if (!b->map_size && size_batch(p, b) < 0)
+		if (plan_batch(p, b, w) < 0)
 			continue; /* FAILED: its waiters have the error */
 		if (!p->o.memfd && take_spare(p, b)) { /* counted already */
 			b->state = B_BUSY;
@@ -680,6 +650,7 @@ static void *worker_main(void *arg)
 	struct worker w = {0};
 	sigset_t all;
 
+	bfs_layout_fd_init(&w.fdw, p->layout, p->ds, p->o.memfd_write);
 	/* Asynchronous signals belong to the FUSE loop; faults must stay
 	 * deliverable here: a SIGBUS from an archive truncated under a
 	 * gather goes to fs/dataset's guard, while a blocked one makes the
@@ -693,7 +664,7 @@ static void *worker_main(void *arg)
 	pthread_sigmask(SIG_BLOCK, &all, NULL);
 	pthread_mutex_lock(&p->lock);
 	for (;;) {
-		struct bfs_batch *b = next_job(p);
+		struct bfs_batch *b = next_job(p, &w);
 		bool fresh, hook;
 		uint64_t t0;
 		int rc;
@@ -727,8 +698,7 @@ static void *worker_main(void *arg)
 	}
 	pthread_mutex_unlock(&p->lock);
 	free(w.idx);
-	if (w.scratch)
-		munmap(w.scratch, w.scratch_len);
+	bfs_layout_fd_fini(&w.fdw);
 	return NULL;
 }
 
@@ -772,165 +742,6 @@ int bfs_pool_check_budget(const struct bfs_layout *l, uint64_t budget_bytes,
 	    BFS_POOL_OVER_BUDGET, human(c, sizeof(c), budget_bytes));
 }
 
-/* The first number in file dir/name; false when there is none ("max"). */
-static bool read_u64(const char *dir, const char *name, uint64_t *v)
-{
-	char path[4096];
-	unsigned long long x;
-	FILE *f;
-	bool ok;
-
-	if (snprintf(path, sizeof(path), "%s/%s", dir, name) >=
-	    (int)sizeof(path))
-		return false;
-	f = fopen(path, "r");
-	ok = f && fscanf(f, "%llu", &x) == 1;
-	if (f)
-		fclose(f);
-	if (ok)
-		*v = x;
-	return ok;
-}
-
-/* The room memory cgroup 'path' (v2: v1 false; v1: the memory
- * hierarchy's) leaves under mount point 'mnt': limit - usage, the
- * tightest of the cgroup and its ancestors. */
-static uint64_t cgroup_room_at(const char *mnt, const char *path, bool v1)
-{
-	char dir[4096];
-	uint64_t room = UINT64_MAX;
-	size_t root = strlen(mnt);
-
-	if (snprintf(dir, sizeof(dir), "%s%s", mnt, path) >= (int)sizeof(dir))
-		return room;
-	for (;;) {
-		uint64_t lim, use;
-		char *slash;
-
-		if (read_u64(dir, v1 ? "memory.limit_in_bytes" : "memory.max",
-			     &lim) &&
-		    lim < (1ull << 62) && /* v1 writes "no limit" as ~2^63 */
-		    read_u64(dir,
-			     v1 ? "memory.usage_in_bytes" : "memory.current",
-			     &use)) {
-			uint64_t left = use < lim ? lim - use : 0;
-
-			room = left < room ? left : room;
-		}
-		slash = strrchr(dir, '/');
-		if (!slash || (size_t)(slash - dir) < root)
-			break;
-		*slash = '\0';
-	}
-	return room;
-}
-
-/* The mount point of the cgroup file system of this kind ("cgroup2", or
- * "cgroup" with the memory controller) into out; false when none. */
-static bool cgroup_mount(bool v1, char *out, size_t len)
-{
-	FILE *f = fopen("/proc/self/mountinfo", "r");
-	char line[4096], mnt[2048], fs[64], opts[1024];
-	bool found = false;
-
-	while (!found && f && fgets(line, sizeof(line), f)) {
-		const char *sep = strstr(line, " - ");
-
-		if (!sep || sscanf(line, "%*s %*s %*s %*s %2047s", mnt) != 1 ||
-		    sscanf(sep + 3, "%63s %*s %1023s", fs, opts) != 2)
-			continue;
-		found = v1 ? !strcmp(fs, "cgroup") && strstr(opts, "memory")
-			   : !strcmp(fs, "cgroup2");
-	}
-	if (f)
-		fclose(f);
-	if (found && (size_t)snprintf(out, len, "%s", mnt) >= len)
-		found = false;
-	return found;
-}
-
-/* The room this process's memory cgroups leave (v2 and v1, whichever
- * limit it); UINT64_MAX when none limits it. A container's page cache
- * counts against its limit: an archive read in past it would only evict
- * itself. */
-static uint64_t cgroup_room(void)
-{
-	FILE *f = fopen("/proc/self/cgroup", "r");
-	char line[4096], mnt[2048];
-	uint64_t room = UINT64_MAX, r;
-
-	while (f && fgets(line, sizeof(line), f)) {
-		char *a = strchr(line, ':'), *b = a ? strchr(a + 1, ':') : NULL;
-		bool v1;
-
-		if (!b)
-			continue;
-		b[strcspn(b, "\n")] = '\0';
-		*a = *b = '\0'; /* "ID:controllers:path" */
-		v1 = strcmp(line, "0") != 0;
-		if (v1 && !strstr(a + 1, "memory"))
-			continue;
-		if (!cgroup_mount(v1, mnt, sizeof(mnt)))
-			continue;
-		r = cgroup_room_at(mnt, strcmp(b + 1, "/") ? b + 1 : "", v1);
-		room = r < room ? r : room;
-	}
-	if (f)
-		fclose(f);
-	return room;
-}
-
-/* The memory available to this process in bytes: MemAvailable of
- * /proc/meminfo, or less when a memory cgroup leaves less; 0 when
- * unknown. */
-static uint64_t mem_available(void)
-{
-	FILE *f = fopen("/proc/meminfo", "r");
-	unsigned long long kb = 0;
-	uint64_t room = cgroup_room();
-	char line[128];
-
-	while (f && fgets(line, sizeof(line), f))
-		if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1)
-			break;
-	if (f)
-		fclose(f);
-	return room < ((uint64_t)kb << 10) ? room : (uint64_t)kb << 10;
-}
-
-static void *warmer_main(void *arg)
-{
-	struct bfs_pool *p = arg;
-	sigset_t all;
-
-	sigfillset(&all);
-	pthread_sigmask(SIG_BLOCK, &all, NULL); /* no fault can come here */
-	bfs_dataset_warm(p->ds, &p->warm_stop);
-	return NULL;
-}
-
-/* Read the archives in, in the background, when they fit in half the
- * memory available (fs/README.md: cold epochs). */
-static void start_warmer(struct bfs_pool *p)
-{
-	uint64_t need = bfs_dataset_bytes(p->ds), avail = mem_available();
-
-	if (!p->o.warm)
-		return;
-	if (need > avail / 2) {
-		bfs_log(BFS_LOG_INFO, "pool",
-			"archives (%llu MiB) do not fit in half the memory "
-			"available (%llu MiB, memory cgroups included): read "
-			"ahead batch by batch",
-			(unsigned long long)(need >> 20),
-			(unsigned long long)(avail >> 20));
-		bfs_dataset_random_access(p->ds);
-		return;
-	}
-	atomic_init(&p->warm_stop, false);
-	p->warming = pthread_create(&p->warmer, NULL, warmer_main, p) == 0;
-}
-
 int bfs_pool_create(struct bfs_pool **out, const struct bfs_dataset *ds,
 		    struct bfs_order *order, const struct bfs_layout *layout,
 		    const struct bfs_pool_opts *o)
@@ -950,9 +761,6 @@ int bfs_pool_create(struct bfs_pool **out, const struct bfs_dataset *ds,
 		p->o.workers = 1;
 	p->len = bfs_order_len(order);
 	p->total = p->len * o->epochs;
-	p->slices = o->memfd_write == BFS_POOL_WRITE_SLICES ||
-		    (o->memfd_write == BFS_POOL_WRITE_AUTO &&
-		     bfs_layout_mean_slice(layout) >= 4096);
 	p->st.cache_budget_bytes = o->budget_bytes;
 	p->st.workers = p->o.workers;
 	p->st.prefetch_depth = o->prefetch;
@@ -967,13 +775,17 @@ int bfs_pool_create(struct bfs_pool **out, const struct bfs_dataset *ds,
 		rc = -ENOMEM;
 		goto err_destroy;
 	}
+	rc = bfs_readahead_create(
+	    &p->ra, ds,
+	    &(struct bfs_readahead_opts){.memory_policy = o->memory_policy});
+	if (rc < 0)
+		goto err_destroy;
 	for (; p->nthreads < p->o.workers; p->nthreads++) {
 		rc = -pthread_create(&p->threads[p->nthreads], NULL,
 				     worker_main, p);
 		if (rc < 0)
 			goto err_destroy;
 	}
-	start_warmer(p);
 	*out = p;
 	return 0;
 err_destroy:
@@ -985,10 +797,6 @@ void bfs_pool_destroy(struct bfs_pool *p)
 {
 	if (!p)
 		return;
-	if (p->warming) {
-		atomic_store(&p->warm_stop, true);
-		pthread_join(p->warmer, NULL);
-	}
 	pthread_mutex_lock(&p->lock);
 	p->stop = true;
 	pthread_cond_broadcast(&p->work);
@@ -1008,6 +816,7 @@ void bfs_pool_destroy(struct bfs_pool *p)
 	}
 	while (p->nspare)
 		drop_spare(p, p->nspare - 1);
+	bfs_readahead_destroy(p->ra); /* stops the read-in */
 	free(p->threads);
 	pthread_cond_destroy(&p->ready);
 	pthread_cond_destroy(&p->work);
@@ -1043,7 +852,8 @@ static void schedule(struct bfs_pool *p, uint64_t pos)
 			break;
 }
 
-void bfs_pool_advise(struct bfs_pool *p, uint64_t e, uint64_t k)
+void bfs_pool_advise(struct bfs_pool *p, uint64_t e, uint64_t k,
+		     const uint64_t *rows, uint64_t nrows)
 {
 	uint64_t from, to, n = 0;
 	uint64_t cap = bfs_order_batch_rows(p->order, 0);
@@ -1051,6 +861,7 @@ void bfs_pool_advise(struct bfs_pool *p, uint64_t e, uint64_t k)
 
 	if (k >= p->len || e >= p->o.epochs)
 		return;
+	bfs_readahead_rows(p->ra, rows, nrows);
 	pthread_mutex_lock(&p->lock);
 	window(p, e * p->len + k, &from, &to);
 	pthread_mutex_unlock(&p->lock);
@@ -1059,7 +870,7 @@ void bfs_pool_advise(struct bfs_pool *p, uint64_t e, uint64_t k)
 		uint64_t kq = q % p->len;
 
 		if (bfs_order_batch(p->order, q / p->len, kq, idx) == 0)
-			bfs_dataset_advise(p->ds, idx,
+			bfs_readahead_rows(p->ra, idx,
 					   bfs_order_batch_rows(p->order, kq));
 	}
 	free(idx);
@@ -1224,12 +1035,12 @@ uint64_t bfs_batch_size(const struct bfs_batch *b)
 
 void bfs_pool_stats(struct bfs_pool *p, struct bfs_pool_stats *out)
 {
-	struct bfs_dataset_stats d;
+	struct bfs_readahead_stats d;
 
 	pthread_mutex_lock(&p->lock);
 	*out = p->st;
 	pthread_mutex_unlock(&p->lock);
-	bfs_dataset_stats(p->ds, &d);
+	bfs_readahead_stats(p->ra, &d);
 	out->readahead_bytes = d.warm_bytes;
 	out->rows_resident = d.rows_resident;
 	out->rows_advised = d.rows_advised;

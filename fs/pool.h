@@ -12,6 +12,7 @@
 
 #include "fs/dataset.h"
 #include "fs/layout.h"
+#include "fs/layout_fd.h"
 #include "fs/order.h"
 
 struct bfs_batch; /* a materialized batch: refcounted, read-only */
@@ -27,11 +28,12 @@ struct bfs_pool_opts {
 	 * reader's mapping of one outlives it (passthrough). Otherwise in
 	 * anonymous memory (bfs_batch_data), reused through spares. */
 	bool memfd;
-	/* How a memfd batch is written: BFS_POOL_WRITE_* (see there). */
-	int memfd_write;
-	/* Read the archives into memory in the background at creation,
-	 * sequentially, when they fit in half the memory available. */
-	bool warm;
+	/* How a memfd batch is written (fs/layout_fd). */
+	enum bfs_layout_fd_how memfd_write;
+	/* fs/readahead's memory policy: read the archives in at creation,
+	 * in the background, when they fit in half the memory available;
+	 * else mark them for random access. */
+	bool memory_policy;
 	/* Called by the worker, without the pool's lock, right after a
 	 * gather succeeded and before b is ready for anyone: what must be
 	 * there before a reader sees the batch (a backing id). It must not
@@ -47,14 +49,6 @@ struct bfs_pool_opts {
 	 * tag is freed: undoes prepare (drops the backing id). */
 	void (*on_free)(void *arg, struct bfs_batch *b);
 	void *hook_arg;
-};
-
-/* Ways a worker fills a memfd batch (measured: fs/README.md). */
-enum {
-	BFS_POOL_WRITE_AUTO = 0, /* by the layout: rows of >= 4 KiB
-				  * stored as served: SLICES, else GATHER */
-	BFS_POOL_WRITE_GATHER,	 /* gather into a reused buffer, one pwrite */
-	BFS_POOL_WRITE_SLICES,	 /* pwritev straight from the archive */
 };
 
 /* A batch that a reader could not have: when, which, why. */
@@ -126,11 +120,14 @@ int bfs_pool_acquire(struct bfs_pool *p, uint64_t e, uint64_t k,
 int bfs_pool_acquire_alone(struct bfs_pool *p, uint64_t e, uint64_t k,
 			   struct bfs_batch **out);
 
-/* Read ahead instead of gathering: advise the kernel (madvise WILLNEED)
- * on the rows of the prefetch window after batch k of epoch e, each batch
- * once (the same window acquire would gather), in the caller's thread.
- * For batches served straight from the archive (zero copy). */
-void bfs_pool_advise(struct bfs_pool *p, uint64_t e, uint64_t k);
+/* Read ahead instead of gathering: advise the kernel (madvise WILLNEED,
+ * fs/readahead) on the rows of batch k of epoch e (its samples
+ * rows[0..nrows), which the caller has) and of the prefetch window after
+ * it, each batch once (the same window acquire would gather), in the
+ * caller's thread. For batches served straight from the archive (zero
+ * copy). */
+void bfs_pool_advise(struct bfs_pool *p, uint64_t e, uint64_t k,
+		     const uint64_t *rows, uint64_t nrows);
 
 /* Drop a reference from bfs_pool_acquire. Accepts NULL. */
 void bfs_pool_release(struct bfs_pool *p, struct bfs_batch *b);

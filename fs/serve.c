@@ -1,8 +1,8 @@
 /* fs/serve: open files and how their bytes reach readers (serve.h).
  *
- * Files. Every open makes a struct bfs_file: text files (README,
- * dataset.json, stats, index files) are rendered into it at open; batch
- * files are served per mode:
+ * Files. Every open makes a struct bfs_file: a text file (README,
+ * dataset.json, stats, an index file) holds the bytes the namespace
+ * rendered at open; batch files are served per mode:
  *   passthrough  open acquires the batch from the pool and keeps it (the
  *                file holds its reference): its memfd and backing id,
  *                registered by the worker that gathered it (prepare),
@@ -139,10 +139,6 @@ int bfs_serve_create(struct bfs_serve **out, const struct bfs_dataset *ds,
 	s->o = *o;
 	s->k = *kernel;
 	pthread_mutex_init(&s->lock, NULL);
-	s->why = strdup(o->why ? o->why : "");
-	if (!s->why)
-		goto err_destroy;
-	s->o.why = s->why;
 	popts.hook_arg = s;
 	popts.memfd = o->mode == BFS_SERVE_PASSTHROUGH;
 	if (o->mode == BFS_SERVE_PASSTHROUGH) {
@@ -152,7 +148,8 @@ int bfs_serve_create(struct bfs_serve **out, const struct bfs_dataset *ds,
 		popts.on_ready = bfs_serve_push_ready;
 	}
 	if (o->mode == BFS_SERVE_PUSH &&
-	    bfs_pushed_create(&s->pushed, o->page_cache_bytes) < 0)
+	    bfs_pushed_create(&s->pushed, o->page_cache_bytes,
+			      bfs_order_len(order)) < 0)
 		goto err_destroy;
 	rc = bfs_pool_create(&s->pool, ds, order, layout, &popts);
 	if (rc < 0)
@@ -190,7 +187,6 @@ void bfs_serve_destroy(struct bfs_serve *s)
 	}
 	bfs_pool_destroy(s->pool);
 	bfs_pushed_destroy(s->pushed);
-	free(s->why);
 	pthread_mutex_destroy(&s->lock);
 	free(s);
 }
@@ -198,11 +194,6 @@ void bfs_serve_destroy(struct bfs_serve *s)
 enum bfs_serve_mode bfs_serve_mode(const struct bfs_serve *s)
 {
 	return s->o.mode;
-}
-
-const char *bfs_serve_why(const struct bfs_serve *s)
-{
-	return s->why;
 }
 
 /* ---- files --------------------------------------------------------------- */
@@ -243,8 +234,8 @@ bool bfs_serve_consumed(struct bfs_serve *s, struct bfs_file *f, uint64_t n)
 	bfs_log(BFS_LOG_DEBUG, MOD,
 		"epoch %llu batch %llu: served (%llu bytes), %.3f ms after "
 		"its open",
-		(unsigned long long)f->node.epoch,
-		(unsigned long long)f->node.batch, (unsigned long long)f->size,
+		(unsigned long long)f->e, (unsigned long long)f->k,
+		(unsigned long long)f->size,
 		(double)(now_ns() - f->opened_ns) / 1e6);
 	return true;
 }
@@ -253,15 +244,14 @@ bool bfs_serve_consumed(struct bfs_serve *s, struct bfs_file *f, uint64_t n)
 static int passthrough_open(struct bfs_serve *s, struct bfs_file *f,
 			    struct bfs_serve_how *how)
 {
-	int rc =
-	    bfs_pool_acquire(s->pool, f->node.epoch, f->node.batch, &f->held);
+	int rc = bfs_pool_acquire(s->pool, f->e, f->k, &f->held);
 
 	if (rc < 0)
 		return rc;
 	how->backing_id = backing_of(s, f->held);
 	if (how->backing_id <= 0) {
 		bfs_pool_note_error(
-		    s->pool, f->node.epoch, f->node.batch,
+		    s->pool, f->e, f->k,
 		    "no backing file (%s): open fails with EIO",
 		    strerror(how->backing_id ? -how->backing_id : EIO));
 		bfs_pool_release(s->pool, f->held);
@@ -290,11 +280,14 @@ static int open_batch_as(struct bfs_serve *s, struct bfs_file *f,
 	}
 }
 
-static int open_batch(struct bfs_serve *s, const struct bfs_tree *t,
-		      struct bfs_file *f, struct bfs_serve_how *how)
+static int open_batch(struct bfs_serve *s, struct bfs_file *f,
+		      struct bfs_serve_how *how)
 {
-	int rc = bfs_tree_batch_size(t, f->node.epoch, f->node.batch, &f->size);
+	int rc;
 
+	if (f->k >= bfs_order_len(s->order))
+		return -ENOENT;
+	rc = bfs_layout_file_size(s->layout, s->order, f->e, f->k, &f->size);
 	if (rc)
 		return rc;
 	f->opened_ns = now_ns();
@@ -302,8 +295,7 @@ static int open_batch(struct bfs_serve *s, const struct bfs_tree *t,
 	rc = open_batch_as(s, f, how);
 	bfs_log(BFS_LOG_DEBUG, MOD,
 		"epoch %llu batch %llu: open (%s): %s in %.3f ms",
-		(unsigned long long)f->node.epoch,
-		(unsigned long long)f->node.batch,
+		(unsigned long long)f->e, (unsigned long long)f->k,
 		bfs_serve_mode_name(s->o.mode), rc < 0 ? strerror(-rc) : "ok",
 		(double)(now_ns() - f->opened_ns) / 1e6);
 	return rc;
@@ -316,32 +308,56 @@ static int reader_errno(int rc)
 	return rc == -ETIMEDOUT || rc == -ERANGE ? -EIO : rc;
 }
 
-int bfs_serve_open(struct bfs_serve *s, const struct bfs_tree *t, uint64_t ino,
-		   struct bfs_file **out, struct bfs_serve_how *how)
+/* A new file (one reference: the open's), and the defaults of its open
+ * reply; NULL when out of memory. */
+static struct bfs_file *file_new(struct bfs_serve_how *how)
 {
 	struct bfs_file *f = calloc(1, sizeof(*f));
+
+	memset(how, 0, sizeof(*how));
+	how->noflush = true; /* read-only: nothing to flush at close */
+	if (f)
+		atomic_init(&f->refs, 1);
+	return f;
+}
+
+int bfs_serve_open_batch(struct bfs_serve *s, uint64_t e, uint64_t k,
+			 struct bfs_file **out, struct bfs_serve_how *how)
+{
+	struct bfs_file *f = file_new(how);
 	int rc;
 
 	*out = NULL;
-	memset(how, 0, sizeof(*how));
-	how->noflush = true; /* read-only: nothing to flush at close */
 	if (!f)
 		return -ENOMEM;
-	atomic_init(&f->refs, 1);
-	f->ino = ino;
-	rc = bfs_tree_decode(t, ino, &f->node);
-	if (rc == 0 && f->node.kind == BFS_NODE_BATCH) {
-		rc = open_batch(s, t, f, how);
-	} else if (rc == 0) {
-		rc = bfs_tree_render(t, ino, &f->text, &f->text_len);
-		/* stats changes: every open reads it afresh */
-		how->direct_io = f->node.kind == BFS_NODE_STATS;
-		how->keep_cache = !how->direct_io;
-	}
+	f->batch = true;
+	f->e = e;
+	f->k = k;
+	rc = open_batch(s, f, how);
 	if (rc < 0) {
 		file_free(f);
 		return reader_errno(rc);
 	}
+	file_link(s, f);
+	*out = f;
+	return 0;
+}
+
+int bfs_serve_open_text(struct bfs_serve *s, char *text, size_t len,
+			bool changes, struct bfs_file **out,
+			struct bfs_serve_how *how)
+{
+	struct bfs_file *f = file_new(how);
+
+	*out = NULL;
+	if (!f) {
+		free(text);
+		return -ENOMEM;
+	}
+	f->text = text;
+	f->text_len = len;
+	how->direct_io = changes; /* every open reads it afresh */
+	how->keep_cache = !changes;
 	file_link(s, f);
 	*out = f;
 	return 0;
@@ -352,7 +368,6 @@ int bfs_serve_open(struct bfs_serve *s, const struct bfs_tree *t, uint64_t ino,
 static int read_batch(struct bfs_serve *s, struct bfs_file *f, uint64_t off,
 		      uint64_t n, struct bfs_serve_reply *r)
 {
-	const struct bfs_node *nd = &f->node;
 	int rc;
 
 	atomic_fetch_add(&s->c.reads, 1);
@@ -368,10 +383,9 @@ static int read_batch(struct bfs_serve *s, struct bfs_file *f, uint64_t off,
 	 * successors. */
 	if (s->o.mode == BFS_SERVE_PUSH || f->zc) {
 		atomic_fetch_add(&s->c.refills, s->o.mode == BFS_SERVE_PUSH);
-		rc = bfs_pool_acquire_alone(s->pool, nd->epoch, nd->batch,
-					    &r->batch);
+		rc = bfs_pool_acquire_alone(s->pool, f->e, f->k, &r->batch);
 	} else {
-		rc = bfs_pool_acquire(s->pool, nd->epoch, nd->batch, &r->batch);
+		rc = bfs_pool_acquire(s->pool, f->e, f->k, &r->batch);
 	}
 	if (rc < 0)
 		return reader_errno(rc);
@@ -400,7 +414,7 @@ int bfs_serve_read(struct bfs_serve *s, struct bfs_file *f, uint64_t off,
 	atomic_fetch_add(&f->refs, 1); /* a slice may point into f */
 	if (!n)
 		return 0;
-	if (f->node.kind == BFS_NODE_BATCH) {
+	if (f->batch) {
 		rc = read_batch(s, f, off, n, r);
 	} else {
 		r->iov[0].iov_base = f->text + off;
@@ -427,23 +441,4 @@ void bfs_serve_release(struct bfs_serve *s, struct bfs_file *f)
 	if (f->push_open)
 		bfs_serve_push_release(s, f);
 	file_put(s, f);
-}
-
-void bfs_serve_stats(struct bfs_serve *s, struct bfs_stats *st)
-{
-	memset(st, 0, sizeof(*st));
-	bfs_pool_stats(s->pool, &st->pool);
-	/* a push open that found its batch pushed ahead by a worker */
-	st->pool.prefetch_hits += atomic_load(&s->c.pushed_hits);
-	st->batches_opened = atomic_load(&s->c.opened);
-	st->batch_reads = atomic_load(&s->c.reads);
-	st->batches_served = atomic_load(&s->c.served);
-	st->bytes_served = atomic_load(&s->c.bytes);
-	st->batches_pushed = atomic_load(&s->c.pushed);
-	st->page_cache_drops = atomic_load(&s->c.drops);
-	st->page_cache_refills = atomic_load(&s->c.refills);
-	st->batches_zero_copy = atomic_load(&s->c.zero_copy);
-	st->backing_files = atomic_load(&s->c.backing_now);
-	st->backing_opened = atomic_load(&s->c.backing_all);
-	st->mode = s->o.mode;
 }

@@ -1,15 +1,22 @@
 /* fs/serve: open files of a mount and how their bytes reach a reader,
- * with no FUSE in it (fs/README.md: serving modes).
+ * with no FUSE in it and no inode numbers: it serves batch k of epoch e,
+ * or a text the namespace rendered (fs/tree, the room above, opens files
+ * through here).
  *
- * A FUSE adapter (mount/) decodes each request, calls one function here and
- * sends the one reply it describes:
- *   open     bfs_serve_open     -> a file and how to open it (flags, a
- *                                  passthrough backing id)
+ * A FUSE adapter (mount/) decodes each request, calls one function (here,
+ * or bfs_tree_open for an open) and sends the one reply it describes:
+ *   open     bfs_serve_open_batch / _text -> a file and how to open it
+ *                                  (flags, a passthrough backing id)
  *   read     bfs_serve_read     -> slices to reply, then bfs_serve_done
  *   release  bfs_serve_release
  * The few things only the kernel can do (store pages into its page cache,
  * drop them, register a backing file) are callbacks the adapter passes in
- * (struct bfs_serve_kernel), so this module is tested without FUSE.
+ * (struct bfs_serve_kernel), so this module is tested without FUSE
+ * (tests/unit/test_serve.c).
+ *
+ * This comment is the contract of the serving modes; the top README's
+ * table says the same for users. The measurements are in the benchmark's
+ * results file (tools/bench/RESULTS.md).
  *
  * Modes (enum bfs_serve_mode; fs/README.md has the measurements):
  *   passthrough  each batch is materialized by a worker into its own memfd,
@@ -31,8 +38,6 @@
 
 #include "fs/pool.h"
 
-struct bfs_tree;
-
 enum bfs_serve_mode {
 	BFS_SERVE_AUTO = 0, /* passthrough where the kernel allows, else push */
 	BFS_SERVE_PASSTHROUGH,
@@ -50,11 +55,12 @@ int bfs_serve_mode_parse(const char *s, enum bfs_serve_mode *out);
  * 0 (backing_open: an id > 0) or -errno. */
 struct bfs_serve_kernel {
 	void *arg;
-	/* Store [buf, buf+len) at 'off' into inode ino's page cache. */
-	int (*store)(void *arg, uint64_t ino, uint64_t off, const void *buf,
-		     uint64_t len);
-	/* Drop inode ino's pages from the page cache. */
-	int (*inval)(void *arg, uint64_t ino);
+	/* Store [buf, buf+len) at 'off' into the page cache of the file of
+	 * batch k of epoch e (-ENOENT: the kernel has no inode for it yet). */
+	int (*store)(void *arg, uint64_t e, uint64_t k, uint64_t off,
+		     const void *buf, uint64_t len);
+	/* Drop the pages of batch k of epoch e's file from the page cache. */
+	int (*inval)(void *arg, uint64_t e, uint64_t k);
 	/* Register fd as a passthrough backing file: its id (> 0). */
 	int (*backing_open)(void *arg, int fd);
 	void (*backing_close)(void *arg, int id);
@@ -62,7 +68,6 @@ struct bfs_serve_kernel {
 
 struct bfs_serve_opts {
 	enum bfs_serve_mode mode;  /* not AUTO: the adapter decided */
-	const char *why;	   /* why this mode (stats, dataset.json) */
 	uint64_t page_cache_bytes; /* push: pushed batches kept, bytes */
 	bool early_push;	   /* push: workers push before any open */
 	bool zero_copy;		   /* direct: slices of the archive allowed */
@@ -121,15 +126,23 @@ int bfs_serve_create(struct bfs_serve **out, const struct bfs_dataset *ds,
 /* Close what is still open, stop the workers, free. Accepts NULL. */
 void bfs_serve_destroy(struct bfs_serve *s);
 
-/* The mode served and why (for the namespace's text files). */
+/* The mode served. */
 enum bfs_serve_mode bfs_serve_mode(const struct bfs_serve *s);
-const char *bfs_serve_why(const struct bfs_serve *s);
 
-/* Open file ino of tree t, read-only (the caller refused writes). Returns
- * 0 with *f and *how set, or -ENOENT, -EISDIR, -EIO (the batch cannot be
- * had: its gather failed or timed out, logged), -ENOMEM. */
-int bfs_serve_open(struct bfs_serve *s, const struct bfs_tree *t, uint64_t ino,
-		   struct bfs_file **f, struct bfs_serve_how *how);
+/* Open the file of batch k of epoch e, read-only (the caller refused
+ * writes). Returns 0 with *f and *how set, or -ENOENT (no such batch),
+ * -EIO (the batch cannot be had: its gather failed or timed out, logged),
+ * -ENOMEM. */
+int bfs_serve_open_batch(struct bfs_serve *s, uint64_t e, uint64_t k,
+			 struct bfs_file **f, struct bfs_serve_how *how);
+
+/* Open a text file whose bytes the caller rendered: 'text' (malloc'd,
+ * 'len' bytes) now belongs to the file. 'changes': its content may differ
+ * at the next open (stats), so it is read with direct I/O, afresh at every
+ * open. 0, or -ENOMEM (text freed). */
+int bfs_serve_open_text(struct bfs_serve *s, char *text, size_t len,
+			bool changes, struct bfs_file **f,
+			struct bfs_serve_how *how);
 
 /* The reply to a READ of [off, off+size) of f: slices in r (r->iovcnt 0
  * past the end). 0 or -errno (-EIO: the batch cannot be had). Call
@@ -145,5 +158,12 @@ void bfs_serve_release(struct bfs_serve *s, struct bfs_file *f);
 
 /* A snapshot of every counter. */
 void bfs_serve_stats(struct bfs_serve *s, struct bfs_stats *out);
+
+/* The stats file: "name value" lines, fixed width so its size never
+ * changes ('lookups': the namespace's count of batch lookups), appended
+ * at *pos with snprintf semantics (buf NULL measures it). Serve mode,
+ * every counter, then the last error in four lines. */
+void bfs_serve_render_stats(struct bfs_serve *s, uint64_t lookups, char *buf,
+			    size_t len, size_t *pos);
 
 #endif

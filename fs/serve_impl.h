@@ -8,14 +8,13 @@
 #include <stdatomic.h>
 
 #include "fs/serve.h"
-#include "fs/tree.h"
 
 struct bfs_zc;
 struct bfs_pushed;
 
 struct bfs_file {
-	struct bfs_node node;
-	uint64_t ino;
+	bool batch;		 /* a batch file (else a text) */
+	uint64_t e, k;		 /* batch files: epoch, batch */
 	uint64_t size;		 /* batch files: file size */
 	_Atomic uint64_t served; /* batch files: bytes replied so far */
 	atomic_bool consumed;	 /* batch files: counted read to the end */
@@ -31,7 +30,7 @@ struct bfs_file {
 	struct bfs_file *prev, *next; /* [s->lock] the open files */
 };
 
-struct counters {
+struct serve_counters {
 	_Atomic uint64_t opened, reads, served, bytes, pushed, drops, refills,
 	    zero_copy, backing_now, backing_all, pushed_hits;
 };
@@ -46,15 +45,16 @@ struct bfs_serve {
 	struct bfs_serve_kernel k;
 	struct bfs_pushed *pushed; /* push mode: batches in the page cache */
 	bool zero_copy;		   /* direct: slices of the archive */
-	struct counters c;
+	struct serve_counters c;
 	pthread_mutex_t lock;	/* the list of open files */
 	struct bfs_file *files; /* [lock] */
 };
 
 /* ---- fs/serve_push.c ---- */
 
-/* The ledger of pushed batches, kept under 'budget' bytes. 0/-ENOMEM. */
-int bfs_pushed_create(struct bfs_pushed **out, uint64_t budget);
+/* The ledger of pushed batches (of 'len' per epoch), kept under 'budget'
+ * bytes. 0 or -ENOMEM. */
+int bfs_pushed_create(struct bfs_pushed **out, uint64_t budget, uint64_t len);
 void bfs_pushed_destroy(struct bfs_pushed *pb);
 
 /* Push-mode open of batch file f: store it whole into the page cache

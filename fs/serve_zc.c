@@ -83,7 +83,7 @@ void bfs_serve_zc_free(struct bfs_zc *z)
 int bfs_serve_zc_open(struct bfs_serve *s, struct bfs_file *f)
 {
 	const struct bfs_layout *l = s->layout;
-	uint64_t e = f->node.epoch, k = f->node.batch;
+	uint64_t e = f->e, k = f->k;
 	uint64_t rows = bfs_order_batch_rows(s->order, k);
 	uint64_t data = bfs_layout_data_offset(l, e, k, rows);
 	struct bfs_zc *z;
@@ -111,8 +111,7 @@ int bfs_serve_zc_open(struct bfs_serve *s, struct bfs_file *f)
 	}
 	bfs_layout_header(l, e, k, rows, z->head);
 	f->zc = z;
-	bfs_dataset_advise(s->ds, z->idx, rows);
-	bfs_pool_advise(s->pool, e, k);
+	bfs_pool_advise(s->pool, e, k, z->idx, rows);
 	return 0;
 }
 

@@ -1,6 +1,6 @@
 /* fs/tree: the namespace of a mount (README.md: the namespace) — names, inode
- * numbers, attributes, directory listings and the text files — with no FUSE in
- * it.
+ * numbers, attributes, directory listings, index files, and opens, which
+ * it hands to fs/serve (the room below) — with no FUSE in it.
  *
  *   /README  /dataset.json  /stats
  *   /epoch/N/batch_K        batch K of epoch N (safetensors, fs/layout)
@@ -22,6 +22,7 @@
 #include "fs/order.h"
 #include "fs/perm.h"
 #include "fs/serve.h"
+#include "fs/text.h"
 
 #define BFS_TREE_MAX_EPOCHS  (1ull << 24)
 #define BFS_TREE_MAX_BATCHES (1ull << 36)
@@ -45,24 +46,10 @@ struct bfs_node {
 	uint64_t epoch, batch;
 };
 
-/* What the text files describe besides the dataset itself. Read only by
- * bfs_tree_create (README and dataset.json are rendered then). */
+/* What a tree is made with besides the dataset. */
 struct bfs_tree_info {
-	const char *const *sources; /* archive paths as given */
-	size_t nsources;
-	uint64_t epochs;
-	uint64_t batch_size; /* --batch-size */
-	uint64_t seed;
-	bool shuffle; /* a random order at all */
-	bool drop_last;
-	/* Where the seed came from: "--seed", "getrandom" (a random sampler
-	 * without --seed), "--generator-state", "default" (DistributedSampler's
-	 * 0) or "unused" (sequential order). */
-	const char *seed_source;
-	const char *sampler; /* "sequential", "random", ... */
-	const char *options; /* the mount options, one line */
-	const char *mountpoint;
-	const char *log; /* where the daemon logs: a file, or "stderr" */
+	struct bfs_text_info text; /* README, dataset.json; text.epochs:
+				    * epochs 0 .. epochs-1 exist */
 	/* Every node's owner and group, and its read bits (a subset of
 	 * 0444, from fs/perm: no wider than the sources'); directories get
 	 * the search bit beside each read bit. */
@@ -71,8 +58,8 @@ struct bfs_tree_info {
 
 struct bfs_tree;
 
-/* Build the namespace; renders README and dataset.json once. 'serve' may
- * be NULL (stats then read zero). Borrowed objects must outlive the tree.
+/* Build the namespace over what 'serve' serves; renders README and
+ * dataset.json once (fs/text). Borrowed objects must outlive the tree.
  * Returns 0, -E2BIG when epochs or batches exceed the inode encoding,
  * -ENOMEM. */
 int bfs_tree_create(struct bfs_tree **out, const struct bfs_dataset *ds,
@@ -105,14 +92,20 @@ int bfs_tree_dirent(const struct bfs_tree *t, uint64_t ino, uint64_t off,
 		    char *name, size_t name_len, struct stat *st);
 
 /* Contents of a text file (README, dataset.json, stats, index/N/batch_K)
- * in a malloc'd buffer the caller frees. 0, -EISDIR/-EINVAL (not a text
- * file), -ENOENT, -ENOMEM. */
+ * in a malloc'd buffer the caller frees. 0, -EISDIR (not a text file),
+ * -ENOENT, -ENOMEM. */
 int bfs_tree_render(const struct bfs_tree *t, uint64_t ino, char **text,
 		    size_t *len);
 
-/* Batch file size of (e, k), from the layout (O(rows) with ragged
- * fields). 0 or -errno (-EIO: the archive faulted). */
-int bfs_tree_batch_size(const struct bfs_tree *t, uint64_t e, uint64_t k,
-			uint64_t *size);
+/* Open file ino read-only (the caller refused writes): a batch file
+ * through bfs_serve_open_batch, a text file rendered now and handed to
+ * bfs_serve_open_text. 0 with *f and *how, or -ENOENT, -EISDIR, -EIO (the
+ * batch cannot be had), -ENOMEM. */
+int bfs_tree_open(const struct bfs_tree *t, uint64_t ino, struct bfs_file **f,
+		  struct bfs_serve_how *how);
+
+/* Whether file ino's content changes while mounted (stats): its
+ * attributes are then cached briefly, and it is read afresh. */
+bool bfs_tree_changes(uint64_t ino);
 
 #endif

@@ -1,6 +1,6 @@
 /* mount/ops: the FUSE low-level operations. Each handler decodes its
- * request, makes one call into fs/tree (names, attributes, listings) or
- * fs/serve (open, read, release), and sends exactly one reply at its end;
+ * request, makes one call into fs/tree (names, attributes, listings,
+ * open) or fs/serve (read, release), and sends exactly one reply at its end;
  * how batch bytes reach a reader is fs/serve's business (mount/README.md).
  *
  * Names and attributes never change during a mount: entries and attributes
@@ -28,7 +28,7 @@ static struct bfs_file *file_of(const struct fuse_file_info *fi)
 static double attr_timeout(const struct stat *st)
 {
 	/* stats keeps a fixed size, but its times may change one day. */
-	return (st->st_ino >> 60) == BFS_NODE_STATS ? 1.0 : LONG_TIMEOUT;
+	return bfs_tree_changes(st->st_ino) ? 1.0 : LONG_TIMEOUT;
 }
 
 static void bfs_init(void *userdata, struct fuse_conn_info *conn)
@@ -167,7 +167,7 @@ static void bfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	int rc = -EROFS;
 
 	if ((fi->flags & O_ACCMODE) == O_RDONLY && !(fi->flags & O_TRUNC))
-		rc = bfs_serve_open(m->serve, m->tree, ino, &f, &how);
+		rc = bfs_tree_open(m->tree, ino, &f, &how);
 	if (rc < 0) {
 		fuse_reply_err(req, -rc);
 		return;

@@ -38,21 +38,29 @@
 
 /* ---- what fs/serve asks of the kernel ---------------------------------- */
 
-static int kernel_store(void *arg, uint64_t ino, uint64_t off, const void *buf,
-			uint64_t len)
+/* The inode of batch k of epoch e's file. */
+static uint64_t batch_ino(uint64_t e, uint64_t k)
+{
+	return bfs_tree_ino(
+	    &(struct bfs_node){.kind = BFS_NODE_BATCH, .epoch = e, .batch = k});
+}
+
+static int kernel_store(void *arg, uint64_t e, uint64_t k, uint64_t off,
+			const void *buf, uint64_t len)
 {
 	struct bfs_mount *m = arg;
 	struct fuse_bufvec bv = FUSE_BUFVEC_INIT((size_t)len);
 
 	bv.buf[0].mem = (void *)buf;
-	return fuse_lowlevel_notify_store(m->se, ino, (off_t)off, &bv, 0);
+	return fuse_lowlevel_notify_store(m->se, batch_ino(e, k), (off_t)off,
+					  &bv, 0);
 }
 
-static int kernel_inval(void *arg, uint64_t ino)
+static int kernel_inval(void *arg, uint64_t e, uint64_t k)
 {
 	struct bfs_mount *m = arg;
 
-	return fuse_lowlevel_notify_inval_inode(m->se, ino, 0, 0);
+	return fuse_lowlevel_notify_inval_inode(m->se, batch_ino(e, k), 0, 0);
 }
 
 /* ---- the steps ------------------------------------------------------------

@@ -650,10 +650,10 @@ static void debug_opts(struct bfs_pool_opts *po, struct bfs_serve_opts *so)
 	const char *wr = getenv("BATCHFS_MEMFD_WRITE");
 
 	po->debug_delay_ms = delay ? (unsigned)strtoul(delay, NULL, 10) : 0;
-	po->memfd_write = !wr			  ? BFS_POOL_WRITE_AUTO
-			  : !strcmp(wr, "gather") ? BFS_POOL_WRITE_GATHER
-			  : !strcmp(wr, "slices") ? BFS_POOL_WRITE_SLICES
-						  : BFS_POOL_WRITE_AUTO;
+	po->memfd_write = !wr			  ? BFS_LAYOUT_FD_AUTO
+			  : !strcmp(wr, "gather") ? BFS_LAYOUT_FD_GATHER
+			  : !strcmp(wr, "slices") ? BFS_LAYOUT_FD_SLICES
+						  : BFS_LAYOUT_FD_AUTO;
 	so->early_push = !getenv("BATCHFS_DEBUG_NO_EARLY_PUSH");
 	so->zero_copy = !getenv("BATCHFS_DEBUG_NO_ZERO_COPY");
 	so->zc_no_check = getenv("BATCHFS_DEBUG_ZC_NO_CHECK") != NULL;
@@ -684,26 +684,30 @@ static int start(void *arg, enum bfs_serve_mode mode, const char *why,
 	    .budget_bytes = m->cache_mb << 20,
 	    .timeout_ms = m->timeout_s * 1000u,
 	    .epochs = m->epochs,
-	    .warm = !getenv("BATCHFS_DEBUG_NO_WARM"),
+	    .memory_policy = !getenv("BATCHFS_DEBUG_NO_WARM"),
 	};
 	struct bfs_serve_opts so = {
 	    .mode = mode,
-	    .why = why,
 	    .page_cache_bytes = m->pc_mb << 20,
 	};
 	struct bfs_tree_info ti = {
-	    .sources = m->sources,
-	    .nsources = m->nsources,
-	    .epochs = m->epochs,
-	    .seed = m->seed,
-	    .shuffle = bfs_order_is_random(&req),
-	    .drop_last = m->drop_last,
-	    .batch_size = m->batch_size,
-	    .seed_source = m->seed_source,
-	    .sampler = bfs_order_sampler_name(pick_sampler(m)),
-	    .options = m->line,
-	    .mountpoint = m->mountpoint,
-	    .log = m->log.path,
+	    .text =
+		{
+		    .sources = m->sources,
+		    .nsources = m->nsources,
+		    .epochs = m->epochs,
+		    .seed = m->seed,
+		    .shuffle = bfs_order_is_random(&req),
+		    .drop_last = m->drop_last,
+		    .batch_size = m->batch_size,
+		    .seed_source = m->seed_source,
+		    .sampler = bfs_order_sampler_name(pick_sampler(m)),
+		    .options = m->line,
+		    .mountpoint = m->mountpoint,
+		    .log = m->log.path,
+		    .serve_mode = bfs_serve_mode_name(mode),
+		    .serve_why = why,
+		},
 	    .perm = m->perm,
 	};
 	int rc;

@@ -54,8 +54,8 @@ static bool group_id(const char *s, unsigned *gid)
 	return true;
 }
 
-int bfs_mount_owner_parse(const char *arg, struct bfs_mount_owner *o,
-			  char *why, size_t len)
+int bfs_mount_owner_parse(const char *arg, struct bfs_mount_owner *o, char *why,
+			  size_t len)
 {
 	char user[64];
 	const char *colon = strchr(arg, ':');

@@ -30,8 +30,8 @@ struct bfs_mount_owner {
 
 /* Parse --owner USER[:GROUP] (names or numbers). 0, or -1 with a reason
  * in why. */
-int bfs_mount_owner_parse(const char *arg, struct bfs_mount_owner *o,
-			  char *why, size_t len);
+int bfs_mount_owner_parse(const char *arg, struct bfs_mount_owner *o, char *why,
+			  size_t len);
 
 /* The owner, group and read bits of a mount of ds (see above), into out.
  * 0, or 1 after printing why the mount cannot be made (a source that

@@ -4,7 +4,7 @@
  * gather of all samples), then times batches of uniformly random sample
  * indices (fixed xorshift seed) the way a pool worker materializes them:
  *   gather  bfs_dataset_gather of every field into a reused buffer
- *   advise  bfs_dataset_advise of the batch's indices
+ *   advise  fs/readahead's advice on the batch's indices
  *   both    advise then gather (what fs/pool does per batch)
  * and prints, for each, the median over REPEATS of rows per second of this
  * thread's CPU time (a row = one sample, all fields): on a shared machine
@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "fs/dataset.h"
+#include "fs/readahead.h"
 
 enum mode { M_GATHER, M_ADVISE, M_BOTH, M_N };
 
@@ -60,8 +61,9 @@ static int gather_all(const struct bfs_dataset *ds, const uint64_t *idx,
 }
 
 /* One timed run of 'batches' batches in mode m; rows/s or < 0 on error. */
-static double run(const struct bfs_dataset *ds, enum mode m, size_t batch,
-		  size_t batches, uint64_t *idx, uint8_t *buf, uint64_t seed)
+static double run(const struct bfs_dataset *ds, struct bfs_readahead *ra,
+		  enum mode m, size_t batch, size_t batches, uint64_t *idx,
+		  uint8_t *buf, uint64_t seed)
 {
 	uint64_t N = bfs_dataset_samples(ds), s = seed;
 	double t0 = now_s();
@@ -70,7 +72,7 @@ static double run(const struct bfs_dataset *ds, enum mode m, size_t batch,
 		for (size_t i = 0; i < batch; i++)
 			idx[i] = xorshift(&s) % N;
 		if (m != M_GATHER)
-			bfs_dataset_advise(ds, idx, batch);
+			bfs_readahead_rows(ra, idx, batch);
 		if (m != M_ADVISE && gather_all(ds, idx, batch, buf))
 			return -1;
 	}
@@ -80,6 +82,7 @@ static double run(const struct bfs_dataset *ds, enum mode m, size_t batch,
 int main(int argc, char **argv)
 {
 	struct bfs_dataset *ds = NULL;
+	struct bfs_readahead *ra = NULL;
 	struct bfs_error err = {{0}};
 	size_t batch = 256, batches = 20000, reps = 5, row = 0;
 	uint64_t *idx = NULL;
@@ -107,7 +110,9 @@ int main(int argc, char **argv)
 		row += bfs_dataset_field(ds, f)->row_bytes;
 	idx = malloc(batch * sizeof(*idx));
 	buf = malloc(batch * row + 1);
-	if (!idx || !buf || !bfs_dataset_samples(ds))
+	if (!idx || !buf || !bfs_dataset_samples(ds) ||
+	    bfs_readahead_create(
+		&ra, ds, &(struct bfs_readahead_opts){.memory_policy = false}))
 		goto out;
 	/* Make the data resident: every sample once, in order. */
 	for (uint64_t i = 0; i < bfs_dataset_samples(ds);) {
@@ -124,8 +129,8 @@ int main(int argc, char **argv)
 		double r[64];
 		size_t nr = reps < 64 ? reps : 64;
 		for (size_t j = 0; j < nr; j++) {
-			r[j] = run(ds, (enum mode)m, batch, batches, idx, buf,
-				   0x9E3779B97F4A7C15ull + j);
+			r[j] = run(ds, ra, (enum mode)m, batch, batches, idx,
+				   buf, 0x9E3779B97F4A7C15ull + j);
 			if (r[j] < 0)
 				goto out;
 		}
@@ -140,6 +145,7 @@ out:
 		fprintf(stderr, "gather_bench: failed\n");
 	free(idx);
 	free(buf);
+	bfs_readahead_destroy(ra);
 	bfs_dataset_close(ds);
 	return rc;
 usage:

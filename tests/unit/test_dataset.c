@@ -24,8 +24,22 @@
 
 #include "fs/dataset.h"
 #include "fs/log.h"
+#include "fs/readahead.h"
 #include "fs/zip.h"
 #include "tests/lib/archive.h"
+
+/* fs/readahead's advice on rows idx[0..n) of ds (no memory policy). */
+static void advise(const struct bfs_dataset *ds, const uint64_t *idx, size_t n)
+{
+	struct bfs_readahead *ra;
+
+	assert_int_equal(
+	    bfs_readahead_create(
+		&ra, ds, &(struct bfs_readahead_opts){.memory_policy = false}),
+	    0);
+	bfs_readahead_rows(ra, idx, n);
+	bfs_readahead_destroy(ra);
+}
 
 static char tmpdir[256];
 
@@ -132,7 +146,7 @@ static void contiguous_rows_come_back_in_index_order(void **state)
 	}
 	uint64_t bad = 5;
 	assert_int_equal(bfs_dataset_gather(ds, 0, &bad, 1, got), -ERANGE);
-	bfs_dataset_advise(ds, idx, 4); /* best effort: must not crash */
+	advise(ds, idx, 4); /* best effort: must not crash */
 	bfs_dataset_close(ds);
 }
 
@@ -713,7 +727,7 @@ static void advise_reads_cold_rows_ahead(void **state)
 		free(big);
 		skip(); /* the page cache kept the file (tmpfs?) */
 	}
-	bfs_dataset_advise(ds, idx, 2);
+	advise(ds, idx, 2);
 	/* WILLNEED only starts the reads: wait for them (bounded). */
 	size_t got = 0;
 	for (int t = 0; t < 1000; t++) {

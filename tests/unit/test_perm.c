@@ -65,12 +65,11 @@ static void no_bit_lets_in_a_user_who_could_not_read(void **state)
 		uint32_t r;
 
 		for (size_t i = 0; i < n; i++)
-			o[i] = (struct bfs_perm_obj){
-			    .uid = rnd(&seed, USERS),
-			    .gid = rnd(&seed, GROUPS),
-			    .mode = rnd(&seed, 01000),
-			    .acl = rnd(&seed, 8) == 0,
-			    .dir = rnd(&seed, 2)};
+			o[i] = (struct bfs_perm_obj){.uid = rnd(&seed, USERS),
+						     .gid = rnd(&seed, GROUPS),
+						     .mode = rnd(&seed, 01000),
+						     .acl = rnd(&seed, 8) == 0,
+						     .dir = rnd(&seed, 2)};
 		for (unsigned g = 0; known && g < GROUPS; g++)
 			if (ogm & (1u << g))
 				groups[ng++] = g;
@@ -81,15 +80,17 @@ static void no_bit_lets_in_a_user_who_could_not_read(void **state)
 				bool all = true;
 
 				if (x == uid && known && gm != ogm)
-					continue; /* the owner's groups are known */
+					continue; /* the owner's groups are
+						     known */
 				if (!node_lets_in(uid, gid, r, x, gm))
 					continue;
 				for (size_t i = 0; i < n; i++)
 					all = all && model_may(&o[i], x, gm);
 				if (!all)
-					fail_msg("trial %d: bits %o let in user %u "
-						 "(groups %x) who cannot read",
-						 trial, r, x, gm);
+					fail_msg(
+					    "trial %d: bits %o let in user %u "
+					    "(groups %x) who cannot read",
+					    trial, r, x, gm);
 			}
 	}
 }

@@ -216,7 +216,7 @@ static void tag_free(void *arg, struct bfs_batch *b)
 	__atomic_add_fetch(&hook_free, 1, __ATOMIC_RELAXED);
 }
 
-static struct bfs_pool *memfd_pool(int write)
+static struct bfs_pool *memfd_pool(enum bfs_layout_fd_how write)
 {
 	struct bfs_pool_opts o = {.workers = 2,
 				  .prefetch = 4,
@@ -240,7 +240,8 @@ static struct bfs_pool *memfd_pool(int write)
  * hooks run once per batch. */
 static void memfd_batches_equal_a_direct_gather_both_ways(void **state)
 {
-	const int ways[] = {BFS_POOL_WRITE_GATHER, BFS_POOL_WRITE_SLICES};
+	const enum bfs_layout_fd_how ways[] = {BFS_LAYOUT_FD_GATHER,
+					       BFS_LAYOUT_FD_SLICES};
 	uint64_t len = bfs_order_len(fx.order);
 
 	for (int w = 0; w < 2; w++) {
@@ -270,7 +271,7 @@ static void memfd_batches_equal_a_direct_gather_both_ways(void **state)
  * with the last one, and is gathered again (identical) when asked. */
 static void release_last_lets_the_batch_go_with_its_last_reader(void **state)
 {
-	struct bfs_pool *p = memfd_pool(BFS_POOL_WRITE_AUTO);
+	struct bfs_pool *p = memfd_pool(BFS_LAYOUT_FD_AUTO);
 	struct bfs_batch *a, *b, *c, *d;
 	struct bfs_pool_stats st0, st1;
 

@@ -15,7 +15,29 @@
 static struct bfs_dataset *ds;
 static struct bfs_order *order;
 static struct bfs_layout layout;
+static struct bfs_serve *serve;
 static struct bfs_tree *tree;
+
+/* The kernel, for a serve in cache mode: never asked anything. */
+static int no_store(void *arg, uint64_t e, uint64_t k, uint64_t off,
+		    const void *buf, uint64_t len)
+{
+	return -ENOSYS;
+}
+
+static int no_inval(void *arg, uint64_t e, uint64_t k)
+{
+	return -ENOSYS;
+}
+
+static int no_backing(void *arg, int fd)
+{
+	return -ENOSYS;
+}
+
+static void no_backing_close(void *arg, int id)
+{
+}
 
 /* pack --demo 50 (labels i64, images u8 [3,32,32]), batch 16, no
  * drop_last: 4 batches, the last of 2 samples; 3 epochs. */
@@ -29,16 +51,28 @@ static int setup(void **state)
 				   .batch_size = 16,
 				   .seed = 9,
 				   .compat = BFS_TORCH_1_13};
-	struct bfs_tree_info ti = {.sources = srcs,
-				   .nsources = 1,
-				   .epochs = 3,
-				   .batch_size = 16,
-				   .seed = 9,
-				   .seed_source = "--seed",
-				   .shuffle = true,
-				   .sampler = "random",
-				   .options = "--x",
-				   .mountpoint = "/m"};
+	struct bfs_tree_info ti = {.text = {.sources = srcs,
+					    .nsources = 1,
+					    .epochs = 3,
+					    .batch_size = 16,
+					    .seed = 9,
+					    .seed_source = "--seed",
+					    .shuffle = true,
+					    .sampler = "random",
+					    .options = "--x",
+					    .mountpoint = "/m",
+					    .serve_mode = "cache",
+					    .serve_why = "--serve cache"},
+				   .perm = {.uid = 0, .gid = 0, .read = 0444}};
+	const struct bfs_pool_opts po = {.workers = 1,
+					 .budget_bytes = 1 << 20,
+					 .timeout_ms = 10000,
+					 .epochs = 3};
+	const struct bfs_serve_opts so = {.mode = BFS_SERVE_CACHE};
+	const struct bfs_serve_kernel k = {.store = no_store,
+					   .inval = no_inval,
+					   .backing_open = no_backing,
+					   .backing_close = no_backing_close};
 
 	snprintf(path, sizeof(path), "%s/tree_demo.pt", tmp ? tmp : "/tmp");
 	snprintf(cmd, sizeof(cmd), "'%s' pack --demo 50 -o '%s' >/dev/null",
@@ -48,14 +82,16 @@ static int setup(void **state)
 	    bfs_layout_init(&layout, ds, o.batch_size, NULL) < 0)
 		return -1;
 	o.n = bfs_dataset_samples(ds);
-	if (bfs_order_create(&order, &o, NULL) < 0)
+	if (bfs_order_create(&order, &o, NULL) < 0 ||
+	    bfs_serve_create(&serve, ds, order, &layout, &po, &so, &k) < 0)
 		return -1;
-	return bfs_tree_create(&tree, ds, order, &layout, NULL, &ti);
+	return bfs_tree_create(&tree, ds, order, &layout, serve, &ti);
 }
 
 static int teardown(void **state)
 {
 	bfs_tree_destroy(tree);
+	bfs_serve_destroy(serve);
 	bfs_order_destroy(order);
 	bfs_layout_fini(&layout);
 	bfs_dataset_close(ds);

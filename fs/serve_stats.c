@@ -1,0 +1,105 @@
+/* fs/serve_stats: a mount's counters (struct bfs_stats) and the stats
+ * file that shows them (serve.h): one "name value" line per counter, fixed
+ * width, so the file's size is the same at every getattr while its values
+ * change; the pool's last error comes last, in four lines. */
+#include "fs/serve_impl.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+void bfs_serve_stats(struct bfs_serve *s, struct bfs_stats *st)
+{
+	memset(st, 0, sizeof(*st));
+	bfs_pool_stats(s->pool, &st->pool);
+	/* a push open that found its batch pushed ahead by a worker */
+	st->pool.prefetch_hits += atomic_load(&s->c.pushed_hits);
+	st->batches_opened = atomic_load(&s->c.opened);
+	st->batch_reads = atomic_load(&s->c.reads);
+	st->batches_served = atomic_load(&s->c.served);
+	st->bytes_served = atomic_load(&s->c.bytes);
+	st->batches_pushed = atomic_load(&s->c.pushed);
+	st->page_cache_drops = atomic_load(&s->c.drops);
+	st->page_cache_refills = atomic_load(&s->c.refills);
+	st->batches_zero_copy = atomic_load(&s->c.zero_copy);
+	st->backing_files = atomic_load(&s->c.backing_now);
+	st->backing_opened = atomic_load(&s->c.backing_all);
+	st->mode = s->o.mode;
+}
+
+/* The last error, four fixed-width lines (time, epoch, batch, message;
+ * "-" for none) so the stats file keeps its size. */
+static void render_last_error(const struct bfs_pool_error *le, char *buf,
+			      size_t len, size_t *pos)
+{
+	char when[32] = "-", e[24] = "-", k[24] = "-";
+	time_t sec = (time_t)(le->time_ns / 1000000000u);
+	struct tm tm;
+
+	if (le->time_ns && gmtime_r(&sec, &tm)) {
+		strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", &tm);
+		snprintf(e, sizeof(e), "%" PRIu64, le->epoch);
+		snprintf(k, sizeof(k), "%" PRIu64, le->batch);
+	}
+	bfs_layout_append(buf, len, pos, "%-22s %20s\n", "last_error_time",
+			  when);
+	bfs_layout_append(buf, len, pos, "%-22s %20s\n", "last_error_epoch", e);
+	bfs_layout_append(buf, len, pos, "%-22s %20s\n", "last_error_batch", k);
+	bfs_layout_append(buf, len, pos, "%-22s %-*.*s\n", "last_error",
+			  BFS_POOL_ERROR_MAX, BFS_POOL_ERROR_MAX,
+			  le->time_ns ? le->msg : "-");
+}
+
+void bfs_serve_render_stats(struct bfs_serve *s, uint64_t lookups, char *buf,
+			    size_t len, size_t *pos)
+{
+	struct bfs_stats st;
+	const struct {
+		const char *name;
+		const uint64_t *v;
+	} rows[] = {
+	    {"batches_opened", &st.batches_opened},
+	    {"batch_lookups", &lookups},
+	    {"batch_reads", &st.batch_reads},
+	    {"batches_served", &st.batches_served},
+	    {"bytes_served", &st.bytes_served},
+	    {"batches_materialized", &st.pool.batches_materialized},
+	    {"prefetch_hits", &st.pool.prefetch_hits},
+	    {"prefetch_misses", &st.pool.prefetch_misses},
+	    {"prefetch_skipped", &st.pool.prefetch_skipped},
+	    {"evictions", &st.pool.evictions},
+	    {"cache_bytes", &st.pool.cache_bytes},
+	    {"cache_batches", &st.pool.cache_batches},
+	    {"cache_budget_bytes", &st.pool.cache_budget_bytes},
+	    {"shmem_bytes", &st.pool.shmem_bytes},
+	    {"worker_busy_ns", &st.pool.worker_busy_ns},
+	    {"read_wait_ns", &st.pool.read_wait_ns},
+	    {"read_timeouts", &st.pool.timeouts},
+	    {"gather_errors", &st.pool.errors},
+	    {"workers", &st.pool.workers},
+	    {"prefetch_depth", &st.pool.prefetch_depth},
+	    {"buffers_mapped", &st.pool.buffers_mapped},
+	    {"batches_advised", &st.pool.batches_advised},
+	    {"readahead_bytes", &st.pool.readahead_bytes},
+	    {"rows_resident", &st.pool.rows_resident},
+	    {"rows_advised", &st.pool.rows_advised},
+	    {"batches_pushed", &st.batches_pushed},
+	    {"page_cache_drops", &st.page_cache_drops},
+	    {"page_cache_refills", &st.page_cache_refills},
+	    {"batches_zero_copy", &st.batches_zero_copy},
+	    {"backing_files", &st.backing_files},
+	    {"backing_opened", &st.backing_opened},
+	};
+
+	bfs_serve_stats(s, &st);
+	bfs_layout_append(buf, len, pos, "%-22s %20ld\n", "pid",
+			  (long)getpid());
+	bfs_layout_append(buf, len, pos, "%-22s %20s\n", "serve_mode",
+			  bfs_serve_mode_name(st.mode));
+	for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++)
+		bfs_layout_append(buf, len, pos, "%-22s %20" PRIu64 "\n",
+				  rows[i].name, *rows[i].v);
+	render_last_error(&st.pool.last_error, buf, len, pos);
+}

@@ -1,0 +1,259 @@
+/* fs/text: the README and dataset.json of a mount (text.h), rendered
+ * once at mount: what is mounted, how to read it, and the DataLoader it
+ * equals. Two passes each (measure, then write) through
+ * bfs_layout_append's snprintf semantics. No state. */
+#include "fs/text.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* What the renderers read. */
+struct text {
+	const struct bfs_dataset *ds;
+	struct bfs_order *order;
+	const struct bfs_layout *layout;
+	uint64_t len, epochs; /* batches per epoch; epochs */
+};
+
+/* A ragged field's serving in dataset.json: how, and its other tensor. */
+static void json_ragged(const struct bfs_layout_field *lf,
+			const struct bfs_layout_ragged *r, char *b, size_t n,
+			size_t *pos)
+{
+	if (lf->role == BFS_LAYOUT_LENGTHS || lf->role == BFS_LAYOUT_OFFSETS) {
+		bfs_layout_append(b, n, pos, ", \"%s_of\": ",
+				  lf->role == BFS_LAYOUT_LENGTHS ? "lengths"
+								 : "offsets");
+		bfs_layout_json_str(b, n, pos, r->f->name);
+		return;
+	}
+	bfs_layout_append(
+	    b, n, pos, ", \"ragged\": \"%s\", \"max_length\": %" PRIu64,
+	    r->mode == BFS_RAGGED_PAD ? "pad" : "pack", r->f->max_len);
+	if (r->mode == BFS_RAGGED_PAD) {
+		bfs_layout_append(b, n, pos, ", \"pad_value\": ");
+		bfs_layout_json_str(b, n, pos, r->value);
+		bfs_layout_append(b, n, pos, ", \"multiple\": %" PRIu64,
+				  r->multiple);
+	}
+}
+
+/* The tensors of a batch file, per sample; a ragged field's shape starts
+ * with null (its length varies). */
+static void json_fields(const struct text *t, char *b, size_t n,
+			size_t *pos)
+{
+	bfs_layout_append(b, n, pos, "  \"fields\": [");
+	for (size_t i = 0; i < t->layout->nfields; i++) {
+		const struct bfs_layout_field *lf = &t->layout->fields[i];
+		bool rows = lf->role != BFS_LAYOUT_LENGTHS &&
+			    lf->role != BFS_LAYOUT_OFFSETS;
+
+		bfs_layout_append(b, n, pos,
+				  "%s\n    {\"name\": ", i ? "," : "");
+		bfs_layout_json_str(b, n, pos, lf->name);
+		bfs_layout_append(
+		    b, n, pos,
+		    ", \"dtype\": \"%s\", \"safetensors_dtype\":"
+		    " \"%s\", \"shape\": [%s",
+		    bfs_dtype_info(lf->dtype)->torch_name, lf->st_dtype,
+		    lf->role == BFS_LAYOUT_ROWS || !rows ? "" : "null");
+		for (int d = 0; rows && d < lf->f->ndim; d++)
+			bfs_layout_append(
+			    b, n, pos, "%s%lld",
+			    d || lf->role != BFS_LAYOUT_ROWS ? ", " : "",
+			    (long long)lf->f->shape[d]);
+		bfs_layout_append(b, n, pos, "], \"row_bytes\": %" PRIu64,
+				  rows ? lf->f->row_bytes : 8);
+		if (lf->role != BFS_LAYOUT_ROWS)
+			json_ragged(lf, &t->layout->ragged[lf->slot], b, n,
+				    pos);
+		bfs_layout_append(b, n, pos, "}");
+	}
+	bfs_layout_append(b, n, pos, "\n  ],\n");
+}
+
+/* Data offset of batch 0 of epoch 0 (0 rows when there is no batch; 0
+ * when a ragged batch 0 cannot be measured). */
+static uint64_t header_size(const struct text *t)
+{
+	struct bfs_layout_dims d;
+
+	if (t->len && bfs_layout_batch_dims(t->layout, t->order, 0, 0, &d))
+		return 0;
+	if (!t->len)
+		memset(&d, 0, sizeof(d));
+	return bfs_layout_data_offset_dims(t->layout, 0, 0, &d);
+}
+
+/* dataset.json: everything a program needs to read the batches. */
+static void render_json(const struct text *t,
+			const struct bfs_text_info *in, const char *torch,
+			char *b, size_t n, size_t *pos)
+{
+	bfs_layout_append(b, n, pos, "{\n  \"sources\": [");
+	for (size_t i = 0; i < bfs_dataset_nshards(t->ds); i++) {
+		struct bfs_shard_info sh;
+
+		bfs_dataset_shard(t->ds, i, &sh);
+		bfs_layout_append(b, n, pos, "%s", i ? ", " : "");
+		bfs_layout_json_str(b, n, pos, sh.path);
+	}
+	bfs_layout_append(b, n, pos, "],\n");
+	json_fields(t, b, n, pos);
+	bfs_layout_append(
+	    b, n, pos,
+	    "  \"samples\": %" PRIu64 ",\n  \"batch_size\": %" PRIu64
+	    ",\n  \"batches_per_epoch\": %" PRIu64 ",\n  \"last_batch_"
+	    "size\": %" PRIu64 ",\n  \"epochs\": %" PRIu64
+	    ",\n  \"drop_last\": %s,\n  \"sampler\": \"%s\",\n  "
+	    "\"shuffle\": %s,\n  \"seed\": %" PRIu64
+	    ",\n  \"seed_source\": \"%s\",\n  \"pytorch\": ",
+	    bfs_dataset_samples(t->ds), in->batch_size, t->len,
+	    t->len ? bfs_order_batch_rows(t->order, t->len - 1) : 0, t->epochs,
+	    in->drop_last ? "true" : "false", in->sampler,
+	    in->shuffle ? "true" : "false", in->seed, in->seed_source);
+	bfs_layout_json_str(b, n, pos, torch);
+	bfs_layout_append(b, n, pos, ",\n  \"serve_mode\": ");
+	bfs_layout_json_str(b, n, pos, in->serve_mode ? in->serve_mode : "-");
+	bfs_layout_append(b, n, pos, ",\n  \"serve_mode_why\": ");
+	bfs_layout_json_str(b, n, pos, in->serve_why ? in->serve_why : "");
+	bfs_layout_append(b, n, pos, ",\n  \"log\": ");
+	bfs_layout_json_str(b, n, pos, in->log ? in->log : "");
+	bfs_layout_append(
+	    b, n, pos,
+	    ",\n  \"format\": \"safetensors\",\n  \"batch_"
+	    "format\": \"batchfs/1\",\n  \"header_size\": %" PRIu64
+	    ",\n  \"batch_path\": \"epoch/{epoch}/batch_{batch}"
+	    "\",\n  \"index_path\": \"index/{epoch}/batch_{batch}"
+	    "\"\n}\n",
+	    header_size(t));
+}
+
+/* The reader in README: json + numpy only. */
+static const char readme_reader[] =
+    "import json, numpy as np\n"
+    "NP = {\"F64\": \"<f8\", \"F32\": \"<f4\", \"F16\": \"<f2\", "
+    "\"BF16\": \"<u2\", \"I64\": \"<i8\", \"I32\": \"<i4\",\n"
+    "      \"I16\": \"<i2\", \"I8\": \"i1\", \"U64\": \"<u8\", "
+    "\"U32\": \"<u4\", \"U16\": \"<u2\", \"U8\": \"u1\",\n"
+    "      \"BOOL\": \"?\", \"C64\": \"<c8\", \"F8_E4M3\": \"u1\", "
+    "\"F8_E5M2\": \"u1\"}   # BF16/F8: raw bits\n"
+    "def read_batch(path):\n"
+    "    buf = open(path, \"rb\").read()        # one big read\n"
+    "    n = int.from_bytes(buf[:8], \"little\")\n"
+    "    head = json.loads(buf[8:8 + n]); head.pop(\"__metadata__\")\n"
+    "    return {k: np.frombuffer(buf, NP[v[\"dtype\"]], "
+    "offset=8 + n + v[\"data_offsets\"][0],\n"
+    "                             count=int(np.prod(v[\"shape\"])))"
+    ".reshape(v[\"shape\"])\n"
+    "            for k, v in head.items()}\n";
+
+/* README's words on ragged fields: which collate_fn they equal. */
+static void render_ragged(const struct text *t, char *b, size_t n,
+			  size_t *pos)
+{
+	for (size_t i = 0; i < t->layout->nragged; i++) {
+		const struct bfs_layout_ragged *r = &t->layout->ragged[i];
+		const char *f = r->f->name;
+
+		if (r->mode == BFS_RAGGED_PACK)
+			bfs_layout_append(
+			    b, n, pos,
+			    "Ragged field %s is packed: %s is its samples' "
+			    "rows back to back,\n%s.offsets (int64, B + 1) "
+			    "where each starts.\n",
+			    f, f, f);
+		else
+			bfs_layout_append(
+			    b, n, pos,
+			    "Ragged field %s is padded: %s = torch.nn.utils."
+			    "rnn.pad_sequence(samples,\nbatch_first=True, "
+			    "padding_value=%s) (length rounded up to a "
+			    "multiple of %" PRIu64 "),\n%s.lengths (int64, "
+			    "B) each sample's length.\n",
+			    f, f, r->value, r->multiple, f);
+	}
+	if (t->layout->nragged)
+		bfs_layout_append(b, n, pos, "\n");
+}
+
+static void render_readme(const struct text *t,
+			  const struct bfs_text_info *in, const char *torch,
+			  char *b, size_t n, size_t *pos)
+{
+	bfs_layout_append(
+	    b, n, pos,
+	    "batchfs: a dataset as a directory of training batches\n\n"
+	    "Mounted on %s from %zu archive(s), %" PRIu64
+	    " samples, %zu field(s).\nOptions: %s\n\n"
+	    "  epoch/N/batch_K   batch K of epoch N: a safetensors file "
+	    "(8-byte LE header\n                    length, JSON header, "
+	    "data at byte %" PRIu64 ")\n"
+	    "  index/N/batch_K   its sample indices, one per line\n"
+	    "  dataset.json      fields, sizes, sampler, seed\n"
+	    "  stats             live counters (name value)\n\n"
+	    "%" PRIu64 " batches per epoch; epochs 0..%" PRIu64
+	    " can be opened (ls epoch lists them all).\n"
+	    "The batches are exactly those of this PyTorch loader "
+	    "(default_collate of dict samples):\n\n  %s\n\n",
+	    in->mountpoint ? in->mountpoint : "?", bfs_dataset_nshards(t->ds),
+	    bfs_dataset_samples(t->ds), bfs_dataset_nfields(t->ds),
+	    in->options ? in->options : "", header_size(t), t->len,
+	    t->epochs ? t->epochs - 1 : 0, torch);
+	render_ragged(t, b, n, pos);
+	bfs_layout_append(b, n, pos,
+			  "Read a batch with numpy only:\n\n"
+			  "%sbatch = read_batch(\"%s/epoch/0/batch_0\")\n\n"
+			  "Read with >= 1 MiB reads (cat, cp, np.fromfile, "
+			  "readinto): small reads cost a round trip each.\n"
+			  "The daemon logs to: %s\n"
+			  "Unmount with: batchfs umount %s\n",
+			  readme_reader, in->mountpoint ? in->mountpoint : ".",
+			  in->log ? in->log : "?",
+			  in->mountpoint ? in->mountpoint : "MOUNTPOINT");
+}
+
+typedef void render_fn(const struct text *t, const struct bfs_text_info *in,
+		       const char *torch, char *b, size_t n, size_t *pos);
+
+/* Render into a fresh malloc'd string (two passes: measure, write).
+ * Returns 0 or -ENOMEM. */
+static int render_alloc(const struct text *t,
+			const struct bfs_text_info *in, const char *torch,
+			render_fn *fn, char **out)
+{
+	size_t need = 0, got = 0;
+
+	fn(t, in, torch, NULL, 0, &need);
+	*out = malloc(need + 1);
+	if (!*out)
+		return -ENOMEM;
+	fn(t, in, torch, *out, need + 1, &got);
+	return 0;
+}
+
+int bfs_text_render(const struct bfs_dataset *ds, struct bfs_order *order,
+		    const struct bfs_layout *layout,
+		    const struct bfs_text_info *in, char **readme, char **json)
+{
+	const struct text t = {ds, order, layout, bfs_order_len(order),
+			       in->epochs};
+	char torch[1024];
+	int rc;
+
+	*readme = *json = NULL;
+	bfs_order_describe(order, torch, sizeof(torch));
+	rc = render_alloc(&t, in, torch, render_json, json);
+	if (rc == 0)
+		rc = render_alloc(&t, in, torch, render_readme, readme);
+	if (rc < 0) {
+		free(*json);
+		*json = NULL;
+	}
+	return rc;
+}
+

@@ -1,0 +1,44 @@
+/* fs/text: the text files that describe a mount, README and dataset.json
+ * (the top README: the namespace), rendered once when it is mounted. They
+ * say what is mounted (sources, fields, sizes), the equivalent PyTorch
+ * DataLoader, how the batches are served (the mode and why, as strings:
+ * this room knows nothing of serving) and a numpy-only reader. */
+#ifndef BFS_TEXT_H
+#define BFS_TEXT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fs/dataset.h"
+#include "fs/layout.h"
+#include "fs/order.h"
+
+/* What the text files describe besides the dataset itself. */
+struct bfs_text_info {
+	const char *const *sources; /* archive paths as given */
+	size_t nsources;
+	uint64_t epochs;
+	uint64_t batch_size; /* --batch-size */
+	uint64_t seed;
+	bool shuffle; /* a random order at all */
+	bool drop_last;
+	/* Where the seed came from: "--seed", "getrandom" (a random sampler
+	 * without --seed), "--generator-state", "default" (DistributedSampler's
+	 * 0) or "unused" (sequential order). */
+	const char *seed_source;
+	const char *sampler; /* "sequential", "random", ... */
+	const char *options; /* the mount options, one line */
+	const char *mountpoint;
+	const char *log;	/* where the daemon logs: a file, or "stderr" */
+	const char *serve_mode; /* "passthrough", ... (NULL: "-") */
+	const char *serve_why;	/* why that mode */
+};
+
+/* README into *readme and dataset.json into *json, malloc'd strings the
+ * caller frees. Borrows everything. 0 or -ENOMEM (both NULL). */
+int bfs_text_render(const struct bfs_dataset *ds, struct bfs_order *order,
+		    const struct bfs_layout *layout,
+		    const struct bfs_text_info *in, char **readme, char **json);
+
+#endif
