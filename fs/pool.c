@@ -13,12 +13,14 @@
  * it failed. It is freed when it is out of the table and has no
  * reference, so storage in use by a reader is never freed.
  *
+ * Work. A worker takes a batch off the queue and plans it once: its
+ * samples (fs/order) and its file size (fs/layout); the same plan then
+ * sizes its storage, is read ahead (fs/readahead) and is gathered.
+ *
  * Storage. Anonymous page-aligned buffers, or (opts.memfd, passthrough)
- * one fresh memfd per batch, written at the gather either with pwritev
- * straight from the archive mapping (rows stored as served, big ones) or
- * gathered into the worker's reused buffer and written with one pwrite
- * (measurements: fs/README.md). A memfd is never reused: a reader's
- * mapping of it outlives the batch.
+ * one fresh memfd per batch, written by fs/layout_fd (gathered and
+ * written with one pwrite, or pwritev straight from the archive). A memfd
+ * is never reused: a reader's mapping of it outlives the batch.
  *
  * Budget. cache_bytes = bytes of all storage (BUSY or READY, in the table
  * or still referenced; memfds count their pages, shmem_bytes). Before a
@@ -40,9 +42,11 @@
  *
  * Prefetch. Each acquire of position pos queues pos+1 .. pos+prefetch
  * (across epochs, below 'epochs'), skipping what the table already holds
- * and what an earlier acquire already scheduled (pf_upto). bfs_pool_advise
- * walks the same window but only reads ahead (madvise), for batches served
- * from the archive itself.
+ * and what an earlier acquire already scheduled (pf_upto). Each worker,
+ * after gathering batch q, has fs/readahead advise the rows of batch
+ * q + prefetch + 1, one window further. bfs_pool_advise walks the window
+ * but only reads ahead, for batches served from the archive itself. The
+ * memory policy (read in what fits) is fs/readahead's, started here.
  *
  * Hooks. prepare runs on the worker after a gather, before the batch is
  * READY (so what it prepares, e.g. a backing id, is there before any
