@@ -9,7 +9,8 @@
  * innermost dim. Big-endian data is swapped in the destination. The copy
  * is bound by memory latency: the common case (copy_fast) prefetches rows
  * ahead so their cache misses overlap; 4- and 8-byte rows (scalar labels)
- * are copied inline (fs/README.md: the gather, with the figures).
+ * are copied inline (fs/README.md: the gather; figures in
+ * tools/bench/RESULTS.md).
  *
  * Ragged fields: a sample's span (start, len) in NAME.values comes from
  * two adjacent offsets; bfs_dataset_spans reads them once per batch and

@@ -165,9 +165,9 @@ void bfs_layout_fd_init(struct bfs_layout_fd *w, const struct bfs_layout *l,
 			enum bfs_layout_fd_how how)
 {
 	*w = (struct bfs_layout_fd){.l = l, .ds = ds};
-	w->slices = how == BFS_LAYOUT_FD_SLICES ||
-		    (how == BFS_LAYOUT_FD_AUTO &&
-		     bfs_layout_mean_slice(l) >= 4096);
+	w->slices =
+	    how == BFS_LAYOUT_FD_SLICES ||
+	    (how == BFS_LAYOUT_FD_AUTO && bfs_layout_mean_slice(l) >= 4096);
 }
 
 void bfs_layout_fd_fini(struct bfs_layout_fd *w)

@@ -51,14 +51,6 @@ int bfs_npy_parse_exact(const uint8_t *p, uint64_t len, const char *label,
 int bfs_npy_read_header(int fd, const char *label, struct bfs_npy *out,
 			struct bfs_error *err);
 
-/* Write numpy's header for a little-endian C-order array of 'dtype' and
- * 'shape[ndim]' into buf[cap], padded with spaces and '\n' so that the data
- * starts at a multiple of 'align' (64 = numpy's ARRAY_ALIGN; 4096 for
- * page-aligned data). Returns the header length (= data offset) or
- * -EINVAL (dtype without a numpy descr) / -ENOSPC (cap too small). */
-ssize_t bfs_npy_write_header(char *buf, size_t cap, enum bfs_dtype dtype,
-			     int ndim, const int64_t *shape, size_t align);
-
 /* Reverse the byte order of every 'unit'-byte group of [p, p+bytes) in
  * place (unit = bfs_dtype_info()->swap_unit: the element size, half of it
  * for complex). Used for big-endian .npy data and big-endian archives. */

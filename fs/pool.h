@@ -1,6 +1,6 @@
 /* fs/pool: worker threads that materialize batch files into page-aligned
  * buffers or memfds, prefetch ahead of the readers, and keep everything
- * under one byte budget (fs/README.md: the pool).
+ * under one byte budget (fs/README.md: workers, prefetch and the budget).
  *
  * A batch is addressed by its position pos = e * len + k in the stream of
  * all epochs (len = batches per epoch). */

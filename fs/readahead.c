@@ -39,10 +39,10 @@
 
 #define MOD "readahead"
 
-#define CHUNK	  ((uint64_t)2 << 20)
-#define TICK_NS	  125000000ull /* 1/8 s */
-#define TICK_MASK 0x7fffffffu
-#define WINDOW	  8u			/* ticks: 1 s */
+#define CHUNK	    ((uint64_t)2 << 20)
+#define TICK_NS	    125000000ull /* 1/8 s */
+#define TICK_MASK   0x7fffffffu
+#define WINDOW	    8u			 /* ticks: 1 s */
 #define WARM_WINDOW ((uint64_t)32 << 20) /* the read-in checks for a stop */
 
 /* The residency words of one mapped file. */
@@ -315,8 +315,7 @@ static int range_resident(const struct bfs_readahead *ra, size_t i,
 	return 1;
 }
 
-void bfs_readahead_rows(struct bfs_readahead *ra, const uint64_t *idx,
-			size_t n)
+void bfs_readahead_rows(struct bfs_readahead *ra, const uint64_t *idx, size_t n)
 {
 	long pgl = sysconf(_SC_PAGESIZE);
 	uint64_t pg = pgl >= 4096 ? (uint64_t)pgl : 4096, mask = pg - 1;
@@ -338,9 +337,9 @@ void bfs_readahead_rows(struct bfs_readahead *ra, const uint64_t *idx,
 			map = bfs_dataset_file(ra->ds, x.file)->map;
 			a = x.off & ~mask;
 			e = (x.off + x.len + mask) & ~mask;
-			if (range_resident(ra, x.file, a, e, tick, (size_t)pg)) {
-				atomic_fetch_add_explicit(&ra->rows_resident,
-							  1,
+			if (range_resident(ra, x.file, a, e, tick,
+					   (size_t)pg)) {
+				atomic_fetch_add_explicit(&ra->rows_resident, 1,
 							  memory_order_relaxed);
 				continue;
 			}

@@ -136,6 +136,7 @@ int bfs_serve_create(struct bfs_serve **out, const struct bfs_dataset *ds,
 	s->ds = ds;
 	s->order = order;
 	s->layout = layout;
+	s->epochs = po->epochs;
 	s->o = *o;
 	s->k = *kernel;
 	pthread_mutex_init(&s->lock, NULL);
@@ -285,7 +286,7 @@ static int open_batch(struct bfs_serve *s, struct bfs_file *f,
 {
 	int rc;
 
-	if (f->k >= bfs_order_len(s->order))
+	if (f->e >= s->epochs || f->k >= bfs_order_len(s->order))
 		return -ENOENT;
 	rc = bfs_layout_file_size(s->layout, s->order, f->e, f->k, &f->size);
 	if (rc)

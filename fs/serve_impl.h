@@ -39,6 +39,7 @@ struct bfs_serve {
 	const struct bfs_dataset *ds;
 	struct bfs_order *order;
 	const struct bfs_layout *layout;
+	uint64_t epochs; /* batches of epochs 0 .. epochs-1 exist */
 	struct bfs_pool *pool;
 	struct bfs_serve_opts o; /* o.why points at 'why' */
 	char *why;

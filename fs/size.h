@@ -44,15 +44,6 @@ static inline int bfs_size_mul_add(uint64_t a, uint64_t b, uint64_t c,
 	return bfs_size_mul(a, b, &p) ? -EOVERFLOW : bfs_size_add(p, c, out);
 }
 
-/* *out = n rounded up to a multiple of 'align' (a power of two). */
-static inline int bfs_size_align(uint64_t n, uint64_t align, uint64_t *out)
-{
-	if (bfs_size_add(n, align - 1, out))
-		return -EOVERFLOW;
-	*out &= ~(align - 1);
-	return 0;
-}
-
 /* The exact product of 'n' sizes (each >= 0): 0 when one of them is 0
  * (whatever the others), else the product, -EOVERFLOW above 2^63 - 1. */
 int bfs_size_prod(const int64_t *size, int n, uint64_t *out);

@@ -43,8 +43,7 @@ static void json_ragged(const struct bfs_layout_field *lf,
 
 /* The tensors of a batch file, per sample; a ragged field's shape starts
  * with null (its length varies). */
-static void json_fields(const struct text *t, char *b, size_t n,
-			size_t *pos)
+static void json_fields(const struct text *t, char *b, size_t n, size_t *pos)
 {
 	bfs_layout_append(b, n, pos, "  \"fields\": [");
 	for (size_t i = 0; i < t->layout->nfields; i++) {
@@ -90,9 +89,8 @@ static uint64_t header_size(const struct text *t)
 }
 
 /* dataset.json: everything a program needs to read the batches. */
-static void render_json(const struct text *t,
-			const struct bfs_text_info *in, const char *torch,
-			char *b, size_t n, size_t *pos)
+static void render_json(const struct text *t, const struct bfs_text_info *in,
+			const char *torch, char *b, size_t n, size_t *pos)
 {
 	bfs_layout_append(b, n, pos, "{\n  \"sources\": [");
 	for (size_t i = 0; i < bfs_dataset_nshards(t->ds); i++) {
@@ -153,8 +151,7 @@ static const char readme_reader[] =
     "            for k, v in head.items()}\n";
 
 /* README's words on ragged fields: which collate_fn they equal. */
-static void render_ragged(const struct text *t, char *b, size_t n,
-			  size_t *pos)
+static void render_ragged(const struct text *t, char *b, size_t n, size_t *pos)
 {
 	for (size_t i = 0; i < t->layout->nragged; i++) {
 		const struct bfs_layout_ragged *r = &t->layout->ragged[i];
@@ -181,9 +178,8 @@ static void render_ragged(const struct text *t, char *b, size_t n,
 		bfs_layout_append(b, n, pos, "\n");
 }
 
-static void render_readme(const struct text *t,
-			  const struct bfs_text_info *in, const char *torch,
-			  char *b, size_t n, size_t *pos)
+static void render_readme(const struct text *t, const struct bfs_text_info *in,
+			  const char *torch, char *b, size_t n, size_t *pos)
 {
 	bfs_layout_append(
 	    b, n, pos,
@@ -222,9 +218,8 @@ typedef void render_fn(const struct text *t, const struct bfs_text_info *in,
 
 /* Render into a fresh malloc'd string (two passes: measure, write).
  * Returns 0 or -ENOMEM. */
-static int render_alloc(const struct text *t,
-			const struct bfs_text_info *in, const char *torch,
-			render_fn *fn, char **out)
+static int render_alloc(const struct text *t, const struct bfs_text_info *in,
+			const char *torch, render_fn *fn, char **out)
 {
 	size_t need = 0, got = 0;
 
@@ -256,4 +251,3 @@ int bfs_text_render(const struct bfs_dataset *ds, struct bfs_order *order,
 	}
 	return rc;
 }
-

@@ -27,7 +27,7 @@ LOADER_A := $(BUILD)/libbatchfs_loader.a
 LOADER_SO := $(BUILD)/libbatchfs_loader.so
 LOADER_SONAME := libbatchfs_loader.so.0
 LOADER_LIBS := -pthread -ldl
-LOADER_VERSION := 0.1.0
+LOADER_VERSION := $(VERSION)
 ifeq ($(HAVE_CUDA_H),1)
 LOADER_CUDA_FLAGS := -DBFS_HAVE_CUDA_H -I$(CUDA_HOME)/include
 endif
@@ -82,8 +82,8 @@ PY_PKG := $(DESTDIR)$(PYTHON_SITE)/batchfs
 install-python:
 	install -d $(PY_PKG)
 	install -m 644 loader/python/batchfs/*.py $(PY_PKG)/
-	printf '"""Written by make install."""\nBATCHFS = "%s"\n' \
-		'$(BINDIR)/batchfs' >$(PY_PKG)/_installed.py
+	printf '"""Written by make install."""\nBATCHFS = "%s"\nVERSION = "%s"\n' \
+		'$(BINDIR)/batchfs' '$(VERSION)' >$(PY_PKG)/_installed.py
 	sed 's|^_INSTALLED_LIB = None.*|_INSTALLED_LIB = "$(LIBDIR)/$(LOADER_SONAME)"|' \
 		loader/python/batchfs_loader.py \
 		>$(DESTDIR)$(PYTHON_SITE)/batchfs_loader.py

@@ -1,17 +1,12 @@
 /* tools/cmd_mount: `batchfs mount` (`batchfs umount` is cmd_umount.c).
  *
- * Session lifecycle, in this order (libfuse example/ order):
- *   parse options -> open the dataset, layout, order (errors: exit 1/2 in
- *   the foreground) -> fuse_session_new -> signal handlers -> mount ->
- *   daemonize (fork; the child starts the pool, then writes ONE readiness
- *   byte on a pipe; the parent exits 0 when it reads it, 1 on EOF) ->
- *   multithreaded loop -> unmount -> remove handlers -> destroy.
- * The pool's threads are started after the fork (threads do not survive
- * fork). SIGTERM/SIGINT/SIGHUP end the loop (fuse_set_signal_handlers) and
- * the daemon unmounts cleanly. auto_unmount (a fusermount3 helper that
- * unmounts when our /dev/fuse descriptor dies) covers kill -9; libfuse 3.14
- * cannot combine it with allow_other, so asking for allow_other drops it
- * with a warning.
+ * The command line: options and their checks, usage, errors. Before any
+ * mount it builds the model (dataset, layout, order: a bad archive or
+ * option exits 1 or 2 in the foreground), decides who may read the mount
+ * (tools/mount_perm.c) and opens the daemon's log; then mount/session.c
+ * runs the session (mount, fork, INIT, serving mode, the loop, unmount),
+ * calling back start() here to build what is served, once the mode is
+ * known, in the daemon.
  *
  * `ls epoch` lists every epoch below --epochs (default 1000): each one can
  * be opened; epoch >= --epochs is ENOENT. */

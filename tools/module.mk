@@ -1,7 +1,6 @@
 # tools/: the batchfs command (main, mount, umount, pack, inspect, bench)
 # linked into build/batchfs, the benchmark harness and the build's scripts.
 CLI_SRCS += $(sort $(wildcard tools/*.c))
-DIR_CPPFLAGS_tools = $(call pc_cflags,fuse3)
 DIR_CPPFLAGS_tools/bench = $(call pc_cflags,fuse3)
 
 # make demo: the README's first command. Installs what is missing, builds,

@@ -61,8 +61,9 @@ def table_options(cmd):
 def readme_mount_options():
     with open(os.path.join(SRC, "README.md")) as f:
         text = f.read()
-    table = text.split("### Options of `batchfs mount`")[1].split("\n## ")[0]
-    table = table.split("### ")[0]
+    table = re.split(r"^#+ Options of `batchfs mount`$", text,
+                     flags=re.M)[1]
+    table = re.split(r"^#+ ", table, flags=re.M)[0]
     rows = [line.split("|")[1] for line in table.splitlines()
             if line.startswith("| `")]
     return {o for row in rows for o in options(row) if o.startswith("--")}

@@ -6,7 +6,8 @@ pack them, mkdir the mountpoint, mount, ls, head, cat stats, train.py
 batchfs.mount code. The numpy reader reads every dtype a mount serves
 (fs/dtype.c's safetensors codes) and the mount's batch. Every relative
 link of the repository's Markdown files leads to a file of the
-repository (or a heading of it), and none names a file outside it."""
+repository (or a heading of it), and none names a file outside it; every
+pointer from code and docs into a folder README names a heading there."""
 import os
 import re
 import subprocess
@@ -17,8 +18,18 @@ SRC = os.path.abspath(os.environ.get("BFS_SRC") or os.path.join(
 BUILD = os.environ.get("BUILD", "build")
 PY = os.environ.get("PYTHON", "/usr/bin/python3")
 TMP = os.environ.get("BFS_TEST_TMP") or "/tmp"
-DOCS = ["README.md", "fs/README.md", "mount/README.md", "loader/README.md",
-        "loader/python/batchfs/README.md"]
+
+
+def tracked(*patterns):
+    """The repository's files matching git pathspecs (tracked or not yet:
+    what a commit of the working tree would hold)."""
+    out = subprocess.run(["git", "-C", SRC, "ls-files", "--cached",
+                          "--others", "--exclude-standard", "--", *patterns],
+                         capture_output=True, text=True).stdout.split()
+    return sorted(set(p for p in out if os.path.exists(os.path.join(SRC, p))))
+
+
+DOCS = tracked("*.md")
 
 
 def readme():
@@ -71,6 +82,41 @@ def links_lead_somewhere():
                                                      re.M)]
                 if anchor not in heads:
                     bad.append("%s: link %s: no such heading" % (doc, target))
+    assert not bad, "\n".join(bad)
+
+
+def norm(text):
+    """A heading or a reference to one, compared: lower case, words only."""
+    text = re.sub(r"[^a-z0-9 ]", " ", text.lower().replace("`", ""))
+    return " ".join(text.split())
+
+
+def references_name_headings():
+    """Code and docs point into a folder's README as "fs/README.md: the
+    gather" (up to a comma, a semicolon or a parenthesis): the words must
+    begin a heading of that README."""
+    heads = {}
+    for doc in DOCS:
+        with open(os.path.join(SRC, doc)) as f:
+            heads[doc] = [norm(h) for h in re.findall(r"^#+ (.*)$", f.read(),
+                                                      re.M)]
+    bad = []
+    for name in tracked("*.c", "*.h", "*.py", "*.md", "*.sh"):
+        with open(os.path.join(SRC, name), errors="replace") as f:
+            text = f.read()
+        for m in re.finditer(r"((?:[\w./-]+/)?README\.md): +([^,;:)\n*]+)",
+                             text):
+            doc, ref = m.group(1), norm(m.group(2))
+            if not ref:
+                continue
+            doc = os.path.normpath(doc if os.path.exists(
+                os.path.join(SRC, doc)) else os.path.join(
+                    os.path.dirname(name), doc))
+            if doc not in heads:
+                bad.append("%s names %s, no README of the repository"
+                           % (name, m.group(0)))
+            elif not any(h.startswith(ref) for h in heads[doc]):
+                bad.append("%s: '%s': no such heading" % (name, m.group(0)))
     assert not bad, "\n".join(bad)
 
 
@@ -185,6 +231,7 @@ def is_mounted(mnt):
 
 def main():
     links_lead_somewhere()
+    references_name_headings()
     numpy_reader_reads_every_dtype()
     if not os.access("/dev/fuse", os.R_OK | os.W_OK):
         print("skip: /dev/fuse is not usable (links and numpy reader ok)")

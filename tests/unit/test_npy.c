@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "fs/npy.h"
+#include "tests/lib/npy_header.h"
 
 static void written_headers_parse_back_aligned(void **state)
 {
@@ -20,7 +21,7 @@ static void written_headers_parse_back_aligned(void **state)
 
 	for (size_t align = 64; align <= 4096; align *= 64) {
 		for (int nd = 0; nd <= 3; nd++) {
-			ssize_t len = bfs_npy_write_header(
+			ssize_t len = ta_npy_header(
 			    buf, sizeof(buf), BFS_DT_FLOAT32, nd, shape, align);
 			assert_true(len > 0 && len % (ssize_t)align == 0);
 			assert_int_equal(buf[len - 1], '\n');
@@ -40,9 +41,9 @@ static void written_headers_parse_back_aligned(void **state)
 		}
 	}
 	/* bfloat16 has no numpy descr. */
-	assert_int_equal(bfs_npy_write_header(buf, sizeof(buf), BFS_DT_BFLOAT16,
-					      1, shape, 64),
-			 -EINVAL);
+	assert_int_equal(
+	    ta_npy_header(buf, sizeof(buf), BFS_DT_BFLOAT16, 1, shape, 64),
+	    -EINVAL);
 }
 
 /* A v1.0 header around 'dict', as numpy lays it out. */

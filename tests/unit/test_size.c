@@ -36,9 +36,6 @@ static void products_and_sums_above_2_63_minus_1_are_refused(void **state)
 	assert_int_equal(bfs_size_mul_add(P(61), 3, P(61) - 1, &v), 0);
 	assert_true(v == INT64_MAX);
 	assert_int_equal(bfs_size_mul_add(P(61), 3, P(61), &v), -EOVERFLOW);
-	assert_int_equal(bfs_size_align(4097, 4096, &v), 0);
-	assert_true(v == 8192);
-	assert_int_equal(bfs_size_align(INT64_MAX - 10, 4096, &v), -EOVERFLOW);
 }
 
 static void numel_is_refused_exactly_when_torch_refuses_it(void **state)

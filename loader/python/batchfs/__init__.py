@@ -31,7 +31,30 @@ from ._batchfile import NP, read_batch
 from ._batches import Batches
 from ._mount import Mount, MountError, find_batchfs, mount
 
-__version__ = "0.1.0"
+
+
+def _version():
+    """batchfs's version, kept in one place (tools/version.h): written into
+    _installed.py by make install, else read from the source tree this
+    package lives in."""
+    try:
+        from ._installed import VERSION
+        return VERSION
+    except ImportError:
+        pass
+    import os
+    import re
+    h = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                     "..", "tools", "version.h")
+    try:
+        with open(h) as f:
+            return re.search(r'#define BFS_VERSION "([^"]+)"',
+                             f.read()).group(1)
+    except (OSError, AttributeError):
+        return "unknown"
+
+
+__version__ = _version()
 __all__ = ["mount", "Mount", "MountError", "Batches", "IterableDataset",
            "read_batch", "find_batchfs", "Loader", "LoaderError", "NP"]
 

@@ -1,0 +1,385 @@
+/* fs/serve against a fake kernel (the callbacks a FUSE adapter passes in):
+ * a file lives until its last reply is done, even when released first;
+ * push keeps the page cache under its budget and never drops a batch that
+ * is open; zero-copy slices are exactly the batch's bytes, rows straight
+ * from the archive mapping; opens of one batch share one backing id, gone
+ * at the last release; a backing file that cannot be registered fails the
+ * open with EIO, saying why. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "fs/serve.h"
+#include "tests/lib/archive.h"
+
+enum { N = 40, ROW = 8192, B = 8, EPOCHS = 4, MAXPOS = EPOCHS * (N / B) };
+
+static struct {
+	struct bfs_dataset *ds;
+	struct bfs_order *order;
+	struct bfs_layout layout;
+	const uint8_t *map; /* the archive's mapping */
+	uint64_t map_size;
+} fx;
+
+/* What the fake kernel was asked. */
+static struct {
+	pthread_mutex_t lock;
+	int next_id, fail_backing;
+	int backing_opens, backing_closes, live_ids;
+	uint64_t stored[MAXPOS]; /* bytes stored per position */
+	int invals[MAXPOS];
+	int wrong_bytes; /* stores or backing files unlike the batch */
+} kern = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+/* The bytes of batch k of epoch e, as the layout writes them; *size. */
+static uint8_t *expected(uint64_t e, uint64_t k, uint64_t *size)
+{
+	uint64_t rows = bfs_order_batch_rows(fx.order, k), idx[B];
+	uint8_t *buf;
+
+	assert_int_equal(bfs_order_batch(fx.order, e, k, idx), 0);
+	assert_int_equal(
+	    bfs_layout_file_size(&fx.layout, fx.order, e, k, size), 0);
+	buf = malloc(*size);
+	assert_int_equal(
+	    bfs_layout_fill(&fx.layout, fx.ds, e, k, idx, rows, *size, buf), 0);
+	return buf;
+}
+
+static uint64_t pos(uint64_t e, uint64_t k)
+{
+	return e * bfs_order_len(fx.order) + k;
+}
+
+static int k_store(void *arg, uint64_t e, uint64_t k, uint64_t off,
+		   const void *buf, uint64_t len)
+{
+	uint64_t size;
+	uint8_t *want = expected(e, k, &size);
+
+	pthread_mutex_lock(&kern.lock);
+	kern.stored[pos(e, k)] += len;
+	kern.wrong_bytes += off + len > size || memcmp(want + off, buf, len);
+	pthread_mutex_unlock(&kern.lock);
+	free(want);
+	return 0;
+}
+
+static int k_inval(void *arg, uint64_t e, uint64_t k)
+{
+	pthread_mutex_lock(&kern.lock);
+	kern.invals[pos(e, k)]++;
+	pthread_mutex_unlock(&kern.lock);
+	return 0;
+}
+
+static int k_backing_open(void *arg, int fd)
+{
+	int id;
+
+	pthread_mutex_lock(&kern.lock);
+	if (kern.fail_backing) {
+		pthread_mutex_unlock(&kern.lock);
+		return kern.fail_backing;
+	}
+	id = ++kern.next_id;
+	kern.backing_opens++;
+	kern.live_ids++;
+	pthread_mutex_unlock(&kern.lock);
+	return id;
+}
+
+static void k_backing_close(void *arg, int id)
+{
+	pthread_mutex_lock(&kern.lock);
+	kern.backing_closes++;
+	kern.live_ids--;
+	pthread_mutex_unlock(&kern.lock);
+}
+
+static const struct bfs_serve_kernel fake = {
+    .store = k_store,
+    .inval = k_inval,
+    .backing_open = k_backing_open,
+    .backing_close = k_backing_close,
+};
+
+static int setup(void **state)
+{
+	const char *tmp = getenv("BFS_TEST_TMP");
+	char path[512];
+	const char *paths[1] = {path};
+	uint8_t *rows = malloc((size_t)N * ROW), *ar;
+	int64_t labels[N];
+	struct ta_tensor ts[] = {
+	    {"x", BFS_DT_UINT8, "0", N * ROW, 0, 2, {N, ROW}, {ROW, 1}},
+	    {"y", BFS_DT_INT64, "1", N, 0, 1, {N}, {1}},
+	};
+	struct bfs_order_opts o = {.sampler = BFS_SAMPLER_RANDOM,
+				   .batch_size = B,
+				   .seed = 3,
+				   .compat = BFS_TORCH_1_13};
+	struct bfs_shard_info si;
+	size_t n;
+
+	for (size_t i = 0; i < (size_t)N * ROW; i++)
+		rows[i] = (uint8_t)(i * 31 + i / ROW);
+	for (int i = 0; i < N; i++)
+		labels[i] = 1000 + i;
+	struct ta_storage st[] = {{"0", rows, (size_t)N * ROW},
+				  {"1", labels, sizeof(labels)}};
+	n = ta_build(&ar, ts, 2, st, 2, "3\n", NULL, NULL);
+	snprintf(path, sizeof(path), "%s/serve.pt", tmp ? tmp : "/tmp");
+	if (ta_write(path, ar, n) < 0 ||
+	    bfs_dataset_open(&fx.ds, paths, 1, NULL) < 0 ||
+	    bfs_layout_init(&fx.layout, fx.ds, B, NULL) < 0)
+		return -1;
+	free(ar);
+	free(rows);
+	o.n = N;
+	bfs_dataset_shard(fx.ds, 0, &si);
+	fx.map = si.source->files[0].map;
+	fx.map_size = si.source->files[0].size;
+	return bfs_order_create(&fx.order, &o, NULL);
+}
+
+static int teardown(void **state)
+{
+	bfs_order_destroy(fx.order);
+	bfs_layout_fini(&fx.layout);
+	bfs_dataset_close(fx.ds);
+	return 0;
+}
+
+static struct bfs_serve *serve(enum bfs_serve_mode mode, uint64_t pc_bytes,
+			       unsigned max_iov)
+{
+	const struct bfs_pool_opts po = {.workers = 2,
+					 .prefetch = 0,
+					 .budget_bytes = 64 << 20,
+					 .timeout_ms = 30000,
+					 .epochs = EPOCHS};
+	const struct bfs_serve_opts so = {.mode = mode,
+					  .page_cache_bytes = pc_bytes,
+					  .zero_copy = true,
+					  .zc_max_iov = max_iov};
+	struct bfs_serve *s;
+
+	pthread_mutex_lock(&kern.lock);
+	memset(kern.stored, 0, sizeof(kern.stored));
+	memset(kern.invals, 0, sizeof(kern.invals));
+	kern.next_id = kern.backing_opens = kern.backing_closes = 0;
+	kern.live_ids = kern.wrong_bytes = kern.fail_backing = 0;
+	pthread_mutex_unlock(&kern.lock);
+	assert_int_equal(bfs_serve_create(&s, fx.ds, fx.order, &fx.layout, &po,
+					  &so, &fake),
+			 0);
+	return s;
+}
+
+/* The whole file f of 'size' bytes through READs of 'chunk' bytes,
+ * compared with 'want'; counts slices that point into the archive. */
+static void read_whole(struct bfs_serve *s, struct bfs_file *f,
+		       const uint8_t *want, uint64_t size, uint64_t chunk,
+		       unsigned *from_archive)
+{
+	for (uint64_t off = 0; off <= size; off += chunk) {
+		struct bfs_serve_reply r;
+		uint64_t at = off;
+
+		assert_int_equal(bfs_serve_read(s, f, off, chunk, &r), 0);
+		for (int i = 0; i < r.iovcnt; i++) {
+			const uint8_t *p = r.iov[i].iov_base;
+
+			assert_true(at + r.iov[i].iov_len <= size);
+			assert_memory_equal(p, want + at, r.iov[i].iov_len);
+			if (from_archive && p >= fx.map &&
+			    p < fx.map + fx.map_size)
+				(*from_archive)++;
+			at += r.iov[i].iov_len;
+		}
+		assert_int_equal(at, off < size ? (off + chunk < size
+						       ? off + chunk
+						       : size)
+						: size);
+		bfs_serve_done(s, &r);
+	}
+}
+
+/* The kernel may send RELEASE as soon as the last reply is written,
+ * before the replying thread calls done: the reply's bytes stay valid
+ * until then, for a text and for a batch (ASan checks the rest). */
+static void a_file_lives_until_its_last_reply_is_done(void **state)
+{
+	struct bfs_serve *s = serve(BFS_SERVE_CACHE, 0, 0);
+	struct bfs_serve_how how;
+	struct bfs_serve_reply r;
+	struct bfs_file *f;
+	uint64_t size;
+	uint8_t *want = expected(1, 2, &size);
+
+	assert_int_equal(bfs_serve_open_text(s, strdup("hello, stats\n"), 13,
+					     true, &f, &how),
+			 0);
+	assert_true(how.direct_io && !how.keep_cache);
+	assert_int_equal(bfs_serve_read(s, f, 7, 100, &r), 0);
+	bfs_serve_release(s, f);
+	assert_int_equal(r.iovcnt, 1);
+	assert_memory_equal(r.iov[0].iov_base, "stats\n", 6);
+	bfs_serve_done(s, &r);
+
+	assert_int_equal(bfs_serve_open_batch(s, 1, 2, &f, &how), 0);
+	assert_int_equal(bfs_serve_read(s, f, 4096, 1 << 20, &r), 0);
+	bfs_serve_release(s, f);
+	assert_memory_equal(r.iov[0].iov_base, want + 4096, size - 4096);
+	bfs_serve_done(s, &r);
+	assert_int_equal(bfs_serve_open_batch(s, EPOCHS, 0, &f, &how), -ENOENT);
+	assert_int_equal(bfs_serve_open_batch(s, 0, N / B, &f, &how), -ENOENT);
+	bfs_serve_destroy(s);
+	free(want);
+}
+
+/* Push: each open stores its batch whole (the right bytes); a second
+ * open of a batch still in the ledger stores nothing; past the budget the
+ * oldest closed batches are dropped, never one that is open. */
+static void push_keeps_the_page_cache_under_its_budget(void **state)
+{
+	uint64_t size;
+	uint8_t *want = expected(0, 0, &size);
+	struct bfs_serve *s = serve(BFS_SERVE_PUSH, 2 * size + size / 2, 0);
+	struct bfs_serve_how how;
+	struct bfs_file *held, *f;
+	struct bfs_stats st;
+
+	assert_int_equal(bfs_serve_open_batch(s, 0, 0, &held, &how), 0);
+	assert_true(how.keep_cache);
+	for (uint64_t k = 1; k < N / B; k++) {
+		assert_int_equal(bfs_serve_open_batch(s, 0, k, &f, &how), 0);
+		bfs_serve_release(s, f);
+	}
+	assert_int_equal(bfs_serve_open_batch(s, 0, 4, &f, &how), 0);
+	bfs_serve_release(s, f); /* in the page cache still: not again */
+	pthread_mutex_lock(&kern.lock);
+	for (uint64_t k = 0; k < N / B; k++)
+		assert_int_equal(kern.stored[pos(0, k)], size);
+	assert_int_equal(kern.wrong_bytes, 0);
+	/* a budget of 2.5 batches with batch 0 open: each push past it
+	 * drops the oldest closed batch, 1, 2 and 3; 4 stays */
+	assert_int_equal(kern.invals[pos(0, 0)], 0);
+	assert_int_equal(kern.invals[pos(0, 1)], 1);
+	assert_int_equal(kern.invals[pos(0, 2)], 1);
+	assert_int_equal(kern.invals[pos(0, 3)], 1);
+	assert_int_equal(kern.invals[pos(0, 4)], 0);
+	pthread_mutex_unlock(&kern.lock);
+	bfs_serve_stats(s, &st);
+	assert_int_equal(st.batches_pushed, N / B);
+	assert_int_equal(st.page_cache_drops, 3);
+	bfs_serve_release(s, held);
+	bfs_serve_destroy(s);
+	free(want);
+}
+
+/* Direct mode, rows of 8 KiB stored as served: READs are answered with
+ * slices whose bytes are the batch's, rows straight from the archive's
+ * mapping; with fewer slices allowed per READ than a READ needs, the
+ * pool's gathered buffer answers, the same bytes. */
+static void zero_copy_slices_are_the_batch_bytes(void **state)
+{
+	uint64_t size;
+	uint8_t *want = expected(2, 3, &size);
+	struct bfs_serve_how how;
+	struct bfs_file *f;
+	struct bfs_stats st;
+	unsigned from_archive = 0;
+
+	for (unsigned max_iov = 0; max_iov <= 2; max_iov += 2) {
+		struct bfs_serve *s = serve(BFS_SERVE_DIRECT, 0, max_iov);
+
+		assert_int_equal(bfs_serve_open_batch(s, 2, 3, &f, &how), 0);
+		assert_true(how.direct_io);
+		read_whole(s, f, want, size, 1 << 20, &from_archive);
+		read_whole(s, f, want, size, 5000, NULL);
+		bfs_serve_release(s, f);
+		bfs_serve_stats(s, &st);
+		if (max_iov == 0) {
+			assert_true(from_archive >= B);
+			assert_int_equal(st.pool.batches_materialized, 0);
+		} else {
+			assert_true(st.pool.batches_materialized >= 1);
+		}
+		bfs_serve_destroy(s);
+	}
+	free(want);
+}
+
+/* Passthrough: concurrent opens of one batch reply with one backing id
+ * (the kernel requires it), registered once and closed once, at the
+ * last release; the next open registers the batch again. */
+static void opens_of_one_batch_share_one_backing_id(void **state)
+{
+	struct bfs_serve *s = serve(BFS_SERVE_PASSTHROUGH, 0, 0);
+	struct bfs_serve_how h1, h2, h3;
+	struct bfs_file *a, *b, *c;
+
+	assert_int_equal(bfs_serve_open_batch(s, 3, 1, &a, &h1), 0);
+	assert_int_equal(bfs_serve_open_batch(s, 3, 1, &b, &h2), 0);
+	assert_true(h1.backing_id > 0 && h1.backing_id == h2.backing_id);
+	assert_false(h1.keep_cache); /* not allowed beside passthrough */
+	bfs_serve_release(s, a);
+	pthread_mutex_lock(&kern.lock);
+	assert_int_equal(kern.backing_opens, 1);
+	assert_int_equal(kern.backing_closes, 0);
+	pthread_mutex_unlock(&kern.lock);
+	bfs_serve_release(s, b);
+	pthread_mutex_lock(&kern.lock);
+	assert_int_equal(kern.backing_closes, 1);
+	pthread_mutex_unlock(&kern.lock);
+	assert_int_equal(bfs_serve_open_batch(s, 3, 1, &c, &h3), 0);
+	assert_true(h3.backing_id > 0 && h3.backing_id != h1.backing_id);
+	bfs_serve_release(s, c);
+	bfs_serve_destroy(s);
+	assert_int_equal(kern.live_ids, 0);
+}
+
+/* A backing file that cannot be registered: the open fails with EIO, the
+ * stats' last error says why, and nothing stays registered. */
+static void a_failed_backing_open_fails_the_open_with_eio(void **state)
+{
+	struct bfs_serve *s = serve(BFS_SERVE_PASSTHROUGH, 0, 0);
+	struct bfs_serve_how how;
+	struct bfs_file *f = NULL;
+	struct bfs_stats st;
+
+	pthread_mutex_lock(&kern.lock);
+	kern.fail_backing = -EPERM;
+	pthread_mutex_unlock(&kern.lock);
+	assert_int_equal(bfs_serve_open_batch(s, 0, 2, &f, &how), -EIO);
+	assert_null(f);
+	bfs_serve_stats(s, &st);
+	assert_non_null(strstr(st.pool.last_error.msg, "no backing file"));
+	assert_int_equal(st.pool.last_error.batch, 2);
+	bfs_serve_destroy(s);
+	assert_int_equal(kern.live_ids, 0);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(a_file_lives_until_its_last_reply_is_done),
+	    cmocka_unit_test(push_keeps_the_page_cache_under_its_budget),
+	    cmocka_unit_test(zero_copy_slices_are_the_batch_bytes),
+	    cmocka_unit_test(opens_of_one_batch_share_one_backing_id),
+	    cmocka_unit_test(a_failed_backing_open_fails_the_open_with_eio),
+	};
+	return cmocka_run_group_tests(tests, setup, teardown);
+}
