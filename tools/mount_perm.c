@@ -14,23 +14,33 @@
 
 #define MAX_GROUPS 1024
 
-/* A user id from a name or a number; false when neither. */
+/* A decimal id (below 2^32 - 1); false when s is not one. */
+static bool numeric_id(const char *s, unsigned *out)
+{
+	char *end;
+	unsigned long v;
+
+	errno = 0;
+	v = strtoul(s, &end, 10);
+	if (!*s || *end || errno || v >= UINT32_MAX)
+		return false;
+	*out = (unsigned)v;
+	return true;
+}
+
+/* A user id, and its primary group, from a name or a number; false when
+ * neither. */
 static bool user_id(const char *s, unsigned *uid, unsigned *gid)
 {
 	struct passwd *pw = getpwnam(s);
-	char *end;
-	unsigned long v;
 
 	if (pw) {
 		*uid = pw->pw_uid;
 		*gid = pw->pw_gid;
 		return true;
 	}
-	errno = 0;
-	v = strtoul(s, &end, 10);
-	if (!*s || *end || errno || v >= UINT32_MAX)
+	if (!numeric_id(s, uid))
 		return false;
-	*uid = (unsigned)v;
 	pw = getpwuid(*uid);
 	*gid = pw ? pw->pw_gid : *uid;
 	return true;
@@ -39,19 +49,10 @@ static bool user_id(const char *s, unsigned *uid, unsigned *gid)
 static bool group_id(const char *s, unsigned *gid)
 {
 	struct group *gr = getgrnam(s);
-	char *end;
-	unsigned long v;
 
-	if (gr) {
+	if (gr)
 		*gid = gr->gr_gid;
-		return true;
-	}
-	errno = 0;
-	v = strtoul(s, &end, 10);
-	if (!*s || *end || errno || v >= UINT32_MAX)
-		return false;
-	*gid = (unsigned)v;
-	return true;
+	return gr || numeric_id(s, gid);
 }
 
 int bfs_mount_owner_parse(const char *arg, struct bfs_mount_owner *o, char *why,

@@ -6,8 +6,8 @@
 #include <stdio.h>
 #include <string.h>
 
-ssize_t ta_npy_header(char *buf, size_t cap, enum bfs_dtype dtype,
-			     int ndim, const int64_t *shape, size_t align)
+ssize_t ta_npy_header(char *buf, size_t cap, enum bfs_dtype dtype, int ndim,
+		      const int64_t *shape, size_t align)
 {
 	const struct bfs_dtype_info *di = bfs_dtype_info(dtype);
 	char dict[BFS_MAX_DIMS * 24 + 128];

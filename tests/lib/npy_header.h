@@ -15,7 +15,7 @@
  * starts at a multiple of 'align' (64 = numpy's ARRAY_ALIGN; 4096 for
  * page-aligned data). Returns the header length (= data offset) or
  * -EINVAL (dtype without a numpy descr) / -ENOSPC (cap too small). */
-ssize_t ta_npy_header(char *buf, size_t cap, enum bfs_dtype dtype,
-			     int ndim, const int64_t *shape, size_t align);
+ssize_t ta_npy_header(char *buf, size_t cap, enum bfs_dtype dtype, int ndim,
+		      const int64_t *shape, size_t align);
 
 #endif

@@ -48,8 +48,8 @@ static uint8_t *expected(uint64_t e, uint64_t k, uint64_t *size)
 	uint8_t *buf;
 
 	assert_int_equal(bfs_order_batch(fx.order, e, k, idx), 0);
-	assert_int_equal(
-	    bfs_layout_file_size(&fx.layout, fx.order, e, k, size), 0);
+	assert_int_equal(bfs_layout_file_size(&fx.layout, fx.order, e, k, size),
+			 0);
 	buf = malloc(*size);
 	assert_int_equal(
 	    bfs_layout_fill(&fx.layout, fx.ds, e, k, idx, rows, *size, buf), 0);
@@ -181,9 +181,9 @@ static struct bfs_serve *serve(enum bfs_serve_mode mode, uint64_t pc_bytes,
 	kern.next_id = kern.backing_opens = kern.backing_closes = 0;
 	kern.live_ids = kern.wrong_bytes = kern.fail_backing = 0;
 	pthread_mutex_unlock(&kern.lock);
-	assert_int_equal(bfs_serve_create(&s, fx.ds, fx.order, &fx.layout, &po,
-					  &so, &fake),
-			 0);
+	assert_int_equal(
+	    bfs_serve_create(&s, fx.ds, fx.order, &fx.layout, &po, &so, &fake),
+	    0);
 	return s;
 }
 
@@ -208,10 +208,9 @@ static void read_whole(struct bfs_serve *s, struct bfs_file *f,
 				(*from_archive)++;
 			at += r.iov[i].iov_len;
 		}
-		assert_int_equal(at, off < size ? (off + chunk < size
-						       ? off + chunk
-						       : size)
-						: size);
+		assert_int_equal(
+		    at, off < size ? (off + chunk < size ? off + chunk : size)
+				   : size);
 		bfs_serve_done(s, &r);
 	}
 }
