@@ -696,10 +696,17 @@ static void put_counts(uint8_t *p, const struct bfs_span *sp, uint64_t rows,
 static int fill_entry(const struct bfs_layout *l, const struct bfs_dataset *ds,
 		      const struct bfs_layout_field *lf, const uint64_t *idx,
 		      const struct bfs_layout_dims *d,
-		      const struct bfs_span *sp, uint8_t *p)
+		      const struct bfs_span *sp, bfs_layout_rows have,
+		      uint8_t *p)
 {
 	const struct bfs_span *s;
 
+	if (lf->role == BFS_LAYOUT_ROWS && have && have[lf->ds_index]) {
+		for (uint64_t i = 0; i < d->rows; i++)
+			memcpy(p + i * lf->f->row_bytes, have[lf->ds_index][i],
+			       lf->f->row_bytes);
+		return 0;
+	}
 	if (lf->role == BFS_LAYOUT_ROWS)
 		return lf->f->row_bytes && d->rows
 			   ? bfs_dataset_gather(ds, lf->ds_index, idx,
@@ -726,6 +733,14 @@ static int fill_entry(const struct bfs_layout *l, const struct bfs_dataset *ds,
 int bfs_layout_fill(const struct bfs_layout *l, const struct bfs_dataset *ds,
 		    uint64_t e, uint64_t k, const uint64_t *idx, uint64_t rows,
 		    uint64_t size, void *dst)
+{
+	return bfs_layout_fill_from(l, ds, e, k, idx, rows, size, NULL, dst);
+}
+
+int bfs_layout_fill_from(const struct bfs_layout *l,
+			 const struct bfs_dataset *ds, uint64_t e, uint64_t k,
+			 const uint64_t *idx, uint64_t rows, uint64_t size,
+			 bfs_layout_rows have, void *dst)
 {
 	struct bfs_layout_dims d = {.rows = rows};
 	struct bfs_span *sp = NULL;
@@ -754,7 +769,7 @@ int bfs_layout_fill(const struct bfs_layout *l, const struct bfs_dataset *ds,
 	if (!rc)
 		p += bfs_layout_header_dims(l, e, k, &d, p);
 	for (size_t i = 0; i < l->nfields && rc == 0; i++) {
-		rc = fill_entry(l, ds, &l->fields[i], idx, &d, sp, p);
+		rc = fill_entry(l, ds, &l->fields[i], idx, &d, sp, have, p);
 		p += entry_bytes(&l->fields[i], &d);
 	}
 	free(sp);

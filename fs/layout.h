@@ -216,6 +216,18 @@ int bfs_layout_fill(const struct bfs_layout *l, const struct bfs_dataset *ds,
 		    uint64_t e, uint64_t k, const uint64_t *idx, uint64_t rows,
 		    uint64_t size, void *dst);
 
+/* Rows a caller already has, per dataset field: rows[f] is NULL (gather
+ * field f from the dataset) or the address of each of its 'rows' rows,
+ * stored as served (row_bytes bytes, C order, little-endian), e.g. read
+ * into memory of the caller's with O_DIRECT (fs/readahead's fetch). */
+typedef const void *const *const *bfs_layout_rows;
+
+/* bfs_layout_fill with rows of some fields from 'have' (NULL: none). */
+int bfs_layout_fill_from(const struct bfs_layout *l,
+			 const struct bfs_dataset *ds, uint64_t e, uint64_t k,
+			 const uint64_t *idx, uint64_t rows, uint64_t size,
+			 bfs_layout_rows have, void *dst);
+
 /* Mean bytes of a row of a non-empty field (row_bytes / fields that have
  * bytes), 0 when none has or a field is ragged: how big the slices of a
  * batch served straight from the archive would be. */

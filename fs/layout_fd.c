@@ -85,6 +85,7 @@ struct slices {
 	const struct bfs_dataset *ds;
 	const uint64_t *idx;
 	uint64_t rows;
+	bfs_layout_rows have;
 	struct writer *w;
 };
 
@@ -100,8 +101,11 @@ static int write_slices(void *arg)
 		     r++) {
 			const void *p;
 
-			rc =
-			    bfs_dataset_row(j->ds, lf->ds_index, j->idx[r], &p);
+			if (j->have && j->have[lf->ds_index])
+				p = j->have[lf->ds_index][r];
+			else
+				rc = bfs_dataset_row(j->ds, lf->ds_index,
+						     j->idx[r], &p);
 			if (!rc)
 				rc = add(j->w, p, (size_t)lf->f->row_bytes);
 		}
@@ -111,7 +115,7 @@ static int write_slices(void *arg)
 
 int bfs_layout_pwrite(const struct bfs_layout *l, const struct bfs_dataset *ds,
 		      uint64_t e, uint64_t k, const uint64_t *idx,
-		      uint64_t rows, int fd)
+		      uint64_t rows, bfs_layout_rows have, int fd)
 {
 	uint64_t data;
 	struct writer *w;
@@ -144,7 +148,7 @@ int bfs_layout_pwrite(const struct bfs_layout *l, const struct bfs_dataset *ds,
 	bfs_layout_header(l, e, k, rows, head);
 	rc = add(w, head, (size_t)data);
 	if (!rc) {
-		struct slices job = {l, ds, idx, rows, w};
+		struct slices job = {l, ds, idx, rows, have, w};
 
 		rc = bfs_dataset_copy_checked(ds, idx, (size_t)rows,
 					      write_slices, &job);
@@ -212,18 +216,18 @@ static int write_all(int fd, const uint8_t *buf, uint64_t n)
 
 int bfs_layout_fd_write(struct bfs_layout_fd *w, uint64_t e, uint64_t k,
 			const uint64_t *idx, uint64_t rows, uint64_t size,
-			int fd)
+			bfs_layout_rows have, int fd)
 {
 	int rc;
 
 	if (w->slices) {
-		rc = bfs_layout_pwrite(w->l, w->ds, e, k, idx, rows, fd);
+		rc = bfs_layout_pwrite(w->l, w->ds, e, k, idx, rows, have, fd);
 		if (rc != -ENOTSUP)
 			return rc;
 	}
 	rc = scratch_fit(w, size);
 	if (!rc)
-		rc = bfs_layout_fill(w->l, w->ds, e, k, idx, rows, size,
-				     w->scratch);
+		rc = bfs_layout_fill_from(w->l, w->ds, e, k, idx, rows, size,
+					  have, w->scratch);
 	return rc ? rc : write_all(fd, w->scratch, size);
 }

@@ -37,23 +37,25 @@ void bfs_layout_fd_init(struct bfs_layout_fd *w, const struct bfs_layout *l,
 void bfs_layout_fd_fini(struct bfs_layout_fd *w);
 
 /* The whole batch file of samples idx[0..rows) of batch k of epoch e,
- * 'size' bytes (bfs_layout_fill's size), into fd from offset 0. Returns
+ * 'size' bytes (bfs_layout_fill's size), into fd from offset 0, the rows
+ * of some fields from 'have' (bfs_layout_fill_from; NULL: none). Returns
  * 0 or -errno: bfs_layout_fill's, bfs_layout_pwrite's (but -ENOTSUP:
  * then the batch is gathered), -ENOMEM, or the -errno of the write. */
 int bfs_layout_fd_write(struct bfs_layout_fd *w, uint64_t e, uint64_t k,
 			const uint64_t *idx, uint64_t rows, uint64_t size,
-			int fd);
+			bfs_layout_rows have, int fd);
 
 /* Write the whole batch file into 'fd' from offset 0 with pwritev, the
  * rows straight from the archive mappings (no copy in this process):
  * the header from a small buffer, then one slice per row (adjacent slices
- * merge). Only when every row is stored as served (bfs_dataset_row) and
+ * merge; rows of fields in 'have' from there, bfs_layout_fill_from).
+ * Only when every row is stored as served (bfs_dataset_row) and
  * no field is ragged: -ENOTSUP otherwise, before anything is written.
  * Returns 0, -ENOTSUP, -EIO (an archive shrank or changed: caught by the
  * checks around the copy, or the kernel's copy faulted, with a log line),
  * -ENOMEM or the -errno of pwritev. */
 int bfs_layout_pwrite(const struct bfs_layout *l, const struct bfs_dataset *ds,
 		      uint64_t e, uint64_t k, const uint64_t *idx,
-		      uint64_t rows, int fd);
+		      uint64_t rows, bfs_layout_rows have, int fd);
 
 #endif

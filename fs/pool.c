@@ -410,6 +410,7 @@ struct worker {
 	uint64_t *idx;
 	uint64_t idx_cap;
 	struct bfs_layout_fd fdw; /* memfd batches (passthrough) */
+	struct bfs_fetch *fetch;  /* rows it reads itself, or NULL */
 };
 
 /* Ask the kernel to read the rows of position pos ahead (madvise of the
@@ -421,7 +422,8 @@ static void advise_ahead(struct bfs_pool *p, uint64_t pos, struct worker *w)
 	uint64_t k = pos % (p->len ? p->len : 1);
 	uint64_t rows = bfs_order_batch_rows(p->order, k);
 
-	if (pos >= p->total || rows > w->idx_cap ||
+	if (bfs_readahead_reads(p->ra) || pos >= p->total ||
+	    rows > w->idx_cap ||
 	    bfs_order_batch(p->order, pos / p->len, k, w->idx) < 0)
 		return;
 	bfs_readahead_rows(p->ra, w->idx, rows);
@@ -467,14 +469,25 @@ static void debug_delay(struct bfs_pool *p)
  * Returns 0 or -errno. */
 static int gather(struct bfs_pool *p, struct bfs_batch *b, struct worker *w)
 {
+	bfs_layout_rows have = NULL;
+	int rc;
+
 	if (p->o.debug_delay_ms)
 		debug_delay(p);
 	bfs_readahead_rows(p->ra, w->idx, b->rows);
+	if (w->fetch &&
+	    bfs_readahead_fetch(p->ra, w->fetch, w->idx, b->rows, &have) == 0) {
+		/* read before this check: a change would show in it */
+		rc = bfs_dataset_check(p->ds, w->idx, b->rows);
+		if (rc < 0)
+			return rc;
+	}
 	if (b->fd < 0)
-		return bfs_layout_fill(p->layout, p->ds, b->e, b->k, w->idx,
-				       b->rows, b->size, b->buf);
+		return bfs_layout_fill_from(p->layout, p->ds, b->e, b->k,
+					    w->idx, b->rows, b->size, have,
+					    b->buf);
 	return bfs_layout_fd_write(&w->fdw, b->e, b->k, w->idx, b->rows,
-				   b->size, b->fd);
+				   b->size, have, b->fd);
 }
 
 /* Gather b; a memfd is then sealed: nobody (a reader mapping it through
@@ -655,6 +668,7 @@ static void *worker_main(void *arg)
 	sigset_t all;
 
 	bfs_layout_fd_init(&w.fdw, p->layout, p->ds, p->o.memfd_write);
+	w.fetch = bfs_readahead_fetcher(p->ra);
 	/* Asynchronous signals belong to the FUSE loop; faults must stay
 	 * deliverable here: a SIGBUS from an archive truncated under a
 	 * gather goes to fs/dataset's guard, while a blocked one makes the
@@ -703,6 +717,7 @@ static void *worker_main(void *arg)
 	pthread_mutex_unlock(&p->lock);
 	free(w.idx);
 	bfs_layout_fd_fini(&w.fdw);
+	bfs_fetch_free(w.fetch);
 	return NULL;
 }
 
@@ -781,7 +796,12 @@ int bfs_pool_create(struct bfs_pool **out, const struct bfs_dataset *ds,
 	}
 	rc = bfs_readahead_create(
 	    &p->ra, ds,
-	    &(struct bfs_readahead_opts){.memory_policy = o->memory_policy});
+	    &(struct bfs_readahead_opts){.memory_policy = o->memory_policy,
+					 .reader = o->reader,
+					 .no_fetch = o->rows_in_place,
+					 .assume_cold = o->assume_cold,
+					 .order = order,
+					 .epochs = o->epochs});
 	if (rc < 0)
 		goto err_destroy;
 	for (; p->nthreads < p->o.workers; p->nthreads++) {
@@ -865,6 +885,7 @@ void bfs_pool_advise(struct bfs_pool *p, uint64_t e, uint64_t k,
 
 	if (k >= p->len || e >= p->o.epochs)
 		return;
+	bfs_readahead_follow(p->ra, e * p->len + k);
 	bfs_readahead_rows(p->ra, rows, nrows);
 	pthread_mutex_lock(&p->lock);
 	window(p, e * p->len + k, &from, &to);
@@ -926,6 +947,8 @@ static int acquire(struct bfs_pool *p, uint64_t e, uint64_t k, bool prefetch,
 	*out = NULL;
 	if (k >= p->len || e >= p->o.epochs)
 		return -ENOENT;
+	if (prefetch) /* the stream is here: read the batches after it */
+		bfs_readahead_follow(p->ra, pos);
 	dl = deadline_in(p->o.timeout_ms);
 	pthread_mutex_lock(&p->lock);
 	b = find(p, pos);
@@ -1048,4 +1071,13 @@ void bfs_pool_stats(struct bfs_pool *p, struct bfs_pool_stats *out)
 	out->readahead_bytes = d.warm_bytes;
 	out->rows_resident = d.rows_resident;
 	out->rows_advised = d.rows_advised;
+	out->rows_read = d.rows_read;
+	out->rows_fetched = d.rows_fetched;
+	out->bytes_fetched = d.bytes_fetched;
+	out->reads_in_flight = d.reads_in_flight;
+	out->bytes_read = d.bytes_read;
+	out->batches_read = d.batches_read;
+	out->readahead_distance = d.distance;
+	out->reader = bfs_readahead_reader(p->ra);
+	out->reader_why = bfs_readahead_reader_why(p->ra);
 }

@@ -14,6 +14,7 @@
 #include "fs/layout.h"
 #include "fs/layout_fd.h"
 #include "fs/order.h"
+#include "fs/reader.h"
 
 struct bfs_batch; /* a materialized batch: refcounted, read-only */
 
@@ -34,6 +35,16 @@ struct bfs_pool_opts {
 	 * in the background, when they fit in half the memory available;
 	 * else mark them for random access. */
 	bool memory_policy;
+	/* How rows of the batches ahead are read (fs/readahead, fs/reader):
+	 * AUTO = io_uring where it can be set up, else threads; NONE. */
+	enum bfs_reader_kind reader;
+	/* Batches are served straight from the archive mapping (zero copy):
+	 * their rows are read ahead into the page cache, never read by the
+	 * gathers with O_DIRECT (fs/readahead's fetch). */
+	bool rows_in_place;
+	/* Tests (BATCHFS_DEBUG_COLD): the memory policy acts as if the data
+	 * did not fit in memory. */
+	bool assume_cold;
 	/* Called by the worker, without the pool's lock, right after a
 	 * gather succeeded and before b is ready for anyone: what must be
 	 * there before a reader sees the batch (a backing id). It must not
@@ -80,6 +91,15 @@ struct bfs_pool_stats {
 	uint64_t readahead_bytes;      /* archive bytes read in at creation */
 	uint64_t rows_resident;	       /* rows found in memory when advised */
 	uint64_t rows_advised;	       /* rows the kernel was asked to read */
+	uint64_t rows_read;	       /* rows read ahead of the stream */
+	uint64_t rows_fetched;	       /* rows gathers read with O_DIRECT */
+	uint64_t bytes_fetched;	       /* ... bytes */
+	uint64_t reads_in_flight;      /* ... reads running now */
+	uint64_t bytes_read;	       /* ... bytes they read */
+	uint64_t batches_read;	       /* batches whose rows were read ahead */
+	uint64_t readahead_distance;   /* batches read ahead of the stream */
+	const char *reader;	       /* "io_uring", "threads", "none" */
+	const char *reader_why;	       /* how, and why */
 	uint64_t workers, prefetch_depth;
 	struct bfs_pool_error last_error; /* the latest bfs_pool_note_error */
 };

@@ -32,18 +32,23 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/vfs.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "fs/log.h"
+#include "fs/source.h"
 
 #define MOD "readahead"
 
-#define CHUNK	    ((uint64_t)2 << 20)
-#define TICK_NS	    125000000ull /* 1/8 s */
-#define TICK_MASK   0x7fffffffu
-#define WINDOW	    8u			 /* ticks: 1 s */
-#define WARM_WINDOW ((uint64_t)32 << 20) /* the read-in checks for a stop */
+#define CHUNK	      ((uint64_t)2 << 20)
+#define TICK_NS	      125000000ull /* 1/8 s */
+#define TICK_MASK     0x7fffffffu
+#define WINDOW	      8u		   /* ticks: 1 s */
+#define WARM_WINDOW   ((uint64_t)32 << 20) /* the read-in checks for a stop */
+#define FETCH_MIN     ((uint64_t)32 << 10) /* rows read with O_DIRECT */
+#define FETCH_DEPTH   64u /* ... in flight per gathering thread (io_uring) */
+#define FETCH_THREADS 16u /* ... without io_uring: reader threads each */
 
 /* The residency words of one mapped file. */
 struct chunks {
@@ -55,10 +60,44 @@ struct bfs_readahead {
 	const struct bfs_dataset *ds;
 	struct chunks *files; /* [bfs_dataset_nfiles] */
 	size_t nfiles;
-	_Atomic uint64_t warm_bytes, rows_resident, rows_advised;
+	_Atomic uint64_t warm_bytes, rows_resident, rows_advised, rows_read;
+	_Atomic uint64_t batches_read;
 	pthread_t warmer; /* the read-in, when the data fits */
 	bool warming;
 	atomic_bool stop;
+
+	/* The read-ahead thread (when a reader runs). */
+	struct bfs_reader *rd;
+	char why[200];		 /* how rows are read ahead, and why */
+	int *rfd;		 /* [nfiles] the reads' own descriptors */
+	struct bfs_order *order; /* the batches */
+	uint64_t len, total;	 /* batches per epoch; in all epochs */
+	uint64_t window;	 /* batches read ahead of the stream */
+	pthread_t ahead;
+	bool ahead_up;
+	pthread_mutex_t lock;
+	pthread_cond_t moved; /* [lock] follow moved, or stop */
+	uint64_t follow;      /* [lock] the stream's position + 1; 0: none */
+	uint64_t next;	      /* [lock] the next position to read ahead */
+
+	/* Data that does not fit: fields whose rows gathers read with
+	 * O_DIRECT themselves (bfs_readahead_fetch). */
+	bool cold;	  /* the memory policy found it does not fit */
+	bool assume_cold; /* tests: as if it did not */
+	bool *fetch;	  /* [nfields], NULL: none */
+	int *dfd;	  /* [nfiles] O_DIRECT descriptors */
+	_Atomic uint64_t rows_fetched, bytes_fetched;
+};
+
+/* One gathering thread's O_DIRECT reads and the memory they land in. */
+struct bfs_fetch {
+	struct bfs_reader *rd; /* its own: reads are waited for together */
+	uint8_t *buf;	       /* page-aligned, 'cap' bytes */
+	size_t cap;
+	struct bfs_read *reads;
+	const void **rowp;	 /* [nfields * rows] */
+	const void *const **tab; /* [nfields]: rowp's rows, or NULL */
+	size_t rows_cap;
 };
 
 /* ---- memory policy -------------------------------------------------- */
@@ -243,18 +282,22 @@ static void random_access(const struct bfs_readahead *ra)
 
 /* Read the data in, in the background, when it fits in half the memory
  * available; else mark it for random access. */
-static void memory_policy(struct bfs_readahead *ra)
+static void memory_policy(struct bfs_readahead *ra, uint64_t avail)
 {
-	uint64_t need = bfs_dataset_bytes(ra->ds), avail = mem_available();
+	uint64_t need = bfs_dataset_bytes(ra->ds);
 
-	if (need > avail / 2) {
+	if (need > avail / 2 || ra->assume_cold) {
 		bfs_log(BFS_LOG_INFO, "pool",
 			"archives (%llu MiB) do not fit in half the memory "
-			"available (%llu MiB, memory cgroups included): read "
+			"available (%llu MiB, memory cgroups included)%s: read "
 			"ahead batch by batch",
 			(unsigned long long)(need >> 20),
-			(unsigned long long)(avail >> 20));
+			(unsigned long long)(avail >> 20),
+			ra->assume_cold ? " or are taken not to "
+					  "(BATCHFS_DEBUG_COLD)"
+					: "");
 		random_access(ra);
+		ra->cold = true;
 		return;
 	}
 	ra->warming = pthread_create(&ra->warmer, NULL, warmer_main, ra) == 0;
@@ -324,8 +367,9 @@ void bfs_readahead_rows(struct bfs_readahead *ra, const uint64_t *idx, size_t n)
 	for (size_t f = 0; f < bfs_dataset_nfields(ra->ds); f++) {
 		const uint8_t *lo = NULL, *hi = NULL; /* pending, coalesced */
 
-		if (bfs_dataset_field(ra->ds, f)->ragged)
-			continue;
+		if (bfs_dataset_field(ra->ds, f)->ragged ||
+		    (ra->fetch && ra->fetch[f]))
+			continue; /* read by the gather itself */
 		for (size_t i = 0; i < n; i++) {
 			struct bfs_extent x;
 			const uint8_t *map;
@@ -361,6 +405,380 @@ void bfs_readahead_rows(struct bfs_readahead *ra, const uint64_t *idx, size_t n)
 	}
 }
 
+/* ---- reading ahead of the stream ------------------------------------ */
+
+/* A page range of one file to read. */
+struct span {
+	size_t file;
+	uint64_t off, end;
+};
+
+static int span_cmp(const void *a, const void *b)
+{
+	const struct span *x = a, *y = b;
+
+	if (x->file != y->file)
+		return x->file < y->file ? -1 : 1;
+	return x->off < y->off ? -1 : x->off > y->off;
+}
+
+/* Batch 'pos''s rows that are not known resident, as page ranges into
+ * sp (room for rows * fields), sorted by file and offset and merged where
+ * they touch. Returns how many. */
+static size_t plan_batch(struct bfs_readahead *ra, uint64_t pos, uint64_t *idx,
+			 struct span *sp)
+{
+	uint64_t k = pos % ra->len, rows = bfs_order_batch_rows(ra->order, k);
+	uint32_t tick = advise_tick();
+	size_t n = 0, m = 0;
+
+	if (bfs_order_batch(ra->order, pos / ra->len, k, idx) < 0)
+		return 0;
+	for (size_t f = 0; f < bfs_dataset_nfields(ra->ds); f++)
+		for (uint64_t i = 0; i < rows && !(ra->fetch && ra->fetch[f]);
+		     i++) {
+			struct bfs_extent x;
+			uint64_t a, e;
+
+			if (bfs_dataset_extent(ra->ds, f, idx[i], &x) < 0 ||
+			    !x.len || !ra->files[x.file].w)
+				continue;
+			a = x.off & ~(uint64_t)4095;
+			e = (x.off + x.len + 4095) & ~(uint64_t)4095;
+			if (range_resident(ra, x.file, a, e, tick, 4096)) {
+				atomic_fetch_add_explicit(&ra->rows_resident, 1,
+							  memory_order_relaxed);
+				continue;
+			}
+			sp[n++] = (struct span){x.file, a, e};
+		}
+	atomic_fetch_add_explicit(&ra->rows_read, n, memory_order_relaxed);
+	qsort(sp, n, sizeof(*sp), span_cmp);
+	for (size_t i = 0; i < n; i++) {
+		if (m && sp[m - 1].file == sp[i].file &&
+		    sp[i].off <= sp[m - 1].end) {
+			if (sp[i].end > sp[m - 1].end)
+				sp[m - 1].end = sp[i].end;
+			continue;
+		}
+		sp[m++] = sp[i];
+	}
+	return m;
+}
+
+/* Read batch pos's rows that are not resident. */
+static void read_batch(struct bfs_readahead *ra, uint64_t pos, uint64_t *idx,
+		       struct span *sp)
+{
+	size_t n = plan_batch(ra, pos, idx, sp);
+
+	for (size_t i = 0; i < n && !atomic_load(&ra->stop); i++)
+		for (uint64_t o = sp[i].off; o < sp[i].end; o += BFS_READER_MAX)
+			bfs_reader_submit(ra->rd, ra->rfd[sp[i].file], o,
+					  sp[i].end - o < BFS_READER_MAX
+					      ? sp[i].end - o
+					      : BFS_READER_MAX);
+	atomic_fetch_add_explicit(&ra->batches_read, 1, memory_order_relaxed);
+}
+
+/* The next position to read ahead, waiting until there is one within the
+ * window after the stream; UINT64_MAX at stop. [lock] */
+static uint64_t next_ahead(struct bfs_readahead *ra)
+{
+	for (;;) {
+		if (atomic_load(&ra->stop))
+			return UINT64_MAX;
+		if (ra->follow && ra->next < ra->follow)
+			ra->next = ra->follow; /* behind the stream: skip */
+		if (ra->follow && ra->next < ra->follow + ra->window &&
+		    ra->next < ra->total)
+			return ra->next++;
+		pthread_cond_wait(&ra->moved, &ra->lock);
+	}
+}
+
+static void *ahead_main(void *arg)
+{
+	struct bfs_readahead *ra = arg;
+	uint64_t rows = bfs_order_batch_rows(ra->order, 0), pos;
+	uint64_t *idx = malloc((rows ? rows : 1) * sizeof(*idx));
+	struct span *sp =
+	    malloc((rows ? rows : 1) * (bfs_dataset_nfields(ra->ds) + 1) *
+		   sizeof(*sp));
+	sigset_t all;
+
+	sigfillset(&all); /* reads fail, they do not fault */
+	pthread_sigmask(SIG_BLOCK, &all, NULL);
+	pthread_mutex_lock(&ra->lock);
+	while (idx && sp && (pos = next_ahead(ra)) != UINT64_MAX) {
+		pthread_mutex_unlock(&ra->lock);
+		read_batch(ra, pos, idx, sp);
+		pthread_mutex_lock(&ra->lock);
+	}
+	pthread_mutex_unlock(&ra->lock);
+	free(idx);
+	free(sp);
+	return NULL;
+}
+
+void bfs_readahead_follow(struct bfs_readahead *ra, uint64_t pos)
+{
+	if (!ra->ahead_up)
+		return;
+	pthread_mutex_lock(&ra->lock);
+	if (pos + 1 < ra->follow)
+		ra->next = pos + 1; /* the stream went back: follow it */
+	if (ra->follow != pos + 1) {
+		ra->follow = pos + 1;
+		pthread_cond_signal(&ra->moved);
+	}
+	pthread_mutex_unlock(&ra->lock);
+}
+
+/* Bytes of pages one batch of 'rows' rows reads at most (a row of len
+ * bytes touches len / 4096 + 2 pages at most). */
+static uint64_t batch_pages(const struct bfs_dataset *ds, uint64_t rows)
+{
+	uint64_t n = 0;
+
+	for (size_t f = 0; f < bfs_dataset_nfields(ds); f++) {
+		struct bfs_extent x;
+
+		if (bfs_dataset_extent(ds, f, 0, &x) == 0)
+			n += (x.len / 4096 + 2) * 4096;
+	}
+	return n * rows;
+}
+
+/* Open every file again for the reads (their own file position and
+ * read-ahead state, apart from the mapping's) and start the read-ahead
+ * thread. 0 or -errno. */
+static int start_ahead(struct bfs_readahead *ra,
+		       const struct bfs_readahead_opts *o, uint64_t avail)
+{
+	uint64_t bytes = o->bytes, per;
+	bool remote = false;
+	struct statfs sf;
+	char proc[64];
+
+	ra->rfd = malloc((ra->nfiles ? ra->nfiles : 1) * sizeof(*ra->rfd));
+	if (!ra->rfd)
+		return -ENOMEM;
+	for (size_t i = 0; i < ra->nfiles; i++) {
+		int fd = bfs_dataset_file(ra->ds, i)->fd;
+
+		snprintf(proc, sizeof(proc), "/proc/self/fd/%d", fd);
+		ra->rfd[i] = fd < 0 ? -1 : open(proc, O_RDONLY | O_CLOEXEC);
+		if (ra->rfd[i] < 0 && fd >= 0)
+			ra->rfd[i] = dup(fd);
+		if (ra->rfd[i] >= 0)
+			posix_fadvise(ra->rfd[i], 0, 0, POSIX_FADV_RANDOM);
+		remote |= fd >= 0 && fstatfs(fd, &sf) == 0 &&
+			  bfs_source_fs_remote((long)sf.f_type);
+	}
+	if (remote) {
+		snprintf(ra->why + strlen(ra->why),
+			 sizeof(ra->why) - strlen(ra->why),
+			 "; no read ahead into the page cache: a source is on "
+			 "a FUSE or network file system (a read answered short "
+			 "there would leave zero-filled pages)");
+		return 0;
+	}
+	ra->order = o->order;
+	ra->len = bfs_order_len(o->order);
+	ra->total = ra->len * o->epochs;
+	if (!bytes)
+		bytes = avail / 4 < (256ull << 20) ? avail / 4 : 256ull << 20;
+	per = batch_pages(ra->ds, bfs_order_batch_rows(o->order, 0));
+	ra->window = per ? bytes / per : 2;
+	if (ra->window < 2)
+		ra->window = 2;
+	snprintf(ra->why + strlen(ra->why), sizeof(ra->why) - strlen(ra->why),
+		 "; up to %llu batches ahead (%llu MiB)",
+		 (unsigned long long)ra->window,
+		 (unsigned long long)(bytes >> 20));
+	ra->ahead_up = pthread_create(&ra->ahead, NULL, ahead_main, ra) == 0;
+	return ra->ahead_up ? 0 : -EAGAIN;
+}
+
+bool bfs_readahead_reads(const struct bfs_readahead *ra)
+{
+	return ra->ahead_up;
+}
+
+const char *bfs_readahead_reader(const struct bfs_readahead *ra)
+{
+	return bfs_reader_kind_name(ra->rd ? bfs_reader_kind(ra->rd)
+					   : BFS_READER_NONE);
+}
+
+const char *bfs_readahead_reader_why(const struct bfs_readahead *ra)
+{
+	return ra->why;
+}
+
+/* ---- rows read by the gathers themselves (data that does not fit) ---- */
+
+/* Whether field f's rows are read with O_DIRECT: fixed, rows of
+ * FETCH_MIN bytes or more, stored as served in every shard. */
+static bool fetchable(const struct bfs_dataset *ds, size_t f)
+{
+	const struct bfs_field *fl = bfs_dataset_field(ds, f);
+
+	if (fl->ragged || fl->row_bytes < FETCH_MIN)
+		return false;
+	for (size_t i = 0; i < bfs_dataset_nshards(ds); i++) {
+		struct bfs_shard_info si;
+		const void *p;
+
+		bfs_dataset_shard(ds, i, &si);
+		if (si.samples &&
+		    bfs_dataset_row(ds, f, si.first_sample, &p) < 0)
+			return false;
+	}
+	return true;
+}
+
+/* Decide which fields are fetched and open the files with O_DIRECT
+ * (not every file system has it: then none is). */
+static void start_fetch(struct bfs_readahead *ra)
+{
+	size_t nf = bfs_dataset_nfields(ra->ds), any = 0;
+	char proc[64];
+
+	ra->fetch = calloc(nf ? nf : 1, sizeof(*ra->fetch));
+	ra->dfd = malloc((ra->nfiles ? ra->nfiles : 1) * sizeof(*ra->dfd));
+	if (!ra->fetch || !ra->dfd)
+		goto none;
+	for (size_t i = 0; i < ra->nfiles; i++)
+		ra->dfd[i] = -1;
+	for (size_t i = 0; i < ra->nfiles; i++) {
+		int fd = bfs_dataset_file(ra->ds, i)->fd;
+
+		snprintf(proc, sizeof(proc), "/proc/self/fd/%d", fd);
+		ra->dfd[i] =
+		    fd < 0 ? -1 : open(proc, O_RDONLY | O_DIRECT | O_CLOEXEC);
+		if (fd >= 0 && ra->dfd[i] < 0)
+			goto none;
+	}
+	for (size_t f = 0; f < nf; f++)
+		any += ra->fetch[f] = fetchable(ra->ds, f);
+	if (any) {
+		snprintf(ra->why + strlen(ra->why),
+			 sizeof(ra->why) - strlen(ra->why),
+			 "; rows of >= %llu KiB read with O_DIRECT by the "
+			 "gathers",
+			 (unsigned long long)(FETCH_MIN >> 10));
+		return;
+	}
+none:
+	free(ra->fetch);
+	ra->fetch = NULL;
+}
+
+struct bfs_fetch *bfs_readahead_fetcher(struct bfs_readahead *ra)
+{
+	struct bfs_fetch *w;
+	char why[200];
+
+	if (!ra->fetch)
+		return NULL;
+	w = calloc(1, sizeof(*w));
+	if (w &&
+	    bfs_reader_create(&w->rd, bfs_reader_kind(ra->rd),
+			      bfs_reader_kind(ra->rd) == BFS_READER_IO_URING
+				  ? FETCH_DEPTH
+				  : FETCH_THREADS,
+			      why, sizeof(why)) == 0)
+		return w;
+	bfs_fetch_free(w);
+	return NULL;
+}
+
+void bfs_fetch_free(struct bfs_fetch *w)
+{
+	if (!w)
+		return;
+	bfs_reader_destroy(w->rd);
+	if (w->buf)
+		munmap(w->buf, w->cap);
+	free(w->reads);
+	free(w->rowp);
+	free(w->tab);
+	free(w);
+}
+
+/* Room in w for n rows of every field, and 'bytes' of reads. */
+static int fetch_fit(struct bfs_fetch *w, size_t nf, size_t n, size_t bytes)
+{
+	if (n > w->rows_cap) {
+		free(w->reads);
+		free(w->rowp);
+		w->reads = malloc(n * nf * sizeof(*w->reads));
+		w->rowp = malloc(n * nf * sizeof(*w->rowp));
+		w->rows_cap = w->reads && w->rowp ? n : 0;
+	}
+	if (!w->tab)
+		w->tab = calloc(nf ? nf : 1, sizeof(*w->tab));
+	if (bytes > w->cap) {
+		if (w->buf)
+			munmap(w->buf, w->cap);
+		w->cap = (bytes + 4095) & ~(size_t)4095;
+		w->buf = mmap(NULL, w->cap, PROT_READ | PROT_WRITE,
+			      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		if (w->buf == MAP_FAILED) {
+			w->buf = NULL;
+			w->cap = 0;
+		}
+	}
+	return w->rows_cap >= n && w->tab && w->cap >= bytes ? 0 : -ENOMEM;
+}
+
+int bfs_readahead_fetch(struct bfs_readahead *ra, struct bfs_fetch *w,
+			const uint64_t *idx, size_t n, bfs_layout_rows *have)
+{
+	size_t nf = bfs_dataset_nfields(ra->ds), nr = 0, bytes = 0;
+	int rc;
+
+	*have = NULL;
+	for (size_t f = 0; f < nf; f++) /* the memory needed */
+		for (size_t i = 0; ra->fetch[f] && i < n; i++) {
+			struct bfs_extent x;
+
+			if (bfs_dataset_extent(ra->ds, f, idx[i], &x) < 0)
+				return -ERANGE;
+			bytes += ((x.off + x.len + 4095) & ~(uint64_t)4095) -
+				 (x.off & ~(uint64_t)4095);
+		}
+	rc = fetch_fit(w, nf, n, bytes);
+	bytes = 0;
+	for (size_t f = 0; rc == 0 && f < nf; f++) {
+		w->tab[f] = ra->fetch[f] ? w->rowp + f * n : NULL;
+		for (size_t i = 0; ra->fetch[f] && i < n; i++) {
+			struct bfs_extent x;
+			uint64_t a, e;
+
+			bfs_dataset_extent(ra->ds, f, idx[i], &x);
+			a = x.off & ~(uint64_t)4095;
+			e = (x.off + x.len + 4095) & ~(uint64_t)4095;
+			w->reads[nr++] = (struct bfs_read){
+			    ra->dfd[x.file], a, e - a, w->buf + bytes};
+			w->rowp[f * n + i] = w->buf + bytes + (x.off - a);
+			bytes += e - a;
+		}
+	}
+	if (rc == 0)
+		rc = bfs_reader_read_all(w->rd, w->reads, nr);
+	if (rc == 0) {
+		atomic_fetch_add_explicit(&ra->rows_fetched, nr,
+					  memory_order_relaxed);
+		atomic_fetch_add_explicit(&ra->bytes_fetched, bytes,
+					  memory_order_relaxed);
+		*have = (bfs_layout_rows)w->tab;
+	}
+	return rc;
+}
+
 /* ---- creation ------------------------------------------------------------ */
 
 int bfs_readahead_create(struct bfs_readahead **out,
@@ -368,11 +786,16 @@ int bfs_readahead_create(struct bfs_readahead **out,
 			 const struct bfs_readahead_opts *o)
 {
 	struct bfs_readahead *ra = calloc(1, sizeof(*ra));
+	uint64_t avail;
+	int rc;
 
 	*out = NULL;
 	if (!ra)
 		return -ENOMEM;
+	pthread_mutex_init(&ra->lock, NULL);
+	pthread_cond_init(&ra->moved, NULL);
 	ra->ds = ds;
+	ra->assume_cold = o->assume_cold;
 	ra->nfiles = bfs_dataset_nfiles(ds);
 	ra->files = calloc(ra->nfiles ? ra->nfiles : 1, sizeof(*ra->files));
 	if (!ra->files)
@@ -388,9 +811,23 @@ int bfs_readahead_create(struct bfs_readahead **out,
 		if (!m->w)
 			goto err_free;
 	}
-	atomic_init(&ra->stop, false);
+	avail = mem_available();
 	if (o->memory_policy)
-		memory_policy(ra);
+		memory_policy(ra, avail);
+	rc = bfs_reader_create(&ra->rd, o->order ? o->reader : BFS_READER_NONE,
+			       o->depth ? o->depth : 64, ra->why,
+			       sizeof(ra->why));
+	if (rc < 0)
+		bfs_log(BFS_LOG_ERR, MOD,
+			"rows cannot be read ahead as asked: %s", ra->why);
+	if (rc == 0 && ra->rd && ra->cold && !o->no_fetch)
+		start_fetch(ra);
+	if (rc == 0 && ra->rd)
+		rc = start_ahead(ra, o, avail);
+	if (rc < 0) {
+		bfs_readahead_destroy(ra);
+		return rc;
+	}
 	*out = ra;
 	return 0;
 err_free:
@@ -402,20 +839,54 @@ void bfs_readahead_destroy(struct bfs_readahead *ra)
 {
 	if (!ra)
 		return;
-	if (ra->warming) {
-		atomic_store(&ra->stop, true);
+	atomic_store(&ra->stop, true);
+	if (ra->warming)
 		pthread_join(ra->warmer, NULL);
+	if (ra->ahead_up) {
+		pthread_mutex_lock(&ra->lock);
+		pthread_cond_broadcast(&ra->moved);
+		pthread_mutex_unlock(&ra->lock);
+		pthread_join(ra->ahead, NULL);
 	}
+	bfs_reader_destroy(ra->rd); /* waits for the reads in flight */
+	for (size_t i = 0; ra->rfd && i < ra->nfiles; i++)
+		if (ra->rfd[i] >= 0)
+			close(ra->rfd[i]);
+	free(ra->rfd);
+	for (size_t i = 0; ra->dfd && i < ra->nfiles; i++)
+		if (ra->dfd[i] >= 0)
+			close(ra->dfd[i]);
+	free(ra->dfd);
+	free(ra->fetch);
+	pthread_cond_destroy(&ra->moved);
+	pthread_mutex_destroy(&ra->lock);
 	for (size_t i = 0; ra->files && i < ra->nfiles; i++)
 		free((void *)ra->files[i].w);
 	free(ra->files);
 	free(ra);
 }
 
-void bfs_readahead_stats(const struct bfs_readahead *ra,
+void bfs_readahead_stats(struct bfs_readahead *ra,
 			 struct bfs_readahead_stats *out)
 {
+	struct bfs_reader_stats r = {0};
+
 	out->warm_bytes = atomic_load(&ra->warm_bytes);
 	out->rows_resident = atomic_load(&ra->rows_resident);
 	out->rows_advised = atomic_load(&ra->rows_advised);
+	out->rows_read = atomic_load(&ra->rows_read);
+	out->rows_fetched = atomic_load(&ra->rows_fetched);
+	out->bytes_fetched = atomic_load(&ra->bytes_fetched);
+	out->batches_read = atomic_load(&ra->batches_read);
+	if (ra->rd)
+		bfs_reader_stats(ra->rd, &r);
+	out->reads_in_flight = r.in_flight;
+	out->bytes_read = r.bytes;
+	out->distance = 0;
+	if (ra->ahead_up) {
+		pthread_mutex_lock(&ra->lock);
+		if (ra->follow && ra->next > ra->follow)
+			out->distance = ra->next - ra->follow;
+		pthread_mutex_unlock(&ra->lock);
+	}
 }

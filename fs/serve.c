@@ -152,11 +152,12 @@ int bfs_serve_create(struct bfs_serve **out, const struct bfs_dataset *ds,
 	    bfs_pushed_create(&s->pushed, o->page_cache_bytes,
 			      bfs_order_len(order)) < 0)
 		goto err_destroy;
+	s->zero_copy = o->mode == BFS_SERVE_DIRECT && o->zero_copy &&
+		       bfs_serve_zc_eligible(s);
+	popts.rows_in_place = s->zero_copy;
 	rc = bfs_pool_create(&s->pool, ds, order, layout, &popts);
 	if (rc < 0)
 		goto err_destroy;
-	s->zero_copy = o->mode == BFS_SERVE_DIRECT && o->zero_copy &&
-		       bfs_serve_zc_eligible(s);
 	if (s->zero_copy) /* the mode and why: mount/session logs them */
 		bfs_log(BFS_LOG_INFO, MOD,
 			"direct mode: batches whose rows allow it are "

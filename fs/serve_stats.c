@@ -85,6 +85,13 @@ void bfs_serve_render_stats(struct bfs_serve *s, uint64_t lookups, char *buf,
 	    {"readahead_bytes", &st.pool.readahead_bytes},
 	    {"rows_resident", &st.pool.rows_resident},
 	    {"rows_advised", &st.pool.rows_advised},
+	    {"rows_read_ahead", &st.pool.rows_read},
+	    {"batches_read_ahead", &st.pool.batches_read},
+	    {"readahead_distance", &st.pool.readahead_distance},
+	    {"reads_in_flight", &st.pool.reads_in_flight},
+	    {"bytes_read_ahead", &st.pool.bytes_read},
+	    {"rows_read_direct", &st.pool.rows_fetched},
+	    {"bytes_read_direct", &st.pool.bytes_fetched},
 	    {"batches_pushed", &st.batches_pushed},
 	    {"page_cache_drops", &st.page_cache_drops},
 	    {"page_cache_refills", &st.page_cache_refills},
@@ -98,6 +105,8 @@ void bfs_serve_render_stats(struct bfs_serve *s, uint64_t lookups, char *buf,
 			  (long)getpid());
 	bfs_layout_append(buf, len, pos, "%-22s %20s\n", "serve_mode",
 			  bfs_serve_mode_name(st.mode));
+	bfs_layout_append(buf, len, pos, "%-22s %20s\n", "reader",
+			  st.pool.reader);
 	for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++)
 		bfs_layout_append(buf, len, pos, "%-22s %20" PRIu64 "\n",
 				  rows[i].name, *rows[i].v);

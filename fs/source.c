@@ -28,6 +28,27 @@
 
 #define SNIFF_BYTES 4096
 
+bool bfs_source_fs_remote(long f_type)
+{
+	static const long types[] = {
+	    0x6969,	/* NFS */
+	    0xFF534D42, /* CIFS */
+	    0xFE534D42, /* SMB2 */
+	    0x517B,	/* SMB */
+	    0x65735546, /* FUSE */
+	    0x01021997, /* 9P */
+	    0x00C36400, /* Ceph */
+	    0x5346414F, /* AFS */
+	    0x47504653, /* GPFS */
+	    0x0BD00BD0, /* Lustre */
+	};
+
+	for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++)
+		if ((f_type & 0xFFFFFFFF) == types[i])
+			return true;
+	return false;
+}
+
 const char *bfs_source_kind_name(enum bfs_source_kind k)
 {
 	static const char *const names[] = {

@@ -114,6 +114,13 @@ int bfs_source_open_mem(struct bfs_source **out, const uint8_t *buf,
 /* Unmap and free; accepts NULL and half-built sources. */
 void bfs_source_close(struct bfs_source *s);
 
+/* Whether a file system of type 'f_type' (statfs) has a server of its
+ * own, which may refuse a read the local mode bits allow, or answer a
+ * read short in the middle of a file (a FUSE server: the kernel then
+ * takes it for the end of the file and zero-fills the rest of the page):
+ * NFS, SMB, FUSE, 9P, Ceph, AFS, GPFS, Lustre. */
+bool bfs_source_fs_remote(long f_type);
+
 /* "torch", "npz", "npy", "safetensors". */
 const char *bfs_source_kind_name(enum bfs_source_kind k);
 

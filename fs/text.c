@@ -119,6 +119,10 @@ static void render_json(const struct text *t, const struct bfs_text_info *in,
 	bfs_layout_json_str(b, n, pos, in->serve_mode ? in->serve_mode : "-");
 	bfs_layout_append(b, n, pos, ",\n  \"serve_mode_why\": ");
 	bfs_layout_json_str(b, n, pos, in->serve_why ? in->serve_why : "");
+	bfs_layout_append(b, n, pos, ",\n  \"reader\": ");
+	bfs_layout_json_str(b, n, pos, in->reader ? in->reader : "-");
+	bfs_layout_append(b, n, pos, ",\n  \"reader_why\": ");
+	bfs_layout_json_str(b, n, pos, in->reader_why ? in->reader_why : "");
 	bfs_layout_append(b, n, pos, ",\n  \"log\": ");
 	bfs_layout_json_str(b, n, pos, in->log ? in->log : "");
 	bfs_layout_append(

@@ -33,6 +33,8 @@ struct bfs_text_info {
 	const char *log;	/* where the daemon logs: a file, or "stderr" */
 	const char *serve_mode; /* "passthrough", ... (NULL: "-") */
 	const char *serve_why;	/* why that mode */
+	const char *reader;	/* how rows are read ahead: "io_uring", ... */
+	const char *reader_why; /* ... and why */
 };
 
 /* README into *readme and dataset.json into *json, malloc'd strings the

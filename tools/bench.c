@@ -8,7 +8,11 @@
  *   --pagecache FILE... the same, after one untimed warm-up read, so the
  *                       timed read is served from the page cache;
  *   --memcpy BYTES      one single-threaded memcpy of BYTES between two
- *                       buffers that were touched (and copied once) before.
+ *                       buffers that were touched (and copied once) before;
+ *   --rows SOURCE...    every sample's rows of a dataset in a random order,
+ *                       one pread each, from --threads threads
+ *                       (tools/bench_rows.c): the disk's random-read limit
+ *                       for those rows.
  * Each repetition prints one line of key=value pairs, e.g.
  *   read bytes=1073741824 seconds=0.161022 GB/s=6.668 files=4096 bs=1048576
  * (GB = 10^9 bytes), which tools/bench/bench.py parses. Timed regions
@@ -28,6 +32,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "tools/bench_rows.h"
 #include "tools/cli.h"
 #include "tools/cmd.h"
 
@@ -39,25 +44,34 @@ struct paths {
 static void usage(FILE *f)
 {
 	fprintf(
-	    f, "usage: batchfs bench [--bs BYTES] [--repeat N] --read PATH...\n"
-	       "       batchfs bench [--bs BYTES] [--repeat N] --pagecache "
-	       "FILE...\n"
-	       "       batchfs bench [--repeat N] --memcpy BYTES\n"
-	       "\n"
-	       "  --read PATH...   time reading files (a directory: its "
-	       "regular files)\n"
-	       "                   with BS-byte read()s into one reused "
-	       "page-aligned buffer\n"
-	       "  --pagecache F... the same after one untimed warm-up read\n"
-	       "  --memcpy BYTES   time one single-threaded memcpy of BYTES\n"
-	       "  --bs BYTES       read size (default 1M)\n"
-	       "  --repeat N       repetitions, one output line each "
-	       "(default 1)\n"
-	       "  -h, --help       this help\n"
-	       "BYTES accepts K, M, G suffixes (powers of 1024). Output: "
-	       "'MODE bytes=.. seconds=.. GB/s=..'\n"
-	       "with GB = 10^9 bytes. `make bench` runs the full "
-	       "comparison.\n");
+	    f,
+	    "usage: batchfs bench [--bs BYTES] [--repeat N] --read PATH...\n"
+	    "       batchfs bench [--bs BYTES] [--repeat N] --pagecache "
+	    "FILE...\n"
+	    "       batchfs bench [--repeat N] --memcpy BYTES\n"
+	    "       batchfs bench [--threads N] [--seed S] [--samples M] "
+	    "--rows SOURCE...\n"
+	    "\n"
+	    "  --read PATH...   time reading files (a directory: its "
+	    "regular files)\n"
+	    "                   with BS-byte read()s into one reused "
+	    "page-aligned buffer\n"
+	    "  --pagecache F... the same after one untimed warm-up read\n"
+	    "  --memcpy BYTES   time one single-threaded memcpy of BYTES\n"
+	    "  --rows SOURCE... time random preads of every sample's rows "
+	    "(each field),\n"
+	    "                   in an order shuffled with --seed S (default "
+	    "1), from\n"
+	    "                   --threads N threads (default 16), --samples M "
+	    "at most\n"
+	    "  --bs BYTES       read size (default 1M)\n"
+	    "  --repeat N       repetitions, one output line each "
+	    "(default 1)\n"
+	    "  -h, --help       this help\n"
+	    "BYTES accepts K, M, G suffixes (powers of 1024). Output: "
+	    "'MODE bytes=.. seconds=.. GB/s=..'\n"
+	    "with GB = 10^9 bytes. `make bench` runs the full "
+	    "comparison.\n");
 }
 
 /* Parse "123", "128K", "1M", "2G" (powers of 1024). */
@@ -292,17 +306,32 @@ out:
  * reason printed to stderr), 2 on bad usage. */
 int bfs_cmd_bench(int argc, char **argv)
 {
-	enum { OPT_BS = 1, OPT_REPEAT, OPT_READ, OPT_PAGECACHE, OPT_MEMCPY };
+	enum {
+		OPT_BS = 1,
+		OPT_REPEAT,
+		OPT_READ,
+		OPT_PAGECACHE,
+		OPT_MEMCPY,
+		OPT_ROWS,
+		OPT_THREADS,
+		OPT_SEED,
+		OPT_SAMPLES
+	};
 	static const struct option longopts[] = {
 	    {"bs", required_argument, NULL, OPT_BS},
 	    {"repeat", required_argument, NULL, OPT_REPEAT},
 	    {"read", no_argument, NULL, OPT_READ},
 	    {"pagecache", no_argument, NULL, OPT_PAGECACHE},
 	    {"memcpy", required_argument, NULL, OPT_MEMCPY},
+	    {"rows", no_argument, NULL, OPT_ROWS},
+	    {"threads", required_argument, NULL, OPT_THREADS},
+	    {"seed", required_argument, NULL, OPT_SEED},
+	    {"samples", required_argument, NULL, OPT_SAMPLES},
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0},
 	};
 	uint64_t bs = 1u << 20, copy_bytes = 0, repeat = 1;
+	uint64_t threads = 16, seed = 1, samples = 0;
 	int mode = 0, c;
 
 	optind = 1;
@@ -318,10 +347,24 @@ int bfs_cmd_bench(int argc, char **argv)
 			    repeat > 1000)
 				goto bad_usage;
 			break;
+		case OPT_THREADS:
+			if (parse_size(optarg, &threads) || threads == 0 ||
+			    threads > 1024)
+				goto bad_usage;
+			break;
+		case OPT_SEED:
+			if (parse_size(optarg, &seed))
+				goto bad_usage;
+			break;
+		case OPT_SAMPLES:
+			if (parse_size(optarg, &samples))
+				goto bad_usage;
+			break;
 		case OPT_MEMCPY:
 			if (parse_size(optarg, &copy_bytes))
 				goto bad_usage;
 			/* fall through */
+		case OPT_ROWS:
 		case OPT_READ:
 		case OPT_PAGECACHE:
 			if (mode && mode != c)
@@ -337,6 +380,10 @@ int bfs_cmd_bench(int argc, char **argv)
 	}
 	if (mode == OPT_MEMCPY && optind == argc)
 		return bench_memcpy(copy_bytes, (int)repeat);
+	if (mode == OPT_ROWS && optind < argc)
+		return bfs_bench_rows(argv + optind, argc - optind,
+				      (unsigned)threads, seed, samples,
+				      getenv("BATCHFS_BENCH_DIRECT") != NULL);
 	if ((mode == OPT_READ || mode == OPT_PAGECACHE) && optind < argc)
 		return bench_read(mode == OPT_READ ? "read" : "pagecache",
 				  argv + optind, argc - optind, bs, (int)repeat,

@@ -55,6 +55,7 @@ struct mount_opts {
 	bool have_prefetch, have_world, have_pc;
 	const char *seed_source; /* see struct bfs_tree_info */
 	enum bfs_serve_mode serve;
+	enum bfs_reader_kind reader; /* --reader */
 	enum bfs_torch_compat compat;
 	const char *subset, *weights, *gen_state, *rng_state, *log_file;
 	struct bfs_mount_log log;     /* where the daemon logs */
@@ -127,6 +128,12 @@ static const char usage_text[] =
     "                       where it works, else push; the log, stats and\n"
     "                       dataset.json say which and why)\n"
     "  --direct-io          same as --serve direct\n"
+    "  --reader KIND        how rows of the batches ahead are read from the\n"
+    "                       sources, many at once: io_uring, threads (pread\n"
+    "                       in reader threads), none (madvise only), auto\n"
+    "                       (default: io_uring where it can be set up, else\n"
+    "                       threads; the log, stats and dataset.json say\n"
+    "                       which)\n"
     "  --page-cache-mb M    push: pushed batches kept in the page cache\n"
     "                       (default: --cache-mb); older closed ones are\n"
     "                       dropped from it\n"
@@ -199,6 +206,7 @@ enum {
 	OPT_PAD,
 	OPT_PACK,
 	OPT_OWNER,
+	OPT_READER,
 };
 
 static const struct option long_opts[] = {
@@ -228,6 +236,7 @@ static const struct option long_opts[] = {
     {"pad", required_argument, NULL, OPT_PAD},
     {"pack", required_argument, NULL, OPT_PACK},
     {"owner", required_argument, NULL, OPT_OWNER},
+    {"reader", required_argument, NULL, OPT_READER},
     {"foreground", no_argument, NULL, 'f'},
     {"verbose", no_argument, NULL, 'v'},
     {"help", no_argument, NULL, 'h'},
@@ -383,6 +392,13 @@ static int one_opt(int c, char *arg, struct mount_opts *m)
 		return bfs_cli_bad_usage("mount", usage,
 					 "--serve: not auto, passthrough, "
 					 "push, cache or direct",
+					 arg);
+	case OPT_READER:
+		if (bfs_reader_kind_parse(arg, &m->reader) == 0)
+			return 0;
+		return bfs_cli_bad_usage("mount", usage,
+					 "--reader: not auto, io_uring, "
+					 "threads or none",
 					 arg);
 	case OPT_SUBSET:
 		m->subset = arg;
@@ -637,7 +653,9 @@ static void close_model(struct model *mt)
  * BATCHFS_DEBUG_GATHER_DELAY_MS (workers sleep before each gather),
  * BATCHFS_DEBUG_NO_EARLY_PUSH, BATCHFS_DEBUG_NO_ZERO_COPY,
  * BATCHFS_DEBUG_ZC_NO_CHECK, BATCHFS_DEBUG_ZC_MAX_IOV, BATCHFS_MEMFD_WRITE
- * (gather|slices: how passthrough batches are written). */
+ * (gather|slices: how passthrough batches are written), BATCHFS_DEBUG_COLD
+ * (the memory policy acts as if the data did not fit: rows of big fields
+ * are read with O_DIRECT). */
 static void debug_opts(struct bfs_pool_opts *po, struct bfs_serve_opts *so)
 {
 	const char *delay = getenv("BATCHFS_DEBUG_GATHER_DELAY_MS");
@@ -645,6 +663,7 @@ static void debug_opts(struct bfs_pool_opts *po, struct bfs_serve_opts *so)
 	const char *wr = getenv("BATCHFS_MEMFD_WRITE");
 
 	po->debug_delay_ms = delay ? (unsigned)strtoul(delay, NULL, 10) : 0;
+	po->assume_cold = getenv("BATCHFS_DEBUG_COLD") != NULL;
 	po->memfd_write = !wr			  ? BFS_LAYOUT_FD_AUTO
 			  : !strcmp(wr, "gather") ? BFS_LAYOUT_FD_GATHER
 			  : !strcmp(wr, "slices") ? BFS_LAYOUT_FD_SLICES
@@ -680,6 +699,7 @@ static int start(void *arg, enum bfs_serve_mode mode, const char *why,
 	    .timeout_ms = m->timeout_s * 1000u,
 	    .epochs = m->epochs,
 	    .memory_policy = !getenv("BATCHFS_DEBUG_NO_WARM"),
+	    .reader = m->reader,
 	};
 	struct bfs_serve_opts so = {
 	    .mode = mode,
@@ -707,6 +727,7 @@ static int start(void *arg, enum bfs_serve_mode mode, const char *why,
 	};
 	int rc;
 
+	bfs_log_err_reset();
 	bfs_mount_log_start(&m->log, m->verbose);
 	debug_opts(&po, &so);
 	describe_opts(m, mode);
@@ -717,11 +738,21 @@ static int start(void *arg, enum bfs_serve_mode mode, const char *why,
 		m->perm.uid, m->perm.gid, m->perm.read);
 	rc = bfs_serve_create(&out->serve, mt->ds, mt->order, &mt->layout, &po,
 			      &so, kernel);
-	if (rc == 0)
+	if (rc == 0) {
+		struct bfs_stats st;
+
+		bfs_serve_stats(out->serve, &st);
+		ti.text.reader = st.pool.reader; /* static, or the pool's */
+		ti.text.reader_why = st.pool.reader_why;
+		bfs_log(BFS_LOG_INFO, "mount", "rows read ahead: %s",
+			st.pool.reader_why);
 		rc = bfs_tree_create(&out->tree, mt->ds, mt->order, &mt->layout,
 				     out->serve, &ti);
-	if (rc < 0)
-		snprintf(msg, len, "cannot start serving: %s", strerror(-rc));
+	}
+	if (rc < 0) /* the reason a callee logged, if one did */
+		snprintf(msg, len, "cannot start serving: %s",
+			 *bfs_log_err_last() ? bfs_log_err_last()
+					     : strerror(-rc));
 	return rc;
 }
 

@@ -12,6 +12,8 @@
 #include <sys/vfs.h>
 #include <unistd.h>
 
+#include "fs/source.h"
+
 #define MAX_GROUPS 1024
 
 /* A decimal id (below 2^32 - 1); false when s is not one. */
@@ -126,29 +128,6 @@ static const char *group_name(unsigned gid, char *buf, size_t len)
 	return buf;
 }
 
-/* File systems whose servers may refuse a read that the mode bits allow
- * (their own permission checks, ID mapping, or root squashing). */
-static bool remote_fs(long type)
-{
-	static const long types[] = {
-	    0x6969,	/* NFS */
-	    0xFF534D42, /* CIFS */
-	    0xFE534D42, /* SMB2 */
-	    0x517B,	/* SMB */
-	    0x65735546, /* FUSE */
-	    0x01021997, /* 9P */
-	    0x00C36400, /* Ceph */
-	    0x5346414F, /* AFS */
-	    0x47504653, /* GPFS */
-	    0x0BD00BD0, /* Lustre */
-	};
-
-	for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++)
-		if ((type & 0xFFFFFFFF) == types[i])
-			return true;
-	return false;
-}
-
 /* Who may read files of mode bits p->read, in words. */
 static void readers(const struct bfs_perm *p, char *buf, size_t len)
 {
@@ -184,7 +163,7 @@ static void allow_other_notes(const struct bfs_perm_obj *o, size_t n,
 		group_name(p->gid, g, sizeof(g)), p->read, who);
 	for (size_t i = 0; i < n; i++)
 		if (!o[i].dir && statfs(o[i].path, &sf) == 0 &&
-		    remote_fs((long)sf.f_type))
+		    bfs_source_fs_remote((long)sf.f_type))
 			fprintf(stderr,
 				"batchfs mount: warning: %s is on a network or "
 				"FUSE file system whose server may check more "

@@ -407,11 +407,13 @@ class Reader:
         if got is None:
             return
         # "name value" lines: counters are integers; serve_mode and the
-        # last_error_* fields are words or text ("-": none)
+        # serve_mode, reader and last_error_* are words or text ("-":
+        # none)
         try:
             st = dict(ln.split(None, 1) for ln in got.decode().splitlines())
             counters = [v.strip() for k, v in st.items()
-                        if k not in ("serve_mode", "serve_mode_why")
+                        if k not in ("serve_mode", "serve_mode_why",
+                                     "reader")
                         and not k.startswith("last_error")]
             ok = (int(st["pid"]) > 0 and all(v.lstrip("-").isdigit()
                                               for v in counters)

@@ -20,69 +20,12 @@ import json
 import os
 import subprocess
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import mountlib as ml  # noqa: E402
 
 LIMIT = 96 << 20
 SAMPLES = 21000  # the demo's 3080-byte samples: 64.7 MB
-
-
-def cgroup_mounts():
-    """(v1 memory hierarchy mount point or None, v2 mount point or None)."""
-    v1 = v2 = None
-    with open("/proc/self/mountinfo") as f:
-        for line in f:
-            pre, post = line.split(" - ", 1)
-            mnt, (fs, _, opts) = pre.split()[4], post.split()[:3]
-            if fs == "cgroup" and "memory" in opts.split(","):
-                v1 = v1 or mnt
-            elif fs == "cgroup2":
-                v2 = v2 or mnt
-    return v1, v2
-
-
-def make_cgroup():
-    """A fresh memory cgroup limited to LIMIT: its directory."""
-    v1, v2 = cgroup_mounts()
-    name = "batchfs-test-%d" % os.getpid()
-    if v1:
-        d = os.path.join(v1, name)
-        os.mkdir(d)
-        with open(os.path.join(d, "memory.limit_in_bytes"), "w") as f:
-            f.write(str(LIMIT))
-        return d
-    if v2:
-        with open(os.path.join(v2, "cgroup.subtree_control")) as f:
-            if "memory" not in f.read().split():
-                ml.skip("cgroup v2 without the memory controller enabled")
-        d = os.path.join(v2, name)
-        os.mkdir(d)
-        with open(os.path.join(d, "memory.max"), "w") as f:
-            f.write(str(LIMIT))
-        return d
-    ml.skip("no memory cgroup controller")
-
-
-def join(cgroup):
-    """Move the calling process into 'cgroup' (a preexec_fn)."""
-    with open(os.path.join(cgroup, "cgroup.procs"), "w") as f:
-        f.write(str(os.getpid()))
-
-
-def remove(cg):
-    """rmdir the cgroup: EBUSY for a moment after its last process exited
-    (cleanup only: a few retries, and a message rather than an exception
-    that would hide the failure being raised)."""
-    for _ in range(40):
-        try:
-            os.rmdir(cg)
-            return
-        except OSError as e:
-            err = e
-            time.sleep(0.05)
-    print("cannot remove %s: %s" % (cg, err))
 
 
 def daemon_log(mnt):
@@ -132,12 +75,12 @@ def main():
         ml.skip("the read-in outside a cgroup checked; ThreadSanitizer's "
                 "daemon needs more than the cgroup's 96 MiB (the plain and "
                 "ASan passes run that half)")
-    cg = make_cgroup()
+    cg = ml.memory_cgroup(LIMIT)
     pid = None
     try:
         mnt = os.path.join(ml.TMP, "in-cgroup")
         _, mnt = ml.mount(archive, mnt, *opts, "-v",
-                          preexec_fn=lambda: join(cg))
+                          preexec_fn=lambda: ml.join_cgroup(cg))
         pid = ml.daemon_pid(mnt)
         with open("/proc/%d/cgroup" % pid) as f:
             assert os.path.basename(cg) in f.read()
@@ -154,7 +97,7 @@ def main():
             ml.umount(os.path.join(ml.TMP, "in-cgroup"))
         if pid:
             ml.wait_pid_exit(pid)  # a cgroup goes once it is empty
-        remove(cg)
+        ml.remove_cgroup(cg)
     print("ok")
 
 

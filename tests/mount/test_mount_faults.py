@@ -31,7 +31,6 @@ alive (same pid in stats) and unmounts cleanly.
 import errno
 import os
 import re
-import shutil
 import subprocess
 import sys
 
@@ -40,9 +39,6 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import mountlib as ml  # noqa: E402
 
-BUILD = os.environ.get("BUILD", "build")
-FAULTFS = os.path.join(os.environ.get("BFS_SRC", "."), BUILD, "tests", "bin",
-                       "faultfs")
 N, ROW, B, PAGE = 1200, 6000, 40, 4096
 TIMEOUT_S, STALL_S = 3, 8  # --timeout; the stall, well past it
 failures = []
@@ -52,34 +48,6 @@ def check(ok, what):
     print("%s %s" % ("ok  " if ok else "FAIL", what))
     if not ok:
         failures.append(what)
-
-
-class FaultFS:
-    """faultfs serving a copy of 'src' at <dir>/ff/archive.pt."""
-
-    def __init__(self, src, tag):
-        self.dir = os.path.join(ml.TMP, "ff-" + tag)
-        os.makedirs(self.dir + "/ff", exist_ok=True)
-        self.backing = self.dir + "/backing.pt"
-        shutil.copyfile(src, self.backing)
-        self.proc = subprocess.Popen([FAULTFS, self.backing, self.dir + "/ff"],
-                                     stdout=subprocess.PIPE, text=True)
-        if self.proc.stdout.readline().strip() != "ready":
-            raise AssertionError("faultfs did not start")
-        self.archive = self.dir + "/ff/archive.pt"
-
-    def ctl(self, cmd):
-        with open(self.dir + "/ff/ctl", "w") as f:
-            f.write(cmd)
-
-    def stats(self):
-        with open(self.dir + "/ff/stats") as f:
-            return {k: int(v) for k, v in (ln.split() for ln in f)}
-
-    def close(self):
-        self.ctl("clear")
-        subprocess.run(["fusermount3", "-u", self.dir + "/ff"])
-        self.proc.wait(timeout=30)
 
 
 class Dataset:
@@ -292,7 +260,7 @@ def finish(m, what):
 
 
 def run_mode(ds, mode):
-    ff = FaultFS(ds.path, mode)
+    ff = ml.FaultFS(ds.path, mode)
     m = None
     try:
         m = Mount(ds, ff, mode)
@@ -316,8 +284,8 @@ def run_mode(ds, mode):
 
 def main():
     ml.require_fuse()
-    if not os.path.exists(FAULTFS):
-        print("FAIL: %s not built" % FAULTFS)
+    if not os.path.exists(ml.FAULTFS):
+        print("FAIL: %s not built" % ml.FAULTFS)
         return 1
     try:
         import torch  # noqa: F401

@@ -6,7 +6,7 @@
 # torch: + python3-torch for interop tests; fuzz: + clang and libFuzzer;
 # lint: + clang-format (make format-check).
 set -eu
-want="libfuse3-dev fuse3 libzip-dev pkg-config"
+want="libfuse3-dev fuse3 libzip-dev liburing-dev pkg-config"
 case "${1:-build}" in
 build) ;;
 test) want="$want libcmocka-dev zip unzip python3-numpy acl" ;;

@@ -1,0 +1,403 @@
+/* fs/reader: reads of file ranges into the page cache, many in flight
+ * (reader.h).
+ *
+ * Every read lands in one shared scratch buffer whose contents nobody
+ * looks at (reads racing into it are harmless): the point is the pages
+ * they leave in the page cache. So memory is one buffer of BFS_READER_MAX
+ * bytes however deep the queue.
+ *
+ * io_uring: one ring of 'depth' entries under a mutex. A submit queues
+ * one read and reaps what has completed; while 'depth' are in flight it
+ * waits for a completion first. Buffered reads of uncached pages complete
+ * asynchronously (the kernel's async buffered reads), so one thread keeps
+ * 'depth' reads in flight. A completion thread is not needed: stats and
+ * destroy reap too.
+ *
+ * Threads: a ring of queued ranges and THREADS_MAX threads at most, each
+ * taking one and doing one pread.
+ *
+ * Lock order: r->lock only; nothing is called with it held but the ring's
+ * own calls. */
+#include "fs/reader.h"
+
+#include <errno.h>
+#include <liburing.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#define THREADS_MAX 32u
+
+static const char *const kind_names[] = {
+    [BFS_READER_AUTO] = "auto",
+    [BFS_READER_IO_URING] = "io_uring",
+    [BFS_READER_THREADS] = "threads",
+    [BFS_READER_NONE] = "none",
+};
+
+const char *bfs_reader_kind_name(enum bfs_reader_kind k)
+{
+	return k <= BFS_READER_NONE ? kind_names[k] : "?";
+}
+
+int bfs_reader_kind_parse(const char *s, enum bfs_reader_kind *out)
+{
+	for (int k = BFS_READER_AUTO; k <= BFS_READER_NONE; k++)
+		if (!strcmp(s, kind_names[k])) {
+			*out = (enum bfs_reader_kind)k;
+			return 0;
+		}
+	return -EINVAL;
+}
+
+/* Reads waited for together (bfs_reader_read_all). [lock] */
+struct group {
+	size_t left;
+	bool failed;
+};
+
+/* One queued read (threads): into the scratch, or into buf for a
+ * group. */
+struct range {
+	int fd;
+	uint64_t off, len;
+	void *buf;
+	struct group *g;
+};
+
+struct bfs_reader {
+	enum bfs_reader_kind kind;
+	unsigned depth;
+	void *scratch; /* BFS_READER_MAX bytes nobody reads */
+	pthread_mutex_t lock;
+	pthread_cond_t room; /* [lock] in_flight went down, or stop */
+	pthread_cond_t work; /* [lock] threads: a range was queued */
+	uint64_t in_flight;  /* [lock] queued or running */
+	uint64_t reads;	     /* [lock] */
+	uint64_t bytes;	     /* [lock] */
+	bool stop;	     /* [lock] */
+	/* io_uring */
+	struct io_uring ring; /* [lock] */
+	bool ring_up;
+	/* threads */
+	struct range *q; /* [lock] [depth], a ring */
+	unsigned q_head, q_len;
+	pthread_t *threads;
+	unsigned nthreads;
+};
+
+/* ---- io_uring ------------------------------------------------------------ */
+
+/* Count one completion. [lock] */
+static void completed(struct bfs_reader *r, int res)
+{
+	r->in_flight--;
+	r->reads++;
+	if (res > 0)
+		r->bytes += (uint64_t)res;
+	pthread_cond_broadcast(&r->room);
+}
+
+/* Reap what has completed; with 'wait', at least one. [lock] */
+static void reap(struct bfs_reader *r, bool wait)
+{
+	struct io_uring_cqe *cqe;
+
+	if (wait && r->in_flight && io_uring_wait_cqe(&r->ring, &cqe) == 0) {
+		completed(r, cqe->res);
+		io_uring_cqe_seen(&r->ring, cqe);
+	}
+	while (r->in_flight && io_uring_peek_cqe(&r->ring, &cqe) == 0) {
+		completed(r, cqe->res);
+		io_uring_cqe_seen(&r->ring, cqe);
+	}
+}
+
+static void uring_submit(struct bfs_reader *r, int fd, uint64_t off,
+			 uint64_t len)
+{
+	struct io_uring_sqe *sqe;
+
+	pthread_mutex_lock(&r->lock);
+	while (r->in_flight >= r->depth)
+		reap(r, true);
+	sqe = io_uring_get_sqe(&r->ring);
+	if (sqe) {
+		io_uring_prep_read(sqe, fd, r->scratch, (unsigned)len,
+				   (__u64)off);
+		if (io_uring_submit(&r->ring) == 1)
+			r->in_flight++;
+	}
+	reap(r, false);
+	pthread_mutex_unlock(&r->lock);
+}
+
+/* ---- threads ------------------------------------------------------------- */
+
+static void *reader_main(void *arg)
+{
+	struct bfs_reader *r = arg;
+	sigset_t all;
+
+	sigfillset(&all); /* reads of a shrunk file fail: no fault here */
+	pthread_sigmask(SIG_BLOCK, &all, NULL);
+	pthread_mutex_lock(&r->lock);
+	for (;;) {
+		struct range g;
+		ssize_t got;
+
+		while (!r->stop && !r->q_len)
+			pthread_cond_wait(&r->work, &r->lock);
+		if (!r->q_len)
+			break; /* stopped, nothing left */
+		g = r->q[r->q_head];
+		r->q_head = (r->q_head + 1) % r->depth;
+		r->q_len--;
+		pthread_mutex_unlock(&r->lock);
+		got = pread(g.fd, g.buf ? g.buf : r->scratch, (size_t)g.len,
+			    (off_t)g.off);
+		pthread_mutex_lock(&r->lock);
+		if (g.g) {
+			g.g->failed |= got != (ssize_t)g.len;
+			g.g->left--;
+		}
+		completed(r, (int)got);
+	}
+	pthread_mutex_unlock(&r->lock);
+	return NULL;
+}
+
+static void threads_submit(struct bfs_reader *r, int fd, uint64_t off,
+			   uint64_t len)
+{
+	pthread_mutex_lock(&r->lock);
+	while (!r->stop && r->in_flight >= r->depth)
+		pthread_cond_wait(&r->room, &r->lock);
+	if (!r->stop) {
+		r->q[(r->q_head + r->q_len) % r->depth] =
+		    (struct range){fd, off, len, NULL, NULL};
+		r->q_len++;
+		r->in_flight++;
+		pthread_cond_signal(&r->work);
+	}
+	pthread_mutex_unlock(&r->lock);
+}
+
+static int threads_start(struct bfs_reader *r)
+{
+	unsigned n = r->depth < THREADS_MAX ? r->depth : THREADS_MAX;
+
+	r->q = calloc(r->depth, sizeof(*r->q));
+	r->threads = calloc(n, sizeof(*r->threads));
+	if (!r->q || !r->threads)
+		return -ENOMEM;
+	for (; r->nthreads < n; r->nthreads++)
+		if (pthread_create(&r->threads[r->nthreads], NULL, reader_main,
+				   r))
+			return r->nthreads ? 0 : -EAGAIN;
+	return 0;
+}
+
+/* Group reads on the threads: queued as room allows, then waited for. */
+static int threads_read_all(struct bfs_reader *r, const struct bfs_read *rd,
+			    size_t n)
+{
+	struct group g = {.left = n};
+
+	pthread_mutex_lock(&r->lock);
+	for (size_t i = 0; i < n; i++) {
+		while (!r->stop && r->in_flight >= r->depth)
+			pthread_cond_wait(&r->room, &r->lock);
+		if (r->stop) {
+			g.left -= n - i;
+			g.failed = true;
+			break;
+		}
+		r->q[(r->q_head + r->q_len) % r->depth] = (struct range){
+		    rd[i].fd, rd[i].off, rd[i].len, rd[i].buf, &g};
+		r->q_len++;
+		r->in_flight++;
+		pthread_cond_signal(&r->work);
+	}
+	while (g.left)
+		pthread_cond_wait(&r->room, &r->lock);
+	pthread_mutex_unlock(&r->lock);
+	return g.failed ? -EIO : 0;
+}
+
+/* Group reads on the ring (the caller's own): 'depth' in flight. */
+static int uring_read_all(struct bfs_reader *r, const struct bfs_read *rd,
+			  size_t n)
+{
+	struct io_uring_cqe *cqe;
+	size_t next = 0, done = 0;
+	bool failed = false;
+
+	pthread_mutex_lock(&r->lock);
+	while (done < n) {
+		while (next < n && r->in_flight < r->depth) {
+			struct io_uring_sqe *sqe = io_uring_get_sqe(&r->ring);
+
+			if (!sqe)
+				break;
+			io_uring_prep_read(sqe, rd[next].fd, rd[next].buf,
+					   (unsigned)rd[next].len,
+					   (__u64)rd[next].off);
+			io_uring_sqe_set_data64(sqe, rd[next].len);
+			next++;
+			r->in_flight++;
+		}
+		if (io_uring_submit_and_wait(&r->ring, 1) < 0 ||
+		    io_uring_wait_cqe(&r->ring, &cqe) < 0) {
+			failed = true; /* cannot wait: give up on the rest */
+			break;
+		}
+		failed |= cqe->res < 0 ||
+			  (uint64_t)cqe->res != io_uring_cqe_get_data64(cqe);
+		completed(r, cqe->res);
+		io_uring_cqe_seen(&r->ring, cqe);
+		done++;
+	}
+	while (r->in_flight && done < next) { /* after a failure: drain */
+		if (io_uring_wait_cqe(&r->ring, &cqe) < 0)
+			break;
+		completed(r, cqe->res);
+		io_uring_cqe_seen(&r->ring, cqe);
+		done++;
+	}
+	pthread_mutex_unlock(&r->lock);
+	return failed || done < n ? -EIO : 0;
+}
+
+int bfs_reader_read_all(struct bfs_reader *r, const struct bfs_read *reads,
+			size_t n)
+{
+	return r->kind == BFS_READER_IO_URING ? uring_read_all(r, reads, n)
+					      : threads_read_all(r, reads, n);
+}
+
+/* ---- the reader ------------------------------------------------------------
+ */
+
+/* Set up io_uring (kind IO_URING) or the threads, as 'want' says. */
+static int start(struct bfs_reader *r, enum bfs_reader_kind want, char *why,
+		 size_t len)
+{
+	int rc = -ENOSYS;
+
+	if (want != BFS_READER_THREADS) {
+		rc = io_uring_queue_init(r->depth, &r->ring, 0);
+		r->ring_up = rc == 0;
+		if (r->ring_up) {
+			r->kind = BFS_READER_IO_URING;
+			snprintf(why, len, "io_uring, %u reads in flight",
+				 r->depth);
+			return 0;
+		}
+		if (want == BFS_READER_IO_URING) {
+			snprintf(why, len, "io_uring cannot be set up: %s",
+				 strerror(-rc));
+			return rc;
+		}
+	}
+	r->kind = BFS_READER_THREADS;
+	if (want == BFS_READER_THREADS)
+		snprintf(why, len, "%u reader threads (asked for)",
+			 r->depth < THREADS_MAX ? r->depth : THREADS_MAX);
+	else
+		snprintf(why, len,
+			 "%u reader threads: io_uring cannot be set up here "
+			 "(%s)",
+			 r->depth < THREADS_MAX ? r->depth : THREADS_MAX,
+			 strerror(-rc));
+	return threads_start(r);
+}
+
+int bfs_reader_create(struct bfs_reader **out, enum bfs_reader_kind want,
+		      unsigned depth, char *why, size_t len)
+{
+	struct bfs_reader *r;
+	int rc;
+
+	*out = NULL;
+	if (want == BFS_READER_NONE) {
+		snprintf(why, len, "none: rows are only advised (madvise)");
+		return 0;
+	}
+	r = calloc(1, sizeof(*r));
+	if (!r)
+		return -ENOMEM;
+	r->depth = depth ? depth : 1;
+	pthread_mutex_init(&r->lock, NULL);
+	pthread_cond_init(&r->room, NULL);
+	pthread_cond_init(&r->work, NULL);
+	r->scratch = mmap(NULL, BFS_READER_MAX, PROT_READ | PROT_WRITE,
+			  MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (r->scratch == MAP_FAILED) {
+		r->scratch = NULL;
+		rc = -ENOMEM;
+	} else {
+		rc = start(r, want, why, len);
+	}
+	if (rc < 0) {
+		bfs_reader_destroy(r);
+		return rc;
+	}
+	*out = r;
+	return 0;
+}
+
+void bfs_reader_destroy(struct bfs_reader *r)
+{
+	if (!r)
+		return;
+	pthread_mutex_lock(&r->lock);
+	r->stop = true;
+	pthread_cond_broadcast(&r->work);
+	pthread_cond_broadcast(&r->room);
+	while (r->ring_up && r->in_flight)
+		reap(r, true);
+	pthread_mutex_unlock(&r->lock);
+	for (unsigned i = 0; i < r->nthreads; i++)
+		pthread_join(r->threads[i], NULL); /* after the queue drains */
+	if (r->ring_up)
+		io_uring_queue_exit(&r->ring);
+	if (r->scratch)
+		munmap(r->scratch, BFS_READER_MAX);
+	free(r->q);
+	free(r->threads);
+	pthread_cond_destroy(&r->work);
+	pthread_cond_destroy(&r->room);
+	pthread_mutex_destroy(&r->lock);
+	free(r);
+}
+
+enum bfs_reader_kind bfs_reader_kind(const struct bfs_reader *r)
+{
+	return r->kind;
+}
+
+void bfs_reader_submit(struct bfs_reader *r, int fd, uint64_t off, uint64_t len)
+{
+	if (len > BFS_READER_MAX)
+		len = BFS_READER_MAX;
+	if (r->kind == BFS_READER_IO_URING)
+		uring_submit(r, fd, off, len);
+	else
+		threads_submit(r, fd, off, len);
+}
+
+void bfs_reader_stats(struct bfs_reader *r, struct bfs_reader_stats *out)
+{
+	pthread_mutex_lock(&r->lock);
+	if (r->ring_up)
+		reap(r, false);
+	out->in_flight = r->in_flight;
+	out->reads = r->reads;
+	out->bytes = r->bytes;
+	pthread_mutex_unlock(&r->lock);
+}

@@ -1,0 +1,77 @@
+/* fs/reader: many reads of file ranges in flight at once, into the page
+ * cache (part of the read-ahead room, fs/readahead.h; fs/README.md: cold
+ * data). The bytes read are thrown away: what matters is that the pages
+ * are resident when a gather copies the rows from the mapping.
+ *
+ * Two ways, chosen at creation: io_uring (liburing; buffered reads the
+ * kernel completes asynchronously, up to 'depth' in flight from one
+ * thread), or, where io_uring cannot be set up (a seccomp filter, the
+ * io_uring_disabled sysctl, an old kernel), a pool of threads each doing
+ * one pread at a time.
+ *
+ * Thread-safe: bfs_reader_submit may be called from any thread; it waits
+ * while 'depth' reads are in flight. */
+#ifndef BFS_READER_H
+#define BFS_READER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+enum bfs_reader_kind {
+	BFS_READER_AUTO = 0, /* io_uring where it works, else threads */
+	BFS_READER_IO_URING,
+	BFS_READER_THREADS,
+	BFS_READER_NONE, /* no asynchronous reads: advice only */
+};
+
+/* "auto", "io_uring", "threads", "none". */
+const char *bfs_reader_kind_name(enum bfs_reader_kind k);
+/* The kind named 's': 0, or -EINVAL. */
+int bfs_reader_kind_parse(const char *s, enum bfs_reader_kind *out);
+
+struct bfs_reader;
+
+/* A reader of kind 'want' (AUTO: io_uring, else threads) with 'depth'
+ * reads in flight at most. *out NULL and 0 for NONE. 'why' (len bytes)
+ * says what was chosen and why (an io_uring that could not be set up).
+ * Returns 0 or -errno (-ENOSYS and the like when io_uring was asked for
+ * and cannot be had). */
+int bfs_reader_create(struct bfs_reader **out, enum bfs_reader_kind want,
+		      unsigned depth, char *why, size_t len);
+
+/* Wait for the reads in flight, stop, free. Accepts NULL. */
+void bfs_reader_destroy(struct bfs_reader *r);
+
+/* The kind that runs (IO_URING or THREADS). */
+enum bfs_reader_kind bfs_reader_kind(const struct bfs_reader *r);
+
+/* Queue a read of bytes [off, off+len) of fd (len <= BFS_READER_MAX),
+ * waiting while 'depth' are in flight. fd must stay open until the read
+ * completes (bfs_reader_destroy waits for all). */
+#define BFS_READER_MAX ((uint64_t)1 << 20)
+void bfs_reader_submit(struct bfs_reader *r, int fd, uint64_t off,
+		       uint64_t len);
+
+/* One read into a caller's buffer (bfs_reader_read_all). */
+struct bfs_read {
+	int fd;
+	uint64_t off, len;
+	void *buf;
+};
+
+/* Read every one of reads[0..n) into its buffer, up to 'depth' at a time,
+ * and wait for all. Not to be mixed with bfs_reader_submit on one reader
+ * (a reader of its own per caller). 0, or -EIO when one failed or came
+ * back short. */
+int bfs_reader_read_all(struct bfs_reader *r, const struct bfs_read *reads,
+			size_t n);
+
+struct bfs_reader_stats {
+	uint64_t in_flight; /* reads queued or running now */
+	uint64_t reads;	    /* completed */
+	uint64_t bytes;	    /* read (from the disk or the page cache) */
+};
+void bfs_reader_stats(struct bfs_reader *r, struct bfs_reader_stats *out);
+
+#endif

@@ -1,0 +1,185 @@
+/* tools/bench_rows: random preads of a dataset's rows (bench_rows.h).
+ *
+ * The threads share one counter into a shuffled list of samples; each
+ * reads its sample's rows into its own buffer with pread. Nothing here
+ * touches the mappings the dataset made: it only asks fs/dataset where
+ * each row lies (bfs_dataset_extent). */
+#include "tools/bench_rows.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fs/dataset.h"
+
+struct rows_job {
+	const struct bfs_dataset *ds;
+	const uint64_t *order;
+	uint64_t n;
+	_Atomic uint64_t next, bytes;
+	atomic_int failed;
+	size_t buf_len;
+	int *dfd; /* O_DIRECT descriptors, or NULL */
+};
+
+static double now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Sample i's rows, one pread each, into buf. */
+static int read_sample(struct rows_job *j, uint64_t i, void *buf)
+{
+	for (size_t f = 0; f < bfs_dataset_nfields(j->ds); f++) {
+		struct bfs_extent x;
+		ssize_t got;
+
+		if (bfs_dataset_extent(j->ds, f, i, &x) < 0 || !x.len)
+			continue; /* ragged fields are not read */
+		if (j->dfd) {	  /* the aligned pages holding the row */
+			uint64_t a = x.off & ~(uint64_t)4095;
+			uint64_t e = (x.off + x.len + 4095) & ~(uint64_t)4095;
+
+			got = pread(j->dfd[x.file], buf, e - a, (off_t)a);
+			if (got > 0)
+				got = (ssize_t)x.len;
+		} else {
+			got = pread(bfs_dataset_file(j->ds, x.file)->fd, buf,
+				    x.len, (off_t)x.off);
+		}
+		if (got < 0)
+			return -errno;
+		atomic_fetch_add(&j->bytes, (uint64_t)got);
+	}
+	return 0;
+}
+
+static void *rows_thread(void *arg)
+{
+	struct rows_job *j = arg;
+	void *buf = NULL;
+	uint64_t k;
+
+	if (posix_memalign(&buf, 4096, j->buf_len + 8192))
+		buf = NULL;
+	while (buf && !atomic_load(&j->failed) &&
+	       (k = atomic_fetch_add(&j->next, 1)) < j->n)
+		if (read_sample(j, j->order[k], buf) < 0)
+			atomic_store(&j->failed, 1);
+	if (!buf)
+		atomic_store(&j->failed, 1);
+	free(buf);
+	return NULL;
+}
+
+/* The most bytes one row of any fixed field spans. */
+static size_t widest_row(const struct bfs_dataset *ds)
+{
+	size_t w = 1;
+
+	for (size_t f = 0; f < bfs_dataset_nfields(ds); f++) {
+		struct bfs_extent x;
+
+		if (bfs_dataset_extent(ds, f, 0, &x) == 0 && x.len > w)
+			w = (size_t)x.len;
+	}
+	return w;
+}
+
+/* 0 .. n-1 shuffled (Fisher-Yates over a xorshift seeded 'seed'). */
+static uint64_t *shuffled(uint64_t n, uint64_t seed)
+{
+	uint64_t *v = malloc((n ? n : 1) * sizeof(*v)), s = seed | 1;
+
+	for (uint64_t i = 0; v && i < n; i++)
+		v[i] = i;
+	for (uint64_t i = n; v && i > 1; i--) {
+		uint64_t r, t;
+
+		s ^= s << 13;
+		s ^= s >> 7;
+		s ^= s << 17;
+		r = s % i;
+		t = v[i - 1];
+		v[i - 1] = v[r];
+		v[r] = t;
+	}
+	return v;
+}
+
+int bfs_bench_rows(char **paths, int n, unsigned threads, uint64_t seed,
+		   uint64_t limit, bool direct)
+{
+	struct bfs_error err = {{0}};
+	struct bfs_dataset *ds = NULL;
+	struct rows_job j = {0};
+	pthread_t *t = NULL;
+	uint64_t *order = NULL;
+	double t0, secs;
+	unsigned started = 0;
+	int rc = 1;
+
+	if (bfs_dataset_open(&ds, (const char *const *)paths, (size_t)n,
+			     &err)) {
+		fprintf(stderr, "batchfs bench: %s\n", err.msg);
+		return 1;
+	}
+	for (size_t i = 0; i < bfs_dataset_nfiles(ds); i++)
+		if (bfs_dataset_file(ds, i)->fd >= 0)
+			posix_fadvise(bfs_dataset_file(ds, i)->fd, 0, 0,
+				      POSIX_FADV_RANDOM);
+	j.ds = ds;
+	j.n = bfs_dataset_samples(ds);
+	if (direct) {
+		j.dfd = calloc(bfs_dataset_nfiles(ds) + 1, sizeof(*j.dfd));
+		for (size_t i = 0; j.dfd && i < bfs_dataset_nfiles(ds); i++) {
+			char p[64];
+
+			snprintf(p, sizeof(p), "/proc/self/fd/%d",
+				 bfs_dataset_file(ds, i)->fd);
+			j.dfd[i] = open(p, O_RDONLY | O_DIRECT | O_CLOEXEC);
+		}
+	}
+	order = shuffled(j.n, seed);
+	t = calloc(threads, sizeof(*t));
+	if (!order || !t)
+		goto out;
+	if (limit && limit < j.n)
+		j.n = limit;
+	j.order = order;
+	j.buf_len = widest_row(ds);
+	t0 = now();
+	for (; started < threads; started++)
+		if (pthread_create(&t[started], NULL, rows_thread, &j))
+			break;
+	for (unsigned i = 0; i < started; i++)
+		pthread_join(t[i], NULL);
+	secs = now() - t0;
+	if (atomic_load(&j.failed) || started < threads) {
+		fprintf(stderr, "batchfs bench: --rows: a read failed\n");
+		goto out;
+	}
+	printf("rows samples=%llu bytes=%llu seconds=%.6f samples/s=%.1f "
+	       "threads=%u\n",
+	       (unsigned long long)j.n, (unsigned long long)j.bytes, secs,
+	       secs > 0 ? (double)j.n / secs : 0.0, threads);
+	fflush(stdout);
+	rc = 0;
+out:
+	free(t);
+	free(order);
+	for (size_t i = 0; j.dfd && i < bfs_dataset_nfiles(ds); i++)
+		close(j.dfd[i]);
+	free(j.dfd);
+	bfs_dataset_close(ds);
+	return rc;
+}
