@@ -23,6 +23,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,7 +51,7 @@ static void usage(FILE *f)
 	    "FILE...\n"
 	    "       batchfs bench [--repeat N] --memcpy BYTES\n"
 	    "       batchfs bench [--threads N] [--seed S] [--samples M] "
-	    "--rows SOURCE...\n"
+	    "[--direct] --rows SOURCE...\n"
 	    "\n"
 	    "  --read PATH...   time reading files (a directory: its "
 	    "regular files)\n"
@@ -63,7 +64,9 @@ static void usage(FILE *f)
 	    "                   in an order shuffled with --seed S (default "
 	    "1), from\n"
 	    "                   --threads N threads (default 16), --samples M "
-	    "at most\n"
+	    "at most;\n"
+	    "                   --direct: the pages holding each row with "
+	    "O_DIRECT\n"
 	    "  --bs BYTES       read size (default 1M)\n"
 	    "  --repeat N       repetitions, one output line each "
 	    "(default 1)\n"
@@ -315,7 +318,8 @@ int bfs_cmd_bench(int argc, char **argv)
 		OPT_ROWS,
 		OPT_THREADS,
 		OPT_SEED,
-		OPT_SAMPLES
+		OPT_SAMPLES,
+		OPT_DIRECT
 	};
 	static const struct option longopts[] = {
 	    {"bs", required_argument, NULL, OPT_BS},
@@ -327,11 +331,13 @@ int bfs_cmd_bench(int argc, char **argv)
 	    {"threads", required_argument, NULL, OPT_THREADS},
 	    {"seed", required_argument, NULL, OPT_SEED},
 	    {"samples", required_argument, NULL, OPT_SAMPLES},
+	    {"direct", no_argument, NULL, OPT_DIRECT},
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0},
 	};
 	uint64_t bs = 1u << 20, copy_bytes = 0, repeat = 1;
 	uint64_t threads = 16, seed = 1, samples = 0;
+	bool direct = false;
 	int mode = 0, c;
 
 	optind = 1;
@@ -360,6 +366,9 @@ int bfs_cmd_bench(int argc, char **argv)
 			if (parse_size(optarg, &samples))
 				goto bad_usage;
 			break;
+		case OPT_DIRECT:
+			direct = true;
+			break;
 		case OPT_MEMCPY:
 			if (parse_size(optarg, &copy_bytes))
 				goto bad_usage;
@@ -382,8 +391,7 @@ int bfs_cmd_bench(int argc, char **argv)
 		return bench_memcpy(copy_bytes, (int)repeat);
 	if (mode == OPT_ROWS && optind < argc)
 		return bfs_bench_rows(argv + optind, argc - optind,
-				      (unsigned)threads, seed, samples,
-				      getenv("BATCHFS_BENCH_DIRECT") != NULL);
+				      (unsigned)threads, seed, samples, direct);
 	if ((mode == OPT_READ || mode == OPT_PAGECACHE) && optind < argc)
 		return bench_read(mode == OPT_READ ? "read" : "pagecache",
 				  argv + optind, argc - optind, bs, (int)repeat,

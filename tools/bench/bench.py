@@ -33,10 +33,11 @@ passthrough, push, direct, cache, and pt-gather / pt-slices = passthrough
 with its memfds written one way (BATCHFS_MEMFD_WRITE); default
 "passthrough,push,direct,cache"), BENCH_ONLY (comma-separated words:
 run only the parts whose names contain one; the parts are "small rows
-modes", "small rows epochs", "small rows cold", "small rows ranks", the
-same four of "large rows", "ragged rows" and "latency": "small" runs the
-four small-row parts, "cold" the cold part of both workloads),
-BENCH_JSON (also write the results there).
+modes", "small rows epochs", "small rows cold", "small rows ranks",
+"small rows notfit", the same five of "large rows", "ragged rows" and
+"latency": "small" runs the five small-row parts, "cold" the cold part of
+both workloads), BENCH_NOTFIT_MB (384: the memory cgroup of the notfit
+part), BENCH_JSON (also write the results there).
 
 Besides the serve modes ("modes"), each workload measures: "epochs", the
 first three epochs of a fresh mount (archive in the page cache), per epoch
@@ -46,7 +47,11 @@ archive at mount (BATCHFS_DEBUG_NO_WARM=1: the version before it); "cold",
 (root: /proc/sys/vm/drop_caches; skipped for other users), beside `dd
 bs=1M` of the archive, cold, again with and without the read-in; "ranks", two mounts of the archive
 (--world-size 2, ranks 0 and 1) read at once by two C readers, beside one
-alone.
+alone; "notfit" (root and a memory cgroup controller, else skipped), the
+daemon and every reader in a BENCH_NOTFIT_MB memory cgroup, the page cache
+dropped before each pass: a shuffled epoch through batchfs against random
+preads of the same rows (`batchfs bench --rows`, 16 and 64 threads) and
+a DataLoader whose Dataset reads rows with pread (0, 2, 4 workers).
 
 Besides GB/s, each mode reports the daemon's CPU seconds per GB served
 (utime + stime of the daemon over the Python 1 MiB passes), mmap reads
@@ -115,8 +120,11 @@ RAGGED_LENGTHS = (16, 2048)
 
 # The parts of each workload: "modes" (every serve mode beside the
 # baselines), "epochs" (first epoch against later ones), "cold" (a cold
-# epoch against dd), "ranks" (two mounts at once).
-PARTS = ("modes", "epochs", "cold", "ranks")
+# epoch against dd), "ranks" (two mounts at once), "notfit" (the data in
+# a memory cgroup too small for it, against random preads of its rows and
+# a DataLoader reading them with pread).
+PARTS = ("modes", "epochs", "cold", "ranks", "notfit")
+NOTFIT_MB = int(os.environ.get("BENCH_NOTFIT_MB", "384"))
 
 WORKLOADS = [
     # name, per-sample image shape, batch size, samples at scale 1
@@ -617,6 +625,175 @@ def bench_cold(work, arch, batch, n, row):
     return res
 
 
+def memory_cgroup(mb):
+    """A fresh memory cgroup (v1 or v2) limited to mb MiB: its directory;
+    Skipped when there is none or we may not make one."""
+    v1 = v2 = None
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            pre, post = line.split(" - ", 1)
+            mnt, (fs, _, opts) = pre.split()[4], post.split()[:3]
+            if fs == "cgroup" and "memory" in opts.split(","):
+                v1 = v1 or mnt
+            elif fs == "cgroup2":
+                v2 = v2 or mnt
+    base, limit = (v1, "memory.limit_in_bytes") if v1 else \
+        (v2, "memory.max") if v2 else (None, None)
+    if not base:
+        raise Skipped("no memory cgroup controller")
+    d = os.path.join(base, "batchfs-bench-%d" % os.getpid())
+    try:
+        os.makedirs(d, exist_ok=True)
+        with open(os.path.join(d, limit), "w") as f:
+            f.write(str(mb << 20))
+    except OSError as e:
+        raise Skipped("cannot make a memory cgroup (%s): needs root" % e)
+    return d
+
+
+def archive_rows(arch, n, row):
+    """File offsets of the images storage (n rows of row - 8 bytes) and
+    the labels storage (n int64) of a bench archive: ZIP records, data at
+    local header offset + 30 + name length + extra length."""
+    import struct
+    import zipfile
+    found = {}
+    with zipfile.ZipFile(arch) as z, open(arch, "rb") as f:
+        for info in z.infolist():
+            f.seek(info.header_offset)
+            nlen, elen = struct.unpack("<HH", f.read(30)[26:30])
+            found[info.file_size] = info.header_offset + 30 + nlen + elen
+    return found[n * (row - 8)], found[n * 8]
+
+
+# A DataLoader whose Dataset reads each sample's rows with pread (the best
+# one can write for data that does not fit: no torch.load, no mapping).
+DL_PREAD = r"""
+import os, sys, time, numpy as np, torch
+from torch.utils.data import DataLoader, Dataset
+arch, n, row, img, lab, batch, workers, secs = sys.argv[1:9]
+n, row, img, lab, batch, workers = map(int, (n, row, img, lab, batch, workers))
+class Rows(Dataset):
+    fd = None
+    def __len__(self):
+        return n
+    def __getitem__(self, i):
+        if self.fd is None:
+            self.fd = os.open(arch, os.O_RDONLY)
+            os.posix_fadvise(self.fd, 0, 0, os.POSIX_FADV_RANDOM)
+        x = np.frombuffer(os.pread(self.fd, row - 8, img + i * (row - 8)), np.uint8)
+        y = int.from_bytes(os.pread(self.fd, 8, lab + 8 * i), "little")
+        return torch.from_numpy(x.copy()), y
+dl = DataLoader(Rows(), batch_size=batch, shuffle=True, num_workers=workers,
+                generator=torch.Generator().manual_seed(7))
+seen, t0 = 0, time.perf_counter()
+for x, _ in dl:
+    seen += x.shape[0]
+    if time.perf_counter() - t0 > float(secs):
+        break
+print("samples/s=%.1f" % (seen / (time.perf_counter() - t0)))
+"""
+
+
+def bench_notfit(work, arch, batch, n, row):
+    """Data that does not fit: everything in a memory cgroup of NOTFIT_MB
+    MiB, the page cache dropped before each pass. batchfs (mount, then
+    the C reader over a shuffled epoch 0), against random preads of the
+    same rows (`batchfs bench --rows`, 16 and 64 threads, fadvise RANDOM)
+    and a DataLoader whose Dataset preads rows (0, 2, 4 workers, capped
+    at BENCH_DL_SECONDS). Samples/s, medians of REPS, interleaved."""
+    if os.path.getsize(arch) < 2 * (NOTFIT_MB << 20):
+        raise Skipped("the archive fits in a %d MiB cgroup (BENCH_SCALE)"
+                      % NOTFIT_MB)
+    cg = memory_cgroup(NOTFIT_MB)
+    join = lambda: open(cg + "/cgroup.procs", "w").write(str(os.getpid()))
+    img, lab = archive_rows(arch, n, row)
+    mnt = work.mountpoint("notfit")
+    nb = (n + batch - 1) // batch
+    got = {}
+    log("\n  notfit: in a %d MiB memory cgroup, page cache dropped before "
+        "each (median of %d; %s)" % (NOTFIT_MB, REPS, loadavg()))
+    try:
+        for _ in range(REPS):
+            for t in (16, 64):
+                drop_caches()
+                out = subprocess.run(
+                    [BATCHFS, "bench", "--rows", "--threads", str(t), arch],
+                    capture_output=True, text=True, preexec_fn=join,
+                    timeout=600).stdout
+                m = re.search(r"samples/s=([\d.]+)", out)
+                if not m:
+                    raise Failed("bench --rows: %s" % out)
+                got.setdefault("pread %d threads" % t, []).append(
+                    float(m.group(1)))
+            drop_caches()
+            subprocess.run([BATCHFS, "mount", "--batch-size", str(batch),
+                            "--shuffle", "--seed", str(SEED)] + MOUNT_OPTS +
+                           [arch, mnt], check=True, capture_output=True,
+                           preexec_fn=join, timeout=120)
+            work.mounts.append(mnt)
+            try:
+                p = subprocess.Popen([BATCHFS, "bench", "--read",
+                                      mnt + "/epoch/0"],
+                                     stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True,
+                                     preexec_fn=join)
+                b, secs = c_read(p)
+                if b < n * row:
+                    raise Failed("notfit: read %d bytes, want >= %d"
+                                 % (b, n * row))
+                got.setdefault("batchfs", []).append(n / secs)
+                got.setdefault("batchfs reader", []).append(
+                    stats_text(mnt, "reader"))
+            finally:
+                work.unmount(mnt)
+            for w in (0, 2, 4):
+                drop_caches()
+                out = subprocess.run(
+                    [sys.executable, "-c", DL_PREAD, arch, str(n), str(row),
+                     str(img), str(lab), str(batch), str(w), str(DL_SECONDS)],
+                    capture_output=True, text=True, preexec_fn=join,
+                    timeout=600)
+                m = re.search(r"samples/s=([\d.]+)", out.stdout)
+                got.setdefault("DataLoader pread, %d workers" % w, []).append(
+                    float(m.group(1)) if m else float("nan"))
+                if not m:
+                    log("    DataLoader %d workers failed: %s"
+                        % (w, out.stderr.strip()[-200:]))
+    finally:
+        try:
+            os.rmdir(cg)
+        except OSError:
+            pass
+    reader = got.pop("batchfs reader")[-1]
+    res = {k: statistics.median(v) for k, v in got.items()}
+    for k, v in got.items():
+        log("  %-40s %10.0f samples/s  [%s]"
+            % ("batchfs (reader %s)" % reader if k == "batchfs" else k,
+               res[k], " ".join("%.0f" % x for x in v)))
+    best_dl = max(v for k, v in res.items() if k.startswith("DataLoader")
+                  and v == v)
+    for t in (16, 64):
+        log("  %-40s %10.2fx  [target >= 0.9x]"
+            % ("batchfs / pread %d threads" % t,
+               res["batchfs"] / res["pread %d threads" % t]))
+    log("  %-40s %10.2fx  [target >= 3x]"
+        % ("batchfs / best DataLoader", res["batchfs"] / best_dl))
+    log("  end: %s" % loadavg())
+    res["reader"] = reader
+    return res
+
+
+def stats_text(mnt, name):
+    """The word value of line 'name' of mnt's stats."""
+    with open(mnt + "/stats") as f:
+        for line in f:
+            k, v = line.split(None, 1)
+            if k == name:
+                return v.strip()
+    return "?"
+
+
 def read_c(path):
     """`batchfs bench --read path` as a child: Popen (stdout piped)."""
     return subprocess.Popen([BATCHFS, "bench", "--read", path],
@@ -820,7 +997,7 @@ def workload(work, name, shape, batch, n0, results):
             del tensors
             print_table(name, r)
         for part, fn in (("epochs", bench_epochs), ("cold", bench_cold),
-                         ("ranks", bench_ranks)):
+                         ("ranks", bench_ranks), ("notfit", bench_notfit)):
             if part not in parts:
                 continue
             try:
