@@ -1,7 +1,8 @@
 #!/bin/bash
 # `batchfs bench` keeps working: --memcpy, --read (a file and a directory,
 # two read sizes) and --pagecache each print a "GB/s=<number>" line and
-# count exactly the bytes they were given. No timing assertions.
+# count exactly the bytes they were given; --rows reads each row once. No
+# timing assertions.
 set -eu
 : "${BATCHFS:?}" "${BFS_TEST_TMP:?}"
 cd "$BFS_TEST_TMP"
@@ -28,6 +29,15 @@ gbps_line read "$out" 3001005
 printf '%s\n' "$out" | grep -q 'files=3 bs=131072' || fail "dir read: $out"
 out=$("$BATCHFS" bench --pagecache d/batch_0 d/batch_1)
 gbps_line pagecache "$out" 3001000
+
+# --rows reads every sample's rows once (the demo's: 3072 + 8 bytes),
+# through the page cache or with O_DIRECT, from any number of threads.
+"$BATCHFS" pack --demo 100 -o demo.pt >/dev/null
+for opts in "--threads 3" "--threads 1 --direct"; do
+	out=$("$BATCHFS" bench $opts --rows demo.pt)
+	printf '%s\n' "$out" | grep -qE "^rows samples=100 bytes=308000 seconds=[0-9.]+ samples/s=[0-9.]+ threads=" ||
+		fail "--rows $opts: $out"
+done
 
 # Bad usage exits 2, a missing file exits 1.
 rc=0; "$BATCHFS" bench --read >/dev/null 2>&1 || rc=$?
