@@ -192,7 +192,9 @@ def faults(data):
         check(again == "ok", "faults: after the stall the batch reads back")
         check(ml.is_mounted(mnt) and ml.daemon_pid(mnt) == pid,
               "faults: the daemon is alive")
-        ml.umount(mnt)
+        # faultfs unmounts only once the daemon holds no file of it open
+        check(ml.umount(mnt).returncode == 0 and ml.wait_pid_exit(pid),
+              "faults: clean unmount")
     finally:
         ff.close()
 
