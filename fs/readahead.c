@@ -64,6 +64,7 @@ struct bfs_readahead {
 	_Atomic uint64_t batches_read;
 	pthread_t warmer; /* the read-in, when the data fits */
 	bool warming;
+	atomic_bool read_in; /* it ended: the read-ahead thread stops */
 	atomic_bool stop;
 
 	/* The read-ahead thread (when a reader runs). */
@@ -265,7 +266,15 @@ static void *warmer_main(void *arg)
 	pthread_sigmask(SIG_BLOCK, &all, NULL); /* no fault can come here */
 	for (size_t i = 0; i < ra->nfiles; i++)
 		if (!warm_file(ra, bfs_dataset_file(ra->ds, i)))
-			break;
+			return NULL;
+	/* Every row is resident now: reading ahead would only plan batches
+	 * to find them there, a cost warm epochs of small rows measured
+	 * (fs/README.md: cold data). Rows the kernel evicts later are
+	 * advised by the workers, as without a reader. */
+	pthread_mutex_lock(&ra->lock);
+	atomic_store(&ra->read_in, true);
+	pthread_cond_broadcast(&ra->moved);
+	pthread_mutex_unlock(&ra->lock);
 	return NULL;
 }
 
@@ -482,11 +491,12 @@ static void read_batch(struct bfs_readahead *ra, uint64_t pos, uint64_t *idx,
 }
 
 /* The next position to read ahead, waiting until there is one within the
- * window after the stream; UINT64_MAX at stop. [lock] */
+ * window after the stream; UINT64_MAX at stop or once the read-in ended.
+ * [lock] */
 static uint64_t next_ahead(struct bfs_readahead *ra)
 {
 	for (;;) {
-		if (atomic_load(&ra->stop))
+		if (atomic_load(&ra->stop) || atomic_load(&ra->read_in))
 			return UINT64_MAX;
 		if (ra->follow && ra->next < ra->follow)
 			ra->next = ra->follow; /* behind the stream: skip */
@@ -521,16 +531,20 @@ static void *ahead_main(void *arg)
 	return NULL;
 }
 
+/* The thread is woken when the stream went back, or when what it has read
+ * ahead of the stream is down to half the window: one wake-up per half
+ * window of batches, not one per batch. */
 void bfs_readahead_follow(struct bfs_readahead *ra, uint64_t pos)
 {
-	if (!ra->ahead_up)
+	if (!bfs_readahead_reads(ra))
 		return;
 	pthread_mutex_lock(&ra->lock);
 	if (pos + 1 < ra->follow)
 		ra->next = pos + 1; /* the stream went back: follow it */
 	if (ra->follow != pos + 1) {
 		ra->follow = pos + 1;
-		pthread_cond_signal(&ra->moved);
+		if (ra->next <= ra->follow + ra->window / 2)
+			pthread_cond_signal(&ra->moved);
 	}
 	pthread_mutex_unlock(&ra->lock);
 }
@@ -594,16 +608,18 @@ static int start_ahead(struct bfs_readahead *ra,
 	if (ra->window < 2)
 		ra->window = 2;
 	snprintf(ra->why + strlen(ra->why), sizeof(ra->why) - strlen(ra->why),
-		 "; up to %llu batches ahead (%llu MiB)",
+		 "; up to %llu batches ahead (%llu MiB)%s",
 		 (unsigned long long)ra->window,
-		 (unsigned long long)(bytes >> 20));
+		 (unsigned long long)(bytes >> 20),
+		 ra->warming ? " until the read-in at mount ends" : "");
 	ra->ahead_up = pthread_create(&ra->ahead, NULL, ahead_main, ra) == 0;
 	return ra->ahead_up ? 0 : -EAGAIN;
 }
 
 bool bfs_readahead_reads(const struct bfs_readahead *ra)
 {
-	return ra->ahead_up;
+	return ra->ahead_up &&
+	       !atomic_load_explicit(&ra->read_in, memory_order_relaxed);
 }
 
 const char *bfs_readahead_reader(const struct bfs_readahead *ra)

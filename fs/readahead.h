@@ -101,7 +101,10 @@ void bfs_fetch_free(struct bfs_fetch *w);
 int bfs_readahead_fetch(struct bfs_readahead *ra, struct bfs_fetch *w,
 			const uint64_t *idx, size_t n, bfs_layout_rows *have);
 
-/* Whether the read-ahead thread runs (rows of batches ahead are read). */
+/* Whether the read-ahead thread runs (rows of batches ahead are read):
+ * not once the read-in of data that fits has ended, when every row is
+ * resident (then workers advise the rows of their batches, cheap on
+ * resident chunks). */
 bool bfs_readahead_reads(const struct bfs_readahead *ra);
 
 /* How rows are read ahead ("io_uring", "threads", "none") and why (one
