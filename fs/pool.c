@@ -1062,22 +1062,8 @@ uint64_t bfs_batch_size(const struct bfs_batch *b)
 
 void bfs_pool_stats(struct bfs_pool *p, struct bfs_pool_stats *out)
 {
-	struct bfs_readahead_stats d;
-
 	pthread_mutex_lock(&p->lock);
 	*out = p->st;
 	pthread_mutex_unlock(&p->lock);
-	bfs_readahead_stats(p->ra, &d);
-	out->readahead_bytes = d.warm_bytes;
-	out->rows_resident = d.rows_resident;
-	out->rows_advised = d.rows_advised;
-	out->rows_read = d.rows_read;
-	out->rows_fetched = d.rows_fetched;
-	out->bytes_fetched = d.bytes_fetched;
-	out->reads_in_flight = d.reads_in_flight;
-	out->bytes_read = d.bytes_read;
-	out->batches_read = d.batches_read;
-	out->readahead_distance = d.distance;
-	out->reader = bfs_readahead_reader(p->ra);
-	out->reader_why = bfs_readahead_reader_why(p->ra);
+	bfs_readahead_stats(p->ra, &out->ra);
 }

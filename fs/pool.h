@@ -14,6 +14,7 @@
 #include "fs/layout.h"
 #include "fs/layout_fd.h"
 #include "fs/order.h"
+#include "fs/readahead.h"
 #include "fs/reader.h"
 
 struct bfs_batch; /* a materialized batch: refcounted, read-only */
@@ -88,18 +89,7 @@ struct bfs_pool_stats {
 	uint64_t buffers_mapped;       /* fresh buffers or memfds made;
 					* every other gather reused a spare */
 	uint64_t batches_advised;      /* batches read ahead (advise) */
-	uint64_t readahead_bytes;      /* archive bytes read in at creation */
-	uint64_t rows_resident;	       /* rows found in memory when advised */
-	uint64_t rows_advised;	       /* rows the kernel was asked to read */
-	uint64_t rows_read;	       /* rows read ahead of the stream */
-	uint64_t rows_fetched;	       /* rows gathers read with O_DIRECT */
-	uint64_t bytes_fetched;	       /* ... bytes */
-	uint64_t reads_in_flight;      /* ... reads running now */
-	uint64_t bytes_read;	       /* ... bytes they read */
-	uint64_t batches_read;	       /* batches whose rows were read ahead */
-	uint64_t readahead_distance;   /* batches read ahead of the stream */
-	const char *reader;	       /* "io_uring", "threads", "none" */
-	const char *reader_why;	       /* how, and why */
+	struct bfs_readahead_stats ra; /* the read-in and read-ahead */
 	uint64_t workers, prefetch_depth;
 	struct bfs_pool_error last_error; /* the latest bfs_pool_note_error */
 };

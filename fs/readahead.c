@@ -622,17 +622,6 @@ bool bfs_readahead_reads(const struct bfs_readahead *ra)
 	       !atomic_load_explicit(&ra->read_in, memory_order_relaxed);
 }
 
-const char *bfs_readahead_reader(const struct bfs_readahead *ra)
-{
-	return bfs_reader_kind_name(ra->rd ? bfs_reader_kind(ra->rd)
-					   : BFS_READER_NONE);
-}
-
-const char *bfs_readahead_reader_why(const struct bfs_readahead *ra)
-{
-	return ra->why;
-}
-
 /* ---- rows read by the gathers themselves (data that does not fit) ---- */
 
 /* Whether field f's rows are read with O_DIRECT: fixed, rows of
@@ -898,6 +887,9 @@ void bfs_readahead_stats(struct bfs_readahead *ra,
 		bfs_reader_stats(ra->rd, &r);
 	out->reads_in_flight = r.in_flight;
 	out->bytes_read = r.bytes;
+	out->reader = bfs_reader_kind_name(ra->rd ? bfs_reader_kind(ra->rd)
+						  : BFS_READER_NONE);
+	out->reader_why = ra->why;
 	out->distance = 0;
 	if (ra->ahead_up) {
 		pthread_mutex_lock(&ra->lock);

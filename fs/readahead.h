@@ -78,6 +78,8 @@ struct bfs_readahead_stats {
 	uint64_t distance;	  /* batches read ahead of the stream, now */
 	uint64_t rows_fetched;	  /* rows read with O_DIRECT by gathers */
 	uint64_t bytes_fetched;	  /* ... bytes */
+	const char *reader;	  /* "io_uring", "threads", "none" */
+	const char *reader_why;	  /* how rows are read ahead, and why */
 };
 
 /* The stream (the readers' latest batch: position e * len + k) is at
@@ -106,11 +108,6 @@ int bfs_readahead_fetch(struct bfs_readahead *ra, struct bfs_fetch *w,
  * resident (then workers advise the rows of their batches, cheap on
  * resident chunks). */
 bool bfs_readahead_reads(const struct bfs_readahead *ra);
-
-/* How rows are read ahead ("io_uring", "threads", "none") and why (one
- * line). */
-const char *bfs_readahead_reader(const struct bfs_readahead *ra);
-const char *bfs_readahead_reader_why(const struct bfs_readahead *ra);
 
 /* The read-ahead of 'ds' (borrowed; must outlive it): applies the memory
  * policy, logging what it decided, and starts the read-in thread when the

@@ -742,10 +742,10 @@ static int start(void *arg, enum bfs_serve_mode mode, const char *why,
 		struct bfs_stats st;
 
 		bfs_serve_stats(out->serve, &st);
-		ti.text.reader = st.pool.reader; /* static, or the pool's */
-		ti.text.reader_why = st.pool.reader_why;
+		ti.text.reader = st.pool.ra.reader; /* static, or the pool's */
+		ti.text.reader_why = st.pool.ra.reader_why;
 		bfs_log(BFS_LOG_INFO, "mount", "rows read ahead: %s",
-			st.pool.reader_why);
+			st.pool.ra.reader_why);
 		rc = bfs_tree_create(&out->tree, mt->ds, mt->order, &mt->layout,
 				     out->serve, &ti);
 	}
