@@ -16,6 +16,10 @@ import time
 
 import numpy as np
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", "lib"))
+import memcg  # noqa: E402  (tests/lib)
+
 BATCHFS = os.environ.get("BATCHFS") or os.path.abspath("build/batchfs")
 TMP = os.environ.get("BFS_TEST_TMP") or "/tmp"
 
@@ -255,20 +259,6 @@ def _cleanup():
 atexit.register(_cleanup)
 
 
-def cgroup_mounts():
-    """(v1 memory hierarchy mount point or None, v2 mount point or None)."""
-    v1 = v2 = None
-    with open("/proc/self/mountinfo") as f:
-        for line in f:
-            pre, post = line.split(" - ", 1)
-            mnt, (fs, _, opts) = pre.split()[4], post.split()[:3]
-            if fs == "cgroup" and "memory" in opts.split(","):
-                v1 = v1 or mnt
-            elif fs == "cgroup2":
-                v2 = v2 or mnt
-    return v1, v2
-
-
 _cgroups = 0
 
 
@@ -276,59 +266,17 @@ def memory_cgroup(limit):
     """A fresh memory cgroup limited to 'limit' bytes: its directory.
     Skips the test (77) when there is no memory controller."""
     global _cgroups
-    v1, v2 = cgroup_mounts()
     _cgroups += 1
-    name = "batchfs-test-%d-%d" % (os.getpid(), _cgroups)
-    if v1:
-        d = os.path.join(v1, name)
-        os.mkdir(d)
-        with open(os.path.join(d, "memory.limit_in_bytes"), "w") as f:
-            f.write(str(limit))
-        return d
-    if v2:
-        with open(os.path.join(v2, "cgroup.subtree_control")) as f:
-            if "memory" not in f.read().split():
-                skip("cgroup v2 without the memory controller enabled")
-        d = os.path.join(v2, name)
-        os.mkdir(d)
-        with open(os.path.join(d, "memory.max"), "w") as f:
-            f.write(str(limit))
-        return d
-    skip("no memory cgroup controller")
+    try:
+        return memcg.make(limit, "batchfs-test-%d-%d" % (os.getpid(),
+                                                         _cgroups))
+    except memcg.Unavailable as e:
+        skip(str(e))
 
 
-def join_cgroup(cgroup):
-    """Move the calling process into 'cgroup' (a preexec_fn)."""
-    with open(os.path.join(cgroup, "cgroup.procs"), "w") as f:
-        f.write(str(os.getpid()))
-
-
-def remove_cgroup(cg):
-    """rmdir the cgroup: EBUSY for a moment after its last process exited
-    (cleanup only: a few retries, and a message rather than an exception
-    that would hide the failure being raised)."""
-    for _ in range(40):
-        try:
-            os.rmdir(cg)
-            return
-        except OSError as e:
-            err = e
-            time.sleep(0.05)
-    print("cannot remove %s: %s" % (cg, err))
-
-
-def cgroup_oom_kills(cg):
-    """Processes of memory cgroup 'cg' the kernel OOM-killed (v1
-    memory.oom_control, v2 memory.events: "oom_kill N")."""
-    for name in ("memory.oom_control", "memory.events"):
-        try:
-            with open(os.path.join(cg, name)) as f:
-                for line in f:
-                    if line.startswith("oom_kill "):
-                        return int(line.split()[1])
-        except OSError:
-            pass
-    return 0
+join_cgroup = memcg.join
+remove_cgroup = memcg.remove
+cgroup_oom_kills = memcg.oom_kills
 
 
 BUILD_DIR = os.environ.get("BUILD", "build")

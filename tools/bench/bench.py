@@ -83,6 +83,8 @@ from torch.utils.data import DataLoader, TensorDataset
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(ROOT, "tests", "lib"))
+import memcg  # noqa: E402  (memory cgroups, shared with the tests)
 BATCHFS = os.environ.get("BATCHFS", os.path.join(ROOT, "build", "batchfs"))
 NULLFS = os.environ.get("NULLFS", os.path.join(ROOT, "build", "bench", "nullfs"))
 SCALE = float(os.environ.get("BENCH_SCALE", "1"))
@@ -628,27 +630,12 @@ def bench_cold(work, arch, batch, n, row):
 def memory_cgroup(mb):
     """A fresh memory cgroup (v1 or v2) limited to mb MiB: its directory;
     Skipped when there is none or we may not make one."""
-    v1 = v2 = None
-    with open("/proc/self/mountinfo") as f:
-        for line in f:
-            pre, post = line.split(" - ", 1)
-            mnt, (fs, _, opts) = pre.split()[4], post.split()[:3]
-            if fs == "cgroup" and "memory" in opts.split(","):
-                v1 = v1 or mnt
-            elif fs == "cgroup2":
-                v2 = v2 or mnt
-    base, limit = (v1, "memory.limit_in_bytes") if v1 else \
-        (v2, "memory.max") if v2 else (None, None)
-    if not base:
-        raise Skipped("no memory cgroup controller")
-    d = os.path.join(base, "batchfs-bench-%d" % os.getpid())
     try:
-        os.makedirs(d, exist_ok=True)
-        with open(os.path.join(d, limit), "w") as f:
-            f.write(str(mb << 20))
+        return memcg.make(mb << 20, "batchfs-bench-%d" % os.getpid())
+    except memcg.Unavailable as e:
+        raise Skipped(str(e))
     except OSError as e:
         raise Skipped("cannot make a memory cgroup (%s): needs root" % e)
-    return d
 
 
 def archive_rows(arch, n, row):
@@ -706,7 +693,7 @@ def bench_notfit(work, arch, batch, n, row):
         raise Skipped("the archive fits in a %d MiB cgroup (BENCH_SCALE)"
                       % NOTFIT_MB)
     cg = memory_cgroup(NOTFIT_MB)
-    join = lambda: open(cg + "/cgroup.procs", "w").write(str(os.getpid()))
+    join = lambda: memcg.join(cg)
     img, lab = archive_rows(arch, n, row)
     mnt = work.mountpoint("notfit")
     nb = (n + batch - 1) // batch
@@ -758,21 +745,21 @@ def bench_notfit(work, arch, batch, n, row):
                 got.setdefault("DataLoader pread, %d workers" % w, []).append(
                     float(m.group(1)) if m else float("nan"))
                 if not m:
-                    log("    DataLoader %d workers failed: %s"
-                        % (w, out.stderr.strip()[-200:]))
+                    log("    DataLoader %d workers failed (exit %d; -9: "
+                        "killed, the cgroup too small?): %s"
+                        % (w, out.returncode, out.stderr.strip()[-200:]))
     finally:
-        try:
-            os.rmdir(cg)
-        except OSError:
-            pass
+        memcg.remove(cg)
     reader = got.pop("batchfs reader")[-1]
     res = {k: statistics.median(v) for k, v in got.items()}
     for k, v in got.items():
         log("  %-40s %10.0f samples/s  [%s]"
             % ("batchfs (reader %s)" % reader if k == "batchfs" else k,
                res[k], " ".join("%.0f" % x for x in v)))
-    best_dl = max(v for k, v in res.items() if k.startswith("DataLoader")
-                  and v == v)
+    dls = [v for k, v in res.items() if k.startswith("DataLoader") and v == v]
+    if not dls:
+        raise Failed("notfit: no DataLoader pass succeeded")
+    best_dl = max(dls)
     for t in (16, 64):
         log("  %-40s %10.2fx  [target >= 0.9x]"
             % ("batchfs / pread %d threads" % t,
