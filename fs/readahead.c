@@ -573,7 +573,6 @@ static int start_ahead(struct bfs_readahead *ra,
 	uint64_t bytes = o->bytes, per;
 	bool remote = false;
 	struct statfs sf;
-	char proc[64];
 
 	ra->rfd = malloc((ra->nfiles ? ra->nfiles : 1) * sizeof(*ra->rfd));
 	if (!ra->rfd)
@@ -581,8 +580,7 @@ static int start_ahead(struct bfs_readahead *ra,
 	for (size_t i = 0; i < ra->nfiles; i++) {
 		int fd = bfs_dataset_file(ra->ds, i)->fd;
 
-		snprintf(proc, sizeof(proc), "/proc/self/fd/%d", fd);
-		ra->rfd[i] = fd < 0 ? -1 : open(proc, O_RDONLY | O_CLOEXEC);
+		ra->rfd[i] = bfs_source_reopen(fd, 0);
 		if (ra->rfd[i] < 0 && fd >= 0)
 			ra->rfd[i] = dup(fd);
 		if (ra->rfd[i] >= 0)
@@ -649,7 +647,6 @@ static bool fetchable(const struct bfs_dataset *ds, size_t f)
 static void start_fetch(struct bfs_readahead *ra)
 {
 	size_t nf = bfs_dataset_nfields(ra->ds), any = 0;
-	char proc[64];
 
 	ra->fetch = calloc(nf ? nf : 1, sizeof(*ra->fetch));
 	ra->dfd = malloc((ra->nfiles ? ra->nfiles : 1) * sizeof(*ra->dfd));
@@ -660,9 +657,7 @@ static void start_fetch(struct bfs_readahead *ra)
 	for (size_t i = 0; i < ra->nfiles; i++) {
 		int fd = bfs_dataset_file(ra->ds, i)->fd;
 
-		snprintf(proc, sizeof(proc), "/proc/self/fd/%d", fd);
-		ra->dfd[i] =
-		    fd < 0 ? -1 : open(proc, O_RDONLY | O_DIRECT | O_CLOEXEC);
+		ra->dfd[i] = bfs_source_reopen(fd, O_DIRECT);
 		if (fd >= 0 && ra->dfd[i] < 0)
 			goto none;
 	}

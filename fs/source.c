@@ -16,6 +16,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -47,6 +48,18 @@ bool bfs_source_fs_remote(long f_type)
 		if ((f_type & 0xFFFFFFFF) == types[i])
 			return true;
 	return false;
+}
+
+int bfs_source_reopen(int fd, int flags)
+{
+	char proc[64];
+
+	if (fd < 0) {
+		errno = EBADF;
+		return -1;
+	}
+	snprintf(proc, sizeof(proc), "/proc/self/fd/%d", fd);
+	return open(proc, O_RDONLY | O_CLOEXEC | flags);
 }
 
 const char *bfs_source_kind_name(enum bfs_source_kind k)

@@ -121,6 +121,12 @@ void bfs_source_close(struct bfs_source *s);
  * NFS, SMB, FUSE, 9P, Ceph, AFS, GPFS, Lustre. */
 bool bfs_source_fs_remote(long f_type);
 
+/* The file open as 'fd' opened again, read-only with 'flags' added
+ * (O_DIRECT, say), through /proc/self/fd: a descriptor of its own (file
+ * position, read-ahead state, flags) on the same file, even when its path
+ * now names another. -1 with errno set when fd < 0 or the open fails. */
+int bfs_source_reopen(int fd, int flags);
+
 /* "torch", "npz", "npy", "safetensors". */
 const char *bfs_source_kind_name(enum bfs_source_kind k);
 

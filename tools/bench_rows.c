@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "fs/dataset.h"
+#include "fs/source.h"
 
 struct rows_job {
 	const struct bfs_dataset *ds;
@@ -140,13 +141,21 @@ int bfs_bench_rows(char **paths, int n, unsigned threads, uint64_t seed,
 	j.ds = ds;
 	j.n = bfs_dataset_samples(ds);
 	if (direct) {
-		j.dfd = calloc(bfs_dataset_nfiles(ds) + 1, sizeof(*j.dfd));
+		j.dfd = malloc((bfs_dataset_nfiles(ds) + 1) * sizeof(*j.dfd));
+		for (size_t i = 0; j.dfd && i < bfs_dataset_nfiles(ds); i++)
+			j.dfd[i] = -1; /* none open yet */
 		for (size_t i = 0; j.dfd && i < bfs_dataset_nfiles(ds); i++) {
-			char p[64];
+			const struct bfs_source_file *fl =
+			    bfs_dataset_file(ds, i);
 
-			snprintf(p, sizeof(p), "/proc/self/fd/%d",
-				 bfs_dataset_file(ds, i)->fd);
-			j.dfd[i] = open(p, O_RDONLY | O_DIRECT | O_CLOEXEC);
+			j.dfd[i] = bfs_source_reopen(fl->fd, O_DIRECT);
+			if (j.dfd[i] < 0 && fl->fd >= 0) {
+				fprintf(stderr,
+					"batchfs bench: --direct: %s: cannot "
+					"open with O_DIRECT: %s\n",
+					fl->path, strerror(errno));
+				goto out;
+			}
 		}
 	}
 	order = shuffled(j.n, seed);
@@ -178,7 +187,8 @@ out:
 	free(t);
 	free(order);
 	for (size_t i = 0; j.dfd && i < bfs_dataset_nfiles(ds); i++)
-		close(j.dfd[i]);
+		if (j.dfd[i] >= 0)
+			close(j.dfd[i]);
 	free(j.dfd);
 	bfs_dataset_close(ds);
 	return rc;
