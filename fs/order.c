@@ -100,7 +100,8 @@ struct slot {
 struct bfs_order {
 	struct bfs_order_opts opt; /* read-only after create */
 	int64_t *subset;
-	double *cdf; /* WEIGHTED: normalized cumulative weights */
+	uint32_t *ranks; /* opt.nranks of them (a multi-rank engine) */
+	double *cdf;	 /* WEIGHTED: normalized cumulative weights */
 	enum stream_kind kind;
 	int shuffle_form; /* DataLoader(shuffle=True, generator=G) */
 	int narrow;	  /* stream values < 2^32 */
@@ -240,6 +241,9 @@ static int validate(const struct bfs_order_opts *p, struct bfs_error *err)
 	    p->compat != BFS_TORCH_2_7)
 		return invalid(err, "unknown torch_compat %" PRIu64,
 			       (uint64_t)p->compat);
+	if (p->nranks && p->sampler != BFS_SAMPLER_DISTRIBUTED)
+		return invalid(err, "%" PRIu64 " ranks need DistributedSampler",
+			       (uint64_t)p->nranks);
 	if (p->global_generator && p->sampler != BFS_SAMPLER_RANDOM)
 		return invalid(err,
 			       "torch's global generator is modelled for "
@@ -286,12 +290,21 @@ static int validate(const struct bfs_order_opts *p, struct bfs_error *err)
 				       "world_size (num_replicas) must be "
 				       ">= 1, got %" PRIu64,
 				       (uint64_t)p->world_size);
-		if (p->rank >= p->world_size)
-			return bfs_error_set(
-			    err, -EINVAL, "order options", BFS_NO_OFFSET,
-			    "Invalid rank %u, rank should be in the "
-			    "interval [0, %u]",
-			    p->rank, p->world_size - 1);
+		for (size_t i = 0; i < (p->nranks ? p->nranks : 1); i++) {
+			uint32_t r = p->nranks ? p->ranks[i] : p->rank;
+
+			if (r >= p->world_size)
+				return bfs_error_set(
+				    err, -EINVAL, "order options",
+				    BFS_NO_OFFSET,
+				    "Invalid rank %u, rank should be in the "
+				    "interval [0, %u]",
+				    r, p->world_size - 1);
+		}
+		if (p->nranks && p->lane_epochs < 1)
+			return invalid(err,
+				       "%" PRIu64 " ranks need their epochs",
+				       (uint64_t)p->nranks);
 		return 0;
 	}
 	return invalid(err, "unknown sampler %" PRIu64, (uint64_t)p->sampler);
@@ -470,6 +483,7 @@ void bfs_order_destroy(struct bfs_order *o)
 	pthread_cond_destroy(&o->table_cond);
 	free(o->subset);
 	free(o->cdf);
+	free(o->ranks);
 	free(o);
 }
 
@@ -493,6 +507,7 @@ int bfs_order_create(struct bfs_order **out, const struct bfs_order_opts *p,
 	o->opt.subset = NULL;
 	o->opt.weights = NULL;
 	o->opt.generator_state = NULL;
+	o->opt.ranks = NULL;
 	pthread_mutex_init(&o->snap_lock, NULL);
 	pthread_mutex_init(&o->table_lock, NULL);
 	pthread_cond_init(&o->table_cond, NULL);
@@ -504,6 +519,13 @@ int bfs_order_create(struct bfs_order **out, const struct bfs_order_opts *p,
 		if (!o->subset)
 			goto err_destroy;
 		memcpy(o->subset, p->subset, p->subset_len * sizeof(int64_t));
+	}
+	if (p->nranks) {
+		o->ranks = malloc(p->nranks * sizeof(*o->ranks));
+		rc = -ENOMEM;
+		if (!o->ranks)
+			goto err_destroy;
+		memcpy(o->ranks, p->ranks, p->nranks * sizeof(*o->ranks));
 	}
 	if (p->sampler == BFS_SAMPLER_WEIGHTED) {
 		rc = setup_weights(o, p->weights, err);
@@ -538,7 +560,10 @@ int bfs_order_check_len(const struct bfs_order *o, const char *source,
 
 	if (o->batches)
 		return 0;
-	if (p->sampler == BFS_SAMPLER_DISTRIBUTED)
+	if (p->sampler == BFS_SAMPLER_DISTRIBUTED && p->nranks)
+		snprintf(rank, sizeof(rank), " (per rank of %u)",
+			 p->world_size);
+	else if (p->sampler == BFS_SAMPLER_DISTRIBUTED)
 		snprintf(rank, sizeof(rank), " (rank %u of %u)", p->rank,
 			 p->world_size);
 	if (!o->samples)
@@ -863,13 +888,14 @@ static int slot_prepare(struct bfs_order *o, struct slot *sl)
 
 /* Stream position of row r of batch k (DistributedSampler: the rank's
  * stride over the padded list; padding repeats the list from its head). */
-static uint64_t stream_pos(const struct bfs_order *o, uint64_t k, uint64_t r)
+static uint64_t stream_pos(const struct bfs_order *o, uint32_t rank, uint64_t k,
+			   uint64_t r)
 {
 	uint64_t i = k * o->opt.batch_size + r;
 
 	if (o->opt.sampler != BFS_SAMPLER_DISTRIBUTED)
 		return i;
-	return (o->opt.rank + i * o->opt.world_size) % o->opt.n;
+	return (rank + i * o->opt.world_size) % o->opt.n;
 }
 
 static uint64_t stream_value(const struct bfs_order *o, const void *vals,
@@ -883,21 +909,75 @@ static uint64_t stream_value(const struct bfs_order *o, const void *vals,
 	return o->subset ? (uint64_t)o->subset[v] : v;
 }
 
-int bfs_order_batch(struct bfs_order *o, uint64_t e, uint64_t k, uint64_t *idx)
+size_t bfs_order_lanes(const struct bfs_order *o)
 {
-	uint64_t rows = bfs_order_batch_rows(o, k), need = 0;
+	return o->opt.nranks ? o->opt.nranks : 1;
+}
+
+uint32_t bfs_order_world_size(const struct bfs_order *o)
+{
+	return o->opt.sampler == BFS_SAMPLER_DISTRIBUTED ? o->opt.world_size
+							 : 1;
+}
+
+bool bfs_order_ranked(const struct bfs_order *o)
+{
+	return o->opt.nranks != 0;
+}
+
+uint32_t bfs_order_lane_rank(const struct bfs_order *o, size_t l)
+{
+	return o->opt.nranks ? o->ranks[l] : o->opt.rank;
+}
+
+void bfs_order_split(const struct bfs_order *o, uint64_t se, size_t *lane,
+		     uint64_t *e)
+{
+	*lane = o->opt.nranks ? (size_t)(se / o->opt.lane_epochs) : 0;
+	*e = o->opt.nranks ? se % o->opt.lane_epochs : se;
+}
+
+uint64_t bfs_order_stream_epoch(const struct bfs_order *o, size_t lane,
+				uint64_t e)
+{
+	return o->opt.nranks ? lane * o->opt.lane_epochs + e : e;
+}
+
+void bfs_order_batch_name(const struct bfs_order *o, uint64_t se, uint64_t k,
+			  char *buf, size_t len)
+{
+	size_t lane;
+	uint64_t e;
+
+	bfs_order_split(o, se, &lane, &e);
+	if (o->opt.nranks)
+		snprintf(buf, len, "rank %u epoch %" PRIu64 " batch %" PRIu64,
+			 bfs_order_lane_rank(o, lane), e, k);
+	else
+		snprintf(buf, len, "epoch %" PRIu64 " batch %" PRIu64, e, k);
+}
+
+int bfs_order_batch(struct bfs_order *o, uint64_t se, uint64_t k, uint64_t *idx)
+{
+	uint64_t rows = bfs_order_batch_rows(o, k), need = 0, e;
 	struct slot *sl;
+	uint32_t rank;
+	size_t lane;
 	int rc;
 
 	if (k >= o->batches)
 		return -ENOENT;
+	bfs_order_split(o, se, &lane, &e);
+	if (lane >= bfs_order_lanes(o))
+		return -ENOENT;
+	rank = bfs_order_lane_rank(o, lane);
 	if (o->kind == K_NONE) {
 		for (uint64_t r = 0; r < rows; r++)
-			idx[r] = stream_pos(o, k, r);
+			idx[r] = stream_pos(o, rank, k, r);
 		return 0;
 	}
 	for (uint64_t r = 0; r < rows; r++) {
-		uint64_t p = stream_pos(o, k, r) + 1;
+		uint64_t p = stream_pos(o, rank, k, r) + 1;
 
 		need = p > need ? p : need;
 	}
@@ -907,7 +987,8 @@ int bfs_order_batch(struct bfs_order *o, uint64_t e, uint64_t k, uint64_t *idx)
 	if (!rc) {
 		fill_to(o, sl, e, need);
 		for (uint64_t r = 0; r < rows; r++)
-			idx[r] = stream_value(o, sl->vals, stream_pos(o, k, r));
+			idx[r] = stream_value(o, sl->vals,
+					      stream_pos(o, rank, k, r));
 	}
 	pthread_mutex_unlock(&sl->lock);
 	slot_release(o, sl, rc != 0);
@@ -989,6 +1070,16 @@ int bfs_order_describe(const struct bfs_order *o, char *buf, size_t len)
 		    ", replacement=True, generator=%s))",
 		    head, dl, p->num_samples, gen);
 	case BFS_SAMPLER_DISTRIBUTED:
+		if (p->nranks)
+			return snprintf(
+			    buf, len,
+			    "%s, drop_last=%s, sampler=DistributedSampler"
+			    "(ds, num_replicas=%u, rank=RANK, shuffle=%s, "
+			    "seed=%" PRIu64 ", drop_last=%s))  # for each "
+			    "RANK served, and sampler.set_epoch(N) before "
+			    "epoch N",
+			    head, dl, p->world_size,
+			    p->shuffle ? "True" : "False", p->seed, dl);
 		return snprintf(buf, len,
 				"%s, drop_last=%s, sampler=DistributedSampler"
 				"(ds, num_replicas=%u, rank=%u, shuffle=%s, "

@@ -45,6 +45,15 @@ struct bfs_order_opts {
 	/* DISTRIBUTED: */
 	uint32_t world_size, rank;
 	bool shuffle;
+	/* DISTRIBUTED, several ranks in one engine (a multi-rank mount):
+	 * ranks[0 .. nranks) (copied; 'rank' is then unused), each with
+	 * epochs 0 .. lane_epochs-1. Every call below that takes an epoch
+	 * then takes a stream epoch: lane * lane_epochs + e is epoch e of
+	 * rank ranks[lane] (bfs_order_split). nranks 0: one rank, 'rank',
+	 * and a stream epoch is the epoch. */
+	const uint32_t *ranks;
+	size_t nranks;
+	uint64_t lane_epochs;
 	enum bfs_torch_compat compat; /* 0 = BFS_TORCH_1_13 */
 	/* Optional torch.Generator.get_state() bytes (5056) to start from
 	 * instead of manual_seed(seed); NULL = use seed. */
@@ -121,14 +130,40 @@ void bfs_order_destroy(struct bfs_order *o);
 int bfs_order_check_len(const struct bfs_order *o, const char *source,
 			struct bfs_error *err);
 
-/* Batches per epoch = len(DataLoader) for this rank. */
+/* Lanes: the ranks served, each a stream of epochs (1 unless opts.nranks). */
+size_t bfs_order_lanes(const struct bfs_order *o);
+
+/* Whether o was made with opts.nranks (its epochs are stream epochs, and
+ * a mount of it has /rank/R/...), even for one rank. */
+bool bfs_order_ranked(const struct bfs_order *o);
+
+/* DistributedSampler's num_replicas (1 for the other samplers). */
+uint32_t bfs_order_world_size(const struct bfs_order *o);
+
+/* The rank of lane l (opts.rank for a one-rank engine). */
+uint32_t bfs_order_lane_rank(const struct bfs_order *o, size_t l);
+
+/* Stream epoch se as (lane, epoch of that lane's rank), and back. */
+void bfs_order_split(const struct bfs_order *o, uint64_t se, size_t *lane,
+		     uint64_t *e);
+uint64_t bfs_order_stream_epoch(const struct bfs_order *o, size_t lane,
+				uint64_t e);
+
+/* "epoch E batch K", or "rank R epoch E batch K" on a multi-rank engine,
+ * for batch k of stream epoch se: what messages call a batch. */
+void bfs_order_batch_name(const struct bfs_order *o, uint64_t se, uint64_t k,
+			  char *buf, size_t len);
+
+/* Batches per epoch = len(DataLoader) for this rank (every rank of a
+ * multi-rank engine has as many). */
 uint64_t bfs_order_len(const struct bfs_order *o);
 
 /* Samples in batch k (batch_size, or fewer for the last batch when
  * drop_last is off); 0 when k >= len. */
 uint64_t bfs_order_batch_rows(const struct bfs_order *o, uint64_t k);
 
-/* Fill idx[0 .. rows) with the dataset indices of batch k of epoch e.
+/* Fill idx[0 .. rows) with the dataset indices of batch k of stream epoch
+ * e (the epoch itself on a one-rank engine; see opts.nranks).
  * Thread-safe. The first call for an epoch computes (and caches) that
  * epoch's order; it returns as soon as batch k is known (forward
  * Fisher-Yates fixes a[i] after step i). Returns 0, -ENOENT when k >= len,

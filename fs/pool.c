@@ -22,15 +22,24 @@
  * written with one pwrite, or pwritev straight from the archive). A memfd
  * is never reused: a reader's mapping of it outlives the batch.
  *
+ * Lanes. A multi-rank mount's order has one lane per rank, each a stream
+ * of its own: positions are lane-major (pos = stream epoch * len + k,
+ * stream epoch = lane * epochs + e), and the prefetch window, what has
+ * been scheduled (pf_upto) and the recent acquires are kept per lane.
+ *
  * Budget. cache_bytes = bytes of all storage (BUSY or READY, in the table
  * or still referenced; memfds count their pages, shmem_bytes). Before a
  * gather the worker makes room by evicting idle READY batches, least
- * recently used first; a prefetch only evicts batches behind it in the
- * stream, or ahead of it outside the prefetch window of every recent
- * reader (the last RECENT acquires): a window prefetched after a peek at
- * a far epoch that nobody reads on, which would otherwise hold its room
- * until the stream got there and leave every prefetch without room. A
- * prefetch is dropped when that is not enough. A demanded batch is
+ * recently used first (make_room): first those outside the prefetch
+ * window of every recent reader (the last RECENT acquires of each lane),
+ * e.g. a window prefetched after a peek at a far epoch that nobody reads
+ * on, which would otherwise hold its room until the stream got there and
+ * leave every prefetch without room; then those behind the gather in its
+ * own lane's stream (for a demand: any of its lane). A prefetch is dropped
+ * when that is not enough; only a demand goes on to evict another lane's
+ * window. So the budget is shared between ranks as windows: each rank
+ * holds at most its window ahead, and a fast rank's prefetch never evicts
+ * what a slow rank is about to read. A demanded batch is
  * gathered even when the budget cannot hold it (a batch larger than the
  * budget works, alone), so memory is bounded by budget + the batches
  * readers hold at this instant. Freed anonymous buffers are kept as spares
@@ -41,8 +50,8 @@
  * (buffers_mapped counts them).
  *
  * Prefetch. Each acquire of position pos queues pos+1 .. pos+prefetch
- * (across epochs, below 'epochs'), skipping what the table already holds
- * and what an earlier acquire already scheduled (pf_upto). Each worker,
+ * (across epochs, below 'epochs' of its lane), skipping what the table already
+ * holds and what an earlier acquire already scheduled (pf_upto). Each worker,
  * after gathering batch q, has fs/readahead advise the rows of batch
  * q + prefetch + 1, one window further. bfs_pool_advise walks the window
  * but only reads ahead, for batches served from the archive itself. The
@@ -122,8 +131,10 @@ struct bfs_pool {
 	struct bfs_order *order;
 	const struct bfs_layout *layout;
 	struct bfs_pool_opts o;
-	uint64_t len;	/* batches per epoch */
-	uint64_t total; /* len * epochs: positions that exist */
+	uint64_t len;	     /* batches per epoch */
+	uint64_t lanes;	     /* ranks served: streams of epochs */
+	uint64_t lane_total; /* len * epochs: positions of one lane */
+	uint64_t total;	     /* lane_total * lanes: positions that exist */
 
 	pthread_mutex_t lock;
 	pthread_cond_t work;  /* [L] queue not empty or stop */
@@ -132,10 +143,11 @@ struct bfs_pool {
 	struct bfs_batch *table[NBUCKETS]; /* [L] */
 	struct list queue;		   /* [L] QUEUED batches */
 	struct list lru;		   /* [L] READY in table, MRU at head */
-	uint64_t pf_upto;		   /* [L] highest pos prefetched + 1 */
-	uint64_t recent[RECENT]; /* [L] positions of the last acquires + 1 */
-	unsigned recent_at;	 /* [L] next slot of recent */
-	void *spare[MAX_SPARES]; /* [L] freed buffers kept for reuse */
+	uint64_t *pf_upto; /* [L] per lane: highest pos prefetched + 1 */
+	/* [L] per lane, RECENT slots: positions of its last acquires + 1 */
+	uint64_t *recent;
+	uint64_t *recent_at;		 /* [L] per lane: its next slot */
+	void *spare[MAX_SPARES];	 /* [L] freed buffers kept for reuse */
 	uint64_t spare_size[MAX_SPARES]; /* [L] their sizes */
 	unsigned nspare;		 /* [L] */
 	struct bfs_pool_stats st;	 /* [L] */
@@ -173,14 +185,18 @@ static void note_error(struct bfs_pool *p, uint64_t e, uint64_t k,
 		       const char *msg)
 {
 	struct bfs_pool_error *le = &p->st.last_error;
-	size_t n = sizeof(le->msg);
+	size_t n = sizeof(le->msg), lane;
 	struct timespec ts;
+	char name[80];
 
-	bfs_log(BFS_LOG_ERR, "pool", "epoch %llu batch %llu: %s",
-		(unsigned long long)e, (unsigned long long)k, msg);
+	bfs_order_batch_name(p->order, e, k, name, sizeof(name));
+	bfs_log(BFS_LOG_ERR, "pool", "%s: %s", name, msg);
 	clock_gettime(CLOCK_REALTIME, &ts);
 	le->time_ns = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-	le->epoch = e;
+	bfs_order_split(p->order, e, &lane, &le->epoch);
+	le->rank = bfs_order_ranked(p->order)
+		       ? (int64_t)bfs_order_lane_rank(p->order, lane)
+		       : -1;
 	le->batch = k;
 	if (snprintf(le->msg, n, "%s", msg) >= (int)n)
 		memcpy(le->msg + n - 4, "...", 4);
@@ -358,47 +374,81 @@ static struct bfs_batch *batch_new(struct bfs_pool *p, uint64_t pos,
 	return b;
 }
 
+/* The lane of position pos (lane-major: a lane's positions are one
+ * range). */
+static uint64_t lane_of(const struct bfs_pool *p, uint64_t pos)
+{
+	return p->lane_total ? pos / p->lane_total : 0;
+}
+
 /* Whether pos lies in the prefetch window of one of the last RECENT
- * acquires (a reader is on its way there). [L] */
+ * acquires in its lane (a reader is on its way there). [L] */
 static bool in_a_window(const struct bfs_pool *p, uint64_t pos)
 {
+	const uint64_t *r = &p->recent[lane_of(p, pos) * RECENT];
+
 	for (unsigned i = 0; i < RECENT; i++)
-		if (p->recent[i] && pos >= p->recent[i] &&
-		    pos - p->recent[i] < p->o.prefetch)
+		if (r[i] && pos >= r[i] && pos - r[i] < p->o.prefetch)
 			return true;
 	return false;
 }
 
-/* Evict idle READY batches (LRU first) until 'need' more bytes fit. A
- * prefetch ('limit' = its pos) only evicts batches before it in the
- * stream, or after it outside every recent reader's window. Returns true
- * when the bytes fit. [L] */
-static bool make_room(struct bfs_pool *p, uint64_t need, uint64_t limit)
+/* Whether idle batch b may go for a gather at 'pos' (UINT64_MAX: none, to
+ * get back under budget) in eviction pass 'pass' (make_room). [L] */
+static bool evictable(const struct bfs_pool *p, const struct bfs_batch *b,
+		      uint64_t pos, bool demand, int pass)
 {
-	struct bfs_batch *b = p->lru.tail;
+	bool mine = pos == UINT64_MAX || lane_of(p, b->pos) == lane_of(p, pos);
 
-	while (p->st.cache_bytes + need > p->o.budget_bytes) {
-		struct bfs_batch *prev;
+	if (b->refs)
+		return false;
+	switch (pass) {
+	case 0: /* nobody is on the way there */
+		return !in_a_window(p, b->pos);
+	case 1: /* its own stream's: behind a prefetch, any for a demand */
+		return mine && (demand || b->pos < pos);
+	default: /* a demand's last resort: another rank's window */
+		return demand;
+	}
+}
 
-		if (p->nspare) { /* spares go first */
-			drop_spare(p, p->nspare - 1);
-			continue;
+/* Evict idle READY batches until 'need' more bytes fit, in three passes
+ * over the LRU list (least recently used first): batches outside every
+ * recent reader's window; then batches of the gather's own lane (rank)
+ * behind it (a prefetch) or anywhere in it (a demand); then, for a
+ * demand only, any idle batch. So one rank's prefetch never evicts what
+ * another rank is about to read, and its demand does only when nothing
+ * else is left. Returns true when the bytes fit. [L] */
+static bool make_room(struct bfs_pool *p, uint64_t need, uint64_t pos,
+		      bool demand)
+{
+	for (int pass = 0; pass < 3; pass++) {
+		struct bfs_batch *b = p->lru.tail;
+
+		while (p->st.cache_bytes + need > p->o.budget_bytes) {
+			struct bfs_batch *prev;
+			char name[80];
+
+			if (p->nspare) { /* spares go first */
+				drop_spare(p, p->nspare - 1);
+				continue;
+			}
+			if (!b)
+				break;
+			prev = b->prev;
+			if (evictable(p, b, pos, demand, pass)) {
+				bfs_order_batch_name(p->order, b->e, b->k, name,
+						     sizeof(name));
+				bfs_log(BFS_LOG_DEBUG, "pool",
+					"%s: evicted for room, %.3f ms after "
+					"it was materialized",
+					name,
+					(double)(now_ns() - b->ready_ns) / 1e6);
+				unlink_batch(p, b); /* may become a spare */
+				p->st.evictions++;
+			}
+			b = prev;
 		}
-		if (!b)
-			break;
-		prev = b->prev;
-		if (b->refs == 0 &&
-		    (b->pos < limit || !in_a_window(p, b->pos))) {
-			bfs_log(BFS_LOG_DEBUG, "pool",
-				"epoch %llu batch %llu: evicted for room, %.3f "
-				"ms after it was materialized",
-				(unsigned long long)b->e,
-				(unsigned long long)b->k,
-				(double)(now_ns() - b->ready_ns) / 1e6);
-			unlink_batch(p, b); /* its buffer may become a spare */
-			p->st.evictions++;
-		}
-		b = prev;
 	}
 	return p->st.cache_bytes + need <= p->o.budget_bytes;
 }
@@ -413,17 +463,19 @@ struct worker {
 	struct bfs_fetch *fetch;  /* rows it reads itself, or NULL */
 };
 
-/* Ask the kernel to read the rows of position pos ahead (madvise of the
- * rows not resident): workers keep this window one prefetch window ahead
- * of their gathers, so cold rows arrive before a gather needs them.
- * Without the lock; w->idx is free between gathers. */
-static void advise_ahead(struct bfs_pool *p, uint64_t pos, struct worker *w)
+/* Ask the kernel to read the rows of the position one prefetch window
+ * after 'done' ahead (madvise of the rows not resident): workers keep
+ * this window one prefetch window ahead of their gathers, so cold rows
+ * arrive before a gather needs them. Within done's lane. Without the
+ * lock; w->idx is free between gathers. */
+static void advise_ahead(struct bfs_pool *p, uint64_t done, struct worker *w)
 {
+	uint64_t pos = done + p->o.prefetch + 1;
 	uint64_t k = pos % (p->len ? p->len : 1);
 	uint64_t rows = bfs_order_batch_rows(p->order, k);
 
 	if (bfs_readahead_reads(p->ra) || pos >= p->total ||
-	    rows > w->idx_cap ||
+	    lane_of(p, pos) != lane_of(p, done) || rows > w->idx_cap ||
 	    bfs_order_batch(p->order, pos / p->len, k, w->idx) < 0)
 		return;
 	bfs_readahead_rows(p->ra, w->idx, rows);
@@ -508,13 +560,12 @@ static int gather_sealed(struct bfs_pool *p, struct bfs_batch *b,
  * already) or FAILED, waiters woken. [L] */
 static void finish(struct bfs_pool *p, struct bfs_batch *b, int rc, uint64_t ns)
 {
-	char why[700];
+	char why[700], name[80];
 
+	bfs_order_batch_name(p->order, b->e, b->k, name, sizeof(name));
 	if (rc == 0) {
 		bfs_log(BFS_LOG_DEBUG, "pool",
-			"epoch %llu batch %llu: materialized in %.3f ms (%llu "
-			"bytes, %s)",
-			(unsigned long long)b->e, (unsigned long long)b->k,
+			"%s: materialized in %.3f ms (%llu bytes, %s)", name,
 			(double)ns / 1e6, (unsigned long long)b->size,
 			b->demanded ? "demanded" : "prefetched");
 		b->state = B_READY;
@@ -622,8 +673,7 @@ static struct bfs_batch *next_job(struct bfs_pool *p, struct worker *w)
 			p->st.cache_batches++;
 			return b;
 		}
-		if (!make_room(p, b->map_size,
-			       b->demanded ? UINT64_MAX : b->pos) &&
+		if (!make_room(p, b->map_size, b->pos, b->demanded) &&
 		    !b->demanded) {
 			/* Prefetch with no room: forget it; a read re-queues */
 			p->st.prefetch_skipped++;
@@ -646,7 +696,7 @@ static void put_ref(struct bfs_pool *p, struct bfs_batch *b)
 	if (--b->refs == 0 && !b->in_table)
 		batch_free(p, b);
 	if (p->st.cache_bytes > p->o.budget_bytes)
-		make_room(p, 0, UINT64_MAX);
+		make_room(p, 0, UINT64_MAX, true);
 }
 
 /* Run on_ready for b, just made READY (and kept: in the table or
@@ -695,7 +745,7 @@ static void *worker_main(void *arg)
 		rc = make_storage(p, b, &fresh);
 		if (!rc)
 			rc = gather_sealed(p, b, &w);
-		advise_ahead(p, b->pos + p->o.prefetch + 1, &w);
+		advise_ahead(p, b->pos, &w);
 		if (!rc && p->o.prepare) /* b is BUSY: nobody frees it */
 			p->o.prepare(p->o.hook_arg, b, b->e, b->k);
 		pthread_mutex_lock(&p->lock);
@@ -779,7 +829,10 @@ int bfs_pool_create(struct bfs_pool **out, const struct bfs_dataset *ds,
 	if (p->o.workers < 1)
 		p->o.workers = 1;
 	p->len = bfs_order_len(order);
-	p->total = p->len * o->epochs;
+	p->lanes = bfs_order_lanes(order);
+	p->lane_total = p->len * o->epochs;
+	p->total = p->lane_total * p->lanes;
+
 	p->st.cache_budget_bytes = o->budget_bytes;
 	p->st.workers = p->o.workers;
 	p->st.prefetch_depth = o->prefetch;
@@ -790,7 +843,10 @@ int bfs_pool_create(struct bfs_pool **out, const struct bfs_dataset *ds,
 	pthread_cond_init(&p->ready, &ca);
 	pthread_condattr_destroy(&ca);
 	p->threads = calloc(p->o.workers, sizeof(*p->threads));
-	if (!p->threads) {
+	p->pf_upto = calloc(p->lanes, sizeof(*p->pf_upto));
+	p->recent = calloc(p->lanes * RECENT, sizeof(*p->recent));
+	p->recent_at = calloc(p->lanes, sizeof(*p->recent_at));
+	if (!p->threads || !p->pf_upto || !p->recent || !p->recent_at) {
 		rc = -ENOMEM;
 		goto err_destroy;
 	}
@@ -842,6 +898,9 @@ void bfs_pool_destroy(struct bfs_pool *p)
 		drop_spare(p, p->nspare - 1);
 	bfs_readahead_destroy(p->ra); /* stops the read-in */
 	free(p->threads);
+	free(p->pf_upto);
+	free(p->recent);
+	free(p->recent_at);
 	pthread_cond_destroy(&p->ready);
 	pthread_cond_destroy(&p->work);
 	pthread_mutex_destroy(&p->lock);
@@ -851,18 +910,22 @@ void bfs_pool_destroy(struct bfs_pool *p)
 /* The part of the prefetch window after 'pos' not scheduled yet, as
  * [*from, *to), and record it scheduled. Continuing the window: only its
  * new end. Behind it (a reader went back) or past it (a jump ahead): the
- * whole window, where the caller skips what is already there. [L] */
+ * whole window, where the caller skips what is already there. The window
+ * stays in pos's lane (its rank's epochs). [L] */
 static void window(struct bfs_pool *p, uint64_t pos, uint64_t *from,
 		   uint64_t *to)
 {
+	uint64_t lane = lane_of(p, pos), end = (lane + 1) * p->lane_total;
+	uint64_t *upto = &p->pf_upto[lane];
+
 	*from = pos + 1;
 	*to = pos + 1 + p->o.prefetch;
-	if (*to > p->total)
-		*to = p->total;
-	if (p->pf_upto > *from && p->pf_upto <= *to)
-		*from = p->pf_upto;
-	if (*to > p->pf_upto)
-		p->pf_upto = *to;
+	if (*to > end)
+		*to = end;
+	if (*upto > *from && *upto <= *to)
+		*from = *upto;
+	if (*to > *upto)
+		*upto = *to;
 }
 
 /* Queue the prefetch window after 'pos'. [L] */
@@ -883,7 +946,7 @@ void bfs_pool_advise(struct bfs_pool *p, uint64_t e, uint64_t k,
 	uint64_t cap = bfs_order_batch_rows(p->order, 0);
 	uint64_t *idx;
 
-	if (k >= p->len || e >= p->o.epochs)
+	if (k >= p->len || e >= p->o.epochs * p->lanes)
 		return;
 	bfs_readahead_follow(p->ra, e * p->len + k);
 	bfs_readahead_rows(p->ra, rows, nrows);
@@ -945,7 +1008,7 @@ static int acquire(struct bfs_pool *p, uint64_t e, uint64_t k, bool prefetch,
 	int rc = 0;
 
 	*out = NULL;
-	if (k >= p->len || e >= p->o.epochs)
+	if (k >= p->len || e >= p->o.epochs * p->lanes)
 		return -ENOENT;
 	if (prefetch) /* the stream is here: read the batches after it */
 		bfs_readahead_follow(p->ra, pos);
@@ -960,7 +1023,9 @@ static int acquire(struct bfs_pool *p, uint64_t e, uint64_t k, bool prefetch,
 	}
 	if (prefetch) {
 		/* pos + 1: the window's first position; 0 = an empty slot */
-		p->recent[p->recent_at++ % RECENT] = pos + 1;
+		uint64_t l = lane_of(p, pos);
+
+		p->recent[l * RECENT + p->recent_at[l]++ % RECENT] = pos + 1;
 		schedule(p, pos);
 	}
 	if (!b) {

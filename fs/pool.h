@@ -3,7 +3,9 @@
  * under one byte budget (fs/README.md: workers, prefetch and the budget).
  *
  * A batch is addressed by its position pos = e * len + k in the stream of
- * all epochs (len = batches per epoch). */
+ * all epochs (len = batches per epoch). On an order with several lanes (a
+ * multi-rank mount, fs/order), e is the stream epoch and each lane is a
+ * stream of its own, with its own prefetch window. */
 #ifndef BFS_POOL_H
 #define BFS_POOL_H
 
@@ -24,7 +26,8 @@ struct bfs_pool_opts {
 	unsigned prefetch;	 /* batches materialized ahead of readers */
 	uint64_t budget_bytes;	 /* all batch buffers together */
 	unsigned timeout_ms;	 /* longest wait of a read, > 0 */
-	uint64_t epochs;	 /* prefetch stays below epoch 'epochs' */
+	uint64_t epochs;	 /* prefetch stays below epoch 'epochs' (of
+				  * each lane) */
 	unsigned debug_delay_ms; /* sleep before each gather (tests only) */
 	/* Batches live in fresh memfds (bfs_batch_fd), never reused: a
 	 * reader's mapping of one outlives it (passthrough). Otherwise in
@@ -66,8 +69,9 @@ struct bfs_pool_opts {
 /* A batch that a reader could not have: when, which, why. */
 #define BFS_POOL_ERROR_MAX 200
 struct bfs_pool_error {
-	uint64_t time_ns; /* CLOCK_REALTIME; 0: no error yet */
-	uint64_t epoch, batch;
+	uint64_t time_ns;      /* CLOCK_REALTIME; 0: no error yet */
+	uint64_t epoch, batch; /* the rank's epoch (not the stream epoch) */
+	int64_t rank;	       /* a multi-rank mount's rank; else -1 */
 	char msg[BFS_POOL_ERROR_MAX]; /* one line, cut to fit */
 };
 
@@ -166,9 +170,10 @@ bool bfs_batch_set_tag(struct bfs_batch *b, int tag);
 
 void bfs_pool_stats(struct bfs_pool *p, struct bfs_pool_stats *out);
 
-/* Batch k of epoch e failed a reader: log "epoch E batch K: MESSAGE" as an
- * error and keep it as the pool's last_error (stats). Thread-safe; takes
- * the pool's lock (not to be held). */
+/* Batch k of (stream) epoch e failed a reader: log "epoch E batch K:
+ * MESSAGE" ("rank R epoch E ..." on a multi-rank mount) as an error and keep it
+ * as the pool's last_error (stats). Thread-safe; takes the pool's lock (not to
+ * be held). */
 void bfs_pool_note_error(struct bfs_pool *p, uint64_t e, uint64_t k,
 			 const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));

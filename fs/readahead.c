@@ -73,13 +73,17 @@ struct bfs_readahead {
 	int *rfd;		 /* [nfiles] the reads' own descriptors */
 	struct bfs_order *order; /* the batches */
 	uint64_t len, total;	 /* batches per epoch; in all epochs */
-	uint64_t window;	 /* batches read ahead of the stream */
+	uint64_t window;	 /* batches read ahead of each stream */
 	pthread_t ahead;
 	bool ahead_up;
 	pthread_mutex_t lock;
-	pthread_cond_t moved; /* [lock] follow moved, or stop */
-	uint64_t follow;      /* [lock] the stream's position + 1; 0: none */
-	uint64_t next;	      /* [lock] the next position to read ahead */
+	pthread_cond_t moved; /* [lock] a stream moved, or stop */
+	/* One stream per lane of the order (a multi-rank mount's ranks),
+	 * each its own range of positions (lane-major): */
+	size_t lanes;
+	uint64_t *follow; /* [lock] the stream's position + 1; 0: none */
+	uint64_t *next;	  /* [lock] the next position to read ahead */
+	size_t turn;	  /* [lock] the lane looked at first */
 
 	/* Data that does not fit: fields whose rows gathers read with
 	 * O_DIRECT themselves (bfs_readahead_fetch). */
@@ -490,19 +494,37 @@ static void read_batch(struct bfs_readahead *ra, uint64_t pos, uint64_t *idx,
 	atomic_fetch_add_explicit(&ra->batches_read, 1, memory_order_relaxed);
 }
 
+/* The next position of lane l's stream to read ahead, or UINT64_MAX when
+ * its window is read. [lock] */
+static uint64_t lane_ahead(struct bfs_readahead *ra, size_t l)
+{
+	uint64_t end = (l + 1) * (ra->total / ra->lanes);
+
+	if (ra->follow[l] && ra->next[l] < ra->follow[l])
+		ra->next[l] = ra->follow[l]; /* behind the stream: skip */
+	if (ra->follow[l] && ra->next[l] < ra->follow[l] + ra->window &&
+	    ra->next[l] < end)
+		return ra->next[l]++;
+	return UINT64_MAX;
+}
+
 /* The next position to read ahead, waiting until there is one within the
- * window after the stream; UINT64_MAX at stop or once the read-in ended.
- * [lock] */
+ * window after a stream; UINT64_MAX at stop or once the read-in ended.
+ * Streams take turns, a batch each. [lock] */
 static uint64_t next_ahead(struct bfs_readahead *ra)
 {
 	for (;;) {
 		if (atomic_load(&ra->stop) || atomic_load(&ra->read_in))
 			return UINT64_MAX;
-		if (ra->follow && ra->next < ra->follow)
-			ra->next = ra->follow; /* behind the stream: skip */
-		if (ra->follow && ra->next < ra->follow + ra->window &&
-		    ra->next < ra->total)
-			return ra->next++;
+		for (size_t i = 0; i < ra->lanes; i++) {
+			size_t l = (ra->turn + i) % ra->lanes;
+			uint64_t pos = lane_ahead(ra, l);
+
+			if (pos != UINT64_MAX) {
+				ra->turn = l + 1;
+				return pos;
+			}
+		}
 		pthread_cond_wait(&ra->moved, &ra->lock);
 	}
 }
@@ -536,14 +558,17 @@ static void *ahead_main(void *arg)
  * window of batches, not one per batch. */
 void bfs_readahead_follow(struct bfs_readahead *ra, uint64_t pos)
 {
-	if (!bfs_readahead_reads(ra))
+	size_t l;
+
+	if (!bfs_readahead_reads(ra) || pos >= ra->total)
 		return;
+	l = (size_t)(pos / (ra->total / ra->lanes));
 	pthread_mutex_lock(&ra->lock);
-	if (pos + 1 < ra->follow)
-		ra->next = pos + 1; /* the stream went back: follow it */
-	if (ra->follow != pos + 1) {
-		ra->follow = pos + 1;
-		if (ra->next <= ra->follow + ra->window / 2)
+	if (pos + 1 < ra->follow[l])
+		ra->next[l] = pos + 1; /* the stream went back: follow it */
+	if (ra->follow[l] != pos + 1) {
+		ra->follow[l] = pos + 1;
+		if (ra->next[l] <= ra->follow[l] + ra->window / 2)
 			pthread_cond_signal(&ra->moved);
 	}
 	pthread_mutex_unlock(&ra->lock);
@@ -598,16 +623,22 @@ static int start_ahead(struct bfs_readahead *ra,
 	}
 	ra->order = o->order;
 	ra->len = bfs_order_len(o->order);
-	ra->total = ra->len * o->epochs;
+	ra->lanes = bfs_order_lanes(o->order);
+	ra->total = ra->len * o->epochs * ra->lanes;
+	ra->follow = calloc(ra->lanes, sizeof(*ra->follow));
+	ra->next = calloc(ra->lanes, sizeof(*ra->next));
+	if (!ra->follow || !ra->next)
+		return -ENOMEM;
 	if (!bytes)
 		bytes = avail / 4 < (256ull << 20) ? avail / 4 : 256ull << 20;
 	per = batch_pages(ra->ds, bfs_order_batch_rows(o->order, 0));
-	ra->window = per ? bytes / per : 2;
+	ra->window = per ? bytes / per / ra->lanes : 2; /* shared fairly */
 	if (ra->window < 2)
 		ra->window = 2;
 	snprintf(ra->why + strlen(ra->why), sizeof(ra->why) - strlen(ra->why),
-		 "; up to %llu batches ahead (%llu MiB)%s",
+		 "; up to %llu batches ahead%s (%llu MiB)%s",
 		 (unsigned long long)ra->window,
+		 ra->lanes > 1 ? " of each rank" : "",
 		 (unsigned long long)(bytes >> 20),
 		 ra->warming ? " until the read-in at mount ends" : "");
 	ra->ahead_up = pthread_create(&ra->ahead, NULL, ahead_main, ra) == 0;
@@ -853,6 +884,8 @@ void bfs_readahead_destroy(struct bfs_readahead *ra)
 		if (ra->rfd[i] >= 0)
 			close(ra->rfd[i]);
 	free(ra->rfd);
+	free(ra->follow);
+	free(ra->next);
 	for (size_t i = 0; ra->dfd && i < ra->nfiles; i++)
 		if (ra->dfd[i] >= 0)
 			close(ra->dfd[i]);
@@ -888,8 +921,10 @@ void bfs_readahead_stats(struct bfs_readahead *ra,
 	out->distance = 0;
 	if (ra->ahead_up) {
 		pthread_mutex_lock(&ra->lock);
-		if (ra->follow && ra->next > ra->follow)
-			out->distance = ra->next - ra->follow;
+		for (size_t l = 0; l < ra->lanes; l++)
+			if (ra->follow[l] && ra->next[l] > ra->follow[l] &&
+			    ra->next[l] - ra->follow[l] > out->distance)
+				out->distance = ra->next[l] - ra->follow[l];
 		pthread_mutex_unlock(&ra->lock);
 	}
 }

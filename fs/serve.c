@@ -99,13 +99,14 @@ static void passthrough_ready(void *arg, struct bfs_batch *b, uint64_t e,
 {
 	struct bfs_serve *s = arg;
 	int id = backing_of(s, b);
+	char name[80];
 
-	if (id < 0)
+	if (id < 0) {
+		bfs_order_batch_name(s->order, e, k, name, sizeof(name));
 		bfs_log(BFS_LOG_WARN, MOD,
-			"epoch %llu batch %llu: cannot register its backing "
-			"file: %s",
-			(unsigned long long)e, (unsigned long long)k,
+			"%s: cannot register its backing file: %s", name,
 			strerror(-id));
+	}
 }
 
 /* Pool on_free hook (under the pool's lock): the batch's memfd goes, and
@@ -136,7 +137,7 @@ int bfs_serve_create(struct bfs_serve **out, const struct bfs_dataset *ds,
 	s->ds = ds;
 	s->order = order;
 	s->layout = layout;
-	s->epochs = po->epochs;
+	s->epochs = po->epochs * bfs_order_lanes(order); /* stream epochs */
 	s->o = *o;
 	s->k = *kernel;
 	pthread_mutex_init(&s->lock, NULL);
@@ -228,15 +229,16 @@ static void file_put(struct bfs_serve *s, struct bfs_file *f)
 
 bool bfs_serve_consumed(struct bfs_serve *s, struct bfs_file *f, uint64_t n)
 {
+	char name[80];
+
 	atomic_fetch_add(&s->c.bytes, n);
 	if (atomic_fetch_add(&f->served, n) + n < f->size ||
 	    atomic_exchange(&f->consumed, true))
 		return false;
 	atomic_fetch_add(&s->c.served, 1);
+	bfs_order_batch_name(s->order, f->e, f->k, name, sizeof(name));
 	bfs_log(BFS_LOG_DEBUG, MOD,
-		"epoch %llu batch %llu: served (%llu bytes), %.3f ms after "
-		"its open",
-		(unsigned long long)f->e, (unsigned long long)f->k,
+		"%s: served (%llu bytes), %.3f ms after its open", name,
 		(unsigned long long)f->size,
 		(double)(now_ns() - f->opened_ns) / 1e6);
 	return true;
@@ -285,6 +287,7 @@ static int open_batch_as(struct bfs_serve *s, struct bfs_file *f,
 static int open_batch(struct bfs_serve *s, struct bfs_file *f,
 		      struct bfs_serve_how *how)
 {
+	char name[80];
 	int rc;
 
 	if (f->e >= s->epochs || f->k >= bfs_order_len(s->order))
@@ -295,9 +298,8 @@ static int open_batch(struct bfs_serve *s, struct bfs_file *f,
 	f->opened_ns = now_ns();
 	atomic_fetch_add(&s->c.opened, 1);
 	rc = open_batch_as(s, f, how);
-	bfs_log(BFS_LOG_DEBUG, MOD,
-		"epoch %llu batch %llu: open (%s): %s in %.3f ms",
-		(unsigned long long)f->e, (unsigned long long)f->k,
+	bfs_order_batch_name(s->order, f->e, f->k, name, sizeof(name));
+	bfs_log(BFS_LOG_DEBUG, MOD, "%s: open (%s): %s in %.3f ms", name,
 		bfs_serve_mode_name(s->o.mode), rc < 0 ? strerror(-rc) : "ok",
 		(double)(now_ns() - f->opened_ns) / 1e6);
 	return rc;

@@ -234,11 +234,13 @@ static bool push_entered(struct bfs_serve *s, uint64_t e, uint64_t k,
 	bool stored = b && store_batch(s, e, k, b) == 0;
 
 	if (stored) {
+		char name[80];
+
+		bfs_order_batch_name(s->order, e, k, name, sizeof(name));
 		bfs_log(BFS_LOG_DEBUG, "serve",
-			"epoch %llu batch %llu: served (%llu bytes), pushed "
-			"whole into the page cache",
-			(unsigned long long)e, (unsigned long long)k,
-			(unsigned long long)bfs_batch_size(b));
+			"%s: served (%llu bytes), pushed whole into the page "
+			"cache",
+			name, (unsigned long long)bfs_batch_size(b));
 		atomic_fetch_add(&s->c.pushed, 1);
 		atomic_fetch_add(&s->c.served, 1);
 		atomic_fetch_add(&s->c.bytes, bfs_batch_size(b));

@@ -30,11 +30,12 @@ void bfs_serve_stats(struct bfs_serve *s, struct bfs_stats *st)
 }
 
 /* The last error, four fixed-width lines (time, epoch, batch, message;
- * "-" for none) so the stats file keeps its size. */
-static void render_last_error(const struct bfs_pool_error *le, char *buf,
-			      size_t len, size_t *pos)
+ * "-" for none; a multi-rank mount has last_error_rank too) so the stats
+ * file keeps its size. */
+static void render_last_error(const struct bfs_pool_error *le, bool ranked,
+			      char *buf, size_t len, size_t *pos)
 {
-	char when[32] = "-", e[24] = "-", k[24] = "-";
+	char when[32] = "-", e[24] = "-", k[24] = "-", r[24] = "-";
 	time_t sec = (time_t)(le->time_ns / 1000000000u);
 	struct tm tm;
 
@@ -42,9 +43,13 @@ static void render_last_error(const struct bfs_pool_error *le, char *buf,
 		strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", &tm);
 		snprintf(e, sizeof(e), "%" PRIu64, le->epoch);
 		snprintf(k, sizeof(k), "%" PRIu64, le->batch);
+		snprintf(r, sizeof(r), "%" PRId64, le->rank);
 	}
 	bfs_layout_append(buf, len, pos, "%-22s %20s\n", "last_error_time",
 			  when);
+	if (ranked)
+		bfs_layout_append(buf, len, pos, "%-22s %20s\n",
+				  "last_error_rank", r);
 	bfs_layout_append(buf, len, pos, "%-22s %20s\n", "last_error_epoch", e);
 	bfs_layout_append(buf, len, pos, "%-22s %20s\n", "last_error_batch", k);
 	bfs_layout_append(buf, len, pos, "%-22s %-*.*s\n", "last_error",
@@ -110,5 +115,6 @@ void bfs_serve_render_stats(struct bfs_serve *s, uint64_t lookups, char *buf,
 	for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++)
 		bfs_layout_append(buf, len, pos, "%-22s %20" PRIu64 "\n",
 				  rows[i].name, *rows[i].v);
-	render_last_error(&st.pool.last_error, buf, len, pos);
+	render_last_error(&st.pool.last_error, bfs_order_ranked(s->order), buf,
+			  len, pos);
 }

@@ -88,6 +88,12 @@ static uint64_t header_size(const struct text *t)
 	return bfs_layout_data_offset_dims(t->layout, 0, 0, &d);
 }
 
+/* What batch paths start with: "rank/{rank}/" on a multi-rank mount. */
+static const char *rank_dir(const struct text *t)
+{
+	return bfs_order_ranked(t->order) ? "rank/{rank}/" : "";
+}
+
 /* dataset.json: everything a program needs to read the batches. */
 static void render_json(const struct text *t, const struct bfs_text_info *in,
 			const char *torch, char *b, size_t n, size_t *pos)
@@ -115,6 +121,13 @@ static void render_json(const struct text *t, const struct bfs_text_info *in,
 	    in->drop_last ? "true" : "false", in->sampler,
 	    in->shuffle ? "true" : "false", in->seed, in->seed_source);
 	bfs_layout_json_str(b, n, pos, torch);
+	bfs_layout_append(b, n, pos, ",\n  \"world_size\": %u,\n  \"ranks\": [",
+			  bfs_order_world_size(t->order));
+	for (size_t l = 0; l < bfs_order_lanes(t->order); l++)
+		bfs_layout_append(b, n, pos, "%s%u", l ? ", " : "",
+				  bfs_order_lane_rank(t->order, l));
+	bfs_layout_append(b, n, pos, "],\n  \"rank_dirs\": %s",
+			  bfs_order_ranked(t->order) ? "true" : "false");
 	bfs_layout_append(b, n, pos, ",\n  \"serve_mode\": ");
 	bfs_layout_json_str(b, n, pos, in->serve_mode ? in->serve_mode : "-");
 	bfs_layout_append(b, n, pos, ",\n  \"serve_mode_why\": ");
@@ -129,10 +142,10 @@ static void render_json(const struct text *t, const struct bfs_text_info *in,
 	    b, n, pos,
 	    ",\n  \"format\": \"safetensors\",\n  \"batch_"
 	    "format\": \"batchfs/1\",\n  \"header_size\": %" PRIu64
-	    ",\n  \"batch_path\": \"epoch/{epoch}/batch_{batch}"
-	    "\",\n  \"index_path\": \"index/{epoch}/batch_{batch}"
+	    ",\n  \"batch_path\": \"%sepoch/{epoch}/batch_{batch}"
+	    "\",\n  \"index_path\": \"%sindex/{epoch}/batch_{batch}"
 	    "\"\n}\n",
-	    header_size(t));
+	    header_size(t), rank_dir(t), rank_dir(t));
 }
 
 /* The reader in README: json + numpy only. */
@@ -182,37 +195,75 @@ static void render_ragged(const struct text *t, char *b, size_t n, size_t *pos)
 		bfs_layout_append(b, n, pos, "\n");
 }
 
+/* README's words on a multi-rank mount's ranks. */
+static void render_ranks(const struct text *t, char *b, size_t n, size_t *pos)
+{
+	size_t lanes = bfs_order_lanes(t->order);
+
+	if (!bfs_order_ranked(t->order))
+		return;
+	bfs_layout_append(b, n, pos,
+			  "Ranks: this mount serves %zu of the %u ranks (",
+			  lanes, bfs_order_world_size(t->order));
+	for (size_t l = 0; l < lanes; l++) {
+		uint32_t r = bfs_order_lane_rank(t->order, l);
+		size_t e = l;
+
+		while (e + 1 < lanes &&
+		       bfs_order_lane_rank(t->order, e + 1) == r + (e + 1 - l))
+			e++;
+		bfs_layout_append(b, n, pos, "%s%u", l ? "," : "", r);
+		if (e > l)
+			bfs_layout_append(b, n, pos, "-%u",
+					  bfs_order_lane_rank(t->order, e));
+		l = e;
+	}
+	bfs_layout_append(
+	    b, n, pos,
+	    "), rank R in rank/R/.\nA training process of rank R "
+	    "(torchrun's RANK) reads rank/R/ (batchfs.Batches and\n"
+	    "batchfs.IterableDataset pick it from RANK and WORLD_SIZE).\n\n");
+}
+
 static void render_readme(const struct text *t, const struct bfs_text_info *in,
 			  const char *torch, char *b, size_t n, size_t *pos)
 {
+	bool ranked = bfs_order_ranked(t->order);
+	const char *R = ranked ? "rank/R/" : "", *pad = ranked ? "       " : "";
+	char first_rank[32];
+
+	snprintf(first_rank, sizeof(first_rank), "rank/%u/",
+		 bfs_order_lane_rank(t->order, 0));
 	bfs_layout_append(
 	    b, n, pos,
 	    "batchfs: a dataset as a directory of training batches\n\n"
 	    "Mounted on %s from %zu archive(s), %" PRIu64
 	    " samples, %zu field(s).\nOptions: %s\n\n"
-	    "  epoch/N/batch_K   batch K of epoch N: a safetensors file "
-	    "(8-byte LE header\n                    length, JSON header, "
+	    "  %sepoch/N/batch_K   batch K of epoch N: a safetensors file "
+	    "(8-byte LE header\n          %s          length, JSON header, "
 	    "data at byte %" PRIu64 ")\n"
-	    "  index/N/batch_K   its sample indices, one per line\n"
-	    "  dataset.json      fields, sizes, sampler, seed\n"
-	    "  stats             live counters (name value)\n\n"
+	    "  %sindex/N/batch_K   its sample indices, one per line\n"
+	    "  dataset.json%s      fields, sizes, sampler, seed\n"
+	    "  stats%s             live counters (name value)\n\n"
 	    "%" PRIu64 " batches per epoch; epochs 0..%" PRIu64
-	    " can be opened (ls epoch lists them all).\n"
+	    " can be opened (ls %sepoch lists them all).\n"
 	    "The batches are exactly those of this PyTorch loader "
 	    "(default_collate of dict samples):\n\n  %s\n\n",
 	    in->mountpoint ? in->mountpoint : "?", bfs_dataset_nshards(t->ds),
 	    bfs_dataset_samples(t->ds), bfs_dataset_nfields(t->ds),
-	    in->options ? in->options : "", header_size(t), t->len,
-	    t->epochs ? t->epochs - 1 : 0, torch);
+	    in->options ? in->options : "", R, pad, header_size(t), R, pad, pad,
+	    t->len, t->epochs ? t->epochs - 1 : 0, R, torch);
+	render_ranks(t, b, n, pos);
 	render_ragged(t, b, n, pos);
 	bfs_layout_append(b, n, pos,
 			  "Read a batch with numpy only:\n\n"
-			  "%sbatch = read_batch(\"%s/epoch/0/batch_0\")\n\n"
+			  "%sbatch = read_batch(\"%s/%sepoch/0/batch_0\")\n\n"
 			  "Read with >= 1 MiB reads (cat, cp, np.fromfile, "
 			  "readinto): small reads cost a round trip each.\n"
 			  "The daemon logs to: %s\n"
 			  "Unmount with: batchfs umount %s\n",
 			  readme_reader, in->mountpoint ? in->mountpoint : ".",
+			  bfs_order_ranked(t->order) ? first_rank : "",
 			  in->log ? in->log : "?",
 			  in->mountpoint ? in->mountpoint : "MOUNTPOINT");
 }

@@ -31,7 +31,9 @@ struct bfs_tree {
 	struct bfs_order *order;
 	const struct bfs_layout *layout;
 	struct bfs_serve *serve; /* opens, and the stats file */
-	uint64_t len, epochs;
+	uint64_t len, epochs;	 /* batches per epoch; epochs per rank */
+	uint64_t lanes;		 /* ranks served (fs/order's lanes) */
+	bool multi;		 /* /rank/R/... instead of /epoch, /index */
 	char *readme, *json;
 	struct bfs_perm perm;
 	struct timespec when;
@@ -61,16 +63,28 @@ int bfs_tree_decode(const struct bfs_tree *t, uint64_t ino,
 	case BFS_NODE_README:
 	case BFS_NODE_DATASET:
 	case BFS_NODE_STATS:
-	case BFS_NODE_EPOCHS:
-	case BFS_NODE_INDEXES:
 		return out->epoch || out->batch ? -ENOENT : 0;
+	case BFS_NODE_RANKS:
+		return !t->multi || out->epoch || out->batch ? -ENOENT : 0;
+	case BFS_NODE_RANK:
+		return !t->multi || out->epoch >= t->lanes || out->batch
+			   ? -ENOENT
+			   : 0;
+	case BFS_NODE_EPOCHS:
+	case BFS_NODE_INDEXES: /* the lane's, on a multi-rank mount */
+		return out->epoch >= (t->multi ? t->lanes : 1) || out->batch
+			   ? -ENOENT
+			   : 0;
 	case BFS_NODE_EPOCH:
 	case BFS_NODE_INDEX:
-		return out->epoch < t->epochs && !out->batch ? 0 : -ENOENT;
+		return out->epoch < t->epochs * t->lanes && !out->batch
+			   ? 0
+			   : -ENOENT;
 	case BFS_NODE_BATCH:
 	case BFS_NODE_INDEXFILE:
-		return out->epoch < t->epochs && out->batch < t->len ? 0
-								     : -ENOENT;
+		return out->epoch < t->epochs * t->lanes && out->batch < t->len
+			   ? 0
+			   : -ENOENT;
 	default:
 		return -ENOENT;
 	}
@@ -174,7 +188,25 @@ static bool is_dir(enum bfs_node_kind k)
 {
 	return k == BFS_NODE_ROOT || k == BFS_NODE_EPOCHS ||
 	       k == BFS_NODE_INDEXES || k == BFS_NODE_EPOCH ||
-	       k == BFS_NODE_INDEX;
+	       k == BFS_NODE_INDEX || k == BFS_NODE_RANKS || k == BFS_NODE_RANK;
+}
+
+/* Subdirectories of directory n: what its link count adds to 2. */
+static uint64_t subdirs(const struct bfs_tree *t, const struct bfs_node *n)
+{
+	switch (n->kind) {
+	case BFS_NODE_ROOT:
+		return t->multi ? 1 : 2; /* rank, or epoch and index */
+	case BFS_NODE_RANKS:
+		return t->lanes;
+	case BFS_NODE_RANK:
+		return 2;
+	case BFS_NODE_EPOCHS:
+	case BFS_NODE_INDEXES:
+		return t->epochs;
+	default:
+		return 0;
+	}
 }
 
 static void fill_stat(const struct bfs_tree *t, const struct bfs_node *n,
@@ -188,11 +220,7 @@ static void fill_stat(const struct bfs_tree *t, const struct bfs_node *n,
 	st->st_atim = st->st_mtim = st->st_ctim = t->when;
 	if (is_dir(n->kind)) {
 		st->st_mode = S_IFDIR | t->perm.read | t->perm.read >> 2;
-		st->st_nlink =
-		    n->kind == BFS_NODE_ROOT ? 4
-		    : n->kind == BFS_NODE_EPOCHS || n->kind == BFS_NODE_INDEXES
-			? 2 + (nlink_t)t->epochs
-			: 2;
+		st->st_nlink = 2 + (nlink_t)subdirs(t, n);
 		st->st_size = 4096;
 	} else {
 		st->st_mode = S_IFREG | t->perm.read;
@@ -255,38 +283,88 @@ static int parse_num(const char *s, uint64_t *out)
 	return 0;
 }
 
+/* The root's entries, in listing order: those of a one-rank mount (ONE),
+ * of a multi-rank mount (MULTI) or of both. */
+enum { ONE = 1, MULTI = 2 };
 static const struct {
 	const char *name;
 	enum bfs_node_kind kind;
+	int in;
 } root_names[] = {
-    {"README", BFS_NODE_README}, {"dataset.json", BFS_NODE_DATASET},
-    {"epoch", BFS_NODE_EPOCHS},	 {"index", BFS_NODE_INDEXES},
-    {"stats", BFS_NODE_STATS},
+    {"README", BFS_NODE_README, ONE | MULTI},
+    {"dataset.json", BFS_NODE_DATASET, ONE | MULTI},
+    {"epoch", BFS_NODE_EPOCHS, ONE},
+    {"index", BFS_NODE_INDEXES, ONE},
+    {"rank", BFS_NODE_RANKS, MULTI},
+    {"stats", BFS_NODE_STATS, ONE | MULTI},
 };
 #define NROOT (sizeof(root_names) / sizeof(root_names[0]))
+
+/* Entry i of this mount's root, or NULL past the end. */
+static const char *root_entry(const struct bfs_tree *t, uint64_t i,
+			      enum bfs_node_kind *kind)
+{
+	for (size_t j = 0; j < NROOT; j++)
+		if (root_names[j].in & (t->multi ? MULTI : ONE) && i-- == 0) {
+			*kind = root_names[j].kind;
+			return root_names[j].name;
+		}
+	return NULL;
+}
+
+/* The lane serving rank r, or -1. Lanes are in rank order. */
+static int64_t lane_of(const struct bfs_tree *t, uint64_t r)
+{
+	uint64_t lo = 0, hi = t->lanes;
+
+	while (lo < hi) {
+		uint64_t mid = lo + (hi - lo) / 2;
+		uint32_t m = bfs_order_lane_rank(t->order, mid);
+
+		if (m == r)
+			return (int64_t)mid;
+		if (m < r)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return -1;
+}
 
 /* The child 'name' of directory p, or -ENOENT / -ENOTDIR. */
 static int child(const struct bfs_tree *t, const struct bfs_node *p,
 		 const char *name, struct bfs_node *c)
 {
+	const char *n;
+	int64_t lane;
 	uint64_t v;
 
 	memset(c, 0, sizeof(*c));
 	switch (p->kind) {
 	case BFS_NODE_ROOT:
-		for (size_t i = 0; i < NROOT; i++)
-			if (!strcmp(name, root_names[i].name)) {
-				c->kind = root_names[i].kind;
+		for (uint64_t i = 0; (n = root_entry(t, i, &c->kind)); i++)
+			if (!strcmp(name, n))
 				return 0;
-			}
 		return -ENOENT;
+	case BFS_NODE_RANKS:
+		if (parse_num(name, &v) < 0 || (lane = lane_of(t, v)) < 0)
+			return -ENOENT;
+		c->kind = BFS_NODE_RANK;
+		c->epoch = (uint64_t)lane;
+		return 0;
+	case BFS_NODE_RANK:
+		if (strcmp(name, "epoch") && strcmp(name, "index"))
+			return -ENOENT;
+		c->kind = name[0] == 'e' ? BFS_NODE_EPOCHS : BFS_NODE_INDEXES;
+		c->epoch = p->epoch;
+		return 0;
 	case BFS_NODE_EPOCHS:
 	case BFS_NODE_INDEXES:
 		if (parse_num(name, &v) < 0 || v >= t->epochs)
 			return -ENOENT;
 		c->kind = p->kind == BFS_NODE_EPOCHS ? BFS_NODE_EPOCH
 						     : BFS_NODE_INDEX;
-		c->epoch = v;
+		c->epoch = bfs_order_stream_epoch(t->order, p->epoch, v);
 		return 0;
 	case BFS_NODE_EPOCH:
 	case BFS_NODE_INDEX:
@@ -319,19 +397,41 @@ int bfs_tree_lookup(const struct bfs_tree *t, uint64_t parent, const char *name,
 	return rc;
 }
 
-static void parent_of(const struct bfs_node *n, struct bfs_node *p)
+static void parent_of(const struct bfs_tree *t, const struct bfs_node *n,
+		      struct bfs_node *p)
 {
+	size_t lane;
+	uint64_t e;
+
 	memset(p, 0, sizeof(*p));
-	if (n->kind == BFS_NODE_EPOCH)
-		p->kind = BFS_NODE_EPOCHS;
-	else if (n->kind == BFS_NODE_INDEX)
-		p->kind = BFS_NODE_INDEXES;
+	switch (n->kind) {
+	case BFS_NODE_EPOCH:
+	case BFS_NODE_INDEX:
+		bfs_order_split(t->order, n->epoch, &lane, &e);
+		p->kind = n->kind == BFS_NODE_EPOCH ? BFS_NODE_EPOCHS
+						    : BFS_NODE_INDEXES;
+		p->epoch = lane;
+		break;
+	case BFS_NODE_EPOCHS:
+	case BFS_NODE_INDEXES:
+		if (t->multi) {
+			p->kind = BFS_NODE_RANK;
+			p->epoch = n->epoch;
+		}
+		break;
+	case BFS_NODE_RANK:
+		p->kind = BFS_NODE_RANKS;
+		break;
+	default:
+		break;
+	}
 }
 
 int bfs_tree_dirent(const struct bfs_tree *t, uint64_t ino, uint64_t off,
 		    char *name, size_t name_len, struct stat *st)
 {
 	struct bfs_node d, c;
+	const char *n;
 	uint64_t i;
 	int rc = bfs_tree_decode(t, ino, &d);
 
@@ -343,7 +443,7 @@ int bfs_tree_dirent(const struct bfs_tree *t, uint64_t ino, uint64_t off,
 		if (off == 0)
 			c = d;
 		else
-			parent_of(&d, &c);
+			parent_of(t, &d, &c);
 		snprintf(name, name_len, "%s", off == 0 ? "." : "..");
 		return node_stat(t, &c, st) < 0 ? -EIO : 1;
 	}
@@ -351,10 +451,24 @@ int bfs_tree_dirent(const struct bfs_tree *t, uint64_t ino, uint64_t off,
 	memset(&c, 0, sizeof(c));
 	switch (d.kind) {
 	case BFS_NODE_ROOT:
-		if (i >= NROOT)
+		if (!(n = root_entry(t, i, &c.kind)))
 			return 0;
-		c.kind = root_names[i].kind;
-		snprintf(name, name_len, "%s", root_names[i].name);
+		snprintf(name, name_len, "%s", n);
+		break;
+	case BFS_NODE_RANKS:
+		if (i >= t->lanes)
+			return 0;
+		c.kind = BFS_NODE_RANK;
+		c.epoch = i;
+		snprintf(name, name_len, "%u",
+			 bfs_order_lane_rank(t->order, i));
+		break;
+	case BFS_NODE_RANK:
+		if (i >= 2)
+			return 0;
+		c.kind = i ? BFS_NODE_INDEXES : BFS_NODE_EPOCHS;
+		c.epoch = d.epoch;
+		snprintf(name, name_len, "%s", i ? "index" : "epoch");
 		break;
 	case BFS_NODE_EPOCHS:
 	case BFS_NODE_INDEXES:
@@ -362,7 +476,7 @@ int bfs_tree_dirent(const struct bfs_tree *t, uint64_t ino, uint64_t off,
 			return 0;
 		c.kind =
 		    d.kind == BFS_NODE_EPOCHS ? BFS_NODE_EPOCH : BFS_NODE_INDEX;
-		c.epoch = i;
+		c.epoch = bfs_order_stream_epoch(t->order, d.epoch, i);
 		snprintf(name, name_len, "%" PRIu64, i);
 		break;
 	default: /* EPOCH, INDEX */
@@ -389,7 +503,7 @@ int bfs_tree_create(struct bfs_tree **out, const struct bfs_dataset *ds,
 	int rc;
 
 	*out = NULL;
-	if (info->text.epochs > BFS_TREE_MAX_EPOCHS ||
+	if (info->text.epochs > BFS_TREE_MAX_EPOCHS / bfs_order_lanes(order) ||
 	    bfs_order_len(order) >= BFS_TREE_MAX_BATCHES)
 		return -E2BIG;
 	t = calloc(1, sizeof(*t));
@@ -406,6 +520,8 @@ int bfs_tree_create(struct bfs_tree **out, const struct bfs_dataset *ds,
 	t->serve = serve;
 	t->len = bfs_order_len(order);
 	t->epochs = info->text.epochs;
+	t->lanes = bfs_order_lanes(order);
+	t->multi = bfs_order_ranked(order);
 	t->perm = info->perm;
 	t->perm.read &= 0444;
 	clock_gettime(CLOCK_REALTIME, &t->when);

@@ -6,9 +6,15 @@
  *   /epoch/N/batch_K        batch K of epoch N (safetensors, fs/layout)
  *   /index/N/batch_K        its sample indices as text, one per line
  *
+ * A multi-rank mount (an order engine with several lanes, fs/order) has
+ * /rank/R/epoch/N/batch_K and /rank/R/index/N/batch_K for each rank R it
+ * serves instead of /epoch and /index.
+ *
  * Inode numbers encode (kind, epoch, batch) arithmetically, so nothing
- * grows with use: ino = kind << 60 | epoch << 36 | batch (root = 1). Hence
- * at most 2^24 epochs and 2^36 batches per epoch. */
+ * grows with use: ino = kind << 60 | epoch << 36 | batch (root = 1), where
+ * epoch is the order's stream epoch (lane * epochs + N; /rank/R and its
+ * two directories carry the lane there). Hence at most 2^24 epochs of all
+ * ranks together and 2^36 batches per epoch. */
 #ifndef BFS_TREE_H
 #define BFS_TREE_H
 
@@ -39,8 +45,12 @@ enum bfs_node_kind {
 	BFS_NODE_INDEX,	    /* /index/N */
 	BFS_NODE_BATCH,	    /* /epoch/N/batch_K */
 	BFS_NODE_INDEXFILE, /* /index/N/batch_K */
+	BFS_NODE_RANKS,	    /* /rank (multi-rank mounts) */
+	BFS_NODE_RANK,	    /* /rank/R; epoch = its lane */
 };
 
+/* epoch: the stream epoch (EPOCH, INDEX, BATCH, INDEXFILE), or the lane
+ * (RANK; and EPOCHS, INDEXES of a multi-rank mount: /rank/R/epoch). */
 struct bfs_node {
 	enum bfs_node_kind kind;
 	uint64_t epoch, batch;
@@ -49,7 +59,8 @@ struct bfs_node {
 /* What a tree is made with besides the dataset. */
 struct bfs_tree_info {
 	struct bfs_text_info text; /* README, dataset.json; text.epochs:
-				    * epochs 0 .. epochs-1 exist */
+				    * epochs 0 .. epochs-1 exist (of each
+				    * rank: the order's lane_epochs) */
 	/* Every node's owner and group, and its read bits (a subset of
 	 * 0444, from fs/perm: no wider than the sources'); directories get
 	 * the search bit beside each read bit. */
@@ -60,7 +71,8 @@ struct bfs_tree;
 
 /* Build the namespace over what 'serve' serves; renders README and
  * dataset.json once (fs/text). Borrowed objects must outlive the tree.
- * Returns 0, -E2BIG when epochs or batches exceed the inode encoding,
+ * Returns 0, -E2BIG when epochs (of all ranks) or batches exceed the
+ * inode encoding,
  * -ENOMEM. */
 int bfs_tree_create(struct bfs_tree **out, const struct bfs_dataset *ds,
 		    struct bfs_order *order, const struct bfs_layout *layout,

@@ -35,6 +35,7 @@
 #include "tools/mount_perm.h"
 
 #define MAX_SOURCES 4096
+#define MAX_RANKS   4096 /* ranks one mount serves (--ranks) */
 
 /* What is mounted: built before the mount, served by the session. */
 struct model {
@@ -51,6 +52,10 @@ struct mount_opts {
 	uint64_t batch_size, epochs, seed, num_samples, cache_mb, pc_mb;
 	unsigned workers, prefetch, timeout_s, fuse_threads;
 	uint32_t world_size, rank;
+	const char *ranks_arg; /* --ranks, expanded into ranks[] */
+	uint32_t ranks[MAX_RANKS];
+	size_t nranks;
+	bool have_rank;
 	bool shuffle, have_seed, drop_last, replacement, foreground, verbose;
 	bool have_prefetch, have_world, have_pc;
 	const char *seed_source; /* see struct bfs_tree_info */
@@ -106,6 +111,9 @@ static const char usage_text[] =
     "                       (num_samples defaults to len(weights))\n"
     "  --world-size W       DistributedSampler over W ranks ...\n"
     "  --rank R             ... as rank R (default 0)\n"
+    "  --ranks LIST         ... serving several ranks from one mount as\n"
+    "                       rank/R/epoch/N/batch_K: all, or ranks and\n"
+    "                       ranges such as 0-7 or 0,2,8-15\n"
     "  --torch-compat V     randperm of torch 1.13 (default) or 2.7\n"
     "  --generator-state F  start from torch.Generator.get_state() bytes\n"
     "  --rng-state F        with --shuffle: torch.get_rng_state() bytes,\n"
@@ -195,6 +203,7 @@ enum {
 	OPT_WEIGHTS,
 	OPT_WORLD,
 	OPT_RANK,
+	OPT_RANKS,
 	OPT_COMPAT,
 	OPT_GENSTATE,
 	OPT_RNGSTATE,
@@ -225,6 +234,7 @@ static const struct option long_opts[] = {
     {"weights", required_argument, NULL, OPT_WEIGHTS},
     {"world-size", required_argument, NULL, OPT_WORLD},
     {"rank", required_argument, NULL, OPT_RANK},
+    {"ranks", required_argument, NULL, OPT_RANKS},
     {"torch-compat", required_argument, NULL, OPT_COMPAT},
     {"generator-state", required_argument, NULL, OPT_GENSTATE},
     {"rng-state", required_argument, NULL, OPT_RNGSTATE},
@@ -313,6 +323,7 @@ static int numeric(int c, const char *arg, struct mount_opts *m)
 		break;
 	case OPT_RANK:
 		m->rank = (uint32_t)v;
+		m->have_rank = true;
 		break;
 	case OPT_FTHREADS:
 		m->fuse_threads = (unsigned)v;
@@ -403,6 +414,9 @@ static int one_opt(int c, char *arg, struct mount_opts *m)
 	case OPT_SUBSET:
 		m->subset = arg;
 		return 0;
+	case OPT_RANKS:
+		m->ranks_arg = arg;
+		return 0;
 	case OPT_WEIGHTS:
 		m->weights = arg;
 		return 0;
@@ -441,10 +455,103 @@ static int one_opt(int c, char *arg, struct mount_opts *m)
 static struct bfs_order_request request_of(const struct mount_opts *m);
 
 /* The operands and what the options imply together. 0 or 2. */
+static int cmp_u32(const void *a, const void *b)
+{
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+
+	return (x > y) - (x < y);
+}
+
+/* Ranks A-B (or A) at the start of s into m->ranks; the rest of s in
+ * *end. 0, or -1 with 'msg' saying what is wrong. */
+static int rank_range(struct mount_opts *m, const char *s, const char **end,
+		      char *msg, size_t len)
+{
+	char *e;
+	unsigned long a, b;
+
+	errno = 0;
+	a = s[0] >= '0' && s[0] <= '9' ? strtoul(s, &e, 10) : ULONG_MAX;
+	b = a;
+	if (a != ULONG_MAX && *e == '-')
+		b = e[1] >= '0' && e[1] <= '9' ? strtoul(e + 1, &e, 10)
+					       : ULONG_MAX;
+	if (a == ULONG_MAX || b == ULONG_MAX || errno || (*e && *e != ',')) {
+		snprintf(msg, len,
+			 "--ranks: not a list of ranks and ranges "
+			 "(e.g. all, 0-7, 0,2,8-15)");
+		return -1;
+	}
+	if (a > b) {
+		snprintf(msg, len, "--ranks: %lu-%lu runs backwards", a, b);
+		return -1;
+	}
+	if (b >= m->world_size) {
+		snprintf(msg, len,
+			 "--ranks: %lu-%lu is not within 0-%u (--world-size "
+			 "%u)",
+			 a, b, m->world_size - 1, m->world_size);
+		return -1;
+	}
+	for (unsigned long r = a; r <= b; r++) {
+		if (m->nranks == MAX_RANKS) {
+			snprintf(msg, len,
+				 "--ranks: more than %d ranks for one mount",
+				 MAX_RANKS);
+			return -1;
+		}
+		m->ranks[m->nranks++] = (uint32_t)r;
+	}
+	*end = *e ? e + 1 : e;
+	return 0;
+}
+
+/* --ranks LIST into m->ranks, sorted, each once. Returns 0 or 2 (bad
+ * usage, printed). */
+static int expand_ranks(struct mount_opts *m)
+{
+	const char *s = m->ranks_arg;
+	char msg[160], all[32];
+	size_t n = 0;
+
+	if (!m->have_world)
+		return bfs_cli_bad_usage("mount", usage,
+					 "--ranks: needs --world-size", NULL);
+	if (m->have_rank)
+		return bfs_cli_bad_usage(
+		    "mount", usage,
+		    "--rank and --ranks: one rank, or several; not both", NULL);
+	if (!strcmp(s, "all")) {
+		snprintf(all, sizeof(all), "0-%u", m->world_size - 1);
+		s = all;
+	}
+	do {
+		if (rank_range(m, s, &s, msg, sizeof(msg)) < 0)
+			return bfs_cli_bad_usage("mount", usage, msg,
+						 m->ranks_arg);
+	} while (*s);
+	qsort(m->ranks, m->nranks, sizeof(m->ranks[0]), cmp_u32);
+	for (size_t i = 0; i < m->nranks; i++)
+		if (!n || m->ranks[n - 1] != m->ranks[i])
+			m->ranks[n++] = m->ranks[i];
+	m->nranks = n;
+	if (m->epochs > BFS_TREE_MAX_EPOCHS / n) {
+		snprintf(msg, sizeof(msg),
+			 "%zu ranks x --epochs %" PRIu64
+			 " exceed %llu epochs in all: use --epochs %llu or "
+			 "fewer",
+			 n, m->epochs, BFS_TREE_MAX_EPOCHS,
+			 BFS_TREE_MAX_EPOCHS / n);
+		return bfs_cli_bad_usage("mount", usage, msg, NULL);
+	}
+	return 0;
+}
+
 static int operands(int argc, char **argv, struct mount_opts *m)
 {
 	struct bfs_order_request req;
 	struct bfs_error err = {{0}};
+	int rc;
 
 	if (argc - optind < 2)
 		return bfs_cli_bad_usage("mount", usage,
@@ -468,6 +575,8 @@ static int operands(int argc, char **argv, struct mount_opts *m)
 	if (!m->have_world && m->rank)
 		return bfs_cli_bad_usage("mount", usage,
 					 "--rank: needs --world-size", NULL);
+	if (m->ranks_arg && (rc = expand_ranks(m)) != 0)
+		return rc;
 	if (!m->have_prefetch)
 		m->prefetch = 2 * m->workers;
 	if (!m->have_pc)
@@ -584,6 +693,9 @@ static int make_order(struct mount_opts *m, struct model *mt)
 	o.weights_len = in.weights_len;
 	o.world_size = m->have_world ? m->world_size : 1;
 	o.rank = m->rank;
+	o.ranks = m->ranks;
+	o.nranks = m->nranks;
+	o.lane_epochs = m->epochs;
 	o.shuffle = m->shuffle;
 	o.compat = m->compat;
 	o.generator_state = in.state;
@@ -760,14 +872,22 @@ static int start(void *arg, enum bfs_serve_mode mode, const char *why,
  * the mode chosen). */
 static void describe_opts(struct mount_opts *m, enum bfs_serve_mode mode)
 {
+	char ranks[96] = "";
+
+	if (m->have_world && m->ranks_arg)
+		snprintf(ranks, sizeof(ranks), " --world-size %u --ranks %.40s",
+			 m->world_size, m->ranks_arg);
+	else if (m->have_world)
+		snprintf(ranks, sizeof(ranks), " --world-size %u --rank %u",
+			 m->world_size, m->rank);
 	snprintf(m->line, sizeof(m->line),
 		 "--batch-size %" PRIu64 "%s --seed %" PRIu64
-		 "%s --epochs %" PRIu64
+		 "%s%s --epochs %" PRIu64
 		 " --workers %u --prefetch %u --cache-mb %" PRIu64
 		 " --timeout %u --serve %s%s",
 		 m->batch_size, m->shuffle ? " --shuffle" : "", m->seed,
-		 m->drop_last ? " --drop-last" : "", m->epochs, m->workers,
-		 m->prefetch, m->cache_mb, m->timeout_s,
+		 m->drop_last ? " --drop-last" : "", ranks, m->epochs,
+		 m->workers, m->prefetch, m->cache_mb, m->timeout_s,
 		 bfs_serve_mode_name(mode), m->ragged_line);
 }
 

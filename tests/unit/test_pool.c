@@ -372,6 +372,62 @@ static void windows_left_by_peeks_do_not_starve_the_prefetch(void **state)
 	bfs_pool_destroy(p);
 }
 
+static bool three_ready(const struct bfs_pool_stats *st)
+{
+	return st->batches_materialized >= 3;
+}
+
+/* Two ranks from one pool (an order with two lanes): rank 0 reads one
+ * batch and stops, its prefetch window (2) READY; rank 1 then reads two
+ * whole epochs through a budget of 4 batches: room for rank 0's window
+ * and one batch and one prefetch of its own, not its whole window.
+ * Rank 1's prefetches and demands find room without rank 0's window, so
+ * rank 0's next batches are still there: prefetch hits, exact bytes. */
+static void a_fast_rank_does_not_evict_a_slow_ranks_window(void **state)
+{
+	enum { PREFETCH = 2, EPOCHS = 4 };
+	const uint32_t ranks[2] = {0, 1};
+	struct bfs_order_opts o = {.sampler = BFS_SAMPLER_DISTRIBUTED,
+				   .n = bfs_dataset_samples(fx.ds),
+				   .batch_size = 32,
+				   .seed = 9,
+				   .world_size = 2,
+				   .shuffle = true,
+				   .ranks = ranks,
+				   .nranks = 2,
+				   .lane_epochs = EPOCHS};
+	struct bfs_order *saved = fx.order, *two;
+	uint64_t rows, size, len, hits;
+	struct bfs_pool_stats st;
+	struct bfs_pool *p;
+	struct bfs_batch *b;
+
+	assert_int_equal(bfs_order_create(&two, &o, NULL), 0);
+	fx.order = two; /* expect_batch and pool() use fx.order */
+	rows = bfs_order_batch_rows(two, 0);
+	size = (bfs_layout_size(&fx.layout, 0, 0, rows) + 4095) & ~4095ull;
+	len = bfs_order_len(two);
+	p = pool((PREFETCH + 2) * size, PREFETCH, 0, 30000);
+	assert_int_equal(bfs_pool_acquire(p, 0, 0, &b), 0); /* rank 0 */
+	bfs_pool_release(p, b);
+	wait_stats(p, three_ready);	 /* batch 0 and its window, READY */
+	for (uint64_t e = 0; e < 2; e++) /* rank 1: stream epochs 4, 5 */
+		for (uint64_t k = 0; k < len; k++)
+			expect_batch(p, EPOCHS + e, k, true);
+	bfs_pool_stats(p, &st);
+	hits = st.prefetch_hits;
+	expect_batch(p, 0, 1, true); /* rank 0 goes on */
+	expect_batch(p, 0, 2, true);
+	bfs_pool_stats(p, &st);
+	print_message("%llu evictions, %llu prefetches dropped\n",
+		      (unsigned long long)st.evictions,
+		      (unsigned long long)st.prefetch_skipped);
+	assert_int_equal(st.prefetch_hits - hits, 2);
+	bfs_pool_destroy(p);
+	bfs_order_destroy(two);
+	fx.order = saved;
+}
+
 static void a_slow_batch_times_out(void **state)
 {
 	/* the gather waits a minute (cut short by destroy), the read 50 ms */
@@ -499,6 +555,7 @@ int main(void)
 	    cmocka_unit_test(
 		a_budget_smaller_than_a_batch_still_serves_it_alone),
 	    cmocka_unit_test(windows_left_by_peeks_do_not_starve_the_prefetch),
+	    cmocka_unit_test(a_fast_rank_does_not_evict_a_slow_ranks_window),
 	    cmocka_unit_test(a_slow_batch_times_out),
 	    cmocka_unit_test(
 		concurrent_readers_under_a_small_budget_get_right_bytes),
