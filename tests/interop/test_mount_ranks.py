@@ -15,7 +15,11 @@ torch:
   batches, and a slow rank that stops for a while: every byte exact, no
   read times out, the daemon alive;
 - mount errors: --ranks without --world-size, a rank outside W, --rank
-  with --ranks, no batch per rank."""
+  with --ranks, no batch per rank;
+- the Python package picks the rank: rank=R, else $RANK; no rank on a
+  mount of several, a rank not served, a WORLD_SIZE other than the
+  mount's, or a one-rank mount read as another rank are ValueErrors that
+  say what to do."""
 import json
 import os
 import sys
@@ -23,10 +27,13 @@ import threading
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "mount"))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "loader", "python"))
 import mountlib as ml  # noqa: E402
 
 import torch  # noqa: E402
 from torch.utils.data import DataLoader, DistributedSampler  # noqa: E402
+
+import batchfs  # noqa: E402
 
 ml.require_fuse()
 TMP = ml.TMP
@@ -186,6 +193,60 @@ def mount_errors():
     print("ok: mount errors")
 
 
+def expect_value_error(fn, words, env):
+    saved = {k: os.environ.pop(k, None) for k in ("RANK", "WORLD_SIZE")}
+    os.environ.update(env)
+    try:
+        fn()
+        failures.append("no ValueError (%r, %s)" % (env, words))
+    except ValueError as ex:
+        if not all(w in str(ex) for w in words):
+            failures.append("%r: %s lacks %s" % (env, ex, words))
+    finally:
+        for k, v in saved.items():
+            os.environ.pop(k, None)
+            if v is not None:
+                os.environ[k] = v
+
+
+def python_picks_rank():
+    src = os.path.join(TMP, "s.pt")
+    _, mnt = ml.mount(src, None, "--batch-size", 4, "--world-size", 4,
+                      "--ranks", "1-3", "--shuffle", "--seed", 6)
+    _, one = ml.mount(src, None, "--batch-size", 4, "--world-size", 4,
+                      "--rank", 2, "--shuffle", "--seed", 6)
+    try:
+        for r in (1, 3):
+            want = reference(4, r, 4, True, False, 6, 0)
+            got = [b["v"].tolist() for b in batchfs.Batches(mnt, rank=r)]
+            assert got == [[i * 3 for i in idx] for idx in want], r
+        os.environ["RANK"] = "2"
+        try:
+            b = batchfs.Batches(mnt)
+            assert b.rank == 2 and "rank/2/" in b.batch_path(0, 0)
+            assert batchfs.Batches(one).rank == 2
+        finally:
+            del os.environ["RANK"]
+        expect_value_error(lambda: batchfs.Batches(mnt),
+                           ["ranks 1-3 of 4", "RANK"], {})
+        expect_value_error(lambda: batchfs.Batches(mnt),
+                           ["not rank 0", "--ranks all"], {"RANK": "0"})
+        expect_value_error(lambda: batchfs.Batches(mnt, rank=0),
+                           ["not rank 0"], {})
+        expect_value_error(lambda: batchfs.Batches(mnt),
+                           ["WORLD_SIZE=8", "--world-size 8"],
+                           {"RANK": "1", "WORLD_SIZE": "8"})
+        expect_value_error(lambda: batchfs.Batches(one),
+                           ["rank 2 of 4, not rank 3", "--ranks all"],
+                           {"RANK": "3"})
+    except AssertionError as ex:
+        failures.append("python: %r" % ex)
+    finally:
+        ml.umount(mnt)
+        ml.umount(one)
+    print("ok: the Python package picks the rank")
+
+
 def main():
     torch.save({"v": torch.arange(N) * 3}, os.path.join(TMP, "s.pt"))
     check(2, "all", 4, True, False, 5)
@@ -199,6 +260,7 @@ def main():
     check(40, "36-39", 1, False, False, None)
     all_at_once()
     mount_errors()
+    python_picks_rank()
     return ml.finish(failures)
 
 

@@ -9,18 +9,25 @@ Python. Pure Python over the mount (numpy; torch optional):
             for batch in batches:                  # each pass: next epoch
                 ...
 
-    # or, for DataLoader-based trainers:
-    loader = torch.utils.data.DataLoader(batchfs.IterableDataset("/mnt/data"),
-                                         batch_size=None)
+    # or, for DataLoader-based trainers (any num_workers):
+    loader = batchfs.DataLoader(batchfs.IterableDataset("/mnt/data"),
+                                num_workers=4)
+    loader.load_state_dict(saved)              # resuming: where it was
+    for batch in loader:
+        saved = loader.state_dict()            # the next batch the loop sees
 
 - mount(archive, mountpoint, **options) -> Mount: `batchfs mount` (a
   context manager; .umount(), .dataset, .stats(), .log, .batches()).
-- Batches(mountpoint, epoch=0, start_batch=0, device=None,
+- Batches(mountpoint, epoch=0, start_batch=0, device=None, rank=None,
   zero_copy=False): the batches, epoch after epoch, as dicts of numpy
   arrays or torch tensors (read into memory of their own; zero_copy=True:
   mapped); len(), set_epoch(), state_dict() / load_state_dict().
 - IterableDataset(mountpoint, ...): the same for DataLoader(ds,
-  batch_size=None) (needs torch).
+  batch_size=None) (needs torch); with a plain DataLoader and workers its
+  state_dict() raises (the main process cannot know the position).
+- DataLoader(ds, **DataLoader options): torch's DataLoader for an
+  IterableDataset, whose state_dict() / load_state_dict() / set_epoch()
+  are exact with workers too: it counts the batches the loop receives.
 - read_batch(path, device=None, zero_copy=True): one batch file.
 - Loader: the GPU loader (libbatchfs_loader through ctypes; pinned ring,
   asynchronous copies), batchfs_loader.Loader (needs torch).
@@ -30,7 +37,6 @@ loader/python/batchfs/README.md says why the package lives there.
 from ._batchfile import NP, read_batch
 from ._batches import Batches
 from ._mount import Mount, MountError, find_batchfs, mount
-
 
 
 def _version():
@@ -56,14 +62,15 @@ def _version():
 
 __version__ = _version()
 __all__ = ["mount", "Mount", "MountError", "Batches", "IterableDataset",
-           "read_batch", "find_batchfs", "Loader", "LoaderError", "NP"]
+           "DataLoader", "read_batch", "find_batchfs", "Loader",
+           "LoaderError", "NP"]
 
 
 def __getattr__(name):
     """What needs torch is imported when first used."""
-    if name == "IterableDataset":
-        from ._torch import IterableDataset
-        return IterableDataset
+    if name in ("IterableDataset", "DataLoader"):
+        from . import _torch
+        return getattr(_torch, name)
     if name in ("Loader", "LoaderError"):
         import batchfs_loader
         return getattr(batchfs_loader, name)

@@ -39,6 +39,63 @@ class _Listing:
             self._it = None
 
 
+def _env_int(name):
+    v = os.environ.get(name)
+    try:
+        return None if v is None else int(v)
+    except ValueError:
+        raise ValueError("%s=%r is not an integer" % (name, v)) from None
+
+
+def pick_rank(path, info, rank):
+    """The rank a process reads from the mount at 'path' (dataset.json:
+    'info'): 'rank' if given, else $RANK (torchrun sets it, and
+    WORLD_SIZE) on a mount of several ranks (`--ranks`); None on a mount
+    that is not distributed. A rank the mount does not serve, or a
+    WORLD_SIZE other than the mount's, is a ValueError that says what to
+    do."""
+    world, ranks = info.get("world_size", 1), info.get("ranks", [0])
+    env_rank, env_world = _env_int("RANK"), _env_int("WORLD_SIZE")
+    if world == 1 and not info.get("rank_dirs"):
+        return None if rank is None else int(rank)
+    if env_world is not None and env_world != world:
+        raise ValueError(
+            "%s serves a DistributedSampler of world size %d, but "
+            "WORLD_SIZE=%d: mount with --world-size %d" %
+            (path, world, env_world, env_world))
+    if rank is None:
+        rank = env_rank
+    if rank is None:
+        if len(ranks) > 1:
+            raise ValueError(
+                "%s serves ranks %s of %d: say which with rank=R, or set "
+                "RANK (torchrun does)" % (path, _ranges(ranks), world))
+        rank = ranks[0]
+    rank = int(rank)
+    if rank not in ranks:
+        how = ("mount with --ranks all (one mount for every rank)"
+               if info.get("rank_dirs") else
+               "mount with --ranks all to serve every rank from one mount, "
+               "or one mount per rank with --rank")
+        raise ValueError("%s serves rank%s %s of %d, not rank %d: %s" %
+                         (path, "s" if len(ranks) > 1 else "",
+                          _ranges(ranks), world, rank, how))
+    return rank
+
+
+def _ranges(ranks):
+    """[0, 1, 2, 5] -> "0-2,5"."""
+    out, i = [], 0
+    while i < len(ranks):
+        j = i
+        while j + 1 < len(ranks) and ranks[j + 1] == ranks[j] + 1:
+            j += 1
+        out.append(str(ranks[i]) if i == j else
+                   "%d-%d" % (ranks[i], ranks[j]))
+        i = j + 1
+    return ",".join(out)
+
+
 class Batches:
     """Iterate a mount's batches as dicts name -> array: numpy arrays
     (device=None) or torch tensors on 'device' ("cpu", "cuda", ...).
@@ -52,6 +109,13 @@ class Batches:
     load_state_dict() save and restore (epoch, next batch). len() is the
     batches per epoch. One iteration at a time.
 
+    On a mount of several ranks (`batchfs mount --world-size W --ranks
+    LIST`) it reads rank 'rank', or $RANK when rank is None (torchrun
+    sets RANK and WORLD_SIZE); .rank says which. A rank the mount does not
+    serve, or a WORLD_SIZE other than the mount's, is a ValueError. On a
+    mount of one rank (`--rank R`) a RANK or WORLD_SIZE that says
+    otherwise is one too.
+
     Each batch file is read into memory its arrays own (one read per
     file). zero_copy=True maps it instead (mmap, copy-on-write) where the
     mount's serve mode allows it (passthrough, push, cache: dataset.json's
@@ -63,10 +127,13 @@ class Batches:
     as long as you hold it."""
 
     def __init__(self, mountpoint, epoch=0, start_batch=0, device=None,
-                 zero_copy=False):
+                 zero_copy=False, rank=None):
         self.path = os.fspath(mountpoint)
         with open(os.path.join(self.path, "dataset.json")) as f:
             info = json.load(f)
+        self.rank = pick_rank(self.path, info, rank)
+        self._dir = self.path if not info.get("rank_dirs") else \
+            "%s/rank/%d" % (self.path, self.rank)
         self._len = info["batches_per_epoch"]
         self._epochs = info["epochs"]
         self.zero_copy = bool(zero_copy) and \
@@ -108,7 +175,7 @@ class Batches:
         self._roll()
 
     def batch_path(self, epoch, k):
-        return "%s/epoch/%d/batch_%d" % (self.path, epoch, k)
+        return "%s/epoch/%d/batch_%d" % (self._dir, epoch, k)
 
     def read(self, epoch, k):
         """Batch k of 'epoch' (any, in any order; the state is untouched)."""
@@ -127,7 +194,7 @@ class Batches:
             raise ValueError("epoch %d: the mount has epochs 0..%d (mount "
                              "with a larger --epochs)" % (e, self._epochs - 1))
         # From batch 0 only: from k, the listing would first list 0..k.
-        listing = (_Listing("%s/epoch/%d" % (self.path, e))
+        listing = (_Listing("%s/epoch/%d" % (self._dir, e))
                    if self._next == 0 else None)
         try:
             for k in self._indices(self._next):
