@@ -6,10 +6,11 @@
 #   make demo         the demo from README.md
 #   make fuzz         libFuzzer targets (clang), FUZZ_SECONDS each
 #   make bench        side-by-side benchmark (not part of check)
-#   make install      bin/batchfs, its man page, the loader library, header
-#                     and pkg-config file, the Python package, under
-#                     $(DESTDIR)$(PREFIX) (PYTHON_SITE: the system Python's
-#                     site directory for PREFIX); make uninstall removes them
+#   make install      bin/batchfs, its man page and bash completion, the
+#                     loader library, header and pkg-config file, the
+#                     Python package, under $(DESTDIR)$(PREFIX)
+#                     (PYTHON_SITE: the system Python's site directory for
+#                     PREFIX); make uninstall removes them
 #   SANITIZE=address,undefined make ...   any target under ASan/UBSan
 #   WERROR=1 (default in CI) turns warnings into errors
 
@@ -99,9 +100,12 @@ $(BUILD)/batchfs: $(CLI_OBJS) $(BUILD)/libbatchfs_core.a
 build-all: $(BUILD)/batchfs $(BUILD)/libbatchfs_core.a $(BUILD_ALL)
 
 # make install / uninstall: each module.mk adds its install-X rule (and
-# uninstall-X) to INSTALL_PARTS.
+# uninstall-X) to INSTALL_PARTS. Then, unless staged (DESTDIR=), where the
+# Python package went and what a PREFIX outside the search paths needs.
 install: all
 	@$(MAKE) --no-print-directory $(INSTALL_PARTS)
+	@[ -n "$(DESTDIR)" ] || tools/scripts/install_notes.sh $(PYTHON) \
+		$(BINDIR) $(LIBDIR) $(PYTHON_SITE)
 uninstall: $(INSTALL_PARTS:install-%=uninstall-%)
 
 # make check: build everything (tests included), then run every test.

@@ -478,8 +478,15 @@ static int count_samples(const struct bfs_dataset *ds, struct shard *sh,
 			return bfs_error_set(
 			    err, -EINVAL, sh->src->path, BFS_NO_OFFSET,
 			    "field '%s' has %" PRId64 " samples, '%s' has "
-			    "%" PRIu64 " (all fields must share dim 0)",
-			    t->name, t->size[0], t0->name, sh->samples);
+			    "%" PRIu64 " (all fields must share dim 0: "
+			    "batchfs mount --fields picks the fields to "
+			    "serve%s%.*s)",
+			    t->name, t->size[0], t0->name, sh->samples,
+			    strchr(t0->name, '.') ? ": --fields " : "",
+			    strchr(t0->name, '.')
+				? (int)(strchr(t0->name, '.') - t0->name)
+				: 0,
+			    t0->name);
 		}
 	}
 	if (!t0) {
@@ -531,6 +538,8 @@ static int open_shard(struct bfs_dataset *ds, struct shard *sh,
 
 	rc = bfs_source_open(&sh->src, parts, nparts,
 			     META_BUDGET - ds->meta_bytes, err);
+	if (!rc && ds->select)
+		rc = bfs_source_select(sh->src, ds->select, err);
 	if (rc)
 		return rc;
 	rc = charge(ds, sh->src->path, sh->src->meta_bytes, err);
@@ -598,10 +607,10 @@ static int number_files(struct bfs_dataset *ds)
 	return 0;
 }
 
-int bfs_dataset_open_parts(struct bfs_dataset **out,
-			   const struct bfs_source_part *parts,
-			   const size_t *first, size_t nsources,
-			   struct bfs_error *err)
+static int open_parts(struct bfs_dataset **out,
+		      const struct bfs_source_part *parts, const size_t *first,
+		      size_t nsources, const char *fields,
+		      struct bfs_error *err)
 {
 	struct bfs_dataset *ds;
 	int rc = -ENOMEM;
@@ -615,6 +624,7 @@ int bfs_dataset_open_parts(struct bfs_dataset **out,
 		return -ENOMEM;
 	ds->shards = calloc(nsources, sizeof(*ds->shards));
 	ds->copy_lock = lock_new();
+	ds->select = fields;
 	if (!ds->shards || !ds->copy_lock)
 		goto err_close;
 	for (size_t i = 0; i < nsources; i++) {
@@ -639,6 +649,7 @@ int bfs_dataset_open_parts(struct bfs_dataset **out,
 	rc = number_files(ds);
 	if (rc)
 		goto err_close;
+	ds->select = NULL;
 	*out = ds;
 	return 0;
 err_close:
@@ -646,8 +657,23 @@ err_close:
 	return rc;
 }
 
+int bfs_dataset_open_parts(struct bfs_dataset **out,
+			   const struct bfs_source_part *parts,
+			   const size_t *first, size_t nsources,
+			   struct bfs_error *err)
+{
+	return open_parts(out, parts, first, nsources, NULL, err);
+}
+
 int bfs_dataset_open(struct bfs_dataset **out, const char *const *paths,
 		     size_t n_paths, struct bfs_error *err)
+{
+	return bfs_dataset_open_select(out, paths, n_paths, NULL, err);
+}
+
+int bfs_dataset_open_select(struct bfs_dataset **out, const char *const *paths,
+			    size_t n_paths, const char *fields,
+			    struct bfs_error *err)
 {
 	struct bfs_source_part *parts = NULL;
 	size_t *first = NULL, ns = 0;
@@ -659,7 +685,7 @@ int bfs_dataset_open(struct bfs_dataset **out, const char *const *paths,
 				     "no archive given");
 	rc = bfs_source_group(paths, n_paths, &parts, &first, &ns, err);
 	if (rc == 0)
-		rc = bfs_dataset_open_parts(out, parts, first, ns, err);
+		rc = open_parts(out, parts, first, ns, fields, err);
 	free(parts);
 	free(first);
 	return rc;

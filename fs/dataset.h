@@ -74,6 +74,13 @@ struct bfs_dataset;
 int bfs_dataset_open(struct bfs_dataset **out, const char *const *paths,
 		     size_t n_paths, struct bfs_error *err);
 
+/* bfs_dataset_open with only the fields 'fields' selects in every shard
+ * (NAME[,NAME...]; NULL: all; bfs_source_select says how names and
+ * dicts of them select). */
+int bfs_dataset_open_select(struct bfs_dataset **out, const char *const *paths,
+			    size_t n_paths, const char *fields,
+			    struct bfs_error *err);
+
 /* The same over 'nsources' explicit sources: source i is made of
  * parts[first[i]] .. parts[first[i+1]] (bfs_source_open). */
 int bfs_dataset_open_parts(struct bfs_dataset **out,

@@ -49,6 +49,7 @@ struct bfs_dataset {
 	size_t nragged; /* fields with ragged set */
 	uint64_t samples;
 	uint64_t meta_bytes; /* metadata charged so far (the budget) */
+	const char *select;  /* --fields (borrowed, while opening), or NULL */
 	/* every shard's files, numbered in shard order (bfs_dataset_file) */
 	const struct bfs_source_file **files;
 	size_t nfiles;

@@ -151,6 +151,20 @@ int bfs_order_request_check(const struct bfs_order_request *r,
 		    "torch's global generator is modelled for "
 		    "DataLoader(shuffle=True) and RandomSampler only: no "
 		    "--subset, --weights or --world-size");
+	if (r->generator_state &&
+	    bfs_order_sampler_for(r) == BFS_SAMPLER_SEQUENTIAL)
+		return bfs_error_set(err, -EINVAL, "--generator-state",
+				     BFS_NO_OFFSET,
+				     "the order is sequential, so no generator "
+				     "is drawn from: add --shuffle (or "
+				     "--subset, --weights)");
+	if (r->generator_state &&
+	    bfs_order_sampler_for(r) == BFS_SAMPLER_DISTRIBUTED)
+		return bfs_error_set(err, -EINVAL, "--generator-state",
+				     BFS_NO_OFFSET,
+				     "DistributedSampler (--world-size) draws "
+				     "from no given generator: it seeds its "
+				     "own from --seed and the epoch");
 	if (!r->num_samples)
 		return 0;
 	if (r->subset)
@@ -167,6 +181,52 @@ int bfs_order_request_check(const struct bfs_order_request *r,
 	return no ? bfs_error_set(err, -EINVAL, "--num-samples", BFS_NO_OFFSET,
 				  "%s", no)
 		  : 0;
+}
+
+size_t bfs_order_request_unused(const struct bfs_order_request *r,
+				const char **msgs, size_t max)
+{
+	enum bfs_sampler s = bfs_order_sampler_for(r);
+	const char *m[4];
+	size_t n = 0;
+
+	if (r->have_seed && s == BFS_SAMPLER_SEQUENTIAL)
+		m[n++] = "--seed: no effect: the order is sequential (add "
+			 "--shuffle for a random one)";
+	else if (r->have_seed && !bfs_order_is_random(r))
+		m[n++] = "--seed: no effect: DistributedSampler without "
+			 "--shuffle keeps each rank's samples in order";
+	else if (r->have_seed && (r->generator_state || r->global_generator))
+		m[n++] = r->generator_state
+			     ? "--seed: no effect: the generator starts from "
+			       "the --generator-state file"
+			     : "--seed: no effect: the generator starts from "
+			       "the --rng-state file";
+	if (r->shuffle &&
+	    (s == BFS_SAMPLER_SUBSET || s == BFS_SAMPLER_WEIGHTED))
+		m[n++] = s == BFS_SAMPLER_SUBSET
+			     ? "--shuffle: no effect: --subset "
+			       "(SubsetRandomSampler) is a random order "
+			       "already"
+			     : "--shuffle: no effect: --weights "
+			       "(WeightedRandomSampler) draws at random "
+			       "already";
+	if (r->replacement && s != BFS_SAMPLER_RANDOM)
+		m[n++] =
+		    s == BFS_SAMPLER_SUBSET
+			? "--replacement: no effect: SubsetRandomSampler "
+			  "(--subset) draws each index once per epoch"
+		    : s == BFS_SAMPLER_WEIGHTED
+			? "--replacement: no effect: WeightedRandomSampler "
+			  "(--weights) always draws with replacement here"
+			: "--replacement: no effect: DistributedSampler "
+			  "(--world-size) has no replacement";
+	if (r->have_compat && !bfs_order_is_random(r))
+		m[n++] = "--torch-compat: no effect: the order is not random, "
+			 "so no torch version draws it differently";
+	for (size_t i = 0; i < n && i < max; i++)
+		msgs[i] = m[i];
+	return n < max ? n : max;
 }
 
 enum bfs_sampler bfs_order_sampler_for(const struct bfs_order_request *r)
@@ -215,10 +275,11 @@ const char *bfs_order_seed_source(const struct bfs_order_request *r)
 	return r->have_seed ? "--seed" : "getrandom";
 }
 
-static int invalid(struct bfs_error *err, const char *fmt, uint64_t v)
+/* A refusal of the option 'what' (named as the command line names it). */
+static int invalid(struct bfs_error *err, const char *what, const char *fmt,
+		   uint64_t v)
 {
-	return bfs_error_set(err, -EINVAL, "order options", BFS_NO_OFFSET, fmt,
-			     v);
+	return bfs_error_set(err, -EINVAL, what, BFS_NO_OFFSET, fmt, v);
 }
 
 static uint64_t perm_words(const struct bfs_order *o, uint64_t n)
@@ -232,61 +293,72 @@ static uint64_t perm_words(const struct bfs_order *o, uint64_t n)
 
 static int validate(const struct bfs_order_opts *p, struct bfs_error *err)
 {
+	const char *sampler = bfs_order_sampler_name(p->sampler);
+
 	if (p->batch_size < 1)
-		return invalid(err,
+		return invalid(err, "--batch-size",
 			       "batch_size should be a positive integer "
 			       "value, but got batch_size=%" PRIu64,
 			       p->batch_size);
 	if (p->compat != 0 && p->compat != BFS_TORCH_1_13 &&
 	    p->compat != BFS_TORCH_2_7)
-		return invalid(err, "unknown torch_compat %" PRIu64,
+		return invalid(err, "--torch-compat",
+			       "unknown torch_compat %" PRIu64,
 			       (uint64_t)p->compat);
 	if (p->nranks && p->sampler != BFS_SAMPLER_DISTRIBUTED)
-		return invalid(err, "%" PRIu64 " ranks need DistributedSampler",
+		return invalid(err, "--ranks",
+			       "%" PRIu64 " ranks need DistributedSampler "
+			       "(--world-size)",
 			       (uint64_t)p->nranks);
 	if (p->global_generator && p->sampler != BFS_SAMPLER_RANDOM)
-		return invalid(err,
-			       "torch's global generator is modelled for "
-			       "RandomSampler only, not for sampler %" PRIu64,
-			       (uint64_t)p->sampler);
+		return bfs_error_set(err, -EINVAL, "--rng-state", BFS_NO_OFFSET,
+				     "torch's global generator is modelled "
+				     "for RandomSampler only, not for the %s "
+				     "sampler",
+				     sampler);
 	if (p->generator_state && (p->sampler == BFS_SAMPLER_SEQUENTIAL ||
 				   p->sampler == BFS_SAMPLER_DISTRIBUTED))
-		return invalid(err,
-			       "a generator state has no use with this "
-			       "sampler (sampler %" PRIu64 " draws no "
-			       "words from a given generator)",
-			       (uint64_t)p->sampler);
+		return bfs_error_set(err, -EINVAL, "--generator-state",
+				     BFS_NO_OFFSET,
+				     "a generator state has no use with the %s "
+				     "sampler: it draws no words from a given "
+				     "generator",
+				     sampler);
 	switch (p->sampler) {
 	case BFS_SAMPLER_SEQUENTIAL:
 		return 0;
 	case BFS_SAMPLER_RANDOM:
 		if (p->n == 0)
-			return invalid(err,
-				       "num_samples should be a positive "
-				       "integer value, but got "
-				       "num_samples=%" PRIu64 " (the "
-				       "dataset is empty)",
-				       p->n);
+			return bfs_error_set(
+			    err, -EINVAL, p->source ? p->source : "dataset",
+			    BFS_NO_OFFSET,
+			    "num_samples should be a positive integer value, "
+			    "but got num_samples=0 (the dataset is empty: a "
+			    "random order needs a sample)");
 		if (p->num_samples > (1ull << 62))
-			return invalid(err,
-				       "num_samples=%" PRIu64 " is too large",
+			return invalid(err, "--num-samples",
+				       "num_samples=%" PRIu64 " is too large "
+				       "(at most 2^62)",
 				       p->num_samples);
 		return 0;
 	case BFS_SAMPLER_SUBSET:
 		for (size_t i = 0; i < p->subset_len; i++)
 			if (p->subset[i] < 0 || (uint64_t)p->subset[i] >= p->n)
 				return bfs_error_set(
-				    err, -EINVAL, "subset indices",
+				    err, -EINVAL,
+				    p->subset_name ? p->subset_name
+						   : "subset indices",
 				    BFS_NO_OFFSET,
 				    "index %" PRId64 " at position %zu is "
-				    "outside the dataset (0 .. %" PRIu64 ")",
-				    p->subset[i], i, p->n);
+				    "outside the dataset (%" PRIu64 " samples: "
+				    "0 .. %" PRIu64 ")",
+				    p->subset[i], i, p->n, p->n ? p->n - 1 : 0);
 		return 0;
 	case BFS_SAMPLER_WEIGHTED:
 		return 0; /* checked in setup_weights */
 	case BFS_SAMPLER_DISTRIBUTED:
 		if (p->world_size < 1)
-			return invalid(err,
+			return invalid(err, "--world-size",
 				       "world_size (num_replicas) must be "
 				       ">= 1, got %" PRIu64,
 				       (uint64_t)p->world_size);
@@ -295,19 +367,21 @@ static int validate(const struct bfs_order_opts *p, struct bfs_error *err)
 
 			if (r >= p->world_size)
 				return bfs_error_set(
-				    err, -EINVAL, "order options",
+				    err, -EINVAL,
+				    p->nranks ? "--ranks" : "--rank",
 				    BFS_NO_OFFSET,
 				    "Invalid rank %u, rank should be in the "
 				    "interval [0, %u]",
 				    r, p->world_size - 1);
 		}
 		if (p->nranks && p->lane_epochs < 1)
-			return invalid(err,
+			return invalid(err, "--epochs",
 				       "%" PRIu64 " ranks need their epochs",
 				       (uint64_t)p->nranks);
 		return 0;
 	}
-	return invalid(err, "unknown sampler %" PRIu64, (uint64_t)p->sampler);
+	return invalid(err, "sampler", "unknown sampler %" PRIu64,
+		       (uint64_t)p->sampler);
 }
 
 /* torch.multinomial's checks and its sequential double cumsum / total,
@@ -317,29 +391,30 @@ static int setup_weights(struct bfs_order *o, const double *weights,
 			 struct bfs_error *err)
 {
 	const struct bfs_order_opts *p = &o->opt;
+	const char *what = p->weights_name ? p->weights_name : "weights";
 	double sum = 0;
 	size_t n = p->weights_len;
 
 	if (p->num_samples < 1)
-		return invalid(err,
+		return invalid(err, what,
 			       "WeightedRandomSampler needs num_samples "
-			       ">= 1, got %" PRIu64,
+			       ">= 1, got %" PRIu64 " (no weights?)",
 			       p->num_samples);
 	/* 'replacement' is RandomSampler's option: WeightedRandomSampler
 	 * here is always replacement=True, as fs/order.h states (its
 	 * replacement=False order is not portable across torch versions). */
 	if (n != p->n)
-		return bfs_error_set(err, -EINVAL, "weights", BFS_NO_OFFSET,
+		return bfs_error_set(err, -EINVAL, what, BFS_NO_OFFSET,
 				     "%zu weights for a dataset of %" PRIu64
 				     " samples: give one weight per sample",
 				     n, p->n);
 	if (n > MAX_CATEGORIES)
-		return bfs_error_set(err, -EINVAL, "weights", BFS_NO_OFFSET,
+		return bfs_error_set(err, -EINVAL, what, BFS_NO_OFFSET,
 				     "number of categories cannot exceed 2^24 "
 				     "(got %zu weights)",
 				     n);
 	if (p->num_samples == 1 && p->compat == BFS_TORCH_2_7)
-		return invalid(err,
+		return invalid(err, "--torch-compat",
 			       "WeightedRandomSampler with num_samples="
 			       "%" PRIu64 " uses torch's exponential_(), "
 			       "whose stream differs between versions; "
@@ -353,7 +428,7 @@ static int setup_weights(struct bfs_order *o, const double *weights,
 
 		if (!isfinite(w) || w < 0)
 			return bfs_error_set(
-			    err, -EINVAL, "weights", BFS_NO_OFFSET,
+			    err, -EINVAL, what, BFS_NO_OFFSET,
 			    "weight %zu is %g: invalid "
 			    "multinomial distribution (weights "
 			    "must be finite and >= 0)",
@@ -362,7 +437,7 @@ static int setup_weights(struct bfs_order *o, const double *weights,
 		o->cdf[j] = sum;
 	}
 	if (!(sum > 0))
-		return bfs_error_set(err, -EINVAL, "weights", BFS_NO_OFFSET,
+		return bfs_error_set(err, -EINVAL, what, BFS_NO_OFFSET,
 				     "invalid multinomial distribution (sum "
 				     "of probabilities <= 0)");
 	for (size_t j = 0; j < n; j++)
@@ -537,9 +612,9 @@ int bfs_order_create(struct bfs_order **out, const struct bfs_order_opts *p,
 	if (rc)
 		goto err_destroy;
 	if (p->generator_state) {
-		rc = bfs_mt_import(&o->mt0, p->generator_state,
-				   p->generator_state_len, "generator state",
-				   err);
+		rc = bfs_mt_import(
+		    &o->mt0, p->generator_state, p->generator_state_len,
+		    p->state_name ? p->state_name : "generator state", err);
 		if (rc)
 			goto err_destroy;
 	} else {

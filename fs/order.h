@@ -59,6 +59,10 @@ struct bfs_order_opts {
 	 * instead of manual_seed(seed); NULL = use seed. */
 	const uint8_t *generator_state;
 	size_t generator_state_len;
+	/* What refusals call the subset, the weights and the state, e.g.
+	 * "--subset FILE" (NULL: "subset indices", "weights", "generator
+	 * state"). */
+	const char *subset_name, *weights_name, *state_name;
 	/* RANDOM only: the generator is torch's global one (the state is
 	 * torch.get_rng_state()), as for DataLoader(shuffle=True) or
 	 * RandomSampler without generator=: each epoch draws the base seed
@@ -82,6 +86,7 @@ struct bfs_order_request {
 	bool have_seed;	       /* a seed was given */
 	bool generator_state;  /* a generator's state was given */
 	bool global_generator; /* torch's global generator's state was */
+	bool have_compat;      /* a torch version to match was given */
 };
 
 /* Whether r says one thing in PyTorch's terms: 0, or -EINVAL with 'err'
@@ -89,9 +94,20 @@ struct bfs_order_request {
  * RandomSampler (shuffle) or WeightedRandomSampler (weights): alone it
  * would not say which, and SubsetRandomSampler and DistributedSampler
  * have none; a subset and weights are two samplers; torch's global
- * generator is modelled for RandomSampler (shuffle) only. */
+ * generator is modelled for RandomSampler (shuffle) only; a generator's
+ * state needs a sampler that draws from it. */
 int bfs_order_request_check(const struct bfs_order_request *r,
 			    struct bfs_error *err);
+
+/* The options of r (checked) that change nothing in the order its
+ * sampler makes, as one line each naming the option and why ("--seed: no
+ * effect: ..."), into msgs[0 .. max): a seed for an order that is not
+ * random or that starts from a state, --shuffle beside a sampler that is
+ * random anyway, --replacement beside one that has no such choice,
+ * --torch-compat for an order with no random permutation. Returns how
+ * many (at most max); the strings are static. */
+size_t bfs_order_request_unused(const struct bfs_order_request *r,
+				const char **msgs, size_t max);
 
 /* The one sampler PyTorch would use for r (a subset or weights win, then
  * distributed, then any random option, else sequential). */

@@ -13,14 +13,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fs/mt19937.h"
 #include "fs/npy.h"
 
 #define MAX_INPUT_BYTES (1ull << 36)
-#define MAX_STATE_BYTES (1u << 20)
 
-/* Read all of 'path' into a malloc'd, NUL-terminated buffer. */
-static int slurp(const char *path, size_t limit, char **out, size_t *len,
-		 struct bfs_error *err)
+/* Read all of 'path' into a malloc'd, NUL-terminated buffer; a file over
+ * 'limit' bytes is refused, saying 'expect' (what its size should be)
+ * when not NULL. */
+static int slurp(const char *path, size_t limit, const char *expect, char **out,
+		 size_t *len, struct bfs_error *err)
 {
 	FILE *f = fopen(path, "rb");
 	char *buf = NULL;
@@ -38,6 +40,11 @@ static int slurp(const char *path, size_t limit, char **out, size_t *len,
 		goto out_close;
 	}
 	rc = -EFBIG;
+	if ((unsigned long)size > limit && expect) {
+		bfs_error_set(err, rc, path, BFS_NO_OFFSET, "%ld bytes; %s",
+			      size, expect);
+		goto out_close;
+	}
 	if ((unsigned long)size > limit) {
 		bfs_error_set(err, rc, path, BFS_NO_OFFSET,
 			      "file is %ld bytes, more than the %zu allowed",
@@ -255,7 +262,7 @@ static int load_numbers(const char *path, int want_int, void **out, size_t *n,
 	uint64_t *vals = NULL;
 	int rc;
 
-	rc = slurp(path, MAX_INPUT_BYTES, &buf, &len, err);
+	rc = slurp(path, MAX_INPUT_BYTES, NULL, &buf, &len, err);
 	if (rc)
 		return rc;
 	if (len >= 6 && memcmp(buf, "\x93NUMPY", 6) == 0)
@@ -289,5 +296,20 @@ int bfs_order_load_weights(const char *path, double **out, size_t *n,
 int bfs_order_load_state(const char *path, uint8_t **out, size_t *len,
 			 struct bfs_error *err)
 {
-	return slurp(path, MAX_STATE_BYTES, (char **)out, len, err);
+	static const char expect[] =
+	    "a generator state is the 5056 bytes of "
+	    "torch.Generator.get_state() or torch.get_rng_state() (5048 "
+	    "from older torch), e.g. open(FILE, 'wb').write("
+	    "state.numpy().tobytes())";
+	int rc =
+	    slurp(path, BFS_MT_STATE_BYTES, expect, (char **)out, len, err);
+
+	if (rc == 0 && *len != BFS_MT_STATE_BYTES &&
+	    *len != BFS_MT_STATE_LEGACY_BYTES) {
+		rc = bfs_error_set(err, -EINVAL, path, BFS_NO_OFFSET,
+				   "%zu bytes; %s", *len, expect);
+		free(*out);
+		*out = NULL;
+	}
+	return rc;
 }

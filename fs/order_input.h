@@ -28,8 +28,10 @@ int bfs_order_load_indices(const char *path, int64_t **out, size_t *n,
 int bfs_order_load_weights(const char *path, double **out, size_t *n,
 			   struct bfs_error *err);
 
-/* Read a generator state blob (any length up to 1 MiB; bfs_order_create
- * checks it is one). Returns 0 or -errno with 'err'. */
+/* Read a generator state blob: 5056 bytes (5048 from older torch; its
+ * content is bfs_order_create's to check). Returns 0, or -errno with
+ * 'err' naming the file and, for another size, the size it should have
+ * (-EFBIG over 5056 bytes, -EINVAL under). */
 int bfs_order_load_state(const char *path, uint8_t **out, size_t *len,
 			 struct bfs_error *err);
 

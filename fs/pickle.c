@@ -648,5 +648,6 @@ void bfs_pickle_result_free(struct bfs_pickle_result *r)
 		free(r->tensors[i].storage_key);
 	}
 	free(r->tensors);
+	free(r->skipped);
 	memset(r, 0, sizeof(*r));
 }

@@ -3,7 +3,11 @@
  *
  * It never executes anything: GLOBALs are looked up in a static allowlist,
  * REDUCE is only interpreted for the allowlisted callables. The result is the
- * flat list of tensors of the top-level container. */
+ * flat list of tensors of the top-level container; nested dicts of tensors
+ * give dotted names ({"train": {"x": t}} is field "train.x"), and values
+ * that are not tensors are skipped and named in the result. Numpy arrays
+ * and scalars are recognised by their globals, never built: an array where
+ * a field would be is refused with advice, a scalar is skipped. */
 #ifndef BFS_PICKLE_H
 #define BFS_PICKLE_H
 
@@ -17,6 +21,8 @@
 /* Fields (top-level tensors) of one dataset: a pickle with more is refused
  * before any per-field memory is spent. */
 #define BFS_MAX_FIELDS 4096u
+/* Dicts of tensors nest at most this deep ({"a": {"b": t}}: 2). */
+#define BFS_PICKLE_MAX_NEST 16
 
 enum bfs_container {
 	BFS_CONTAINER_DICT,   /* dict or OrderedDict: names are the keys */
@@ -44,6 +50,12 @@ struct bfs_pickle_result {
 	enum bfs_container container;
 	struct bfs_pickle_tensor *tensors; /* in pickle (archive) order */
 	size_t n_tensors;
+	/* Values beside the tensors that are not served (metadata: str, int,
+	 * float, None, containers of those, numpy scalars): how many, and
+	 * the first few named ("'meta' (a dict), 'n' (an int)"); NULL when
+	 * none. */
+	size_t n_skipped;
+	char *skipped;
 };
 
 /* Heap a load may spend when the caller sets no limit (mem_limit 0). */
@@ -52,13 +64,15 @@ struct bfs_pickle_result {
 /* Run the restricted VM over data.pkl bytes [buf, buf+len).
  * Validates every opcode, bound, global and tensor geometry (extent within
  * the storage, numel as torch computes it, checked math). The top-level
- * object must be a dict, OrderedDict, list or tuple of 1 to BFS_MAX_FIELDS
- * tensors (or one tensor). Heap (VM objects and the result's table) is
- * bounded by min(mem_limit or BFS_PICKLE_MEM_DEFAULT, 16 MiB + 128 x len).
- * Returns 0 and fills *out, or -EINVAL/-ENOMEM/-E2BIG with 'err' naming
- * 'label', the byte offset in the pickle and the reason (e.g. the refused
- * global "os system"). Memory: O(len); no recursion.
- * Free with bfs_pickle_result_free(). */
+ * object must be a dict, OrderedDict, list or tuple holding 1 to
+ * BFS_MAX_FIELDS tensors (or one tensor), in dicts nested at most
+ * BFS_PICKLE_MAX_NEST deep; other values beside them are skipped (a list
+ * or tuple holding a tensor, or a numpy array, is refused). Heap (VM objects
+ * and the result's table) is bounded by min(mem_limit or
+ * BFS_PICKLE_MEM_DEFAULT, 16 MiB + 128 x len). Returns 0 and fills *out, or
+ * -EINVAL/-ENOMEM/-E2BIG with 'err' naming 'label', the byte offset in the
+ * pickle and the reason (e.g. the refused global "os system"). Memory: O(len);
+ * no recursion. Free with bfs_pickle_result_free(). */
 int bfs_pickle_load(const uint8_t *buf, size_t len, const char *label,
 		    size_t mem_limit, struct bfs_pickle_result *out,
 		    struct bfs_error *err);

@@ -35,6 +35,19 @@ enum gid {
 	G_STORAGE, /* dtype = storage element type; UntypedStorage: UINT8 */
 	G_UNTYPED_STORAGE,
 	G_DTYPE, /* torch.<dtype> */
+	/* Inert: their REDUCE makes an opaque object, runs nothing. */
+	G_NP_ARRAY,  /* numpy.core.multiarray._reconstruct */
+	G_NP_SCALAR, /* numpy.core.multiarray.scalar */
+	G_NP_OTHER,  /* numpy.ndarray, numpy.dtype (arguments of the two) */
+	G_BYTES,     /* _codecs.encode (bytes, in pickle protocol 2) */
+};
+
+/* What an opaque object stands for (V_OPAQUE). */
+enum opaque_what { O_NP_ARRAY, O_NP_SCALAR, O_OTHER };
+
+struct opaque_obj {
+	struct obj h;
+	enum opaque_what what;
 };
 
 struct storage_obj {
@@ -71,6 +84,15 @@ static const struct global fixed_globals[] = {
     {"torch", "Tensor", G_TENSOR_CLASS},
     {"torch.nn.parameter", "Parameter", G_PARAM_CLASS},
     {"torch", "UntypedStorage", G_UNTYPED_STORAGE},
+    /* numpy objects pickled beside tensors (numpy 1 and 2 module names):
+     * recognised, never built */
+    {"numpy.core.multiarray", "_reconstruct", G_NP_ARRAY},
+    {"numpy._core.multiarray", "_reconstruct", G_NP_ARRAY},
+    {"numpy.core.multiarray", "scalar", G_NP_SCALAR},
+    {"numpy._core.multiarray", "scalar", G_NP_SCALAR},
+    {"numpy", "ndarray", G_NP_OTHER},
+    {"numpy", "dtype", G_NP_OTHER},
+    {"_codecs", "encode", G_BYTES},
 };
 
 /* Resolve "module name" or refuse it by name (escaped for the message). */
@@ -378,6 +400,20 @@ int bfs_pickle_op_reduce(struct vm *vm)
 		    int_tuple(a->v[0], (int64_t[BFS_MAX_DIMS]){0}) < 0)
 			return FAIL(vm, "torch.Size() of a non-size");
 		return bfs_pickle_push(vm, a->v[0]);
+	case G_NP_ARRAY:
+	case G_NP_SCALAR:
+	case G_NP_OTHER:
+	case G_BYTES: {
+		struct opaque_obj *o =
+		    bfs_pickle_new_obj(vm, V_OPAQUE, sizeof(*o));
+
+		if (!o)
+			return vm->alloc_rc;
+		o->what = fn.u.g.id == G_NP_ARRAY    ? O_NP_ARRAY
+			  : fn.u.g.id == G_NP_SCALAR ? O_NP_SCALAR
+						     : O_OTHER;
+		return push_obj(vm, o);
+	}
 	}
 	return FAIL(vm, "REDUCE: global is not callable here");
 }
@@ -399,6 +435,8 @@ int bfs_pickle_op_build(struct vm *vm)
 	    (state.kind == V_NONE || state.kind == V_DICT))
 		return 0;
 	if (inst->kind == V_TENSOR && state_empty(state))
+		return 0;
+	if (inst->kind == V_OPAQUE) /* a numpy object's state: not read */
 		return 0;
 	return FAIL(vm, "BUILD of %s with %s as state: refused",
 		    kind_name(*inst), kind_name(state));
@@ -436,39 +474,234 @@ static int numel_refused(struct vm *vm, const struct tensor_obj *o,
 	    bfs_size_shape_str(shape, sizeof(shape), o->t.size, o->t.ndim));
 }
 
-/* Field i of the top-level container: a tensor under a str key. */
-static int field_ok(struct vm *vm, const struct seq_obj *c, size_t i)
-{
-	struct val v = c->v[c->h.kind == V_DICT ? 2 * i + 1 : i];
-	struct str_obj *k = NULL;
-	char num[24];
+/* ---- the fields: tensors, in dicts nested or not ---- */
 
-	if (c->h.kind == V_DICT) {
-		k = as_str(c->v[2 * i]);
-		if (!k)
+/* What a value holds, looked for through its containers. */
+enum { HOLDS_TENSOR = 1, HOLDS_ARRAY = 2 };
+
+/* Cells one walk over the fields may look at: a pickle can share one list
+ * many times over (memo), which a walk sees each time. */
+#define MAX_VISITS (1u << 20)
+
+/* Longest dotted field name. */
+#define MAX_NAME 4096
+
+/* Room for the names of skipped values in the result. */
+#define SKIPPED_TEXT 400
+
+static bool is_array(struct val v)
+{
+	return v.kind == V_OPAQUE &&
+	       ((const struct opaque_obj *)v.u.o)->what == O_NP_ARRAY;
+}
+
+static bool is_seq(struct val v)
+{
+	return v.kind == V_LIST || v.kind == V_TUPLE || v.kind == V_DICT;
+}
+
+/* Whether v or what its containers hold (depth first, no recursion) is a
+ * tensor or a numpy array: HOLDS_ flags, or -EINVAL when it nests deeper
+ * than BFS_PICKLE_MAX_NEST or the walk's cells (*visits) pass
+ * MAX_VISITS. */
+static int holds(struct vm *vm, struct val v, const char *name, size_t *visits)
+{
+	struct {
+		const struct seq_obj *s;
+		size_t i;
+	} st[BFS_PICKLE_MAX_NEST];
+	int depth = 0, flags = 0;
+
+	for (;;) {
+		if (v.kind == V_TENSOR)
+			flags |= HOLDS_TENSOR;
+		else if (is_array(v))
+			flags |= HOLDS_ARRAY;
+		else if (is_seq(v)) {
+			if (depth == BFS_PICKLE_MAX_NEST)
+				return FAIL(vm,
+					    "'%s': containers nested deeper "
+					    "than %d levels",
+					    name, BFS_PICKLE_MAX_NEST);
+			st[depth].s = (const struct seq_obj *)v.u.o;
+			st[depth++].i = 0;
+		}
+		while (depth && st[depth - 1].i == st[depth - 1].s->n)
+			depth--;
+		if (!depth)
+			return flags;
+		v = st[depth - 1].s->v[st[depth - 1].i++];
+		if (++*visits > MAX_VISITS)
 			return FAIL(vm,
-				    "top-level dict key %zu is %s, not a "
-				    "string",
-				    i, kind_name(c->v[2 * i]));
-		if (k->len != strlen(k->s))
-			return FAIL(vm,
-				    "top-level dict key %zu contains a NUL "
-				    "byte",
-				    i);
-		if (v.kind != V_TENSOR)
-			return FAIL(vm,
-				    "top-level field '%s' is %s, not a "
-				    "tensor",
-				    k->s, kind_name(v));
-	} else if (v.kind != V_TENSOR) {
-		return FAIL(vm, "top-level item %zu is %s, not a tensor", i,
-			    kind_name(v));
+				    "'%s': the values beside the tensors take "
+				    "more than %u cells: refused",
+				    name, MAX_VISITS);
 	}
-	snprintf(num, sizeof(num), "%zu", i);
-	if (((const struct tensor_obj *)v.u.o)->bad_numel)
-		return numel_refused(vm, (const struct tensor_obj *)v.u.o,
-				     k ? k->s : num);
+}
+
+/* One walk over the top-level object's fields: the first counts them and
+ * names what is skipped (r NULL), the second adds them to r. */
+struct walk {
+	struct vm *vm;
+	struct bfs_pickle_result *r;
+	size_t n;	  /* tensors met */
+	size_t n_skipped; /* values skipped */
+	size_t shown;	  /* of them, named in 'skipped' */
+	size_t visits;	  /* cells looked at (holds) */
+	char skipped[SKIPPED_TEXT];
+	size_t skipped_len;
+	char name[MAX_NAME];
+};
+
+/* A value that is not served: named in w->skipped while there is room. */
+static void skip(struct walk *w, struct val v, const char *name)
+{
+	const char *what = kind_name(v);
+	size_t room = sizeof(w->skipped) - w->skipped_len;
+	int k;
+
+	if (v.kind == V_OPAQUE)
+		what = ((const struct opaque_obj *)v.u.o)->what == O_NP_SCALAR
+			   ? "a numpy scalar"
+			   : "an object";
+	w->n_skipped++;
+	k = snprintf(w->skipped + w->skipped_len, room, "%s'%s' (%s)",
+		     w->skipped_len ? ", " : "", name, what);
+	if (k > 0 && (size_t)k < room - 24) { /* room for ", and N more" */
+		w->skipped_len += (size_t)k;
+		w->shown++;
+	} else
+		w->skipped[w->skipped_len] = 0;
+}
+
+/* Field 'name' holding v: a tensor is counted or added; a numpy array,
+ * or a container holding tensors or arrays, is refused with advice; the
+ * rest is skipped. */
+static int leaf(struct walk *w, struct val v, const char *name)
+{
+	struct vm *vm = w->vm;
+	int h;
+
+	if (v.kind == V_TENSOR) {
+		const struct tensor_obj *o = (const struct tensor_obj *)v.u.o;
+
+		if (o->bad_numel)
+			return numel_refused(vm, o, name);
+		if (++w->n > BFS_MAX_FIELDS)
+			return FAIL(vm,
+				    "more than the %u fields batchfs serves "
+				    "(tensors in dicts, the last '%s')",
+				    BFS_MAX_FIELDS, name);
+		return w->r ? add_tensor(vm, w->r, v, name) : 0;
+	}
+	if (is_array(v))
+		return FAIL(vm,
+			    "field '%s' is a numpy array: save it with "
+			    "torch.from_numpy(...) (batchfs reads tensors; it "
+			    "never unpickles numpy objects)",
+			    name);
+	h = is_seq(v) ? holds(vm, v, name, &w->visits) : 0;
+	if (h < 0)
+		return h;
+	if (h)
+		return FAIL(vm,
+			    "field '%s' is %s holding %s: save one tensor per "
+			    "field (torch.stack the samples; a variable-length "
+			    "field as NAME.values and NAME.offsets)",
+			    name, kind_name(v),
+			    h & HOLDS_TENSOR ? "tensors" : "numpy arrays");
+	if (!w->r)
+		skip(w, v, name);
 	return 0;
+}
+
+/* Dict key cell k: a str without NUL, or refused naming where it is. */
+static int dict_key(struct vm *vm, struct val k, size_t i, const char *in,
+		    struct str_obj **out)
+{
+	*out = as_str(k);
+	if (!*out)
+		return FAIL(vm, "%s%s%sdict key %zu is %s, not a string",
+			    *in ? "'" : "top-level ", in, *in ? "': " : "", i,
+			    kind_name(k));
+	if ((*out)->len != strlen((*out)->s))
+		return FAIL(vm, "%s%s%sdict key %zu contains a NUL byte",
+			    *in ? "'" : "top-level ", in, *in ? "': " : "", i);
+	return 0;
+}
+
+/* The fields of dict d, and of the dicts holding tensors within it
+ * ("outer.inner"), in pickle order, with an explicit stack. */
+static int walk_dict(struct walk *w, const struct seq_obj *d)
+{
+	struct {
+		const struct seq_obj *d;
+		size_t i, name_len;
+	} st[BFS_PICKLE_MAX_NEST];
+	int depth = 1, rc = 0;
+
+	st[0].d = d;
+	st[0].i = 0;
+	st[0].name_len = 0;
+	while (depth && !rc) {
+		size_t i = st[depth - 1].i++, at = st[depth - 1].name_len;
+		const struct seq_obj *c = st[depth - 1].d;
+		struct str_obj *key;
+		struct val v;
+
+		if (i == c->n / 2) {
+			depth--;
+			continue;
+		}
+		if (++w->visits > MAX_VISITS)
+			return FAIL(w->vm,
+				    "dicts of tensors of more than %u entries "
+				    "in all: refused",
+				    MAX_VISITS);
+		w->name[at] = 0;
+		rc = dict_key(w->vm, c->v[2 * i], i, w->name, &key);
+		if (rc)
+			break;
+		if (at + !!at + key->len >= sizeof(w->name))
+			return FAIL(w->vm, "a field name longer than %d bytes",
+				    MAX_NAME - 1);
+		snprintf(w->name + at, sizeof(w->name) - at, "%s%s",
+			 at ? "." : "", key->s);
+		v = c->v[2 * i + 1];
+		if (v.kind == V_DICT &&
+		    (rc = holds(w->vm, v, w->name, &w->visits)) > 0) {
+			if (depth == BFS_PICKLE_MAX_NEST)
+				return FAIL(w->vm,
+					    "'%s': dicts of tensors nested "
+					    "deeper than %d levels",
+					    w->name, BFS_PICKLE_MAX_NEST);
+			st[depth].d = (const struct seq_obj *)v.u.o;
+			st[depth].i = 0;
+			st[depth++].name_len = strlen(w->name);
+			rc = 0;
+			continue;
+		}
+		if (rc == 0)
+			rc = leaf(w, v, w->name);
+	}
+	return rc;
+}
+
+/* Every field of the top-level object 'top'. */
+static int walk(struct walk *w, struct val top)
+{
+	const struct seq_obj *c = (const struct seq_obj *)top.u.o;
+	int rc = 0;
+
+	if (top.kind == V_TENSOR)
+		return leaf(w, top, "0");
+	if (top.kind == V_DICT)
+		return walk_dict(w, c);
+	for (size_t i = 0; i < c->n && !rc; i++) {
+		snprintf(w->name, sizeof(w->name), "%zu", i);
+		rc = leaf(w, c->v[i], w->name);
+	}
+	return rc;
 }
 
 static int by_name(const void *a, const void *b, void *arg)
@@ -530,14 +763,14 @@ static const char *const container_names[] = {
     [BFS_CONTAINER_TENSOR] = "tensor",
 };
 
-/* The object left at STOP into *r: types checked first, then the result
- * (about 1 KiB per tensor) is charged to the budget and built. */
+/* The object left at STOP into *r: its fields found and checked first
+ * (a counting walk), then the result (about 1 KiB per tensor) is charged
+ * to the budget and built by a second walk. */
 int bfs_pickle_build_result(struct vm *vm, struct val top,
 			    struct bfs_pickle_result *r)
 {
-	struct seq_obj *c = NULL;
-	size_t n = 1;
-	int rc = 0;
+	struct walk *w;
+	int rc;
 
 	if (top.kind != V_DICT && top.kind != V_LIST && top.kind != V_TUPLE &&
 	    top.kind != V_TENSOR)
@@ -547,42 +780,54 @@ int bfs_pickle_build_result(struct vm *vm, struct val top,
 			    kind_name(top));
 	r->container = containers[top.kind];
 	if (top.kind != V_TENSOR) {
-		c = (struct seq_obj *)top.u.o;
-		n = top.kind == V_DICT ? c->n / 2 : c->n;
+		const struct seq_obj *c = (const struct seq_obj *)top.u.o;
+		size_t n = top.kind == V_DICT ? c->n / 2 : c->n;
+
+		if (n > BFS_MAX_FIELDS)
+			return FAIL(vm,
+				    "the top-level %s holds %zu items: more "
+				    "than the %u fields batchfs serves",
+				    container_names[r->container], n,
+				    BFS_MAX_FIELDS);
 	}
-	if (n == 0)
-		return FAIL(vm,
-			    "the top-level %s holds no tensors: nothing "
-			    "to serve",
-			    container_names[r->container]);
-	if (n > BFS_MAX_FIELDS)
-		return FAIL(vm,
-			    "the top-level %s holds %zu items: more than "
-			    "the %u fields batchfs serves",
-			    container_names[r->container], n, BFS_MAX_FIELDS);
-	for (size_t i = 0; c && i < n && !rc; i++)
-		rc = field_ok(vm, c, i);
-	if (!rc && !c && ((const struct tensor_obj *)top.u.o)->bad_numel)
-		rc = numel_refused(vm, (const struct tensor_obj *)top.u.o, "0");
+	w = calloc(1, sizeof(*w));
+	if (!w)
+		return bfs_pickle_nomem(vm);
+	w->vm = vm;
+	rc = walk(w, top);
+	if (!rc && w->n == 0)
+		rc = FAIL(vm,
+			  "the top-level %s holds no tensors: nothing to "
+			  "serve%s%s",
+			  container_names[r->container],
+			  w->n_skipped ? " (only " : "",
+			  w->n_skipped ? "values that are not tensors)" : "");
+	if (!rc && w->n > BFS_MAX_FIELDS)
+		rc = FAIL(vm,
+			  "the top-level %s holds %zu tensors: more than "
+			  "the %u fields batchfs serves",
+			  container_names[r->container], w->n, BFS_MAX_FIELDS);
 	if (!rc && vm->bad_numel) /* a tensor built but not kept */
 		rc = numel_refused(vm, vm->bad_numel, NULL);
 	if (!rc)
-		rc = bfs_pickle_charge(vm, n * sizeof(*r->tensors));
-	if (rc)
-		return rc;
-	r->tensors = calloc(n ? n : 1, sizeof(*r->tensors));
-	if (!r->tensors)
-		return bfs_pickle_nomem(vm);
-	for (size_t i = 0; i < n && !rc; i++) {
-		char num[24];
-		snprintf(num, sizeof(num), "%zu", i);
-		if (!c)
-			rc = add_tensor(vm, r, top, "0");
-		else if (top.kind == V_DICT)
-			rc = add_tensor(vm, r, c->v[2 * i + 1],
-					as_str(c->v[2 * i])->s);
-		else
-			rc = add_tensor(vm, r, c->v[i], num);
+		rc = bfs_pickle_charge(vm, w->n * sizeof(*r->tensors));
+	if (!rc && !(r->tensors = calloc(w->n, sizeof(*r->tensors))))
+		rc = bfs_pickle_nomem(vm);
+	if (!rc && w->n_skipped) {
+		if (w->shown < w->n_skipped)
+			snprintf(w->skipped + w->skipped_len,
+				 sizeof(w->skipped) - w->skipped_len,
+				 ", and %zu more", w->n_skipped - w->shown);
+		r->n_skipped = w->n_skipped;
+		r->skipped = strdup(w->skipped);
+		if (!r->skipped)
+			rc = bfs_pickle_nomem(vm);
 	}
+	if (!rc) {
+		w->r = r;
+		w->n = w->visits = 0;
+		rc = walk(w, top);
+	}
+	free(w);
 	return rc ? rc : check_fields(vm, r);
 }

@@ -30,6 +30,7 @@ enum kind {
 	V_DICT,
 	V_STORAGE,
 	V_TENSOR,
+	V_OPAQUE, /* a numpy object or bytes: built by nothing, never read */
 };
 
 struct obj;
@@ -158,9 +159,9 @@ static inline size_t mark_base(struct vm *vm)
 static inline const char *kind_name(struct val v)
 {
 	static const char *const names[] = {
-	    "an unset value", "None",	  "a bool",    "an int",
-	    "a float",	      "a global", "a str",     "a tuple",
-	    "a list",	      "a dict",	  "a storage", "a tensor",
+	    "an unset value", "None",	  "a bool",    "an int", "a float",
+	    "a global",	      "a str",	  "a tuple",   "a list", "a dict",
+	    "a storage",      "a tensor", "an object",
 	};
 
 	return names[v.kind];

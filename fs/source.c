@@ -402,6 +402,114 @@ int bfs_source_open_mem(struct bfs_source **out, const uint8_t *buf,
 	return finish(out, s, rc, err);
 }
 
+/* How 'want' (length n) selects tensor name 'name': 0 not at all, 1 as
+ * it is, 2 with "want." cut off its front. */
+static int selects(const char *want, size_t n, const char *name,
+		   bool ragged_stem)
+{
+	if (strlen(name) == n && !memcmp(name, want, n))
+		return 1;
+	if (strncmp(name, want, n) || name[n] != '.')
+		return 0;
+	return ragged_stem ? 1 : 2;
+}
+
+/* Whether the tensors under "want." are exactly a ragged pair (so 'want'
+ * names one field, NAME.values + NAME.offsets). */
+static bool ragged_stem(const struct bfs_source *s, const char *want, size_t n)
+{
+	int seen = 0;
+
+	for (size_t i = 0; i < s->ntensors; i++) {
+		const char *t = s->tensors[i].name;
+
+		if (strncmp(t, want, n) || t[n] != '.')
+			continue;
+		if (strcmp(t + n, ".values") && strcmp(t + n, ".offsets"))
+			return false;
+		seen++;
+	}
+	return seen == 2;
+}
+
+/* The first few tensor names of s, for a message. */
+static void some_names(const struct bfs_source *s, char *buf, size_t len)
+{
+	size_t at = 0;
+
+	buf[0] = 0;
+	for (size_t i = 0; i < s->ntensors && at + 8 < len; i++) {
+		int k = snprintf(buf + at, len - at, "%s%s", i ? ", " : "",
+				 s->tensors[i].name);
+
+		if (k < 0 || (size_t)k >= len - at) {
+			snprintf(buf + at, len - at, ", ...");
+			break;
+		}
+		at += (size_t)k;
+	}
+}
+
+int bfs_source_select(struct bfs_source *s, const char *fields,
+		      struct bfs_error *err)
+{
+	/* cut[i]: bytes cut off tensor i's name, or SIZE_MAX: not kept */
+	size_t kept = 0, n, *cut = malloc((s->ntensors + 1) * sizeof(*cut));
+	char names[300];
+	int rc = 0;
+
+	if (!cut)
+		return -ENOMEM;
+	for (size_t i = 0; i < s->ntensors; i++)
+		cut[i] = SIZE_MAX;
+	for (const char *w = fields; *w && !rc; w += n + (w[n] == ',')) {
+		bool stem, any = false;
+
+		n = strcspn(w, ",");
+		stem = ragged_stem(s, w, n);
+		for (size_t i = 0; n && i < s->ntensors; i++) {
+			int how = selects(w, n, s->tensors[i].name, stem);
+
+			if (how && cut[i] == SIZE_MAX) /* the first NAME wins */
+				cut[i] = how == 2 ? n + 1 : 0;
+			any |= how != 0;
+		}
+		if (!any) {
+			some_names(s, names, sizeof(names));
+			rc = bfs_error_set(err, -EINVAL, s->path, BFS_NO_OFFSET,
+					   "--fields: '%.*s' is no field (nor "
+					   "a dict of them) here; its tensors: "
+					   "%s",
+					   (int)n, w, names);
+		}
+	}
+	for (size_t i = 0; i < s->ntensors && !rc; i++) {
+		struct bfs_source_tensor *t = &s->tensors[i];
+
+		if (cut[i] == SIZE_MAX) {
+			free(t->name);
+			free(t->store);
+			continue;
+		}
+		memmove(t->name, t->name + cut[i],
+			strlen(t->name + cut[i]) + 1);
+		s->tensors[kept++] = *t;
+	}
+	free(cut);
+	if (rc)
+		return rc;
+	s->ntensors = kept;
+	for (size_t i = 0; i < s->ntensors; i++)
+		for (size_t j = i + 1; j < s->ntensors; j++)
+			if (!strcmp(s->tensors[i].name, s->tensors[j].name))
+				return bfs_error_set(
+				    err, -EINVAL, s->path, BFS_NO_OFFSET,
+				    "--fields %s: two selected tensors would "
+				    "both be field '%s'",
+				    fields, s->tensors[i].name);
+	return 0;
+}
+
 void bfs_source_close(struct bfs_source *s)
 {
 	if (!s)

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fs/log.h"
 #include "fs/size.h"
 #include "fs/source_impl.h"
 #include "fs/zip.h"
@@ -199,6 +200,12 @@ int bfs_source_load_torch(struct bfs_source *s, const char *path,
 	if (rc)
 		return rc;
 	s->meta_bytes += zb + pickle_bytes(&s->pk);
+	if (s->pk.n_skipped)
+		bfs_log(BFS_LOG_WARN, "source",
+			"%s: %zu value%s beside the tensors, not served "
+			"(metadata): %s",
+			path, s->pk.n_skipped, s->pk.n_skipped > 1 ? "s" : "",
+			s->pk.skipped);
 	f = bfs_source_map(s, path, s->zip->map, s->zip->map_size, err);
 	if (f < 0)
 		return f;

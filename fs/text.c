@@ -6,9 +6,11 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* What the renderers read. */
 struct text {
@@ -94,6 +96,23 @@ static const char *rank_dir(const struct text *t)
 	return bfs_order_ranked(t->order) ? "rank/{rank}/" : "";
 }
 
+/* 'path' made absolute, so that dataset.json names the file wherever it
+ * is read from: its realpath (a source is open, so it exists), else the
+ * working directory joined with it. */
+static void absolute(const char *path, char *out, size_t len)
+{
+	char cwd[PATH_MAX];
+
+	int k = -1;
+
+	if (realpath(path, out))
+		return;
+	if (path[0] != '/' && getcwd(cwd, sizeof(cwd)))
+		k = snprintf(out, len, "%s/%s", cwd, path);
+	if (k < 0 || (size_t)k >= len) /* too long: as it was given */
+		snprintf(out, len, "%s", path);
+}
+
 /* dataset.json: everything a program needs to read the batches. */
 static void render_json(const struct text *t, const struct bfs_text_info *in,
 			const char *torch, char *b, size_t n, size_t *pos)
@@ -101,10 +120,12 @@ static void render_json(const struct text *t, const struct bfs_text_info *in,
 	bfs_layout_append(b, n, pos, "{\n  \"sources\": [");
 	for (size_t i = 0; i < bfs_dataset_nshards(t->ds); i++) {
 		struct bfs_shard_info sh;
+		char path[PATH_MAX];
 
 		bfs_dataset_shard(t->ds, i, &sh);
+		absolute(sh.path, path, sizeof(path));
 		bfs_layout_append(b, n, pos, "%s", i ? ", " : "");
-		bfs_layout_json_str(b, n, pos, sh.path);
+		bfs_layout_json_str(b, n, pos, path);
 	}
 	bfs_layout_append(b, n, pos, "],\n");
 	json_fields(t, b, n, pos);

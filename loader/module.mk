@@ -2,7 +2,8 @@
 #
 #   build/libbatchfs_loader.a, build/libbatchfs_loader.so   (part of `make`)
 #   make install        header, libraries, batchfs_loader.pc under
-#                       $(DESTDIR)$(PREFIX), and the Python side
+#                       $(DESTDIR)$(PREFIX) (then ldconfig, or an rpath in
+#                       the .pc file: see loader_ldconfig), and the Python side
 #                       (loader/python: batchfs_loader.py, the batchfs
 #                       package) into $(DESTDIR)$(PYTHON_SITE), told where
 #                       the library and the command were installed
@@ -51,6 +52,24 @@ $(LOADER_SO): $(LOADER_OBJS)
 
 BUILD_ALL += $(LOADER_A) $(LOADER_SO)
 
+# Where programs find the installed library. A directory the dynamic
+# linker searches by itself (/usr/local/lib: tools/scripts/ld_searched.sh)
+# needs its cache updated after make install and uninstall: ldconfig,
+# except for a DESTDIR= staging tree, which is not this machine's (its
+# package runs ldconfig where it is installed). Any other directory (a
+# PREFIX of one's own) gets an rpath in the pkg-config file's Libs, so a
+# program built with `pkg-config --libs batchfs_loader` runs as it is;
+# make install prints the LD_LIBRARY_PATH for others
+# (tools/scripts/install_notes.sh).
+define loader_ldconfig
+@if [ -z "$(DESTDIR)" ] && tools/scripts/ld_searched.sh $(LIBDIR); then \
+	echo ldconfig; \
+	$$(command -v ldconfig || echo /sbin/ldconfig) || \
+	echo "make: ldconfig failed: run it as root, or programs will not" \
+		"find $(LOADER_SONAME) in $(LIBDIR)" >&2; \
+fi
+endef
+
 INSTALL_PARTS += install-loader install-python
 .PHONY: install-loader uninstall-loader install-python uninstall-python
 install-loader: $(LOADER_A) $(LOADER_SO)
@@ -62,11 +81,14 @@ install-loader: $(LOADER_A) $(LOADER_SO)
 	ln -sf libbatchfs_loader.so.$(LOADER_VERSION) \
 		$(DESTDIR)$(LIBDIR)/$(LOADER_SONAME)
 	ln -sf $(LOADER_SONAME) $(DESTDIR)$(LIBDIR)/libbatchfs_loader.so
+	if tools/scripts/ld_searched.sh $(LIBDIR); then rpath=; \
+	else rpath='-Wl,-rpath,$${libdir} '; fi; \
 	sed -e 's|@PREFIX@|$(PREFIX)|; s|@VERSION@|$(LOADER_VERSION)|' \
 		-e 's|^libdir=.*|libdir=$(LIBDIR)|' \
 		-e 's|^includedir=.*|includedir=$(INCLUDEDIR)|' \
-		loader/batchfs_loader.pc.in \
+		-e "s|@RPATH@|$$rpath|" loader/batchfs_loader.pc.in \
 		>$(DESTDIR)$(LIBDIR)/pkgconfig/batchfs_loader.pc
+	$(loader_ldconfig)
 uninstall-loader:
 	rm -f $(DESTDIR)$(INCLUDEDIR)/batchfs_loader.h \
 		$(DESTDIR)$(LIBDIR)/libbatchfs_loader.a \
@@ -74,6 +96,7 @@ uninstall-loader:
 		$(DESTDIR)$(LIBDIR)/$(LOADER_SONAME) \
 		$(DESTDIR)$(LIBDIR)/libbatchfs_loader.so \
 		$(DESTDIR)$(LIBDIR)/pkgconfig/batchfs_loader.pc
+	$(loader_ldconfig)
 
 # The Python side: batchfs_loader.py with the installed library's path
 # written in, the batchfs package with the installed command's

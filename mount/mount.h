@@ -26,7 +26,9 @@ struct bfs_mount_params {
 	const char *mountpoint; /* an existing directory */
 	const char *fuse_opts;	/* the user's -o options, comma-joined */
 	unsigned fuse_threads;
-	bool foreground;	   /* else: daemonize (see bfs_mount_run) */
+	bool foreground;  /* else: daemonize (see bfs_mount_run) */
+	bool log_failure; /* also bfs_log why the mount failed (the log is a
+			   * file, not the stderr the reason is printed on) */
 	enum bfs_serve_mode serve; /* BFS_SERVE_AUTO, or a forced mode */
 	/* In the serving process, once the kernel's INIT is answered: build
 	 * what is served in 'mode' ('why': the reason it was chosen), with
@@ -41,12 +43,19 @@ struct bfs_mount_params {
 	void *arg;
 };
 
+/* Whether this process may open /dev/fuse, as the mount will (directly
+ * for root, through fusermount3 as this user otherwise). 0, or -errno
+ * with a one-line reason in msg that says what is wrong and what to do
+ * (the device is missing, its mode shuts this user out, a container does
+ * not pass it on). */
+int bfs_mount_check_device(char *msg, size_t len);
+
 /* Mount p->mountpoint and serve it until it is unmounted (SIGTERM,
  * SIGINT and SIGHUP unmount cleanly). Unless p->foreground, the process
  * forks: the parent exits 0 once the filesystem is ready and 1 (after
  * printing why) when it is not; the child serves and returns here at the
- * end. Returns the exit status: 0, 1 (mount or serving failure, printed),
- * 2 (bad FUSE options). */
+ * end. Returns the exit status: 0, 1 (mount or serving failure, printed,
+ * and logged with p->log_failure), 2 (bad FUSE options). */
 int bfs_mount_run(const struct bfs_mount_params *p);
 
 #endif

@@ -26,9 +26,14 @@
  * 3.14 cannot combine it with allow_other, so asking for allow_other drops
  * it with a warning. */
 #include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <limits.h>
+#include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "fs/log.h"
@@ -118,15 +123,76 @@ static int daemonize(void)
 	return fds[1];
 }
 
-/* Report a failure to start: to the waiting parent, or to stderr. */
-static void report(int status_fd, const char *msg)
+/* Report a failure to mount or start: to the waiting parent, or to
+ * stderr; and to the log when it is a file (p->log_failure). */
+static void report(const struct bfs_mount_params *p, int status_fd,
+		   const char *msg)
 {
 	char buf[1100];
 	int n = snprintf(buf, sizeof(buf), "E%s", msg);
 
+	if (p->log_failure)
+		bfs_log(BFS_LOG_ERR, MOD, "mount failed: %s", msg);
 	if (status_fd < 0 || n <= 0 ||
 	    write(status_fd, buf, (size_t)n) != (ssize_t)n)
 		fprintf(stderr, "batchfs mount: %s\n", msg);
+}
+
+/* "crw-rw-rw- root:root" for 'st'. */
+static void describe_node(const struct stat *st, char *buf, size_t len)
+{
+	static const char bits[] = "rwxrwxrwx";
+	struct passwd *pw = getpwuid(st->st_uid);
+	struct group *gr = getgrgid(st->st_gid);
+	char mode[11], user[32], group[32];
+
+	mode[0] = S_ISCHR(st->st_mode) ? 'c' : S_ISREG(st->st_mode) ? '-' : '?';
+	for (int i = 0; i < 9; i++)
+		mode[i + 1] = st->st_mode & (0400u >> i) ? bits[i] : '-';
+	mode[10] = 0;
+	snprintf(user, sizeof(user), "%u", (unsigned)st->st_uid);
+	snprintf(group, sizeof(group), "%u", (unsigned)st->st_gid);
+	snprintf(buf, len, "%s %.31s:%.31s", mode, pw ? pw->pw_name : user,
+		 gr ? gr->gr_name : group);
+}
+
+int bfs_mount_check_device(char *msg, size_t len)
+{
+	static const char dev[] = "/dev/fuse",
+			  container[] =
+			      "in a container, start it with "
+			      "--device /dev/fuse --cap-add SYS_ADMIN";
+	struct passwd *pw;
+	char node[96];
+	struct stat st;
+	int fd = open(dev, O_RDWR | O_CLOEXEC), e = errno;
+
+	if (fd >= 0) {
+		close(fd);
+		return 0;
+	}
+	if (e == ENOENT)
+		snprintf(msg, len,
+			 "%s does not exist: load the kernel's FUSE module "
+			 "(modprobe fuse); %s",
+			 dev, container);
+	else if (e == EACCES && getuid() != 0 && stat(dev, &st) == 0) {
+		describe_node(&st, node, sizeof(node));
+		pw = getpwuid(getuid()); /* after describe_node's getpwuid */
+		snprintf(msg, len,
+			 "cannot open %s: %s: user %s may not use FUSE here "
+			 "(%s is %s). Mounting needs %s readable and writable "
+			 "by the user who mounts: ask an administrator for "
+			 "`chmod 0666 %s` (the mode the fuse3 package gives "
+			 "it), or mount as root",
+			 dev, strerror(e), pw ? pw->pw_name : "?", dev, node,
+			 dev, dev);
+	} else if (e == EACCES || e == EPERM)
+		snprintf(msg, len, "cannot open %s: %s: %s", dev, strerror(e),
+			 container);
+	else
+		snprintf(msg, len, "cannot open %s: %s", dev, strerror(e));
+	return -e;
 }
 
 /* Receive and answer the kernel's INIT (the first request after mount). */
@@ -191,18 +257,18 @@ static int prepare(const struct bfs_mount_params *p, struct bfs_mount *m,
 	if (rc < 0) {
 		snprintf(msg, sizeof(msg), "the kernel's INIT failed: %s",
 			 strerror(-rc));
-		report(status_fd, msg);
+		report(p, status_fd, msg);
 		return rc;
 	}
 	rc = decide(m, p->serve, &mode, why, sizeof(why));
 	if (rc < 0) {
-		report(status_fd, why);
+		report(p, status_fd, why);
 		return rc;
 	}
 	msg[0] = 0;
 	rc = p->start(p->arg, mode, why, &kernel, &served, msg, sizeof(msg));
 	if (rc < 0) {
-		report(status_fd, msg[0] ? msg : strerror(-rc));
+		report(p, status_fd, msg[0] ? msg : strerror(-rc));
 		return rc;
 	}
 	m->serve = served.serve;
@@ -236,6 +302,7 @@ int bfs_mount_run(const struct bfs_mount_params *p)
 {
 	struct fuse_args args = FUSE_ARGS_INIT(0, NULL);
 	struct bfs_mount m;
+	char msg[PATH_MAX + 64];
 	int status_fd = -1, rc = 1;
 
 	memset(&m, 0, sizeof(m));
@@ -246,26 +313,32 @@ int bfs_mount_run(const struct bfs_mount_params *p)
 	m.se =
 	    fuse_session_new(&args, &bfs_mount_ops, sizeof(bfs_mount_ops), &m);
 	if (!m.se) {
-		fprintf(stderr, "batchfs mount: bad FUSE options '%s'\n",
-			p->fuse_opts);
+		snprintf(msg, sizeof(msg), "bad FUSE options '%s'",
+			 p->fuse_opts);
+		report(p, -1, msg);
 		rc = 2;
 		goto out_args;
 	}
 	if (fuse_set_signal_handlers(m.se) != 0)
 		goto out_destroy;
 	if (fuse_session_mount(m.se, p->mountpoint) != 0) {
-		fprintf(stderr, "batchfs mount: cannot mount on %s\n",
-			p->mountpoint);
+		snprintf(msg, sizeof(msg), "cannot mount on %s", p->mountpoint);
+		report(p, -1, msg);
 		goto out_handlers;
 	}
 	if (bfs_pt_install(&m) < 0) {
-		fprintf(stderr, "batchfs mount: cannot hook the FUSE device\n");
+		report(p, -1, "cannot hook the FUSE device");
 		goto out_unmount;
 	}
 	if (!p->foreground) {
 		status_fd = daemonize();
-		if (status_fd < 0)
+		if (status_fd < 0) {
+			snprintf(msg, sizeof(msg),
+				 "cannot start the daemon: %s",
+				 strerror(-status_fd));
+			report(p, -1, msg);
 			goto out_unmount;
+		}
 	}
 	if (prepare(p, &m, status_fd) == 0) {
 		rc = serve_loop(p, &m);

@@ -341,50 +341,51 @@ int bfs_cmd_bench(int argc, char **argv)
 	int mode = 0, c;
 
 	optind = 1;
+	opterr = 0;
 	while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
 		switch (c) {
 		case OPT_BS:
 			if (parse_size(optarg, &bs) || bs == 0 ||
 			    bs > (1ull << 30))
-				goto bad_usage;
+				goto bad_option;
 			break;
 		case OPT_REPEAT:
 			if (parse_size(optarg, &repeat) || repeat == 0 ||
 			    repeat > 1000)
-				goto bad_usage;
+				goto bad_option;
 			break;
 		case OPT_THREADS:
 			if (parse_size(optarg, &threads) || threads == 0 ||
 			    threads > 1024)
-				goto bad_usage;
+				goto bad_option;
 			break;
 		case OPT_SEED:
 			if (parse_size(optarg, &seed))
-				goto bad_usage;
+				goto bad_option;
 			break;
 		case OPT_SAMPLES:
 			if (parse_size(optarg, &samples))
-				goto bad_usage;
+				goto bad_option;
 			break;
 		case OPT_DIRECT:
 			direct = true;
 			break;
 		case OPT_MEMCPY:
 			if (parse_size(optarg, &copy_bytes))
-				goto bad_usage;
+				goto bad_option;
 			/* fall through */
 		case OPT_ROWS:
 		case OPT_READ:
 		case OPT_PAGECACHE:
 			if (mode && mode != c)
-				goto bad_usage;
+				goto bad_option;
 			mode = c;
 			break;
 		case 'h':
 			usage(stdout);
 			return 0;
 		default:
-			goto bad_usage;
+			goto bad_option;
 		}
 	}
 	if (mode == OPT_MEMCPY && optind == argc)
@@ -396,6 +397,10 @@ int bfs_cmd_bench(int argc, char **argv)
 		return bench_read(mode == OPT_READ ? "read" : "pagecache",
 				  argv + optind, argc - optind, bs, (int)repeat,
 				  mode == OPT_PAGECACHE);
-bad_usage:
-	return bfs_cli_bad_usage("bench", usage, "bad usage", NULL);
+	return bfs_cli_bad_usage("bench", usage,
+				 "expected one of the forms below", NULL);
+bad_option:
+	return bfs_cli_bad_usage("bench", usage,
+				 "unknown option, bad value, or a second mode",
+				 argv[optind - 1]);
 }

@@ -4,9 +4,12 @@
 
 #include <stdio.h>
 
-/* Report bad usage of `batchfs CMD`: print "batchfs CMD: MSG[: ARG]" and
- * then the command's usage text (usage(stderr)) on stderr. Returns 2, the
- * exit status of bad usage, so callers write
+/* Report bad usage of `batchfs CMD` on stderr in three lines or so:
+ * "batchfs CMD: MSG[: ARG]", the synopsis that opens the command's usage
+ * text (the "usage:" line and the lines of its other forms; usage() is
+ * called on a memory stream for it), and "Try 'batchfs CMD --help' for
+ * more information." Returns 2, the exit status of bad usage, so callers
+ * write
  *   return bfs_cli_bad_usage("pack", usage, "missing -o OUT.pt", NULL); */
 int bfs_cli_bad_usage(const char *cmd, void (*usage)(FILE *), const char *msg,
 		      const char *arg);

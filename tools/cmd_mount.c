@@ -3,19 +3,23 @@
  * The command line: options and their checks, usage, errors. Before any
  * mount it builds the model (dataset, layout, order: a bad archive or
  * option exits 1 or 2 in the foreground), decides who may read the mount
- * (tools/mount_perm.c) and opens the daemon's log; then mount/session.c
- * runs the session (mount, fork, INIT, serving mode, the loop, unmount),
- * calling back start() here to build what is served, once the mode is
- * known, in the daemon.
+ * (tools/mount_perm.c), checks that /dev/fuse can be opened and only then
+ * opens the daemon's log (a mount refused before creates none); then
+ * mount/session.c runs the session (mount, fork, INIT, serving mode, the
+ * loop, unmount), calling back start() here to build what is served,
+ * once the mode is known, in the daemon, and ready() to print the
+ * warnings and the summary line while the caller's terminal is there.
  *
  * `ls epoch` lists every epoch below --epochs (default 1000): each one can
  * be opened; epoch >= --epochs is ENOENT. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,6 +36,7 @@
 #include "tools/cmd.h"
 #include "tools/mount_log.h"
 #include "tools/mountinfo.h"
+#include "tools/pack.h"
 #include "tools/mount_perm.h"
 
 #define MAX_SOURCES 4096
@@ -58,11 +63,15 @@ struct mount_opts {
 	bool have_rank;
 	bool shuffle, have_seed, drop_last, replacement, foreground, verbose;
 	bool have_prefetch, have_world, have_pc;
-	const char *seed_source; /* see struct bfs_tree_info */
+	bool have_compat;	    /* --torch-compat given */
+	size_t hidden;		    /* entries the mount hides in MOUNTPOINT */
+	char summary[PATH_MAX * 2]; /* the line printed once mounted */
+	const char *seed_source;    /* see struct bfs_tree_info */
 	enum bfs_serve_mode serve;
 	enum bfs_reader_kind reader; /* --reader */
 	enum bfs_torch_compat compat;
 	const char *subset, *weights, *gen_state, *rng_state, *log_file;
+	const char *fields;	      /* --fields */
 	struct bfs_mount_log log;     /* where the daemon logs */
 	char fuse_o[1024];	      /* user's -o options, comma-joined */
 	char line[2048];	      /* the options as one line, for README */
@@ -77,14 +86,21 @@ static const char usage_text[] =
     "usage: batchfs mount [OPTIONS] SOURCE... MOUNTPOINT\n"
     "Mount a dataset as a directory of batches: MOUNTPOINT/epoch/N/batch_K\n"
     "(safetensors). MOUNTPOINT: an existing directory that is not a mount\n"
-    "point. Returns once the filesystem is ready; the daemon stays in the\n"
-    "background until `batchfs umount MOUNTPOINT`.\n\n"
+    "point. Returns once the filesystem is ready, printing one line\n"
+    "(batches per epoch, serve mode, seed, log file); the daemon stays in\n"
+    "the background until `batchfs umount MOUNTPOINT`.\n\n"
     "A SOURCE is a torch.save archive, an .npz from numpy.savez (not\n"
     "savez_compressed), a .safetensors file, a directory of NAME.npy files,\n"
     "or .npy files (consecutive ones are the fields of one shard; a name\n"
     "seen again starts the next). Several sources with the same fields are\n"
     "one dataset (shards, any mix of kinds). Fortran-order and big-endian\n"
-    "arrays are served in C order, little-endian.\n\n"
+    "arrays are served in C order, little-endian. In a torch.save dict,\n"
+    "values that are not tensors (metadata) are skipped with a warning,\n"
+    "and a nested dict of tensors gives dotted names (train.x).\n"
+    "  --fields NAME[,NAME...]\n"
+    "                       serve only these fields; NAME may name a dict\n"
+    "                       of tensors (--fields train serves train.x and\n"
+    "                       train.y as x and y)\n\n"
     "Ragged fields: a pair NAME.values [total, ...] + NAME.offsets (int64,\n"
     "n + 1, from 0, never decreasing, ending at total) is field NAME, whose\n"
     "sample i is rows offsets[i] .. offsets[i+1] of NAME.values.\n"
@@ -99,7 +115,8 @@ static const char usage_text[] =
     "  --batch-size B       samples per batch (default 1)\n"
     "  --shuffle            random order (RandomSampler)\n"
     "  --seed S             generator seed (default: random, reported in\n"
-    "                       dataset.json)\n"
+    "                       dataset.json); an order that is not random\n"
+    "                       ignores it, with a warning\n"
     "  --drop-last          drop the last incomplete batch\n"
     "  --epochs E           epochs 0..E-1 exist and are listed (default "
     "1000)\n"
@@ -114,7 +131,8 @@ static const char usage_text[] =
     "  --ranks LIST         ... serving several ranks from one mount as\n"
     "                       rank/R/epoch/N/batch_K: all, or ranks and\n"
     "                       ranges such as 0-7 or 0,2,8-15\n"
-    "  --torch-compat V     randperm of torch 1.13 (default) or 2.7\n"
+    "  --torch-compat V     the randperm of torch 1.13 to 2.6: 1.13\n"
+    "                       (default), or of torch 2.7 and later: 2.7\n"
     "  --generator-state F  start from torch.Generator.get_state() bytes\n"
     "  --rng-state F        with --shuffle: torch.get_rng_state() bytes,\n"
     "                       for DataLoader(shuffle=True) without\n"
@@ -216,6 +234,7 @@ enum {
 	OPT_PACK,
 	OPT_OWNER,
 	OPT_READER,
+	OPT_FIELDS,
 };
 
 static const struct option long_opts[] = {
@@ -247,6 +266,7 @@ static const struct option long_opts[] = {
     {"pack", required_argument, NULL, OPT_PACK},
     {"owner", required_argument, NULL, OPT_OWNER},
     {"reader", required_argument, NULL, OPT_READER},
+    {"fields", required_argument, NULL, OPT_FIELDS},
     {"foreground", no_argument, NULL, 'f'},
     {"verbose", no_argument, NULL, 'v'},
     {"help", no_argument, NULL, 'h'},
@@ -368,6 +388,35 @@ static void append_o(struct mount_opts *m, const char *o)
 	snprintf(m->fuse_o + n, sizeof(m->fuse_o) - n, "%s%s", n ? "," : "", o);
 }
 
+/* --torch-compat V: 1.13 or 2.7; a torch version is refused with the
+ * value that covers it. 0 or 2 (usage printed). */
+static int compat_opt(struct mount_opts *m, const char *arg)
+{
+	static const char both[] = "1.13 is the order of torch 1.13 to 2.6, "
+				   "2.7 that of torch 2.7 and later";
+	unsigned major = 0, minor = 0;
+	char msg[300];
+
+	m->have_compat = true;
+	if (!strcmp(arg, "1.13") || !strcmp(arg, "2.7")) {
+		m->compat = arg[0] == '1' ? BFS_TORCH_1_13 : BFS_TORCH_2_7;
+		return 0;
+	}
+	if (sscanf(arg, "%u.%u", &major, &minor) == 2 &&
+	    (major > 1 || (major == 1 && minor >= 13)))
+		snprintf(
+		    msg, sizeof(msg),
+		    "--torch-compat %.40s: use --torch-compat %s (%s)", arg,
+		    major > 2 || (major == 2 && minor >= 7) ? "2.7" : "1.13",
+		    both);
+	else
+		snprintf(msg, sizeof(msg),
+			 "--torch-compat %.40s: not 1.13 or 2.7 (%s; older "
+			 "torch is not modelled)",
+			 arg, both);
+	return bfs_cli_bad_usage("mount", usage, msg, NULL);
+}
+
 /* One option that takes no number (numeric() has those). Returns 0, 2
  * (bad usage, printed) or -1 (--help printed). */
 static int one_opt(int c, char *arg, struct mount_opts *m)
@@ -417,6 +466,9 @@ static int one_opt(int c, char *arg, struct mount_opts *m)
 	case OPT_RANKS:
 		m->ranks_arg = arg;
 		return 0;
+	case OPT_FIELDS:
+		m->fields = arg;
+		return 0;
 	case OPT_WEIGHTS:
 		m->weights = arg;
 		return 0;
@@ -440,13 +492,7 @@ static int one_opt(int c, char *arg, struct mount_opts *m)
 		return 0;
 	}
 	case OPT_COMPAT:
-		if (!strcmp(arg, "1.13") || !strcmp(arg, "2.7")) {
-			m->compat =
-			    arg[0] == '1' ? BFS_TORCH_1_13 : BFS_TORCH_2_7;
-			return 0;
-		}
-		return bfs_cli_bad_usage(
-		    "mount", usage, "--torch-compat: not 1.13 or 2.7", arg);
+		return compat_opt(m, arg);
 	default:
 		return numeric(c, arg, m);
 	}
@@ -575,6 +621,15 @@ static int operands(int argc, char **argv, struct mount_opts *m)
 	if (!m->have_world && m->rank)
 		return bfs_cli_bad_usage("mount", usage,
 					 "--rank: needs --world-size", NULL);
+	if (m->have_world && m->rank >= m->world_size) {
+		char msg[160];
+
+		snprintf(msg, sizeof(msg),
+			 "--rank %u: not below --world-size %u (ranks are 0 "
+			 ".. %u)",
+			 m->rank, m->world_size, m->world_size - 1);
+		return bfs_cli_bad_usage("mount", usage, msg, NULL);
+	}
 	if (m->ranks_arg && (rc = expand_ranks(m)) != 0)
 		return rc;
 	if (!m->have_prefetch)
@@ -628,6 +683,7 @@ static struct bfs_order_request request_of(const struct mount_opts *m)
 	    .have_seed = m->have_seed,
 	    .generator_state = m->gen_state != NULL,
 	    .global_generator = m->rng_state != NULL,
+	    .have_compat = m->have_compat,
 	};
 }
 
@@ -657,27 +713,49 @@ static void free_inputs(struct order_inputs *in)
  * (an option value PyTorch would refuse); the message is printed. */
 static int make_order(struct mount_opts *m, struct model *mt)
 {
+	const char *state_opt =
+	    m->gen_state ? "--generator-state" : "--rng-state";
+	char names[3][PATH_MAX + 24]; /* "--subset FILE" ... for refusals */
 	struct bfs_order_opts o;
 	struct order_inputs in = {0};
 	struct bfs_error err = {{0}};
+	const char *failed = NULL; /* the option whose file was refused */
 	int rc = 0;
 
 	memset(&o, 0, sizeof(o));
-	if (m->subset)
+	if (m->subset) {
 		rc = bfs_order_load_indices(m->subset, &in.subset,
 					    &in.subset_len, &err);
-	if (rc == 0 && m->weights)
+		failed = "--subset";
+	}
+	if (rc == 0 && m->weights) {
 		rc = bfs_order_load_weights(m->weights, &in.weights,
 					    &in.weights_len, &err);
-	if (rc == 0 && (m->gen_state || m->rng_state))
+		failed = "--weights";
+	}
+	if (rc == 0 && (m->gen_state || m->rng_state)) {
 		rc = bfs_order_load_state(m->gen_state ? m->gen_state
 						       : m->rng_state,
 					  &in.state, &in.state_len, &err);
-	if (rc < 0) {
-		fprintf(stderr, "batchfs mount: %s\n", err.msg);
+		failed = state_opt;
+	}
+	if (rc < 0) { /* err.msg starts with the file's name */
+		fprintf(stderr, "batchfs mount: %s %s\n", failed,
+			err.msg[0] ? err.msg : strerror(-rc));
 		free_inputs(&in);
 		return 1;
 	}
+	snprintf(names[0], sizeof(names[0]), "--subset %s",
+		 m->subset ? m->subset : "");
+	snprintf(names[1], sizeof(names[1]), "--weights %s",
+		 m->weights ? m->weights : "");
+	snprintf(names[2], sizeof(names[2]), "%s %s", state_opt,
+		 m->gen_state	? m->gen_state
+		 : m->rng_state ? m->rng_state
+				: "");
+	o.subset_name = names[0];
+	o.weights_name = names[1];
+	o.state_name = names[2];
 	o.sampler = pick_sampler(m);
 	o.n = bfs_dataset_samples(mt->ds);
 	o.batch_size = m->batch_size;
@@ -719,7 +797,8 @@ static int open_model(struct mount_opts *m, struct model *mt)
 	struct bfs_error err = {{0}};
 	int rc;
 
-	rc = bfs_dataset_open(&mt->ds, m->sources, m->nsources, &err);
+	rc = bfs_dataset_open_select(&mt->ds, m->sources, m->nsources,
+				     m->fields, &err);
 	if (rc == 0)
 		rc = bfs_layout_init_ragged(&mt->layout, mt->ds, m->batch_size,
 					    m->ragged, m->nragged, &err);
@@ -729,6 +808,9 @@ static int open_model(struct mount_opts *m, struct model *mt)
 	if (rc < 0) {
 		fprintf(stderr, "batchfs mount: %s\n",
 			err.msg[0] ? err.msg : strerror(-rc));
+		/* an .npz that is a list of samples: say how to pack it */
+		for (size_t i = 0; i < m->nsources; i++)
+			bfs_pack_list_hint("mount", m->sources[i]);
 		return 1;
 	}
 	rc = make_order(m, mt);
@@ -794,6 +876,39 @@ struct session_arg {
 
 static void describe_opts(struct mount_opts *m, enum bfs_serve_mode mode);
 
+/* The line `batchfs mount` prints once mounted, into m->summary: where,
+ * batches per epoch, the serve mode, the seed the order was drawn with,
+ * the log. */
+static void summarize(struct mount_opts *m, const struct model *mt,
+		      enum bfs_serve_mode mode)
+{
+	const char *src = m->seed_source;
+	char seed[160], ranks[96] = "";
+
+	if (!strcmp(src, "--seed"))
+		snprintf(seed, sizeof(seed), "seed %" PRIu64, m->seed);
+	else if (!strcmp(src, "getrandom"))
+		snprintf(seed, sizeof(seed),
+			 "seed %" PRIu64 " (random: --seed %" PRIu64
+			 " repeats it)",
+			 m->seed, m->seed);
+	else if (!strcmp(src, "default"))
+		snprintf(seed, sizeof(seed),
+			 "seed 0 (DistributedSampler's default)");
+	else if (!strcmp(src, "unused"))
+		snprintf(seed, sizeof(seed), "no seed (not a random order)");
+	else /* --generator-state, --rng-state */
+		snprintf(seed, sizeof(seed), "the generator from %s", src);
+	if (m->nranks)
+		snprintf(ranks, sizeof(ranks), " per rank (ranks %.40s of %u)",
+			 m->ranks_arg, m->world_size);
+	snprintf(m->summary, sizeof(m->summary),
+		 "batchfs: mounted %s: %" PRIu64
+		 " batches per epoch%s, serve mode %s, %s, log %s",
+		 m->mountpoint, bfs_order_len(mt->order), ranks,
+		 bfs_serve_mode_name(mode), seed, m->log.path);
+}
+
 /* In the daemon, once the mode is known: the serve (pool, workers) and
  * the namespace. 0 or -errno with msg. */
 static int start(void *arg, enum bfs_serve_mode mode, const char *why,
@@ -840,7 +955,6 @@ static int start(void *arg, enum bfs_serve_mode mode, const char *why,
 	int rc;
 
 	bfs_log_err_reset();
-	bfs_mount_log_start(&m->log, m->verbose);
 	debug_opts(&po, &so);
 	describe_opts(m, mode);
 	bfs_log(BFS_LOG_INFO, "mount",
@@ -865,6 +979,8 @@ static int start(void *arg, enum bfs_serve_mode mode, const char *why,
 		snprintf(msg, len, "cannot start serving: %s",
 			 *bfs_log_err_last() ? bfs_log_err_last()
 					     : strerror(-rc));
+	else
+		summarize(m, mt, mode);
 	return rc;
 }
 
@@ -905,11 +1021,43 @@ static void detach_stdio(const struct mount_opts *m)
 	}
 }
 
-/* Right before the mount is reported ready: logs go to their sink. */
+/* A warning for the user (stderr) and the log, once the mount works. */
+static void warn(const struct mount_opts *m, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static void warn(const struct mount_opts *m, const char *fmt, ...)
+{
+	char msg[PATH_MAX + 200];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "batchfs mount: warning: %s\n", msg);
+	if (m->log.fd >= 0) /* else the log is stderr */
+		bfs_log(BFS_LOG_WARN, "mount", "warning: %s", msg);
+}
+
+/* Right before the mount is reported ready: the warnings (options that
+ * change nothing, files the mount hides) and the summary line, while the
+ * caller's terminal is still there; then logs go to their sink. */
 static void ready(void *arg)
 {
 	struct session_arg *sa = arg;
+	struct bfs_order_request req = request_of(sa->m);
+	const char *unused[8];
+	size_t n = bfs_order_request_unused(&req, unused, 8);
 
+	for (size_t i = 0; i < n; i++)
+		warn(sa->m, "%s", unused[i]);
+	if (sa->m->hidden)
+		warn(sa->m,
+		     "%s is not empty: its %zu entr%s hidden while it is "
+		     "mounted",
+		     sa->m->mountpoint, sa->m->hidden,
+		     sa->m->hidden == 1 ? "y is" : "ies are");
+	printf("%s\n", sa->m->summary);
+	fflush(stdout);
 	if (!sa->m->foreground)
 		detach_stdio(sa->m);
 	/* a fatal signal's last words go to the log too */
@@ -926,6 +1074,7 @@ static int run(struct mount_opts *m, struct model *mt)
 	    .fuse_opts = m->fuse_o,
 	    .fuse_threads = m->fuse_threads,
 	    .foreground = m->foreground,
+	    .log_failure = m->log.fd >= 0,
 	    .serve = m->serve,
 	    .start = start,
 	    .ready = ready,
@@ -933,6 +1082,33 @@ static int run(struct mount_opts *m, struct model *mt)
 	};
 
 	return bfs_mount_run(&p);
+}
+
+/* Whether the mount can open /dev/fuse: 0, or 1 with what to do
+ * printed. */
+static int check_device(void)
+{
+	char msg[800];
+
+	if (bfs_mount_check_device(msg, sizeof(msg)) == 0)
+		return 0;
+	fprintf(stderr, "batchfs mount: %s\n", msg);
+	return 1;
+}
+
+/* Entries of directory 'path' besides . and .. (0 if it cannot be read):
+ * what a mount on it hides. */
+static size_t count_entries(const char *path)
+{
+	DIR *d = opendir(path);
+	struct dirent *e;
+	size_t n = 0;
+
+	while (d && (e = readdir(d)))
+		n += strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
+	if (d)
+		closedir(d);
+	return n;
 }
 
 /* Contract: see tools/cmd.h. Exit 0 once mounted (the daemon keeps
@@ -953,9 +1129,6 @@ int bfs_cmd_mount(int argc, char **argv)
 	if (rc)
 		goto out;
 	rc = bfs_mountinfo_check_target(m->mountpoint, real, sizeof(real));
-	if (rc == 0)
-		rc = bfs_mount_log_open(&m->log, m->log_file, m->foreground,
-					real);
 	if (rc)
 		goto out;
 	m->mountpoint = real;
@@ -977,7 +1150,17 @@ int bfs_cmd_mount(int argc, char **argv)
 		    mt.ds, &m->owner, strstr(m->fuse_o, "allow_other") != NULL,
 		    &m->perm);
 	if (rc == 0)
+		rc = check_device();
+	/* The log only now: a mount refused before this creates none, and
+	 * one that fails from here on writes its reason into it. */
+	if (rc == 0)
+		rc = bfs_mount_log_open(&m->log, m->log_file, m->foreground,
+					real);
+	if (rc == 0) {
+		m->hidden = count_entries(real);
+		bfs_mount_log_start(&m->log, m->verbose);
 		rc = run(m, &mt);
+	}
 out:
 	close_model(&mt);
 	for (size_t i = 0; i < m->nragged; i++)

@@ -1,10 +1,12 @@
-# tools/: the batchfs command (main, mount, umount, pack, inspect, bench)
-# linked into build/batchfs, the benchmark harness and the build's scripts.
+# tools/: the batchfs command (main, mount, umount, status, pack, inspect,
+# bench) linked into build/batchfs, its bash completion, the benchmark
+# harness and the build's scripts.
 CLI_SRCS += $(sort $(wildcard tools/*.c))
 DIR_CPPFLAGS_tools/bench = $(call pc_cflags,fuse3)
 
 # make demo: the README's first command. Installs what is missing, builds,
-# packs a demo dataset, mounts it, shows it, reads a batch, unmounts.
+# packs a demo dataset, mounts it, shows it, reads a batch, checks epoch 0
+# against DataLoader (tools/scripts/demo_check.py), unmounts.
 demo: deps-test
 	@$(MAKE) --no-print-directory build-all
 	@BUILD=$(BUILD) tools/scripts/demo.sh
@@ -34,14 +36,20 @@ bench-gather: deps-test
 	GATHER_BENCH=$(abspath $(BUILD)/tests/bin/gather_bench) \
 		$(PYTHON) tools/bench/gather_numpy.py
 
-# make install: the command and its man page (tools/batchfs.1, the version
-# from tools/version.h).
+# make install: the command, its man page (tools/batchfs.1, the version
+# from tools/version.h) and its bash completion (tools/batchfs-completion.bash,
+# where bash-completion looks for the completion of command batchfs).
+BASH_COMPLETION_DIR ?= $(PREFIX)/share/bash-completion/completions
 INSTALL_PARTS += install-bin
 .PHONY: install-bin uninstall-bin
 install-bin: $(BUILD)/batchfs
-	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(MANDIR)/man1
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(MANDIR)/man1 \
+		$(DESTDIR)$(BASH_COMPLETION_DIR)
 	install -m 755 $(BUILD)/batchfs $(DESTDIR)$(BINDIR)/batchfs
 	sed 's/@VERSION@/$(VERSION)/' tools/batchfs.1 \
 		>$(DESTDIR)$(MANDIR)/man1/batchfs.1
+	install -m 644 tools/batchfs-completion.bash \
+		$(DESTDIR)$(BASH_COMPLETION_DIR)/batchfs
 uninstall-bin:
-	rm -f $(DESTDIR)$(BINDIR)/batchfs $(DESTDIR)$(MANDIR)/man1/batchfs.1
+	rm -f $(DESTDIR)$(BINDIR)/batchfs $(DESTDIR)$(MANDIR)/man1/batchfs.1 \
+		$(DESTDIR)$(BASH_COMPLETION_DIR)/batchfs

@@ -9,6 +9,8 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,19 +43,41 @@ static void file_sink(enum bfs_log_level level, const char *line)
 	}
 }
 
-/* "/mnt/cifar" -> "mnt-cifar.log" ('/' becomes '-', bytes that are not
- * printable ASCII become '_'; "/" itself is "root.log"). */
+/* "/mnt/cifar" -> "mnt-cifar.log", one name per mountpoint: '/' becomes
+ * '-'; '-', '%', '~' and bytes that are not printable ASCII become %XX
+ * ("/a-b" is "a%2Db.log", "/a/b" is "a-b.log"); "/" itself is
+ * "%2F.log". A name that would not fit in 'len' is cut and ends with
+ * "~" and 16 hex digits of a hash of the whole path. */
 static void name_of(const char *mnt, char *out, size_t len)
 {
-	size_t n = 0;
+	const unsigned char *p = (const unsigned char *)mnt;
+	uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a */
+	size_t n = 0, keep = len - 22;	    /* room for "~" 16 ".log" NUL */
+	bool cut = false;
 
-	while (*mnt == '/')
-		mnt++;
-	for (; *mnt && n + 5 < len; mnt++)
-		out[n++] = *mnt == '/'		       ? '-'
-			   : *mnt > ' ' && *mnt < 0x7f ? *mnt
-						       : '_';
-	snprintf(out + n, len - n, "%s.log", n ? "" : "root");
+	for (const unsigned char *q = p; *q; q++)
+		h = (h ^ *q) * 0x100000001b3ull;
+	while (*p == '/')
+		p++;
+	if (!*p)
+		n = (size_t)snprintf(out, len, "%%2F");
+	for (; *p; p++) {
+		bool plain = *p > ' ' && *p < 0x7f && !strchr("-%~", *p);
+
+		if (n + (plain || *p == '/' ? 1 : 3) > keep) {
+			cut = true;
+			break;
+		}
+		if (*p == '/')
+			out[n++] = '-';
+		else if (plain)
+			out[n++] = (char)*p;
+		else
+			n += (size_t)snprintf(out + n, len - n, "%%%02X", *p);
+	}
+	if (cut)
+		n += (size_t)snprintf(out + n, len - n, "~%016" PRIx64, h);
+	snprintf(out + n, len - n, ".log");
 }
 
 /* Open 'path' for appending: the descriptor, or -errno. */

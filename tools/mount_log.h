@@ -1,11 +1,15 @@
 /* tools/mount_log: where a mount's daemon logs (fs/log.h's sink).
  *
  * --log-file FILE, else stderr with -f, else a file the user can find,
- * named after the mountpoint ("/mnt/cifar" -> "mnt-cifar.log") in the
- * first usable of $XDG_RUNTIME_DIR/batchfs/, /run/batchfs/ and
- * /tmp/batchfs-UID/. The file is opened (appending) before anything is
- * mounted, so one that cannot be written fails the mount; the mount's
- * dataset.json ("log") and README name it. Each line is
+ * named after the mountpoint ("/mnt/cifar" -> "mnt-cifar.log"; '-' and
+ * other bytes that '/' could be confused with are escaped as %XX, so two
+ * mountpoints never share a file) in the first usable of
+ * $XDG_RUNTIME_DIR/batchfs/, /run/batchfs/ and /tmp/batchfs-UID/. The
+ * file is opened (appending) once the dataset and options are known to
+ * be good, right before the mount, so a mount refused earlier creates no
+ * log, and one that cannot be written fails the mount; a mount that
+ * fails after that writes its reason into it. The mount's dataset.json
+ * ("log"), README and success line name it. Each line is
  * "2025-05-01T12:00:00.123Z batchfs[module]: message" (UTC). */
 #ifndef BFS_TOOLS_MOUNT_LOG_H
 #define BFS_TOOLS_MOUNT_LOG_H

@@ -116,6 +116,61 @@ int bfs_mountinfo_find(const char *path, struct bfs_mountinfo *out)
 	return found;
 }
 
+int bfs_mountinfo_list_batchfs(struct bfs_mountinfo **out, size_t *n)
+{
+	FILE *f = fopen("/proc/self/mountinfo", "re");
+	struct bfs_mountinfo *all = NULL, *grown, *m = NULL;
+	size_t len = 0, cap = 0, linecap = 0;
+	char *line = NULL;
+	int rc = 0;
+
+	*out = NULL;
+	*n = 0;
+	if (!f)
+		return -errno;
+	m = malloc(sizeof(*m));
+	if (!m) {
+		rc = -ENOMEM;
+		goto err_close;
+	}
+	while (getline(&line, &linecap, f) > 0) {
+		if (parse_line(line, m))
+			continue;
+		/* A mount on the point of a batchfs one kept so far hides it
+		 * (the list holds one mount per point at most). */
+		for (size_t i = 0; i < len; i++) {
+			if (!strcmp(all[i].point, m->point)) {
+				len--;
+				memmove(&all[i], &all[i + 1],
+					(len - i) * sizeof(*all));
+				break;
+			}
+		}
+		if (!bfs_mountinfo_is_batchfs(m))
+			continue;
+		if (len == cap) {
+			cap = cap ? 2 * cap : 4;
+			grown = realloc(all, cap * sizeof(*all));
+			if (!grown) {
+				rc = -ENOMEM;
+				goto err_close;
+			}
+			all = grown;
+		}
+		all[len++] = *m;
+	}
+	*out = len ? all : NULL;
+	*n = len;
+	if (len)
+		all = NULL;
+err_close:
+	free(all);
+	free(m);
+	free(line);
+	fclose(f);
+	return rc;
+}
+
 bool bfs_mountinfo_is_batchfs(const struct bfs_mountinfo *m)
 {
 	return !strcmp(m->fstype, "fuse.batchfs");

@@ -1,6 +1,7 @@
 /* tools/mountinfo: what is mounted where, read from /proc/self/mountinfo,
- * for `batchfs mount` (refuse a mountpoint that is already a mount) and
- * `batchfs umount` (refuse a directory that is not one). */
+ * for `batchfs mount` (refuse a mountpoint that is already a mount),
+ * `batchfs umount` (refuse a directory that is not one) and `batchfs
+ * status` (list the batchfs mounts). */
 #ifndef BFS_TOOLS_MOUNTINFO_H
 #define BFS_TOOLS_MOUNTINFO_H
 
@@ -26,6 +27,12 @@ int bfs_mountinfo_resolve(const char *arg, char *out, size_t len);
  * filled (the topmost of several stacked there), 0 when path is not a
  * mount point, -errno when mountinfo cannot be read. */
 int bfs_mountinfo_find(const char *path, struct bfs_mountinfo *out);
+
+/* Every batchfs mount that can be reached through its mount point (one
+ * with another mount stacked on top is left out), in mount order: a
+ * malloc'd array in *out (the caller frees it; NULL when none) and its
+ * length in *n. 0, or -errno when mountinfo cannot be read. */
+int bfs_mountinfo_list_batchfs(struct bfs_mountinfo **out, size_t *n);
 
 /* Whether m is a batchfs mount (type fuse.batchfs). */
 bool bfs_mountinfo_is_batchfs(const struct bfs_mountinfo *m);

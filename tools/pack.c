@@ -19,9 +19,12 @@
  * Memory: one copy buffer of 1 MiB, or of the largest row (or sample of a
  * ragged column) when that is larger; inputs are streamed. Progress: with
  * more than 1 GB to write and stderr a terminal, one line is redrawn on
- * stderr at most 4 times a second (bytes written, rate, ETA);
- * BATCHFS_DEBUG_PROGRESS_MIN overrides the 1 GB (tests). */
+ * stderr at most 4 times a second (bytes written, rate, ETA), and erased
+ * before anything else is printed, so that the terminal keeps only the
+ * "wrote OUT: ..., N bytes" lines; BATCHFS_DEBUG_PROGRESS_MIN overrides
+ * the 1 GB (tests). */
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <stdbool.h>
@@ -29,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "fs/dataset.h"
@@ -73,7 +77,8 @@ struct col {
 };
 
 struct progress {
-	bool on;
+	bool on, drawn; /* drawn: a line is on the terminal now */
+	bool started;	/* drawn at least once (the first write draws) */
 	uint64_t total, done;
 	struct timespec t0, last;
 };
@@ -89,6 +94,7 @@ struct plan {
 	uint64_t *idx;		/* CHUNK / 8 indices */
 	struct bfs_span *spans; /* CHUNK / 8 spans */
 	struct progress pg;
+	uint64_t written; /* bytes of the archives written so far */
 };
 
 #define IDX_MAX (CHUNK / 8)
@@ -122,8 +128,19 @@ static void progress_start(struct progress *p, uint64_t total)
 	p->last = p->t0;
 }
 
-/* 'n' more bytes written; redraw at most every 0.25 s, and at the end. */
-static void progress_add(struct progress *p, uint64_t n, bool end)
+/* Erase the progress line, if one is drawn, so that what is printed next
+ * (on stdout or stderr, the same terminal) starts a clean line. */
+static void progress_clear(struct progress *p)
+{
+	if (!p->drawn)
+		return;
+	fprintf(stderr, "\r\033[K");
+	fflush(stderr);
+	p->drawn = false;
+}
+
+/* 'n' more bytes written; draw at the first, then at most every 0.25 s. */
+static void progress_add(struct progress *p, uint64_t n)
 {
 	struct timespec now;
 	char a[32], b[32], r[32];
@@ -133,19 +150,19 @@ static void progress_add(struct progress *p, uint64_t n, bool end)
 	if (!p->on)
 		return;
 	clock_gettime(CLOCK_MONOTONIC, &now);
-	if (!end && secs(&p->last, &now) < 0.25)
+	if (p->started && secs(&p->last, &now) < 0.25)
 		return;
 	p->last = now;
+	p->drawn = p->started = true;
 	t = secs(&p->t0, &now);
 	rate = t > 0 ? (double)p->done / t : 0;
 	fprintf(stderr,
-		"\rbatchfs pack: %s of %s (%3.0f%%), %s/s, ETA %.0f s   %s",
+		"\rbatchfs pack: %s of %s (%3.0f%%), %s/s, ETA %.0f s \033[K",
 		gb(a, sizeof(a), (double)p->done),
 		gb(b, sizeof(b), (double)p->total),
 		p->total ? 100.0 * (double)p->done / (double)p->total : 100.0,
 		gb(r, sizeof(r), rate),
-		rate > 0 ? (double)(p->total - p->done) / rate : 0.0,
-		end ? "\n" : "");
+		rate > 0 ? (double)(p->total - p->done) / rate : 0.0);
 }
 
 /* ---- columns ------------------------------------------------------------- */
@@ -197,7 +214,7 @@ static void demo_fill(int kind, uint64_t off, uint8_t *p, size_t n)
 static void emit(struct plan *pl, struct pack_out *o, const void *p, uint64_t n)
 {
 	pack_out_write(o, p, (size_t)n);
-	progress_add(&pl->pg, n, false);
+	progress_add(&pl->pg, n);
 }
 
 /* Rows of fixed column c for samples [a, b). */
@@ -356,6 +373,40 @@ static int shard_tensors(struct plan *pl, uint64_t a, uint64_t b,
 	return rc;
 }
 
+/* " (1.2 MB)" for 'bytes' of 1 MB or more, else "". */
+static const char *readable(char *buf, size_t len, uint64_t bytes)
+{
+	char n[32];
+
+	if (bytes < 1000000)
+		return "";
+	snprintf(buf, len, " (%s)", gb(n, sizeof(n), (double)bytes));
+	return buf;
+}
+
+/* The line for archive 'path' once it is written: its tensors, samples
+ * and size on disk (the total of all archives in pl->written). 0, or 1
+ * when it cannot be found (message printed). */
+static int said_written(struct plan *pl, const char *path, size_t nt,
+			uint64_t a, uint64_t b)
+{
+	struct stat st;
+	char size[48];
+
+	if (stat(path, &st) < 0) {
+		fprintf(stderr, "batchfs pack: %s: %s\n", path,
+			strerror(errno));
+		return 1;
+	}
+	pl->written += (uint64_t)st.st_size;
+	printf("wrote %s: %zu tensors, samples %" PRIu64 "..%" PRIu64
+	       ", %" PRIu64 " bytes%s\n",
+	       path, nt, a, b ? b - 1 : 0, (uint64_t)st.st_size,
+	       readable(size, sizeof(size), (uint64_t)st.st_size));
+	fflush(stdout);
+	return 0;
+}
+
 /* Write shard 'path' of samples [a, b). 0 or 1 (message printed). */
 static int write_shard(struct plan *pl, const char *path, uint64_t a,
 		       uint64_t b)
@@ -390,16 +441,15 @@ static int write_shard(struct plan *pl, const char *path, uint64_t a,
 		write_offsets(pl, o, lens, b - a);
 		pack_out_end(o);
 	}
-	if (o && !rc)
-		printf("wrote %s: %zu tensors, samples %" PRIu64 "..%" PRIu64
-		       ", %" PRIu64 " bytes\n",
-		       path, nt, a, b ? b - 1 : 0, pack_out_pos(o));
+	progress_clear(&pl->pg); /* what follows starts a clean line */
 	if (rc && rc != -EIO)
 		fprintf(stderr, "batchfs pack: %s: %s\n", path,
 			rc == -ENOMEM ? "out of memory"
 				      : "reading the input failed (truncated "
 					"or changed under us?)");
 	rc = o ? pack_out_close(o, rc != 0) || rc : 1;
+	if (!rc)
+		rc = said_written(pl, path, nt, a, b);
 	for (size_t i = 0; names && i < 2 * pl->ncols; i++)
 		free(names[i]);
 	free(names);
@@ -578,6 +628,43 @@ static struct list *list_open(const char *path, struct col *c)
 	return l;
 }
 
+bool bfs_pack_list_hint(const char *cmd, const char *path)
+{
+	struct bfs_zip *z = NULL;
+	int64_t first = -1;
+	bool list, differ = false;
+
+	if (bfs_zip_open_kind(&z, path, BFS_ZIP_NPZ, NULL) < 0)
+		return false;
+	list = z->n_entries >= 2;
+	for (size_t i = 0; list && i < z->n_entries; i++) {
+		const struct bfs_zip_entry *e = &z->entries[i];
+		unsigned long k = 0;
+		struct bfs_npy h;
+		int used = 0;
+
+		list = sscanf(e->name, "arr_%lu.npy%n", &k, &used) == 1 &&
+		       !e->name[used] && k < z->n_entries &&
+		       !bfs_npy_parse_exact(bfs_zip_data(z, e), e->size,
+					    e->name, &h, NULL) &&
+		       h.ndim >= 1;
+		if (list && first >= 0 && h.shape[0] != first)
+			differ = true;
+		if (list && first < 0)
+			first = h.shape[0];
+	}
+	bfs_zip_close(z);
+	if (!list || !differ)
+		return false;
+	fprintf(stderr,
+		"batchfs %s: %s looks like np.savez(f, *arrays), one sample "
+		"per member: `batchfs pack -o OUT.pt NAME=@%s` packs it as "
+		"ragged field NAME (NAME.values + NAME.offsets), which "
+		"`batchfs mount OUT.pt` serves\n",
+		cmd, path, path);
+	return true;
+}
+
 /* The dataset of one --from-* file; checks the kind it was given as. */
 static struct bfs_dataset *open_from(const char *path, const char *kind)
 {
@@ -589,6 +676,7 @@ static struct bfs_dataset *open_from(const char *path, const char *kind)
 
 	if (bfs_dataset_open_parts(&ds, &part, first, 1, &err)) {
 		fprintf(stderr, "batchfs pack: %s\n", err.msg);
+		bfs_pack_list_hint("pack", path);
 		return NULL;
 	}
 	bfs_dataset_shard(ds, 0, &si);
@@ -661,19 +749,54 @@ static void demo_cols(struct plan *pl, int64_t n)
 	pl->n = (uint64_t)n;
 }
 
+/* Inputs of different lengths: the one with fewest samples is blamed
+ * (a file cut short is the usual cause), beside one with most. Returns 1. */
+static int say_mismatch(const char *short_file, const char *short_field,
+			uint64_t short_n, const char *long_file,
+			const char *long_field, uint64_t long_n)
+{
+	fprintf(stderr,
+		"batchfs pack: %s: field '%s' has %" PRIu64 " samples, but %s "
+		"(field '%s') has %" PRIu64 ": all inputs are one dataset "
+		"(the same first dimension)\n",
+		short_file, short_field, short_n, long_file, long_field,
+		long_n);
+	return 1;
+}
+
+/* Samples of column c. */
+static uint64_t col_samples(const struct plan *pl, const struct col *c)
+{
+	return c->kind == COL_LIST    ? c->list->n
+	       : c->kind == COL_FIELD ? bfs_dataset_samples(c->ds)
+				      : pl->n;
+}
+
 /* Every column: torch must have its dtype, names unique, the same
  * samples everywhere; sizes the copy buffer. 0 or 1 (message printed). */
 static int check_cols(struct plan *pl)
 {
 	uint64_t need = CHUNK, n = 0;
+	size_t lo = 0, hi = 0; /* columns with fewest and most samples */
+
+	for (size_t i = 1; i < pl->ncols; i++) {
+		if (col_samples(pl, &pl->cols[i]) <
+		    col_samples(pl, &pl->cols[lo]))
+			lo = i;
+		if (col_samples(pl, &pl->cols[i]) >
+		    col_samples(pl, &pl->cols[hi]))
+			hi = i;
+	}
+	if (pl->ncols && lo != hi &&
+	    col_samples(pl, &pl->cols[lo]) != col_samples(pl, &pl->cols[hi]))
+		return say_mismatch(pl->cols[lo].origin, pl->cols[lo].name,
+				    col_samples(pl, &pl->cols[lo]),
+				    pl->cols[hi].origin, pl->cols[hi].name,
+				    col_samples(pl, &pl->cols[hi]));
 
 	for (size_t i = 0; i < pl->ncols; i++) {
 		const struct col *c = &pl->cols[i];
 		const struct bfs_dtype_info *di = bfs_dtype_info(c->dtype);
-		uint64_t cn = c->kind == COL_LIST ? c->list->n
-			      : c->kind == COL_FIELD
-				  ? bfs_dataset_samples(c->ds)
-				  : pl->n;
 		uint64_t big;
 
 		if (!di->storage) {
@@ -692,15 +815,7 @@ static int check_cols(struct plan *pl)
 					c->origin, c->name, pl->cols[j].origin);
 				return 1;
 			}
-		if (i && cn != n) {
-			fprintf(stderr,
-				"batchfs pack: %s has %" PRIu64 " samples, %s "
-				"has %" PRIu64 ": all inputs are one dataset "
-				"(the same first dimension)\n",
-				c->origin, cn, pl->cols[0].origin, n);
-			return 1;
-		}
-		n = cn;
+		n = col_samples(pl, c);
 		if (bfs_size_mul(c->ragged ? c->max_len : 1, c->row_bytes,
 				 &big) ||
 		    big > ((uint64_t)1 << 40)) {
@@ -774,7 +889,8 @@ static void usage(FILE *f)
 	    "Inputs are streamed through a 1 MiB buffer (they may exceed "
 	    "RAM).\n"
 	    "With more than 1 GB to write, a progress line (bytes written,\n"
-	    "rate, ETA) is drawn on stderr when it is a terminal.\n");
+	    "rate, ETA) is drawn on stderr when it is a terminal, and erased\n"
+	    "for the line each archive gets once written (its size).\n");
 }
 
 /* "64M" -> 64 << 20. 0 or -1. */
@@ -801,6 +917,50 @@ static int parse_size(const char *s, uint64_t *out)
 	}
 	*out = v;
 	return 0;
+}
+
+/* Whether NAME is half of a ragged pair (NAME.values, NAME.offsets),
+ * whose first dimensions differ from the samples by design. */
+static bool ragged_half(const char *name)
+{
+	size_t n = strlen(name);
+
+	return (n > 7 && !strcmp(name + n - 7, ".values")) ||
+	       (n > 8 && !strcmp(name + n - 8, ".offsets"));
+}
+
+/* The NAME=FILE.npy inputs (read as one dataset) have the same samples,
+ * or the file with fewest is blamed (say_mismatch) before the dataset's
+ * own check, which names the group's first file. Files whose header
+ * cannot be read, and ragged halves, are left to that check. 0 or 1. */
+static int check_npy_samples(const struct bfs_source_part *npy, size_t n)
+{
+	int64_t rows[2] = {-1, -1}; /* fewest, most */
+	size_t at[2] = {0, 0};
+
+	for (size_t i = 0; i < n; i++) {
+		struct bfs_npy h;
+		int fd = ragged_half(npy[i].name)
+			     ? -1
+			     : open(npy[i].path, O_RDONLY | O_CLOEXEC);
+		int rc = fd < 0
+			     ? -1
+			     : bfs_npy_read_header(fd, npy[i].path, &h, NULL);
+
+		if (fd >= 0)
+			close(fd);
+		if (rc || h.ndim < 1)
+			continue;
+		if (rows[0] < 0 || h.shape[0] < rows[0])
+			rows[0] = h.shape[0], at[0] = i;
+		if (h.shape[0] > rows[1])
+			rows[1] = h.shape[0], at[1] = i;
+	}
+	if (rows[0] == rows[1])
+		return 0;
+	return say_mismatch(npy[at[0]].path, npy[at[0]].name, (uint64_t)rows[0],
+			    npy[at[1]].path, npy[at[1]].name,
+			    (uint64_t)rows[1]);
 }
 
 /* The FILE of a NAME=FILE argument split by check_args. */
@@ -833,6 +993,8 @@ static int open_inputs(struct plan *pl, struct inputs *in, char **args,
 		struct bfs_error err = {{0}};
 		struct bfs_dataset *ds = NULL;
 
+		if (check_npy_samples(in->npy, in->nnpy))
+			return 1;
 		if (bfs_dataset_open_parts(&ds, in->npy, first, 1, &err)) {
 			fprintf(stderr, "batchfs pack: %s\n", err.msg);
 			return 1;
@@ -912,8 +1074,14 @@ static int write_all(struct plan *pl, const char *out, uint64_t shard_size)
 		       : 1;
 		free(p);
 	}
-	if (pl->pg.on)
-		progress_add(&pl->pg, 0, true);
+	progress_clear(&pl->pg);
+	if (!rc && pl->nshards > 1) {
+		char size[48];
+
+		printf("wrote %zu archives, %" PRIu64 " bytes%s in all\n",
+		       pl->nshards, pl->written,
+		       readable(size, sizeof(size), pl->written));
+	}
 	return rc;
 }
 

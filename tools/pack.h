@@ -20,6 +20,14 @@ struct pack_tensor {
 
 struct pack_out;
 
+/* When 'path' is an .npz that numpy.savez(path, *arrays) wrote from a
+ * list of samples of different lengths (members arr_0.npy ..
+ * arr_<N-1>.npy, N >= 2, whose first dimensions differ), which neither
+ * `batchfs mount` nor --from-npz can take as fields: print on stderr,
+ * as "batchfs CMD: ...", how `batchfs pack NAME=@FILE.npz` makes it a
+ * ragged field, and return true. Else print nothing, return false. */
+bool bfs_pack_list_hint(const char *cmd, const char *path);
+
 /* Start the archive 'path', written to "path.partial": its records are
  * under the prefix torch would use (the file name without extension),
  * data.pkl describes t[0..n) (a dict in that order). Returns NULL with
@@ -32,9 +40,6 @@ struct pack_out *pack_out_open(const char *path, const struct pack_tensor *t,
 void pack_out_begin(struct pack_out *o, size_t i, uint64_t size);
 void pack_out_write(struct pack_out *o, const void *p, size_t n);
 void pack_out_end(struct pack_out *o);
-
-/* Bytes written so far (what progress counts). */
-uint64_t pack_out_pos(const struct pack_out *o);
 
 /* Finish the archive (byteorder, version, central directory) and rename
  * it over 'path'; with 'discard', or after a write error, remove it

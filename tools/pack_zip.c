@@ -449,11 +449,6 @@ void pack_out_end(struct pack_out *o)
 	o->cur = NULL;
 }
 
-uint64_t pack_out_pos(const struct pack_out *o)
-{
-	return o->pos;
-}
-
 int pack_out_close(struct pack_out *o, bool discard)
 {
 	char name[4200];

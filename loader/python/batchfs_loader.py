@@ -170,6 +170,26 @@ def _torch_dtype(torch, code):
     return getattr(torch, n, None) if n else None
 
 
+def _paths():
+    """batchfs._paths (the package beside this file: what a mount looks
+    like), or None when it cannot be imported."""
+    try:
+        from batchfs import _paths
+        return _paths
+    except ImportError:
+        return None
+
+
+def _watch(path, files):
+    """A MountWatch (batchfs._paths) of the batchfs mount whose epoch
+    directory is 'path' (or holds files[0]), or None: not in a mount, or
+    no batchfs package."""
+    paths = _paths()
+    if path is None and files:
+        path = os.path.dirname(os.fspath(files[0]))
+    return paths.watch_epoch_dir(path) if paths and path else None
+
+
 def _file_list(files):
     return (ctypes.c_char_p * (len(files) + 1))(
         *[os.fsencode(f) for f in files], None)
@@ -374,6 +394,12 @@ class Loader:
     """Iterate the batches of an epoch directory (batch_0, batch_1, ...) or
     of an explicit file list, in order, as Batch dicts name -> tensor.
 
+    path: one epoch's directory, e.g. a mount's /mnt/data/epoch/0 (or
+    /mnt/data/rank/R/epoch/0); given the mount's root or another of its
+    directories, the LoaderError says which path it wants. When the
+    mount the batches come from is gone (its daemon exited), the
+    LoaderError names the mount and the daemon's log.
+
     device: "auto" (CUDA when torch has a GPU, else CPU), "cpu", "cuda" or
     "cuda:N". slots/readers/chunk: ring slots, reader threads, pread size
     (0 = the library's defaults 3 / 4 / 4 MiB). copy: see the module's
@@ -401,6 +427,8 @@ class Loader:
         o.log = self._h.cb
         self._dev = self._open(o, str(device))
         self._h.quiet = False
+        # The mount the batches come from, to name it when it goes away.
+        self._mount = _watch(path, files)
         self.cuda = self._h.lib.bfs_loader_mode(self._h.L) == MODE_CUDA
         self.device = self._dev.device
 
@@ -449,8 +477,21 @@ class Loader:
         return host
 
     def _fail(self, rc, how):
+        why = self._h.reason(rc)
+        paths = _paths()
+        if rc == -errno.ENOENT and self._where != "file list" and paths:
+            why = paths.epoch_dir_hint(self._where) or why
         raise LoaderError(-rc, "batchfs loader: cannot open %s%s: %s" % (
-            self._where, " " + how if how else "", self._h.reason(rc)))
+            self._where, " " + how if how else "", why))
+
+    def _gone(self, rc, msg):
+        """LoaderError(rc, msg), naming the mount and its daemon's log
+        first when the mount the batches come from is gone."""
+        mount = self._mount
+        if mount is not None and mount.gone():
+            msg = "batchfs loader: %s (%s)" % (
+                _paths().gone_message(mount.path, mount.log), msg)
+        return LoaderError(-rc, msg)
 
     # -- iteration ---------------------------------------------------------
     def __len__(self):
@@ -462,7 +503,7 @@ class Loader:
 
     def _raise(self, rc):
         msg = self._h.lib.bfs_loader_errmsg(self._h.L).decode(errors="replace")
-        raise LoaderError(-rc, msg or self._h.reason(rc))
+        raise self._gone(rc, msg or self._h.reason(rc))
 
     def _next_raw(self, handle):
         b = _Batch()
@@ -537,10 +578,11 @@ class Loader:
             gc.collect()
             rc = lib.bfs_loader_reopen(L, d, fl)
         if rc < 0:
-            raise LoaderError(-rc, "batchfs loader: cannot reopen on %s: %s"
-                              % (path if path is not None else "file list",
-                                 self._h.reason(rc, since)))
+            raise self._gone(rc, "batchfs loader: cannot reopen on %s: %s"
+                             % (path if path is not None else "file list",
+                                self._h.reason(rc, since)))
         self._files, self._iter = fl, None
+        self._mount = _watch(path, files)
 
     def stats(self):
         """The library's counters (batches, bytes_read, copies, wait_ns,

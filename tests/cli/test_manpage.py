@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """The documentation says exactly what the command line does: for each
-command (mount, umount, pack, inspect, bench), the options its --help
+command (mount, umount, status, pack, inspect, bench), the options its --help
 prints are the options its section of the man page (tools/batchfs.1)
 names, and every option of its getopt table is among them; README.md's
 table of mount options names exactly mount --help's long options; the man
@@ -14,12 +14,13 @@ import sys
 SRC = os.environ.get("BFS_SRC") or os.path.join(
     os.path.dirname(os.path.abspath(__file__)), "..", "..")
 BATCHFS = os.environ.get("BATCHFS") or os.path.join(SRC, "build", "batchfs")
-COMMANDS = ["mount", "umount", "pack", "inspect", "bench"]
+COMMANDS = ["mount", "umount", "status", "pack", "inspect", "bench"]
 OPTION = re.compile(r"(?<![\w-])(--?[a-zA-Z][a-zA-Z0-9-]*)")
 # getopt tables: {"name", no_argument / required_argument, NULL, 'c'}
 TABLE = re.compile(r'\{"([a-z][a-z0-9-]*)",\s*(?:no|required|optional)'
                    r'_argument,\s*NULL,\s*(\'.\'|\w+)\}')
-SOURCES = {"mount": "tools/cmd_mount.c", "pack": "tools/pack.c",
+SOURCES = {"mount": "tools/cmd_mount.c", "status": "tools/cmd_status.c",
+           "pack": "tools/pack.c",
            "inspect": "tools/inspect.c", "bench": "tools/bench.c"}
 
 

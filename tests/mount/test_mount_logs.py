@@ -38,8 +38,9 @@ def default_log_is_named_after_the_mountpoint(path):
     mnt = os.path.join(TMP, "by", "name")
     _, mnt = ml.mount(path, mnt, "--batch-size", 5,
                       env={"XDG_RUNTIME_DIR": xdg})
-    want = os.path.join(xdg, "batchfs",
-                        mnt.strip("/").replace("/", "-") + ".log")
+    # '/' becomes '-', and a '-' of the path %2D (TMP has one)
+    want = os.path.join(xdg, "batchfs", mnt.strip("/").replace(
+        "-", "%2D").replace("/", "-") + ".log")
     assert dataset_json(mnt)["log"] == want, dataset_json(mnt)
     assert "The daemon logs to: %s\n" % want in \
         open(os.path.join(mnt, "README")).read()

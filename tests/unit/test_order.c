@@ -464,15 +464,74 @@ static void input_files_load_text_npy_and_state(void **state)
 	assert_int_equal(n, 2);
 	assert_true(w[1] == 1e-3);
 	free(w);
-	path = write_file("s.bin", "abc", 3);
-	assert_int_equal(bfs_order_load_state(path, &st, &n, &err), 0);
-	assert_int_equal(n, 3);
-	assert_memory_equal(st, "abc", 3);
-	free(st);
+	memset(&err, 0, sizeof(err));
+	path = write_file("s.bin", "abc", 3); /* a state has 5056 bytes */
+	assert_int_equal(bfs_order_load_state(path, &st, &n, &err), -EINVAL);
+	assert_non_null(strstr(err.msg, "s.bin: 3 bytes; a generator state "
+					"is the 5056 bytes of"));
+	memset(&err, 0, sizeof(err));
+	{
+		char blob[5057];
+
+		memset(blob, 'x', sizeof(blob));
+		path = write_file("s.bin", blob, 5056);
+		assert_int_equal(bfs_order_load_state(path, &st, &n, &err), 0);
+		assert_int_equal(n, 5056);
+		assert_memory_equal(st, blob, 5056);
+		free(st);
+		path = write_file("s.bin", blob, 5057);
+		assert_int_equal(bfs_order_load_state(path, &st, &n, &err),
+				 -EFBIG);
+		assert_non_null(strstr(err.msg, "s.bin: 5057 bytes; "));
+	}
 	memset(&err, 0, sizeof(err));
 	assert_int_equal(bfs_order_load_state("/nonexistent/x", &st, &n, &err),
 			 -ENOENT);
 	assert_non_null(strstr(err.msg, "/nonexistent/x: cannot open"));
+}
+
+/* Options that change nothing in the order are named, one line each,
+ * and options that matter are not. */
+static void options_that_change_nothing_are_named(void **state)
+{
+	static const struct {
+		struct bfs_order_request r;
+		const char *first; /* the start of the first line, or NULL */
+		size_t n;
+	} cases[] = {
+	    {{.have_seed = true},
+	     "--seed: no effect: the order is sequential",
+	     1},
+	    {{.have_seed = true, .distributed = true},
+	     "--seed: no effect: DistributedSampler without --shuffle",
+	     1},
+	    {{.have_seed = true, .shuffle = true, .generator_state = true},
+	     "--seed: no effect: the generator starts from the "
+	     "--generator-state file",
+	     1},
+	    {{.shuffle = true, .subset = true}, "--shuffle: no effect", 1},
+	    {{.replacement = true, .weights = true},
+	     "--replacement: no effect",
+	     1},
+	    {{.have_compat = true, .have_seed = true}, "--seed", 2},
+	    {{.have_seed = true, .shuffle = true}, NULL, 0},
+	    {{.have_seed = true, .shuffle = true, .distributed = true},
+	     NULL,
+	     0},
+	    {{.have_compat = true, .replacement = true}, NULL, 0},
+	};
+	const char *msgs[8];
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		size_t n = bfs_order_request_unused(&cases[i].r, msgs, 8);
+
+		assert_int_equal(n, cases[i].n);
+		if (n)
+			assert_true(!strncmp(msgs[0], cases[i].first,
+					     strlen(cases[i].first)));
+	}
+	assert_int_equal(bfs_order_request_unused(&cases[5].r, msgs, 1), 1);
 }
 
 /* The sampler and the seed's source follow PyTorch's rules: one sampler
@@ -624,6 +683,7 @@ int main(void)
 	    cmocka_unit_test(weights_beyond_2_pow_24_are_refused),
 	    cmocka_unit_test(describe_writes_the_pytorch_call),
 	    cmocka_unit_test(the_sampler_and_seed_source_follow_torchs_rules),
+	    cmocka_unit_test(options_that_change_nothing_are_named),
 	    cmocka_unit_test(input_files_load_text_npy_and_state),
 	    cmocka_unit_test(num_samples_alone_is_a_usage_error),
 	    cmocka_unit_test(

@@ -581,7 +581,23 @@ static void malformed_streams_are_refused(void **state)
 	expect_refused_rc(LIT("\x80\x02}X\x01\x00\x00\x00"
 			      "aK\x01s."),
 			  -EINVAL,
-			  "top-level field 'a' is an int, not a tensor");
+			  "holds no tensors: nothing to serve (only values "
+			  "that are not tensors)");
+	/* a dict holding itself: looked through to the nesting limit */
+	expect_refused_rc(LIT("\x80\x02}q\x00X\x01\x00\x00\x00"
+			      "ah\x00s."),
+			  -EINVAL, "'a': containers nested deeper than 16");
+	/* a numpy array where a field would be: named, never built */
+	expect_refused_rc(LIT("\x80\x02}X\x02\x00\x00\x00"
+			      "fncnumpy.core.multiarray\n_reconstruct\n"
+			      "cnumpy\nndarray\n\x85R}bs."),
+			  -EINVAL,
+			  "field 'fn' is a numpy array: save it with "
+			  "torch.from_numpy(...)");
+	/* any other global stays refused, inside metadata too */
+	expect_refused_rc(LIT("\x80\x02}X\x01\x00\x00\x00"
+			      "m]cos\nsystem\nas."),
+			  -EINVAL, "refused global 'os system'");
 	expect_refused_rc(LIT("\x80\x01N."), -EINVAL,
 			  "unsupported pickle "
 			  "protocol 1");

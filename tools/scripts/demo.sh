@@ -1,11 +1,14 @@
 #!/bin/bash
 # make demo: pack a demo dataset, mount it as batches, look around, read a
-# batch from Python with numpy only, unmount. Run from the repository root
-# after `make` (the demo target does both). BUILD selects the build folder.
+# batch from Python with numpy only, check epoch 0 against torch's
+# DataLoader (tools/scripts/demo_check.py: without torch, against the
+# archive, and it says so), unmount. Run from the repository root after
+# `make` (the demo target does both). BUILD selects the build folder, DEMO
+# the demo's own ($BUILD/demo: the archive and the mountpoint).
 set -eu
 BUILD=${BUILD:-build}
 BFS="$BUILD/batchfs"
-DEMO="$BUILD/demo"
+DEMO=${DEMO:-$BUILD/demo}
 MNT="$DEMO/mnt"
 PY=/usr/bin/python3
 
@@ -57,7 +60,11 @@ step "cat epoch 0 > /dev/null  (40 batches)"
 cat "$MNT"/epoch/0/batch_* >/dev/null
 step cat "$MNT/stats"
 cat "$MNT/stats"
+step python3 tools/scripts/demo_check.py "$MNT" "$DEMO/demo.pt" 256 7
+check=0
+"$PY" tools/scripts/demo_check.py "$MNT" "$DEMO/demo.pt" 256 7 || check=$?
 step batchfs umount "$MNT"
 "$BFS" umount "$MNT"
 trap - EXIT
-echo "demo done: the same batches as DataLoader(ds, batch_size=256, shuffle=True, generator=torch.Generator().manual_seed(7))"
+[ "$check" -eq 0 ] || exit "$check"
+echo "demo done"

@@ -28,7 +28,10 @@ Python. Pure Python over the mount (numpy; torch optional):
 - DataLoader(ds, **DataLoader options): torch's DataLoader for an
   IterableDataset, whose state_dict() / load_state_dict() / set_epoch()
   are exact with workers too: it counts the batches the loop receives.
-- read_batch(path, device=None, zero_copy=True): one batch file.
+- read_batch(path, device=None, zero_copy=True): one batch file (a file
+  that is not one is a ValueError saying so).
+- MountGoneError (an OSError): a mount gone while reading from it (its
+  daemon exited); it names the mount and the daemon's log.
 - Loader: the GPU loader (libbatchfs_loader through ctypes; pinned ring,
   asynchronous copies), batchfs_loader.Loader (needs torch).
 
@@ -37,6 +40,7 @@ loader/python/batchfs/README.md says why the package lives there.
 from ._batchfile import NP, read_batch
 from ._batches import Batches
 from ._mount import Mount, MountError, find_batchfs, mount
+from ._paths import MountGoneError
 
 
 def _version():
@@ -61,9 +65,9 @@ def _version():
 
 
 __version__ = _version()
-__all__ = ["mount", "Mount", "MountError", "Batches", "IterableDataset",
-           "DataLoader", "read_batch", "find_batchfs", "Loader",
-           "LoaderError", "NP"]
+__all__ = ["mount", "Mount", "MountError", "MountGoneError", "Batches",
+           "IterableDataset", "DataLoader", "read_batch", "find_batchfs",
+           "Loader", "LoaderError", "NP"]
 
 
 def __getattr__(name):

@@ -1,8 +1,8 @@
 """batchfs.Batches: the batches of a mount, epoch after epoch, resumable."""
-import json
 import os
 
 from ._batchfile import read_batch
+from ._paths import MountWatch, dataset_of_root
 
 # Entries of the epoch's directory listed ahead of the batch being opened.
 LIST_AHEAD = 64
@@ -124,13 +124,22 @@ class Batches:
     cost more than the copy on the machines measured once the arrays are
     used (loader/python/batchfs/README.md); it pays when most of each
     batch is never read. Either way a batch stays valid and unchanged for
-    as long as you hold it."""
+    as long as you hold it.
+
+    'mountpoint' is the mount's root (where dataset.json is): another
+    path (an epoch's directory, rank/R/, a directory that is no mount) is
+    a ValueError that names the path it wants, e.g. Batches('/mnt/data',
+    epoch=3). A negative epoch is a ValueError. When the mount is gone
+    (its daemon exited, or it was unmounted) reading raises
+    batchfs.MountGoneError, which names the mount and the daemon's log."""
+
+    _API = "batchfs.Batches"   # in messages: what wants the mount's root
 
     def __init__(self, mountpoint, epoch=0, start_batch=0, device=None,
                  zero_copy=False, rank=None):
         self.path = os.fspath(mountpoint)
-        with open(os.path.join(self.path, "dataset.json")) as f:
-            info = json.load(f)
+        info = dataset_of_root(self.path, self._API)
+        self._watch = MountWatch(self.path, info.get("log"))
         self.rank = pick_rank(self.path, info, rank)
         self._dir = self.path if not info.get("rank_dirs") else \
             "%s/rank/%d" % (self.path, self.rank)
@@ -139,10 +148,7 @@ class Batches:
         self.zero_copy = bool(zero_copy) and \
             info.get("serve_mode") != "direct"
         self.device = device
-        self._epoch, self._next = int(epoch), int(start_batch)
-        if not 0 <= self._next <= self._len:
-            raise ValueError("start_batch %d: an epoch has %d batches"
-                             % (self._next, self._len))
+        self.load_state_dict({"epoch": epoch, "batch": start_batch})
 
     def __len__(self):
         return self._len
@@ -157,12 +163,25 @@ class Batches:
         if self._next >= self._len:
             self._epoch, self._next = self._epoch + 1, 0
 
+    def _check_epoch(self, epoch):
+        """int(epoch), or a ValueError for a negative one. (An epoch past
+        the mount's --epochs fails when read: set_epoch(E) with E =
+        epochs is what a loop does after the last one.)"""
+        e = int(epoch)
+        if e < 0:
+            raise ValueError("epoch %d: epochs are numbered from 0 (the "
+                             "mount has epochs 0..%d)"
+                             % (e, self._epochs - 1))
+        return e
+
     def set_epoch(self, epoch):
         """The next iteration yields epoch 'epoch' from its start, or from
-        the resumed position when it is the current epoch already."""
+        the resumed position when it is the current epoch already. A
+        negative epoch is a ValueError."""
+        e = self._check_epoch(epoch)
         self._roll()
-        if int(epoch) != self._epoch:
-            self._epoch, self._next = int(epoch), 0
+        if e != self._epoch:
+            self._epoch, self._next = e, 0
 
     def state_dict(self):
         """{"epoch": E, "batch": K}: the next iteration yields batch K of
@@ -171,16 +190,36 @@ class Batches:
         return {"epoch": self._epoch, "batch": self._next}
 
     def load_state_dict(self, state):
-        self._epoch, self._next = int(state["epoch"]), int(state["batch"])
+        """Go on from state_dict()'s {"epoch": E, "batch": K}; a negative
+        E, or a K outside 0..len(), is a ValueError."""
+        e, k = self._check_epoch(state["epoch"]), int(state["batch"])
+        if not 0 <= k <= self._len:
+            raise ValueError("batch %d: an epoch has %d batches (0..%d)"
+                             % (k, self._len, self._len - 1))
+        self._epoch, self._next = e, k
         self._roll()
 
     def batch_path(self, epoch, k):
         return "%s/epoch/%d/batch_%d" % (self._dir, epoch, k)
 
     def read(self, epoch, k):
-        """Batch k of 'epoch' (any, in any order; the state is untouched)."""
-        return read_batch(self.batch_path(epoch, k), self.device,
-                          self.zero_copy)
+        """Batch k of 'epoch' (any, in any order; the state is untouched).
+        An epoch or batch the mount does not have is a ValueError; a mount
+        that is gone (its daemon exited) a MountGoneError naming the mount
+        and the daemon's log."""
+        e, k = self._check_epoch(epoch), int(k)
+        if e >= self._epochs:
+            raise ValueError("epoch %d: the mount has epochs 0..%d (mount "
+                             "with a larger --epochs)" % (e, self._epochs - 1))
+        if not 0 <= k < self._len:
+            raise ValueError("batch %d: an epoch has %d batches (0..%d)"
+                             % (k, self._len, self._len - 1))
+        try:
+            return read_batch(self.batch_path(e, k), self.device,
+                              self.zero_copy)
+        except OSError as err:
+            self._watch.check(err)
+            raise
 
     def _indices(self, k):
         """The batch numbers an iteration from batch k yields (a

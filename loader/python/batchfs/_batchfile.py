@@ -72,7 +72,8 @@ class _Mapping:
         self.addr = addr
 
     def __del__(self):
-        self.munmap(self.addr, self.size)
+        if hasattr(self, "addr"):    # not when mmap failed
+            self.munmap(self.addr, self.size)
 
 
 def _map(path):
@@ -91,16 +92,52 @@ def _map(path):
 
 def read_header(buf):
     """(metadata, {name: {"dtype", "shape", "data_offsets"}}, data start)
-    of a batch file's bytes."""
+    of a batch file's bytes (any safetensors file of dtypes NP has). Bytes
+    that are not one are a ValueError saying what is wrong, checked before
+    anything is viewed: the header length, the JSON, each tensor's dtype,
+    shape and offsets against the data's size."""
+    size = len(buf)
+    if size < 8:
+        raise ValueError("%d bytes, fewer than the 8 of a header length"
+                         % size)
     n = int.from_bytes(bytes(buf[:8]), "little")
-    head = json.loads(bytes(buf[8:8 + n]))
+    if n > size - 8:
+        raise ValueError("its first 8 bytes say a %d-byte header follows; "
+                         "the file has %d bytes" % (n, size))
+    try:
+        head = json.loads(bytes(buf[8:8 + n]))
+    except ValueError:           # JSONDecodeError, UnicodeDecodeError
+        raise ValueError("its header (bytes 8 to %d) is not JSON"
+                         % (8 + n)) from None
+    if not isinstance(head, dict):
+        raise ValueError("its header is not a JSON object")
     meta = head.pop("__metadata__", {})
+    data = size - 8 - n
+    for name, t in head.items():
+        try:
+            code, shape = t["dtype"], [int(d) for d in t["shape"]]
+            b, e = (int(x) for x in t["data_offsets"])
+        except (KeyError, TypeError, ValueError):
+            raise ValueError("tensor %r: %.80r is not a safetensors entry "
+                             "(dtype, shape, data_offsets)"
+                             % (name, t)) from None
+        if code not in NP:
+            raise ValueError("tensor %r: dtype %r is none batchfs serves"
+                             % (name, code))
+        want = int(np.prod(shape, dtype=np.int64)) * \
+            np.dtype(NP[code]).itemsize
+        if min(shape, default=0) < 0 or not 0 <= b <= e <= data or \
+                e - b != want:
+            raise ValueError("tensor %r: data_offsets [%d, %d] for shape "
+                             "%s of %s, in %d bytes of data"
+                             % (name, b, e, shape, code, data))
     return meta, head, 8 + n
 
 
-def to_numpy(buf):
-    """{name: numpy array} viewing buf (no copy)."""
-    _, head, base = read_header(buf)
+def to_numpy(buf, header=None):
+    """{name: numpy array} viewing buf (no copy). header: read_header(buf)
+    when the caller has it."""
+    _, head, base = header or read_header(buf)
     out = {}
     for name, t in head.items():
         b, e = t["data_offsets"]
@@ -109,14 +146,15 @@ def to_numpy(buf):
     return out
 
 
-def to_torch(buf, device=None):
+def to_torch(buf, device=None, header=None):
     """{name: torch tensor} viewing buf (no copy on the CPU), moved to
     'device' when it is not the CPU."""
     import torch
-    _, head, _ = read_header(buf)
+    header = header or read_header(buf)
+    head = header[1]
     bits = {1: np.int8, 2: np.int16, 4: np.int32, 8: np.int64}
     out = {}
-    for name, a in to_numpy(buf).items():
+    for name, a in to_numpy(buf, header).items():
         code = head[name]["dtype"]
         if code not in _TORCH:
             t = torch.from_numpy(a)
@@ -140,18 +178,35 @@ def read_batch(path, device=None, zero_copy=True):
     them. That needs a mount whose serve mode allows mmap (passthrough,
     push, cache; dataset.json's serve_mode); with zero_copy=False (and
     always for --serve direct) the file is read into memory the arrays
-    own. A device other than the CPU always gets its own copy."""
+    own. A device other than the CPU always gets its own copy.
+
+    A file that is not a batch file (safetensors) is a ValueError that
+    says what is wrong with it; so is a directory (an epoch's: read
+    'DIR/batch_0', or all of them with batchfs.Batches)."""
     buf = None
-    if zero_copy:
-        try:
-            buf = _map(path)
-        except OSError as e:  # --serve direct: no mmap on libfuse 3.14
-            if e.errno != errno.ENODEV:
-                raise
-    if buf is None:
-        buf = _read_all(path)
+    try:
+        if zero_copy:
+            try:
+                buf = _map(path)
+            except OSError as e:
+                # ENODEV: --serve direct (no mmap on libfuse 3.14);
+                # EINVAL: an empty file (reading it says what is wrong)
+                if e.errno not in (errno.ENODEV, errno.EINVAL):
+                    raise
+        if buf is None:
+            buf = _read_all(path)
+    except IsADirectoryError:
+        raise ValueError("%s is a directory: read_batch reads one batch "
+                         "file, e.g. %s" % (path, os.path.join(
+                             path, "batch_0"))) from None
+    try:
+        header = read_header(buf)
+    except ValueError as e:
+        raise ValueError("%s is not a batch file (safetensors: an 8-byte "
+                         "header length, a JSON header, the data): %s"
+                         % (path, e)) from None
     if device is None:
-        return to_numpy(buf)
+        return to_numpy(buf, header)
     import torch
     dev = torch.device(device)
-    return to_torch(buf, None if dev.type == "cpu" else dev)
+    return to_torch(buf, None if dev.type == "cpu" else dev, header)

@@ -144,6 +144,11 @@ class _Record:
                 a[_GEN_DONE] += 1
 
 
+class _DatasetBatches(Batches):
+    """An IterableDataset's Batches: its messages name IterableDataset."""
+    _API = "batchfs.IterableDataset"
+
+
 class _WorkerShare(Batches):
     """The batches of one DataLoader worker from (epoch, start): every
     num_workers-th, worker k from start + k. DataLoader takes one from
@@ -179,13 +184,17 @@ class IterableDataset(torch.utils.data.IterableDataset):
     raises after a pass broken off mid-epoch.
 
     On a mount of several ranks (`--ranks`) it reads the rank 'rank', or
-    $RANK (torchrun sets it): see batchfs.Batches."""
+    $RANK (torchrun sets it): see batchfs.Batches. As there, a path other
+    than the mount's root is a ValueError naming the one it wants, and a
+    mount gone while iterating (its daemon exited) a MountGoneError
+    naming the mount and the daemon's log; from a worker, DataLoader
+    raises it again in the training loop with the worker's traceback."""
 
     def __init__(self, mountpoint, epoch=0, start_batch=0, device="cpu",
                  zero_copy=False, rank=None):
         super().__init__()
-        self.batches = Batches(mountpoint, epoch, start_batch, device,
-                               zero_copy, rank)
+        self.batches = _DatasetBatches(mountpoint, epoch, start_batch,
+                                       device, zero_copy, rank)
         self.rank = self.batches.rank
         self._record = _Record(self.batches._epoch, self.batches._next)
         self._iters = (None, 0)   # (pid, iterations in that process)

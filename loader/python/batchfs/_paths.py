@@ -1,0 +1,208 @@
+"""Where things are in a mount, and what to say when they are not there.
+
+A mount's root holds dataset.json, epoch/N/batch_K (or rank/R/epoch/N/
+batch_K on a mount of several ranks) and more (README.md: the namespace).
+batchfs.Batches and IterableDataset want the root, batchfs_loader.Loader
+one epoch's directory: given another path, they say which one they want,
+with an example built from the path given.
+
+A mount whose daemon exited answers ENOTCONN ("Transport endpoint is not
+connected") until it is unmounted, and after the kernel's auto-unmount its
+paths are just missing (ENOENT). MountWatch tells such a failure from any
+other (the mountpoint is no longer the directory it was) so that the error
+names the mount and the daemon's log instead of a batch file.
+"""
+import errno
+import json
+import os
+
+
+class MountGoneError(OSError):
+    """A batch could not be read because its mount is gone: the daemon
+    exited (killed, crashed) or the mount was unmounted. str() names the
+    mountpoint and the daemon's log (dataset.json's "log"); .mountpoint
+    and .log hold them (None when unknown), .errno the failed call's
+    (ENOTCONN while a dead mount is still attached, ENOENT after the
+    kernel unmounted it). The exception it was raised from is the batch
+    file's."""
+
+    def __init__(self, message, mountpoint=None, log=None,
+                 err=errno.ENOTCONN):
+        # One argument is enough: torch's DataLoader re-raises a worker's
+        # exception as type(e)(text).
+        super().__init__(err, message)
+        self.mountpoint, self.log = mountpoint, log
+
+    def __str__(self):
+        return self.strerror
+
+    def __reduce__(self):
+        return (type(self), (self.strerror, self.mountpoint, self.log,
+                             self.errno))
+
+
+def gone_message(mountpoint, log):
+    """The text of a MountGoneError (and of the loader's error on a mount
+    that is gone)."""
+    if log is None:
+        where = "its log: unknown (dataset.json named none)"
+    elif log == "stderr":
+        where = "its log: the stderr of `batchfs mount -f`"
+    else:
+        where = "its log: " + log
+    return ("the batchfs mount at %s is gone (the daemon exited?); %s"
+            % (mountpoint, where))
+
+
+class MountWatch:
+    """The mount at 'path' (its root) as it was when opened: its device
+    number, and the daemon's log. Picklable (DataLoader workers)."""
+
+    def __init__(self, path, log):
+        self.path, self.log = path, log
+        self.dev = os.stat(path).st_dev
+
+    def gone(self):
+        """True when the mount is no longer there: the mountpoint is
+        another file system (unmounted), or statfs fails (ENOTCONN: the
+        daemon is dead; stat may still answer from the kernel's cache).
+        Two round trips: call it on a failure, not on every read."""
+        try:
+            os.statvfs(self.path)
+            return os.stat(self.path).st_dev != self.dev
+        except OSError:
+            return True
+
+    def check(self, err):
+        """Raise MountGoneError from 'err' (an OSError of a read under the
+        mount) when the mount is gone; return when it is not."""
+        if self.gone():
+            raise MountGoneError(gone_message(self.path, self.log),
+                                 self.path, self.log,
+                                 err.errno or errno.ENOTCONN) from err
+
+
+def read_dataset(path):
+    """dataset.json of the mount whose root is 'path' as a dict; None when
+    'path' holds none, or one that is not batchfs's. ENOTCONN (a dead
+    mount) is a MountGoneError; other errors (EACCES, ...) are raised."""
+    try:
+        with open(os.path.join(path, "dataset.json"), "rb") as f:
+            text = f.read()
+    except OSError as e:
+        if e.errno == errno.ENOTCONN:
+            raise MountGoneError(
+                "the mount at %s is gone (%s: its FUSE daemon exited): "
+                "unmount it (batchfs umount %s) and mount again"
+                % (path, os.strerror(e.errno), path), path) from e
+        if e.errno in (errno.ENOENT, errno.ENOTDIR):
+            return None
+        raise
+    try:
+        info = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(info, dict) or "batches_per_epoch" not in info:
+        return None
+    return info
+
+
+def _is_root(path):
+    try:
+        return read_dataset(path) is not None
+    except OSError:
+        return False
+
+
+def _inside(path):
+    """(root, parts) when 'path' is at most four levels inside a mount
+    (root/rank/R/epoch/N): the root and the names below it; else None."""
+    d, parts = os.path.abspath(path), []
+    for _ in range(4):
+        d, name = os.path.split(d)
+        if not name:
+            return None
+        parts.insert(0, name)
+        if _is_root(d):
+            return d, parts
+    return None
+
+
+def _number_after(parts, name):
+    """N of ".../name/N/..." in parts, or None."""
+    for i, p in enumerate(parts[:-1]):
+        if p == name and parts[i + 1].isdigit():
+            return int(parts[i + 1])
+    return None
+
+
+def dataset_of_root(path, api):
+    """dataset.json of the mount whose root is 'path', for 'api' (e.g.
+    "batchfs.Batches", which wants a mount's root). Another path is an
+    error that says which one 'api' wants, with an example: a ValueError
+    (inside a mount: the root, with epoch= and rank= from the path; a
+    directory that is no mount), a FileNotFoundError (no such path);
+    MountGoneError on a dead mount."""
+    info = read_dataset(path)
+    if info is not None:
+        return info
+    if not os.path.exists(path):
+        raise FileNotFoundError(
+            errno.ENOENT, "%s: no such directory: %s wants the directory "
+            "`batchfs mount` mounted, e.g. %s('/mnt/data') after `batchfs "
+            "mount data.pt /mnt/data`" % (path, api, api))
+    found = _inside(path)
+    if found is None:
+        raise ValueError(
+            "%s is not a batchfs mount (it has no batchfs dataset.json): %s "
+            "wants the directory `batchfs mount` mounted, e.g. "
+            "%s('/mnt/data') after `batchfs mount data.pt /mnt/data`"
+            % (path, api, api))
+    root, parts = found
+    epoch, rank = _number_after(parts, "epoch"), _number_after(parts, "rank")
+    example = "%s(%r%s%s)" % (api, root,
+                              "" if epoch is None else ", epoch=%d" % epoch,
+                              "" if rank is None else ", rank=%d" % rank)
+    raise ValueError("%s is inside the batchfs mount at %s: %s wants the "
+                     "mount's root, e.g. %s" % (path, root, api, example))
+
+
+def epoch_dir_hint(path):
+    """What to say when 'path', given to the loader as an epoch's
+    directory, holds no batch files and is another directory of a mount:
+    which one the loader wants ("... e.g. '/m/epoch/0'"). None when
+    'path' is in no mount, or is an epoch's (one the mount does not
+    have): the library's own message says enough."""
+    if _is_root(path):
+        root, parts = os.path.abspath(path), []
+    else:
+        found = _inside(path)
+        if found is None or found[1][-2:-1] == ["epoch"]:
+            return None
+        root, parts = found
+    try:
+        info = read_dataset(root) or {}
+    except OSError:
+        info = {}
+    rank = _number_after(parts, "rank")
+    if rank is None and info.get("rank_dirs"):
+        rank = (info.get("ranks") or [0])[0]
+    want = os.path.join(root, "" if rank is None else "rank/%d" % rank,
+                        "epoch/0")
+    return ("%s is %s the batchfs mount at %s, not an epoch's directory: "
+            "the loader reads one epoch's batch files, e.g. %r"
+            % (path, "a directory of" if parts else "the root of", root,
+               want))
+
+
+def watch_epoch_dir(path):
+    """A MountWatch of the mount 'path' is an epoch's directory of
+    (root/epoch/N or root/rank/R/epoch/N), or None (not in a mount, or
+    the mount cannot be read)."""
+    found = _inside(path)
+    if found is None or found[1][-2:-1] != ["epoch"]:
+        return None
+    try:
+        return MountWatch(found[0], read_dataset(found[0]).get("log"))
+    except (OSError, AttributeError):
+        return None

@@ -1,0 +1,140 @@
+#!/usr/bin/python3
+"""What `batchfs mount` says when it mounts:
+- one line on stdout: the mountpoint, batches per epoch (per rank on a
+  --ranks mount), the serve mode, the seed the order was drawn with (the
+  random one it chose, "no seed" for an order that is not random) and
+  the log file, all as dataset.json has them;
+- a warning (stderr and the log) for each option that changes nothing
+  with the sampler the options make: --seed without --shuffle (also for
+  DistributedSampler) or beside --generator-state, --shuffle beside
+  --subset or --weights, --replacement beside --weights, --torch-compat
+  for a sequential order; none for options that matter;
+- a warning that a mountpoint that is not empty has its files hidden;
+- dataset.json names the sources by absolute path, also when they were
+  given relative to the working directory."""
+import json
+import os
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import mountlib as ml  # noqa: E402
+
+import torch  # noqa: E402
+
+ml.require_fuse()
+TMP = ml.TMP
+WARN = "batchfs mount: warning: "
+
+
+def info(mnt):
+    with open(os.path.join(mnt, "dataset.json")) as f:
+        return json.load(f)
+
+
+def mount_and_say(path, *opts, mnt=None):
+    """Mount, return (stdout lines, warnings, dataset.json), unmounted."""
+    p, mnt = ml.mount(path, mnt, *opts)
+    out = p.stdout.splitlines()
+    warnings = [line[len(WARN):] for line in p.stderr.splitlines()
+                if line.startswith(WARN)]
+    assert len(warnings) == len(p.stderr.splitlines()), p.stderr
+    d = info(mnt)
+    log = d["log"]
+    assert ml.umount(mnt).returncode == 0
+    return out, warnings, d, log
+
+
+def one_line_says_what_was_mounted(path):
+    mnt = os.path.join(TMP, "said")
+    for opts, seed in [(["--batch-size", 7, "--shuffle", "--seed", 9],
+                        "seed 9"),
+                       (["--batch-size", 7, "--shuffle"], None),
+                       (["--batch-size", 3], "no seed (not a random "
+                        "order)"),
+                       (["--world-size", 2, "--ranks", "all",
+                         "--shuffle"],
+                        "seed 0 (DistributedSampler's default)"),
+                       (["--world-size", 2], "no seed")]:
+        out, warnings, d, log = mount_and_say(path, *opts, mnt=mnt)
+        assert len(out) == 1, out
+        line = out[0]
+        per = " per rank" if "--ranks" in opts else ""
+        for want in ["mounted %s: " % mnt,
+                     "%d batches per epoch%s" % (d["batches_per_epoch"],
+                                                 per),
+                     "serve mode %s" % d["serve_mode"],
+                     seed or "seed %d (random" % d["seed"],
+                     ", log %s" % log]:
+            assert want in line, (opts, want, line)
+        assert log.endswith(".log") and os.path.exists(log), log
+        assert warnings == [], warnings
+
+
+def options_without_effect_warn(path):
+    n = 20
+    subset = os.path.join(TMP, "subset.txt")
+    weights = os.path.join(TMP, "weights.txt")
+    state = os.path.join(TMP, "gen.state")
+    open(subset, "w").write("3\n1\n4\n")
+    open(weights, "w").write("1\n" * n)
+    g = torch.Generator().manual_seed(5)
+    open(state, "wb").write(g.get_state().numpy().tobytes())
+    cases = [
+        (["--seed", 3], ["--seed: no effect: the order is sequential"]),
+        (["--world-size", 2, "--seed", 3],
+         ["--seed: no effect: DistributedSampler without --shuffle"]),
+        (["--shuffle", "--generator-state", state, "--seed", 3],
+         ["--seed: no effect: the generator starts from the "
+          "--generator-state file"]),
+        (["--subset", subset, "--shuffle"], ["--shuffle: no effect: "
+                                             "--subset"]),
+        (["--weights", weights, "--replacement"],
+         ["--replacement: no effect: WeightedRandomSampler"]),
+        (["--torch-compat", "2.7"], ["--torch-compat: no effect"]),
+        (["--shuffle", "--seed", 3], []),
+        (["--world-size", 2, "--shuffle", "--seed", 3], []),
+        (["--shuffle", "--replacement", "--torch-compat", "2.7"], []),
+        (["--subset", subset, "--seed", 3], []),
+    ]
+    for opts, want in cases:
+        _, warnings, _, log = mount_and_say(path, *opts)
+        assert len(warnings) == len(want), (opts, warnings)
+        for w, prefix in zip(warnings, want):
+            assert w.startswith(prefix), (opts, w)
+            assert w in open(log).read(), (opts, w, log)
+
+
+def hidden_files_warn(path):
+    mnt = os.path.join(TMP, "full")
+    os.makedirs(mnt)
+    open(os.path.join(mnt, "mine.txt"), "w").write("x")
+    _, warnings, _, _ = mount_and_say(path, mnt=mnt)
+    assert warnings == ["%s is not empty: its 1 entry is hidden while it "
+                        "is mounted" % mnt], warnings
+    assert os.listdir(mnt) == ["mine.txt"]
+
+
+def sources_are_absolute(path):
+    mnt = os.path.join(TMP, "rel")
+    os.makedirs(mnt)
+    p = subprocess.run([ml.BATCHFS, "mount", os.path.basename(path), "rel"],
+                       cwd=os.path.dirname(path), capture_output=True,
+                       text=True)
+    assert p.returncode == 0, p.stderr
+    ml._mounts.append(mnt)
+    assert info(mnt)["sources"] == [os.path.realpath(path)], info(mnt)
+    assert ml.umount(mnt).returncode == 0
+
+
+def main():
+    path = os.path.join(TMP, "d.pt")
+    torch.save({"x": torch.arange(40).reshape(20, 2)}, path)
+    one_line_says_what_was_mounted(path)
+    options_without_effect_warn(path)
+    hidden_files_warn(path)
+    sources_are_absolute(path)
+    print("ok")
+
+
+main()
