@@ -939,6 +939,20 @@ static void schedule(struct bfs_pool *p, uint64_t pos)
 			break;
 }
 
+void bfs_pool_prefetch(struct bfs_pool *p, uint64_t e, uint64_t k0, uint64_t k1)
+{
+	if (e >= p->o.epochs * p->lanes)
+		return;
+	if (k1 > p->len)
+		k1 = p->len;
+	pthread_mutex_lock(&p->lock);
+	for (uint64_t k = k0; k < k1; k++)
+		if (!find(p, e * p->len + k) &&
+		    !batch_new(p, e * p->len + k, false))
+			break;
+	pthread_mutex_unlock(&p->lock);
+}
+
 void bfs_pool_advise(struct bfs_pool *p, uint64_t e, uint64_t k,
 		     const uint64_t *rows, uint64_t nrows)
 {

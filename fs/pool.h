@@ -143,6 +143,12 @@ int bfs_pool_acquire_alone(struct bfs_pool *p, uint64_t e, uint64_t k,
 void bfs_pool_advise(struct bfs_pool *p, uint64_t e, uint64_t k,
 		     const uint64_t *rows, uint64_t nrows);
 
+/* Queue batches k0 .. k1-1 of epoch e for gathering, as prefetches (the
+ * budget may drop some), and return at once: for a reader that knows it
+ * will want them all (a stream pushed ahead). */
+void bfs_pool_prefetch(struct bfs_pool *p, uint64_t e, uint64_t k0,
+		       uint64_t k1);
+
 /* Drop a reference from bfs_pool_acquire. Accepts NULL. */
 void bfs_pool_release(struct bfs_pool *p, struct bfs_batch *b);
 

@@ -61,6 +61,11 @@ struct bfs_serve_kernel {
 		     const void *buf, uint64_t len);
 	/* Drop the pages of batch k of epoch e's file from the page cache. */
 	int (*inval)(void *arg, uint64_t e, uint64_t k);
+	/* The same for stream/N of epoch e: store iov[0..n) one after the
+	 * other at 'off', drop [off, off+len). */
+	int (*store_stream)(void *arg, uint64_t e, uint64_t off,
+			    const struct iovec *iov, int n);
+	int (*inval_stream)(void *arg, uint64_t e, uint64_t off, uint64_t len);
 	/* Register fd as a passthrough backing file: its id (> 0). */
 	int (*backing_open)(void *arg, int fd);
 	void (*backing_close)(void *arg, int id);
@@ -111,6 +116,8 @@ struct bfs_serve_reply {
 	/* private: what bfs_serve_done lets go */
 	struct bfs_file *file;
 	struct bfs_batch *batch;
+	char *scratch;			/* a stream's bytes, copied */
+	uint64_t stream_at, stream_end; /* a stream's READ, to push after */
 };
 
 /* Serve 'layout's batches of 'ds' in 'order' in mode o->mode: creates
@@ -135,6 +142,20 @@ enum bfs_serve_mode bfs_serve_mode(const struct bfs_serve *s);
  * -ENOMEM. */
 int bfs_serve_open_batch(struct bfs_serve *s, uint64_t e, uint64_t k,
 			 struct bfs_file **f, struct bfs_serve_how *how);
+
+/* Open stream/N of (stream) epoch e, read-only: epoch e's batch files
+ * back to back. Passthrough and push: after each READ (a page the cache
+ * does not hold) the batches of the window after it are stored into the
+ * stream's page cache, so the reads that follow are page-cache hits, and
+ * the pages before the reader are dropped; cache: page-cache READs;
+ * direct: direct I/O. A READ is replied whole, copied from the batches;
+ * each batch read or pushed to its end leaves the pool, so memory stays
+ * flat over an epoch. 0, -ENOENT, -ENOMEM. */
+int bfs_serve_open_stream(struct bfs_serve *s, uint64_t e, struct bfs_file **f,
+			  struct bfs_serve_how *how);
+
+/* The offsets of batches in streams (fs/stream), for the namespace. */
+struct bfs_streams *bfs_serve_streams(struct bfs_serve *s);
 
 /* Open a text file whose bytes the caller rendered: 'text' (malloc'd,
  * 'len' bytes) now belongs to the file. 'changes': its content may differ

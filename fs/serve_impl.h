@@ -8,14 +8,16 @@
 #include <stdatomic.h>
 
 #include "fs/serve.h"
+#include "fs/stream.h"
 
 struct bfs_zc;
 struct bfs_pushed;
 
 struct bfs_file {
-	bool batch;		 /* a batch file (else a text) */
-	uint64_t e, k;		 /* batch files: epoch, batch */
-	uint64_t size;		 /* batch files: file size */
+	bool batch;		 /* a batch file (else a text or a stream) */
+	bool stream;		 /* stream/N: epoch e's batches in a row */
+	uint64_t e, k;		 /* batch files: epoch, batch; streams: e */
+	uint64_t size;		 /* batch files, streams: file size */
 	_Atomic uint64_t served; /* batch files: bytes replied so far */
 	atomic_bool consumed;	 /* batch files: counted read to the end */
 	uint64_t opened_ns;	 /* batch files: when opened (monotonic) */
@@ -23,6 +25,15 @@ struct bfs_file {
 	struct bfs_batch *held;	 /* passthrough: the open's batch */
 	struct bfs_zc *zc;	 /* direct: slices of the archive */
 	char *text;		 /* text files: rendered at open */
+	/* streams: who pushes ahead, how far (bytes), and the page cache
+	 * dropped behind the reader so far */
+	pthread_mutex_t push_lock;
+	uint64_t pushed, dropped; /* [push_lock] */
+	/* [push_lock] the bytes pushed last that end a page partly: stored
+	 * with what follows them, so every store covers whole pages (the
+	 * kernel marks a page it stored in part not up to date: a READ) */
+	char *carry;
+	size_t carry_len;
 	size_t text_len;
 	/* The open's reference plus one per reply in flight; the last one
 	 * frees the file. */
@@ -44,8 +55,11 @@ struct bfs_serve {
 	struct bfs_serve_opts o; /* o.why points at 'why' */
 	char *why;
 	struct bfs_serve_kernel k;
-	struct bfs_pushed *pushed; /* push mode: batches in the page cache */
-	bool zero_copy;		   /* direct: slices of the archive */
+	struct bfs_pushed *pushed;   /* push mode: batches in the page cache */
+	struct bfs_streams *streams; /* offsets of batches in streams */
+	bool stream_push;	/* streams pushed ahead (passthrough, push) */
+	uint64_t stream_window; /* bytes pushed ahead of a stream's reader */
+	bool zero_copy;		/* direct: slices of the archive */
 	struct serve_counters c;
 	pthread_mutex_t lock;	/* the list of open files */
 	struct bfs_file *files; /* [lock] */

@@ -165,8 +165,10 @@ static void render_json(const struct text *t, const struct bfs_text_info *in,
 	    "format\": \"batchfs/1\",\n  \"header_size\": %" PRIu64
 	    ",\n  \"batch_path\": \"%sepoch/{epoch}/batch_{batch}"
 	    "\",\n  \"index_path\": \"%sindex/{epoch}/batch_{batch}"
+	    "\",\n  \"stream_path\": \"%sstream/{epoch}"
+	    "\",\n  \"offsets_path\": \"%sindex/{epoch}/offsets"
 	    "\"\n}\n",
-	    header_size(t), rank_dir(t), rank_dir(t));
+	    header_size(t), rank_dir(t), rank_dir(t), rank_dir(t), rank_dir(t));
 }
 
 /* The reader in README: json + numpy only. */
@@ -187,6 +189,23 @@ static const char readme_reader[] =
     "                             count=int(np.prod(v[\"shape\"])))"
     ".reshape(v[\"shape\"])\n"
     "            for k, v in head.items()}\n";
+
+/* The stream reader in README: json + numpy only, after readme_reader. */
+static const char readme_stream[] =
+    "def read_stream(path):                   # the batches of stream/N, "
+    "in order\n"
+    "    buf, pos = open(path, \"rb\").read(), 0\n"
+    "    while pos < len(buf):\n"
+    "        n = int.from_bytes(buf[pos:pos + 8], \"little\")\n"
+    "        head = json.loads(buf[pos + 8:pos + 8 + n]); "
+    "head.pop(\"__metadata__\")\n"
+    "        yield {k: np.frombuffer(buf, NP[v[\"dtype\"]], offset=pos + 8 "
+    "+ n + v[\"data_offsets\"][0],\n"
+    "                                count=int(np.prod(v[\"shape\"])))"
+    ".reshape(v[\"shape\"])\n"
+    "               for k, v in head.items()}\n"
+    "        pos += 8 + n + max(v[\"data_offsets\"][1] for v in "
+    "head.values())\n";
 
 /* README's words on ragged fields: which collate_fn they equal. */
 static void render_ragged(const struct text *t, char *b, size_t n, size_t *pos)
@@ -264,6 +283,8 @@ static void render_readme(const struct text *t, const struct bfs_text_info *in,
 	    "(8-byte LE header\n          %s          length, JSON header, "
 	    "data at byte %" PRIu64 ")\n"
 	    "  %sindex/N/batch_K   its sample indices, one per line\n"
+	    "  %sstream/N          epoch N's batch files back to back (batch\n"
+	    "          %s          K starts at line K of index/N/offsets)\n"
 	    "  dataset.json%s      fields, sizes, sampler, seed\n"
 	    "  stats%s             live counters (name value)\n\n"
 	    "%" PRIu64 " batches per epoch; epochs 0..%" PRIu64
@@ -272,21 +293,27 @@ static void render_readme(const struct text *t, const struct bfs_text_info *in,
 	    "(default_collate of dict samples):\n\n  %s\n\n",
 	    in->mountpoint ? in->mountpoint : "?", bfs_dataset_nshards(t->ds),
 	    bfs_dataset_samples(t->ds), bfs_dataset_nfields(t->ds),
-	    in->options ? in->options : "", R, pad, header_size(t), R, pad, pad,
-	    t->len, t->epochs ? t->epochs - 1 : 0, R, torch);
+	    in->options ? in->options : "", R, pad, header_size(t), R, R, pad,
+	    pad, pad, t->len, t->epochs ? t->epochs - 1 : 0, R, torch);
 	render_ranks(t, b, n, pos);
 	render_ragged(t, b, n, pos);
-	bfs_layout_append(b, n, pos,
-			  "Read a batch with numpy only:\n\n"
-			  "%sbatch = read_batch(\"%s/%sepoch/0/batch_0\")\n\n"
-			  "Read with >= 1 MiB reads (cat, cp, np.fromfile, "
-			  "readinto): small reads cost a round trip each.\n"
-			  "The daemon logs to: %s\n"
-			  "Unmount with: batchfs umount %s\n",
-			  readme_reader, in->mountpoint ? in->mountpoint : ".",
-			  bfs_order_ranked(t->order) ? first_rank : "",
-			  in->log ? in->log : "?",
-			  in->mountpoint ? in->mountpoint : "MOUNTPOINT");
+	bfs_layout_append(
+	    b, n, pos,
+	    "Read a batch with numpy only:\n\n"
+	    "%sbatch = read_batch(\"%s/%sepoch/0/batch_0\")\n\n"
+	    "Or a whole epoch in one open, from its stream (batch "
+	    "K starts at line K of\nindex/N/offsets):\n\n"
+	    "%sbatches = list(read_stream(\"%s/%sstream/0\"))\n\n"
+	    "Read with >= 1 MiB reads (cat, cp, np.fromfile, "
+	    "readinto): small reads cost a round trip each.\n"
+	    "The daemon logs to: %s\n"
+	    "Unmount with: batchfs umount %s\n",
+	    readme_reader, in->mountpoint ? in->mountpoint : ".",
+	    bfs_order_ranked(t->order) ? first_rank : "", readme_stream,
+	    in->mountpoint ? in->mountpoint : ".",
+	    bfs_order_ranked(t->order) ? first_rank : "",
+	    in->log ? in->log : "?",
+	    in->mountpoint ? in->mountpoint : "MOUNTPOINT");
 }
 
 typedef void render_fn(const struct text *t, const struct bfs_text_info *in,

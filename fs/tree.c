@@ -13,6 +13,7 @@
  * the lookup counter (atomic); serve and the order engine are
  * thread-safe. */
 #include "fs/tree.h"
+#include "fs/stream.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -30,10 +31,11 @@ struct bfs_tree {
 	const struct bfs_dataset *ds;
 	struct bfs_order *order;
 	const struct bfs_layout *layout;
-	struct bfs_serve *serve; /* opens, and the stats file */
-	uint64_t len, epochs;	 /* batches per epoch; epochs per rank */
-	uint64_t lanes;		 /* ranks served (fs/order's lanes) */
-	bool multi;		 /* /rank/R/... instead of /epoch, /index */
+	struct bfs_serve *serve;     /* opens, and the stats file */
+	struct bfs_streams *streams; /* serve's: where batches start */
+	uint64_t len, epochs;	     /* batches per epoch; epochs per rank */
+	uint64_t lanes;		     /* ranks served (fs/order's lanes) */
+	bool multi;		     /* /rank/R/... instead of /epoch, /index */
 	char *readme, *json;
 	struct bfs_perm perm;
 	struct timespec when;
@@ -72,11 +74,14 @@ int bfs_tree_decode(const struct bfs_tree *t, uint64_t ino,
 			   : 0;
 	case BFS_NODE_EPOCHS:
 	case BFS_NODE_INDEXES: /* the lane's, on a multi-rank mount */
+	case BFS_NODE_STREAMS:
 		return out->epoch >= (t->multi ? t->lanes : 1) || out->batch
 			   ? -ENOENT
 			   : 0;
 	case BFS_NODE_EPOCH:
 	case BFS_NODE_INDEX:
+	case BFS_NODE_STREAM:
+	case BFS_NODE_OFFSETS:
 		return out->epoch < t->epochs * t->lanes && !out->batch
 			   ? 0
 			   : -ENOENT;
@@ -108,6 +113,24 @@ static int render_index(const struct bfs_tree *t, uint64_t e, uint64_t k,
 	return rc;
 }
 
+/* index/N/offsets: where batch K of stream/N starts, on line K, and the
+ * stream's size on the last line; each line 20 digits and a newline, so
+ * line K is at byte 21 x K. */
+static int render_offsets(const struct bfs_tree *t, uint64_t e, char *buf,
+			  size_t len, size_t *pos)
+{
+	uint64_t off;
+	int rc = 0;
+
+	for (uint64_t k = 0; k <= t->len && !rc; k++) {
+		rc = bfs_stream_offset(t->streams, e, k, &off);
+		if (!rc)
+			bfs_layout_append(buf, len, pos, "%020" PRIu64 "\n",
+					  off);
+	}
+	return rc;
+}
+
 /* Render a text node into buf (snprintf semantics through *pos). */
 static int render(const struct bfs_tree *t, const struct bfs_node *n, char *buf,
 		  size_t len, size_t *pos)
@@ -125,6 +148,8 @@ static int render(const struct bfs_tree *t, const struct bfs_node *n, char *buf,
 		return 0;
 	case BFS_NODE_INDEXFILE:
 		return render_index(t, n->epoch, n->batch, buf, len, pos);
+	case BFS_NODE_OFFSETS:
+		return render_offsets(t, n->epoch, buf, len, pos);
 	default:
 		return -EISDIR;
 	}
@@ -175,6 +200,8 @@ int bfs_tree_open(const struct bfs_tree *t, uint64_t ino, struct bfs_file **f,
 		return rc;
 	if (n.kind == BFS_NODE_BATCH)
 		return bfs_serve_open_batch(t->serve, n.epoch, n.batch, f, how);
+	if (n.kind == BFS_NODE_STREAM)
+		return bfs_serve_open_stream(t->serve, n.epoch, f, how);
 	rc = bfs_tree_render(t, ino, &text, &len);
 	if (rc < 0)
 		return rc;
@@ -188,7 +215,8 @@ static bool is_dir(enum bfs_node_kind k)
 {
 	return k == BFS_NODE_ROOT || k == BFS_NODE_EPOCHS ||
 	       k == BFS_NODE_INDEXES || k == BFS_NODE_EPOCH ||
-	       k == BFS_NODE_INDEX || k == BFS_NODE_RANKS || k == BFS_NODE_RANK;
+	       k == BFS_NODE_INDEX || k == BFS_NODE_RANKS ||
+	       k == BFS_NODE_RANK || k == BFS_NODE_STREAMS;
 }
 
 /* Subdirectories of directory n: what its link count adds to 2. */
@@ -196,11 +224,11 @@ static uint64_t subdirs(const struct bfs_tree *t, const struct bfs_node *n)
 {
 	switch (n->kind) {
 	case BFS_NODE_ROOT:
-		return t->multi ? 1 : 2; /* rank, or epoch and index */
+		return t->multi ? 1 : 3; /* rank, or epoch, index and stream */
 	case BFS_NODE_RANKS:
 		return t->lanes;
 	case BFS_NODE_RANK:
-		return 2;
+		return 3;
 	case BFS_NODE_EPOCHS:
 	case BFS_NODE_INDEXES:
 		return t->epochs;
@@ -242,6 +270,13 @@ static int node_stat(const struct bfs_tree *t, const struct bfs_node *n,
 		rc = bfs_layout_file_size(t->layout, t->order, n->epoch,
 					  n->batch, &bytes);
 		size = (size_t)bytes;
+		break;
+	case BFS_NODE_STREAM:
+		rc = bfs_stream_offset(t->streams, n->epoch, t->len, &bytes);
+		size = (size_t)bytes;
+		break;
+	case BFS_NODE_OFFSETS: /* fixed width: no need to render it */
+		size = (size_t)(t->len + 1) * 21;
 		break;
 	case BFS_NODE_README:
 	case BFS_NODE_DATASET:
@@ -297,6 +332,7 @@ static const struct {
     {"index", BFS_NODE_INDEXES, ONE},
     {"rank", BFS_NODE_RANKS, MULTI},
     {"stats", BFS_NODE_STATS, ONE | MULTI},
+    {"stream", BFS_NODE_STREAMS, ONE},
 };
 #define NROOT (sizeof(root_names) / sizeof(root_names[0]))
 
@@ -311,6 +347,17 @@ static const char *root_entry(const struct bfs_tree *t, uint64_t i,
 		}
 	return NULL;
 }
+
+/* A rank's directory: its epochs, indexes and streams. */
+static const struct {
+	const char *name;
+	enum bfs_node_kind kind;
+} rank_dirs[] = {
+    {"epoch", BFS_NODE_EPOCHS},
+    {"index", BFS_NODE_INDEXES},
+    {"stream", BFS_NODE_STREAMS},
+};
+#define NRANK_DIRS (sizeof(rank_dirs) / sizeof(rank_dirs[0]))
 
 /* The lane serving rank r, or -1. Lanes are in rank order. */
 static int64_t lane_of(const struct bfs_tree *t, uint64_t r)
@@ -353,21 +400,31 @@ static int child(const struct bfs_tree *t, const struct bfs_node *p,
 		c->epoch = (uint64_t)lane;
 		return 0;
 	case BFS_NODE_RANK:
-		if (strcmp(name, "epoch") && strcmp(name, "index"))
-			return -ENOENT;
-		c->kind = name[0] == 'e' ? BFS_NODE_EPOCHS : BFS_NODE_INDEXES;
-		c->epoch = p->epoch;
-		return 0;
+		for (size_t i = 0; i < NRANK_DIRS; i++)
+			if (!strcmp(name, rank_dirs[i].name)) {
+				c->kind = rank_dirs[i].kind;
+				c->epoch = p->epoch;
+				return 0;
+			}
+		return -ENOENT;
 	case BFS_NODE_EPOCHS:
 	case BFS_NODE_INDEXES:
+	case BFS_NODE_STREAMS:
 		if (parse_num(name, &v) < 0 || v >= t->epochs)
 			return -ENOENT;
-		c->kind = p->kind == BFS_NODE_EPOCHS ? BFS_NODE_EPOCH
-						     : BFS_NODE_INDEX;
+		c->kind = p->kind == BFS_NODE_EPOCHS	? BFS_NODE_EPOCH
+			  : p->kind == BFS_NODE_INDEXES ? BFS_NODE_INDEX
+							: BFS_NODE_STREAM;
 		c->epoch = bfs_order_stream_epoch(t->order, p->epoch, v);
 		return 0;
-	case BFS_NODE_EPOCH:
 	case BFS_NODE_INDEX:
+		if (!strcmp(name, "offsets")) {
+			c->kind = BFS_NODE_OFFSETS;
+			c->epoch = p->epoch;
+			return 0;
+		}
+		/* fall through */
+	case BFS_NODE_EPOCH:
 		if (strncmp(name, "batch_", 6) || parse_num(name + 6, &v) < 0 ||
 		    v >= t->len)
 			return -ENOENT;
@@ -407,13 +464,16 @@ static void parent_of(const struct bfs_tree *t, const struct bfs_node *n,
 	switch (n->kind) {
 	case BFS_NODE_EPOCH:
 	case BFS_NODE_INDEX:
+	case BFS_NODE_STREAM:
 		bfs_order_split(t->order, n->epoch, &lane, &e);
-		p->kind = n->kind == BFS_NODE_EPOCH ? BFS_NODE_EPOCHS
-						    : BFS_NODE_INDEXES;
+		p->kind = n->kind == BFS_NODE_EPOCH   ? BFS_NODE_EPOCHS
+			  : n->kind == BFS_NODE_INDEX ? BFS_NODE_INDEXES
+						      : BFS_NODE_STREAMS;
 		p->epoch = lane;
 		break;
 	case BFS_NODE_EPOCHS:
 	case BFS_NODE_INDEXES:
+	case BFS_NODE_STREAMS:
 		if (t->multi) {
 			p->kind = BFS_NODE_RANK;
 			p->epoch = n->epoch;
@@ -464,22 +524,30 @@ int bfs_tree_dirent(const struct bfs_tree *t, uint64_t ino, uint64_t off,
 			 bfs_order_lane_rank(t->order, i));
 		break;
 	case BFS_NODE_RANK:
-		if (i >= 2)
+		if (i >= NRANK_DIRS)
 			return 0;
-		c.kind = i ? BFS_NODE_INDEXES : BFS_NODE_EPOCHS;
+		c.kind = rank_dirs[i].kind;
 		c.epoch = d.epoch;
-		snprintf(name, name_len, "%s", i ? "index" : "epoch");
+		snprintf(name, name_len, "%s", rank_dirs[i].name);
 		break;
 	case BFS_NODE_EPOCHS:
 	case BFS_NODE_INDEXES:
+	case BFS_NODE_STREAMS:
 		if (i >= t->epochs)
 			return 0;
-		c.kind =
-		    d.kind == BFS_NODE_EPOCHS ? BFS_NODE_EPOCH : BFS_NODE_INDEX;
+		c.kind = d.kind == BFS_NODE_EPOCHS    ? BFS_NODE_EPOCH
+			 : d.kind == BFS_NODE_INDEXES ? BFS_NODE_INDEX
+						      : BFS_NODE_STREAM;
 		c.epoch = bfs_order_stream_epoch(t->order, d.epoch, i);
 		snprintf(name, name_len, "%" PRIu64, i);
 		break;
 	default: /* EPOCH, INDEX */
+		if (d.kind == BFS_NODE_INDEX && i == t->len) {
+			c.kind = BFS_NODE_OFFSETS;
+			c.epoch = d.epoch;
+			snprintf(name, name_len, "offsets");
+			break;
+		}
 		if (i >= t->len)
 			return 0;
 		c.kind = d.kind == BFS_NODE_EPOCH ? BFS_NODE_BATCH
@@ -518,6 +586,7 @@ int bfs_tree_create(struct bfs_tree **out, const struct bfs_dataset *ds,
 	t->order = order;
 	t->layout = layout;
 	t->serve = serve;
+	t->streams = bfs_serve_streams(serve);
 	t->len = bfs_order_len(order);
 	t->epochs = info->text.epochs;
 	t->lanes = bfs_order_lanes(order);

@@ -5,10 +5,12 @@
  *   /README  /dataset.json  /stats
  *   /epoch/N/batch_K        batch K of epoch N (safetensors, fs/layout)
  *   /index/N/batch_K        its sample indices as text, one per line
+ *   /index/N/offsets        where each batch starts in stream/N (text)
+ *   /stream/N               epoch N's batch files back to back
  *
  * A multi-rank mount (an order engine with several lanes, fs/order) has
- * /rank/R/epoch/N/batch_K and /rank/R/index/N/batch_K for each rank R it
- * serves instead of /epoch and /index.
+ * /rank/R/epoch/N/batch_K, /rank/R/index/N/... and /rank/R/stream/N for
+ * each rank R it serves instead of /epoch, /index and /stream.
  *
  * Inode numbers encode (kind, epoch, batch) arithmetically, so nothing
  * grows with use: ino = kind << 60 | epoch << 36 | batch (root = 1), where
@@ -47,10 +49,14 @@ enum bfs_node_kind {
 	BFS_NODE_INDEXFILE, /* /index/N/batch_K */
 	BFS_NODE_RANKS,	    /* /rank (multi-rank mounts) */
 	BFS_NODE_RANK,	    /* /rank/R; epoch = its lane */
+	BFS_NODE_STREAMS,   /* /stream (a multi-rank mount's: epoch = lane) */
+	BFS_NODE_STREAM,    /* /stream/N */
+	BFS_NODE_OFFSETS,   /* /index/N/offsets */
 };
 
-/* epoch: the stream epoch (EPOCH, INDEX, BATCH, INDEXFILE), or the lane
- * (RANK; and EPOCHS, INDEXES of a multi-rank mount: /rank/R/epoch). */
+/* epoch: the stream epoch (EPOCH, INDEX, BATCH, INDEXFILE, STREAM,
+ * OFFSETS), or the lane (RANK; and EPOCHS, INDEXES, STREAMS of a
+ * multi-rank mount: /rank/R/epoch). */
 struct bfs_node {
 	enum bfs_node_kind kind;
 	uint64_t epoch, batch;

@@ -68,6 +68,45 @@ static int kernel_inval(void *arg, uint64_t e, uint64_t k)
 	return fuse_lowlevel_notify_inval_inode(m->se, batch_ino(e, k), 0, 0);
 }
 
+/* The inode of stream/N of epoch e. */
+static uint64_t stream_ino(uint64_t e)
+{
+	return bfs_tree_ino(
+	    &(struct bfs_node){.kind = BFS_NODE_STREAM, .epoch = e});
+}
+
+static int kernel_store_stream(void *arg, uint64_t e, uint64_t off,
+			       const struct iovec *iov, int n)
+{
+	struct bfs_mount *m = arg;
+	struct {
+		struct fuse_bufvec bv; /* its buf[0], then more */
+		struct fuse_buf more[1];
+	} v = {.bv = FUSE_BUFVEC_INIT(0)};
+	struct fuse_buf *b = v.bv.buf;
+	size_t count = 0;
+
+	for (int i = 0; i < n && count < 2; i++)
+		if (iov[i].iov_len) {
+			b[count] = (struct fuse_buf){.size = iov[i].iov_len,
+						     .mem = iov[i].iov_base};
+			count++;
+		}
+	v.bv.count = count;
+	return count ? fuse_lowlevel_notify_store(m->se, stream_ino(e),
+						  (off_t)off, &v.bv, 0)
+		     : 0;
+}
+
+static int kernel_inval_stream(void *arg, uint64_t e, uint64_t off,
+			       uint64_t len)
+{
+	struct bfs_mount *m = arg;
+
+	return fuse_lowlevel_notify_inval_inode(m->se, stream_ino(e),
+						(off_t)off, (off_t)len);
+}
+
 /* ---- the steps ------------------------------------------------------------
  */
 
@@ -246,6 +285,8 @@ static int prepare(const struct bfs_mount_params *p, struct bfs_mount *m,
 	    .arg = m,
 	    .store = kernel_store,
 	    .inval = kernel_inval,
+	    .store_stream = kernel_store_stream,
+	    .inval_stream = kernel_inval_stream,
 	    .backing_open = bfs_pt_backing_open,
 	    .backing_close = bfs_pt_backing_close,
 	};

@@ -95,7 +95,7 @@ def check(world, ranks_arg, batch, shuffle, drop_last, seed, epochs=3):
             assert not os.path.exists("%s/rank/%d" % (mnt, r)), r
         for r in ranks:
             assert sorted(os.listdir("%s/rank/%d" % (mnt, r))) == \
-                ["epoch", "index"]
+                ["epoch", "index", "stream"]
             assert len(os.listdir("%s/rank/%d/epoch" % (mnt, r))) == epochs
             for e in range(epochs):
                 want = reference(world, r, batch, shuffle, drop_last,

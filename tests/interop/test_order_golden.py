@@ -292,7 +292,8 @@ def mount_part(cfgs, per_kind=5):
         if p.returncode == 0:
             for e in range(cfg["epochs"]):
                 got.append(f"epoch {e}")
-                names = os.listdir(f"{mnt}/index/{e}")
+                names = [x for x in os.listdir(f"{mnt}/index/{e}")
+                         if x.startswith("batch_")]
                 for k in range(len(names)):
                     idx = ml.read_index(f"{mnt}/index/{e}/batch_{k}")
                     got.append(" ".join(map(str, idx)))

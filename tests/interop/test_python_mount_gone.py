@@ -31,13 +31,16 @@ os.environ["BATCHFS_LOADER_LIB"] = os.path.join(
 import batchfs_loader  # noqa: E402
 
 TMP = ml.TMP
-N, B = 400, 4       # 100 batches: more than DataLoader workers read ahead
+# 100 batches: more than DataLoader workers read ahead; 6.8 MB an epoch:
+# more than one read of a stream (batchfs.Batches reads 4 MiB at once)
+N, B = 400, 4
 
 
 def dataset():
     path = os.path.join(TMP, "d.pt")
     torch.save({"x": torch.arange(N * 3).reshape(N, 3),
-                "y": torch.arange(N) % 7}, path)
+                "y": torch.arange(N) % 7,
+                "pad": torch.zeros(N, 16384, dtype=torch.uint8)}, path)
     return path
 
 
@@ -63,10 +66,17 @@ def kill_daemon(mnt, attached):
 
 
 def batches(mnt):
+    return iter(batchfs.Batches(mnt, stream=True))
+
+
+batches.__name__ = "batchfs.Batches(stream=True)"
+
+
+def batch_files(mnt):
     return iter(batchfs.Batches(mnt))
 
 
-batches.__name__ = "batchfs.Batches"
+batch_files.__name__ = "batchfs.Batches"
 
 
 def dataset_in_dataloader(workers):
@@ -97,8 +107,11 @@ gpu_loader.__name__ = "batchfs_loader.Loader(device='cpu')"
 def error_after_death(path, start, attached, errtype, tag):
     """Mount, read one batch through start(mnt), kill the daemon, go on:
     (mountpoint, log, the error's text); the error must be of errtype."""
+    # --page-cache-mb 4: a stream is pushed 1 MiB ahead of its reader, so
+    # the epoch is not all in the page cache when the daemon dies
     _, mnt = ml.mount(path, os.path.join(TMP, "m-" + tag), "--batch-size",
-                      B, *(["-o", "allow_other"] if attached else []))
+                      B, "--page-cache-mb", 4,
+                      *(["-o", "allow_other"] if attached else []))
     with open(mnt + "/dataset.json") as f:
         log = json.load(f)["log"]
     it = start(mnt)
@@ -131,6 +144,7 @@ def main():
     # down (torch's own timeouts): the worker cases try one state each.
     both = (True, False)
     cases = [(batches, batchfs.MountGoneError, both),
+             (batch_files, batchfs.MountGoneError, both),
              (dataset_in_dataloader(0), batchfs.MountGoneError, both),
              (dataset_in_dataloader(2), batchfs.MountGoneError, (True,)),
              (batchfs_dataloader, batchfs.MountGoneError, (False,)),

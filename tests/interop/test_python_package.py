@@ -136,11 +136,14 @@ def mountpoint(name):
     return path
 
 
-def batches_state(path, fields):
+def batches_state(path, fields, stream):
+    """Epochs, resuming, set_epoch, from the epoch's stream file or from
+    the batch files (stream=False: listed ahead, each opened)."""
     want = reference(fields, 6)
-    with batchfs.mount(path, mountpoint("state"), batch_size=B,
+    with batchfs.mount(path, mountpoint("state%d" % stream), batch_size=B,
                        shuffle=True, seed=SEED, epochs=6) as m:
-        b = batchfs.Batches(m, device="cpu")
+        b = batchfs.Batches(m, device="cpu", stream=stream)
+        assert b.stream == stream
         assert len(b) == len(want[0]) == m.dataset["batches_per_epoch"]
         for e in range(2):                        # re-iterable: next epoch
             assert b.epoch == e
@@ -148,8 +151,10 @@ def batches_state(path, fields):
             assert len(got) == len(want[e])
             for g, w in zip(got, want[e]):
                 same(g, w)
-        # listed ahead (READDIRPLUS): no batch opened from 0 was looked up
+        # listed ahead (READDIRPLUS): no batch opened from 0 was looked up;
+        # from the stream, no batch file was opened at all
         assert m.stats()["batch_lookups"] == 0, m.stats()
+        assert stream is False or m.stats()["batches_opened"] == 0
         for k, g in enumerate(b):                 # epoch 2, stop at 3
             if k == 3:
                 break
@@ -166,11 +171,16 @@ def batches_state(path, fields):
         r.set_epoch(5)
         for g, w in zip(r, want[5]):
             same(g, w)
-        s = batchfs.Batches(m.path, epoch=4, start_batch=2)
+        s = batchfs.Batches(m.path, epoch=4, start_batch=2, stream=stream)
         n0 = m.stats()["batch_lookups"]
-        assert len(list(s)) == len(want[4]) - 2
-        # resumed mid-epoch: not listed, each name looked up
-        assert m.stats()["batch_lookups"] == n0 + len(want[4]) - 2
+        got = list(s)
+        assert len(got) == len(want[4]) - 2
+        for g, w in zip(got, want[4][2:]):
+            same(g, w)
+        # resumed mid-epoch: not listed, each name looked up (or none:
+        # the stream from where index/4/offsets says batch 2 starts)
+        assert m.stats()["batch_lookups"] == n0 + (0 if stream else
+                                                   len(want[4]) - 2)
         late = batchfs.Batches(m.path, epoch=6)
         try:
             list(late)
@@ -313,7 +323,8 @@ def main():
     read_batch_of_every_served_dtype()
     mount_options_and_errors(path)
     every_dtype_and_mode(path, fields)
-    batches_state(path, fields)
+    batches_state(path, fields, stream=True)
+    batches_state(path, fields, stream=False)
     iterable_dataset(path, fields)
     training_equals_dataloader()
     print("ok")

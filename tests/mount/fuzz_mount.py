@@ -42,7 +42,7 @@ import mountlib as ml  # noqa: E402
 
 N, B, EPOCHS, ROW = 700, 32, 6, 300
 NB = (N + B - 1) // B
-ROOT = {"README", "dataset.json", "epoch", "index", "stats"}
+ROOT = {"README", "dataset.json", "epoch", "index", "stats", "stream"}
 EROFS_OPS = ("open_wronly", "open_rdwr", "open_trunc", "creat", "mkdir",
              "rmdir", "unlink", "rename", "truncate", "chmod", "utime",
              "symlink", "link")
@@ -442,8 +442,10 @@ class Reader:
             ("", ROOT),
             ("epoch", {str(i) for i in range(EPOCHS)}),
             ("index", {str(i) for i in range(EPOCHS)}),
+            ("stream", {str(i) for i in range(EPOCHS)}),
             ("epoch/%d" % e, {"batch_%d" % i for i in range(NB)}),
-            ("index/%d" % e, {"batch_%d" % i for i in range(NB)})])
+            ("index/%d" % e, {"batch_%d" % i for i in range(NB)} |
+             {"offsets"})])
         got = self.call("listdir",
                         lambda: os.listdir(self.m.mnt + "/" + path))
         if got is not None and (set(got) != want or len(got) != len(want)):

@@ -160,7 +160,9 @@ def check_listing_lengths(archive, n):
             continue
         assert p.returncode == 0, p.stderr
         assert len(os.listdir(mnt + "/epoch/0")) == want, (b, dl)
-        assert len(os.listdir(mnt + "/index/1")) == want, (b, dl)
+        assert len(os.listdir(mnt + "/index/1")) == want + 1, (b, dl)
+        assert "offsets" in os.listdir(mnt + "/index/1")
+        assert sorted(os.listdir(mnt + "/stream")) == ["0", "1", "2"]
         assert sorted(os.listdir(mnt + "/epoch")) == ["0", "1", "2"]
         info = json.load(open(mnt + "/dataset.json"))
         assert info["batches_per_epoch"] == want
@@ -189,6 +191,17 @@ def check_text(mnt, archive):
     _, ref = ml.read_batch(mnt + "/epoch/0/batch_3")
     for k in ref:
         assert np.array_equal(got[k], ref[k])
+    # ... and its stream reader (with the first part's names)
+    code = readme[readme.index("def read_stream"):
+                  readme.index("batches = list(read_stream")]
+    exec(code, ns)
+    got = list(ns["read_stream"](mnt + "/stream/0"))
+    assert len(got) == len(os.listdir(mnt + "/epoch/0"))
+    for k in (0, 3, len(got) - 1):
+        _, ref = ml.read_batch(mnt + "/epoch/0/batch_%d" % k)
+        assert got[k].keys() == ref.keys()
+        for f in ref:
+            assert np.array_equal(got[k][f], ref[f]), (k, f)
     s = ml.stats(mnt)
     assert s["batches_served"] > 0 and s["bytes_served"] > 0
     assert s["cache_budget_bytes"] == 512 << 20
@@ -238,7 +251,7 @@ def check_mode(mode, archive, data):
     ml.wait_stats(mnt, lambda s: s["readahead_bytes"] ==
                   os.path.getsize(archive))
     assert sorted(os.listdir(mnt)) == ["README", "dataset.json", "epoch",
-                                       "index", "stats"]
+                                       "index", "stats", "stream"]
     nb = len(os.listdir(mnt + "/epoch/0"))
     assert nb == 16
     check_batches_match_indices(mnt, data, 2, nb)

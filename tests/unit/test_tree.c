@@ -207,11 +207,23 @@ static void listings_enumerate_every_entry_once(void **state)
 	assert_int_equal(off, 2 + 4);
 	for (off = 0; bfs_tree_dirent(tree, 1, off, name, sizeof(name), &st);)
 		off++;
-	assert_int_equal(off, 2 + 5);
+	assert_int_equal(off, 2 + 6); /* README dataset.json epoch index
+				       * stats stream */
 	for (off = 0; bfs_tree_dirent(tree, ino_of("epoch"), off, name,
 				      sizeof(name), &st);)
 		off++;
 	assert_int_equal(off, 2 + 3);
+	for (off = 0; bfs_tree_dirent(tree, ino_of("stream"), off, name,
+				      sizeof(name), &st);)
+		off++;
+	assert_int_equal(off, 2 + 3);
+	/* index/1: batch_0 .. batch_3, then offsets */
+	for (off = 0; bfs_tree_dirent(tree, ino_of("index/1"), off, name,
+				      sizeof(name), &st) == 1;)
+		off++;
+	assert_int_equal(off, 2 + 4 + 1);
+	assert_string_equal(name, "offsets");
+	assert_int_equal(st.st_ino, ino_of("index/1/offsets"));
 	assert_int_equal(
 	    bfs_tree_dirent(tree, ino_of("README"), 0, name, sizeof(name), &st),
 	    -ENOTDIR);

@@ -486,6 +486,11 @@ def bench_batchfs(work, arch, batch, n, row, tensors, mode):
                 vals.append(b / s / 1e9)
                 epoch += 1
             res["py mmap"] = statistics.median(vals)
+        vals = []
+        for _ in range(REPS):  # one file per epoch: stream/N
+            vals.append(n * row / read_stream(mnt, epoch, nb) / 1e9)
+            epoch += 1
+        res["py stream"] = statistics.median(vals)
         res["open warm"], res["open cold"] = open_latency(mnt, nb)
         res["open+close"] = prefetched_open_close(mnt, epoch, min(nb, 200))
         epoch += 1
@@ -872,6 +877,29 @@ def plain_files(work, arch, batch, n, shape):
         shutil.rmtree(d, ignore_errors=True)
 
 
+def read_stream(mnt, epoch, nb):
+    """Seconds to read stream/epoch (its nb batch files back to back)
+    with 8 MiB readinto calls, checking its size against index/N/offsets;
+    what the GB/s counts is the payload, as for the batch files."""
+    buf = bytearray(8 << 20)
+    mv = memoryview(buf)
+    t0 = time.perf_counter()
+    got = 0
+    with open("%s/stream/%d" % (mnt, epoch), "rb", buffering=0) as f:
+        while True:
+            r = f.readinto(mv)
+            if not r:
+                break
+            got += r
+    secs = time.perf_counter() - t0
+    with open("%s/index/%d/offsets" % (mnt, epoch), "rb") as f:
+        f.seek(21 * nb)
+        if int(f.read(20)) != got:
+            raise Failed("stream/%d: %d bytes, offsets say otherwise"
+                         % (epoch, got))
+    return secs
+
+
 def read_epoch_files(paths, buf, chunk):
     """read_epoch_py's loop over arbitrary files."""
     mv = memoryview(buf)
@@ -1023,6 +1051,8 @@ def print_table(name, r):
              bf.get("py whole")),
             ("    batchfs %s: Python mmap" % mode, bf.get("py mmap")),
             ("    batchfs %s: C read() 1 MiB" % mode, bf.get("C 1M")),
+            ("    batchfs %s: stream/N, readinto 8 MiB" % mode,
+             bf.get("py stream")),
         ]
     lines += [("(e) DataLoader num_workers=0", r["dl0"]),
               ("    DataLoader num_workers=2", r["dl2"])]
@@ -1064,6 +1094,14 @@ def print_table(name, r):
         ratio("  best DataLoader, directory listed ahead",
               bf.get("py 1M listed"), best_dl)
         ratio("  itself: 128 KiB / 1 MiB reads", bf["py 128K"], d)
+        ratio("  stream/N vs (a') plain files, readinto",
+              bf.get("py stream"), r["plain"]["readinto 1M"],
+              ("target >= 0.8x", 0.8) if not large else None)
+        ratio("  stream/N vs best DataLoader", bf.get("py stream"), best_dl,
+              ("target >= 20x", 20.0) if not large else None)
+        ratio("  stream/N vs its batch files (readinto 1 MiB)",
+              bf.get("py stream"), d,
+              ("target >= 1.0x", 1.0) if large else None)
         log("  %-52s %8.3f" % ("  daemon CPU s per GB served",
                                bf["cpu s/GB"]))
         log("  %-52s %8.2f ms prefetched, %.2f ms not"

@@ -19,6 +19,7 @@ Python. Pure Python over the mount (numpy; torch optional):
 - mount(archive, mountpoint, **options) -> Mount: `batchfs mount` (a
   context manager; .umount(), .dataset, .stats(), .log, .batches()).
 - Batches(mountpoint, epoch=0, start_batch=0, device=None, rank=None,
+  stream=False,
   zero_copy=False): the batches, epoch after epoch, as dicts of numpy
   arrays or torch tensors (read into memory of their own; zero_copy=True:
   mapped); len(), set_epoch(), state_dict() / load_state_dict().

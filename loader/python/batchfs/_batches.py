@@ -1,8 +1,9 @@
 """batchfs.Batches: the batches of a mount, epoch after epoch, resumable."""
 import os
 
-from ._batchfile import read_batch
+from ._batchfile import parse_batch, read_batch
 from ._paths import MountWatch, dataset_of_root
+from ._stream import StreamReader, stream_offset
 
 # Entries of the epoch's directory listed ahead of the batch being opened.
 LIST_AHEAD = 64
@@ -116,8 +117,11 @@ class Batches:
     mount of one rank (`--rank R`) a RANK or WORLD_SIZE that says
     otherwise is one too.
 
-    Each batch file is read into memory its arrays own (one read per
-    file). zero_copy=True maps it instead (mmap, copy-on-write) where the
+    stream=True reads each epoch from its stream file (stream/N: the
+    batch files back to back, one open per epoch) in large reads, the
+    arrays viewing those reads' buffers; by default each batch file is
+    read into memory its arrays own (one open and read per file). With
+    DataLoader workers (IterableDataset) each worker reads batch files. zero_copy=True maps it instead (mmap, copy-on-write) where the
     mount's serve mode allows it (passthrough, push, cache: dataset.json's
     serve_mode; direct reads): no copy, but each page is a page fault when
     first touched and the mapping is torn down when the batch goes, which
@@ -136,7 +140,7 @@ class Batches:
     _API = "batchfs.Batches"   # in messages: what wants the mount's root
 
     def __init__(self, mountpoint, epoch=0, start_batch=0, device=None,
-                 zero_copy=False, rank=None):
+                 zero_copy=False, rank=None, stream=False):
         self.path = os.fspath(mountpoint)
         info = dataset_of_root(self.path, self._API)
         self._watch = MountWatch(self.path, info.get("log"))
@@ -148,7 +152,21 @@ class Batches:
         self.zero_copy = bool(zero_copy) and \
             info.get("serve_mode") != "direct"
         self.device = device
+        self.stream = self._pick_stream(info, stream)
         self.load_state_dict({"epoch": epoch, "batch": start_batch})
+
+    def _pick_stream(self, info, stream):
+        """Whether iterations read stream/N (one open per epoch) rather
+        than the batch files (loader/python/batchfs/README.md: streams
+        says when that pays)."""
+        has = "stream_path" in info
+        if stream and not has:
+            raise ValueError("%s has no stream files (a batchfs older than "
+                             "them): use stream=False" % self.path)
+        if stream and self.zero_copy:
+            raise ValueError("stream=True reads the stream; zero_copy=True "
+                             "maps batch files: one or the other")
+        return bool(stream)
 
     def __len__(self):
         return self._len
@@ -226,12 +244,44 @@ class Batches:
         DataLoader worker's share: batchfs.IterableDataset)."""
         return range(k, self._len)
 
+    def _stream_batches(self, e, k):
+        """Batches k, k+1, ... of epoch e from its stream file."""
+        path = "%s/stream/%d" % (self._dir, e)
+        try:
+            reader = StreamReader(path, stream_offset(
+                "%s/index/%d" % (self._dir, e), k) if k else 0)
+        except OSError as err:
+            self._watch.check(err)
+            raise
+        try:
+            for k in range(k, self._len):
+                try:
+                    buf = reader.next()
+                except OSError as err:
+                    self._watch.check(err)
+                    raise
+                if buf is None:
+                    raise OSError("%s ended before batch %d" % (path, k))
+                yield k, parse_batch(buf, self.device,
+                                     "%s (batch %d)" % (path, k))
+        finally:
+            reader.close()
+
     def __iter__(self):
         self._roll()
         e = self._epoch
         if e >= self._epochs:
             raise ValueError("epoch %d: the mount has epochs 0..%d (mount "
                              "with a larger --epochs)" % (e, self._epochs - 1))
+        if self.stream and type(self)._indices is Batches._indices:
+            for k, batch in self._stream_batches(e, self._next):
+                if self._epoch == e:   # set_epoch() meanwhile: theirs wins
+                    self._next = k + 1
+                yield batch
+            if self._epoch == e:
+                self._next = self._len
+                self._roll()
+            return
         # From batch 0 only: from k, the listing would first list 0..k.
         listing = (_Listing("%s/epoch/%d" % (self._dir, e))
                    if self._next == 0 else None)

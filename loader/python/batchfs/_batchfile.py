@@ -199,12 +199,18 @@ def read_batch(path, device=None, zero_copy=True):
         raise ValueError("%s is a directory: read_batch reads one batch "
                          "file, e.g. %s" % (path, os.path.join(
                              path, "batch_0"))) from None
+    return parse_batch(buf, device, path)
+
+
+def parse_batch(buf, device, where):
+    """A batch file's bytes (a numpy uint8 array; the arrays view it) as
+    read_batch returns them; 'where' names it in a ValueError."""
     try:
         header = read_header(buf)
     except ValueError as e:
         raise ValueError("%s is not a batch file (safetensors: an 8-byte "
                          "header length, a JSON header, the data): %s"
-                         % (path, e)) from None
+                         % (where, e)) from None
     if device is None:
         return to_numpy(buf, header)
     import torch

@@ -1,0 +1,36 @@
+/* fs/stream: the stream of an epoch, its batch files back to back
+ * (stream/N; fs/README.md: streams) — where batch k starts, which batch
+ * holds byte x, how long the whole is — with no FUSE and no I/O in it.
+ *
+ * Without ragged fields every batch but the last has one size, so it is
+ * arithmetic. With ragged fields each batch's size depends on its samples'
+ * lengths: the offsets of an epoch are measured once (O(samples)) and kept
+ * for the last few epochs asked. */
+#ifndef BFS_STREAM_H
+#define BFS_STREAM_H
+
+#include <stdint.h>
+
+#include "fs/layout.h"
+#include "fs/order.h"
+
+struct bfs_streams;
+
+/* Offsets of the epochs of 'order' laid out by 'l' (borrowed; they must
+ * outlive it). 0 or -ENOMEM. */
+int bfs_streams_create(struct bfs_streams **out, const struct bfs_layout *l,
+		       struct bfs_order *order);
+void bfs_streams_destroy(struct bfs_streams *s); /* accepts NULL */
+
+/* Where batch k of (stream) epoch e starts in its stream: k = the
+ * batches per epoch gives the stream's size. Thread-safe. 0 or -errno
+ * (-ENOENT: no such batch; -ENOMEM; a layout error). */
+int bfs_stream_offset(struct bfs_streams *s, uint64_t e, uint64_t k,
+		      uint64_t *off);
+
+/* The batch of epoch e that holds byte x of its stream, and where that
+ * batch starts and ends. -ENOENT past the end. Thread-safe. */
+int bfs_stream_locate(struct bfs_streams *s, uint64_t e, uint64_t x,
+		      uint64_t *k, uint64_t *start, uint64_t *end);
+
+#endif
