@@ -34,6 +34,7 @@ for t in "$@"; do
 	esac
 	ASAN_OPTIONS="log_path=$work/sanitizer-asan${ASAN_OPTIONS:+:$ASAN_OPTIONS}" \
 	UBSAN_OPTIONS="log_path=$work/sanitizer-ubsan:print_stacktrace=1${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}" \
+	LSAN_OPTIONS="suppressions=$BFS_SRC/tests/lib/lsan.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}" \
 	TSAN_OPTIONS="log_path=$work/sanitizer-tsan${TSAN_OPTIONS:+:$TSAN_OPTIONS}" \
 	BFS_TEST_TMP="$work" XDG_RUNTIME_DIR="$work" timeout --kill-after=10 "${TEST_TIMEOUT:-900}" \
 		"${cmd[@]}" >"$log" 2>&1

@@ -34,8 +34,10 @@ import torch  # noqa: E402
 import batchfs  # noqa: E402
 
 ml.require_fuse()
-os.environ["BATCHFS_LOADER_LIB"] = os.path.join(
-    os.environ.get("BFS_SRC", "."), ml.BUILD_DIR, "libbatchfs_loader.so")
+# the built library (BATCHFS_LOADER_LIB), re-executed with the sanitizer
+# runtimes preloaded under a SANITIZE= build
+sys.path.insert(0, os.path.join(HERE, "..", "loader"))
+import loader_testlib  # noqa: E402,F401
 import batchfs_loader  # noqa: E402
 
 TMP = ml.TMP
