@@ -21,6 +21,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "mount"))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "loader", "python"))
 import mountlib as ml  # noqa: E402
+sys.path.insert(0, os.path.join(HERE, "..", "lib"))
+from fixtures import DictDataset as Dict  # noqa: E402
 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
@@ -32,17 +34,6 @@ import batchfs  # noqa: E402
 
 WORLD, B, SEED, EPOCHS, N = 2, 8, 11, 2, 203
 KILL_AT = (1, 5)   # the checkpoint after batch 5 of epoch 1, then SIGKILL
-
-
-class Dict(torch.utils.data.Dataset):
-    def __init__(self, fields):
-        self.fields = fields
-
-    def __len__(self):
-        return len(self.fields["y"])
-
-    def __getitem__(self, i):
-        return {k: v[i] for k, v in self.fields.items()}
 
 
 def model_and_opt():

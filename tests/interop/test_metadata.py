@@ -25,6 +25,8 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "mount"))
 import mountlib as ml  # noqa: E402
+sys.path.insert(0, os.path.join(HERE, "..", "lib"))
+from fixtures import DictDataset as Dict  # noqa: E402
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
@@ -44,17 +46,6 @@ class Evil:
 
     def __reduce__(self):
         return (os.system, ("touch " + self.proof,))
-
-
-class Dict(torch.utils.data.Dataset):
-    def __init__(self, fields):
-        self.fields = fields
-
-    def __len__(self):
-        return len(next(iter(self.fields.values())))
-
-    def __getitem__(self, i):
-        return {k: v[i] for k, v in self.fields.items()}
 
 
 def torch_batches(fields):

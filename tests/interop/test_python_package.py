@@ -25,6 +25,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "mount"))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "loader", "python"))
 import mountlib as ml  # noqa: E402
+sys.path.insert(0, os.path.join(HERE, "..", "lib"))
+from fixtures import DictDataset as Dict  # noqa: E402
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
@@ -35,19 +37,6 @@ import batchfs  # noqa: E402
 ml.require_fuse()
 TMP = ml.TMP
 N, B, SEED = 45, 8, 11
-
-
-class Dict(torch.utils.data.Dataset):
-    """Dict samples, as the mount sees an archive of fields."""
-
-    def __init__(self, fields):
-        self.fields = fields
-
-    def __len__(self):
-        return len(next(iter(self.fields.values())))
-
-    def __getitem__(self, i):
-        return {k: v[i] for k, v in self.fields.items()}
 
 
 def reference(fields, epochs, batch_size=B, seed=SEED):

@@ -24,6 +24,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "mount"))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "loader", "python"))
 import mountlib as ml  # noqa: E402
+sys.path.insert(0, os.path.join(HERE, "..", "lib"))
+from fixtures import DictDataset as Dict  # noqa: E402
 
 import torch  # noqa: E402
 from torch.utils.data import DataLoader  # noqa: E402
@@ -33,19 +35,6 @@ import batchfs  # noqa: E402
 N, B, SEED, EPOCHS = 203, 8, 11, 3     # 26 batches an epoch, the last of 3
 BREAK = 7                               # not a multiple of 2 or 4 workers
 TIMEOUT = 120                           # a worker silent this long: fail
-
-
-class Dict(torch.utils.data.Dataset):
-    """Dict samples, as the mount sees an archive of fields."""
-
-    def __init__(self, fields):
-        self.fields = fields
-
-    def __len__(self):
-        return len(next(iter(self.fields.values())))
-
-    def __getitem__(self, i):
-        return {k: v[i] for k, v in self.fields.items()}
 
 
 def reference(fields):

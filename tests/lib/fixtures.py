@@ -48,6 +48,21 @@ DTYPES = [
 ]
 
 
+class DictDataset(torch.utils.data.Dataset):
+    """A dict of tensors as a Dataset of dict samples: how a mount sees an
+    archive of fields, for the DataLoader the tests compare a mount with
+    (default_collate stacks each field)."""
+
+    def __init__(self, fields):
+        self.fields = fields
+
+    def __len__(self):
+        return len(next(iter(self.fields.values())))
+
+    def __getitem__(self, i):
+        return {k: v[i] for k, v in self.fields.items()}
+
+
 def dtype_name(dt):
     """torch.float32 -> "float32" (the names batchfs reports)."""
     return str(dt)[len("torch."):]
