@@ -256,14 +256,14 @@ class Batches:
         try:
             for k in range(k, self._len):
                 try:
-                    buf = reader.next()
+                    buf, head = reader.next()
                 except OSError as err:
                     self._watch.check(err)
                     raise
                 if buf is None:
                     raise OSError("%s ended before batch %d" % (path, k))
                 yield k, parse_batch(buf, self.device,
-                                     "%s (batch %d)" % (path, k))
+                                     "%s (batch %d)" % (path, k), head)
         finally:
             reader.close()
 

@@ -109,6 +109,12 @@ def read_header(buf):
     except ValueError:           # JSONDecodeError, UnicodeDecodeError
         raise ValueError("its header (bytes 8 to %d) is not JSON"
                          % (8 + n)) from None
+    return check_header(head, n, size)
+
+
+def check_header(head, n, size):
+    """read_header's checks of a parsed header 'head' (n bytes of JSON) of
+    a batch file of 'size' bytes, and its result."""
     if not isinstance(head, dict):
         raise ValueError("its header is not a JSON object")
     meta = head.pop("__metadata__", {})
@@ -202,11 +208,13 @@ def read_batch(path, device=None, zero_copy=True):
     return parse_batch(buf, device, path)
 
 
-def parse_batch(buf, device, where):
+def parse_batch(buf, device, where, head=None):
     """A batch file's bytes (a numpy uint8 array; the arrays view it) as
-    read_batch returns them; 'where' names it in a ValueError."""
+    read_batch returns them; 'where' names it in a ValueError. head: its
+    header already parsed (JSON, n bytes), as (head, n)."""
     try:
-        header = read_header(buf)
+        header = read_header(buf) if head is None else \
+            check_header(head[0], head[1], len(buf))
     except ValueError as e:
         raise ValueError("%s is not a batch file (safetensors: an 8-byte "
                          "header length, a JSON header, the data): %s"

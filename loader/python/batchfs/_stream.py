@@ -16,8 +16,8 @@ class StreamReader:
 
     Reads go into fresh buffers of CHUNK bytes or more (one read each,
     unbuffered); next() returns each batch file's bytes as a numpy view
-    into one of them, so a batch costs no copy of its own and a buffer
-    lives as long as some batch of it does. A batch cut by the end of a
+    into one of them (and its header, parsed once), so a batch costs no
+    copy of its own and a buffer lives as long as some batch of it does. A batch cut by the end of a
     buffer is moved into the next one: at most one batch per buffer."""
 
     def __init__(self, path, offset=0):
@@ -49,14 +49,14 @@ class StreamReader:
         return have >= m
 
     def next(self):
-        """The next batch file's bytes (a numpy uint8 view), or None at
-        the end of the stream. A stream that ends inside a batch is an
-        OSError."""
+        """The next batch file's bytes (a numpy uint8 view) and its header
+        parsed, (head, n) for parse_batch, or (None, None) at the end of
+        the stream. A stream that ends inside a batch is an OSError."""
         if not self._need(8):
             if self._hi > self._lo:
                 raise OSError("%s: %d bytes after the last batch"
                               % (self.path, self._hi - self._lo))
-            return None
+            return None, None
         lo = self._lo
         n = int.from_bytes(self._buf[lo:lo + 8], "little")
         if not self._need(8 + n):
@@ -74,7 +74,7 @@ class StreamReader:
             raise OSError("%s ends inside a batch" % self.path)
         lo = self._lo
         self._lo = lo + 8 + n + end
-        return np.frombuffer(self._buf, np.uint8, 8 + n + end, lo)
+        return np.frombuffer(self._buf, np.uint8, 8 + n + end, lo), (head, n)
 
 
 def stream_offset(index_dir, k):
