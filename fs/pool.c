@@ -929,14 +929,21 @@ static void window(struct bfs_pool *p, uint64_t pos, uint64_t *from,
 }
 
 /* Queue the prefetch window after 'pos'. [L] */
+/* Queue positions [from, to) as prefetches, skipping what the table
+ * holds. [L] */
+static void queue_range(struct bfs_pool *p, uint64_t from, uint64_t to)
+{
+	for (uint64_t q = from; q < to; q++)
+		if (!find(p, q) && !batch_new(p, q, false))
+			break;
+}
+
 static void schedule(struct bfs_pool *p, uint64_t pos)
 {
 	uint64_t from, to;
 
 	window(p, pos, &from, &to);
-	for (uint64_t q = from; q < to; q++)
-		if (!find(p, q) && !batch_new(p, q, false))
-			break;
+	queue_range(p, from, to);
 }
 
 void bfs_pool_prefetch(struct bfs_pool *p, uint64_t e, uint64_t k0, uint64_t k1)
@@ -946,10 +953,7 @@ void bfs_pool_prefetch(struct bfs_pool *p, uint64_t e, uint64_t k0, uint64_t k1)
 	if (k1 > p->len)
 		k1 = p->len;
 	pthread_mutex_lock(&p->lock);
-	for (uint64_t k = k0; k < k1; k++)
-		if (!find(p, e * p->len + k) &&
-		    !batch_new(p, e * p->len + k, false))
-			break;
+	queue_range(p, e * p->len + k0, e * p->len + k1);
 	pthread_mutex_unlock(&p->lock);
 }
 
