@@ -44,8 +44,16 @@ def require_fuse():
         skip("fusermount3 is not installed")
 
 
+def _real(mnt):
+    """mnt with its parent's symlinks resolved, without a look at mnt
+    itself (a mount that does not answer would hang a stat of it)."""
+    mnt = os.path.abspath(mnt)
+    return os.path.join(os.path.realpath(os.path.dirname(mnt)),
+                        os.path.basename(mnt))
+
+
 def is_mounted(mnt):
-    mnt = os.path.realpath(mnt)
+    mnt = _real(mnt)
     with open("/proc/mounts") as f:
         return any(line.split()[1] == mnt for line in f)
 
@@ -241,13 +249,101 @@ def umount(mnt):
     return p
 
 
+def fuse_connection(mnt):
+    """The number of the FUSE connection mounted at mnt (its device's
+    minor, from /proc/self/mountinfo: nothing on the mount is touched, so
+    it answers for a mount that does not), or None when mnt is not a FUSE
+    mount."""
+    mnt = _real(mnt)
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            parts = line.split()
+            sep = parts.index("-")
+            if parts[4] == mnt and parts[sep + 1].startswith("fuse"):
+                return int(parts[2].split(":")[1])
+    return None
+
+
+FUSECTL = "/sys/fs/fuse/connections"
+
+
+def abort_mount(mnt):
+    """Abort the FUSE connection of the mount at mnt (fusectl: every
+    request waiting on its daemon fails with ENOTCONN, threads in D state
+    included) and unmount it lazily: what a test does with its own mount
+    once it stopped answering. True if a connection was aborted."""
+    conn = fuse_connection(mnt)
+    if conn is None:
+        return False
+    if not os.path.isdir(os.path.join(FUSECTL, str(conn))):
+        subprocess.run(["mount", "-t", "fusectl", "none", FUSECTL],
+                       capture_output=True)
+    try:
+        with open(os.path.join(FUSECTL, str(conn), "abort"), "w") as f:
+            f.write("1")
+        aborted = True
+    except OSError as e:
+        print("cannot abort FUSE connection %d of %s: %s" % (conn, mnt, e))
+        aborted = False
+    subprocess.run(["umount", "-l", mnt], capture_output=True)
+    return aborted
+
+
+def bounded(mnt, fns, timeout=LIVENESS_S):
+    """Run each of fns (callables) in a thread of its own and wait for all
+    of them at most 'timeout' seconds in all (a liveness bound, not a
+    measurement). Returns the list of their exceptions (None for each that
+    returned). If any is still running at the bound, the mount at mnt is
+    wedged: its FUSE connection is aborted (the threads then return with
+    errors) and it is unmounted lazily, and AssertionError says so: a
+    test never waits forever on its own mount."""
+    import threading
+    errs = [None] * len(fns)
+
+    def run(i):
+        try:
+            fns[i]()
+        except BaseException as e:  # noqa: B902 (reported to the caller)
+            errs[i] = e
+
+    ts = [threading.Thread(target=run, args=(i,), daemon=True)
+          for i in range(len(fns))]
+    for t in ts:
+        t.start()
+    end = time.monotonic() + timeout
+    for t in ts:
+        t.join(max(0.0, end - time.monotonic()))
+    stuck = sum(t.is_alive() for t in ts)
+    if stuck:
+        abort_mount(mnt)
+        for t in ts:
+            t.join(10)
+        raise AssertionError("%s: %d of %d readers still waiting after "
+                             "%.0f s: the mount is wedged (connection "
+                             "aborted)" % (mnt, stuck, len(fns), timeout))
+    return errs
+
+
+def _daemon_pid_bounded(mnt):
+    """daemon_pid(mnt) read by a child with a time bound: None when the
+    mount does not answer (then its connection is aborted)."""
+    try:
+        p = subprocess.run(["cat", os.path.join(mnt, "stats")],
+                           capture_output=True, text=True, timeout=10)
+    except subprocess.TimeoutExpired:
+        abort_mount(mnt)
+        return None
+    for line in p.stdout.splitlines():
+        k, _, v = line.partition(" ")
+        if k == "pid":
+            return int(v)
+    return None
+
+
 def _cleanup():
     for mnt in list(_mounts):
         if is_mounted(mnt):
-            try:
-                pid = daemon_pid(mnt)
-            except Exception:
-                pid = None
+            pid = _daemon_pid_bounded(mnt)
             subprocess.run(["fusermount3", "-uz", mnt], capture_output=True)
             if pid:
                 try:
