@@ -59,10 +59,11 @@
  *
  * Hooks. prepare runs on the worker after a gather, before the batch is
  * READY (so what it prepares, e.g. a backing id, is there before any
- * reader sees the batch); on_ready runs after, holding a reference (an
- * early push into the page cache may wait on a READ of the same batch,
- * which must find it READY); on_free runs under the lock when a batch
- * with a tag is freed.
+ * reader sees the batch); on_ready runs after, holding a reference (push
+ * mode queues an early push into the page cache; bfs_pool_hold keeps the
+ * batch past the hook); on_free runs under the lock when a batch with a
+ * tag is freed. No hook may wait on the kernel: a worker a reader waits
+ * for must not wait on that reader.
  *
  * Lock order: one mutex (p->lock) protects every field marked [L] and every
  * batch's state/refs/links. Workers drop it while gathering. There is no
@@ -1095,6 +1096,13 @@ void bfs_pool_release(struct bfs_pool *p, struct bfs_batch *b)
 		return;
 	pthread_mutex_lock(&p->lock);
 	put_ref(p, b);
+	pthread_mutex_unlock(&p->lock);
+}
+
+void bfs_pool_hold(struct bfs_pool *p, struct bfs_batch *b)
+{
+	pthread_mutex_lock(&p->lock);
+	b->refs++;
 	pthread_mutex_unlock(&p->lock);
 }
 

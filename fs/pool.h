@@ -55,9 +55,9 @@ struct bfs_pool_opts {
 	 * wait for a reader. NULL: none. */
 	void (*prepare)(void *arg, struct bfs_batch *b, uint64_t e, uint64_t k);
 	/* Called by the worker, without the pool's lock and holding a
-	 * reference, once b is ready: what may overlap readers (an early
-	 * push into the page cache, which can wait on a READ of the same
-	 * batch). NULL: none. */
+	 * reference, once b is ready: what may overlap readers (queueing an
+	 * early push into the page cache; bfs_pool_hold keeps b past the
+	 * call). It must not wait on the kernel or a reader. NULL: none. */
 	void (*on_ready)(void *arg, struct bfs_batch *b, uint64_t e,
 			 uint64_t k);
 	/* Called, under the pool's lock (keep it short), when a batch with a
@@ -151,6 +151,10 @@ void bfs_pool_prefetch(struct bfs_pool *p, uint64_t e, uint64_t k0,
 
 /* Drop a reference from bfs_pool_acquire. Accepts NULL. */
 void bfs_pool_release(struct bfs_pool *p, struct bfs_batch *b);
+
+/* One more reference to b, which the caller holds already (a hook's
+ * batch kept past the hook); bfs_pool_release it. */
+void bfs_pool_hold(struct bfs_pool *p, struct bfs_batch *b);
 
 /* Drop a reference; if none is left, b also leaves the pool (a later
  * acquire materializes it again, identical). For batches whose last

@@ -43,9 +43,6 @@
 
 #define MOD "serve"
 
-/* Bytes of a stream pushed ahead of its reader, at most. */
-#define STREAM_WINDOW ((uint64_t)64 << 20)
-
 static const char *const mode_names[] = {
     [BFS_SERVE_AUTO] = "auto",	   [BFS_SERVE_PASSTHROUGH] = "passthrough",
     [BFS_SERVE_PUSH] = "push",	   [BFS_SERVE_CACHE] = "cache",
@@ -153,16 +150,12 @@ int bfs_serve_create(struct bfs_serve **out, const struct bfs_dataset *ds,
 	} else if (o->mode == BFS_SERVE_PUSH && o->early_push) {
 		popts.on_ready = bfs_serve_push_ready;
 	}
-	if (o->mode == BFS_SERVE_PUSH &&
-	    bfs_pushed_create(&s->pushed, o->page_cache_bytes,
-			      bfs_order_len(order)) < 0)
-		goto err_destroy;
-	s->stream_push =
-	    (o->mode == BFS_SERVE_PASSTHROUGH || o->mode == BFS_SERVE_PUSH) &&
-	    kernel->store_stream && kernel->inval_stream;
-	s->stream_window = o->page_cache_bytes / 4 < STREAM_WINDOW
-			       ? o->page_cache_bytes / 4
-			       : STREAM_WINDOW;
+	if (o->mode == BFS_SERVE_PUSH) {
+		rc = bfs_pushed_create(s, o->page_cache_bytes,
+				       bfs_order_len(order));
+		if (rc < 0)
+			goto err_destroy;
+	}
 	s->zero_copy = o->mode == BFS_SERVE_DIRECT && o->zero_copy &&
 		       bfs_serve_zc_eligible(s);
 	popts.rows_in_place = s->zero_copy;
@@ -184,10 +177,6 @@ err_destroy:
 
 static void file_free(struct bfs_file *f)
 {
-	if (f->stream) {
-		pthread_mutex_destroy(&f->push_lock);
-		free(f->carry);
-	}
 	bfs_serve_zc_free(f->zc);
 	free(f->text);
 	free(f);
@@ -204,8 +193,8 @@ void bfs_serve_destroy(struct bfs_serve *s)
 		bfs_pool_release(s->pool, f->held);
 		file_free(f);
 	}
+	bfs_pushed_destroy(s->pushed); /* its jobs hold batches */
 	bfs_pool_destroy(s->pool);
-	bfs_pushed_destroy(s->pushed);
 	bfs_streams_destroy(s->streams);
 	pthread_mutex_destroy(&s->lock);
 	free(s);
@@ -383,12 +372,12 @@ int bfs_serve_open_stream(struct bfs_serve *s, uint64_t e,
 		file_free(f);
 		return reader_errno(rc);
 	}
-	/* Pushed ahead into the page cache (passthrough, push), or read
-	 * through it (cache), or replied with direct I/O (direct). */
-	how->direct_io = s->o.mode == BFS_SERVE_DIRECT;
-	how->keep_cache = !how->direct_io;
-	pthread_mutex_init(&f->push_lock, NULL);
-	f->carry = malloc(4096); /* NULL: no push, READs serve it */
+	/* Direct I/O in every mode: each read() is one READ, replied
+	 * whole from the batches, and no page of a stream is ever stored
+	 * into or dropped from the page cache by the daemon (a store waits
+	 * on pages that READs in flight hold locked: fs/README.md,
+	 * streams). */
+	how->direct_io = true;
 	file_link(s, f);
 	*out = f;
 	return 0;
@@ -482,9 +471,9 @@ static int stream_copy(struct bfs_serve *s, struct bfs_file *f, uint64_t k,
 	return rc;
 }
 
-/* [off, off + n) of stream f, whole (a page-cache READ must not end
- * short), copied out of the batches it spans (acquired with their
- * prefetch window: the stream moves on) into r->scratch. */
+/* [off, off + n) of stream f, whole (a READ answered short would end the
+ * reader's read() there), copied out of the batches it spans (acquired with
+ * their prefetch window: the stream moves on) into r->scratch. */
 static int read_stream(struct bfs_serve *s, struct bfs_file *f, uint64_t off,
 		       uint64_t n, struct bfs_serve_reply *r)
 {
@@ -510,109 +499,7 @@ static int read_stream(struct bfs_serve *s, struct bfs_file *f, uint64_t off,
 	r->iov[0].iov_base = r->scratch;
 	r->iov[0].iov_len = (size_t)n;
 	r->iovcnt = 1;
-	r->stream_at = off;
-	r->stream_end = end;
 	return 0;
-}
-
-/* Store the rest of batch k of stream f (it starts at 'from'; f->pushed
- * is in it) into the stream's page cache, after f->carry, in whole pages:
- * what ends a page partly is kept in f->carry for the next batch (the
- * stream's last page is stored as it is). 0 or -errno. [push_lock] */
-static int push_stream_batch(struct bfs_serve *s, struct bfs_file *f,
-			     uint64_t k, uint64_t from)
-{
-	struct bfs_batch *b;
-	const char *bytes;
-	char *copy = NULL;
-	uint64_t plen, whole, total, to;
-	int rc = bfs_pool_acquire(s->pool, f->e, k, &b);
-
-	if (rc < 0)
-		return rc;
-	to = from + bfs_batch_size(b);
-	bytes = bfs_batch_data(b);
-	if (!bytes) { /* a memfd: the kernel copies from memory */
-		copy = malloc(bfs_batch_size(b));
-		rc = !copy ? -ENOMEM
-		     : pread(bfs_batch_fd(b), copy, bfs_batch_size(b), 0) !=
-			     (ssize_t)bfs_batch_size(b)
-			 ? -EIO
-			 : 0;
-		bytes = copy;
-	}
-	if (!rc) {
-		const char *part = bytes + (f->pushed - from);
-
-		plen = to - f->pushed;
-		total = f->carry_len + plen;
-		whole = to >= f->size ? total : total & ~(uint64_t)4095;
-		if (whole) {
-			struct iovec iov[2] = {
-			    {f->carry, f->carry_len},
-			    {(void *)part, (size_t)(whole - f->carry_len)}};
-
-			rc = s->k.store_stream(
-			    s->k.arg, f->e, f->pushed - f->carry_len, iov, 2);
-			if (!rc) /* the rest of the last page */
-				memcpy(f->carry, part + (whole - f->carry_len),
-				       (size_t)(total - whole));
-		} else { /* still within one page */
-			memcpy(f->carry + f->carry_len, part, (size_t)plen);
-		}
-		if (!rc)
-			f->carry_len = (size_t)(total - whole);
-	}
-	if (!rc) {
-		f->pushed = to;
-		atomic_fetch_add(&s->c.served, 1);
-		bfs_pool_drop(s->pool, b);
-	}
-	free(copy);
-	bfs_pool_release(s->pool, b);
-	return rc;
-}
-
-/* After a READ of stream f ([at, end): the reader is there, and the page
- * cache did not hold it): store the batches from 'end' on into the
- * stream's page cache, until the window after the reader is full, so the
- * reads that follow are page-cache hits; and drop the pages behind the
- * reader. One pusher per stream at a time (another READ meanwhile just
- * replies). */
-static void push_stream(struct bfs_serve *s, struct bfs_file *f, uint64_t at,
-			uint64_t end)
-{
-	uint64_t k, from, to, behind = at & ~(uint64_t)4095;
-
-	if (pthread_mutex_trylock(&f->push_lock))
-		return;
-	if (behind > f->dropped) { /* read: drop it from the page cache */
-		s->k.inval_stream(s->k.arg, f->e, f->dropped,
-				  behind - f->dropped);
-		f->dropped = behind;
-	}
-	if (f->pushed < end) {	 /* the reader is past what was pushed */
-		f->pushed = end; /* a READ's end: a page boundary */
-		f->carry_len = 0;
-	}
-	if (bfs_stream_locate(s->streams, f->e, f->pushed, &k, &from, &to) ==
-	    0) { /* the window's batches: gathered while we push */
-		uint64_t last = k, lfrom, lto;
-		uint64_t edge = end + s->stream_window < f->size
-				    ? end + s->stream_window
-				    : f->size - 1;
-
-		if (bfs_stream_locate(s->streams, f->e, edge, &last, &lfrom,
-				      &lto) == 0)
-			bfs_pool_prefetch(s->pool, f->e, k, last + 1);
-	}
-	while (f->carry && f->pushed < f->size &&
-	       f->pushed < end + s->stream_window &&
-	       bfs_stream_locate(s->streams, f->e, f->pushed, &k, &from, &to) ==
-		   0 &&
-	       push_stream_batch(s, f, k, from) == 0)
-		;
-	pthread_mutex_unlock(&f->push_lock);
 }
 
 int bfs_serve_read(struct bfs_serve *s, struct bfs_file *f, uint64_t off,
@@ -627,7 +514,6 @@ int bfs_serve_read(struct bfs_serve *s, struct bfs_file *f, uint64_t off,
 	r->iovcnt = 0;
 	r->batch = NULL;
 	r->scratch = NULL;
-	r->stream_end = 0;
 	r->file = f;
 	atomic_fetch_add(&f->refs, 1); /* a slice may point into f */
 	if (!n)
@@ -650,9 +536,6 @@ void bfs_serve_done(struct bfs_serve *s, struct bfs_serve_reply *r)
 	r->batch = NULL;
 	free(r->scratch);
 	r->scratch = NULL;
-	if (r->file && r->file->stream && r->stream_end && s->stream_push)
-		push_stream(s, r->file, r->stream_at, r->stream_end);
-	r->stream_end = 0;
 	if (r->file)
 		file_put(s, r->file);
 	r->file = NULL;

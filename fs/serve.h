@@ -61,11 +61,6 @@ struct bfs_serve_kernel {
 		     const void *buf, uint64_t len);
 	/* Drop the pages of batch k of epoch e's file from the page cache. */
 	int (*inval)(void *arg, uint64_t e, uint64_t k);
-	/* The same for stream/N of epoch e: store iov[0..n) one after the
-	 * other at 'off', drop [off, off+len). */
-	int (*store_stream)(void *arg, uint64_t e, uint64_t off,
-			    const struct iovec *iov, int n);
-	int (*inval_stream)(void *arg, uint64_t e, uint64_t off, uint64_t len);
 	/* Register fd as a passthrough backing file: its id (> 0). */
 	int (*backing_open)(void *arg, int fd);
 	void (*backing_close)(void *arg, int id);
@@ -116,8 +111,7 @@ struct bfs_serve_reply {
 	/* private: what bfs_serve_done lets go */
 	struct bfs_file *file;
 	struct bfs_batch *batch;
-	char *scratch;			/* a stream's bytes, copied */
-	uint64_t stream_at, stream_end; /* a stream's READ, to push after */
+	char *scratch; /* a stream's bytes, copied */
 };
 
 /* Serve 'layout's batches of 'ds' in 'order' in mode o->mode: creates
@@ -144,13 +138,11 @@ int bfs_serve_open_batch(struct bfs_serve *s, uint64_t e, uint64_t k,
 			 struct bfs_file **f, struct bfs_serve_how *how);
 
 /* Open stream/N of (stream) epoch e, read-only: epoch e's batch files
- * back to back. Passthrough and push: after each READ (a page the cache
- * does not hold) the batches of the window after it are stored into the
- * stream's page cache, so the reads that follow are page-cache hits, and
- * the pages before the reader are dropped; cache: page-cache READs;
- * direct: direct I/O. A READ is replied whole, copied from the batches;
- * each batch read or pushed to its end leaves the pool, so memory stays
- * flat over an epoch. 0, -ENOENT, -ENOMEM. */
+ * back to back, with direct I/O in every mode (each read() is one READ,
+ * and the daemon never stores pages of a stream into the page cache). A
+ * READ is replied whole, copied from the batches it spans (acquired with
+ * their prefetch window); each batch read to its end leaves the pool, so
+ * memory stays flat over an epoch. 0, -ENOENT, -ENOMEM. */
 int bfs_serve_open_stream(struct bfs_serve *s, uint64_t e, struct bfs_file **f,
 			  struct bfs_serve_how *how);
 
@@ -176,6 +168,17 @@ void bfs_serve_done(struct bfs_serve *s, struct bfs_serve_reply *r);
  * kernel can send RELEASE as soon as the last reply is written, before
  * the replying thread has called bfs_serve_done). */
 void bfs_serve_release(struct bfs_serve *s, struct bfs_file *f);
+
+/* Unmounting: no call into the kernel starts any more (stores still
+ * queued are dropped). One may be in flight, waiting on a READ: the
+ * adapter answers requests until bfs_serve_kernel_busy says it is over,
+ * then destroys. */
+void bfs_serve_stop_kernel(struct bfs_serve *s);
+bool bfs_serve_kernel_busy(struct bfs_serve *s);
+
+/* Tests: wait until every store and invalidation asked for so far is
+ * made (the fake kernel never waits). */
+void bfs_serve_settle(struct bfs_serve *s);
 
 /* A snapshot of every counter. */
 void bfs_serve_stats(struct bfs_serve *s, struct bfs_stats *out);

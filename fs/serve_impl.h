@@ -22,18 +22,10 @@ struct bfs_file {
 	atomic_bool consumed;	 /* batch files: counted read to the end */
 	uint64_t opened_ns;	 /* batch files: when opened (monotonic) */
 	bool push_open;		 /* push: counted open in the ledger */
+	uint64_t push_id;	 /* push: ... on this entry */
 	struct bfs_batch *held;	 /* passthrough: the open's batch */
 	struct bfs_zc *zc;	 /* direct: slices of the archive */
 	char *text;		 /* text files: rendered at open */
-	/* streams: who pushes ahead, how far (bytes), and the page cache
-	 * dropped behind the reader so far */
-	pthread_mutex_t push_lock;
-	uint64_t pushed, dropped; /* [push_lock] */
-	/* [push_lock] the bytes pushed last that end a page partly: stored
-	 * with what follows them, so every store covers whole pages (the
-	 * kernel marks a page it stored in part not up to date: a READ) */
-	char *carry;
-	size_t carry_len;
 	size_t text_len;
 	/* The open's reference plus one per reply in flight; the last one
 	 * frees the file. */
@@ -57,9 +49,7 @@ struct bfs_serve {
 	struct bfs_serve_kernel k;
 	struct bfs_pushed *pushed;   /* push mode: batches in the page cache */
 	struct bfs_streams *streams; /* offsets of batches in streams */
-	bool stream_push;	/* streams pushed ahead (passthrough, push) */
-	uint64_t stream_window; /* bytes pushed ahead of a stream's reader */
-	bool zero_copy;		/* direct: slices of the archive */
+	bool zero_copy;		     /* direct: slices of the archive */
 	struct serve_counters c;
 	pthread_mutex_t lock;	/* the list of open files */
 	struct bfs_file *files; /* [lock] */
@@ -67,13 +57,17 @@ struct bfs_serve {
 
 /* ---- fs/serve_push.c ---- */
 
-/* The ledger of pushed batches (of 'len' per epoch), kept under 'budget'
- * bytes. 0 or -ENOMEM. */
-int bfs_pushed_create(struct bfs_pushed **out, uint64_t budget, uint64_t len);
+/* s->pushed: the ledger of pushed batches (of 'len' per epoch), kept
+ * under 'budget' bytes, and the thread that makes every store and
+ * invalidation (s->k). 0 or -errno. */
+int bfs_pushed_create(struct bfs_serve *s, uint64_t budget, uint64_t len);
+/* Stop the thread (queued stores are dropped), free. Accepts NULL. */
 void bfs_pushed_destroy(struct bfs_pushed *pb);
 
-/* Push-mode open of batch file f: store it whole into the page cache
- * unless it is there already. 0 or -errno (the batch cannot be had). */
+/* Push-mode open of batch file f: have it stored whole into the page
+ * cache unless it is there already, and wait for that (a bounded while:
+ * READs serve what is not stored). 0 or -errno (the batch cannot be
+ * had). */
 int bfs_serve_push_open(struct bfs_serve *s, struct bfs_file *f);
 
 /* Push-mode release of f: its ledger entry closes, the page cache is

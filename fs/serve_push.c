@@ -1,78 +1,129 @@
-/* fs/serve_push: the push mode's page-cache ledger (serve_impl.h).
+/* fs/serve_push: the push mode's page-cache ledger and the one thread that
+ * talks to the kernel's page cache (serve_impl.h).
  *
  * Push mode stores each batch whole into the kernel's page cache (the
  * adapter's store callback: FUSE's notify_store) when it is opened, or
- * earlier, by the worker that gathered it, when the kernel already knows
+ * earlier, right after a worker gathered it, when the kernel already knows
  * its inode (looked up, listed with readdirplus). read() and mmap() faults
  * are then page-cache hits with no round trip, and the pool drops its
  * copy. If the kernel loses pages, READs come and the pool gathers the same
  * bytes again (batches are pure functions of dataset, options, epoch and
  * batch).
  *
+ * The kernel's thread. A store (and an invalidation) locks each page it
+ * touches, and waits for a page that a READ in flight holds locked until
+ * that READ is answered: by a FUSE thread. Were stores made on FUSE
+ * threads, enough of them waiting at once would leave no thread to answer
+ * the READs they wait for, and the mount would hang for good (every
+ * thread in D state in the kernel). So no FUSE thread and no worker ever
+ * calls store or inval: they queue the work for this one thread, which
+ * makes every such call, and nobody waits on it without a bound (an open
+ * waits at most PUSH_WAIT_S for its batch's store, then lets READs serve
+ * it). At unmount the adapter keeps answering requests until the thread
+ * is out of the kernel (bfs_serve_stop_kernel, bfs_serve_kernel_busy).
+ *
  * The ledger is a FIFO of the batches pushed (keyed by their position in
- * the stream of epochs), with their sizes and
- * how many files have them open. It answers "is this batch already in the
- * kernel?" (a second open, concurrent or later, does not gather and push
- * again) and keeps the kernel's copies under a byte budget
- * (--page-cache-mb): past it, the oldest batches nobody has open are
- * invalidated (the inval callback), so the page cache does not grow with
- * every epoch read. */
+ * the stream of epochs), with their sizes and how many files have them
+ * open. It answers "is this batch already in the kernel?" (a second open,
+ * concurrent or later, does not gather and push again) and keeps the
+ * kernel's copies under a byte budget (--page-cache-mb): past it, the
+ * oldest batches nobody has open are invalidated, so the page cache does
+ * not grow with every epoch read. Each entry has an id of its own: a file
+ * closes the entry it opened, never a later entry of the same batch.
+ *
+ * Lock: pb->lock guards the ledger and the queue; no kernel call, no pool
+ * call is made with it held. */
 #include "fs/serve_impl.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <time.h>
 
 #include "fs/log.h"
 
 #define PUSHED_MAX  4096u	/* batches tracked at once */
-#define TRIM_BATCH  64u		/* invalidations per trim call */
+#define TRIM_BATCH  64u		/* invalidations per trim round */
 #define STORE_CHUNK (64u << 20) /* bytes per notify_store (u32 lengths) */
 #define PUSH_WAIT_S 2		/* an open waits this long for a push */
+#define QUEUE_MAX   256u	/* stores queued for the kernel's thread */
 
 struct pushed_entry {
 	uint64_t key; /* the batch's pos + 1 (e * len + k + 1); 0: forgotten
 		       * (a failed push) */
+	uint64_t id;  /* this entry's own number, never reused */
 	uint64_t bytes;
 	unsigned opens;
-	bool pushing; /* entered, not stored yet: opens wait (pushed_enter) */
+	bool pushing; /* queued, not stored yet: opens wait (pushed_enter) */
+};
+
+struct push_job {
+	struct bfs_batch *b; /* a reference the job holds */
+	uint64_t e, k, id;
 };
 
 struct bfs_pushed {
 	pthread_mutex_t lock;
 	pthread_cond_t stored; /* [L] some entry stopped 'pushing' */
+	pthread_cond_t work;   /* [L] a job, a trim or stop for the thread */
 	uint64_t budget;
 	uint64_t len;			      /* batches per epoch */
 	uint64_t bytes;			      /* [L] sum of entries */
+	uint64_t next_id;		      /* [L] */
 	unsigned head, count;		      /* [L] oldest at head */
 	struct pushed_entry ring[PUSHED_MAX]; /* [L] */
+	struct push_job queue[QUEUE_MAX];     /* [L] */
+	unsigned qhead, qcount;		      /* [L] */
+	bool trim;			      /* [L] a trim was asked for */
+	bool stop;			      /* [L] no new kernel call */
+	bool in_kernel;			      /* [L] a call is in flight */
+	bool started;
+	pthread_t thread;
 };
 
-int bfs_pushed_create(struct bfs_pushed **out, uint64_t budget, uint64_t len)
+static void *kernel_thread(void *arg);
+
+int bfs_pushed_create(struct bfs_serve *s, uint64_t budget, uint64_t len)
 {
 	struct bfs_pushed *pb = calloc(1, sizeof(*pb));
+	sigset_t all, old;
+	int rc;
 
-	*out = pb;
+	s->pushed = pb; /* before the thread starts: it reads it */
 	if (!pb)
 		return -ENOMEM;
 	pthread_mutex_init(&pb->lock, NULL);
 	pthread_cond_init(&pb->stored, NULL);
+	pthread_cond_init(&pb->work, NULL);
 	pb->budget = budget;
 	pb->len = len ? len : 1;
-	return 0;
+	/* asynchronous signals belong to the FUSE loop */
+	sigfillset(&all);
+	pthread_sigmask(SIG_BLOCK, &all, &old);
+	rc = -pthread_create(&pb->thread, NULL, kernel_thread, s);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	pb->started = rc == 0;
+	return rc;
 }
 
 void bfs_pushed_destroy(struct bfs_pushed *pb)
 {
 	if (!pb)
 		return;
+	pthread_mutex_lock(&pb->lock);
+	pb->stop = true;
+	pthread_cond_broadcast(&pb->work);
+	pthread_mutex_unlock(&pb->lock);
+	if (pb->started)
+		pthread_join(pb->thread, NULL);
+	pthread_cond_destroy(&pb->work);
 	pthread_cond_destroy(&pb->stored);
 	pthread_mutex_destroy(&pb->lock);
 	free(pb);
 }
 
 /* The entry of key, newest first (recent batches are the usual hits). [L] */
-static struct pushed_entry *pushed_find(struct bfs_pushed *pb, uint64_t key)
+static struct pushed_entry *find_key(struct bfs_pushed *pb, uint64_t key)
 {
 	for (unsigned i = pb->count; i-- > 0;) {
 		struct pushed_entry *x = &pb->ring[(pb->head + i) % PUSHED_MAX];
@@ -83,85 +134,132 @@ static struct pushed_entry *pushed_find(struct bfs_pushed *pb, uint64_t key)
 	return NULL;
 }
 
+/* The entry numbered id, if it is still on record. [L] */
+static struct pushed_entry *find_id(struct bfs_pushed *pb, uint64_t id)
+{
+	for (unsigned i = pb->count; i-- > 0;) {
+		struct pushed_entry *x = &pb->ring[(pb->head + i) % PUSHED_MAX];
+
+		if (x->id == id)
+			return x;
+	}
+	return NULL;
+}
+
 /* Record batch key, 'opens' = 1 for an open handle, 0 for a worker
- * pushing ahead of any open. Returns 1: new entry, the caller pushes the
- * batch (then pushed_stored); 0: already pushed; -ENOSPC: no slot
- * (workers leave a quarter of the slots to opens), nothing tracked: READs
- * serve. An open that finds the batch still being pushed waits for the
- * store: were it to return, its reads would be READs locking the pages the
- * store then waits for, answered only by another FUSE thread (none once
- * the loop stops at SIGTERM: the daemon hung). The wait is bounded
- * (PUSH_WAIT_S), so opens never hold every FUSE thread. */
+ * pushing ahead of any open; *id is the entry's. Returns 1: new entry,
+ * the caller has the batch pushed (push_queue); 0: already pushed, or
+ * being pushed (an open waits for that, PUSH_WAIT_S at most: its reads
+ * would otherwise be READs racing the store); -ENOSPC: no slot (workers
+ * leave a quarter of the slots to opens), nothing tracked: READs serve. */
 static int pushed_enter(struct bfs_pushed *pb, uint64_t key, uint64_t bytes,
-			unsigned opens)
+			unsigned opens, uint64_t *id)
 {
 	struct pushed_entry *x;
-	struct timespec until;
 	int rc = 0;
 
 	pthread_mutex_lock(&pb->lock);
-	clock_gettime(CLOCK_REALTIME, &until);
-	until.tv_sec += PUSH_WAIT_S;
-	while (opens && (x = pushed_find(pb, key)) && x->pushing)
-		if (pthread_cond_timedwait(&pb->stored, &pb->lock, &until))
-			break; /* bounded: FUSE threads must not all wait */
-	x = pushed_find(pb, key);
+	x = find_key(pb, key);
 	if (x) {
 		x->opens += opens;
-	} else if (pb->count >= (opens ? PUSHED_MAX : PUSHED_MAX / 4 * 3)) {
+		*id = x->id;
+	} else if (pb->stop ||
+		   pb->count >= (opens ? PUSHED_MAX : PUSHED_MAX / 4 * 3)) {
 		rc = -ENOSPC;
 	} else {
 		x = &pb->ring[(pb->head + pb->count++) % PUSHED_MAX];
 		*x = (struct pushed_entry){.key = key,
+					   .id = ++pb->next_id,
 					   .bytes = bytes,
 					   .opens = opens,
 					   .pushing = true};
 		pb->bytes += bytes;
+		*id = x->id;
 		rc = 1;
 	}
 	pthread_mutex_unlock(&pb->lock);
 	return rc;
 }
 
-/* The push of key entered by pushed_enter is over (stored or failed):
- * opens waiting for it go on. */
-static void pushed_stored(struct bfs_pushed *pb, uint64_t key)
+/* Wait, PUSH_WAIT_S at most, until entry id is no longer being pushed. */
+static void pushed_wait(struct bfs_pushed *pb, uint64_t id)
+{
+	struct pushed_entry *x;
+	struct timespec until;
+
+	pthread_mutex_lock(&pb->lock);
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += PUSH_WAIT_S;
+	while ((x = find_id(pb, id)) && x->pushing)
+		if (pthread_cond_timedwait(&pb->stored, &pb->lock, &until))
+			break; /* bounded: READs serve the batch */
+	pthread_mutex_unlock(&pb->lock);
+}
+
+/* The push of entry id is over: stored, or not (the entry is forgotten:
+ * the kernel holds none or part of it, READs serve the rest). Waiting
+ * opens go on. */
+static void pushed_done(struct bfs_pushed *pb, uint64_t id, bool stored)
 {
 	struct pushed_entry *x;
 
 	pthread_mutex_lock(&pb->lock);
-	x = pushed_find(pb, key);
-	if (x)
+	x = find_id(pb, id);
+	if (x) {
 		x->pushing = false;
+		if (!stored) {
+			pb->bytes -= x->bytes;
+			x->key = 0; /* a hole, trimmed in turn */
+		}
+	}
 	pthread_cond_broadcast(&pb->stored);
 	pthread_mutex_unlock(&pb->lock);
 }
 
-/* A handle of key closes; 'failed' = its push failed: forget the entry
- * (the kernel holds none or part of it; READs serve the rest). */
-static void pushed_close(struct bfs_pushed *pb, uint64_t key, bool failed)
+/* A file on entry id closes: the kernel's thread trims the page cache. */
+static void pushed_close(struct bfs_pushed *pb, uint64_t id)
 {
 	struct pushed_entry *x;
 
 	pthread_mutex_lock(&pb->lock);
-	x = pushed_find(pb, key);
+	x = find_id(pb, id);
 	if (x && x->opens)
 		x->opens--;
-	if (x && failed) {
-		pb->bytes -= x->bytes;
-		*x = (struct pushed_entry){0}; /* a hole, trimmed in turn */
+	pb->trim = true;
+	pthread_cond_signal(&pb->work);
+	pthread_mutex_unlock(&pb->lock);
+}
+
+/* Hand the store of b (batch k of epoch e, entry id; the reference
+ * passes to the job) to the kernel's thread. false when the queue is
+ * full or stopping: the caller still holds b, and the entry is
+ * forgotten. */
+static bool push_queue(struct bfs_pushed *pb, struct bfs_batch *b, uint64_t e,
+		       uint64_t k, uint64_t id)
+{
+	bool queued;
+
+	pthread_mutex_lock(&pb->lock);
+	queued = !pb->stop && pb->qcount < QUEUE_MAX;
+	if (queued) {
+		pb->queue[(pb->qhead + pb->qcount++) % QUEUE_MAX] =
+		    (struct push_job){.b = b, .e = e, .k = k, .id = id};
+		pthread_cond_signal(&pb->work);
 	}
 	pthread_mutex_unlock(&pb->lock);
+	if (!queued)
+		pushed_done(pb, id, false);
+	return queued;
 }
 
 /* Take the oldest entries nobody has open off the record until it is
  * under budget (and a quarter of the slots are free); their keys go to
- * 'keys' for invalidation. Open ones move to the tail. Returns how many. */
+ * 'keys' for invalidation. Open ones, and ones still being pushed, move
+ * to the tail. Returns how many. [L] */
 static unsigned pushed_trim(struct bfs_pushed *pb, uint64_t *keys)
 {
 	unsigned n = 0;
 
-	pthread_mutex_lock(&pb->lock);
 	for (unsigned seen = 0, len = pb->count;
 	     seen < len && n < TRIM_BATCH &&
 	     (pb->bytes > pb->budget || pb->count > PUSHED_MAX / 4 * 3);
@@ -170,41 +268,16 @@ static unsigned pushed_trim(struct bfs_pushed *pb, uint64_t *keys)
 
 		pb->head = (pb->head + 1) % PUSHED_MAX;
 		pb->count--;
-		if (x.opens) { /* still open: keep it, newest */
+		if (x.opens || x.pushing) { /* keep it, newest */
 			pb->ring[(pb->head + pb->count++) % PUSHED_MAX] = x;
 			continue;
 		}
-		pb->bytes -= x.bytes;
-		if (x.key)
+		if (x.key) {
+			pb->bytes -= x.bytes;
 			keys[n++] = x.key;
+		}
 	}
-	pthread_mutex_unlock(&pb->lock);
 	return n;
-}
-
-/* Invalidate what pushed_trim says is over budget. Called with no lock
- * held: the kernel waits on pages locked by a READ in flight, which a FUSE
- * thread answers. */
-static void trim_page_cache(struct bfs_serve *s)
-{
-	uint64_t keys[TRIM_BATCH];
-	unsigned n = pushed_trim(s->pushed, keys);
-
-	for (unsigned i = 0; i < n; i++) {
-		uint64_t pos = keys[i] - 1;
-		int rc = s->k.inval(s->k.arg, pos / s->pushed->len,
-				    pos % s->pushed->len);
-
-		/* -ENOENT: the kernel forgot the inode, pages and all */
-		if (rc == 0 || rc == -ENOENT)
-			atomic_fetch_add(&s->c.drops, 1);
-	}
-}
-
-/* The ledger's key of batch k of epoch e. */
-static uint64_t key_of(const struct bfs_pushed *pb, uint64_t e, uint64_t k)
-{
-	return e * pb->len + k + 1;
 }
 
 /* Store the whole batch k of epoch e (b) into the kernel's page cache, in
@@ -223,69 +296,184 @@ static int store_batch(struct bfs_serve *s, uint64_t e, uint64_t k,
 	return rc;
 }
 
-/* Push b (batch k of epoch e, referenced or BUSY; NULL: it could not be
- * had), just entered in the ledger: stored, the pool drops its copy; not,
- * the entry is forgotten and READs serve the batch. Then keep the page
- * cache under budget. Returns whether b was stored. */
-static bool push_entered(struct bfs_serve *s, uint64_t e, uint64_t k,
-			 struct bfs_batch *b)
+/* The kernel's thread runs a job: stored, the pool drops its copy; not,
+ * the entry is forgotten and READs serve the batch. */
+static void run_job(struct bfs_serve *s, const struct push_job *j)
 {
-	uint64_t key = key_of(s->pushed, e, k);
-	bool stored = b && store_batch(s, e, k, b) == 0;
+	bool stored = store_batch(s, j->e, j->k, j->b) == 0;
 
 	if (stored) {
 		char name[80];
 
-		bfs_order_batch_name(s->order, e, k, name, sizeof(name));
+		bfs_order_batch_name(s->order, j->e, j->k, name, sizeof(name));
 		bfs_log(BFS_LOG_DEBUG, "serve",
 			"%s: served (%llu bytes), pushed whole into the page "
 			"cache",
-			name, (unsigned long long)bfs_batch_size(b));
+			name, (unsigned long long)bfs_batch_size(j->b));
 		atomic_fetch_add(&s->c.pushed, 1);
 		atomic_fetch_add(&s->c.served, 1);
-		atomic_fetch_add(&s->c.bytes, bfs_batch_size(b));
-		bfs_pool_drop(s->pool, b);
-	} else {
-		pushed_close(s->pushed, key, true);
+		atomic_fetch_add(&s->c.bytes, bfs_batch_size(j->b));
+		bfs_pool_drop(s->pool, j->b);
 	}
-	pushed_stored(s->pushed, key);
-	trim_page_cache(s);
-	return stored;
+	pushed_done(s->pushed, j->id, stored);
+	bfs_pool_release(s->pool, j->b);
+}
+
+/* Invalidate the batches of keys[0 .. n). */
+static void run_trim(struct bfs_serve *s, const uint64_t *keys, unsigned n)
+{
+	for (unsigned i = 0; i < n; i++) {
+		uint64_t pos = keys[i] - 1;
+		int rc = s->k.inval(s->k.arg, pos / s->pushed->len,
+				    pos % s->pushed->len);
+
+		/* -ENOENT: the kernel forgot the inode, pages and all */
+		if (rc == 0 || rc == -ENOENT)
+			atomic_fetch_add(&s->c.drops, 1);
+	}
+}
+
+/* The one caller of store and inval: queued stores in order, and after
+ * each (and at each release) the page cache trimmed to its budget. Until
+ * stopped; jobs left then are dropped, their entries forgotten. */
+static void *kernel_thread(void *arg)
+{
+	struct bfs_serve *s = arg;
+	struct bfs_pushed *pb = s->pushed;
+
+	pthread_mutex_lock(&pb->lock);
+	for (;;) {
+		uint64_t keys[TRIM_BATCH];
+		struct push_job j;
+		unsigned n;
+
+		while (!pb->stop && !pb->qcount && !pb->trim)
+			pthread_cond_wait(&pb->work, &pb->lock);
+		if (pb->stop)
+			break;
+		pb->in_kernel = true;
+		if (pb->qcount) {
+			j = pb->queue[pb->qhead];
+			pb->qhead = (pb->qhead + 1) % QUEUE_MAX;
+			pb->qcount--;
+			pb->trim = true; /* after the store */
+			pthread_mutex_unlock(&pb->lock);
+			run_job(s, &j);
+			pthread_mutex_lock(&pb->lock);
+		} else {
+			n = pushed_trim(pb, keys);
+			pb->trim = n == TRIM_BATCH; /* more to come */
+			pthread_mutex_unlock(&pb->lock);
+			run_trim(s, keys, n);
+			pthread_mutex_lock(&pb->lock);
+		}
+		pb->in_kernel = false;
+		pthread_cond_broadcast(&pb->stored); /* settle() waits */
+	}
+	while (pb->qcount) { /* stopped: what was queued is not pushed */
+		struct push_job j = pb->queue[pb->qhead];
+
+		pb->qhead = (pb->qhead + 1) % QUEUE_MAX;
+		pb->qcount--;
+		pthread_mutex_unlock(&pb->lock);
+		pushed_done(pb, j.id, false);
+		bfs_pool_release(s->pool, j.b);
+		pthread_mutex_lock(&pb->lock);
+	}
+	pb->in_kernel = false;
+	pthread_cond_broadcast(&pb->stored);
+	pthread_mutex_unlock(&pb->lock);
+	return NULL;
+}
+
+/* The ledger's key of batch k of epoch e. */
+static uint64_t key_of(const struct bfs_pushed *pb, uint64_t e, uint64_t k)
+{
+	return e * pb->len + k + 1;
 }
 
 void bfs_serve_push_ready(void *arg, struct bfs_batch *b, uint64_t e,
 			  uint64_t k)
 {
 	struct bfs_serve *s = arg;
+	uint64_t id;
 
 	/* A failed store is usually -ENOENT: the kernel has no inode yet */
 	if (pushed_enter(s->pushed, key_of(s->pushed, e, k), bfs_batch_size(b),
-			 0) > 0)
-		push_entered(s, e, k, b);
+			 0, &id) <= 0)
+		return;
+	bfs_pool_hold(s->pool, b);
+	if (!push_queue(s->pushed, b, e, k, id))
+		bfs_pool_release(s->pool, b);
 }
 
 int bfs_serve_push_open(struct bfs_serve *s, struct bfs_file *f)
 {
 	struct bfs_batch *b = NULL;
-	int rc =
-	    pushed_enter(s->pushed, key_of(s->pushed, f->e, f->k), f->size, 1);
+	int rc = pushed_enter(s->pushed, key_of(s->pushed, f->e, f->k), f->size,
+			      1, &f->push_id);
 
 	f->push_open = rc >= 0;
-	if (rc == 0) /* in the page cache already: ready before it was asked */
+	if (rc == 0) /* pushed or being pushed: ready before it was asked */
 		atomic_fetch_add(&s->c.pushed_hits, 1);
-	if (rc <= 0)
-		return 0;
-	rc = bfs_pool_acquire(s->pool, f->e, f->k, &b);
-	/* b: NULL when rc < 0 */
-	f->push_open = push_entered(s, f->e, f->k, b);
-	bfs_pool_release(s->pool, b);
-	if (f->push_open)
+	if (rc > 0) {
+		rc = bfs_pool_acquire(s->pool, f->e, f->k, &b);
+		if (rc < 0)
+			pushed_done(s->pushed, f->push_id, false);
+		else if (!push_queue(s->pushed, b, f->e, f->k, f->push_id))
+			bfs_pool_release(s->pool, b);
+	}
+	if (rc < 0 && rc != -ENOSPC) {
+		bfs_serve_push_release(s, f);
+		return rc;
+	}
+	if (f->push_open) { /* else (-ENOSPC) READs serve it */
+		pushed_wait(s->pushed, f->push_id);
 		atomic_store(&f->consumed, true); /* counted whole */
-	return rc;
+	}
+	return 0;
 }
 
 void bfs_serve_push_release(struct bfs_serve *s, struct bfs_file *f)
 {
-	pushed_close(s->pushed, key_of(s->pushed, f->e, f->k), false);
-	trim_page_cache(s); /* RELEASE is asynchronous: no reader waits */
+	if (f->push_open)
+		pushed_close(s->pushed, f->push_id);
+	f->push_open = false;
+}
+
+void bfs_serve_stop_kernel(struct bfs_serve *s)
+{
+	struct bfs_pushed *pb = s->pushed;
+
+	if (!pb)
+		return;
+	pthread_mutex_lock(&pb->lock);
+	pb->stop = true;
+	pthread_cond_broadcast(&pb->work);
+	pthread_mutex_unlock(&pb->lock);
+}
+
+bool bfs_serve_kernel_busy(struct bfs_serve *s)
+{
+	struct bfs_pushed *pb = s->pushed;
+	bool busy;
+
+	if (!pb)
+		return false;
+	pthread_mutex_lock(&pb->lock);
+	busy = pb->in_kernel || pb->qcount;
+	pthread_mutex_unlock(&pb->lock);
+	return busy;
+}
+
+void bfs_serve_settle(struct bfs_serve *s)
+{
+	struct bfs_pushed *pb = s->pushed;
+
+	if (!pb)
+		return;
+	pthread_mutex_lock(&pb->lock);
+	while (pb->in_kernel || pb->qcount || (pb->trim && !pb->stop))
+		pthread_cond_wait(&pb->stored, &pb->lock);
+	pthread_mutex_unlock(&pb->lock);
 }

@@ -29,11 +29,13 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <limits.h>
+#include <poll.h>
 #include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "fs/log.h"
@@ -66,45 +68,6 @@ static int kernel_inval(void *arg, uint64_t e, uint64_t k)
 	struct bfs_mount *m = arg;
 
 	return fuse_lowlevel_notify_inval_inode(m->se, batch_ino(e, k), 0, 0);
-}
-
-/* The inode of stream/N of epoch e. */
-static uint64_t stream_ino(uint64_t e)
-{
-	return bfs_tree_ino(
-	    &(struct bfs_node){.kind = BFS_NODE_STREAM, .epoch = e});
-}
-
-static int kernel_store_stream(void *arg, uint64_t e, uint64_t off,
-			       const struct iovec *iov, int n)
-{
-	struct bfs_mount *m = arg;
-	struct {
-		struct fuse_bufvec bv; /* its buf[0], then more */
-		struct fuse_buf more[1];
-	} v = {.bv = FUSE_BUFVEC_INIT(0)};
-	struct fuse_buf *b = v.bv.buf;
-	size_t count = 0;
-
-	for (int i = 0; i < n && count < 2; i++)
-		if (iov[i].iov_len) {
-			b[count] = (struct fuse_buf){.size = iov[i].iov_len,
-						     .mem = iov[i].iov_base};
-			count++;
-		}
-	v.bv.count = count;
-	return count ? fuse_lowlevel_notify_store(m->se, stream_ino(e),
-						  (off_t)off, &v.bv, 0)
-		     : 0;
-}
-
-static int kernel_inval_stream(void *arg, uint64_t e, uint64_t off,
-			       uint64_t len)
-{
-	struct bfs_mount *m = arg;
-
-	return fuse_lowlevel_notify_inval_inode(m->se, stream_ino(e),
-						(off_t)off, (off_t)len);
 }
 
 /* ---- the steps ------------------------------------------------------------
@@ -285,8 +248,6 @@ static int prepare(const struct bfs_mount_params *p, struct bfs_mount *m,
 	    .arg = m,
 	    .store = kernel_store,
 	    .inval = kernel_inval,
-	    .store_stream = kernel_store_stream,
-	    .inval_stream = kernel_inval_stream,
 	    .backing_open = bfs_pt_backing_open,
 	    .backing_close = bfs_pt_backing_close,
 	};
@@ -339,6 +300,49 @@ static int serve_loop(const struct bfs_mount_params *p, struct bfs_mount *m)
 	return rc;
 }
 
+/* After the loop: fs/serve's kernel thread may be inside a store that
+ * waits on a READ; no loop thread is left to answer it. Stop it from
+ * starting more, and answer requests here until it is out (a dead
+ * connection fails it at once). Bounded: DRAIN_S, then the destroy that
+ * follows may wait, and the log says why. */
+#define DRAIN_S 60
+static void drain(struct bfs_mount *m)
+{
+	struct fuse_buf buf = {0};
+	struct pollfd pfd = {.fd = fuse_session_fd(m->se), .events = POLLIN};
+	struct timespec t0, now, pause = {0, 10 * 1000 * 1000};
+	bool dead = false;
+
+	if (!m->serve)
+		return;
+	bfs_serve_stop_kernel(m->serve);
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	now = t0;
+	while (bfs_serve_kernel_busy(m->serve) &&
+	       now.tv_sec - t0.tv_sec < DRAIN_S) {
+		/* a dead connection fails the kernel thread's call: wait */
+		if (!dead && poll(&pfd, 1, 100) == 1 &&
+		    (pfd.revents & POLLIN)) {
+			int n = fuse_session_receive_buf(m->se, &buf);
+
+			if (n > 0)
+				fuse_session_process_buf(m->se, &buf);
+			dead = n == -ENODEV;
+		} else {
+			dead = dead || pfd.revents & (POLLERR | POLLHUP);
+			nanosleep(&pause, NULL);
+		}
+		clock_gettime(CLOCK_MONOTONIC, &now);
+	}
+	if (bfs_serve_kernel_busy(m->serve))
+		bfs_log(BFS_LOG_WARN, MOD,
+			"a store into the page cache is still waiting after "
+			"%d s: the daemon may not exit until its READ is "
+			"answered",
+			DRAIN_S);
+	free(buf.mem);
+}
+
 int bfs_mount_run(const struct bfs_mount_params *p)
 {
 	struct fuse_args args = FUSE_ARGS_INIT(0, NULL);
@@ -384,6 +388,7 @@ int bfs_mount_run(const struct bfs_mount_params *p)
 	if (prepare(p, &m, status_fd) == 0) {
 		rc = serve_loop(p, &m);
 		bfs_log(BFS_LOG_INFO, MOD, "unmounting %s", p->mountpoint);
+		drain(&m);
 	}
 	bfs_serve_destroy(m.serve);
 	bfs_tree_destroy(m.tree);

@@ -1,10 +1,12 @@
 /* fs/serve against a fake kernel (the callbacks a FUSE adapter passes in):
  * a file lives until its last reply is done, even when released first;
  * push keeps the page cache under its budget and never drops a batch that
- * is open; zero-copy slices are exactly the batch's bytes, rows straight
- * from the archive mapping; opens of one batch share one backing id, gone
- * at the last release; a backing file that cannot be registered fails the
- * open with EIO, saying why. */
+ * is open; no request handler ever calls store or inval, and a store
+ * that waits for a READ of its batch (as the kernel's does for a locked
+ * page) never holds up the open nor the READ; zero-copy slices are exactly the
+ * batch's bytes, rows straight from the archive mapping; opens of one batch
+ * share one backing id, gone at the last release; a backing file that cannot be
+ * registered fails the open with EIO, saying why. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -16,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/uio.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "fs/serve.h"
@@ -38,8 +41,19 @@ static struct {
 	int backing_opens, backing_closes, live_ids;
 	uint64_t stored[MAXPOS]; /* bytes stored per position */
 	int invals[MAXPOS];
-	int wrong_bytes; /* stores or backing files unlike the batch */
-} kern = {.lock = PTHREAD_MUTEX_INITIALIZER};
+	int wrong_bytes;    /* stores or backing files unlike the batch */
+	pthread_t handler;  /* the test's thread: a FUSE request's */
+	int handler_calls;  /* stores and invals made on it */
+	bool store_waits;   /* a store waits for 'answered' (a READ) */
+	bool answered;	    /* a READ of the batch was answered */
+	bool store_gave_up; /* ... not within the fake's bound */
+	pthread_cond_t cond;
+} kern = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
+
+/* The fake kernel's bound on a store waiting for a READ: far beyond the
+ * open's own bounded wait, so only a store made on the READ's own thread
+ * (which can then never answer it) reaches it. */
+#define STORE_WAIT_S 10
 
 /* The bytes of batch k of epoch e, as the layout writes them; *size. */
 static uint8_t *expected(uint64_t e, uint64_t k, uint64_t *size)
@@ -68,6 +82,18 @@ static int k_store(void *arg, uint64_t e, uint64_t k, uint64_t off,
 	uint8_t *want = expected(e, k, &size);
 
 	pthread_mutex_lock(&kern.lock);
+	kern.handler_calls += pthread_equal(pthread_self(), kern.handler);
+	if (kern.store_waits) { /* a page locked by a READ in flight */
+		struct timespec until;
+
+		clock_gettime(CLOCK_REALTIME, &until);
+		until.tv_sec += STORE_WAIT_S;
+		while (!kern.answered &&
+		       pthread_cond_timedwait(&kern.cond, &kern.lock, &until) ==
+			   0)
+			;
+		kern.store_gave_up |= !kern.answered;
+	}
 	kern.stored[pos(e, k)] += len;
 	kern.wrong_bytes += off + len > size || memcmp(want + off, buf, len);
 	pthread_mutex_unlock(&kern.lock);
@@ -78,6 +104,7 @@ static int k_store(void *arg, uint64_t e, uint64_t k, uint64_t off,
 static int k_inval(void *arg, uint64_t e, uint64_t k)
 {
 	pthread_mutex_lock(&kern.lock);
+	kern.handler_calls += pthread_equal(pthread_self(), kern.handler);
 	kern.invals[pos(e, k)]++;
 	pthread_mutex_unlock(&kern.lock);
 	return 0;
@@ -105,6 +132,17 @@ static void k_backing_close(void *arg, int id)
 	kern.backing_closes++;
 	kern.live_ids--;
 	pthread_mutex_unlock(&kern.lock);
+}
+
+/* Stores and invals made on the test's thread, a request handler's. */
+static int handler_calls(void)
+{
+	int n;
+
+	pthread_mutex_lock(&kern.lock);
+	n = kern.handler_calls;
+	pthread_mutex_unlock(&kern.lock);
+	return n;
 }
 
 static const struct bfs_serve_kernel fake = {
@@ -180,6 +218,9 @@ static struct bfs_serve *serve(enum bfs_serve_mode mode, uint64_t pc_bytes,
 	memset(kern.invals, 0, sizeof(kern.invals));
 	kern.next_id = kern.backing_opens = kern.backing_closes = 0;
 	kern.live_ids = kern.wrong_bytes = kern.fail_backing = 0;
+	kern.handler = pthread_self();
+	kern.handler_calls = 0;
+	kern.store_waits = kern.answered = kern.store_gave_up = false;
 	pthread_mutex_unlock(&kern.lock);
 	assert_int_equal(
 	    bfs_serve_create(&s, fx.ds, fx.order, &fx.layout, &po, &so, &fake),
@@ -268,6 +309,8 @@ static void push_keeps_the_page_cache_under_its_budget(void **state)
 	}
 	assert_int_equal(bfs_serve_open_batch(s, 0, 4, &f, &how), 0);
 	bfs_serve_release(s, f); /* in the page cache still: not again */
+	bfs_serve_settle(s);
+	assert_int_equal(handler_calls(), 0);
 	pthread_mutex_lock(&kern.lock);
 	for (uint64_t k = 0; k < N / B; k++)
 		assert_int_equal(kern.stored[pos(0, k)], size);
@@ -284,6 +327,51 @@ static void push_keeps_the_page_cache_under_its_budget(void **state)
 	assert_int_equal(st.batches_pushed, N / B);
 	assert_int_equal(st.page_cache_drops, 3);
 	bfs_serve_release(s, held);
+	bfs_serve_destroy(s);
+	free(want);
+}
+
+/* Push: the kernel's store of a batch waits for a page that a READ of
+ * that batch holds (another file of it, opened when its push had not
+ * begun, is being read). The open, on a request thread, must neither
+ * make the store itself nor wait for it without a bound, and the READ
+ * must be answered on that same thread: with a single request thread
+ * (the worst case of all of them busy), anything else never ends. */
+static void a_store_waiting_for_a_read_holds_no_request(void **state)
+{
+	uint64_t size;
+	uint8_t *want = expected(1, 3, &size);
+	struct bfs_serve *s = serve(BFS_SERVE_PUSH, 64 << 20, 0);
+	struct bfs_serve_how how;
+	struct bfs_serve_reply r;
+	struct bfs_file *f;
+	uint64_t stored;
+	bool gave_up;
+	int wrong;
+
+	pthread_mutex_lock(&kern.lock);
+	kern.store_waits = true;
+	pthread_mutex_unlock(&kern.lock);
+	assert_int_equal(bfs_serve_open_batch(s, 1, 3, &f, &how), 0);
+	assert_int_equal(bfs_serve_read(s, f, 0, size, &r), 0);
+	assert_int_equal(r.iovcnt, 1);
+	assert_memory_equal(r.iov[0].iov_base, want, size);
+	bfs_serve_done(s, &r);
+	pthread_mutex_lock(&kern.lock); /* the READ is answered */
+	kern.answered = true;
+	pthread_cond_broadcast(&kern.cond);
+	pthread_mutex_unlock(&kern.lock);
+	bfs_serve_release(s, f);
+	bfs_serve_settle(s);
+	pthread_mutex_lock(&kern.lock);
+	gave_up = kern.store_gave_up;
+	stored = kern.stored[pos(1, 3)];
+	wrong = kern.wrong_bytes;
+	pthread_mutex_unlock(&kern.lock);
+	assert_false(gave_up);
+	assert_int_equal(handler_calls(), 0);
+	assert_int_equal(stored, size);
+	assert_int_equal(wrong, 0);
 	bfs_serve_destroy(s);
 	free(want);
 }
@@ -376,6 +464,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(a_file_lives_until_its_last_reply_is_done),
 	    cmocka_unit_test(push_keeps_the_page_cache_under_its_budget),
+	    cmocka_unit_test(a_store_waiting_for_a_read_holds_no_request),
 	    cmocka_unit_test(zero_copy_slices_are_the_batch_bytes),
 	    cmocka_unit_test(opens_of_one_batch_share_one_backing_id),
 	    cmocka_unit_test(a_failed_backing_open_fails_the_open_with_eio),
