@@ -9,7 +9,12 @@
  *    ...}
  * then spaces up to the data offset. safetensors allows trailing 0x20
  * padding (fs/README.md: the batch file); leading padding is not allowed,
- * so the JSON starts right after the length.
+ * so the JSON starts right after the length. The data offset is the one
+ * of the same JSON with 20-digit epoch and batch numbers (render() with
+ * UINT64_MAX), so the numbers never move the data: a layout without
+ * ragged fields has one size per row count (fs/stream relies on it). The
+ * epoch written is the one of the bound order's lane (named_epoch), never
+ * a multi-rank order's stream epoch.
  *
  * dtypes: safetensors has no complex128 and no complex32 code, so a dataset
  * with such a field is refused at mount time (bfs_layout_init) rather than
@@ -181,6 +186,58 @@ static int entry_bytes_checked(const struct bfs_layout_field *lf,
 	return 0;
 }
 
+/* The JSON of geometry d with the numbers e and k as they are (the
+ * length snprintf would give). */
+static size_t render(const struct bfs_layout *l, uint64_t e, uint64_t k,
+		     const struct bfs_layout_dims *d, char *buf, size_t len)
+{
+	size_t pos = 0;
+	uint64_t off = 0;
+
+	if (len)
+		buf[0] = '\0';
+	bfs_layout_append(buf, len, &pos,
+			  "{\"__metadata__\":{\"format\":\"batchfs/1\","
+			  "\"epoch\":\"%llu\",\"batch\":\"%llu\"}",
+			  (unsigned long long)e, (unsigned long long)k);
+	for (size_t i = 0; i < l->nfields; i++) {
+		const struct bfs_layout_field *lf = &l->fields[i];
+		uint64_t bytes = entry_bytes(lf, d), lead[2];
+		int nl = lead_dims(lf, d, lead);
+
+		put_char(buf, len, &pos, ',');
+		bfs_layout_json_str(buf, len, &pos, lf->name);
+		bfs_layout_append(buf, len, &pos,
+				  ":{\"dtype\":\"%s\",\"shape\":[%llu",
+				  lf->st_dtype, (unsigned long long)lead[0]);
+		if (nl > 1)
+			bfs_layout_append(buf, len, &pos, ",%llu",
+					  (unsigned long long)lead[1]);
+		for (int dd = 0; holds_rows(lf) && dd < lf->f->ndim; dd++)
+			bfs_layout_append(buf, len, &pos, ",%lld",
+					  (long long)lf->f->shape[dd]);
+		bfs_layout_append(
+		    buf, len, &pos, "],\"data_offsets\":[%llu,%llu]}",
+		    (unsigned long long)off, (unsigned long long)(off + bytes));
+		off += bytes;
+	}
+	put_char(buf, len, &pos, '}'); /* bfs_layout_header relies on it */
+	return pos;
+}
+
+/* The epoch a header names for stream epoch se: the rank's epoch on a
+ * multi-rank order (bfs_order_split), se itself without an order. */
+static uint64_t named_epoch(const struct bfs_layout *l, uint64_t se)
+{
+	size_t lane;
+	uint64_t e;
+
+	if (!l->order)
+		return se;
+	bfs_order_split(l->order, se, &lane, &e);
+	return e;
+}
+
 /* The header shape of entry lf at geometry d must be one a safetensors
  * reader accepts (fs/safetensors' running-product rule; it then holds for
  * smaller batches too). */
@@ -269,7 +326,7 @@ static int bound(struct bfs_layout *l, struct bfs_error *err)
 		if (rc)
 			return rc;
 	}
-	json = bfs_layout_json_dims(l, UINT64_MAX, UINT64_MAX, &d, NULL, 0);
+	json = render(l, UINT64_MAX, UINT64_MAX, &d, NULL, 0);
 	if (json + 8 > BFS_LAYOUT_MAX_HEADER)
 		return bfs_error_set(
 		    err, -EFBIG, l->source, BFS_NO_OFFSET,
@@ -498,6 +555,20 @@ int bfs_layout_init(struct bfs_layout *l, const struct bfs_dataset *ds,
 	return bfs_layout_init_ragged(l, ds, rows_max, NULL, 0, err);
 }
 
+void bfs_layout_bind_order(struct bfs_layout *l, const struct bfs_order *o)
+{
+	l->order = o;
+}
+
+void bfs_layout_batch_name(const struct bfs_layout *l, uint64_t e, uint64_t k,
+			   char *buf, size_t len)
+{
+	if (l->order)
+		bfs_order_batch_name(l->order, e, k, buf, len);
+	else
+		snprintf(buf, len, "epoch %" PRIu64 " batch %" PRIu64, e, k);
+}
+
 void bfs_layout_fini(struct bfs_layout *l)
 {
 	if (!l)
@@ -590,8 +661,11 @@ int bfs_layout_file_size(const struct bfs_layout *l, struct bfs_order *o,
 			 uint64_t e, uint64_t k, uint64_t *size)
 {
 	struct bfs_layout_dims d;
-	int rc = bfs_layout_batch_dims(l, o, e, k, &d);
+	int rc;
 
+	/* a caller's bug: headers would name stream epochs (bind it) */
+	assert(!bfs_order_ranked(o) || l->order == o);
+	rc = bfs_layout_batch_dims(l, o, e, k, &d);
 	if (!rc)
 		*size = bfs_layout_size_dims(l, e, k, &d);
 	return rc;
@@ -601,45 +675,16 @@ size_t bfs_layout_json_dims(const struct bfs_layout *l, uint64_t e, uint64_t k,
 			    const struct bfs_layout_dims *d, char *buf,
 			    size_t len)
 {
-	size_t pos = 0;
-	uint64_t off = 0;
-
-	if (len)
-		buf[0] = '\0';
-	bfs_layout_append(buf, len, &pos,
-			  "{\"__metadata__\":{\"format\":\"batchfs/1\","
-			  "\"epoch\":\"%llu\",\"batch\":\"%llu\"}",
-			  (unsigned long long)e, (unsigned long long)k);
-	for (size_t i = 0; i < l->nfields; i++) {
-		const struct bfs_layout_field *lf = &l->fields[i];
-		uint64_t bytes = entry_bytes(lf, d), lead[2];
-		int nl = lead_dims(lf, d, lead);
-
-		put_char(buf, len, &pos, ',');
-		bfs_layout_json_str(buf, len, &pos, lf->name);
-		bfs_layout_append(buf, len, &pos,
-				  ":{\"dtype\":\"%s\",\"shape\":[%llu",
-				  lf->st_dtype, (unsigned long long)lead[0]);
-		if (nl > 1)
-			bfs_layout_append(buf, len, &pos, ",%llu",
-					  (unsigned long long)lead[1]);
-		for (int dd = 0; holds_rows(lf) && dd < lf->f->ndim; dd++)
-			bfs_layout_append(buf, len, &pos, ",%lld",
-					  (long long)lf->f->shape[dd]);
-		bfs_layout_append(
-		    buf, len, &pos, "],\"data_offsets\":[%llu,%llu]}",
-		    (unsigned long long)off, (unsigned long long)(off + bytes));
-		off += bytes;
-	}
-	put_char(buf, len, &pos, '}'); /* bfs_layout_header relies on it */
-	return pos;
+	return render(l, named_epoch(l, e), k, d, buf, len);
 }
 
 uint64_t bfs_layout_data_offset_dims(const struct bfs_layout *l, uint64_t e,
 				     uint64_t k,
 				     const struct bfs_layout_dims *d)
 {
-	return align_data(bfs_layout_json_dims(l, e, k, d, NULL, 0));
+	(void)e; /* the widest numbers stand for every e and k */
+	(void)k;
+	return align_data(render(l, UINT64_MAX, UINT64_MAX, d, NULL, 0));
 }
 
 uint64_t bfs_layout_size_dims(const struct bfs_layout *l, uint64_t e,
@@ -659,7 +704,9 @@ uint64_t bfs_layout_header_dims(const struct bfs_layout *l, uint64_t e,
 {
 	unsigned char *p = dst;
 	size_t json = bfs_layout_json_dims(l, e, k, d, NULL, 0);
-	uint64_t data = align_data(json), n = data - 8;
+	uint64_t data = bfs_layout_data_offset_dims(l, e, k, d), n = data - 8;
+
+	assert(json + 8 <= data); /* no number is wider than 20 digits */
 
 	for (int i = 0; i < 8; i++)
 		p[i] = (unsigned char)(n >> (8 * i));
@@ -758,10 +805,13 @@ int bfs_layout_fill_from(const struct bfs_layout *l,
 		rc = read_spans(l, ds, idx, rows, sp, l->nragged, &d);
 	}
 	if (!rc && bfs_layout_size_dims(l, e, k, &d) != size) {
+		char name[96];
+
+		bfs_layout_batch_name(l, e, k, name, sizeof(name));
 		bfs_log(BFS_LOG_ERR, "layout",
-			"%s: epoch %llu batch %llu now measures %llu bytes, "
-			"not %llu: its ragged offsets changed under us",
-			l->source, (unsigned long long)e, (unsigned long long)k,
+			"%s: %s now measures %llu bytes, not %llu: its ragged "
+			"offsets changed under us",
+			l->source, name,
 			(unsigned long long)bfs_layout_size_dims(l, e, k, &d),
 			(unsigned long long)size);
 		rc = -EIO;

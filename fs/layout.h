@@ -4,7 +4,11 @@
  * JSON padded with spaces so the data starts at a multiple of 4096 (4096
  * unless the JSON is bigger), then each tensor's C-order little-endian
  * bytes with no holes. Tensors are ordered by descending element size,
- * ties by name, so each stays naturally aligned.
+ * ties by name, so each stays naturally aligned. The data starts where
+ * it would with epoch and batch numbers of 20 digits (the widest): the
+ * JSON names the real ones, so the numbers never move the data, and
+ * every batch of a layout without ragged fields has one size but the
+ * last (fewer rows): a stream's offsets are arithmetic (fs/stream.h).
  *
  * A fixed field is one tensor [rows, *shape]. A ragged field (fs/ragged.h)
  * is two: padded, NAME [rows, L, *row] and NAME.lengths [rows]; packed,
@@ -78,7 +82,11 @@ struct bfs_layout {
 	uint64_t rows_max;		 /* the most rows a batch may have */
 	uint64_t max_file_size;		 /* the largest batch file */
 	const char *source;		 /* named in refusals (borrowed) */
-	const struct bfs_dataset *ds;	 /* ragged extents; may be NULL */
+	/* Names the epoch of a stream epoch in headers and messages (the
+	 * rank's epoch on a multi-rank order); NULL: the epoch as given.
+	 * Borrowed: bfs_layout_bind_order. */
+	const struct bfs_order *order;
+	const struct bfs_dataset *ds; /* ragged extents; may be NULL */
 	size_t nragged;
 	struct bfs_layout_ragged *ragged; /* [nragged] */
 	char *names_;			  /* private: "NAME.lengths" ... */
@@ -113,6 +121,19 @@ int bfs_layout_init_ragged(struct bfs_layout *l, const struct bfs_dataset *ds,
 int bfs_layout_init(struct bfs_layout *l, const struct bfs_dataset *ds,
 		    uint64_t rows_max, struct bfs_error *err);
 
+/* Headers and messages of l name the epochs of order 'o' (borrowed: it
+ * must outlive l's use): every e the functions below take is then a
+ * stream epoch of 'o' (fs/order.h: opts.nranks), and a header says the
+ * epoch of that rank, "epoch":"3" for rank/R/epoch/3 whatever lane R is,
+ * as a one-rank mount of R would. Needed for an order made with
+ * opts.nranks (bfs_layout_file_size asserts it); harmless for others. */
+void bfs_layout_bind_order(struct bfs_layout *l, const struct bfs_order *o);
+
+/* "epoch E batch K" or "rank R epoch E batch K" (bfs_order_batch_name of
+ * the bound order) for batch k of stream epoch e: what messages call it. */
+void bfs_layout_batch_name(const struct bfs_layout *l, uint64_t e, uint64_t k,
+			   char *buf, size_t len);
+
 /* The field with the most bytes per sample (named in refusals), or NULL
  * when there is none. */
 const struct bfs_layout_field *bfs_layout_largest(const struct bfs_layout *l);
@@ -134,25 +155,30 @@ int bfs_layout_batch_dims(const struct bfs_layout *l, struct bfs_order *o,
 
 /* The exact size of batch k of epoch e in order 'o', before anything is
  * gathered: arithmetic, plus O(rows) offsets per ragged field. What the
- * pool and the namespace serve as the file's size. 0 or -errno as
+ * pool and the namespace serve as the file's size. Without ragged fields
+ * it depends on the batch's rows alone (bfs_layout_size). 0 or -errno as
  * bfs_layout_batch_dims. */
 int bfs_layout_file_size(const struct bfs_layout *l, struct bfs_order *o,
 			 uint64_t e, uint64_t k, uint64_t *size);
 
-/* The JSON header of batch k of epoch e of geometry d (d's extents at
- * most those proven at init), unpadded, into buf (NUL-terminated when
- * len > 0). Returns the length snprintf would, so
+/* The JSON header of batch k of (stream) epoch e of geometry d (d's
+ * extents at most those proven at init), unpadded, into buf
+ * (NUL-terminated when len > 0); it names the epoch as the bound order
+ * does (bfs_layout_bind_order). Returns the length snprintf would, so
  * bfs_layout_json_dims(l, e, k, d, NULL, 0) measures it. */
 size_t bfs_layout_json_dims(const struct bfs_layout *l, uint64_t e, uint64_t k,
 			    const struct bfs_layout_dims *d, char *buf,
 			    size_t len);
 
-/* Byte offset of the data = 8 + padded JSON: a multiple of 4096. */
+/* Byte offset of the data = 8 + padded JSON: a multiple of 4096, the
+ * first one past 8 + the JSON of geometry d with 20-digit epoch and batch
+ * numbers. The same for every e and k (they are not read). */
 uint64_t bfs_layout_data_offset_dims(const struct bfs_layout *l, uint64_t e,
 				     uint64_t k,
 				     const struct bfs_layout_dims *d);
 
-/* Exact size of the batch file of geometry d (no overflow: proven). */
+/* Exact size of the batch file of geometry d (no overflow: proven); the
+ * same for every e and k. */
 uint64_t bfs_layout_size_dims(const struct bfs_layout *l, uint64_t e,
 			      uint64_t k, const struct bfs_layout_dims *d);
 
@@ -163,7 +189,9 @@ uint64_t bfs_layout_header_dims(const struct bfs_layout *l, uint64_t e,
 				uint64_t k, const struct bfs_layout_dims *d,
 				void *dst);
 
-/* Layouts without ragged fields: 'rows' is the whole geometry. */
+/* Layouts without ragged fields: 'rows' is the whole geometry, and
+ * bfs_layout_size(l, e, k, rows) is the size of every batch of 'rows'
+ * rows, whatever e and k. */
 static inline size_t bfs_layout_json(const struct bfs_layout *l, uint64_t e,
 				     uint64_t k, uint64_t rows, char *buf,
 				     size_t len)

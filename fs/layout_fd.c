@@ -153,11 +153,15 @@ int bfs_layout_pwrite(const struct bfs_layout *l, const struct bfs_dataset *ds,
 		rc = bfs_dataset_copy_checked(ds, idx, (size_t)rows,
 					      write_slices, &job);
 	}
-	if (rc == -EIO)
+	if (rc == -EIO) {
+		char name[96];
+
+		bfs_layout_batch_name(l, e, k, name, sizeof(name));
 		bfs_log(BFS_LOG_ERR, "layout",
-			"epoch %llu batch %llu: an archive faulted while the "
-			"batch was written (truncated under us?)",
-			(unsigned long long)e, (unsigned long long)k);
+			"%s: an archive faulted while the batch was written "
+			"(truncated under us?)",
+			name);
+	}
 out:
 	free(head);
 	free(w);

@@ -2,10 +2,12 @@
  * (stream/N; fs/README.md: streams) — where batch k starts, which batch
  * holds byte x, how long the whole is — with no FUSE and no I/O in it.
  *
- * Without ragged fields every batch but the last has one size, so it is
- * arithmetic. With ragged fields each batch's size depends on its samples'
- * lengths: the offsets of an epoch are measured once (O(samples)) and kept
- * for the last few epochs asked. */
+ * Without ragged fields every batch but the last has one size, whatever
+ * its epoch and batch numbers (fs/layout.h: the data starts where 20-digit
+ * numbers would put it), so it is arithmetic. With ragged fields each
+ * batch's size depends on its samples' lengths: the offsets of an epoch
+ * are measured once (O(samples), outside any lock other readers need) and
+ * kept for the epochs in flight, 2 per lane (rank) + 2. */
 #ifndef BFS_STREAM_H
 #define BFS_STREAM_H
 
@@ -17,7 +19,8 @@
 struct bfs_streams;
 
 /* Offsets of the epochs of 'order' laid out by 'l' (borrowed; they must
- * outlive it). 0 or -ENOMEM. */
+ * outlive it; 'l' bound to 'order' when it has ranks,
+ * bfs_layout_bind_order). 0, -ENOMEM or a layout error. */
 int bfs_streams_create(struct bfs_streams **out, const struct bfs_layout *l,
 		       struct bfs_order *order);
 void bfs_streams_destroy(struct bfs_streams *s); /* accepts NULL */
@@ -32,5 +35,9 @@ int bfs_stream_offset(struct bfs_streams *s, uint64_t e, uint64_t k,
  * batch starts and ends. -ENOENT past the end. Thread-safe. */
 int bfs_stream_locate(struct bfs_streams *s, uint64_t e, uint64_t x,
 		      uint64_t *k, uint64_t *start, uint64_t *end);
+
+/* How many epoch tables have been measured so far (ragged layouts; 0 for
+ * fixed ones): for tests. Thread-safe. */
+uint64_t bfs_streams_measured(struct bfs_streams *s);
 
 #endif

@@ -816,6 +816,7 @@ static int open_model(struct mount_opts *m, struct model *mt)
 	rc = make_order(m, mt);
 	if (rc)
 		return rc;
+	bfs_layout_bind_order(&mt->layout, mt->order); /* rank's epochs */
 	if (bfs_order_check_len(mt->order, m->source_label, &err) < 0) {
 		fprintf(stderr, "batchfs mount: %s\n", err.msg);
 		return 1;

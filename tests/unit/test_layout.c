@@ -154,7 +154,9 @@ static void zero_rows_and_zero_size_fields_make_empty_spans(void **state)
 
 /* A header whose JSON ends exactly at the data offset, in a batch with no
  * data bytes: the file is the header alone and bfs_layout_fill writes
- * nothing past it (the buffer ends at a page followed by no access). */
+ * nothing past it (the buffer ends at a page followed by no access). The
+ * data offset allows for 20-digit epoch and batch numbers, so the JSON
+ * ends there for those numbers. */
 static void a_header_ending_at_the_file_end_writes_within_the_file(void **state)
 {
 	static char name[4096];
@@ -173,7 +175,9 @@ static void a_header_ending_at_the_file_end_writes_within_the_file(void **state)
 		name[len] = '\0';
 		assert_int_equal(
 		    bfs_layout_init_fields(&l, fs, 1, 1000, NULL, NULL), 0);
-		if (bfs_layout_json(&l, 0, 0, 0, NULL, 0) + 8 == 4096)
+		if (bfs_layout_json(&l, UINT64_MAX, UINT64_MAX, 0, NULL, 0) +
+			8 ==
+		    4096)
 			break;
 		bfs_layout_fini(&l);
 	}
@@ -183,12 +187,108 @@ static void a_header_ending_at_the_file_end_writes_within_the_file(void **state)
 	assert_true(map != MAP_FAILED);
 	assert_int_equal(mprotect(map + 4096, 4096, PROT_NONE), 0);
 	f = map;
-	assert_int_equal(bfs_layout_fill(&l, NULL, 0, 0, NULL, 0, 4096, f), 0);
+	assert_int_equal(
+	    bfs_layout_fill(&l, NULL, UINT64_MAX, UINT64_MAX, NULL, 0, 4096, f),
+	    0);
 	assert_int_equal(f[0] | f[1] << 8, 4096 - 8);
 	assert_int_equal(f[8], '{');
 	assert_int_equal(f[4095], '}');
 	bfs_layout_fini(&l);
 	munmap(map, 2 * 4096);
+}
+
+/* A layout of one field named 'name' (n chars) whose batch 0 of epoch 0
+ * of 'rows' rows has 8 + JSON = 'end' bytes of header. */
+static void layout_ending_at(struct bfs_layout *l, char *name, size_t n,
+			     uint64_t rows, size_t end)
+{
+	static struct bfs_field f = {
+	    .dtype = BFS_DT_INT64, .ndim = 0, .shape = {0}, .row_bytes = 8};
+	const struct bfs_field *fs[] = {&f};
+
+	f.name = name;
+	for (size_t len = 1; len < n - 1; len++) {
+		memset(name, 'n', len);
+		name[len] = '\0';
+		assert_int_equal(
+		    bfs_layout_init_fields(l, fs, 1, rows, NULL, NULL), 0);
+		if (bfs_layout_json(l, 0, 0, rows, NULL, 0) + 8 == end)
+			return;
+		bfs_layout_fini(l);
+	}
+	fail_msg("no name length ends the header at %zu", end);
+}
+
+/* Batch 0 of epoch 0 has a header 2 bytes under the page: epochs and
+ * batches of more digits would spill it, but the data starts where the
+ * widest numbers put it, so every batch of 5 rows has one size, and each
+ * header names its real numbers, padded with spaces. */
+static void numbers_of_any_width_leave_the_data_offset_where_it_is(void **state)
+{
+	static const uint64_t num[] = {0, 9, 10, 99, 100, 123456, UINT64_MAX};
+	static char name[4096];
+	static unsigned char f[3 * 4096];
+	struct bfs_layout l;
+	char want[96];
+	uint64_t data;
+
+	layout_ending_at(&l, name, sizeof(name), 5, 4096 - 2);
+	data = bfs_layout_data_offset(&l, 0, 0, 5);
+	assert_int_equal(data, 8192);
+	for (size_t i = 0; i < sizeof(num) / sizeof(num[0]); i++)
+		for (size_t j = 0; j < sizeof(num) / sizeof(num[0]); j++) {
+			assert_int_equal(
+			    bfs_layout_data_offset(&l, num[i], num[j], 5),
+			    data);
+			assert_int_equal(bfs_layout_size(&l, num[i], num[j], 5),
+					 data + 5 * 8);
+		}
+	assert_int_equal(bfs_layout_header(&l, 12, 345, 5, f), data);
+	assert_int_equal(f[0] | f[1] << 8, data - 8);
+	snprintf(want, sizeof(want),
+		 "{\"__metadata__\":{\"format\":\"batchfs/1\","
+		 "\"epoch\":\"12\",\"batch\":\"345\"}");
+	assert_memory_equal(f + 8, want, strlen(want));
+	assert_int_equal(f[8 + bfs_layout_json(&l, 12, 345, 5, NULL, 0) - 1],
+			 '}');
+	for (size_t i = 8 + bfs_layout_json(&l, 12, 345, 5, NULL, 0); i < data;
+	     i++)
+		assert_int_equal(f[i], ' ');
+	bfs_layout_fini(&l);
+}
+
+/* On a multi-rank order, stream epoch lane x lane_epochs + 3 is epoch 3
+ * of the lane's rank: its header says "3", as a one-rank mount's does,
+ * and messages name the rank. */
+static void headers_of_a_multi_rank_order_name_the_rank_epoch(void **state)
+{
+	static const uint32_t ranks[] = {0, 1, 2};
+	struct bfs_order_opts oo = {.sampler = BFS_SAMPLER_DISTRIBUTED,
+				    .n = 30,
+				    .batch_size = 2,
+				    .world_size = 3,
+				    .ranks = ranks,
+				    .nranks = 3,
+				    .lane_epochs = 5};
+	const struct bfs_field *fs[] = {&f_lab};
+	struct bfs_order *o = NULL;
+	struct bfs_layout l;
+	uint64_t se, size;
+	char json[512];
+
+	assert_int_equal(bfs_order_create(&o, &oo, NULL), 0);
+	assert_int_equal(bfs_layout_init_fields(&l, fs, 1, 2, NULL, NULL), 0);
+	bfs_layout_bind_order(&l, o);
+	se = bfs_order_stream_epoch(o, 1, 3);
+	assert_int_equal(se, 8);
+	bfs_layout_json(&l, se, 2, 2, json, sizeof(json));
+	assert_non_null(strstr(json, "\"epoch\":\"3\",\"batch\":\"2\""));
+	assert_int_equal(bfs_layout_file_size(&l, o, se, 2, &size), 0);
+	assert_int_equal(size, bfs_layout_size(&l, 3, 2, 2));
+	bfs_layout_batch_name(&l, se, 2, json, sizeof(json));
+	assert_string_equal(json, "rank 1 epoch 3 batch 2");
+	bfs_layout_fini(&l);
+	bfs_order_destroy(o);
 }
 
 static void json_strings_escape_quotes_backslashes_and_controls(void **state)
@@ -213,6 +313,9 @@ int main(void)
 	    cmocka_unit_test(zero_rows_and_zero_size_fields_make_empty_spans),
 	    cmocka_unit_test(
 		a_header_ending_at_the_file_end_writes_within_the_file),
+	    cmocka_unit_test(
+		numbers_of_any_width_leave_the_data_offset_where_it_is),
+	    cmocka_unit_test(headers_of_a_multi_rank_order_name_the_rank_epoch),
 	    cmocka_unit_test(
 		json_strings_escape_quotes_backslashes_and_controls),
 	};

@@ -1,0 +1,393 @@
+/* fs/stream: where each batch of an epoch's stream starts, against a
+ * brute-force sum of bfs_layout_file_size:
+ * - fixed layouts whose batch 0 header ends a few bytes under the 4096
+ *   boundary, so that two-digit epoch and batch numbers would spill it:
+ *   every batch but the last has one size, and the arithmetic offsets are
+ *   the sums, for epochs 0, 9, 10, 11, 123 and on a multi-rank order;
+ * - ragged layouts (an archive this test writes, tests/lib/archive),
+ *   shuffled, over epochs that outnumber the tables kept;
+ * - a multi-rank order of 6 lanes read round robin, and from 8 threads at
+ *   once: each epoch's table is measured once, not once per read. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "fs/layout.h"
+#include "fs/stream.h"
+#include "tests/lib/archive.h"
+
+static char tmpdir[256];
+
+static int setup(void **state)
+{
+	const char *t = getenv("BFS_TEST_TMP");
+
+	snprintf(tmpdir, sizeof(tmpdir), "%s/test_stream.%d", t ? t : "/tmp",
+		 (int)getpid());
+	if (mkdir(tmpdir, 0700) && errno != EEXIST)
+		fail_msg("mkdir %s: %s", tmpdir, strerror(errno));
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	char path[300];
+
+	snprintf(path, sizeof(path), "%s/r.pt", tmpdir);
+	unlink(path);
+	rmdir(tmpdir);
+	return 0;
+}
+
+static struct bfs_order *make_order(struct bfs_order_opts *o)
+{
+	struct bfs_order *ord = NULL;
+	struct bfs_error err = {{0}};
+
+	if (bfs_order_create(&ord, o, &err))
+		fail_msg("order: %s", err.msg);
+	return ord;
+}
+
+/* Every offset and every batch's bounds of stream epoch e of s equal the
+ * sums of the layout's batch sizes. */
+static void check_epoch(struct bfs_streams *s, const struct bfs_layout *l,
+			struct bfs_order *o, uint64_t e)
+{
+	uint64_t len = bfs_order_len(o), at = 0, off, k, from, to;
+
+	for (uint64_t b = 0; b <= len; b++) {
+		uint64_t size = 0;
+
+		assert_int_equal(bfs_stream_offset(s, e, b, &off), 0);
+		if (off != at)
+			fail_msg("epoch %llu batch %llu: offset %llu, the "
+				 "batches before it add up to %llu",
+				 (unsigned long long)e, (unsigned long long)b,
+				 (unsigned long long)off,
+				 (unsigned long long)at);
+		if (b == len)
+			break;
+		assert_int_equal(bfs_layout_file_size(l, o, e, b, &size), 0);
+		for (uint64_t x = at; x < at + size; x += size - 1) {
+			assert_int_equal(
+			    bfs_stream_locate(s, e, x, &k, &from, &to), 0);
+			assert_int_equal(k, b);
+			assert_int_equal(from, at);
+			assert_int_equal(to, at + size);
+			if (size == 1)
+				break;
+		}
+		at += size;
+	}
+	assert_int_equal(bfs_stream_locate(s, e, at, &k, &from, &to),
+			 -ENOENT);
+	assert_int_equal(bfs_stream_offset(s, e, len + 1, &off), -ENOENT);
+}
+
+/* ---- fixed layouts at the 4096 boundary ------------------------------ */
+
+static char name[4096];
+static struct bfs_field f_x = {.name = name,
+			       .dtype = BFS_DT_FLOAT32,
+			       .ndim = 1,
+			       .shape = {3},
+			       .row_bytes = 12};
+static struct bfs_field f_y = {.name = "y",
+			       .dtype = BFS_DT_INT64,
+			       .ndim = 0,
+			       .shape = {0},
+			       .row_bytes = 8};
+
+/* A layout of f_x and f_y whose batch of 'rows' rows has, for epoch 0
+ * batch 0, 8 + JSON = 'end' bytes of header. */
+static void layout_ending_at(struct bfs_layout *l, uint64_t rows,
+			     size_t end)
+{
+	const struct bfs_field *fs[] = {&f_x, &f_y};
+
+	for (size_t len = 1; len < sizeof(name) - 1; len++) {
+		size_t json;
+
+		memset(name, 'n', len);
+		name[len] = '\0';
+		assert_int_equal(
+		    bfs_layout_init_fields(l, fs, 2, rows, NULL, NULL), 0);
+		json = bfs_layout_json(l, 0, 0, rows, NULL, 0);
+		if (json + 8 == end)
+			return;
+		bfs_layout_fini(l);
+	}
+	fail_msg("no name length ends the header at %zu", end);
+}
+
+static void fixed_offsets_are_sums_when_numbers_cross_the_4096_boundary(
+    void **state)
+{
+	static const uint64_t epochs[] = {0, 9, 10, 11, 123};
+
+	for (size_t end = 4090; end <= 4096; end++) {
+		struct bfs_order_opts oo = {.sampler = BFS_SAMPLER_SEQUENTIAL,
+					    .n = 2 * 25 + 1,
+					    .batch_size = 2};
+		struct bfs_order *o = make_order(&oo);
+		uint64_t size0, size;
+		struct bfs_streams *s;
+		struct bfs_layout l;
+
+		layout_ending_at(&l, 2, end);
+		assert_int_equal(bfs_streams_create(&s, &l, o), 0);
+		assert_int_equal(bfs_layout_file_size(&l, o, 0, 0, &size0), 0);
+		for (size_t i = 0; i < sizeof(epochs) / sizeof(epochs[0]);
+		     i++) {
+			for (uint64_t k = 0; k + 1 < bfs_order_len(o); k++) {
+				assert_int_equal(bfs_layout_file_size(
+						     &l, o, epochs[i], k, &size),
+						 0);
+				assert_int_equal(size, size0);
+			}
+			check_epoch(s, &l, o, epochs[i]);
+		}
+		assert_int_equal(bfs_streams_measured(s), 0); /* arithmetic */
+		bfs_streams_destroy(s);
+		bfs_layout_fini(&l);
+		bfs_order_destroy(o);
+	}
+}
+
+static void fixed_offsets_of_a_multi_rank_order_are_sums(void **state)
+{
+	static const uint32_t ranks[] = {0, 1, 2};
+	struct bfs_order_opts oo = {.sampler = BFS_SAMPLER_DISTRIBUTED,
+				    .n = 3 * 2 * 12,
+				    .batch_size = 2,
+				    .world_size = 3,
+				    .shuffle = true,
+				    .seed = 4,
+				    .ranks = ranks,
+				    .nranks = 3,
+				    .lane_epochs = 12};
+	struct bfs_order *o = make_order(&oo);
+	struct bfs_streams *s;
+	struct bfs_layout l;
+
+	layout_ending_at(&l, 2, 4096);
+	bfs_layout_bind_order(&l, o);
+	assert_int_equal(bfs_streams_create(&s, &l, o), 0);
+	for (size_t lane = 0; lane < 3; lane++)
+		for (uint64_t e = 8; e < 12; e++)
+			check_epoch(s, &l, o, bfs_order_stream_epoch(o, lane, e));
+	bfs_streams_destroy(s);
+	bfs_layout_fini(&l);
+	bfs_order_destroy(o);
+}
+
+/* ---- ragged layouts --------------------------------------------------- */
+
+#define N 60 /* samples */
+
+static int64_t offs[N + 1];
+static int16_t vals[N * 9];
+static int64_t lab[N];
+
+/* "<tmpdir>/r.pt": t.values int16 [total] of random lengths 0..8 per
+ * sample, t.offsets, label int64 [N]. Opened as a dataset. */
+static struct bfs_dataset *ragged_dataset(void)
+{
+	static char path[300];
+	const char *p = path;
+	unsigned seed = 7;
+	struct bfs_dataset *ds = NULL;
+	struct bfs_error err = {{0}};
+	uint8_t *b;
+	size_t n;
+
+	for (int i = 0; i < N; i++) {
+		seed = seed * 1103515245u + 12345u;
+		offs[i + 1] = offs[i] + (seed >> 16) % 9;
+		lab[i] = i;
+	}
+	for (int64_t i = 0; i < offs[N]; i++)
+		vals[i] = (int16_t)i;
+	{
+		struct ta_tensor ts[] = {
+		    {"t.values",
+		     BFS_DT_INT16,
+		     "0",
+		     offs[N],
+		     0,
+		     1,
+		     {offs[N]},
+		     {1}},
+		    {"label", BFS_DT_INT64, "1", N, 0, 1, {N}, {1}},
+		    {"t.offsets", BFS_DT_INT64, "2", N + 1, 0, 1, {N + 1}, {1}},
+		};
+		struct ta_storage st[] = {
+		    {"0", vals, (size_t)offs[N] * 2},
+		    {"1", lab, sizeof(lab)},
+		    {"2", offs, sizeof(offs)},
+		};
+
+		n = ta_build(&b, ts, 3, st, 3, "3\n", NULL, NULL);
+	}
+	snprintf(path, sizeof(path), "%s/r.pt", tmpdir);
+	assert_int_equal(ta_write(path, b, n), 0);
+	free(b);
+	if (bfs_dataset_open(&ds, &p, 1, &err))
+		fail_msg("%s", err.msg);
+	return ds;
+}
+
+static void ragged_offsets_are_sums_over_more_epochs_than_tables(void **state)
+{
+	struct bfs_dataset *ds = ragged_dataset();
+	struct bfs_order_opts oo = {.sampler = BFS_SAMPLER_RANDOM,
+				    .n = N,
+				    .batch_size = 7,
+				    .seed = 3};
+	struct bfs_order *o = make_order(&oo);
+	struct bfs_streams *s;
+	struct bfs_layout l;
+
+	assert_int_equal(bfs_layout_init(&l, ds, 7, NULL), 0);
+	assert_int_equal(bfs_streams_create(&s, &l, o), 0);
+	for (int round = 0; round < 2; round++)
+		for (uint64_t e = 0; e < 6; e++) /* 4 tables: 1 lane */
+			check_epoch(s, &l, o, e);
+	bfs_streams_destroy(s);
+	bfs_layout_fini(&l);
+	bfs_order_destroy(o);
+	bfs_dataset_close(ds);
+}
+
+/* ---- many lanes ------------------------------------------------------- */
+
+#define LANES 6
+#define EPOCHS 2 /* read by each lane */
+
+struct lanes {
+	struct bfs_dataset *ds;
+	struct bfs_order *o;
+	struct bfs_layout l;
+	struct bfs_streams *s;
+};
+
+static void lanes_open(struct lanes *x)
+{
+	static const uint32_t ranks[LANES] = {0, 1, 2, 3, 4, 5};
+	struct bfs_order_opts oo = {.sampler = BFS_SAMPLER_DISTRIBUTED,
+				    .n = N,
+				    .batch_size = 3,
+				    .world_size = LANES,
+				    .shuffle = true,
+				    .seed = 11,
+				    .ranks = ranks,
+				    .nranks = LANES,
+				    .lane_epochs = 5};
+
+	x->ds = ragged_dataset();
+	x->o = make_order(&oo);
+	assert_int_equal(bfs_layout_init(&x->l, x->ds, 3, NULL), 0);
+	bfs_layout_bind_order(&x->l, x->o);
+	assert_int_equal(bfs_streams_create(&x->s, &x->l, x->o), 0);
+}
+
+static void lanes_close(struct lanes *x)
+{
+	bfs_streams_destroy(x->s);
+	bfs_layout_fini(&x->l);
+	bfs_order_destroy(x->o);
+	bfs_dataset_close(x->ds);
+}
+
+static void six_lanes_read_round_robin_measure_each_epoch_once(void **state)
+{
+	struct lanes x;
+	uint64_t off, k, from, to;
+
+	lanes_open(&x);
+	for (uint64_t e = 0; e < EPOCHS; e++)
+		for (uint64_t b = 0; b < bfs_order_len(x.o); b++)
+			for (size_t lane = 0; lane < LANES; lane++) {
+				uint64_t se =
+				    bfs_order_stream_epoch(x.o, lane, e);
+
+				assert_int_equal(
+				    bfs_stream_offset(x.s, se, b, &off), 0);
+				assert_int_equal(bfs_stream_locate(x.s, se, off,
+								   &k, &from,
+								   &to),
+						 0);
+				assert_int_equal(k, b);
+			}
+	assert_int_equal(bfs_streams_measured(x.s), LANES * EPOCHS);
+	for (size_t lane = 0; lane < LANES; lane++) /* and they are right */
+		for (uint64_t e = 0; e < EPOCHS; e++)
+			check_epoch(x.s, &x.l, x.o,
+				    bfs_order_stream_epoch(x.o, lane, e));
+	assert_int_equal(bfs_streams_measured(x.s), LANES * EPOCHS);
+	lanes_close(&x);
+}
+
+static void *reader(void *arg)
+{
+	struct lanes *x = arg;
+	uint64_t off;
+
+	for (uint64_t e = 0; e < EPOCHS; e++)
+		for (size_t lane = 0; lane < LANES; lane++)
+			for (uint64_t b = 0; b <= bfs_order_len(x->o); b++)
+				if (bfs_stream_offset(
+					x->s, bfs_order_stream_epoch(x->o, lane, e),
+					b, &off))
+					return (void *)1;
+	return NULL;
+}
+
+static void readers_of_one_epoch_at_once_wait_for_one_measurement(
+    void **state)
+{
+	pthread_t t[8];
+	struct lanes x;
+	void *rc;
+
+	lanes_open(&x);
+	for (int i = 0; i < 8; i++)
+		assert_int_equal(pthread_create(&t[i], NULL, reader, &x), 0);
+	for (int i = 0; i < 8; i++) {
+		assert_int_equal(pthread_join(t[i], &rc), 0);
+		assert_null(rc);
+	}
+	assert_int_equal(bfs_streams_measured(x.s), LANES * EPOCHS);
+	for (size_t lane = 0; lane < LANES; lane++)
+		for (uint64_t e = 0; e < EPOCHS; e++)
+			check_epoch(x.s, &x.l, x.o,
+				    bfs_order_stream_epoch(x.o, lane, e));
+	lanes_close(&x);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(
+		fixed_offsets_are_sums_when_numbers_cross_the_4096_boundary),
+	    cmocka_unit_test(fixed_offsets_of_a_multi_rank_order_are_sums),
+	    cmocka_unit_test(
+		ragged_offsets_are_sums_over_more_epochs_than_tables),
+	    cmocka_unit_test(
+		six_lanes_read_round_robin_measure_each_epoch_once),
+	    cmocka_unit_test(
+		readers_of_one_epoch_at_once_wait_for_one_measurement),
+	};
+	return cmocka_run_group_tests(tests, setup, teardown);
+}
