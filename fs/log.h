@@ -2,11 +2,17 @@
  *
  * Nothing in fs/ or loader/ prints to stdout; everything goes through
  * bfs_log(), which writes one line to stderr (or to the sink the daemon
- * installs, e.g. its log file once it has gone to the background). */
+ * installs, e.g. its log file once it has gone to the background).
+ *
+ * A line is one line whatever it quotes: the message is escaped
+ * (bfs_log_escape), so a file name, a dict key or an error text that
+ * holds a newline or a terminal escape cannot forge a line of its own or
+ * drive the terminal that shows the log. */
 #ifndef BFS_LOG_H
 #define BFS_LOG_H
 
 #include <stdarg.h>
+#include <stddef.h>
 
 enum bfs_log_level {
 	BFS_LOG_ERR = 0,
@@ -18,10 +24,20 @@ enum bfs_log_level {
 /* A sink receives one formatted line without its trailing newline. */
 typedef void (*bfs_log_sink_fn)(enum bfs_log_level level, const char *line);
 
-/* Log one line "batchfs[module]: message". Thread-safe; never fails.
+/* Log one line "batchfs[module]: message", the message escaped
+ * (bfs_log_escape) and cut to about 1 KiB. Thread-safe; never fails.
  * 'module' is a short literal such as "zip" or "pool". */
 void bfs_log(enum bfs_log_level level, const char *module, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+/* 'src' with its control characters escaped, into 'dst' (len bytes,
+ * always terminated when len > 0; cut at a character or an escape that
+ * does not fit, never inside one): newline, CR and tab as \n, \r, \t; the
+ * other C0 bytes and DEL as \xHH; C1 controls (U+0080 .. U+009F, two
+ * bytes in UTF-8) and bytes that are not UTF-8 as \xHH for each byte.
+ * Printable ASCII (backslash too) and the rest of UTF-8 are kept as they
+ * are. Returns dst. */
+char *bfs_log_escape(char *dst, size_t len, const char *src);
 
 /* The message of the last BFS_LOG_ERR line this thread logged since its
  * last bfs_log_err_reset() (without the "batchfs[module]: " prefix), or

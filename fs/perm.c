@@ -12,17 +12,31 @@
  * user or group anything, and its mode's group bits are only the mask, so
  * an object with one lets in nobody but its owner here.
  *
+ * The objects are taken from what was opened: a file's mode by fstat of
+ * its descriptor, the directories above it by a walk from "/" that opens
+ * each one (O_PATH, O_NOFOLLOW) and ends at that very file, so a symlink
+ * or directory swapped between the open and this walk cannot stand in
+ * for the ones the file was reached through.
+ *
  * No state: everything is computed from the objects at mount time. */
 #include "fs/perm.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/xattr.h>
+#include <unistd.h>
 
 #include "fs/source.h"
+
+/* Directories of a file's walk whose identity is kept, to add a directory
+ * several source files are reached through once (a deeper one is added
+ * for each file). */
+#define MAX_DEPTH 256
 
 /* The bit an object asks of a class (shift 6 owner, 3 group, 0 other):
  * read for a file, search for a directory. */
@@ -124,75 +138,165 @@ static bool has_acl(ssize_t got)
 	return got > 0 || (got < 0 && errno == ERANGE);
 }
 
-/* Whether directory 'dir' lies on the real path 'file' above it. */
-static bool above(const char *dir, const char *file)
+/* Whether the object behind descriptor fd (O_PATH too) has an ACL. */
+static bool fd_has_acl(int fd)
 {
-	size_t n = strlen(dir);
+	char proc[64];
 
-	if (!strcmp(dir, "/"))
-		return file[0] == '/';
-	return !strncmp(file, dir, n) && file[n] == '/';
+	snprintf(proc, sizeof(proc), "/proc/self/fd/%d", fd);
+	return has_acl(getxattr(proc, "system.posix_acl_access", NULL, 0));
 }
 
-/* The directories above real path 'real' (cut down in place), nearest
- * first, until one that lies above 'seen' too (the previous file's: it
- * and those above it were added with that file). */
-static int add_dirs(struct bfs_perm_obj **o, size_t *n, char *real,
-		    const char *seen, struct bfs_error *err)
+/* The directories a file was reached through, root first, by identity:
+ * those of the previous file are not added again. */
+struct chain {
+	size_t n;
+	struct {
+		uint64_t dev, ino;
+	} dir[MAX_DEPTH];
+};
+
+/* Directory fd (at 'path', cut to 'len' bytes), depth 'depth' of the
+ * walk: recorded in 'now', added unless 'prev' had it at that depth. */
+static int add_dir(struct bfs_perm_obj **o, size_t *n, int fd, const char *path,
+		   size_t len, size_t depth, const struct chain *prev,
+		   struct chain *now)
 {
-	char *slash;
-	int rc = 0;
+	struct stat st;
+	char at[PATH_MAX];
 
-	while (rc == 0 && (slash = strrchr(real, '/'))) {
-		struct stat st;
-
-		if (slash == real && !real[1])
-			break;		     /* "/" was the last */
-		slash[slash == real] = '\0'; /* the parent; "/" stays "/" */
-		if (seen && above(real, seen))
-			break;
-		if (stat(real, &st) < 0)
-			return bfs_error_set(err, -errno, real, BFS_NO_OFFSET,
-					     "cannot examine: %s",
-					     strerror(errno));
-		rc = add(
-		    o, n, real, &st,
-		    has_acl(getxattr(real, "system.posix_acl_access", NULL, 0)),
-		    true);
+	if (fstat(fd, &st) < 0)
+		return -errno;
+	if (depth < MAX_DEPTH) {
+		now->dir[depth].dev = (uint64_t)st.st_dev;
+		now->dir[depth].ino = (uint64_t)st.st_ino;
+		now->n = depth + 1;
+		if (depth < prev->n &&
+		    prev->dir[depth].dev == (uint64_t)st.st_dev &&
+		    prev->dir[depth].ino == (uint64_t)st.st_ino)
+			return 0;
 	}
+	snprintf(at, sizeof(at), "%.*s", (int)(len ? len : 1), path);
+	return add(o, n, at, &st, fd_has_acl(fd), true);
+}
+
+/* Walk absolute path 'path' from "/" one directory at a time, never
+ * through a symlink (O_NOFOLLOW), adding each directory as it is when
+ * opened; 0 when the walk ends at the file fl was opened as (dev, ino),
+ * -ESTALE when it ends at another, -errno when it cannot be walked (a
+ * symlink, a component gone). The directories added are thus the ones
+ * the file opened is reached through, whatever its path named before. */
+static int walk(struct bfs_perm_obj **o, size_t *n, const char *path,
+		const struct bfs_source_file *fl, const struct chain *prev,
+		struct chain *now)
+{
+	const char *c = path, *end;
+	size_t depth = 0;
+	struct stat st;
+	int fd = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC), next, rc;
+
+	if (fd < 0 || path[0] != '/')
+		rc = fd < 0 ? -errno : -EINVAL;
+	else
+		rc = add_dir(o, n, fd, path, 0, depth++, prev, now);
+	while (rc == 0) {
+		while (*c == '/')
+			c++;
+		end = c + strcspn(c, "/");
+		if (!*end) /* c: the file's name */
+			break;
+		if ((end - c == 1 && c[0] == '.') ||
+		    (end - c == 2 && !strncmp(c, "..", 2)) ||
+		    end - c > NAME_MAX)
+			rc = -EINVAL;
+		else {
+			char name[NAME_MAX + 1];
+
+			memcpy(name, c, (size_t)(end - c));
+			name[end - c] = '\0';
+			next = openat(fd, name,
+				      O_PATH | O_DIRECTORY | O_NOFOLLOW |
+					  O_CLOEXEC);
+			rc = next < 0 ? -errno : 0;
+		}
+		if (rc == 0) {
+			close(fd);
+			fd = next;
+			rc = add_dir(o, n, fd, path, (size_t)(end - path),
+				     depth++, prev, now);
+		}
+		c = end;
+	}
+	if (rc == 0 && fstatat(fd, c, &st, AT_SYMLINK_NOFOLLOW) < 0)
+		rc = -errno;
+	else if (rc == 0 && ((uint64_t)st.st_dev != fl->dev ||
+			     (uint64_t)st.st_ino != fl->ino))
+		rc = -ESTALE;
+	if (fd >= 0)
+		close(fd);
 	return rc;
 }
 
-/* File fl's object and those of the directories above it. */
-static int add_file(struct bfs_perm_obj **o, size_t *n,
-		    const struct bfs_source_file *fl, char *prev,
-		    struct bfs_error *err)
+/* The path the kernel holds for open descriptor fd (where the file is
+ * now, symlinks resolved), into buf; false when it has none to give. */
+static bool opened_path(int fd, char *buf, size_t len)
 {
-	char real[PATH_MAX], file[PATH_MAX];
+	char proc[64];
+	ssize_t got;
+
+	snprintf(proc, sizeof(proc), "/proc/self/fd/%d", fd);
+	got = readlink(proc, buf, len);
+	if (got <= 0 || (size_t)got >= len || buf[0] != '/')
+		return false;
+	buf[got] = '\0';
+	return true;
+}
+
+/* File fl's object and those of the directories it was opened through:
+ * the walk of where the kernel says the open file is, else of the real
+ * path of its name; either must lead to the file opened. */
+static int add_file(struct bfs_perm_obj **o, size_t *n,
+		    const struct bfs_source_file *fl, const struct chain *prev,
+		    struct chain *now, struct bfs_error *err)
+{
+	char real[PATH_MAX];
 	struct stat st = {0};
+	size_t mark;
 	int rc;
 
-	if (!realpath(fl->path, real))
-		return bfs_error_set(err, -errno, fl->path, BFS_NO_OFFSET,
-				     "cannot examine: %s", strerror(errno));
 	st.st_uid = fl->uid;
 	st.st_gid = fl->gid;
 	st.st_mode = fl->mode;
-	rc = add(o, n, fl->path, &st,
-		 has_acl(fgetxattr(fl->fd, "system.posix_acl_access", NULL, 0)),
-		 false);
-	memcpy(file, real, sizeof(real));
-	if (rc == 0)
-		rc = add_dirs(o, n, real, prev[0] ? prev : NULL, err);
-	memcpy(prev, file, sizeof(file));
-	return rc;
+	rc = add(o, n, fl->path, &st, fd_has_acl(fl->fd), false);
+	if (rc < 0)
+		return rc;
+	mark = *n;
+	rc = opened_path(fl->fd, real, sizeof(real))
+		 ? walk(o, n, real, fl, prev, now)
+		 : -ENOENT;
+	if (rc < 0 && rc != -ENOMEM) { /* drop what that walk added */
+		for (; *n > mark; (*n)--)
+			free((*o)[*n - 1].path);
+		rc = realpath(fl->path, real) ? walk(o, n, real, fl, prev, now)
+					      : -errno;
+	}
+	if (rc == -ESTALE || rc == -ELOOP || rc == -ENOTDIR || rc == -ENOENT)
+		return bfs_error_set(err, -ESTALE, fl->path, BFS_NO_OFFSET,
+				     "cannot examine: the file opened is no "
+				     "longer at this path (moved, removed or "
+				     "replaced while it was opened): mount "
+				     "again");
+	if (rc < 0)
+		return bfs_error_set(err, rc, fl->path, BFS_NO_OFFSET,
+				     "cannot examine: %s", strerror(-rc));
+	return 0;
 }
 
 int bfs_perm_objects(const struct bfs_dataset *ds, struct bfs_perm_obj **out,
 		     size_t *n, struct bfs_error *err)
 {
-	char prev[PATH_MAX] = "";
-	int rc = 0;
+	struct chain *c = calloc(2, sizeof(*c)), *prev = c, *now = c + 1;
+	int rc = c ? 0 : -ENOMEM;
 
 	*out = NULL;
 	*n = 0;
@@ -200,11 +304,18 @@ int bfs_perm_objects(const struct bfs_dataset *ds, struct bfs_perm_obj **out,
 		struct bfs_shard_info sh;
 
 		bfs_dataset_shard(ds, i, &sh);
-		for (size_t j = 0; rc == 0 && j < sh.source->nfiles; j++)
-			if (sh.source->files[j].fd >= 0)
-				rc = add_file(out, n, &sh.source->files[j],
-					      prev, err);
+		for (size_t j = 0; rc == 0 && j < sh.source->nfiles; j++) {
+			struct chain *t = prev;
+
+			if (sh.source->files[j].fd < 0)
+				continue;
+			rc = add_file(out, n, &sh.source->files[j], prev, now,
+				      err);
+			prev = now; /* this file's directories */
+			now = t;
+		}
 	}
+	free(c);
 	if (rc < 0) {
 		bfs_perm_objects_free(*out, *n);
 		*out = NULL;

@@ -37,16 +37,23 @@ struct bfs_perm {
 /* The read bits (subset of 0444) for a mount owned by uid:gid over the
  * objects o[0..n): S_IRUSR when uid may read every one (uid's groups are
  * groups[0..ngroups) when known; ngroups 0: not known, so none is
- * assumed either way), S_IRGRP when every member of gid may, S_IROTH when
+ * assumed either way; they are the groups uid is in, which need not
+ * hold gid), S_IRGRP when every member of gid may, S_IROTH when
  * everyone else may. An object with an ACL lets in only its owner by
  * these rules (a named entry may shut out anyone else). Pure. */
 uint32_t bfs_perm_bits(const struct bfs_perm_obj *o, size_t n, uint32_t uid,
 		       uint32_t gid, const gid_t *groups, size_t ngroups);
 
 /* The objects of dataset ds: each source file opened (its mode as opened,
- * and whether it has an ACL) and every directory above its real path
- * (stat). *out and *n (free them with bfs_perm_objects_free); 0, or
- * -errno with 'err' naming the path that could not be examined. */
+ * and whether it has an ACL) and every directory it is reached through,
+ * as walked from "/" without following symlinks along the path the
+ * kernel holds for its descriptor (else the real path of its name), each
+ * taken by fstat of the directory opened; the walk must end at the file
+ * opened (its dev and ino). *out and *n (free them with
+ * bfs_perm_objects_free); 0, or -errno with 'err' naming the path that
+ * could not be examined: -ESTALE when the file opened is no longer where
+ * its path leads (removed or replaced since). Cost: one openat and fstat
+ * per directory of each file. */
 int bfs_perm_objects(const struct bfs_dataset *ds, struct bfs_perm_obj **out,
 		     size_t *n, struct bfs_error *err);
 void bfs_perm_objects_free(struct bfs_perm_obj *o, size_t n);

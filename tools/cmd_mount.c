@@ -795,6 +795,7 @@ static int make_order(struct mount_opts *m, struct model *mt)
 static int open_model(struct mount_opts *m, struct model *mt)
 {
 	struct bfs_error err = {{0}};
+	char msg[4 * BFS_ERROR_MAX]; /* err.msg escaped: it names files */
 	int rc;
 
 	rc = bfs_dataset_open_select(&mt->ds, m->sources, m->nsources,
@@ -807,7 +808,8 @@ static int open_model(struct mount_opts *m, struct model *mt)
 		    bfs_pool_check_budget(&mt->layout, m->cache_mb << 20, &err);
 	if (rc < 0) {
 		fprintf(stderr, "batchfs mount: %s\n",
-			err.msg[0] ? err.msg : strerror(-rc));
+			bfs_log_escape(msg, sizeof(msg),
+				       err.msg[0] ? err.msg : strerror(-rc)));
 		/* an .npz that is a list of samples: say how to pack it */
 		for (size_t i = 0; i < m->nsources; i++)
 			bfs_pack_list_hint("mount", m->sources[i]);
@@ -818,7 +820,8 @@ static int open_model(struct mount_opts *m, struct model *mt)
 		return rc;
 	bfs_layout_bind_order(&mt->layout, mt->order); /* rank's epochs */
 	if (bfs_order_check_len(mt->order, m->source_label, &err) < 0) {
-		fprintf(stderr, "batchfs mount: %s\n", err.msg);
+		fprintf(stderr, "batchfs mount: %s\n",
+			bfs_log_escape(msg, sizeof(msg), err.msg));
 		return 1;
 	}
 	if (bfs_order_len(mt->order) >= BFS_TREE_MAX_BATCHES) {

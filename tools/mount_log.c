@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +22,17 @@
 #include "fs/log.h"
 
 static int sink_fd = -1;
+
+/* Tests (BATCHFS_DEBUG_STOP=log): stop this process (SIGSTOP) where 'at'
+ * is the point named, for a test to change the files under it and then
+ * SIGCONT it. */
+static void debug_stop(const char *at)
+{
+	const char *want = getenv("BATCHFS_DEBUG_STOP");
+
+	if (want && !strcmp(want, at))
+		raise(SIGSTOP);
+}
 
 static void file_sink(enum bfs_log_level level, const char *line)
 {
@@ -88,37 +100,90 @@ static int open_append(const char *path)
 	return fd >= 0 ? fd : -errno;
 }
 
+/* Whether directory st may hold our log: ours (or root's), and nobody
+ * else may add or replace its entries (not group or world writable,
+ * unless sticky: then only their owners may). */
+static bool dir_usable(const struct stat *st)
+{
+	return S_ISDIR(st->st_mode) &&
+	       (st->st_uid == geteuid() || st->st_uid == 0) &&
+	       (!(st->st_mode & (S_IWGRP | S_IWOTH)) ||
+		(st->st_mode & S_ISVTX));
+}
+
+/* Open (create) log 'name' for appending in directory 'leaf' of
+ * 'parent', creating 'leaf' (0700) when missing: the descriptor, or
+ * -errno. Every step holds what the last one checked, so a directory
+ * or file swapped for a symlink (or another) after its check is never
+ * followed: 'leaf' is opened with O_NOFOLLOW and checked (dir_usable) on
+ * its descriptor, the file is opened under that descriptor with
+ * O_NOFOLLOW and must be a regular file of ours with one link (not
+ * someone's file or hard link planted in a sticky directory). */
+static int open_in(const char *parent, const char *leaf, const char *name)
+{
+	int pfd = open(parent, O_PATH | O_DIRECTORY | O_CLOEXEC), dfd = -1;
+	int fd = -1, rc = 0;
+	struct stat st;
+
+	if (pfd < 0)
+		return -errno;
+	if (mkdirat(pfd, leaf, 0700) < 0 && errno != EEXIST)
+		rc = -errno;
+	if (rc == 0) {
+		dfd = openat(pfd, leaf,
+			     O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		if (dfd < 0 || fstat(dfd, &st) < 0)
+			rc = -errno;
+		else if (!dir_usable(&st))
+			rc = -EPERM;
+	}
+	if (rc == 0) {
+		debug_stop("log");
+		fd = openat(dfd, name,
+			    O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW |
+				O_NONBLOCK | O_CLOEXEC,
+			    0644);
+		if (fd < 0 || fstat(fd, &st) < 0)
+			rc = -errno;
+		else if (!S_ISREG(st.st_mode) || st.st_uid != geteuid() ||
+			 st.st_nlink != 1)
+			rc = -EPERM;
+		else if (fcntl(fd, F_SETFL, O_APPEND) < 0) /* blocking */
+			rc = -errno;
+	}
+	if (rc < 0 && fd >= 0)
+		close(fd);
+	if (dfd >= 0)
+		close(dfd);
+	close(pfd);
+	return rc < 0 ? rc : fd;
+}
+
 /* The default log: the first directory that works. 0 or -errno (of the
  * last try). */
 static int open_default(struct bfs_mount_log *l, const char *mountpoint)
 {
 	const char *xdg = getenv("XDG_RUNTIME_DIR");
-	char dirs[3][PATH_MAX - NAME_MAX - 1], name[NAME_MAX];
+	char parents[3][3000], leaves[3][32], name[NAME_MAX];
 	int rc = -ENOENT, nd = 0;
 
-	if (xdg && xdg[0] == '/')
-		snprintf(dirs[nd++], sizeof(dirs[0]), "%s/batchfs", xdg);
-	if (geteuid() == 0)
-		snprintf(dirs[nd++], sizeof(dirs[0]), "/run/batchfs");
-	snprintf(dirs[nd++], sizeof(dirs[0]), "/tmp/batchfs-%u",
+	if (xdg && xdg[0] == '/' && strlen(xdg) < sizeof(parents[0])) {
+		snprintf(parents[nd], sizeof(parents[0]), "%s", xdg);
+		snprintf(leaves[nd++], sizeof(leaves[0]), "batchfs");
+	}
+	if (geteuid() == 0) {
+		snprintf(parents[nd], sizeof(parents[0]), "/run");
+		snprintf(leaves[nd++], sizeof(leaves[0]), "batchfs");
+	}
+	snprintf(parents[nd], sizeof(parents[0]), "/tmp");
+	snprintf(leaves[nd++], sizeof(leaves[0]), "batchfs-%u",
 		 (unsigned)geteuid());
 	name_of(mountpoint, name, sizeof(name));
 	for (int i = 0; i < nd; i++) {
-		struct stat st;
-
-		if (mkdir(dirs[i], 0700) < 0 && errno != EEXIST) {
-			rc = -errno;
-			continue;
-		}
-		/* a directory of ours, not someone's trap in /tmp */
-		if (lstat(dirs[i], &st) < 0 || !S_ISDIR(st.st_mode) ||
-		    st.st_uid != geteuid()) {
-			rc = -EPERM;
-			continue;
-		}
-		snprintf(l->path, sizeof(l->path), "%.3800s/%s", dirs[i], name);
-		rc = open_append(l->path);
+		rc = open_in(parents[i], leaves[i], name);
 		if (rc >= 0) {
+			snprintf(l->path, sizeof(l->path), "%.2999s/%.31s/%s",
+				 parents[i], leaves[i], name);
 			l->fd = rc;
 			return 0;
 		}

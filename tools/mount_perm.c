@@ -5,6 +5,7 @@
 #include <grp.h>
 #include <limits.h>
 #include <pwd.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,9 +13,21 @@
 #include <sys/vfs.h>
 #include <unistd.h>
 
+#include "fs/log.h"
 #include "fs/source.h"
 
 #define MAX_GROUPS 1024
+
+/* Tests (BATCHFS_DEBUG_STOP=perm): stop this process (SIGSTOP) where 'at'
+ * is the point named, for a test to change the files under it and then
+ * SIGCONT it. */
+static void debug_stop(const char *at)
+{
+	const char *want = getenv("BATCHFS_DEBUG_STOP");
+
+	if (want && !strcmp(want, at))
+		raise(SIGSTOP);
+}
 
 /* A decimal id (below 2^32 - 1); false when s is not one. */
 static bool numeric_id(const char *s, unsigned *out)
@@ -83,14 +96,16 @@ int bfs_mount_owner_parse(const char *arg, struct bfs_mount_owner *o, char *why,
 	return 0;
 }
 
-/* The groups of user uid (primary group gid) into g; 0 when unknown (no
- * passwd entry), then fs/perm assumes nothing either way. */
-static size_t groups_of(unsigned uid, unsigned gid, gid_t *g)
+/* The groups user uid is in, into g: its primary group (its passwd
+ * entry's, never the mount's: getgrouplist puts the group it is given in
+ * the list) and the groups that name it; 0 when unknown (no passwd entry,
+ * or more than MAX_GROUPS), then fs/perm assumes nothing either way. */
+static size_t groups_of(unsigned uid, gid_t *g)
 {
 	struct passwd *pw = getpwuid(uid);
 	int n = MAX_GROUPS;
 
-	if (!pw || getgrouplist(pw->pw_name, gid, g, &n) < 0)
+	if (!pw || getgrouplist(pw->pw_name, pw->pw_gid, g, &n) < 0)
 		return 0;
 	return (size_t)n;
 }
@@ -152,7 +167,7 @@ static void readers(const struct bfs_perm *p, char *buf, size_t len)
 static void allow_other_notes(const struct bfs_perm_obj *o, size_t n,
 			      const struct bfs_perm *p)
 {
-	char who[200], u[64], g[64];
+	char who[200], u[64], g[64], path[4 * PATH_MAX];
 	struct statfs sf;
 
 	readers(p, who, sizeof(who));
@@ -170,7 +185,39 @@ static void allow_other_notes(const struct bfs_perm_obj *o, size_t n,
 				"than its mode bits: with allow_other the "
 				"mount shows its data to whoever its mode "
 				"bits allow\n",
-				o[i].path);
+				bfs_log_escape(path, sizeof(path), o[i].path));
+}
+
+/* Why --owner USER is refused: d, the first object USER may not read or
+ * search (groups[0..ng): USER's), named with its mode, owner and group,
+ * and, when its group's bits would let USER in, that USER is not in it. */
+static void owner_refused(const struct bfs_mount_owner *owner,
+			  const struct bfs_perm_obj *d, const gid_t *groups,
+			  size_t ng)
+{
+	static const struct bfs_perm_obj unknown = {.path = "a source"};
+	char path[4 * PATH_MAX], u[64], g[64], why[200] = "";
+	bool member = false;
+
+	if (!d) /* bfs_perm_bits and bfs_perm_denied disagree: a bug */
+		d = &unknown;
+	for (size_t i = 0; i < ng; i++)
+		member = member || (unsigned)groups[i] == d->gid;
+	group_name(d->gid, g, sizeof(g));
+	if (d->uid != owner->uid && !d->acl && !member &&
+	    (d->mode & (d->dir ? S_IXGRP : S_IRGRP)))
+		snprintf(why, sizeof(why), "; %s is not in group %s%s",
+			 owner->name, g,
+			 ng ? "" : " as far as is known (no passwd entry)");
+	fprintf(stderr,
+		"batchfs mount: --owner %s: %s may not %s %s (mode %04o, "
+		"owner %s, group %s%s%s): the mount would show it data it "
+		"cannot read\n",
+		owner->name, owner->name,
+		d->dir ? "search the directory" : "read",
+		bfs_log_escape(path, sizeof(path), d->path), d->mode,
+		user_name(d->uid, u, sizeof(u)), g,
+		d->acl ? ", with an ACL" : "", why);
 }
 
 int bfs_mount_perm_decide(const struct bfs_dataset *ds,
@@ -183,15 +230,19 @@ int bfs_mount_perm_decide(const struct bfs_dataset *ds,
 	size_t n, ng = 0;
 	bool root = geteuid() == 0;
 
+	debug_stop("perm");
 	if (bfs_perm_objects(ds, &o, &n, &err) < 0) {
-		fprintf(stderr, "batchfs mount: %s\n", err.msg);
+		char msg[4 * BFS_ERROR_MAX];
+
+		fprintf(stderr, "batchfs mount: %s\n",
+			bfs_log_escape(msg, sizeof(msg), err.msg));
 		return 1;
 	}
 	memset(out, 0, sizeof(*out));
 	if (owner->set) {
 		out->uid = owner->uid;
 		out->gid = owner->gid;
-		ng = groups_of(out->uid, out->gid, groups);
+		ng = groups_of(out->uid, groups);
 	} else if (!root) {
 		out->uid = geteuid();
 		out->gid = getegid();
@@ -199,24 +250,15 @@ int bfs_mount_perm_decide(const struct bfs_dataset *ds,
 	} else if (n) { /* o[0]: the first source file */
 		out->uid = o[0].uid;
 		out->gid = o[0].gid;
-		ng = groups_of(out->uid, out->gid, groups);
+		ng = groups_of(out->uid, groups);
 	}
 	out->read = bfs_perm_bits(o, n, out->uid, out->gid, groups, ng);
 	if (!owner->set && !root) /* it opened them: it may read them */
 		out->read |= S_IRUSR;
 	if (owner->set && !(out->read & S_IRUSR)) {
-		const struct bfs_perm_obj *d =
-		    bfs_perm_denied(o, n, out->uid, groups, ng);
-
-		fprintf(stderr,
-			"batchfs mount: --owner %s: %s may not %s %s (mode "
-			"%04o, owner %u, group %u%s): the mount would show "
-			"it data it cannot read\n",
-			owner->name, owner->name,
-			d && d->dir ? "search the directory" : "read",
-			d ? d->path : "every source", d ? d->mode : 0,
-			d ? d->uid : 0, d ? d->gid : 0,
-			d && d->acl ? ", with an ACL" : "");
+		owner_refused(owner,
+			      bfs_perm_denied(o, n, out->uid, groups, ng),
+			      groups, ng);
 		bfs_perm_objects_free(o, n);
 		return 1;
 	}

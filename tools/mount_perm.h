@@ -8,11 +8,17 @@
  *   a non-root mounter     itself (its effective uid and gid); it may
  *                          read what it opened
  *   root                   the first source file's owner and group
- * and the read bits are those fs/perm allows for that owner and group:
- * never wider than the sources' (the most restrictive of them). With
+ * and the read bits are those fs/perm allows for that owner and group,
+ * the owner's groups being those it is in (its passwd entry's and the
+ * group file's, not the mount's group): never wider than the sources'
+ * (the most restrictive of them). With
  * -o allow_other a note says who else may read, and a warning names a
  * source whose file system may check more than its mode bits (NFS, SMB,
- * FUSE, ...): there allow_other shows its data by its mode bits alone. */
+ * FUSE, ...): there allow_other shows its data by its mode bits alone.
+ * Messages quote file names escaped (bfs_log_escape).
+ *
+ * Tests: BATCHFS_DEBUG_STOP=perm stops the process (SIGSTOP) once the
+ * sources are open, before their permissions are taken. */
 #ifndef BFS_TOOLS_MOUNT_PERM_H
 #define BFS_TOOLS_MOUNT_PERM_H
 

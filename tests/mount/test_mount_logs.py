@@ -4,12 +4,20 @@ $XDG_RUNTIME_DIR/batchfs/, named in dataset.json and the mount's README;
 stderr with -f; an unusable --log-file fails the mount (exit 1, nothing
 mounted); -v logs each batch's open, materialize, serve and evict with
 timings; stats ends with last_error (time, epoch, batch, message, with
-the reason a lower layer logged) and keeps its size."""
+the reason a lower layer logged) and keeps its size.
+
+Run as root: a default log directory swapped for a symlink once it was
+checked (the mount stopped there, BATCHFS_DEBUG_STOP=log) lets nothing be
+created through the symlink. A source named with a newline, ESC and
+other control characters gets one log line where they are escaped, and
+an error naming such a file is one line on stderr, escaped too."""
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import mountlib as ml  # noqa: E402
@@ -154,8 +162,88 @@ def last_error_carries_the_reason(path):
     assert ml.umount(mnt).returncode == 0
 
 
+def wait_stopped(pid, timeout=ml.LIVENESS_S):
+    """Until process pid is stopped (SIGSTOP); False after timeout seconds
+    or when it exits first."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with open("/proc/%d/stat" % pid) as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+        if state in "tT":
+            return True
+        if state in "ZX":
+            return False
+        time.sleep(0.01)
+    return False
+
+
+def log_directory_swapped_for_a_symlink(path):
+    """sudo -E: root with the XDG_RUNTIME_DIR of a user, who swaps
+    XDG_RUNTIME_DIR/batchfs for a symlink to a directory only root may
+    write once root has checked it: no file appears there."""
+    if os.geteuid() != 0:
+        print("skip: symlink swap case (needs root)")
+        return
+    xdg = os.path.join(TMP, "xdg-user")
+    os.makedirs(xdg)
+    os.chown(xdg, 65534, 65534)
+    os.chmod(xdg, 0o700)
+    target = os.path.join(TMP, "root-only")
+    os.makedirs(target)
+    os.chmod(target, 0o700)
+    mnt = os.path.join(TMP, "swapped")
+    os.makedirs(mnt)
+    env = dict(os.environ, XDG_RUNTIME_DIR=xdg, BATCHFS_DEBUG_STOP="log")
+    p = subprocess.Popen([ml.BATCHFS, "mount", path, mnt],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, env=env)
+    try:
+        assert wait_stopped(p.pid), "the mount did not stop at log"
+        logs = os.path.join(xdg, "batchfs")
+        os.rename(logs, logs + ".old")
+        os.symlink(target, logs)
+    finally:
+        os.kill(p.pid, signal.SIGCONT)
+        _, err = p.communicate(timeout=ml.LIVENESS_S)
+    if p.returncode == 0:
+        ml._mounts.append(mnt)
+        assert ml.umount(mnt).returncode == 0
+    assert os.listdir(target) == [], (os.listdir(target), err)
+
+
+# A name that would be a log line of its own, and terminal escapes.
+EVIL = "x.pt\n2030-01-01T00:00:00.000Z batchfs[mount]: fake\r\x1b[2J\x7f"
+
+
+def control_characters_are_escaped(path):
+    evil = os.path.join(TMP, EVIL)
+    with open(path, "rb") as f, open(evil, "wb") as g:
+        g.write(f.read())
+    log = os.path.join(TMP, "evil.log")
+    _, mnt = ml.mount(evil, None, "--log-file", log)
+    assert ml.umount(mnt).returncode == 0
+    text = open(log, encoding="utf-8", errors="replace").read()
+    stamp = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z batchfs\[")
+    for line in text.split("\n")[:-1]:
+        assert stamp.match(line) and "fake" not in line[:40], (line, text)
+    for c in "\r\x1b\x7f":
+        assert c not in text, (c, text)
+    assert "x.pt\\n2030-01-01T00:00:00.000Z batchfs[mount]: fake\\r" \
+        "\\x1b[2J\\x7f" in text, text
+    # a file that is not an archive: its error on stderr is one line
+    bad = os.path.join(TMP, "bad\n\x1b[31m.pt")
+    with open(bad, "wb") as f:
+        f.write(b"not an archive" * 100)
+    p, _ = ml.mount(bad, os.path.join(TMP, "badmnt"), check=False)
+    assert p.returncode == 1, p
+    assert p.stderr.count("\n") == 1 and "\x1b" not in p.stderr, p.stderr
+    assert "bad\\n\\x1b[31m.pt" in p.stderr, p.stderr
+
+
 def main():
     path = archive("d.pt", 400, 1024)
+    log_directory_swapped_for_a_symlink(path)
+    control_characters_are_escaped(path)
     default_log_is_named_after_the_mountpoint(path)
     foreground_logs_to_stderr(path)
     unusable_log_file_fails_the_mount(path)

@@ -8,23 +8,41 @@ groups but the ones a case gives it):
   README, dataset.json, stats and listings; root reads;
 - a 0644 archive in a 0755 directory: nobody reads the same bytes as root;
 - a 0644 archive in a 0700 directory: nobody could not reach it, so EACCES;
-- a 0640 archive of group 4242: EACCES for nobody, read for nobody with
-  supplementary group 4242 (the mount carries the group);
+- a 0640 archive of group G (4242, or the first gid above it that no
+  group entry names, so that nobody is not in it): EACCES for nobody,
+  read for nobody with supplementary group G (the mount carries the
+  group);
+- a 0640 archive of nobody's and one of root's, both of group G: the
+  mount is nobody's (the first source's owner), but nobody is not in G and
+  may not read root's, so only G keeps its bit (0040): nobody gets EACCES,
+  as at the source;
 - two shards, 0644 and 0600: the mount takes the most restrictive (0400);
 - a 0644 archive with an ACL that shuts nobody out (when setfacl exists):
   only the owner may read;
 - --owner nobody: refused for a 0600 root archive, naming it; for a 0644
   one every node is nobody's and nobody reads (allow_other implied);
+  --owner nobody:G refused for a 0640 root:G archive (nobody is not in G);
+- a symlink swapped after the source was opened through it (the mount
+  stopped there, BATCHFS_DEBUG_STOP=perm): the permissions are those of
+  the file opened (a 0644 file in a 0700 directory: 0400), not of the one
+  the symlink names now (0644 in a 0755 directory);
+- a source removed and another put at its path after it was opened:
+  refused, saying the file opened is no longer at this path;
+- a 0755 directory with an ACL that shuts nobody out, above a 0644
+  archive (when setfacl exists): only the owner may read;
 - no node has a write bit.
 
 Skips (77) unless run as root (it needs another user and allow_other).
 """
 import errno
+import grp
 import os
 import shutil
+import signal
 import stat
 import subprocess
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import mountlib as ml  # noqa: E402
@@ -36,6 +54,21 @@ except ImportError:
 
 NOBODY = 65534
 failures = []
+
+
+def lonely_gid():
+    """A gid no group entry names (so no user is in it but by a case's
+    setgroups), from 4242 up."""
+    gid = 4242
+    while True:
+        try:
+            grp.getgrgid(gid)
+        except KeyError:
+            return gid
+        gid += 1
+
+
+GROUP = lonely_gid()
 
 
 def check(ok, what):
@@ -170,15 +203,36 @@ def hidden_directory():
 
 
 def group_archive():
-    src = archive(os.path.join(WORK, "group.pt"), 0o640, gid=4242)
+    src = archive(os.path.join(WORK, "group.pt"), 0o640, gid=GROUP)
     _, mnt = mount(src, "m-group")
-    check(nodes_are(mnt, 0, 4242, 0o440), "0640 archive of group 4242: "
-          "files root:4242 0440")
+    check(nodes_are(mnt, 0, GROUP, 0o440), "0640 archive of group G: "
+          "files root:G 0440")
     ok, rcs = nobody_denied(mnt)
     check(ok, "0640 archive: nobody outside the group gets EACCES (%s)"
           % rcs)
-    check(nobody_reads(mnt, groups=(4242,)),
-          "0640 archive: nobody in group 4242 reads")
+    check(nobody_reads(mnt, groups=(GROUP,)),
+          "0640 archive: nobody in group G reads")
+    ml.umount(mnt)
+
+
+def group_the_owner_is_not_in():
+    """The owner's read bit counts the groups the owner is really in, not
+    the mount's group: nobody is not in G, so it may not read root's
+    0640 root:G archive and must not read it through the mount."""
+    a = archive(os.path.join(WORK, "nobodys.pt"), 0o640, seed=5,
+                uid=NOBODY, gid=GROUP)
+    b = archive(os.path.join(WORK, "roots.pt"), 0o640, seed=6, gid=GROUP)
+    check(as_nobody(READ, b)[0] == errno.EACCES,
+          "nobody:G + root:G 0640: nobody may not read root's at the "
+          "source")
+    _, mnt = mount([a, b], "m-not-in-group")
+    check(nodes_are(mnt, NOBODY, GROUP, 0o040),
+          "nobody:G + root:G 0640: the mount is nobody:G, files 0040")
+    ok, rcs = nobody_denied(mnt)
+    check(ok, "nobody:G + root:G 0640: nobody gets EACCES (%s)" % rcs)
+    ok, rcs = nobody_denied(mnt, groups=(GROUP,))
+    check(ok, "nobody:G + root:G 0640: nobody with group G too: its owner "
+          "bits decide (%s)" % rcs)
     ml.umount(mnt)
 
 
@@ -228,6 +282,111 @@ def owner_option():
     check(nobody_reads(mnt), "--owner nobody: nobody reads (allow_other "
           "implied)")
     ml.umount(mnt)
+    grouped = archive(os.path.join(WORK, "owned-g.pt"), 0o640, seed=7,
+                      gid=GROUP)
+    p, _ = ml.mount(grouped, os.path.join(WORK, "m-owner-g"), "--owner",
+                    "nobody:%d" % GROUP, check=False)
+    check(p.returncode == 1 and grouped in p.stderr and
+          "not in group %d" % GROUP in p.stderr,
+          "--owner nobody:G on a 0640 root:G archive: refused, saying nobody "
+          "is not in G (%d: %s)" % (p.returncode, p.stderr.strip()))
+
+
+def wait_stopped(pid, timeout=ml.LIVENESS_S):
+    """Until process pid is stopped (SIGSTOP); False after timeout seconds
+    or when it exits first."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with open("/proc/%d/stat" % pid) as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+        if state in "tT":
+            return True
+        if state in "ZX":
+            return False
+        time.sleep(0.01)
+    return False
+
+
+def mount_stopped_at(point, srcs, mnt, opts, then):
+    """batchfs mount with BATCHFS_DEBUG_STOP=point: once it stops there,
+    then() runs and the mount goes on. (CompletedProcess-like (returncode,
+    stderr), mountpoint)."""
+    os.makedirs(mnt, exist_ok=True)
+    env = dict(os.environ, BATCHFS_DEBUG_STOP=point)
+    p = subprocess.Popen([ml.BATCHFS, "mount", *map(str, opts), *srcs, mnt],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, env=env)
+    try:
+        check(wait_stopped(p.pid), "the mount stops at %s" % point)
+        then()
+    finally:
+        os.kill(p.pid, signal.SIGCONT)
+        _, err = p.communicate(timeout=ml.LIVENESS_S)
+    if p.returncode == 0:
+        ml._mounts.append(mnt)  # unmounted at exit if a check fails
+    return p.returncode, err
+
+
+def symlink_swapped_after_open():
+    closed = os.path.join(WORK, "closed-link")
+    os.makedirs(closed)
+    secret = archive(os.path.join(closed, "secret.pt"), 0o644, seed=8)
+    os.chmod(closed, 0o700)
+    public = archive(os.path.join(WORK, "decoy.pt"), 0o644, seed=9)
+    link = os.path.join(WORK, "link.pt")
+    os.symlink(secret, link)
+
+    def swap():
+        os.symlink(public, link + ".new")
+        os.rename(link + ".new", link)
+
+    mnt = os.path.join(WORK, "m-swapped")
+    rc, err = mount_stopped_at("perm", [link], mnt,
+                               ["--batch-size", 16, "-o", "allow_other"],
+                               swap)
+    if rc != 0:  # refusing is as good, if it says why
+        check("changed" in err, "symlink swapped: refused, saying the path "
+              "changed (%s)" % err.strip())
+        return
+    check(nodes_are(mnt, 0, 0, 0o400), "symlink swapped after open: the "
+          "mount has the bits of the file opened (0644 in a 0700 "
+          "directory: 0400)")
+    ok, rcs = nobody_denied(mnt)
+    check(ok, "symlink swapped after open: nobody gets EACCES, as at the "
+          "file opened (%s)" % rcs)
+    ml.umount(mnt)
+
+
+def source_replaced_after_open():
+    src = archive(os.path.join(WORK, "replaced.pt"), 0o644, seed=10)
+
+    def replace():
+        os.unlink(src)
+        archive(src, 0o644, seed=11)
+
+    rc, err = mount_stopped_at("perm", [src], os.path.join(WORK, "m-repl"),
+                               ["--batch-size", 16], replace)
+    check(rc == 1 and src in err and "no longer at this path" in err,
+          "a source replaced after it was opened: refused, naming it "
+          "(%d: %s)" % (rc, err.strip()))
+
+
+def directory_acl_shuts_out():
+    if not shutil.which("setfacl"):
+        print("skip: directory ACL case (setfacl is not installed)")
+        return
+    d = os.path.join(WORK, "acl-dir")
+    os.makedirs(d)
+    src = archive(os.path.join(d, "in-acl-dir.pt"), 0o644, seed=12)
+    p = subprocess.run(["setfacl", "-m", "u:%d:---" % NOBODY, d],
+                       capture_output=True, text=True)
+    if p.returncode:
+        print("skip: directory ACL case (%s)" % p.stderr.strip())
+        return
+    _, mnt = mount(src, "m-acl-dir")
+    check(nodes_are(mnt, 0, 0, 0o400), "directory ACL: only the owner "
+          "keeps read")
+    ml.umount(mnt)
 
 
 def main():
@@ -243,8 +402,10 @@ def main():
     os.makedirs(WORK)
     os.chmod(WORK, 0o755)
     for fn in (private_archive, public_archive, hidden_directory,
-               group_archive, most_restrictive_shard, acl_shuts_out,
-               owner_option):
+               group_archive, group_the_owner_is_not_in,
+               most_restrictive_shard, acl_shuts_out, owner_option,
+               symlink_swapped_after_open, source_replaced_after_open,
+               directory_acl_shuts_out):
         fn()
     return ml.finish(failures)
 

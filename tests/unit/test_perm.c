@@ -49,7 +49,9 @@ static unsigned rnd(unsigned *s, unsigned n)
 }
 
 /* Random objects, a random owner and group: no user in any set of groups
- * is let in who fails an object (the owner's groups known, or not). */
+ * is let in who fails an object (the owner's groups known, or not). The
+ * owner's groups are drawn apart from the mount's group: an owner need
+ * not be in it. */
 static void no_bit_lets_in_a_user_who_could_not_read(void **state)
 {
 	unsigned seed = 7;
@@ -132,12 +134,34 @@ static void directories_and_shards_narrow_the_bits(void **state)
 	assert_null(bfs_perm_denied(o, 3, 0, g0, 1));
 }
 
+/* The owner's bit counts the groups the owner is in, which need not hold
+ * the mount's group: a 0640 file of the owner's and a 0640 root file,
+ * both of group 7, for owner 5 (in group 5 only) give 0040, and name the
+ * root file as the one 5 may not read. Given group 7 too (what
+ * getgrouplist(name, 7) returns whoever the user is) they would give
+ * 0440: the caller must pass the user's real groups. */
+static void owner_outside_the_group_keeps_no_bit(void **state)
+{
+	struct bfs_perm_obj o[2] = {
+	    {.uid = 5, .gid = 7, .mode = 0640},
+	    {.uid = 0, .gid = 7, .mode = 0640},
+	};
+	gid_t own[] = {5}, with_7[] = {5, 7};
+
+	assert_int_equal(bfs_perm_bits(o, 2, 5, 7, own, 1), 0040);
+	assert_ptr_equal(bfs_perm_denied(o, 2, 5, own, 1), &o[1]);
+	assert_int_equal(bfs_perm_bits(o, 2, 5, 7, with_7, 2), 0440);
+	/* groups unknown: group and other bits must both allow */
+	assert_int_equal(bfs_perm_bits(o, 2, 5, 7, NULL, 0), 0040);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(no_bit_lets_in_a_user_who_could_not_read),
 	    cmocka_unit_test(one_source_keeps_its_own_read_bits),
 	    cmocka_unit_test(directories_and_shards_narrow_the_bits),
+	    cmocka_unit_test(owner_outside_the_group_keeps_no_bit),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
