@@ -90,8 +90,7 @@ static void check_epoch(struct bfs_streams *s, const struct bfs_layout *l,
 		}
 		at += size;
 	}
-	assert_int_equal(bfs_stream_locate(s, e, at, &k, &from, &to),
-			 -ENOENT);
+	assert_int_equal(bfs_stream_locate(s, e, at, &k, &from, &to), -ENOENT);
 	assert_int_equal(bfs_stream_offset(s, e, len + 1, &off), -ENOENT);
 }
 
@@ -111,8 +110,7 @@ static struct bfs_field f_y = {.name = "y",
 
 /* A layout of f_x and f_y whose batch of 'rows' rows has, for epoch 0
  * batch 0, 8 + JSON = 'end' bytes of header. */
-static void layout_ending_at(struct bfs_layout *l, uint64_t rows,
-			     size_t end)
+static void layout_ending_at(struct bfs_layout *l, uint64_t rows, size_t end)
 {
 	const struct bfs_field *fs[] = {&f_x, &f_y};
 
@@ -131,8 +129,8 @@ static void layout_ending_at(struct bfs_layout *l, uint64_t rows,
 	fail_msg("no name length ends the header at %zu", end);
 }
 
-static void fixed_offsets_are_sums_when_numbers_cross_the_4096_boundary(
-    void **state)
+static void
+fixed_offsets_are_sums_when_numbers_cross_the_4096_boundary(void **state)
 {
 	static const uint64_t epochs[] = {0, 9, 10, 11, 123};
 
@@ -151,8 +149,9 @@ static void fixed_offsets_are_sums_when_numbers_cross_the_4096_boundary(
 		for (size_t i = 0; i < sizeof(epochs) / sizeof(epochs[0]);
 		     i++) {
 			for (uint64_t k = 0; k + 1 < bfs_order_len(o); k++) {
-				assert_int_equal(bfs_layout_file_size(
-						     &l, o, epochs[i], k, &size),
+				assert_int_equal(bfs_layout_file_size(&l, o,
+								      epochs[i],
+								      k, &size),
 						 0);
 				assert_int_equal(size, size0);
 			}
@@ -186,7 +185,8 @@ static void fixed_offsets_of_a_multi_rank_order_are_sums(void **state)
 	assert_int_equal(bfs_streams_create(&s, &l, o), 0);
 	for (size_t lane = 0; lane < 3; lane++)
 		for (uint64_t e = 8; e < 12; e++)
-			check_epoch(s, &l, o, bfs_order_stream_epoch(o, lane, e));
+			check_epoch(s, &l, o,
+				    bfs_order_stream_epoch(o, lane, e));
 	bfs_streams_destroy(s);
 	bfs_layout_fini(&l);
 	bfs_order_destroy(o);
@@ -251,10 +251,8 @@ static struct bfs_dataset *ragged_dataset(void)
 static void ragged_offsets_are_sums_over_more_epochs_than_tables(void **state)
 {
 	struct bfs_dataset *ds = ragged_dataset();
-	struct bfs_order_opts oo = {.sampler = BFS_SAMPLER_RANDOM,
-				    .n = N,
-				    .batch_size = 7,
-				    .seed = 3};
+	struct bfs_order_opts oo = {
+	    .sampler = BFS_SAMPLER_RANDOM, .n = N, .batch_size = 7, .seed = 3};
 	struct bfs_order *o = make_order(&oo);
 	struct bfs_streams *s;
 	struct bfs_layout l;
@@ -272,7 +270,7 @@ static void ragged_offsets_are_sums_over_more_epochs_than_tables(void **state)
 
 /* ---- many lanes ------------------------------------------------------- */
 
-#define LANES 6
+#define LANES  6
 #define EPOCHS 2 /* read by each lane */
 
 struct lanes {
@@ -348,14 +346,14 @@ static void *reader(void *arg)
 		for (size_t lane = 0; lane < LANES; lane++)
 			for (uint64_t b = 0; b <= bfs_order_len(x->o); b++)
 				if (bfs_stream_offset(
-					x->s, bfs_order_stream_epoch(x->o, lane, e),
+					x->s,
+					bfs_order_stream_epoch(x->o, lane, e),
 					b, &off))
 					return (void *)1;
 	return NULL;
 }
 
-static void readers_of_one_epoch_at_once_wait_for_one_measurement(
-    void **state)
+static void readers_of_one_epoch_at_once_wait_for_one_measurement(void **state)
 {
 	pthread_t t[8];
 	struct lanes x;
