@@ -34,6 +34,7 @@
 #include "fs/serve_impl.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -383,6 +384,26 @@ int bfs_serve_open_stream(struct bfs_serve *s, uint64_t e,
 	return 0;
 }
 
+int bfs_serve_open_offsets(struct bfs_serve *s, uint64_t e,
+			   struct bfs_file **out, struct bfs_serve_how *how)
+{
+	struct bfs_file *f;
+
+	*out = NULL;
+	if (e >= s->epochs)
+		return -ENOENT;
+	f = file_new(how);
+	if (!f)
+		return -ENOMEM;
+	f->offsets = true;
+	f->e = e;
+	f->size = (bfs_order_len(s->order) + 1) * BFS_SERVE_OFFSET_LINE;
+	how->keep_cache = true; /* it never changes */
+	file_link(s, f);
+	*out = f;
+	return 0;
+}
+
 struct bfs_streams *bfs_serve_streams(struct bfs_serve *s)
 {
 	return s->streams;
@@ -502,6 +523,35 @@ static int read_stream(struct bfs_serve *s, struct bfs_file *f, uint64_t off,
 	return 0;
 }
 
+/* [off, off + n) of index/N/offsets f: the lines it covers, rendered
+ * into r->scratch. */
+static int read_offsets(struct bfs_serve *s, struct bfs_file *f, uint64_t off,
+			uint64_t n, struct bfs_serve_reply *r)
+{
+	uint64_t first = off / BFS_SERVE_OFFSET_LINE;
+	uint64_t last = (off + n - 1) / BFS_SERVE_OFFSET_LINE;
+	size_t len = (size_t)(last - first + 1) * BFS_SERVE_OFFSET_LINE + 1;
+	char *at;
+
+	r->scratch = malloc(len);
+	if (!r->scratch)
+		return -ENOMEM;
+	at = r->scratch;
+	for (uint64_t k = first; k <= last; k++) {
+		uint64_t where;
+		int rc = bfs_stream_offset(s->streams, f->e, k, &where);
+
+		if (rc < 0)
+			return reader_errno(rc);
+		at += snprintf(at, len - (size_t)(at - r->scratch), "%020llu\n",
+			       (unsigned long long)where);
+	}
+	r->iov[0].iov_base = r->scratch + off % BFS_SERVE_OFFSET_LINE;
+	r->iov[0].iov_len = (size_t)n;
+	r->iovcnt = 1;
+	return 0;
+}
+
 int bfs_serve_read(struct bfs_serve *s, struct bfs_file *f, uint64_t off,
 		   uint64_t size, struct bfs_serve_reply *r)
 {
@@ -522,6 +572,8 @@ int bfs_serve_read(struct bfs_serve *s, struct bfs_file *f, uint64_t off,
 		rc = read_batch(s, f, off, n, r);
 	} else if (f->stream) {
 		rc = read_stream(s, f, off, n, r);
+	} else if (f->offsets) {
+		rc = read_offsets(s, f, off, n, r);
 	} else {
 		r->iov[0].iov_base = f->text + off;
 		r->iov[0].iov_len = (size_t)n;

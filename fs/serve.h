@@ -146,6 +146,15 @@ int bfs_serve_open_batch(struct bfs_serve *s, uint64_t e, uint64_t k,
 int bfs_serve_open_stream(struct bfs_serve *s, uint64_t e, struct bfs_file **f,
 			  struct bfs_serve_how *how);
 
+/* Open index/N/offsets of (stream) epoch e: line K is where batch K
+ * starts in stream/N, 20 digits and a newline (so at byte 21 x K), the
+ * last line the stream's size. Each READ renders the lines it covers
+ * (fs/stream's offsets), so an open costs nothing however long the
+ * epoch. 0, -ENOENT, -ENOMEM. */
+#define BFS_SERVE_OFFSET_LINE 21
+int bfs_serve_open_offsets(struct bfs_serve *s, uint64_t e, struct bfs_file **f,
+			   struct bfs_serve_how *how);
+
 /* The offsets of batches in streams (fs/stream), for the namespace. */
 struct bfs_streams *bfs_serve_streams(struct bfs_serve *s);
 

@@ -16,8 +16,9 @@ struct bfs_pushed;
 struct bfs_file {
 	bool batch;		 /* a batch file (else a text or a stream) */
 	bool stream;		 /* stream/N: epoch e's batches in a row */
+	bool offsets;		 /* index/N/offsets: where they start */
 	uint64_t e, k;		 /* batch files: epoch, batch; streams: e */
-	uint64_t size;		 /* batch files, streams: file size */
+	uint64_t size;		 /* batch files, streams, offsets: size */
 	_Atomic uint64_t served; /* batch files: bytes replied so far */
 	atomic_bool consumed;	 /* batch files: counted read to the end */
 	uint64_t opened_ns;	 /* batch files: when opened (monotonic) */

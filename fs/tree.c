@@ -6,7 +6,9 @@
  * dataset.json are rendered once at creation by fs/text (they never
  * change); stats is rendered by fs/serve, the counters' owner, on each
  * request with fixed-width values, so its size never changes either;
- * index files are rendered from fs/order on demand. Opens go to fs/serve,
+ * index files are rendered from fs/order at open, index/N/offsets by
+ * fs/serve a READ at a time (an epoch can have millions of lines). Opens
+ * go to fs/serve,
  * which knows batches (epoch, batch) and texts, not inodes.
  *
  * Thread-safety: after bfs_tree_create everything here is read-only but
@@ -113,24 +115,6 @@ static int render_index(const struct bfs_tree *t, uint64_t e, uint64_t k,
 	return rc;
 }
 
-/* index/N/offsets: where batch K of stream/N starts, on line K, and the
- * stream's size on the last line; each line 20 digits and a newline, so
- * line K is at byte 21 x K. */
-static int render_offsets(const struct bfs_tree *t, uint64_t e, char *buf,
-			  size_t len, size_t *pos)
-{
-	uint64_t off;
-	int rc = 0;
-
-	for (uint64_t k = 0; k <= t->len && !rc; k++) {
-		rc = bfs_stream_offset(t->streams, e, k, &off);
-		if (!rc)
-			bfs_layout_append(buf, len, pos, "%020" PRIu64 "\n",
-					  off);
-	}
-	return rc;
-}
-
 /* Render a text node into buf (snprintf semantics through *pos). */
 static int render(const struct bfs_tree *t, const struct bfs_node *n, char *buf,
 		  size_t len, size_t *pos)
@@ -148,8 +132,6 @@ static int render(const struct bfs_tree *t, const struct bfs_node *n, char *buf,
 		return 0;
 	case BFS_NODE_INDEXFILE:
 		return render_index(t, n->epoch, n->batch, buf, len, pos);
-	case BFS_NODE_OFFSETS:
-		return render_offsets(t, n->epoch, buf, len, pos);
 	default:
 		return -EISDIR;
 	}
@@ -202,6 +184,8 @@ int bfs_tree_open(const struct bfs_tree *t, uint64_t ino, struct bfs_file **f,
 		return bfs_serve_open_batch(t->serve, n.epoch, n.batch, f, how);
 	if (n.kind == BFS_NODE_STREAM)
 		return bfs_serve_open_stream(t->serve, n.epoch, f, how);
+	if (n.kind == BFS_NODE_OFFSETS)
+		return bfs_serve_open_offsets(t->serve, n.epoch, f, how);
 	rc = bfs_tree_render(t, ino, &text, &len);
 	if (rc < 0)
 		return rc;
@@ -275,8 +259,8 @@ static int node_stat(const struct bfs_tree *t, const struct bfs_node *n,
 		rc = bfs_stream_offset(t->streams, n->epoch, t->len, &bytes);
 		size = (size_t)bytes;
 		break;
-	case BFS_NODE_OFFSETS: /* fixed width: no need to render it */
-		size = (size_t)(t->len + 1) * 21;
+	case BFS_NODE_OFFSETS: /* fixed width: rendered per READ */
+		size = (size_t)(t->len + 1) * BFS_SERVE_OFFSET_LINE;
 		break;
 	case BFS_NODE_README:
 	case BFS_NODE_DATASET:
