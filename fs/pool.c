@@ -413,20 +413,35 @@ static bool evictable(const struct bfs_pool *p, const struct bfs_batch *b,
 	}
 }
 
-/* Evict idle READY batches until 'need' more bytes fit, in three passes
- * over the LRU list (least recently used first): batches outside every
- * recent reader's window; then batches of the gather's own lane (rank)
- * behind it (a prefetch) or anywhere in it (a demand); then, for a
- * demand only, any idle batch. So one rank's prefetch never evicts what
- * another rank is about to read, and its demand does only when nothing
- * else is left. Returns true when the bytes fit. [L] */
-static bool make_room(struct bfs_pool *p, uint64_t need, uint64_t pos,
-		      bool demand)
+/* Whether 'need' more bytes and 'batches' more batches fit: the byte
+ * budget, and in memfd mode the descriptors (a batch each). [L] */
+static bool fds_fit(const struct bfs_pool *p, uint64_t batches)
+{
+	return !p->o.memfd || !p->o.max_fds ||
+	       p->st.cache_batches + batches <= p->o.max_fds;
+}
+
+static bool fits(const struct bfs_pool *p, uint64_t need, uint64_t batches)
+{
+	return p->st.cache_bytes + need <= p->o.budget_bytes &&
+	       fds_fit(p, batches);
+}
+
+/* Evict idle READY batches until 'need' more bytes and 'batches' more
+ * batches fit, in three passes over the LRU list (least recently used
+ * first): batches outside every recent reader's window; then batches of
+ * the gather's own lane (rank) behind it (a prefetch) or anywhere in it
+ * (a demand); then, for a demand only, any idle batch. So one rank's
+ * prefetch never evicts what another rank is about to read, and its
+ * demand does only when nothing else is left. Returns whether they
+ * fit. [L] */
+static bool make_room(struct bfs_pool *p, uint64_t need, uint64_t batches,
+		      uint64_t pos, bool demand)
 {
 	for (int pass = 0; pass < 3; pass++) {
 		struct bfs_batch *b = p->lru.tail;
 
-		while (p->st.cache_bytes + need > p->o.budget_bytes) {
+		while (!fits(p, need, batches)) {
 			struct bfs_batch *prev;
 			char name[80];
 
@@ -451,7 +466,7 @@ static bool make_room(struct bfs_pool *p, uint64_t need, uint64_t pos,
 			b = prev;
 		}
 	}
-	return p->st.cache_bytes + need <= p->o.budget_bytes;
+	return fits(p, need, batches);
 }
 
 /* What one worker keeps from one batch to the next. Between taking a
@@ -581,7 +596,19 @@ static void finish(struct bfs_pool *p, struct bfs_batch *b, int rc, uint64_t ns)
 		struct bfs_dataset_fault f;
 		char off[40] = "";
 
-		if (rc == -EIO && bfs_dataset_fault(&f) == 0) {
+		if (rc == -ENFILE || rc == -EMFILE) { /* not the data's */
+			p->st.fd_limit_hits++;
+			rc = -ENFILE;
+			snprintf(
+			    why, sizeof(why),
+			    "no file descriptor for its memfd: the daemon "
+			    "holds %llu batches (at most %llu, from its "
+			    "descriptor limit) and readers have them open; "
+			    "close batch files, or raise the daemon's "
+			    "limit (ulimit -Hn)",
+			    (unsigned long long)p->st.cache_batches,
+			    (unsigned long long)p->o.max_fds);
+		} else if (rc == -EIO && bfs_dataset_fault(&f) == 0) {
 			/* an archive that could not be read: where */
 			if (f.offset != BFS_NO_OFFSET)
 				snprintf(off, sizeof(off), " at offset %llu",
@@ -674,12 +701,16 @@ static struct bfs_batch *next_job(struct bfs_pool *p, struct worker *w)
 			p->st.cache_batches++;
 			return b;
 		}
-		if (!make_room(p, b->map_size, b->pos, b->demanded) &&
+		if (!make_room(p, b->map_size, 1, b->pos, b->demanded) &&
 		    !b->demanded) {
 			/* Prefetch with no room: forget it; a read re-queues */
 			p->st.prefetch_skipped++;
 			b->state = B_FAILED; /* not on any list now */
 			unlink_batch(p, b);
+			continue;
+		}
+		if (!fds_fit(p, 1)) { /* readers hold every descriptor */
+			finish(p, b, -ENFILE, 0);
 			continue;
 		}
 		b->state = B_BUSY;
@@ -696,8 +727,8 @@ static void put_ref(struct bfs_pool *p, struct bfs_batch *b)
 {
 	if (--b->refs == 0 && !b->in_table)
 		batch_free(p, b);
-	if (p->st.cache_bytes > p->o.budget_bytes)
-		make_room(p, 0, UINT64_MAX, true);
+	if (!fits(p, 0, 0))
+		make_room(p, 0, 0, UINT64_MAX, true);
 }
 
 /* Run on_ready for b, just made READY (and kept: in the table or
@@ -835,6 +866,7 @@ int bfs_pool_create(struct bfs_pool **out, const struct bfs_dataset *ds,
 	p->total = p->lane_total * p->lanes;
 
 	p->st.cache_budget_bytes = o->budget_bytes;
+	p->st.max_fds = o->memfd ? o->max_fds : 0;
 	p->st.workers = p->o.workers;
 	p->st.prefetch_depth = o->prefetch;
 	pthread_mutex_init(&p->lock, NULL);

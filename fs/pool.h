@@ -33,6 +33,11 @@ struct bfs_pool_opts {
 	 * reader's mapping of one outlives it (passthrough). Otherwise in
 	 * anonymous memory (bfs_batch_data), reused through spares. */
 	bool memfd;
+	/* memfd batches: the most held at once (each is a descriptor of the
+	 * daemon's; 0: no bound). Idle ones are evicted for room, a prefetch
+	 * past it is dropped; a demand past it (readers hold every one
+	 * open) fails with -ENFILE, said in the log and last_error. */
+	uint64_t max_fds;
 	/* How a memfd batch is written (fs/layout_fd). */
 	enum bfs_layout_fd_how memfd_write;
 	/* fs/readahead's memory policy: read the archives in at creation,
@@ -86,6 +91,8 @@ struct bfs_pool_stats {
 	uint64_t cache_batches;	       /* batches held now */
 	uint64_t cache_budget_bytes;   /* --cache-mb */
 	uint64_t shmem_bytes;	       /* of cache_bytes, in memfds */
+	uint64_t max_fds;	       /* opts.max_fds */
+	uint64_t fd_limit_hits;	       /* gathers refused: no descriptor */
 	uint64_t worker_busy_ns;       /* time spent gathering */
 	uint64_t read_wait_ns;	       /* time acquires waited */
 	uint64_t timeouts;	       /* acquires that gave up */

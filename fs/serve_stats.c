@@ -103,6 +103,8 @@ void bfs_serve_render_stats(struct bfs_serve *s, uint64_t lookups, char *buf,
 	    {"batches_zero_copy", &st.batches_zero_copy},
 	    {"backing_files", &st.backing_files},
 	    {"backing_opened", &st.backing_opened},
+	    {"batch_fds_max", &st.pool.max_fds},
+	    {"batch_fd_limit_hits", &st.pool.fd_limit_hits},
 	};
 
 	bfs_serve_stats(s, &st);

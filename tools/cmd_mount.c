@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -913,6 +914,33 @@ static void summarize(struct mount_opts *m, const struct model *mt,
 		 bfs_serve_mode_name(mode), seed, m->log.path);
 }
 
+/* The daemon's descriptors: its soft limit raised to the hard one, as
+ * servers do (passthrough holds a memfd per batch). Returns how many
+ * batches may hold one: the limit less a reserve for the sources, the
+ * session, the log and the gathers' own reads. */
+static uint64_t batch_fds(void)
+{
+	struct rlimit rl;
+	rlim_t was;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
+		return 0;
+	was = rl.rlim_cur;
+	if (rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		if (setrlimit(RLIMIT_NOFILE, &rl) < 0)
+			rl.rlim_cur = was;
+		else
+			bfs_log(BFS_LOG_INFO, "mount",
+				"descriptor limit raised from %llu to %llu",
+				(unsigned long long)was,
+				(unsigned long long)rl.rlim_cur);
+	}
+	if (rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur > (1u << 30))
+		return 1u << 30;
+	return rl.rlim_cur - (rl.rlim_cur / 4 < 256 ? rl.rlim_cur / 4 : 256);
+}
+
 /* In the daemon, once the mode is known: the serve (pool, workers) and
  * the namespace. 0 or -errno with msg. */
 static int start(void *arg, enum bfs_serve_mode mode, const char *why,
@@ -931,6 +959,7 @@ static int start(void *arg, enum bfs_serve_mode mode, const char *why,
 	    .epochs = m->epochs,
 	    .memory_policy = !getenv("BATCHFS_DEBUG_NO_WARM"),
 	    .reader = m->reader,
+	    .max_fds = batch_fds(),
 	};
 	struct bfs_serve_opts so = {
 	    .mode = mode,
