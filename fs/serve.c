@@ -564,6 +564,7 @@ int bfs_serve_read(struct bfs_serve *s, struct bfs_file *f, uint64_t off,
 	r->iovcnt = 0;
 	r->batch = NULL;
 	r->scratch = NULL;
+	r->zc_rows = false;
 	r->file = f;
 	atomic_fetch_add(&f->refs, 1); /* a slice may point into f */
 	if (!n)
@@ -588,6 +589,9 @@ void bfs_serve_done(struct bfs_serve *s, struct bfs_serve_reply *r)
 	r->batch = NULL;
 	free(r->scratch);
 	r->scratch = NULL;
+	if (r->zc_rows) /* the reply is written: was the source steady? */
+		bfs_serve_zc_after(s, r->file);
+	r->zc_rows = false;
 	if (r->file)
 		file_put(s, r->file);
 	r->file = NULL;

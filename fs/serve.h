@@ -72,6 +72,8 @@ struct bfs_serve_opts {
 	bool early_push;	   /* push: workers push before any open */
 	bool zero_copy;		   /* direct: slices of the archive allowed */
 	bool zc_no_check;    /* tests: skip the size check before a slice */
+	bool zc_debug_stop;  /* tests: SIGSTOP the process once, between the
+			      * check and the first zero-copy reply of rows */
 	unsigned zc_max_iov; /* tests: fewer slices per READ (0: all) */
 };
 
@@ -112,6 +114,7 @@ struct bfs_serve_reply {
 	struct bfs_file *file;
 	struct bfs_batch *batch;
 	char *scratch; /* a stream's bytes, copied */
+	bool zc_rows;  /* rows replied from the archive: checked again */
 };
 
 /* Serve 'layout's batches of 'ds' in 'order' in mode o->mode: creates

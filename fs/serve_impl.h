@@ -94,6 +94,11 @@ int bfs_serve_zc_open(struct bfs_serve *s, struct bfs_file *f);
 int bfs_serve_zc_read(struct bfs_serve *s, struct bfs_file *f, uint64_t off,
 		      uint64_t n, struct bfs_serve_reply *r);
 
+/* After a reply of rows from the archive (r->zc_rows): the same check
+ * again; a source that changed meanwhile is logged and kept as
+ * last_error, naming f's batch. */
+void bfs_serve_zc_after(struct bfs_serve *s, struct bfs_file *f);
+
 void bfs_serve_zc_free(struct bfs_zc *z);
 
 /* ---- fs/serve.c ---- */

@@ -15,16 +15,27 @@
  * open advises its batch and the pool's window after it (madvise), so
  * cold rows are read ahead with no buffer held.
  *
- * Faults: before each reply that touches rows, the archives' sizes are
- * checked against those rows (bfs_dataset_check): a truncated one gives
- * EIO. If one shrinks between
- * the check and the reply, the kernel's copy from the slices faults inside
- * the kernel: the reply's writev fails with EFAULT (no signal reaches the
- * daemon) and the kernel ends the READ with EIO. This process never touches
- * the rows. */
+ * Faults: before each reply that touches rows, the archives' sizes and
+ * mtimes are checked against those rows (bfs_dataset_check): a truncated
+ * or modified one gives EIO. If one shrinks between the check and the
+ * reply, the kernel's copy from the slices faults inside the kernel: the
+ * reply's writev fails with EFAULT (no signal reaches the daemon) and the
+ * kernel ends the READ with EIO. This process never touches the rows.
+ *
+ * What zero copy cannot do: catch a source rewritten in place while the
+ * kernel copies from it. The copy is the reply itself, and once it is
+ * written the reader has the bytes. So the check is made again after the
+ * reply (bfs_serve_zc_after): a change there is logged and kept as
+ * last_error, naming the batch whose reply may hold rows of both
+ * versions, and every later batch that reads the file fails with EIO.
+ * Without zero copy (BATCHFS_DEBUG_NO_ZERO_COPY, or any other mode) the
+ * gather's check after its copy fails the batch itself; fs/README.md
+ * (a source that changes) has what that costs. */
 #include "fs/serve_impl.h"
 
 #include <errno.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 
 #include "fs/log.h"
@@ -73,6 +84,17 @@ static uint64_t worst_slices(const struct bfs_layout *l, uint64_t rows)
 		n += sl < rows ? sl : rows;
 	}
 	return n;
+}
+
+void bfs_serve_zc_after(struct bfs_serve *s, struct bfs_file *f)
+{
+	if (bfs_dataset_check(s->ds, f->zc->idx, (size_t)f->zc->rows) < 0)
+		bfs_pool_note_error(
+		    s->pool, f->e, f->k,
+		    "replied straight from the archive while a source "
+		    "changed: the reader may have rows of both versions "
+		    "(zero copy checks before and after its reply, not "
+		    "during the kernel's copy); later batches fail with EIO");
 }
 
 void bfs_serve_zc_free(struct bfs_zc *z)
@@ -178,9 +200,15 @@ int bfs_serve_zc_read(struct bfs_serve *s, struct bfs_file *f, uint64_t off,
 		r->iovcnt = 0; /* too many slices: the pool's buffer serves */
 		return 0;
 	}
-	if (end > z->data_off && !s->o.zc_no_check &&
-	    bfs_dataset_check(s->ds, z->idx, (size_t)z->rows) < 0)
-		return -EIO;
+	if (end > z->data_off && !s->o.zc_no_check) {
+		static atomic_bool stopped;
+
+		if (bfs_dataset_check(s->ds, z->idx, (size_t)z->rows) < 0)
+			return -EIO;
+		r->zc_rows = true;
+		if (s->o.zc_debug_stop && !atomic_exchange(&stopped, true))
+			raise(SIGSTOP); /* tests: change a source now */
+	}
 	if (bfs_serve_consumed(s, f, n))
 		atomic_fetch_add(&s->c.zero_copy, 1);
 	return 1;

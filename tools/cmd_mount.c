@@ -851,7 +851,9 @@ static void close_model(struct model *mt)
 /* The serving options the environment sets for tests and measurements:
  * BATCHFS_DEBUG_GATHER_DELAY_MS (workers sleep before each gather),
  * BATCHFS_DEBUG_NO_EARLY_PUSH, BATCHFS_DEBUG_NO_ZERO_COPY,
- * BATCHFS_DEBUG_ZC_NO_CHECK, BATCHFS_DEBUG_ZC_MAX_IOV, BATCHFS_MEMFD_WRITE
+ * BATCHFS_DEBUG_ZC_NO_CHECK, BATCHFS_DEBUG_ZC_MAX_IOV, BATCHFS_DEBUG_ZC_STOP
+ * (the daemon stops itself once, between the check and the first zero-copy
+ * reply of rows), BATCHFS_MEMFD_WRITE
  * (gather|slices: how passthrough batches are written), BATCHFS_DEBUG_COLD
  * (the memory policy acts as if the data did not fit: rows of big fields
  * are read with O_DIRECT). */
@@ -870,6 +872,7 @@ static void debug_opts(struct bfs_pool_opts *po, struct bfs_serve_opts *so)
 	so->early_push = !getenv("BATCHFS_DEBUG_NO_EARLY_PUSH");
 	so->zero_copy = !getenv("BATCHFS_DEBUG_NO_ZERO_COPY");
 	so->zc_no_check = getenv("BATCHFS_DEBUG_ZC_NO_CHECK") != NULL;
+	so->zc_debug_stop = getenv("BATCHFS_DEBUG_ZC_STOP") != NULL;
 	so->zc_max_iov = iov ? (unsigned)strtoul(iov, NULL, 10) : 0;
 }
 
