@@ -83,6 +83,11 @@ _batchfs() {
 	--owner)
 		mapfile -t COMPREPLY < <(compgen -u -- "$cur")
 		return ;;
+	--timeout | -t)
+		if [[ $cmd == status ]]; then # SECONDS: nothing to offer
+			compopt +o default 2>/dev/null
+			return
+		fi ;;
 	esac
 	if [[ $cur == -* ]]; then
 		_batchfs_reply "$(_batchfs_options "$bfs" "$cmd")" "$cur"

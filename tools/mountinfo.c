@@ -5,45 +5,135 @@
  *   id parent dev root point options [optional fields...] - type source sb
  * The point, type and source are octal-escaped (\040 for a space, \011,
  * \012, \134). A later line for the same point is a mount stacked on top
- * of an earlier one, so the last match wins. */
+ * of an earlier one, so the last match wins.
+ *
+ * bfs_mountinfo_resolve walks a path as realpath(3) does, component by
+ * component, but asks mountinfo first: a mount point is never stat'ed or
+ * readlink'ed, and nothing below a batchfs mount point is looked at, so a
+ * mount whose daemon is stopped or deadlocked cannot leave `batchfs
+ * status` or `batchfs umount` waiting before they even know which mount
+ * they were given. mountinfo is read again for each component: paths are
+ * short, and the commands run once. */
 #include "tools/mountinfo.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
+
+/* Whether the mount that holds 'path' (resolved; "" is "/"), the nearest
+ * mount point at or above it, is a batchfs mount: 1 or 0, or -errno. */
+static int held_by_batchfs(const char *path, struct bfs_mountinfo *m)
+{
+	char p[PATH_MAX];
+	int rc;
+
+	snprintf(p, sizeof(p), "%s", path);
+	for (;;) {
+		rc = bfs_mountinfo_find(*p ? p : "/", m);
+		if (rc != 0)
+			return rc < 0 ? rc : bfs_mountinfo_is_batchfs(m);
+		if (!*p)
+			return 0;
+		*strrchr(p, '/') = '\0';
+	}
+}
+
+/* One step of bfs_mountinfo_resolve: component 'name' of the path, after
+ * 'cur' (resolved, "" for "/"; extended in place). 0 when cur now names
+ * it, 1 when it is a symlink whose target is in 'target' (cur unchanged),
+ * or -errno. *blind says whether cur is inside a batchfs mount. */
+static int step(char *cur, const char *name, bool *blind, char *target,
+		struct bfs_mountinfo *m)
+{
+	size_t n = strlen(cur);
+	ssize_t k;
+	int rc;
+
+	if (!strcmp(name, "."))
+		return 0;
+	if (!strcmp(name, "..")) {
+		if (n)
+			*strrchr(cur, '/') = '\0';
+		rc = held_by_batchfs(cur, m);
+		*blind = rc == 1;
+		return rc < 0 ? rc : 0;
+	}
+	if (n + 1 + strlen(name) >= PATH_MAX)
+		return -ENAMETOOLONG;
+	snprintf(cur + n, PATH_MAX - n, "/%s", name);
+	rc = bfs_mountinfo_find(cur, m);
+	if (rc != 0) { /* a mount point: a directory, never looked at */
+		*blind = rc == 1 && bfs_mountinfo_is_batchfs(m);
+		return rc < 0 ? rc : 0;
+	}
+	if (*blind) /* inside a batchfs mount: no symlinks there */
+		return 0;
+	k = readlink(cur, target, PATH_MAX - 1);
+	if (k < 0 && errno == EINVAL) /* there, and not a symlink */
+		return 0;
+	if (k < 0)
+		return -errno;
+	target[k] = '\0';
+	cur[n] = '\0';
+	return 1;
+}
 
 int bfs_mountinfo_resolve(const char *arg, char *out, size_t len)
 {
-	char real[PATH_MAX], dir[PATH_MAX], base[PATH_MAX];
-	char *slash;
-	int err;
+	char cur[PATH_MAX] = "", todo[PATH_MAX], target[PATH_MAX];
+	char name[PATH_MAX];
+	struct bfs_mountinfo *m = malloc(sizeof(*m));
+	const char *p = todo;
+	int links = 0, rc = m ? 0 : -ENOMEM;
+	bool blind = false;
 
-	if (realpath(arg, real)) {
-		snprintf(out, len, "%s", real);
-		return 0;
+	if (rc == 0 && snprintf(todo, sizeof(todo), "%s", arg) >= PATH_MAX)
+		rc = -ENAMETOOLONG;
+	if (rc == 0 && arg[0] != '/' && !getcwd(cur, sizeof(cur)))
+		rc = -errno;
+	if (rc == 0 && !strcmp(cur, "/"))
+		cur[0] = '\0';
+	if (rc == 0 && (rc = held_by_batchfs(cur, m)) >= 0) {
+		blind = rc == 1;
+		rc = 0;
 	}
-	err = errno;
-	if (err == ENOENT || err == ENOTDIR) /* not there at all */
-		return -err;
-	/* There, but it cannot be looked into (a dead mount: ENOTCONN):
-	 * resolve its parent instead. */
-	snprintf(dir, sizeof(dir), "%s", arg);
-	while (strlen(dir) > 1 && dir[strlen(dir) - 1] == '/')
-		dir[strlen(dir) - 1] = '\0';
-	slash = strrchr(dir, '/');
-	snprintf(base, sizeof(base), "%s", slash ? slash + 1 : dir);
-	if (!*base || !strcmp(base, ".") || !strcmp(base, ".."))
-		return -err;
-	if (!slash)
-		snprintf(dir, sizeof(dir), ".");
-	else
-		slash[slash == dir] = '\0'; /* "/name" -> "/" */
-	if (!realpath(dir, real))
-		return -err;
-	snprintf(out, len, "%s%s%s", real, strcmp(real, "/") ? "/" : "", base);
-	return 0;
+	while (rc == 0 && *p) {
+		size_t n = strcspn(p, "/");
+
+		snprintf(name, sizeof(name), "%.*s", (int)n, p);
+		p += n + (p[n] == '/');
+		if (!n)
+			continue;
+		rc = step(cur, name, &blind, target, m);
+		if (rc != 1)
+			continue;
+		/* a symlink: its target, then what is left of the path */
+		if (++links > 40) {
+			rc = -ELOOP;
+		} else if (strlen(target) + 1 + strlen(p) >= sizeof(todo)) {
+			rc = -ENAMETOOLONG;
+		} else { /* todo = target "/" p (p points into todo) */
+			size_t tl = strlen(target);
+
+			memmove(todo + tl + 1, p, strlen(p) + 1);
+			memcpy(todo, target, tl);
+			todo[tl] = '/';
+			p = todo;
+			if (target[0] == '/')
+				cur[0] = '\0';
+			rc = target[0] == '/' ? held_by_batchfs("", m) : 0;
+			blind = rc == 1;
+			rc = rc < 0 ? rc : 0;
+		}
+	}
+	if (rc == 0)
+		snprintf(out, len, "%s", *cur ? cur : "/");
+	free(m);
+	return rc;
 }
 
 /* Decode mountinfo's octal escapes of field 'in' into out. */
@@ -77,6 +167,8 @@ static int parse_line(char *line, struct bfs_mountinfo *m)
 	     tok = strtok_r(NULL, " ", &save))
 		f[i++] = tok;
 	if (i < 5)
+		return -1;
+	if (sscanf(f[2], "%u:%u", &m->major, &m->minor) != 2)
 		return -1;
 	unescape(f[4], m->point, sizeof(m->point));
 	while (tok && strcmp(tok, "-")) /* optional fields, then "-" */

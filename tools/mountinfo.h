@@ -14,13 +14,20 @@ struct bfs_mountinfo {
 	char point[PATH_MAX];  /* the mount point */
 	char fstype[64];       /* "fuse.batchfs", "ext4", "tmpfs", ... */
 	char source[PATH_MAX]; /* "batchfs", "/dev/sda1", ... */
+	unsigned major, minor; /* its st_dev; a FUSE mount's connection
+				* in /sys/fs/fuse/connections is
+				* major << 20 | minor */
 };
 
 /* 'arg' as an absolute path without symlinks or "..", for comparing with
- * mount points: realpath(arg), or, when arg itself cannot be resolved (a
- * dead FUSE mount answers ENOTCONN), realpath of its parent plus its last
- * component. Returns 0, or -errno of realpath(arg) when neither works
- * (-ENOENT: arg does not exist). */
+ * mount points: what realpath(arg) would say, found without ever looking
+ * into a mount point (a daemon that does not answer would leave a stat of
+ * its mount point waiting): each component that mountinfo names as a
+ * mount point is taken as the directory it is, and the rest of a path
+ * inside a batchfs mount (which has no symlinks) as written; only the
+ * other components are looked at (readlink). A dead mount (ENOTCONN)
+ * resolves as well as a live one. Returns 0, or -errno (-ENOENT: arg does
+ * not exist, -ELOOP, -ENAMETOOLONG). */
 int bfs_mountinfo_resolve(const char *arg, char *out, size_t len);
 
 /* The mount whose mount point is 'path' (resolved as above): 1 with *out

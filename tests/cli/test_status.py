@@ -6,53 +6,30 @@ four sources end in "... and N more". Naming mount points lists only
 those; a path that is not a batchfs mount exits 1 saying so. A mount
 whose daemon was killed (-o allow_other: no auto_unmount, so the mount
 stays, answering ENOTCONN) is listed as not connected with the command
-that removes it, exit 1, and the other mounts are still listed."""
+that removes it, exit 1, and the other mounts are still listed. A mount
+point may be named as any path to it (a symlink, a relative path).
+
+Other batchfs mounts of the machine (other tests', some perhaps wedged)
+are listed too when status lists all: only this test's own mounts are
+looked at then, and the exact exit status is checked with this test's
+mount points named."""
 import json
 import os
 import signal
 import subprocess
-import sys
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "mount"))
-import mountlib as ml  # noqa: E402
+import numpy as np
 
-import numpy as np  # noqa: E402
+import statuslib as sl  # puts tests/mount on the path
+from statuslib import ml, blocks, field
 
 ml.require_fuse()
 TMP = ml.TMP
+OWN = []  # this test's mount points
 
 
 def status(*args):
-    p = subprocess.run([ml.BATCHFS, "status", *args], capture_output=True,
-                       text=True, timeout=60)
-    print("$ batchfs status %s -> %d\n%s%s" % (" ".join(args), p.returncode,
-                                              p.stdout, p.stderr))
-    return p
-
-
-def blocks(out):
-    """{mount point: [its lines, the indent of two removed]}."""
-    got, point = {}, None
-    for line in out.splitlines():
-        if line.startswith("  "):
-            got[point].append(line[2:])
-        else:
-            point = line
-            got[point] = []
-    return got
-
-
-def field(lines, label):
-    """The values of the lines "LABEL VALUE" (LABEL in 11 columns) and of
-    the unlabelled ones after them (the sources after the first)."""
-    vals, inside = [], False
-    for line in lines:
-        name, value = line[:11].strip(), line[12:]
-        inside = name == label or (inside and not name)
-        if inside:
-            vals.append(value)
-    return vals
+    return sl.status(*args, own=OWN)
 
 
 def shards(name, n):
@@ -71,10 +48,12 @@ def main():
     _, a = ml.mount(shards("a", 2), os.path.join(TMP, "mnt a"),
                     "--serve", "cache", "--log-file", log)
     _, b = ml.mount(shards("b", 6), os.path.join(TMP, "mntb"))
+    OWN.extend((a, b))
 
-    p = status()
-    assert p.returncode in (0, 1), p          # 1: someone else's dead mount
+    p = status(a, b)
+    assert p.returncode == 0, p
     listed = blocks(p.stdout)
+    assert list(listed) == [a, b], p
     for mnt in (a, b):
         assert mnt in listed, (mnt, p.stdout)
         with open(os.path.join(mnt, "dataset.json")) as f:
@@ -92,9 +71,18 @@ def main():
                 len(ds["sources"]) - 4, mnt), srcs
     assert field(listed[a], "serve mode") == ["cache"]
     assert field(listed[a], "log") == [log]
+    p = status()                               # all: ours among them
+    assert p.returncode in (0, 1), p          # 1: someone else's mount
+    assert {m: blocks(p.stdout)[m] for m in (a, b)} == listed, p
 
     p = status(b)                              # only the one named
     assert p.returncode == 0 and list(blocks(p.stdout)) == [b], p
+    # named through a symlink, relative, with ".." and a trailing slash
+    os.symlink(b, os.path.join(TMP, "link-b"))
+    os.makedirs(os.path.join(TMP, "d"))
+    for arg in (os.path.join(TMP, "link-b"), "../link-b/", "../mntb/."):
+        p = sl.status(arg, own=OWN, cwd=os.path.join(TMP, "d"))
+        assert p.returncode == 0 and list(blocks(p.stdout)) == [b], p
     p = status(a, os.path.join(TMP, "a"))
     assert p.returncode == 1 and list(blocks(p.stdout)) == [a], p
     assert "%s is not a batchfs mount" % os.path.join(TMP, "a") in p.stderr
@@ -102,6 +90,7 @@ def main():
     # a dead mount: its daemon killed, the mount left behind
     _, c = ml.mount(shards("c", 1), os.path.join(TMP, "mntc"),
                     "-o", "allow_other")
+    OWN.append(c)
     pid = ml.daemon_pid(c)
     os.kill(pid, signal.SIGKILL)
     assert ml.wait_pid_exit(pid)
@@ -119,6 +108,7 @@ def main():
     assert ml.umount(c).returncode == 0 and not ml.is_mounted(c)
     for mnt in (a, b):
         assert ml.umount(mnt).returncode == 0
+    OWN.clear()
     p = status(a)
     assert p.returncode == 1 and "is not a batchfs mount" in p.stderr, p
     print("ok")
