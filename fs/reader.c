@@ -69,6 +69,13 @@ struct range {
 	struct group *g;
 };
 
+/* Faults to inject (tests): how many of the next submits fail (nothing
+ * submitted), take only their first read, of the next waits fail with
+ * EINTR. From BATCHFS_DEBUG_URING_* at creation (reader.h). */
+struct faults {
+	unsigned submit_fail, submit_short, wait_eintr;
+};
+
 struct bfs_reader {
 	enum bfs_reader_kind kind;
 	unsigned depth;
@@ -83,6 +90,7 @@ struct bfs_reader {
 	/* io_uring */
 	struct io_uring ring; /* [lock] */
 	bool ring_up;
+	struct faults fault; /* [lock] */
 	/* threads */
 	struct range *q; /* [lock] [depth], a ring */
 	unsigned q_head, q_len;
@@ -91,6 +99,38 @@ struct bfs_reader {
 };
 
 /* ---- io_uring ------------------------------------------------------------ */
+
+/* io_uring_submit, or the fault asked for. [lock] */
+static int ring_submit(struct bfs_reader *r)
+{
+	unsigned ready = io_uring_sq_ready(&r->ring), hide;
+	int rc;
+
+	if (ready && r->fault.submit_fail) {
+		r->fault.submit_fail--;
+		return -EAGAIN; /* as the kernel when out of memory */
+	}
+	if (ready < 2 || !r->fault.submit_short)
+		return io_uring_submit(&r->ring);
+	/* A short submit: the kernel is shown the first read only; the
+	 * others stay prepared, as after a real one. */
+	r->fault.submit_short--;
+	hide = ready - 1;
+	r->ring.sq.sqe_tail -= hide;
+	rc = io_uring_submit(&r->ring);
+	r->ring.sq.sqe_tail += hide;
+	return rc;
+}
+
+/* io_uring_wait_cqe, or the fault asked for. [lock] */
+static int ring_wait(struct bfs_reader *r, struct io_uring_cqe **cqe)
+{
+	if (r->fault.wait_eintr) {
+		r->fault.wait_eintr--;
+		return -EINTR; /* as a signal, SIGSTOP or a cgroup freeze */
+	}
+	return io_uring_wait_cqe(&r->ring, cqe);
+}
 
 /* Count one completion. [lock] */
 static void completed(struct bfs_reader *r, int res)
@@ -107,7 +147,7 @@ static void reap(struct bfs_reader *r, bool wait)
 {
 	struct io_uring_cqe *cqe;
 
-	if (wait && r->in_flight && io_uring_wait_cqe(&r->ring, &cqe) == 0) {
+	if (wait && r->in_flight && ring_wait(r, &cqe) == 0) {
 		completed(r, cqe->res);
 		io_uring_cqe_seen(&r->ring, cqe);
 	}
@@ -129,7 +169,7 @@ static void uring_submit(struct bfs_reader *r, int fd, uint64_t off,
 	if (sqe) {
 		io_uring_prep_read(sqe, fd, r->scratch, (unsigned)len,
 				   (__u64)off);
-		if (io_uring_submit(&r->ring) == 1)
+		if (ring_submit(r) == 1)
 			r->in_flight++;
 	}
 	reap(r, false);
@@ -251,8 +291,7 @@ static int uring_read_all(struct bfs_reader *r, const struct bfs_read *rd,
 			next++;
 			r->in_flight++;
 		}
-		if (io_uring_submit_and_wait(&r->ring, 1) < 0 ||
-		    io_uring_wait_cqe(&r->ring, &cqe) < 0) {
+		if (ring_submit(r) < 0 || ring_wait(r, &cqe) < 0) {
 			failed = true; /* cannot wait: give up on the rest */
 			break;
 		}
@@ -263,7 +302,7 @@ static int uring_read_all(struct bfs_reader *r, const struct bfs_read *rd,
 		done++;
 	}
 	while (r->in_flight && done < next) { /* after a failure: drain */
-		if (io_uring_wait_cqe(&r->ring, &cqe) < 0)
+		if (ring_wait(r, &cqe) < 0)
 			break;
 		completed(r, cqe->res);
 		io_uring_cqe_seen(&r->ring, cqe);
@@ -282,6 +321,14 @@ int bfs_reader_read_all(struct bfs_reader *r, const struct bfs_read *reads,
 
 /* ---- the reader ------------------------------------------------------------
  */
+
+/* The count in environment variable 'name' (0 when unset). */
+static unsigned env_count(const char *name)
+{
+	const char *v = getenv(name);
+
+	return v ? (unsigned)strtoul(v, NULL, 10) : 0;
+}
 
 /* Set up io_uring (kind IO_URING) or the threads, as 'want' says. */
 static int start(struct bfs_reader *r, enum bfs_reader_kind want, char *why,
@@ -332,6 +379,11 @@ int bfs_reader_create(struct bfs_reader **out, enum bfs_reader_kind want,
 	if (!r)
 		return -ENOMEM;
 	r->depth = depth ? depth : 1;
+	r->fault = (struct faults){
+	    .submit_fail = env_count("BATCHFS_DEBUG_URING_SUBMIT_FAIL"),
+	    .submit_short = env_count("BATCHFS_DEBUG_URING_SUBMIT_SHORT"),
+	    .wait_eintr = env_count("BATCHFS_DEBUG_URING_EINTR"),
+	};
 	pthread_mutex_init(&r->lock, NULL);
 	pthread_cond_init(&r->room, NULL);
 	pthread_cond_init(&r->work, NULL);

@@ -10,7 +10,14 @@
  * one pread at a time.
  *
  * Thread-safe: bfs_reader_submit may be called from any thread; it waits
- * while 'depth' reads are in flight. */
+ * while 'depth' reads are in flight.
+ *
+ * Faults, for tests (read by bfs_reader_create, counted per reader):
+ * BATCHFS_DEBUG_URING_SUBMIT_FAIL=N fails the next N submits to the ring
+ * with EAGAIN, submitting nothing; BATCHFS_DEBUG_URING_SUBMIT_SHORT=N
+ * has the next N submits of several reads take only the first;
+ * BATCHFS_DEBUG_URING_EINTR=N fails the next N waits for a completion
+ * with EINTR (as a signal, SIGSTOP or a cgroup freeze does). */
 #ifndef BFS_READER_H
 #define BFS_READER_H
 
