@@ -68,9 +68,11 @@ struct bfs_read {
 };
 
 /* Read every one of reads[0..n) into its buffer, up to 'depth' at a time,
- * and wait for all. Not to be mixed with bfs_reader_submit on one reader
- * (a reader of its own per caller). 0, or -EIO when one failed or came
- * back short. */
+ * and wait for all: when it returns no read is in flight, the buffers are
+ * the caller's again (a wait cut short by a signal waits again; reads a
+ * failed submit did not hand to io_uring are read with pread). Not to be
+ * mixed with bfs_reader_submit on one reader (a reader of its own per
+ * caller). 0, or -EIO when one failed or came back short. */
 int bfs_reader_read_all(struct bfs_reader *r, const struct bfs_read *reads,
 			size_t n);
 
