@@ -13,6 +13,17 @@
  * 'depth' reads in flight. A completion thread is not needed: stats and
  * destroy reap too.
  *
+ * In flight means taken by the kernel: counted from what the ring still
+ * holds after a submit, so a submit that takes some entries or none is
+ * counted right, and every read counted is reaped (destroy waits for
+ * them, before the scratch goes). A wait cut short by a signal (EINTR:
+ * SIGSTOP, a cgroup freeze) waits again. A group's reads
+ * (bfs_reader_read_all) land in the caller's buffers, so the call returns
+ * only once every read the kernel took has completed; when a submit takes
+ * none, the entries it left are read with pread and turned into no-ops (a
+ * later submit would still hand them over), and so is the rest of the
+ * group. Entries prepared are kept (sqes) until taken, for that.
+ *
  * Threads: a ring of queued ranges and THREADS_MAX threads at most, each
  * taking one and doing one pread.
  *
@@ -20,6 +31,7 @@
  * own calls. */
 #include "fs/reader.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <liburing.h>
 #include <pthread.h>
@@ -28,6 +40,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 #define THREADS_MAX 32u
@@ -69,6 +82,13 @@ struct range {
 	struct group *g;
 };
 
+/* Faults to inject (tests): how many of the next submits fail (nothing
+ * submitted), take only their first read, of the next waits fail with
+ * EINTR. From BATCHFS_DEBUG_URING_* at creation (reader.h). */
+struct faults {
+	unsigned submit_fail, submit_short, wait_eintr;
+};
+
 struct bfs_reader {
 	enum bfs_reader_kind kind;
 	unsigned depth;
@@ -83,6 +103,9 @@ struct bfs_reader {
 	/* io_uring */
 	struct io_uring ring; /* [lock] */
 	bool ring_up;
+	struct io_uring_sqe **sqes; /* [lock] [depth]: the last prepared */
+	uint64_t prepared;	    /* [lock] entries prepared, ever */
+	struct faults fault;	    /* [lock] */
 	/* threads */
 	struct range *q; /* [lock] [depth], a ring */
 	unsigned q_head, q_len;
@@ -91,6 +114,80 @@ struct bfs_reader {
 };
 
 /* ---- io_uring ------------------------------------------------------------ */
+
+/* User data of an entry: read i of a group is i + 1 (bfs_reader_read_all),
+ * a read into the scratch 0, an entry taken back (a no-op) NOP. */
+#define NOP UINT64_MAX
+
+/* An entry for a new read while fewer than 'depth' are in flight or
+ * prepared, else NULL; kept in r->sqes until the kernel takes it. */
+static struct io_uring_sqe *ring_entry(struct bfs_reader *r)
+{
+	struct io_uring_sqe *sqe;
+
+	if (r->in_flight + io_uring_sq_ready(&r->ring) >= r->depth)
+		return NULL;
+	sqe = io_uring_get_sqe(&r->ring);
+	if (sqe)
+		r->sqes[r->prepared++ % r->depth] = sqe;
+	return sqe;
+}
+
+/* Hand the entries prepared to the kernel, and count those it took as in
+ * flight: all, or the first few (a short submit: the others stay
+ * prepared, for the next). The count is the ring's (what is still
+ * prepared), never a return value taken on trust. Returns how many it
+ * took, or -errno when it took none of those prepared. [lock] */
+static int ring_submit(struct bfs_reader *r)
+{
+	unsigned ready = io_uring_sq_ready(&r->ring), took;
+	int rc;
+
+	if (!ready)
+		return 0;
+	if (r->fault.submit_fail) {
+		r->fault.submit_fail--;
+		rc = -EAGAIN; /* as the kernel when out of memory */
+	} else if (ready > 1 && r->fault.submit_short) {
+		/* The kernel is shown the first entry only: liburing hands
+		 * it those up to sqe_tail. */
+		r->fault.submit_short--;
+		r->ring.sq.sqe_tail -= ready - 1;
+		rc = io_uring_submit(&r->ring);
+		r->ring.sq.sqe_tail += ready - 1;
+	} else {
+		rc = io_uring_submit(&r->ring);
+	}
+	took = ready - io_uring_sq_ready(&r->ring);
+	r->in_flight += took;
+	if (took)
+		return (int)took;
+	return rc < 0 ? rc : -EAGAIN;
+}
+
+/* The next completion, however long it takes: a wait cut short (EINTR: a
+ * signal, SIGSTOP, a cgroup freeze) waits again, for a read in flight
+ * writes into memory that is not given back until it completes. Only
+ * with reads in flight. [lock] */
+static struct io_uring_cqe *ring_wait(struct bfs_reader *r)
+{
+	struct io_uring_cqe *cqe = NULL;
+
+	for (;;) {
+		int rc;
+
+		if (r->fault.wait_eintr) {
+			r->fault.wait_eintr--;
+			rc = -EINTR; /* as a signal, SIGSTOP, a freeze */
+		} else {
+			rc = io_uring_wait_cqe(&r->ring, &cqe);
+		}
+		if (rc == 0)
+			return cqe;
+		if (rc != -EINTR) /* not expected: no busy loop meanwhile */
+			nanosleep(&(struct timespec){0, 1000000}, NULL);
+	}
+}
 
 /* Count one completion. [lock] */
 static void completed(struct bfs_reader *r, int res)
@@ -102,19 +199,38 @@ static void completed(struct bfs_reader *r, int res)
 	pthread_cond_broadcast(&r->room);
 }
 
-/* Reap what has completed; with 'wait', at least one. [lock] */
-static void reap(struct bfs_reader *r, bool wait)
+/* Count completion cqe and let it go. False when it is a read of group rd
+ * that failed or came back short. [lock] */
+static bool take(struct bfs_reader *r, struct io_uring_cqe *cqe,
+		 const struct bfs_read *rd)
+{
+	uint64_t d = io_uring_cqe_get_data64(cqe);
+	int res = cqe->res;
+
+	io_uring_cqe_seen(&r->ring, cqe);
+	if (d == NOP) {
+		r->in_flight--;
+		return true;
+	}
+	assert(!d || rd); /* a group's read outside bfs_reader_read_all */
+	completed(r, res);
+	return !d || (res >= 0 && (uint64_t)res == rd[d - 1].len);
+}
+
+/* Take what has completed; with 'wait', at least one when any is in
+ * flight. False when a read of group rd failed or came back short.
+ * [lock] */
+static bool reap(struct bfs_reader *r, bool wait, const struct bfs_read *rd)
 {
 	struct io_uring_cqe *cqe;
+	bool ok = true;
 
-	if (wait && r->in_flight && io_uring_wait_cqe(&r->ring, &cqe) == 0) {
-		completed(r, cqe->res);
-		io_uring_cqe_seen(&r->ring, cqe);
-	}
-	while (r->in_flight && io_uring_peek_cqe(&r->ring, &cqe) == 0) {
-		completed(r, cqe->res);
-		io_uring_cqe_seen(&r->ring, cqe);
-	}
+	if (wait && r->in_flight && !take(r, ring_wait(r), rd))
+		ok = false;
+	while (r->in_flight && io_uring_peek_cqe(&r->ring, &cqe) == 0)
+		if (!take(r, cqe, rd))
+			ok = false;
+	return ok;
 }
 
 static void uring_submit(struct bfs_reader *r, int fd, uint64_t off,
@@ -123,16 +239,17 @@ static void uring_submit(struct bfs_reader *r, int fd, uint64_t off,
 	struct io_uring_sqe *sqe;
 
 	pthread_mutex_lock(&r->lock);
-	while (r->in_flight >= r->depth)
-		reap(r, true);
-	sqe = io_uring_get_sqe(&r->ring);
-	if (sqe) {
+	while (!(sqe = ring_entry(r)) && r->in_flight)
+		reap(r, true, NULL);
+	if (sqe) { /* else the ring is full of reads not taken: dropped */
 		io_uring_prep_read(sqe, fd, r->scratch, (unsigned)len,
 				   (__u64)off);
-		if (io_uring_submit(&r->ring) == 1)
-			r->in_flight++;
+		io_uring_sqe_set_data64(sqe, 0);
 	}
-	reap(r, false);
+	/* Reads a failed submit did not hand over stay prepared, for the
+	 * next one: into the scratch, which lasts as long as the reader. */
+	ring_submit(r);
+	reap(r, false, NULL);
 	pthread_mutex_unlock(&r->lock);
 }
 
@@ -229,48 +346,74 @@ static int threads_read_all(struct bfs_reader *r, const struct bfs_read *rd,
 	return g.failed ? -EIO : 0;
 }
 
-/* Group reads on the ring (the caller's own): 'depth' in flight. */
+/* rd's read with pread: false when it failed or came back short. */
+static bool read_one(const struct bfs_read *rd)
+{
+	ssize_t got;
+
+	do
+		got = pread(rd->fd, rd->buf, (size_t)rd->len, (off_t)rd->off);
+	while (got < 0 && errno == EINTR);
+	return got == (ssize_t)rd->len;
+}
+
+/* The entries the kernel did not take (a submit failed): group rd's reads
+ * among them are done here with pread, and every one becomes a no-op, for
+ * a later submit may still hand them to the kernel, and a read must not
+ * land in a buffer given back to its caller. False when a read failed or
+ * came back short. [lock] */
+static bool take_back(struct bfs_reader *r, const struct bfs_read *rd)
+{
+	unsigned ready = io_uring_sq_ready(&r->ring);
+	bool ok = true;
+
+	for (unsigned i = 0; i < ready; i++) {
+		struct io_uring_sqe *sqe =
+		    r->sqes[(r->prepared - ready + i) % r->depth];
+		uint64_t d = sqe->user_data;
+
+		if (d && d != NOP && !read_one(&rd[d - 1]))
+			ok = false;
+		io_uring_prep_nop(sqe);
+		io_uring_sqe_set_data64(sqe, NOP);
+	}
+	return ok;
+}
+
+/* Group reads on the ring (the caller's own): 'depth' in flight. Every
+ * read the kernel took has completed when this returns; once a submit
+ * fails, what it did not take and the rest of the group are read with
+ * pread. */
 static int uring_read_all(struct bfs_reader *r, const struct bfs_read *rd,
 			  size_t n)
 {
-	struct io_uring_cqe *cqe;
-	size_t next = 0, done = 0;
-	bool failed = false;
+	struct io_uring_sqe *sqe;
+	bool ok = true, ring = true;
+	size_t next = 0;
 
 	pthread_mutex_lock(&r->lock);
-	while (done < n) {
-		while (next < n && r->in_flight < r->depth) {
-			struct io_uring_sqe *sqe = io_uring_get_sqe(&r->ring);
-
-			if (!sqe)
-				break;
+	while (next < n || r->in_flight ||
+	       (ring && io_uring_sq_ready(&r->ring))) {
+		while (ring && next < n && (sqe = ring_entry(r))) {
 			io_uring_prep_read(sqe, rd[next].fd, rd[next].buf,
 					   (unsigned)rd[next].len,
 					   (__u64)rd[next].off);
-			io_uring_sqe_set_data64(sqe, rd[next].len);
+			io_uring_sqe_set_data64(sqe, next + 1);
 			next++;
-			r->in_flight++;
 		}
-		if (io_uring_submit_and_wait(&r->ring, 1) < 0 ||
-		    io_uring_wait_cqe(&r->ring, &cqe) < 0) {
-			failed = true; /* cannot wait: give up on the rest */
-			break;
+		if (ring && (ring_submit(r) < 0 || !r->in_flight)) {
+			if (!take_back(r, rd))
+				ok = false;
+			ring = false;
 		}
-		failed |= cqe->res < 0 ||
-			  (uint64_t)cqe->res != io_uring_cqe_get_data64(cqe);
-		completed(r, cqe->res);
-		io_uring_cqe_seen(&r->ring, cqe);
-		done++;
-	}
-	while (r->in_flight && done < next) { /* after a failure: drain */
-		if (io_uring_wait_cqe(&r->ring, &cqe) < 0)
-			break;
-		completed(r, cqe->res);
-		io_uring_cqe_seen(&r->ring, cqe);
-		done++;
+		for (; !ring && next < n; next++)
+			if (!read_one(&rd[next]))
+				ok = false;
+		if (!reap(r, true, rd))
+			ok = false;
 	}
 	pthread_mutex_unlock(&r->lock);
-	return failed || done < n ? -EIO : 0;
+	return ok ? 0 : -EIO;
 }
 
 int bfs_reader_read_all(struct bfs_reader *r, const struct bfs_read *reads,
@@ -283,6 +426,14 @@ int bfs_reader_read_all(struct bfs_reader *r, const struct bfs_read *reads,
 /* ---- the reader ------------------------------------------------------------
  */
 
+/* The count in environment variable 'name' (0 when unset). */
+static unsigned env_count(const char *name)
+{
+	const char *v = getenv(name);
+
+	return v ? (unsigned)strtoul(v, NULL, 10) : 0;
+}
+
 /* Set up io_uring (kind IO_URING) or the threads, as 'want' says. */
 static int start(struct bfs_reader *r, enum bfs_reader_kind want, char *why,
 		 size_t len)
@@ -290,6 +441,9 @@ static int start(struct bfs_reader *r, enum bfs_reader_kind want, char *why,
 	int rc = -ENOSYS;
 
 	if (want != BFS_READER_THREADS) {
+		r->sqes = calloc(r->depth, sizeof(*r->sqes));
+		if (!r->sqes)
+			return -ENOMEM;
 		rc = io_uring_queue_init(r->depth, &r->ring, 0);
 		r->ring_up = rc == 0;
 		if (r->ring_up) {
@@ -332,6 +486,11 @@ int bfs_reader_create(struct bfs_reader **out, enum bfs_reader_kind want,
 	if (!r)
 		return -ENOMEM;
 	r->depth = depth ? depth : 1;
+	r->fault = (struct faults){
+	    .submit_fail = env_count("BATCHFS_DEBUG_URING_SUBMIT_FAIL"),
+	    .submit_short = env_count("BATCHFS_DEBUG_URING_SUBMIT_SHORT"),
+	    .wait_eintr = env_count("BATCHFS_DEBUG_URING_EINTR"),
+	};
 	pthread_mutex_init(&r->lock, NULL);
 	pthread_cond_init(&r->room, NULL);
 	pthread_cond_init(&r->work, NULL);
@@ -360,7 +519,7 @@ void bfs_reader_destroy(struct bfs_reader *r)
 	pthread_cond_broadcast(&r->work);
 	pthread_cond_broadcast(&r->room);
 	while (r->ring_up && r->in_flight)
-		reap(r, true);
+		reap(r, true, NULL);
 	pthread_mutex_unlock(&r->lock);
 	for (unsigned i = 0; i < r->nthreads; i++)
 		pthread_join(r->threads[i], NULL); /* after the queue drains */
@@ -368,6 +527,7 @@ void bfs_reader_destroy(struct bfs_reader *r)
 		io_uring_queue_exit(&r->ring);
 	if (r->scratch)
 		munmap(r->scratch, BFS_READER_MAX);
+	free(r->sqes);
 	free(r->q);
 	free(r->threads);
 	pthread_cond_destroy(&r->work);
@@ -395,7 +555,7 @@ void bfs_reader_stats(struct bfs_reader *r, struct bfs_reader_stats *out)
 {
 	pthread_mutex_lock(&r->lock);
 	if (r->ring_up)
-		reap(r, false);
+		reap(r, false, NULL);
 	out->in_flight = r->in_flight;
 	out->reads = r->reads;
 	out->bytes = r->bytes;

@@ -10,7 +10,14 @@
  * one pread at a time.
  *
  * Thread-safe: bfs_reader_submit may be called from any thread; it waits
- * while 'depth' reads are in flight. */
+ * while 'depth' reads are in flight.
+ *
+ * Faults, for tests (read by bfs_reader_create, counted per reader):
+ * BATCHFS_DEBUG_URING_SUBMIT_FAIL=N fails the next N submits to the ring
+ * with EAGAIN, submitting nothing; BATCHFS_DEBUG_URING_SUBMIT_SHORT=N
+ * has the next N submits of several reads take only the first;
+ * BATCHFS_DEBUG_URING_EINTR=N fails the next N waits for a completion
+ * with EINTR (as a signal, SIGSTOP or a cgroup freeze does). */
 #ifndef BFS_READER_H
 #define BFS_READER_H
 
@@ -61,9 +68,11 @@ struct bfs_read {
 };
 
 /* Read every one of reads[0..n) into its buffer, up to 'depth' at a time,
- * and wait for all. Not to be mixed with bfs_reader_submit on one reader
- * (a reader of its own per caller). 0, or -EIO when one failed or came
- * back short. */
+ * and wait for all: when it returns no read is in flight, the buffers are
+ * the caller's again (a wait cut short by a signal waits again; reads a
+ * failed submit did not hand to io_uring are read with pread). Not to be
+ * mixed with bfs_reader_submit on one reader (a reader of its own per
+ * caller). 0, or -EIO when one failed or came back short. */
 int bfs_reader_read_all(struct bfs_reader *r, const struct bfs_read *reads,
 			size_t n);
 

@@ -10,6 +10,11 @@
   filter, as some container profiles have): --reader auto falls back to
   reader threads and says why (log, stats, dataset.json), batches exact;
   --reader io_uring fails the mount with the reason;
+- faults of the io_uring under those reads and the read-ahead
+  (BATCHFS_DEBUG_URING_*): waits cut short by EINTR (as SIGSTOP or a
+  cgroup freeze do), submits that fail (a few, or all) or take only one
+  read: every batch exact, every row still read with O_DIRECT (no batch
+  fell back to the mapping), never a hang;
 - faults under the O_DIRECT reads (faultfs): EIO on one sample's row
   fails exactly the batches holding it, with EIO, the daemon stays alive,
   and after `clear` they read back; a read stalled past --timeout fails
@@ -149,6 +154,33 @@ def seccomp_falls_back(data):
           "(%d: %s)" % (p.returncode, p.stderr.strip()))
 
 
+URING_FAULTS = [
+    ("eintr", {"BATCHFS_DEBUG_URING_EINTR": "4"}),
+    ("submit-fails", {"BATCHFS_DEBUG_URING_SUBMIT_FAIL": "2"}),
+    ("submit-always-fails", {"BATCHFS_DEBUG_URING_SUBMIT_FAIL": "1000000"}),
+    ("submit-short", {"BATCHFS_DEBUG_URING_SUBMIT_SHORT": "1000000"}),
+]
+
+
+def uring_faults(data):
+    for name, env in URING_FAULTS:
+        _, mnt = mount(data, "uring-" + name, "--reader", "io_uring",
+                       "--epochs", 1, env=env)
+        got = []
+        try:
+            ml.bounded(mnt, [lambda: got.extend(epoch(data, mnt, 0))])
+        except AssertionError as ex:
+            check(False, "%s: %s" % (name, ex))
+            continue
+        check(got == ["ok"] * len(got), "%s: every batch of an epoch is "
+              "exact (%s)" % (name, sorted(set(map(str, got)))))
+        direct = ml.stats(mnt)["rows_read_direct"]
+        check(direct >= data.n, "%s: every row read with O_DIRECT, none "
+              "from the mapping after a failed read (%d of %d)"
+              % (name, direct, data.n))
+        ml.umount(mnt)
+
+
 def faults(data):
     if not os.path.exists(ml.FAULTFS):
         check(False, "faultfs is built")
@@ -244,6 +276,7 @@ def main():
     data = Data("cold", 600, 1)
     readers_serve_exact(data)
     seccomp_falls_back(data)
+    uring_faults(data)
     faults(data)
     in_cgroup()
     return ml.finish(failures)

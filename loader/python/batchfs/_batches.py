@@ -48,17 +48,25 @@ def _env_int(name):
         raise ValueError("%s=%r is not an integer" % (name, v)) from None
 
 
-def pick_rank(path, info, rank):
+def pick_rank(path, info, rank, whole_dataset=False):
     """The rank a process reads from the mount at 'path' (dataset.json:
     'info'): 'rank' if given, else $RANK (torchrun sets it, and
     WORLD_SIZE) on a mount of several ranks (`--ranks`); None on a mount
     that is not distributed. A rank the mount does not serve, or a
     WORLD_SIZE other than the mount's, is a ValueError that says what to
-    do."""
+    do; so is a mount that is not distributed read by one of several
+    ranks (WORLD_SIZE > 1, or rank= 1 or more), which would give every
+    rank every batch, unless whole_dataset=True says that is the aim."""
     world, ranks = info.get("world_size", 1), info.get("ranks", [0])
     env_rank, env_world = _env_int("RANK"), _env_int("WORLD_SIZE")
     if world == 1 and not info.get("rank_dirs"):
-        return None if rank is None else int(rank)
+        if rank is not None:
+            rank = int(rank)
+        if not whole_dataset and ((env_world or 1) > 1 or (rank or 0) > 0):
+            raise ValueError(_whole_dataset_message(
+                path, env_world, env_rank if rank is None else rank,
+                "rank=%d" % rank if rank is not None else None))
+        return rank
     if env_world is not None and env_world != world:
         raise ValueError(
             "%s serves a DistributedSampler of world size %d, but "
@@ -82,6 +90,27 @@ def pick_rank(path, info, rank):
                          (path, "s" if len(ranks) > 1 else "",
                           _ranges(ranks), world, rank, how))
     return rank
+
+
+def _whole_dataset_message(path, world, rank, rank_arg):
+    """What to say when one of several ranks (world: $WORLD_SIZE or None;
+    rank: rank= or $RANK, or None) reads a mount that is not distributed:
+    the options that split it."""
+    w = str(world) if world and world > 1 else "W"
+    r = "R" if rank is None else str(rank)
+    said = ", ".join(x for x in (
+        rank_arg or (None if rank is None else "RANK=%d" % rank),
+        None if w == "W" else "WORLD_SIZE=%s" % w) if x)
+    return ("%s was mounted without --world-size: it serves the whole "
+            "dataset, but this process is %s (%s), so every rank would read "
+            "every batch. Mount with `batchfs mount ... --world-size %s "
+            "--ranks all` (one mount for every rank of the node, read from "
+            "rank/$RANK/) or `batchfs mount ... --world-size %s --rank %s` "
+            "(one mount per rank); or pass whole_dataset=True to read the "
+            "whole dataset on every rank on purpose"
+            % (path, "one of %s ranks" % w if rank is None else
+               "rank %s" % r + ("" if w == "W" else " of " + w), said, w,
+               w, r))
 
 
 def _ranges(ranks):
@@ -115,7 +144,12 @@ class Batches:
     sets RANK and WORLD_SIZE); .rank says which. A rank the mount does not
     serve, or a WORLD_SIZE other than the mount's, is a ValueError. On a
     mount of one rank (`--rank R`) a RANK or WORLD_SIZE that says
-    otherwise is one too.
+    otherwise is one too. A mount without ranks (no --world-size) serves
+    the whole dataset: read by one of several ranks (WORLD_SIZE > 1, as
+    under torchrun, or rank= 1 or more) it is a ValueError naming the
+    mount options that split it (--world-size W --ranks all, or
+    --world-size W --rank R), unless whole_dataset=True: every rank then
+    reads every batch, on purpose.
 
     stream=True reads each epoch from its stream file (stream/N: the
     batch files back to back, one open per epoch) in large reads, the
@@ -140,11 +174,12 @@ class Batches:
     _API = "batchfs.Batches"   # in messages: what wants the mount's root
 
     def __init__(self, mountpoint, epoch=0, start_batch=0, device=None,
-                 zero_copy=False, rank=None, stream=False):
+                 zero_copy=False, rank=None, stream=False,
+                 whole_dataset=False):
         self.path = os.fspath(mountpoint)
         info = dataset_of_root(self.path, self._API)
         self._watch = MountWatch(self.path, info.get("log"))
-        self.rank = pick_rank(self.path, info, rank)
+        self.rank = pick_rank(self.path, info, rank, whole_dataset)
         self._dir = self.path if not info.get("rank_dirs") else \
             "%s/rank/%d" % (self.path, self.rank)
         self._len = info["batches_per_epoch"]

@@ -108,10 +108,13 @@ class Mount:
         return {k: int(v) if v.strip().isdigit() else v.strip()
                 for k, v in pairs}
 
-    def batches(self, epoch=0, start_batch=0, device=None, zero_copy=False):
-        """batchfs.Batches over this mount."""
+    def batches(self, epoch=0, start_batch=0, device=None, zero_copy=False,
+                **options):
+        """batchfs.Batches over this mount; 'options' are Batches' others
+        (rank=, stream=, whole_dataset=)."""
         from ._batches import Batches
-        return Batches(self.path, epoch, start_batch, device, zero_copy)
+        return Batches(self.path, epoch, start_batch, device, zero_copy,
+                       **options)
 
     def umount(self, lazy=False):
         """`batchfs umount`; MountError when it fails (busy: the message

@@ -184,17 +184,21 @@ class IterableDataset(torch.utils.data.IterableDataset):
     raises after a pass broken off mid-epoch.
 
     On a mount of several ranks (`--ranks`) it reads the rank 'rank', or
-    $RANK (torchrun sets it): see batchfs.Batches. As there, a path other
+    $RANK (torchrun sets it): see batchfs.Batches. As there, a mount
+    without ranks read under torchrun (WORLD_SIZE > 1) is a ValueError
+    naming the mount options that split it, unless whole_dataset=True
+    (every rank reads every batch, on purpose); a path other
     than the mount's root is a ValueError naming the one it wants, and a
     mount gone while iterating (its daemon exited) a MountGoneError
     naming the mount and the daemon's log; from a worker, DataLoader
     raises it again in the training loop with the worker's traceback."""
 
     def __init__(self, mountpoint, epoch=0, start_batch=0, device="cpu",
-                 zero_copy=False, rank=None):
+                 zero_copy=False, rank=None, whole_dataset=False):
         super().__init__()
         self.batches = _DatasetBatches(mountpoint, epoch, start_batch,
-                                       device, zero_copy, rank)
+                                       device, zero_copy, rank,
+                                       whole_dataset=whole_dataset)
         self.rank = self.batches.rank
         self._record = _Record(self.batches._epoch, self.batches._next)
         self._iters = (None, 0)   # (pid, iterations in that process)
