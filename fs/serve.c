@@ -194,8 +194,9 @@ void bfs_serve_destroy(struct bfs_serve *s)
 		bfs_pool_release(s->pool, f->held);
 		file_free(f);
 	}
-	bfs_pushed_destroy(s->pushed); /* its jobs hold batches */
+	bfs_pushed_stop(s->pushed); /* its jobs hold batches */
 	bfs_pool_destroy(s->pool);
+	bfs_pushed_destroy(s->pushed); /* workers pushed into it */
 	bfs_streams_destroy(s->streams);
 	pthread_mutex_destroy(&s->lock);
 	free(s);

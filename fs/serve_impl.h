@@ -62,7 +62,12 @@ struct bfs_serve {
  * under 'budget' bytes, and the thread that makes every store and
  * invalidation (s->k). 0 or -errno. */
 int bfs_pushed_create(struct bfs_serve *s, uint64_t budget, uint64_t len);
-/* Stop the thread (queued stores are dropped), free. Accepts NULL. */
+/* Stop the thread: queued stores are dropped (their batches released:
+ * the pool must still be there), and workers that push from then on
+ * find the ledger closed. Accepts NULL. */
+void bfs_pushed_stop(struct bfs_pushed *pb);
+/* Stop, then free (after the pool: its workers call into the ledger).
+ * Accepts NULL. */
 void bfs_pushed_destroy(struct bfs_pushed *pb);
 
 /* Push-mode open of batch file f: have it stored whole into the page

@@ -106,7 +106,7 @@ int bfs_pushed_create(struct bfs_serve *s, uint64_t budget, uint64_t len)
 	return rc;
 }
 
-void bfs_pushed_destroy(struct bfs_pushed *pb)
+void bfs_pushed_stop(struct bfs_pushed *pb)
 {
 	if (!pb)
 		return;
@@ -116,6 +116,14 @@ void bfs_pushed_destroy(struct bfs_pushed *pb)
 	pthread_mutex_unlock(&pb->lock);
 	if (pb->started)
 		pthread_join(pb->thread, NULL);
+	pb->started = false;
+}
+
+void bfs_pushed_destroy(struct bfs_pushed *pb)
+{
+	if (!pb)
+		return;
+	bfs_pushed_stop(pb);
 	pthread_cond_destroy(&pb->work);
 	pthread_cond_destroy(&pb->stored);
 	pthread_mutex_destroy(&pb->lock);
