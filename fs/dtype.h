@@ -1,4 +1,5 @@
-/* Element types: torch names, safetensors codes, sizes.
+/* Element types: torch names, safetensors codes, numpy descrs, sizes; and
+ * the most dims a tensor may have.
  *
  * Checklist when you add a dtype: add it to enum bfs_dtype (before
  * BFS_DT_COUNT), to the table in fs/dtype.c (fs/pickle_torch.c resolves the
@@ -9,6 +10,10 @@
 #define BFS_DTYPE_H
 
 #include <stddef.h>
+
+/* The most dims a tensor of a source may have (a torch.save archive, a
+ * .npy file, a safetensors entry): more are refused, naming the tensor. */
+#define BFS_MAX_DIMS 64
 
 enum bfs_dtype {
 	BFS_DT_INVALID = 0,
