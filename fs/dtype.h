@@ -3,9 +3,12 @@
  *
  * Checklist when you add a dtype: add it to enum bfs_dtype (before
  * BFS_DT_COUNT), to the table in fs/dtype.c (fs/pickle_torch.c resolves the
- * torch.<T>Storage and torch.<dtype> globals through it: nothing to add
- * there), to tests/unit/test_dtype.c, and to the dtype list of the interop
- * fixtures (tests/interop/). */
+ * torch.<T>Storage and torch.<dtype> globals through it, and a mount's
+ * README renders its numpy reader's table from it, fs/text.c: nothing to
+ * add there), to tests/unit/test_dtype.c, to the dtype list of the interop
+ * fixtures (tests/interop/), to NP in loader/python/batchfs/_batchfile.py
+ * (Python's one table: the tests import it) and to README.md's numpy
+ * reader (tests/cli/test_readme.py checks that it reads every code). */
 #ifndef BFS_DTYPE_H
 #define BFS_DTYPE_H
 
