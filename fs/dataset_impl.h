@@ -1,6 +1,7 @@
 /* fs/dataset_impl: the dataset's internals, shared by fs/dataset.c
  * (opening: sources, fields, bindings, ragged offsets) and fs/gather.c
- * (rows, ragged spans, the SIGBUS guard, advice). Not a public header.
+ * (rows, ragged spans, the SIGBUS guard, the checks of sizes and mtimes).
+ * Not a public header.
  *
  * Invariants after bfs_dataset_open: everything here is immutable except
  * the changed flags (relaxed atomics: say a change once), so the gather

@@ -1,14 +1,22 @@
-/* Element types: torch names, safetensors codes, sizes.
+/* Element types: torch names, safetensors codes, numpy descrs, sizes; and
+ * the most dims a tensor may have.
  *
  * Checklist when you add a dtype: add it to enum bfs_dtype (before
  * BFS_DT_COUNT), to the table in fs/dtype.c (fs/pickle_torch.c resolves the
- * torch.<T>Storage and torch.<dtype> globals through it: nothing to add
- * there), to tests/unit/test_dtype.c, and to the dtype list of the interop
- * fixtures (tests/interop/). */
+ * torch.<T>Storage and torch.<dtype> globals through it, and a mount's
+ * README renders its numpy reader's table from it, fs/text.c: nothing to
+ * add there), to tests/unit/test_dtype.c, to the dtype list of the interop
+ * fixtures (tests/interop/), to NP in loader/python/batchfs/_batchfile.py
+ * (Python's one table: the tests import it) and to README.md's numpy
+ * reader (tests/cli/test_readme.py checks that it reads every code). */
 #ifndef BFS_DTYPE_H
 #define BFS_DTYPE_H
 
 #include <stddef.h>
+
+/* The most dims a tensor of a source may have (a torch.save archive, a
+ * .npy file, a safetensors entry): more are refused, naming the tensor. */
+#define BFS_MAX_DIMS 64
 
 enum bfs_dtype {
 	BFS_DT_INVALID = 0,

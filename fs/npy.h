@@ -14,7 +14,6 @@
 
 #include "fs/dtype.h"
 #include "fs/error.h"
-#include "fs/pickle.h" /* BFS_MAX_DIMS */
 
 /* Longest header accepted (numpy's own limit is 10,000 characters). */
 #define BFS_NPY_MAX_HEADER 65536

@@ -17,7 +17,6 @@
 #include "fs/dtype.h"
 #include "fs/error.h"
 
-#define BFS_MAX_DIMS 64
 /* Fields (top-level tensors) of one dataset: a pickle with more is refused
  * before any per-field memory is spent. */
 #define BFS_MAX_FIELDS 4096u

@@ -8,8 +8,9 @@
  * name; REDUCE only interprets the allowlisted callables, type- and
  * arity-checked; BUILD is a no-op on a dict (a state_dict's '_metadata')
  * and refused with real state on a tensor. Tensors are validated at
- * construction: ndim <= 64, sizes/strides/offset >= 0, the extent lies
- * inside the storage (bytes, checked u64 math), hooks and metadata empty.
+ * construction: ndim <= BFS_MAX_DIMS, sizes/strides/offset >= 0, the
+ * extent lies inside the storage (bytes, checked u64 math), hooks and
+ * metadata empty.
  * No state of its own: everything lives in the caller's struct vm. */
 #include "fs/pickle_vm.h"
 #include "fs/size.h"

@@ -51,11 +51,19 @@
  *
  * Prefetch. Each acquire of position pos queues pos+1 .. pos+prefetch
  * (across epochs, below 'epochs' of its lane), skipping what the table already
- * holds and what an earlier acquire already scheduled (pf_upto). Each worker,
- * after gathering batch q, has fs/readahead advise the rows of batch
- * q + prefetch + 1, one window further. bfs_pool_advise walks the window
- * but only reads ahead, for batches served from the archive itself. The
- * memory policy (read in what fits) is fs/readahead's, started here.
+ * holds and what an earlier acquire already scheduled (pf_upto).
+ *
+ * Read-ahead (fs/readahead, created here: it also applies the memory
+ * policy). Each acquire tells it where its lane's stream is
+ * (bfs_readahead_follow), and its thread reads the rows of the batches
+ * after it. Before a gather, the worker advises its batch's rows and,
+ * for data that does not fit in memory, reads the rows of big fields
+ * itself with O_DIRECT (bfs_readahead_fetch). While the read-ahead thread
+ * does not run (no reader, or the read-in of data that fits has ended),
+ * a worker that gathered batch q advises the rows of batch
+ * q + prefetch + 1, one window further. bfs_pool_advise, for batches
+ * served from the archive itself (zero copy), gathers nothing: it moves
+ * the stream and advises the rows of the batch and of its window.
  *
  * Hooks. prepare runs on the worker after a gather, before the batch is
  * READY (so what it prepares, e.g. a backing id, is there before any
@@ -961,7 +969,6 @@ static void window(struct bfs_pool *p, uint64_t pos, uint64_t *from,
 		*upto = *to;
 }
 
-/* Queue the prefetch window after 'pos'. [L] */
 /* Queue positions [from, to) as prefetches, skipping what the table
  * holds. [L] */
 static void queue_range(struct bfs_pool *p, uint64_t from, uint64_t to)
@@ -971,6 +978,7 @@ static void queue_range(struct bfs_pool *p, uint64_t from, uint64_t to)
 			break;
 }
 
+/* Queue the prefetch window after 'pos'. [L] */
 static void schedule(struct bfs_pool *p, uint64_t pos)
 {
 	uint64_t from, to;

@@ -18,9 +18,26 @@
  * touch. It runs on its own thread, every signal blocked (no fault can
  * come here: a shrunk file fails the madvise with EFAULT).
  *
+ * The read-ahead thread keeps, per lane of the order, where its stream is
+ * (follow: the readers' latest batch + 1) and the next batch to read
+ * (next), and reads up to 'window' batches ahead of each stream, a batch
+ * of each lane in turn: each batch's rows not known resident, as page
+ * ranges sorted by file and offset and merged where they touch, handed
+ * to fs/reader through descriptors of its own (rfd). It sleeps until a
+ * stream moves so far that its lead is down to half the window, and
+ * ends with the read-in (read_in) or at destroy.
+ *
+ * Fetch (data that does not fit): fields of rows of FETCH_MIN bytes or
+ * more, stored as served, are read by each gathering thread itself with
+ * O_DIRECT (dfd) into memory of its own (struct bfs_fetch, a reader each:
+ * FETCH_DEPTH reads in flight on io_uring, FETCH_THREADS threads
+ * otherwise); neither the advice nor the read-ahead thread touches them.
+ *
  * Thread-safety: the words and counters are relaxed atomics (hints and
  * statistics; threads racing on one chunk store the same kind of
- * answer); the rest is immutable after creation. */
+ * answer); follow, next and turn are under ra->lock (the thread waits on
+ * 'moved'), never held across a read; a struct bfs_fetch is its thread's
+ * own; the rest is immutable after creation. */
 #include "fs/readahead.h"
 
 #include <errno.h>

@@ -14,11 +14,15 @@
  * the rows of samples that a batch will need, skipping rows in 2 MiB
  * chunks already known resident (one mincore per chunk, remembered for a
  * second), so resident data costs almost nothing. And the read-ahead
- * thread follows the stream of batches (bfs_readahead_follow) and reads
- * the rows of the batches after it, as many as its byte budget allows,
- * with many reads in flight (fs/reader: io_uring, or reader threads): the
- * order of every epoch is known, so reads can start long before a gather
- * needs them, sorted by offset and coalesced.
+ * thread follows the stream of batches of each lane (rank) of the order
+ * (bfs_readahead_follow) and reads the rows of the batches after it, as
+ * many as its byte budget allows, with many reads in flight (fs/reader:
+ * io_uring, or reader threads): the order of every epoch is known, so
+ * reads can start long before a gather needs them, sorted by offset and
+ * coalesced. It stops once the read-in of data that fits has ended
+ * (every row is resident), and does not run for sources on a FUSE or
+ * network file system (a read answered short there leaves zero-filled
+ * pages in the page cache).
  *
  * Data that does not fit: the page cache cannot keep it, so rows of big
  * fields (>= 32 KiB a row, stored as served) are read by the gathering
@@ -27,7 +31,8 @@
  * to fill, map and reclaim. The read-ahead thread and the advice leave
  * those fields alone.
  *
- * Thread-safe: the residency words and counters are relaxed atomics. */
+ * Thread-safe: the residency words and counters are relaxed atomics; the
+ * streams followed are under a mutex of their own. */
 #ifndef BFS_READAHEAD_H
 #define BFS_READAHEAD_H
 
@@ -111,7 +116,11 @@ bool bfs_readahead_reads(const struct bfs_readahead *ra);
 
 /* The read-ahead of 'ds' (borrowed; must outlive it): applies the memory
  * policy, logging what it decided, and starts the read-in thread when the
- * data fits. 0 or -errno. */
+ * data fits; makes the reader o->reader asks for and, with o->order,
+ * starts the read-ahead thread; and, for data that does not fit, picks
+ * the fields whose rows gathers read with O_DIRECT (unless o->no_fetch).
+ * 0 or -errno (-ENOSYS and the like: the reader asked for cannot be had,
+ * logged). */
 int bfs_readahead_create(struct bfs_readahead **out,
 			 const struct bfs_dataset *ds,
 			 const struct bfs_readahead_opts *o);

@@ -1,10 +1,11 @@
-/* fs/reader: reads of file ranges into the page cache, many in flight
- * (reader.h).
+/* fs/reader: reads of file ranges, many in flight (reader.h): reads ahead
+ * into the page cache, and groups of reads into their caller's buffers.
  *
- * Every read lands in one shared scratch buffer whose contents nobody
+ * A read ahead lands in one shared scratch buffer whose contents nobody
  * looks at (reads racing into it are harmless): the point is the pages
  * they leave in the page cache. So memory is one buffer of BFS_READER_MAX
- * bytes however deep the queue.
+ * bytes however deep the queue. A group's reads land in its caller's
+ * buffers (below).
  *
  * io_uring: one ring of 'depth' entries under a mutex. A submit queues
  * one read and reaps what has completed; while 'depth' are in flight it
@@ -27,8 +28,10 @@
  * Threads: a ring of queued ranges and THREADS_MAX threads at most, each
  * taking one and doing one pread.
  *
- * Lock order: r->lock only; nothing is called with it held but the ring's
- * own calls. */
+ * Lock: r->lock only, taken with no other lock held. It is held across
+ * the ring's calls, waits for a completion included, and, for a group on
+ * the ring, across the preads of the reads a failed submit left: that
+ * reader is its caller's own, so nobody else waits for the lock. */
 #include "fs/reader.h"
 
 #include <assert.h>

@@ -1,7 +1,13 @@
-/* fs/reader: many reads of file ranges in flight at once, into the page
- * cache (part of the read-ahead room, fs/readahead.h; fs/README.md: cold
- * data). The bytes read are thrown away: what matters is that the pages
- * are resident when a gather copies the rows from the mapping.
+/* fs/reader: many reads of file ranges in flight at once (part of the
+ * read-ahead room, fs/readahead.h; fs/README.md: cold data), for two
+ * uses:
+ *   read ahead  bfs_reader_submit: the bytes are thrown away, what
+ *               matters is that the pages are resident in the page cache
+ *               when a gather copies the rows from the mapping;
+ *   a group     bfs_reader_read_all: reads into the caller's buffers,
+ *               waited for together (the rows of a batch that a gathering
+ *               thread reads itself with O_DIRECT, on a reader of its
+ *               own).
  *
  * Two ways, chosen at creation: io_uring (liburing; buffered reads the
  * kernel completes asynchronously, up to 'depth' in flight from one
@@ -10,7 +16,9 @@
  * one pread at a time.
  *
  * Thread-safe: bfs_reader_submit may be called from any thread; it waits
- * while 'depth' reads are in flight.
+ * while 'depth' reads are in flight (io_uring: a read ahead that finds
+ * the ring full of reads the kernel has not taken is dropped: it is only
+ * a hint).
  *
  * Faults, for tests (read by bfs_reader_create, counted per reader):
  * BATCHFS_DEBUG_URING_SUBMIT_FAIL=N fails the next N submits to the ring

@@ -14,7 +14,8 @@
  * are stable while the tensor and dims arrays still grow.
  *
  * The loader library compiles this file too (hidden visibility): use
- * nothing but libc here, no bfs_log, no other fs/ module. */
+ * nothing but libc and the header-only fs/size.h here, no bfs_log, no
+ * other fs/ module. */
 #include "fs/safetensors.h"
 
 #include <errno.h>

@@ -1,8 +1,11 @@
 /* fs/serve: open files and how their bytes reach readers (serve.h).
  *
  * Files. Every open makes a struct bfs_file: a text file (README,
- * dataset.json, stats, an index file) holds the bytes the namespace
- * rendered at open; batch files are served per mode:
+ * dataset.json, stats, index/N/batch_K) holds the bytes the namespace
+ * rendered at open; index/N/offsets renders the lines each READ covers
+ * from fs/stream; stream/N (direct I/O in every mode) copies each READ
+ * out of the batches it spans, whole, into memory of the reply's own;
+ * batch files are served per mode:
  *   passthrough  open acquires the batch from the pool and keeps it (the
  *                file holds its reference): its memfd and backing id,
  *                registered by the worker that gathered it (prepare),
@@ -15,8 +18,8 @@
  *   direct       READs reply from the pool's buffer, or straight from the
  *                archive (fs/serve_zc.c)
  *   cache        READs reply from the pool's buffer, 128 KiB at a time
- * A batch read to its end leaves the pool (bfs_pool_drop): its readers
- * have moved on.
+ * A batch read to its end, through its file or a stream, leaves the pool
+ * (bfs_pool_drop): its readers have moved on.
  *
  * Lifetime. A file has the open's reference plus one per reply in flight:
  * the kernel may send RELEASE as soon as the last reply is written, before

@@ -1,12 +1,13 @@
 /* fs/serve: open files of a mount and how their bytes reach a reader,
  * with no FUSE in it and no inode numbers: it serves batch k of epoch e,
- * or a text the namespace rendered (fs/tree, the room above, opens files
- * through here).
+ * epoch e's stream (stream/N: its batches back to back) and where each
+ * batch starts in it (index/N/offsets), and texts the namespace rendered
+ * (fs/tree, the room above, opens files through here).
  *
  * A FUSE adapter (mount/) decodes each request, calls one function (here,
  * or bfs_tree_open for an open) and sends the one reply it describes:
- *   open     bfs_serve_open_batch / _text -> a file and how to open it
- *                                  (flags, a passthrough backing id)
+ *   open     bfs_serve_open_batch / _stream / _offsets / _text -> a file
+ *            and how to open it (flags, a passthrough backing id)
  *   read     bfs_serve_read     -> slices to reply, then bfs_serve_done
  *   release  bfs_serve_release
  * The few things only the kernel can do (store pages into its page cache,
@@ -14,11 +15,12 @@
  * (struct bfs_serve_kernel), so this module is tested without FUSE
  * (tests/unit/test_serve.c).
  *
- * This comment is the contract of the serving modes; the top README's
- * table says the same for users. The measurements are in the benchmark's
- * results file (tools/bench/RESULTS.md).
+ * This comment is the contract of the serving modes of batch files; the
+ * top README's table says the same for users. The measurements are in
+ * the benchmark's results file (tools/bench/RESULTS.md). Streams are
+ * read with direct I/O in every mode (bfs_serve_open_stream).
  *
- * Modes (enum bfs_serve_mode; fs/README.md has the measurements):
+ * Modes (enum bfs_serve_mode):
  *   passthrough  each batch is materialized by a worker into its own memfd,
  *                registered as a backing file before anyone opens it; open
  *                replies with its backing id and the kernel serves read()
@@ -51,8 +53,11 @@ const char *bfs_serve_mode_name(enum bfs_serve_mode m);
 /* The mode named 's' (any of the names above): 0, or -EINVAL. */
 int bfs_serve_mode_parse(const char *s, enum bfs_serve_mode *out);
 
-/* What only the kernel can do, for the adapter to implement. Each returns
- * 0 (backing_open: an id > 0) or -errno. */
+/* What only the kernel can do, for the adapter to implement. Each but
+ * backing_close returns 0 (backing_open: an id > 0) or -errno. Only
+ * passthrough registers backing files; only push stores and drops pages,
+ * on a thread of its own, never one that answers requests (a store can
+ * wait for a READ: serve_push.c). */
 struct bfs_serve_kernel {
 	void *arg;
 	/* Store [buf, buf+len) at 'off' into the page cache of the file of
@@ -113,7 +118,7 @@ struct bfs_serve_reply {
 	/* private: what bfs_serve_done lets go */
 	struct bfs_file *file;
 	struct bfs_batch *batch;
-	char *scratch; /* a stream's bytes, copied */
+	char *scratch; /* a stream's bytes, copied; offsets' lines */
 	bool zc_rows;  /* rows replied from the archive: checked again */
 };
 

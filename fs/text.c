@@ -1,7 +1,8 @@
 /* fs/text: the README and dataset.json of a mount (text.h), rendered
  * once at mount: what is mounted, how to read it, and the DataLoader it
  * equals. Two passes each (measure, then write) through
- * bfs_layout_append's snprintf semantics. No state. */
+ * bfs_layout_append's snprintf semantics. The README's numpy reader takes
+ * its table of dtypes from fs/dtype.c's. No state. */
 #include "fs/text.h"
 
 #include <errno.h>
@@ -171,15 +172,53 @@ static void render_json(const struct text *t, const struct bfs_text_info *in,
 	    header_size(t), rank_dir(t), rank_dir(t), rank_dir(t), rank_dir(t));
 }
 
-/* The reader in README: json + numpy only. */
+/* README's reader's table of dtypes, from fs/dtype.c's: every dtype a
+ * batch file can hold (a safetensors code) as numpy reads it, its raw
+ * bits where numpy has no such dtype (bfloat16, float8). Lines of at
+ * most 80 columns. */
+static void render_np(char *b, size_t n, size_t *pos)
+{
+	size_t col = 6; /* "NP = {" */
+	bool first = true;
+
+	bfs_layout_append(b, n, pos, "NP = {");
+	for (int dt = 1; dt < BFS_DT_COUNT; dt++) {
+		const struct bfs_dtype_info *di = bfs_dtype_info(dt);
+		char entry[48], bits[8];
+		int len;
+
+		if (!di->st_name)
+			continue; /* refused at mount */
+		if (di->size == 1)
+			snprintf(bits, sizeof(bits), "|u1");
+		else
+			snprintf(bits, sizeof(bits), "<u%zu", di->size);
+		len = snprintf(entry, sizeof(entry), "\"%s\": \"%s\"",
+			       di->st_name,
+			       di->numpy_descr ? di->numpy_descr : bits);
+		if (!first && col + 2 + (size_t)len + 1 > 80) {
+			bfs_layout_append(b, n, pos, ",\n      ");
+			col = 6;
+		} else if (!first) {
+			bfs_layout_append(b, n, pos, ", ");
+			col += 2;
+		}
+		bfs_layout_append(b, n, pos, "%s", entry);
+		col += (size_t)len;
+		first = false;
+	}
+	bfs_layout_append(b, n, pos, "}\n#");
+	for (int dt = 1; dt < BFS_DT_COUNT; dt++) {
+		const struct bfs_dtype_info *di = bfs_dtype_info(dt);
+
+		if (di->st_name && !di->numpy_descr)
+			bfs_layout_append(b, n, pos, " %s", di->st_name);
+	}
+	bfs_layout_append(b, n, pos, ": raw bits (numpy has no such dtype)\n");
+}
+
+/* The reader in README, after its imports and NP: json + numpy only. */
 static const char readme_reader[] =
-    "import json, numpy as np\n"
-    "NP = {\"F64\": \"<f8\", \"F32\": \"<f4\", \"F16\": \"<f2\", "
-    "\"BF16\": \"<u2\", \"I64\": \"<i8\", \"I32\": \"<i4\",\n"
-    "      \"I16\": \"<i2\", \"I8\": \"i1\", \"U64\": \"<u8\", "
-    "\"U32\": \"<u4\", \"U16\": \"<u2\", \"U8\": \"u1\",\n"
-    "      \"BOOL\": \"?\", \"C64\": \"<c8\", \"F8_E4M3\": \"u1\", "
-    "\"F8_E5M2\": \"u1\"}   # BF16/F8: raw bits\n"
     "def read_batch(path):\n"
     "    buf = open(path, \"rb\").read()        # one big read\n"
     "    n = int.from_bytes(buf[:8], \"little\")\n"
@@ -297,9 +336,12 @@ static void render_readme(const struct text *t, const struct bfs_text_info *in,
 	    pad, pad, t->len, t->epochs ? t->epochs - 1 : 0, R, torch);
 	render_ranks(t, b, n, pos);
 	render_ragged(t, b, n, pos);
+	bfs_layout_append(b, n, pos,
+			  "Read a batch with numpy only:\n\n"
+			  "import json, numpy as np\n");
+	render_np(b, n, pos);
 	bfs_layout_append(
 	    b, n, pos,
-	    "Read a batch with numpy only:\n\n"
 	    "%sbatch = read_batch(\"%s/%sepoch/0/batch_0\")\n\n"
 	    "Or a whole epoch in one open, from its stream (batch "
 	    "K starts at line K of\nindex/N/offsets):\n\n"

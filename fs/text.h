@@ -16,7 +16,9 @@
 
 /* What the text files describe besides the dataset itself. */
 struct bfs_text_info {
-	const char *const *sources; /* archive paths as given */
+	/* The paths as given: not read (dataset.json names each shard by
+	 * its absolute path, from the dataset). */
+	const char *const *sources;
 	size_t nsources;
 	uint64_t epochs;
 	uint64_t batch_size; /* --batch-size */

@@ -1,5 +1,6 @@
 /* fs/zip: our own ZIP/ZIP64 central-directory parser for torch.save
- * archives, over a read-only mapping (fs/README.md: torch.save archives).
+ * archives and numpy.savez .npz files, over a read-only mapping
+ * (fs/README.md: torch.save archives).
  *
  * libzip cannot give record offsets and rejects CRC-0 records, so the mmap
  * path is ours; libzip is only used by tools (pack, inspect --verify) and by

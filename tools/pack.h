@@ -8,7 +8,6 @@
 #include <stdint.h>
 
 #include "fs/dtype.h"
-#include "fs/pickle.h" /* BFS_MAX_DIMS */
 
 /* One tensor of an archive: record data/<i> for the i-th of them. */
 struct pack_tensor {

@@ -12,7 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "fs/pickle.h"
+#include "fs/dtype.h"
 
 struct ta_tensor {
 	const char *name;

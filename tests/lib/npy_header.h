@@ -8,7 +8,6 @@
 #include <sys/types.h>
 
 #include "fs/dtype.h"
-#include "fs/pickle.h" /* BFS_MAX_DIMS */
 
 /* Write numpy's header for a little-endian C-order array of 'dtype' and
  * 'shape[ndim]' into buf[cap], padded with spaces and '\n' so that the data

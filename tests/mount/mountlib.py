@@ -19,15 +19,13 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                 "..", "lib"))
 import memcg  # noqa: E402  (tests/lib)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", "..", "loader", "python"))
+# safetensors dtype -> numpy dtype (BF16 / F8 as raw bits): the package's
+from batchfs import NP  # noqa: E402,F401
 
 BATCHFS = os.environ.get("BATCHFS") or os.path.abspath("build/batchfs")
 TMP = os.environ.get("BFS_TEST_TMP") or "/tmp"
-
-# safetensors dtype -> numpy dtype (BF16 / F8 as raw bits)
-NP = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "BF16": "<u2", "I64": "<i8",
-      "I32": "<i4", "I16": "<i2", "I8": "i1", "U64": "<u8", "U32": "<u4",
-      "U16": "<u2", "U8": "u1", "BOOL": "?", "C64": "<c8", "F8_E4M3": "u1",
-      "F8_E5M2": "u1"}
 
 _mounts = []
 

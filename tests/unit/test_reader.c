@@ -1,6 +1,8 @@
 /* The reader (fs/reader.h) reads file ranges exactly, by io_uring and by
- * threads; a range past the end of its file is -EIO. Under faults of the
- * ring (BATCHFS_DEBUG_URING_*, and real signals) a group of reads
+ * threads; a range past the end of its file is -EIO; reads ahead are
+ * counted, each at most BFS_READER_MAX bytes; the kinds' names parse back,
+ * and "none" makes no reader. Under faults of the ring
+ * (BATCHFS_DEBUG_URING_*, and real signals) a group of reads
  * (bfs_reader_read_all) stays exact and never hangs, and no read lands
  * in a caller's buffer after bfs_reader_read_all returned:
  * - a wait cut short (EINTR: a signal, SIGSTOP, a cgroup freeze) is
@@ -465,6 +467,65 @@ static void reads_a_failed_submit_left_are_counted(void **state)
 	bfs_reader_destroy(r);
 }
 
+/* ---- reads ahead and names -------------------------------------------- */
+
+/* Reads ahead (bfs_reader_submit) complete and are counted, by either
+ * kind: a read asks for at most BFS_READER_MAX bytes, and one that runs
+ * past the end of the file counts what it got. */
+static void reads_ahead_are_counted(enum bfs_reader_kind kind)
+{
+	int fd = open(path, O_RDONLY);
+	struct bfs_reader *r = reader(kind, 2, 0, 0, 0);
+	struct bfs_reader_stats s;
+	time_t end = time(NULL) + LIVENESS_S;
+
+	bfs_reader_submit(r, fd, 0, 2 * BFS_READER_MAX);
+	bfs_reader_submit(r, fd, 4096, 1000);
+	bfs_reader_submit(r, fd, FILE_BYTES - 100, 1000);
+	do {
+		usleep(1000);
+		bfs_reader_stats(r, &s);
+	} while ((s.reads < 3 || s.in_flight) && time(NULL) < end);
+	assert_int_equal(s.reads, 3);
+	assert_int_equal(s.in_flight, 0);
+	assert_int_equal(s.bytes, BFS_READER_MAX + 1000 + 100);
+	bfs_reader_destroy(r);
+	close(fd);
+}
+
+static void io_uring_reads_ahead_are_counted(void **state)
+{
+	reads_ahead_are_counted(BFS_READER_IO_URING);
+}
+
+static void threads_reads_ahead_are_counted(void **state)
+{
+	reads_ahead_are_counted(BFS_READER_THREADS);
+}
+
+/* Each kind's name parses back to it (what --reader takes); another name
+ * is -EINVAL; "none" makes no reader, and says so. */
+static void kind_names_parse_back_and_none_is_no_reader(void **state)
+{
+	struct bfs_reader *r = (struct bfs_reader *)1;
+	enum bfs_reader_kind k;
+	char why[200] = "";
+
+	for (int i = BFS_READER_AUTO; i <= BFS_READER_NONE; i++) {
+		assert_int_equal(
+		    bfs_reader_kind_parse(
+			bfs_reader_kind_name((enum bfs_reader_kind)i), &k),
+		    0);
+		assert_int_equal(k, i);
+	}
+	assert_int_equal(bfs_reader_kind_parse("uring", &k), -EINVAL);
+	assert_int_equal(
+	    bfs_reader_create(&r, BFS_READER_NONE, 4, why, sizeof(why)), 0);
+	assert_null(r);
+	assert_non_null(strstr(why, "none"));
+	bfs_reader_destroy(r);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -479,6 +540,9 @@ int main(void)
 	    cmocka_unit_test(short_submits_read_every_range),
 	    cmocka_unit_test(short_and_failing_submits_read_every_range),
 	    cmocka_unit_test(reads_a_failed_submit_left_are_counted),
+	    cmocka_unit_test(io_uring_reads_ahead_are_counted),
+	    cmocka_unit_test(threads_reads_ahead_are_counted),
+	    cmocka_unit_test(kind_names_parse_back_and_none_is_no_reader),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);

@@ -459,6 +459,331 @@ static void a_failed_backing_open_fails_the_open_with_eio(void **state)
 	assert_int_equal(kern.live_ids, 0);
 }
 
+/* ---- streams and their offsets ----------------------------------------- */
+
+/* A dataset, an order and a layout to serve: the fixture's (fixed fields),
+ * or one made here. */
+struct mount {
+	struct bfs_dataset *ds;
+	struct bfs_order *order;
+	struct bfs_layout layout;
+	bool own; /* made here: mount_close closes it */
+};
+
+#define RN   50	 /* ragged mount: samples */
+#define RB   6	 /* ... batch size: 9 batches, the last of 2 */
+#define RROW 512 /* ... int16 elements per row of t (1 KiB) */
+
+/* The fixture's archive, already open. */
+static struct mount fixed_mount(void)
+{
+	return (struct mount){fx.ds, fx.order, fx.layout, false};
+}
+
+/* "serve_ragged.pt": t.values int16 [total, RROW] (0 .. 63 rows per
+ * sample, so an epoch's stream is over 1 MiB), t.offsets, label int64,
+ * shuffled (seed 5) into batches of RB, t padded. */
+static struct mount ragged_mount(void)
+{
+	const char *tmp = getenv("BFS_TEST_TMP");
+	static char path[512];
+	const char *paths[1] = {path};
+	int64_t offs[RN + 1] = {0}, label[RN];
+	struct bfs_order_opts o = {.sampler = BFS_SAMPLER_RANDOM,
+				   .n = RN,
+				   .batch_size = RB,
+				   .seed = 5,
+				   .compat = BFS_TORCH_1_13};
+	struct mount m = {.own = true};
+	uint32_t x = 99;
+	int16_t *vals;
+	uint8_t *ar;
+	size_t n;
+
+	for (int i = 0; i < RN; i++) {
+		x = x * 1103515245u + 12345u;
+		offs[i + 1] = offs[i] + (x >> 16) % 64;
+		label[i] = 7 * i;
+	}
+	vals = malloc((size_t)offs[RN] * RROW * sizeof(*vals));
+	assert_non_null(vals);
+	for (int64_t i = 0; i < offs[RN] * RROW; i++)
+		vals[i] = (int16_t)(i * 13);
+	{
+		struct ta_tensor ts[] = {
+		    {"t.values",
+		     BFS_DT_INT16,
+		     "0",
+		     offs[RN] * RROW,
+		     0,
+		     2,
+		     {offs[RN], RROW},
+		     {RROW, 1}},
+		    {"t.offsets",
+		     BFS_DT_INT64,
+		     "1",
+		     RN + 1,
+		     0,
+		     1,
+		     {RN + 1},
+		     {1}},
+		    {"label", BFS_DT_INT64, "2", RN, 0, 1, {RN}, {1}},
+		};
+		struct ta_storage st[] = {
+		    {"0", vals, (size_t)offs[RN] * RROW * sizeof(*vals)},
+		    {"1", offs, sizeof(offs)},
+		    {"2", label, sizeof(label)},
+		};
+
+		n = ta_build(&ar, ts, 3, st, 3, "3\n", NULL, NULL);
+	}
+	snprintf(path, sizeof(path), "%s/serve_ragged.pt", tmp ? tmp : "/tmp");
+	assert_int_equal(ta_write(path, ar, n), 0);
+	free(ar);
+	free(vals);
+	assert_int_equal(bfs_dataset_open(&m.ds, paths, 1, NULL), 0);
+	assert_int_equal(bfs_layout_init(&m.layout, m.ds, RB, NULL), 0);
+	o.n = RN;
+	assert_int_equal(bfs_order_create(&m.order, &o, NULL), 0);
+	return m;
+}
+
+static void mount_close(struct mount *m)
+{
+	if (!m->own)
+		return;
+	bfs_order_destroy(m->order);
+	bfs_layout_fini(&m->layout);
+	bfs_dataset_close(m->ds);
+}
+
+/* A serve of m in 'mode' over the fake kernel, with no prefetch. */
+static struct bfs_serve *serve_mount(struct mount *m, enum bfs_serve_mode mode)
+{
+	const struct bfs_pool_opts po = {.workers = 2,
+					 .prefetch = 0,
+					 .budget_bytes = 64 << 20,
+					 .timeout_ms = 30000,
+					 .epochs = EPOCHS};
+	const struct bfs_serve_opts so = {.mode = mode, .zero_copy = true};
+	struct bfs_serve *s;
+
+	pthread_mutex_lock(&kern.lock);
+	kern.fail_backing = 0;
+	kern.handler = pthread_self();
+	kern.store_waits = false;
+	pthread_mutex_unlock(&kern.lock);
+	assert_int_equal(
+	    bfs_serve_create(&s, m->ds, m->order, &m->layout, &po, &so, &fake),
+	    0);
+	return s;
+}
+
+/* Epoch e of m as its batch files back to back, each written by the
+ * layout on its own (malloc'd); *size, and where batch k starts in
+ * starts[0 .. len] (starts[len] = *size). */
+static uint8_t *stream_of(struct mount *m, uint64_t e, uint64_t *starts,
+			  uint64_t *size)
+{
+	uint64_t len = bfs_order_len(m->order), at = 0;
+	uint8_t *all = NULL;
+
+	for (uint64_t k = 0; k < len; k++) {
+		uint64_t rows = bfs_order_batch_rows(m->order, k), idx[64], bs;
+
+		assert_true(rows <= 64);
+		assert_int_equal(bfs_order_batch(m->order, e, k, idx), 0);
+		assert_int_equal(
+		    bfs_layout_file_size(&m->layout, m->order, e, k, &bs), 0);
+		all = realloc(all, at + bs);
+		assert_non_null(all);
+		assert_int_equal(bfs_layout_fill(&m->layout, m->ds, e, k, idx,
+						 rows, bs, all + at),
+				 0);
+		starts[k] = at;
+		at += bs;
+	}
+	starts[len] = at;
+	*size = at;
+	return all;
+}
+
+/* A READ of [off, off + n) of f is one slice of exactly the bytes of
+ * want[0 .. total) there (none past the end). */
+static void read_is(struct bfs_serve *s, struct bfs_file *f, uint64_t off,
+		    uint64_t n, const uint8_t *want, uint64_t total)
+{
+	uint64_t expect = off < total ? (n < total - off ? n : total - off) : 0;
+	struct bfs_serve_reply r;
+
+	assert_int_equal(bfs_serve_read(s, f, off, n, &r), 0);
+	if (!expect) {
+		assert_int_equal(r.iovcnt, 0);
+	} else {
+		assert_int_equal(r.iovcnt, 1);
+		assert_int_equal(r.iov[0].iov_len, expect);
+		if (memcmp(r.iov[0].iov_base, want + off, expect))
+			fail_msg("READ [%llu, +%llu): other bytes than the "
+				 "batch files'",
+				 (unsigned long long)off,
+				 (unsigned long long)n);
+	}
+	bfs_serve_done(s, &r);
+}
+
+/* Reads of stream/e of m in every mode: within a batch, across two and
+ * three batches, the last batch, past the end, single bytes at each
+ * batch's edges, 1 MiB reads, then the whole stream in 4097-byte reads:
+ * always the batch files' bytes back to back; the open says direct I/O
+ * (no page cache, no backing file), and a stream past the epochs is
+ * -ENOENT. */
+static void stream_reads_are_the_batch_files(struct mount *m, uint64_t e)
+{
+	static const enum bfs_serve_mode modes[] = {
+	    BFS_SERVE_CACHE, BFS_SERVE_PUSH, BFS_SERVE_DIRECT,
+	    BFS_SERVE_PASSTHROUGH};
+	uint64_t len = bfs_order_len(m->order), starts[64], total;
+	uint8_t *want;
+
+	assert_true(len < 64 && len >= 4);
+	want = stream_of(m, e, starts, &total);
+	for (size_t i = 0; i < sizeof(modes) / sizeof(modes[0]); i++) {
+		struct bfs_serve *s = serve_mount(m, modes[i]);
+		struct bfs_serve_how how;
+		struct bfs_file *f;
+		uint64_t last = starts[len - 1];
+
+		assert_int_equal(bfs_serve_open_stream(s, EPOCHS, &f, &how),
+				 -ENOENT);
+		assert_int_equal(bfs_serve_open_stream(s, e, &f, &how), 0);
+		assert_true(how.direct_io);
+		assert_false(how.keep_cache);
+		assert_int_equal(how.backing_id, 0);
+		read_is(s, f, starts[1] + 10, 100, want, total);
+		read_is(s, f, starts[2] - 50, 100, want, total);
+		read_is(s, f, starts[1] - 10, starts[3] - starts[1] + 20, want,
+			total);
+		read_is(s, f, last, total - last, want, total);
+		read_is(s, f, total - 10, 1 << 20, want, total);
+		read_is(s, f, total, 4096, want, total);
+		read_is(s, f, total + 5, 1, want, total);
+		for (uint64_t k = 0; k <= len; k++) {
+			if (k)
+				read_is(s, f, starts[k] - 1, 1, want, total);
+			read_is(s, f, starts[k], 1, want, total);
+		}
+		for (uint64_t off = 0; off < total; off += 1 << 20)
+			read_is(s, f, off, 1 << 20, want, total);
+		read_is(s, f, 12345, 1 << 20, want, total);
+		for (uint64_t off = 0; off < total; off += 4097)
+			read_is(s, f, off, 4097, want, total);
+		bfs_serve_release(s, f);
+		bfs_serve_destroy(s);
+	}
+	free(want);
+}
+
+static void fixed_stream_reads_are_the_batch_files(void **state)
+{
+	struct mount m = fixed_mount();
+
+	stream_reads_are_the_batch_files(&m, 2);
+}
+
+static void ragged_stream_reads_are_the_batch_files(void **state)
+{
+	struct mount m = ragged_mount();
+	uint64_t starts[64], total;
+
+	free(stream_of(&m, 1, starts, &total));
+	assert_true(total > (1 << 20)); /* 1 MiB reads are whole */
+	assert_true(starts[2] - starts[1] != starts[1] - starts[0] ||
+		    starts[3] - starts[2] != starts[1] - starts[0]);
+	stream_reads_are_the_batch_files(&m, 1);
+	mount_close(&m);
+}
+
+/* Reading stream/e of m from start to end in 'chunk'-byte READs
+ * gathers each batch once and leaves none in the pool. */
+static void stream_read_through_leaves_nothing(struct mount *m, uint64_t e,
+					       uint64_t chunk)
+{
+	uint64_t len = bfs_order_len(m->order), starts[64], total;
+	uint8_t *want = stream_of(m, e, starts, &total);
+	struct bfs_serve *s = serve_mount(m, BFS_SERVE_CACHE);
+	struct bfs_serve_how how;
+	struct bfs_file *f;
+	struct bfs_stats st;
+
+	assert_int_equal(bfs_serve_open_stream(s, e, &f, &how), 0);
+	for (uint64_t off = 0; off < total; off += chunk) {
+		read_is(s, f, off, chunk, want, total);
+		bfs_serve_stats(s, &st);
+		assert_true(st.pool.cache_batches <= 1); /* the one it is in */
+	}
+	bfs_serve_release(s, f);
+	bfs_serve_stats(s, &st);
+	assert_int_equal(st.pool.batches_materialized, len);
+	assert_int_equal(st.pool.cache_batches, 0);
+	assert_int_equal(st.pool.evictions, 0);
+	bfs_serve_destroy(s);
+	free(want);
+}
+
+static void each_batch_read_through_a_stream_leaves_the_pool(void **state)
+{
+	struct mount f = fixed_mount(), r = ragged_mount();
+
+	stream_read_through_leaves_nothing(&f, 3, 5000);
+	stream_read_through_leaves_nothing(&r, 2, 5000);
+	stream_read_through_leaves_nothing(&r, 0, 1 << 20);
+	mount_close(&r);
+}
+
+/* index/N/offsets of m: line K is where batch K starts in stream/N (the
+ * sum of the batch files before it), 20 digits and a newline, the last
+ * line the stream's size; READs at any offset and of any size give those
+ * bytes; past the end, none; past the epochs, -ENOENT. */
+static void offsets_lines_are_where_batches_start(struct mount *m, uint64_t e)
+{
+	uint64_t len = bfs_order_len(m->order), starts[64], total;
+	uint8_t *want = stream_of(m, e, starts, &total);
+	struct bfs_serve *s = serve_mount(m, BFS_SERVE_CACHE);
+	size_t size = (size_t)(len + 1) * BFS_SERVE_OFFSET_LINE;
+	char *lines = malloc(size + 1);
+	struct bfs_serve_how how;
+	struct bfs_file *f;
+
+	for (uint64_t k = 0; k <= len; k++)
+		snprintf(lines + k * BFS_SERVE_OFFSET_LINE,
+			 BFS_SERVE_OFFSET_LINE + 1, "%020llu\n",
+			 (unsigned long long)starts[k]);
+	assert_int_equal(bfs_serve_open_offsets(s, EPOCHS, &f, &how), -ENOENT);
+	assert_int_equal(bfs_serve_open_offsets(s, e, &f, &how), 0);
+	read_is(s, f, 0, 1 << 20, (uint8_t *)lines, size);
+	for (uint64_t off = 0; off < size; off += 7)
+		read_is(s, f, off, 1, (uint8_t *)lines, size);
+	for (uint64_t off = 0; off < size; off += 13)
+		read_is(s, f, off, 30, (uint8_t *)lines, size);
+	read_is(s, f, 3 * BFS_SERVE_OFFSET_LINE - 1, 2 * BFS_SERVE_OFFSET_LINE,
+		(uint8_t *)lines, size);
+	read_is(s, f, size - 5, 100, (uint8_t *)lines, size);
+	read_is(s, f, size, 1, (uint8_t *)lines, size);
+	bfs_serve_release(s, f);
+	bfs_serve_destroy(s);
+	free(lines);
+	free(want);
+}
+
+static void offsets_lines_are_where_batches_start_in_streams(void **state)
+{
+	struct mount f = fixed_mount(), r = ragged_mount();
+
+	offsets_lines_are_where_batches_start(&f, 1);
+	offsets_lines_are_where_batches_start(&r, 3);
+	mount_close(&r);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -468,6 +793,10 @@ int main(void)
 	    cmocka_unit_test(zero_copy_slices_are_the_batch_bytes),
 	    cmocka_unit_test(opens_of_one_batch_share_one_backing_id),
 	    cmocka_unit_test(a_failed_backing_open_fails_the_open_with_eio),
+	    cmocka_unit_test(fixed_stream_reads_are_the_batch_files),
+	    cmocka_unit_test(ragged_stream_reads_are_the_batch_files),
+	    cmocka_unit_test(each_batch_read_through_a_stream_leaves_the_pool),
+	    cmocka_unit_test(offsets_lines_are_where_batches_start_in_streams),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -5,7 +5,8 @@
  *   every batch but the last has one size, and the arithmetic offsets are
  *   the sums, for epochs 0, 9, 10, 11, 123 and on a multi-rank order;
  * - ragged layouts (an archive this test writes, tests/lib/archive),
- *   shuffled, over epochs that outnumber the tables kept;
+ *   shuffled, over epochs that outnumber the tables kept; a measurement
+ *   that fails is made again by the next caller;
  * - a multi-rank order of 6 lanes read round robin, and from 8 threads at
  *   once: each epoch's table is measured once, not once per read. */
 #include <setjmp.h>
@@ -14,6 +15,7 @@
 #include <cmocka.h>
 
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -268,6 +270,42 @@ static void ragged_offsets_are_sums_over_more_epochs_than_tables(void **state)
 	bfs_dataset_close(ds);
 }
 
+/* A measurement that fails (here: the archive's mtime moved, as a write
+ * in place moves it, so reading its offsets is -EIO) frees its table:
+ * the call fails, and once the archive is as opened again the epoch is
+ * measured anew, and right. */
+static void a_failed_measurement_is_made_again_later(void **state)
+{
+	struct bfs_dataset *ds = ragged_dataset();
+	struct bfs_order_opts oo = {
+	    .sampler = BFS_SAMPLER_RANDOM, .n = N, .batch_size = 7, .seed = 3};
+	struct bfs_order *o = make_order(&oo);
+	struct timespec moved[2], back[2];
+	struct bfs_streams *s;
+	struct bfs_layout l;
+	char path[300];
+	struct stat st;
+	uint64_t off;
+
+	snprintf(path, sizeof(path), "%s/r.pt", tmpdir);
+	assert_int_equal(stat(path, &st), 0);
+	back[0] = moved[0] = st.st_atim;
+	back[1] = moved[1] = st.st_mtim;
+	moved[1].tv_sec += 10;
+	assert_int_equal(bfs_layout_init(&l, ds, 7, NULL), 0);
+	assert_int_equal(bfs_streams_create(&s, &l, o), 0);
+	assert_int_equal(utimensat(AT_FDCWD, path, moved, 0), 0);
+	assert_int_equal(bfs_stream_offset(s, 2, 1, &off), -EIO);
+	assert_int_equal(bfs_streams_measured(s), 1);
+	assert_int_equal(utimensat(AT_FDCWD, path, back, 0), 0);
+	check_epoch(s, &l, o, 2);
+	assert_int_equal(bfs_streams_measured(s), 2);
+	bfs_streams_destroy(s);
+	bfs_layout_fini(&l);
+	bfs_order_destroy(o);
+	bfs_dataset_close(ds);
+}
+
 /* ---- many lanes ------------------------------------------------------- */
 
 #define LANES  6
@@ -382,6 +420,7 @@ int main(void)
 	    cmocka_unit_test(fixed_offsets_of_a_multi_rank_order_are_sums),
 	    cmocka_unit_test(
 		ragged_offsets_are_sums_over_more_epochs_than_tables),
+	    cmocka_unit_test(a_failed_measurement_is_made_again_later),
 	    cmocka_unit_test(
 		six_lanes_read_round_robin_measure_each_epoch_once),
 	    cmocka_unit_test(

@@ -23,11 +23,11 @@ import zipfile
 
 import numpy as np
 
-# safetensors dtype -> numpy (README.md: the batch file)
-NP = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "BF16": "<u2", "I64": "<i8",
-      "I32": "<i4", "I16": "<i2", "I8": "i1", "U64": "<u8", "U32": "<u4",
-      "U16": "<u2", "U8": "u1", "BOOL": "?", "C64": "<c8",
-      "F8_E4M3": "u1", "F8_E5M2": "u1"}
+# safetensors dtype -> numpy (README.md: the batch file): the table of the
+# batchfs package of this source tree (it needs numpy only)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", "..", "loader", "python"))
+from batchfs import NP  # noqa: E402
 
 # torch storage class -> numpy dtype (the archives batchfs pack writes)
 STORAGE = {"ByteStorage": "u1", "CharStorage": "i1", "ShortStorage": "<i2",

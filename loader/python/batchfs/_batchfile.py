@@ -18,8 +18,10 @@ import numpy as np
 # Every dtype a batchfs mount serves, as numpy reads it. numpy has no
 # bfloat16 or float8: those come as their raw bits (uint16 / uint8); with
 # torch (device=...) they are torch.bfloat16 / torch.float8_*.
-# When you add a dtype to fs/dtype.c, also add it here and to README.md's
-# numpy reader.
+# The one table in Python: the tests (tests/mount/mountlib.py) and
+# tools/scripts/demo_check.py import it. When you add a dtype to
+# fs/dtype.c, also add it here and to README.md's numpy reader (a mount's
+# README renders its table from fs/dtype.c).
 NP = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "BF16": "<u2", "I64": "<i8",
       "I32": "<i4", "I16": "<i2", "I8": "i1", "U64": "<u8", "U32": "<u4",
       "U16": "<u2", "U8": "u1", "BOOL": "?", "C64": "<c8", "F8_E4M3": "u1",
