@@ -1,10 +1,10 @@
-/* mount/: the FUSE adapter (mount/README.md). The command line
- * (tools/cmd_mount.c) builds the model (dataset, layout, order) and calls
- * bfs_mount_run, which mounts, answers the kernel's INIT (where the
- * serving mode is decided: passthrough needs the kernel's offer and the
- * right to register backing files), lets the caller build what is served
- * for that mode, serves until unmounted, and tears down in order. This
- * header has no FUSE type in it. */
+/* mount/: the FUSE adapter (mount/README.md). `batchfs mount`'s
+ * composition root (tools/mount_compose.c) builds the model (dataset,
+ * layout, order) and calls bfs_mount_run, which mounts, answers the
+ * kernel's INIT (where the serving mode is decided: passthrough needs the
+ * kernel's offer and the right to register backing files), lets the
+ * caller build what is served for that mode, serves until unmounted, and
+ * tears down in order. This header has no FUSE type in it. */
 #ifndef BFS_MOUNT_H
 #define BFS_MOUNT_H
 

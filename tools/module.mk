@@ -1,6 +1,7 @@
 # tools/: the batchfs command (main, mount, umount, status, pack, inspect,
 # bench) linked into build/batchfs, its bash completion, the benchmark
-# harness and the build's scripts.
+# harness and the build's scripts. `batchfs mount` is two files:
+# cmd_mount.c its command line, mount_compose.c what it builds and runs.
 CLI_SRCS += $(sort $(wildcard tools/*.c))
 DIR_CPPFLAGS_tools/bench = $(call pc_cflags,fuse3)
 

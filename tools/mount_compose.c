@@ -1,0 +1,579 @@
+/* tools/mount_compose: the composition root of `batchfs mount`; the
+ * command line that fills in its options is tools/cmd_mount.c
+ * (tools/mount_compose.h is the interface between them).
+ *
+ * It owns what a mount is made of and the order it is made in. Before
+ * any mount it builds the model (dataset, layout, order: a bad archive or
+ * option exits 1 or 2 in the foreground), decides who may read the mount
+ * (tools/mount_perm.c), checks that /dev/fuse can be opened and only then
+ * opens the daemon's log (a mount refused before creates none); then
+ * mount/session.c runs the session (mount, fork, INIT, serving mode, the
+ * loop, unmount), calling back start() here to build what is served
+ * (the serve with its pool options, the namespace), once the mode is
+ * known, in the daemon, and ready() to print the warnings and the
+ * summary line while the caller's terminal is there. The BATCHFS_DEBUG_*
+ * switches of the serve and the pool are read here (debug_opts, and
+ * BATCHFS_DEBUG_NO_WARM in start).
+ *
+ * `ls epoch` lists every epoch below --epochs (default 1000): each one can
+ * be opened; epoch >= --epochs is ENOENT. */
+#include "tools/mount_compose.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fs/log.h"
+#include "fs/order_input.h"
+#include "mount/mount.h"
+#include "mount/postmortem.h"
+#include "tools/cli.h"
+#include "tools/mount_log.h"
+#include "tools/pack.h"
+#include "tools/mount_perm.h"
+
+/* What is mounted: built before the mount, served by the session. */
+struct model {
+	struct bfs_dataset *ds;
+	struct bfs_layout layout;
+	struct bfs_order *order;
+};
+
+static enum bfs_sampler pick_sampler(const struct mount_opts *m)
+{
+	struct bfs_order_request r = request_of(m);
+
+	return bfs_order_sampler_for(&r);
+}
+
+/* Inputs read from files for the order engine; freed by free_inputs. */
+struct order_inputs {
+	int64_t *subset;
+	double *weights;
+	uint8_t *state;
+	size_t subset_len, weights_len, state_len;
+};
+
+static void free_inputs(struct order_inputs *in)
+{
+	free(in->subset);
+	free(in->weights);
+	free(in->state);
+}
+
+/* The files --subset, --weights and --generator-state or --rng-state
+ * name, into 'in'. 0, or 1 with the message printed ('in' freed). */
+static int load_inputs(const struct mount_opts *m, struct order_inputs *in)
+{
+	const char *state_opt =
+	    m->gen_state ? "--generator-state" : "--rng-state";
+	struct bfs_error err = {{0}};
+	const char *failed = NULL; /* the option whose file was refused */
+	int rc = 0;
+
+	if (m->subset) {
+		rc = bfs_order_load_indices(m->subset, &in->subset,
+					    &in->subset_len, &err);
+		failed = "--subset";
+	}
+	if (rc == 0 && m->weights) {
+		rc = bfs_order_load_weights(m->weights, &in->weights,
+					    &in->weights_len, &err);
+		failed = "--weights";
+	}
+	if (rc == 0 && (m->gen_state || m->rng_state)) {
+		rc = bfs_order_load_state(m->gen_state ? m->gen_state
+						       : m->rng_state,
+					  &in->state, &in->state_len, &err);
+		failed = state_opt;
+	}
+	if (rc < 0) { /* err.msg starts with the file's name */
+		fprintf(stderr, "batchfs mount: %s %s\n", failed,
+			err.msg[0] ? err.msg : strerror(-rc));
+		free_inputs(in);
+		return 1;
+	}
+	return 0;
+}
+
+/* Build the order engine. Returns 0, 1 (a file could not be read) or 2
+ * (an option value PyTorch would refuse, with 'usage'); the message is
+ * printed. */
+static int make_order(struct mount_opts *m, struct model *mt,
+		      void (*usage)(FILE *))
+{
+	const char *state_opt =
+	    m->gen_state ? "--generator-state" : "--rng-state";
+	char names[3][PATH_MAX + 24]; /* "--subset FILE" ... for refusals */
+	struct bfs_order_opts o;
+	struct order_inputs in = {0};
+	struct bfs_error err = {{0}};
+	int rc;
+
+	memset(&o, 0, sizeof(o));
+	if (load_inputs(m, &in))
+		return 1;
+	snprintf(names[0], sizeof(names[0]), "--subset %s",
+		 m->subset ? m->subset : "");
+	snprintf(names[1], sizeof(names[1]), "--weights %s",
+		 m->weights ? m->weights : "");
+	snprintf(names[2], sizeof(names[2]), "%s %s", state_opt,
+		 m->gen_state	? m->gen_state
+		 : m->rng_state ? m->rng_state
+				: "");
+	o.subset_name = names[0];
+	o.weights_name = names[1];
+	o.state_name = names[2];
+	o.sampler = pick_sampler(m);
+	o.n = bfs_dataset_samples(mt->ds);
+	o.batch_size = m->batch_size;
+	o.drop_last = m->drop_last;
+	o.seed = m->seed;
+	o.replacement = m->replacement;
+	o.num_samples = m->num_samples;
+	if (o.sampler == BFS_SAMPLER_WEIGHTED && !o.num_samples)
+		o.num_samples = in.weights_len; /* one epoch = len(weights) */
+	o.subset = in.subset;
+	o.subset_len = in.subset_len;
+	o.weights = in.weights;
+	o.weights_len = in.weights_len;
+	o.world_size = m->have_world ? m->world_size : 1;
+	o.rank = m->rank;
+	o.ranks = m->ranks;
+	o.nranks = m->nranks;
+	o.lane_epochs = m->epochs;
+	o.shuffle = m->shuffle;
+	o.compat = m->compat;
+	o.generator_state = in.state;
+	o.generator_state_len = in.state_len;
+	o.global_generator = m->rng_state != NULL;
+	o.source = m->source_label;
+	rc = bfs_order_create(&mt->order, &o, &err);
+	free_inputs(&in);
+	if (rc == -EFBIG) { /* the dataset is too big to order */
+		fprintf(stderr, "batchfs mount: %s\n", err.msg);
+		return 1;
+	}
+	if (rc < 0)
+		return bfs_cli_bad_usage("mount", usage, err.msg, NULL);
+	return 0;
+}
+
+/* Everything before FUSE: dataset, layout, order. 0, 1 or 2. */
+static int open_model(struct mount_opts *m, struct model *mt,
+		      void (*usage)(FILE *))
+{
+	struct bfs_error err = {{0}};
+	char msg[4 * BFS_ERROR_MAX]; /* err.msg escaped: it names files */
+	int rc;
+
+	rc = bfs_dataset_open_select(&mt->ds, m->sources, m->nsources,
+				     m->fields, &err);
+	if (rc == 0)
+		rc = bfs_layout_init_ragged(&mt->layout, mt->ds, m->batch_size,
+					    m->ragged, m->nragged, &err);
+	if (rc == 0)
+		rc =
+		    bfs_pool_check_budget(&mt->layout, m->cache_mb << 20, &err);
+	if (rc < 0) {
+		fprintf(stderr, "batchfs mount: %s\n",
+			bfs_log_escape(msg, sizeof(msg),
+				       err.msg[0] ? err.msg : strerror(-rc)));
+		/* an .npz that is a list of samples: say how to pack it */
+		for (size_t i = 0; i < m->nsources; i++)
+			bfs_pack_list_hint("mount", m->sources[i]);
+		return 1;
+	}
+	rc = make_order(m, mt, usage);
+	if (rc)
+		return rc;
+	bfs_layout_bind_order(&mt->layout, mt->order); /* rank's epochs */
+	if (bfs_order_check_len(mt->order, m->source_label, &err) < 0) {
+		fprintf(stderr, "batchfs mount: %s\n",
+			bfs_log_escape(msg, sizeof(msg), err.msg));
+		return 1;
+	}
+	if (bfs_order_len(mt->order) >= BFS_TREE_MAX_BATCHES) {
+		uint64_t n = bfs_dataset_samples(mt->ds);
+
+		fprintf(stderr,
+			"batchfs mount: %s: %" PRIu64 " samples make %" PRIu64
+			" batches per epoch at --batch-size %" PRIu64
+			"; batchfs serves fewer than 2^36 (use --batch-size "
+			"%" PRIu64 " or more)\n",
+			m->source_label, n, bfs_order_len(mt->order),
+			m->batch_size,
+			n / (uint64_t)(BFS_TREE_MAX_BATCHES - 1) + 1);
+		return 1;
+	}
+	return 0;
+}
+
+static void close_model(struct model *mt)
+{
+	bfs_order_destroy(mt->order);
+	bfs_layout_fini(&mt->layout);
+	bfs_dataset_close(mt->ds);
+}
+
+/* The serving options the environment sets for tests and measurements:
+ * BATCHFS_DEBUG_GATHER_DELAY_MS (workers sleep before each gather),
+ * BATCHFS_DEBUG_NO_EARLY_PUSH, BATCHFS_DEBUG_NO_ZERO_COPY,
+ * BATCHFS_DEBUG_ZC_NO_CHECK, BATCHFS_DEBUG_ZC_MAX_IOV, BATCHFS_DEBUG_ZC_STOP
+ * (the daemon stops itself once, between the check and the first zero-copy
+ * reply of rows), BATCHFS_MEMFD_WRITE
+ * (gather|slices: how passthrough batches are written), BATCHFS_DEBUG_COLD
+ * (the memory policy acts as if the data did not fit: rows of big fields
+ * are read with O_DIRECT). */
+static void debug_opts(struct bfs_pool_opts *po, struct bfs_serve_opts *so)
+{
+	const char *delay = getenv("BATCHFS_DEBUG_GATHER_DELAY_MS");
+	const char *iov = getenv("BATCHFS_DEBUG_ZC_MAX_IOV");
+	const char *wr = getenv("BATCHFS_MEMFD_WRITE");
+
+	po->debug_delay_ms = delay ? (unsigned)strtoul(delay, NULL, 10) : 0;
+	po->assume_cold = getenv("BATCHFS_DEBUG_COLD") != NULL;
+	po->memfd_write = !wr			  ? BFS_LAYOUT_FD_AUTO
+			  : !strcmp(wr, "gather") ? BFS_LAYOUT_FD_GATHER
+			  : !strcmp(wr, "slices") ? BFS_LAYOUT_FD_SLICES
+						  : BFS_LAYOUT_FD_AUTO;
+	so->early_push = !getenv("BATCHFS_DEBUG_NO_EARLY_PUSH");
+	so->zero_copy = !getenv("BATCHFS_DEBUG_NO_ZERO_COPY");
+	so->zc_no_check = getenv("BATCHFS_DEBUG_ZC_NO_CHECK") != NULL;
+	so->zc_debug_stop = getenv("BATCHFS_DEBUG_ZC_STOP") != NULL;
+	so->zc_max_iov = iov ? (unsigned)strtoul(iov, NULL, 10) : 0;
+}
+
+/* What the session calls back (mount/mount.h). */
+struct session_arg {
+	struct mount_opts *m;
+	struct model *model;
+};
+
+static void describe_opts(struct mount_opts *m, enum bfs_serve_mode mode);
+
+/* The line `batchfs mount` prints once mounted, into m->summary: where,
+ * batches per epoch, the serve mode, the seed the order was drawn with,
+ * the log. */
+static void summarize(struct mount_opts *m, const struct model *mt,
+		      enum bfs_serve_mode mode)
+{
+	const char *src = m->seed_source;
+	char seed[160], ranks[96] = "";
+
+	if (!strcmp(src, "--seed"))
+		snprintf(seed, sizeof(seed), "seed %" PRIu64, m->seed);
+	else if (!strcmp(src, "getrandom"))
+		snprintf(seed, sizeof(seed),
+			 "seed %" PRIu64 " (random: --seed %" PRIu64
+			 " repeats it)",
+			 m->seed, m->seed);
+	else if (!strcmp(src, "default"))
+		snprintf(seed, sizeof(seed),
+			 "seed 0 (DistributedSampler's default)");
+	else if (!strcmp(src, "unused"))
+		snprintf(seed, sizeof(seed), "no seed (not a random order)");
+	else /* --generator-state, --rng-state */
+		snprintf(seed, sizeof(seed), "the generator from %s", src);
+	if (m->nranks)
+		snprintf(ranks, sizeof(ranks), " per rank (ranks %.40s of %u)",
+			 m->ranks_arg, m->world_size);
+	snprintf(m->summary, sizeof(m->summary),
+		 "batchfs: mounted %s: %" PRIu64
+		 " batches per epoch%s, serve mode %s, %s, log %s",
+		 m->mountpoint, bfs_order_len(mt->order), ranks,
+		 bfs_serve_mode_name(mode), seed, m->log.path);
+}
+
+/* The daemon's descriptors: its soft limit raised to the hard one, as
+ * servers do (passthrough holds a memfd per batch). Returns how many
+ * batches may hold one: the limit less a reserve for the sources, the
+ * session, the log and the gathers' own reads. */
+static uint64_t batch_fds(void)
+{
+	struct rlimit rl;
+	rlim_t was;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
+		return 0;
+	was = rl.rlim_cur;
+	if (rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		if (setrlimit(RLIMIT_NOFILE, &rl) < 0)
+			rl.rlim_cur = was;
+		else
+			bfs_log(BFS_LOG_INFO, "mount",
+				"descriptor limit raised from %llu to %llu",
+				(unsigned long long)was,
+				(unsigned long long)rl.rlim_cur);
+	}
+	if (rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur > (1u << 30))
+		return 1u << 30;
+	return rl.rlim_cur - (rl.rlim_cur / 4 < 256 ? rl.rlim_cur / 4 : 256);
+}
+
+/* What the namespace says of the mount (dataset.json, README), served
+ * in 'mode' ('why': the reason it was chosen). */
+static struct bfs_tree_info tree_info(const struct mount_opts *m,
+				      enum bfs_serve_mode mode, const char *why)
+{
+	const struct bfs_order_request req = request_of(m);
+
+	return (struct bfs_tree_info){
+	    .text =
+		{
+		    .sources = m->sources,
+		    .nsources = m->nsources,
+		    .epochs = m->epochs,
+		    .seed = m->seed,
+		    .shuffle = bfs_order_is_random(&req),
+		    .drop_last = m->drop_last,
+		    .batch_size = m->batch_size,
+		    .seed_source = m->seed_source,
+		    .sampler = bfs_order_sampler_name(pick_sampler(m)),
+		    .options = m->line,
+		    .mountpoint = m->mountpoint,
+		    .log = m->log.path,
+		    .serve_mode = bfs_serve_mode_name(mode),
+		    .serve_why = why,
+		},
+	    .perm = m->perm,
+	};
+}
+
+/* In the daemon, once the mode is known: the serve (pool, workers) and
+ * the namespace. 0 or -errno with msg. */
+static int start(void *arg, enum bfs_serve_mode mode, const char *why,
+		 const struct bfs_serve_kernel *kernel,
+		 struct bfs_mount_served *out, char *msg, size_t len)
+{
+	struct session_arg *sa = arg;
+	struct mount_opts *m = sa->m;
+	struct model *mt = sa->model;
+	struct bfs_pool_opts po = {
+	    .workers = m->workers,
+	    .prefetch = m->prefetch,
+	    .budget_bytes = m->cache_mb << 20,
+	    .timeout_ms = m->timeout_s * 1000u,
+	    .epochs = m->epochs,
+	    .memory_policy = !getenv("BATCHFS_DEBUG_NO_WARM"),
+	    .reader = m->reader,
+	    .max_fds = batch_fds(),
+	};
+	struct bfs_serve_opts so = {
+	    .mode = mode,
+	    .page_cache_bytes = m->pc_mb << 20,
+	};
+	struct bfs_tree_info ti = tree_info(m, mode, why);
+	int rc;
+
+	bfs_log_err_reset();
+	debug_opts(&po, &so);
+	describe_opts(m, mode);
+	bfs_log(BFS_LOG_INFO, "mount",
+		"mounting %s on %s (pid %ld): %s; files owned by %u:%u, mode "
+		"%04o",
+		m->source_label, m->mountpoint, (long)getpid(), m->line,
+		m->perm.uid, m->perm.gid, m->perm.read);
+	rc = bfs_serve_create(&out->serve, mt->ds, mt->order, &mt->layout, &po,
+			      &so, kernel);
+	if (rc == 0) {
+		struct bfs_stats st;
+
+		bfs_serve_stats(out->serve, &st);
+		ti.text.reader = st.pool.ra.reader; /* static, or the pool's */
+		ti.text.reader_why = st.pool.ra.reader_why;
+		bfs_log(BFS_LOG_INFO, "mount", "rows read ahead: %s",
+			st.pool.ra.reader_why);
+		rc = bfs_tree_create(&out->tree, mt->ds, mt->order, &mt->layout,
+				     out->serve, &ti);
+	}
+	if (rc < 0) /* the reason a callee logged, if one did */
+		snprintf(msg, len, "cannot start serving: %s",
+			 *bfs_log_err_last() ? bfs_log_err_last()
+					     : strerror(-rc));
+	else
+		summarize(m, mt, mode);
+	return rc;
+}
+
+/* The options as one line for README (what was asked, plus defaults and
+ * the mode chosen). */
+static void describe_opts(struct mount_opts *m, enum bfs_serve_mode mode)
+{
+	char ranks[96] = "";
+
+	if (m->have_world && m->ranks_arg)
+		snprintf(ranks, sizeof(ranks), " --world-size %u --ranks %.40s",
+			 m->world_size, m->ranks_arg);
+	else if (m->have_world)
+		snprintf(ranks, sizeof(ranks), " --world-size %u --rank %u",
+			 m->world_size, m->rank);
+	snprintf(m->line, sizeof(m->line),
+		 "--batch-size %" PRIu64 "%s --seed %" PRIu64
+		 "%s%s --epochs %" PRIu64
+		 " --workers %u --prefetch %u --cache-mb %" PRIu64
+		 " --timeout %u --serve %s%s",
+		 m->batch_size, m->shuffle ? " --shuffle" : "", m->seed,
+		 m->drop_last ? " --drop-last" : "", ranks, m->epochs,
+		 m->workers, m->prefetch, m->cache_mb, m->timeout_s,
+		 bfs_serve_mode_name(mode), m->ragged_line);
+}
+
+/* Detach stdio (the daemon logs to its log file, tools/mount_log.h). */
+static void detach_stdio(const struct mount_opts *m)
+{
+	int nul = open("/dev/null", O_RDWR);
+
+	if (nul >= 0) {
+		dup2(nul, STDIN_FILENO);
+		dup2(nul, STDOUT_FILENO);
+		dup2(nul, STDERR_FILENO);
+		if (nul > STDERR_FILENO)
+			close(nul);
+	}
+}
+
+/* A warning for the user (stderr) and the log, once the mount works. */
+static void warn(const struct mount_opts *m, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static void warn(const struct mount_opts *m, const char *fmt, ...)
+{
+	char msg[PATH_MAX + 200];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "batchfs mount: warning: %s\n", msg);
+	if (m->log.fd >= 0) /* else the log is stderr */
+		bfs_log(BFS_LOG_WARN, "mount", "warning: %s", msg);
+}
+
+/* Right before the mount is reported ready: the warnings (options that
+ * change nothing, files the mount hides) and the summary line, while the
+ * caller's terminal is still there; then logs go to their sink. */
+static void ready(void *arg)
+{
+	struct session_arg *sa = arg;
+	struct bfs_order_request req = request_of(sa->m);
+	const char *unused[8];
+	size_t n = bfs_order_request_unused(&req, unused, 8);
+
+	for (size_t i = 0; i < n; i++)
+		warn(sa->m, "%s", unused[i]);
+	if (sa->m->hidden)
+		warn(sa->m,
+		     "%s is not empty: its %zu entr%s hidden while it is "
+		     "mounted",
+		     sa->m->mountpoint, sa->m->hidden,
+		     sa->m->hidden == 1 ? "y is" : "ies are");
+	printf("%s\n", sa->m->summary);
+	fflush(stdout);
+	if (!sa->m->foreground)
+		detach_stdio(sa->m);
+	/* a fatal signal's last words go to the log too */
+	bfs_postmortem_install(sa->m->log.fd >= 0 ? sa->m->log.fd
+						  : STDERR_FILENO);
+}
+
+/* Mount and serve the model (mount/mount.h). */
+static int run(struct mount_opts *m, struct model *mt)
+{
+	struct session_arg sa = {m, mt};
+	const struct bfs_mount_params p = {
+	    .mountpoint = m->mountpoint,
+	    .fuse_opts = m->fuse_o,
+	    .fuse_threads = m->fuse_threads,
+	    .foreground = m->foreground,
+	    .log_failure = m->log.fd >= 0,
+	    .serve = m->serve,
+	    .start = start,
+	    .ready = ready,
+	    .arg = &sa,
+	};
+
+	return bfs_mount_run(&p);
+}
+
+/* Whether the mount can open /dev/fuse: 0, or 1 with what to do
+ * printed. */
+static int check_device(void)
+{
+	char msg[800];
+
+	if (bfs_mount_check_device(msg, sizeof(msg)) == 0)
+		return 0;
+	fprintf(stderr, "batchfs mount: %s\n", msg);
+	return 1;
+}
+
+/* Entries of directory 'path' besides . and .. (0 if it cannot be read):
+ * what a mount on it hides. */
+static size_t count_entries(const char *path)
+{
+	DIR *d = opendir(path);
+	struct dirent *e;
+	size_t n = 0;
+
+	while (d && (e = readdir(d)))
+		n += strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
+	if (d)
+		closedir(d);
+	return n;
+}
+
+/* Contract: see tools/mount_compose.h. */
+int bfs_mount_compose(struct mount_opts *m, void (*usage)(FILE *))
+{
+	struct bfs_order_request req;
+	struct model mt;
+	int rc;
+
+	memset(&mt, 0, sizeof(mt));
+	m->log.fd = -1;
+	/* No --seed: a random sampler gets a fresh seed (reported in
+	 * dataset.json); DistributedSampler keeps torch's default 0. */
+	req = request_of(m);
+	m->seed_source = bfs_order_seed_source(&req);
+	if (!strcmp(m->seed_source, "getrandom")) {
+		uint32_t s = 0;
+
+		if (getrandom(&s, sizeof(s), 0) != sizeof(s))
+			s = (uint32_t)getpid() ^ (uint32_t)time(NULL);
+		m->seed = s;
+	}
+	bfs_log_setup(m->verbose ? BFS_LOG_DEBUG : BFS_LOG_INFO, NULL);
+	rc = open_model(m, &mt, usage);
+	if (rc == 0)
+		rc = bfs_mount_perm_decide(
+		    mt.ds, &m->owner, strstr(m->fuse_o, "allow_other") != NULL,
+		    &m->perm);
+	if (rc == 0)
+		rc = check_device();
+	/* The log only now: a mount refused before this creates none, and
+	 * one that fails from here on writes its reason into it. */
+	if (rc == 0)
+		rc = bfs_mount_log_open(&m->log, m->log_file, m->foreground,
+					m->mountpoint);
+	if (rc == 0) {
+		m->hidden = count_entries(m->mountpoint);
+		bfs_mount_log_start(&m->log, m->verbose);
+		rc = run(m, &mt);
+	}
+	close_model(&mt);
+	if (m->log.fd >= 0)
+		close(m->log.fd);
+	return rc;
+}
