@@ -12,9 +12,12 @@ demo: deps-test
 	@$(MAKE) --no-print-directory build-all
 	@BUILD=$(BUILD) tools/scripts/demo.sh
 
-# make bench: the side-by-side benchmark (tools/bench/bench.py), then the
-# order engine's shuffle against torch.randperm (tools/bench/bench_order.sh,
-# n = BENCH_ORDER_N, default 10^8); never part of `make check`.
+# make bench: the side-by-side benchmark (tools/bench/bench.py, its results
+# merged into tools/bench/results.json), their figures redrawn from those
+# (tools/bench/fig-<part>.png by tools/bench/figures.py, also when a part
+# failed; skipped without matplotlib), then the order engine's shuffle
+# against torch.randperm (tools/bench/bench_order.sh, n = BENCH_ORDER_N,
+# default 10^8); never part of `make check`.
 # build/bench/nullfs is the null FUSE baseline server.
 # BENCH_SCALE=0.25 shrinks the datasets; BENCH_REPS sets the repetitions.
 BENCH_ORDER_N ?= 100000000
@@ -27,7 +30,8 @@ $(BENCH_NULLFS): $(BUILD)/obj/tools/bench/nullfs.o
 bench: deps-torch
 	@$(MAKE) --no-print-directory $(BUILD)/batchfs $(BENCH_NULLFS)
 	BATCHFS=$(abspath $(BUILD)/batchfs) NULLFS=$(abspath $(BENCH_NULLFS)) \
-		$(PYTHON) tools/bench/bench.py
+		$(PYTHON) tools/bench/bench.py; rc=$$?; \
+		$(PYTHON) tools/bench/figures.py $${BENCH_JSON:-}; exit $$rc
 	PYTHON=$(PYTHON) tools/bench/bench_order.sh $(BENCH_ORDER_N)
 
 # make bench-gather: a worker's gather against numpy's x[idx], per row size.

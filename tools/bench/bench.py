@@ -37,7 +37,14 @@ modes", "small rows epochs", "small rows cold", "small rows ranks",
 "small rows notfit", the same five of "large rows", "ragged rows" and
 "latency": "small" runs the five small-row parts, "cold" the cold part of
 both workloads), BENCH_NOTFIT_MB (384: the memory cgroup of the notfit
-part), BENCH_JSON (also write the results there).
+part), BENCH_JSON (the results file, default tools/bench/results.json).
+
+Besides printing them, it merges its results into the results file, one
+entry per part measured ("small rows modes", ..., "ragged rows",
+"latency"; the entries of parts not measured stay as they were), each
+with the date, machine and load of its run and the ratios its figure
+draws; `make bench` then runs tools/bench/figures.py, which draws them
+as tools/bench/fig-<part>.png.
 
 Besides the serve modes ("modes"), each workload measures: "epochs", the
 first three epochs of a fresh mount (archive in the page cache), per epoch
@@ -85,6 +92,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(ROOT, "tests", "lib"))
 import memcg  # noqa: E402  (memory cgroups, shared with the tests)
+import figures  # noqa: E402  (the ratios each part's figure draws)
 BATCHFS = os.environ.get("BATCHFS", os.path.join(ROOT, "build", "batchfs"))
 NULLFS = os.environ.get("NULLFS", os.path.join(ROOT, "build", "bench", "nullfs"))
 SCALE = float(os.environ.get("BENCH_SCALE", "1"))
@@ -116,6 +124,10 @@ MODE_DEFS = {
     "no-read-in": ([], {"BATCHFS_DEBUG_NO_WARM": "1"}),
 }
 ONLY = [w for w in os.environ.get("BENCH_ONLY", "").split(",") if w]
+RESULTS_JSON = os.environ.get("BENCH_JSON") or os.path.join(HERE,
+                                                            "results.json")
+# What every part's "run" record holds of this run (filled by main).
+RUN = {}
 SEED = 7
 MIB = 1 << 20
 LATENCY_SAMPLES = 10**6
@@ -983,6 +995,8 @@ def fmt_rate(x):
 
 
 def workload(work, name, shape, batch, n0, results):
+    """The parts of one workload that BENCH_ONLY wants, each into
+    results["<name> <part>"]; returns the failures (strings)."""
     n = max(batch * 8, int(round(n0 * SCALE)))
     row = int(np.prod(shape)) + 8
     epoch = n * row
@@ -994,10 +1008,12 @@ def workload(work, name, shape, batch, n0, results):
     arch, how = make_archive(work, name.split()[0], shape, n)
     log("  archive: %s (%s, %.3f GB)" % (os.path.basename(arch), how,
                                         os.path.getsize(arch) / 1e9))
-    r = {"n": n, "row": row, "batch": batch, "archive": how, "errors": []}
-    results[name] = r
+    size = {"n": n, "row": row, "batch": batch, "archive": how}
+    errors = []
     try:
         if "modes" in parts:
+            since = started()
+            r = {}
             r["pagecache"] = c_bench(["--pagecache", arch])
             r["memcpy"] = c_bench(["--memcpy", str(epoch)])
             r["nullfs"] = nullfs_read(work, epoch)
@@ -1010,29 +1026,34 @@ def workload(work, name, shape, batch, n0, results):
                                                        row, tensors, mode)
                 except (Failed, OSError, subprocess.TimeoutExpired) as e:
                     r["batchfs"][mode] = {"error": str(e)}
-                    r["errors"].append("%s: %s" % (mode, e))
+                    errors.append("%s: %s" % (mode, e))
                     log("  batchfs (%s): FAILED: %s" % (mode, e))
             r["dl0"] = bench_dataloader(tensors, batch, 0) * row / 1e9
             r["dl2"] = bench_dataloader(tensors, batch, 2) * row / 1e9
             del tensors
-            print_table(name, r)
+            print_table(name, r, row)
+            results[name + " modes"] = finished("modes", r, since,
+                                                modes=",".join(MODES), **size)
         for part, fn in (("epochs", bench_epochs), ("cold", bench_cold),
                          ("ranks", bench_ranks), ("notfit", bench_notfit)):
             if part not in parts:
                 continue
+            since = started()
             try:
-                r[part] = fn(work, arch, batch, n, row)
+                results[name + " " + part] = finished(
+                    part, fn(work, arch, batch, n, row), since, **size)
             except Skipped as e:
                 log("  %s: skipped: %s" % (part, e))
             except (Failed, OSError, subprocess.TimeoutExpired) as e:
-                r["errors"].append("%s: %s" % (part, e))
+                errors.append("%s: %s" % (part, e))
                 log("  %s: FAILED: %s" % (part, e))
     finally:
         os.unlink(arch)
+    return errors
 
 
-def print_table(name, r):
-    row = r["row"]
+def print_table(name, r, row):
+    """The modes part's table (r: its results) and ratios."""
     modes = r["batchfs"]
     lines = [
         ("(a) page cache read, 1 MiB reads (warm)", r["pagecache"]),
@@ -1168,6 +1189,7 @@ def ragged_epoch(mnt, epoch, nb, buf):
 
 
 def ragged_workload(work, results):
+    since = started()
     n = max(RAGGED_BATCH * 8, int(round(RAGGED_SAMPLES * SCALE)))
     rng = np.random.default_rng(SEED)
     lens = rng.integers(RAGGED_LENGTHS[0], RAGGED_LENGTHS[1] + 1, n)
@@ -1213,7 +1235,7 @@ def ragged_workload(work, results):
     r["dl0"] = dataloader_rate(ds, RAGGED_BATCH, 0, pad_collate)
     r["dl2"] = dataloader_rate(ds, RAGGED_BATCH, 2, pad_collate)
     os.unlink(arch)
-    results["ragged rows"] = r
+    results["ragged rows"] = finished("ragged rows", r, since)
     best = max(r["dl0"], r["dl2"])
     log("\n  %-52s %11s" % ("ragged rows (median of %d)" % REPS, "samples/s"))
     for label, v in (("batchfs --pad (default): Python readinto 1 MiB",
@@ -1227,6 +1249,52 @@ def ragged_workload(work, results):
     log("  %-52s %7.2fx" % ("batchfs --pack vs best DataLoader",
                             r["pack"] / best))
     log("    parity: " + r["check"])
+
+
+def machine():
+    """'2 CPUs, 24 GiB, Linux 6.18': what a figure says of the machine."""
+    mem = 0
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemTotal:"):
+                mem = int(line.split()[1]) << 10
+    kernel = ".".join(os.uname().release.split(".")[:2])
+    return "%d CPUs, %.0f GiB, Linux %s" % (os.cpu_count(), mem / (1 << 30),
+                                           kernel)
+
+
+def started():
+    """The date and the load average (1 minute) as a part starts."""
+    return time.strftime("%Y-%m-%d %H:%M"), round(os.getloadavg()[0], 2)
+
+
+def finished(part, res, since, **size):
+    """A part's results 'res' as the results file holds them: with "run"
+    (RUN, the part's date and load at start and end, its workload's size)
+    and "ratios" (figures.ratios: what its figure draws)."""
+    date, load = since
+    end = round(os.getloadavg()[0], 2)
+    res = dict(res, run=dict(RUN, date=date, load=[load, end], **size))
+    res["ratios"] = figures.ratios(part, res)
+    return res
+
+
+def save_results(path, results):
+    """Merge this run's parts into the results file 'path': each part
+    measured replaces its entry, the others keep theirs, so a BENCH_ONLY
+    run updates only what it measured."""
+    try:
+        with open(path) as f:
+            old = json.load(f)
+        if not isinstance(old, dict):
+            old = {}
+    except (OSError, ValueError):
+        old = {}
+    old.update(results)
+    with open(path + ".tmp", "w") as f:
+        json.dump(old, f, indent=1, default=str)
+        f.write("\n")
+    os.replace(path + ".tmp", path)
 
 
 def wanted(part):
@@ -1258,19 +1326,21 @@ def main():
     # Our own copy, so a concurrent `make` cannot swap it mid-run.
     shutil.copy2(BATCHFS, work.path("batchfs.bin"))
     BATCHFS = work.path("batchfs.bin")
-    results = {"scale": SCALE, "reps": REPS}
+    results = {}
+    RUN.update(machine=machine(), source=source_version(), scale=SCALE,
+               reps=REPS, only=",".join(ONLY))
     ok = True
     log("batchfs bench: BENCH_SCALE=%g, median of %d passes, host %s, "
         "%d CPUs, work dir %s. Shared VM: expect +-30 %% run to run."
         % (SCALE, REPS, os.uname().nodename, os.cpu_count(), work.dir))
-    log("source: %s; %s" % (source_version(), loadavg()))
+    log("source: %s; %s" % (RUN["source"], loadavg()))
     log("GB/s = payload bytes (images + labels) per second, 10^9 B/s.")
     try:
         for name, shape, batch, n0 in WORKLOADS:
             if not workload_wanted(name):
                 continue
-            workload(work, name, shape, batch, n0, results)
-            ok = ok and not results[name]["errors"]
+            if workload(work, name, shape, batch, n0, results):
+                ok = False
         try:
             if wanted("ragged rows"):
                 ragged_workload(work, results)
@@ -1281,13 +1351,16 @@ def main():
             log("\n== time from `batchfs mount` to the first byte of batch 0, "
                 "%d samples (median of %d)" % (LATENCY_SAMPLES, LATENCY_REPS))
             try:
-                ran = [results[w[0]]["batchfs"] for w in WORKLOADS
-                       if "batchfs" in results.get(w[0], {})]
+                ran = [results[w[0] + " modes"]["batchfs"] for w in WORKLOADS
+                       if w[0] + " modes" in results]
                 if ran and not any("error" not in v for modes in ran
                                    for v in modes.values()):
                     raise Failed("skipped: batchfs mount failed above")
+                since = started()
                 m, f, t = bench_latency(work)
-                results["latency"] = {"mount": m, "first_byte": f, "total": t}
+                results["latency"] = finished(
+                    "latency", {"mount": m, "first_byte": f, "total": t},
+                    since)
                 log("  mount returned   %8.1f ms" % (m * 1e3))
                 log("  first byte after %8.1f ms" % (f * 1e3))
                 log("  total            %8.1f ms  [target <= 50 ms %s]"
@@ -1298,9 +1371,9 @@ def main():
     finally:
         work.close()
         log("\nend: %s" % loadavg())
-    if os.environ.get("BENCH_JSON"):
-        with open(os.environ["BENCH_JSON"], "w") as f:
-            json.dump(results, f, indent=1, default=str)
+    if results:
+        save_results(RESULTS_JSON, results)
+        log("results: %s (tools/bench/figures.py draws them)" % RESULTS_JSON)
     if not ok:
         log("\nbench: some batchfs measurements failed (see above)")
         sys.exit(1)

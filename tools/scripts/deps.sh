@@ -3,14 +3,15 @@
 # Usage: tools/scripts/deps.sh build|test|torch|fuzz|lint
 # build: the libraries batchfs links; test: + cmocka, zip tools, numpy,
 # acl (setfacl, for the permission test);
-# torch: + python3-torch for interop tests; fuzz: + clang and libFuzzer;
+# torch: + python3-torch for interop tests, python3-matplotlib for the
+# bench's figures (tools/bench/figures.py); fuzz: + clang and libFuzzer;
 # lint: + clang-format (make format-check).
 set -eu
 want="libfuse3-dev fuse3 libzip-dev liburing-dev pkg-config"
 case "${1:-build}" in
 build) ;;
 test) want="$want libcmocka-dev zip unzip python3-numpy acl" ;;
-torch) want="$want libcmocka-dev zip unzip python3-numpy python3-torch acl" ;;
+torch) want="$want libcmocka-dev zip unzip python3-numpy python3-torch acl python3-matplotlib" ;;
 fuzz) want="$want clang libclang-rt-14-dev" ;;
 lint) want="$want clang-format" ;;
 *) echo "usage: $0 build|test|torch|fuzz|lint" >&2; exit 2 ;;
