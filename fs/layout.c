@@ -1,6 +1,6 @@
-/* fs/layout: batch file bytes as a pure function of (fields, e, k, the
- * batch's geometry, indices). See layout.h and fs/README.md (the batch
- * file, ragged fields).
+/* fs/layout: batch file bytes as a pure function of (fields, the batch's
+ * epoch and batch numbers, its geometry, indices). See layout.h and
+ * fs/README.md (the batch file, ragged fields).
  *
  * Header JSON, exactly (keys in file order, no spaces but after ':' and ','
  * nowhere — compact), e.g.
@@ -13,8 +13,8 @@
  * of the same JSON with 20-digit epoch and batch numbers (render() with
  * UINT64_MAX), so the numbers never move the data: a layout without
  * ragged fields has one size per row count (fs/stream relies on it). The
- * epoch written is the one of the bound order's lane (named_epoch), never
- * a multi-rank order's stream epoch.
+ * epoch written is the batch id's, the rank's own epoch: nothing of its
+ * lane or position reaches a file.
  *
  * dtypes: safetensors has no complex128 and no complex32 code, so a dataset
  * with such a field is refused at mount time (bfs_layout_init) rather than
@@ -223,19 +223,6 @@ static size_t render(const struct bfs_layout *l, uint64_t e, uint64_t k,
 	}
 	put_char(buf, len, &pos, '}'); /* bfs_layout_header relies on it */
 	return pos;
-}
-
-/* The epoch a header names for stream epoch se: the rank's epoch on a
- * multi-rank order (bfs_order_split), se itself without an order. */
-static uint64_t named_epoch(const struct bfs_layout *l, uint64_t se)
-{
-	size_t lane;
-	uint64_t e;
-
-	if (!l->order)
-		return se;
-	bfs_order_split(l->order, se, &lane, &e);
-	return e;
 }
 
 /* The header shape of entry lf at geometry d must be one a safetensors
@@ -560,13 +547,14 @@ void bfs_layout_bind_order(struct bfs_layout *l, const struct bfs_order *o)
 	l->order = o;
 }
 
-void bfs_layout_batch_name(const struct bfs_layout *l, uint64_t e, uint64_t k,
+void bfs_layout_batch_name(const struct bfs_layout *l, struct bfs_batch_id id,
 			   char *buf, size_t len)
 {
 	if (l->order)
-		bfs_order_batch_name(l->order, e, k, buf, len);
+		bfs_order_batch_name(l->order, id, buf, len);
 	else
-		snprintf(buf, len, "epoch %" PRIu64 " batch %" PRIu64, e, k);
+		snprintf(buf, len, "epoch %" PRIu64 " batch %" PRIu64, id.epoch,
+			 id.batch);
 }
 
 void bfs_layout_fini(struct bfs_layout *l)
@@ -638,9 +626,10 @@ int bfs_layout_measure(const struct bfs_layout *l, const uint64_t *idx,
 }
 
 int bfs_layout_batch_dims(const struct bfs_layout *l, struct bfs_order *o,
-			  uint64_t e, uint64_t k, struct bfs_layout_dims *d)
+			  const struct bfs_batch_loc *at,
+			  struct bfs_layout_dims *d)
 {
-	uint64_t rows = bfs_order_batch_rows(o, k), *idx;
+	uint64_t rows = at->rows, *idx;
 	int rc;
 
 	memset(d, 0, sizeof(*d));
@@ -650,7 +639,7 @@ int bfs_layout_batch_dims(const struct bfs_layout *l, struct bfs_order *o,
 	idx = malloc((rows ? rows : 1) * sizeof(*idx));
 	if (!idx)
 		return -ENOMEM;
-	rc = bfs_order_batch(o, e, k, idx);
+	rc = bfs_order_batch(o, at->id, idx);
 	if (!rc)
 		rc = bfs_layout_measure(l, idx, rows, d);
 	free(idx);
@@ -658,39 +647,34 @@ int bfs_layout_batch_dims(const struct bfs_layout *l, struct bfs_order *o,
 }
 
 int bfs_layout_file_size(const struct bfs_layout *l, struct bfs_order *o,
-			 uint64_t e, uint64_t k, uint64_t *size)
+			 const struct bfs_batch_loc *at, uint64_t *size)
 {
 	struct bfs_layout_dims d;
-	int rc;
+	int rc = bfs_layout_batch_dims(l, o, at, &d);
 
-	/* a caller's bug: headers would name stream epochs (bind it) */
-	assert(!bfs_order_ranked(o) || l->order == o);
-	rc = bfs_layout_batch_dims(l, o, e, k, &d);
 	if (!rc)
-		*size = bfs_layout_size_dims(l, e, k, &d);
+		*size = bfs_layout_size_dims(l, &d);
 	return rc;
 }
 
-size_t bfs_layout_json_dims(const struct bfs_layout *l, uint64_t e, uint64_t k,
+size_t bfs_layout_json_dims(const struct bfs_layout *l, struct bfs_batch_id id,
 			    const struct bfs_layout_dims *d, char *buf,
 			    size_t len)
 {
-	return render(l, named_epoch(l, e), k, d, buf, len);
+	return render(l, id.epoch, id.batch, d, buf, len);
 }
 
-uint64_t bfs_layout_data_offset_dims(const struct bfs_layout *l, uint64_t e,
-				     uint64_t k,
+uint64_t bfs_layout_data_offset_dims(const struct bfs_layout *l,
 				     const struct bfs_layout_dims *d)
 {
-	(void)e; /* the widest numbers stand for every e and k */
-	(void)k;
+	/* the widest numbers stand for every epoch and batch */
 	return align_data(render(l, UINT64_MAX, UINT64_MAX, d, NULL, 0));
 }
 
-uint64_t bfs_layout_size_dims(const struct bfs_layout *l, uint64_t e,
-			      uint64_t k, const struct bfs_layout_dims *d)
+uint64_t bfs_layout_size_dims(const struct bfs_layout *l,
+			      const struct bfs_layout_dims *d)
 {
-	uint64_t n = bfs_layout_data_offset_dims(l, e, k, d);
+	uint64_t n = bfs_layout_data_offset_dims(l, d);
 
 	assert(d->rows <= l->rows_max); /* a caller's bug: sizes unproven */
 	for (size_t i = 0; i < l->nfields; i++)
@@ -698,13 +682,13 @@ uint64_t bfs_layout_size_dims(const struct bfs_layout *l, uint64_t e,
 	return n;
 }
 
-uint64_t bfs_layout_header_dims(const struct bfs_layout *l, uint64_t e,
-				uint64_t k, const struct bfs_layout_dims *d,
-				void *dst)
+uint64_t bfs_layout_header_dims(const struct bfs_layout *l,
+				struct bfs_batch_id id,
+				const struct bfs_layout_dims *d, void *dst)
 {
 	unsigned char *p = dst;
-	size_t json = bfs_layout_json_dims(l, e, k, d, NULL, 0);
-	uint64_t data = bfs_layout_data_offset_dims(l, e, k, d), n = data - 8;
+	size_t json = bfs_layout_json_dims(l, id, d, NULL, 0);
+	uint64_t data = bfs_layout_data_offset_dims(l, d), n = data - 8;
 
 	assert(json + 8 <= data); /* no number is wider than 20 digits */
 
@@ -712,7 +696,7 @@ uint64_t bfs_layout_header_dims(const struct bfs_layout *l, uint64_t e,
 		p[i] = (unsigned char)(n >> (8 * i));
 	/* Render all but the closing '}' (the NUL takes its place), then
 	 * the '}': nothing lands past the header, which may end the file. */
-	bfs_layout_json_dims(l, e, k, d, (char *)p + 8, json);
+	bfs_layout_json_dims(l, id, d, (char *)p + 8, json);
 	p[8 + json - 1] = '}';
 	memset(p + 8 + json, ' ', n - json);
 	return data;
@@ -778,14 +762,14 @@ static int fill_entry(const struct bfs_layout *l, const struct bfs_dataset *ds,
 }
 
 int bfs_layout_fill(const struct bfs_layout *l, const struct bfs_dataset *ds,
-		    uint64_t e, uint64_t k, const uint64_t *idx, uint64_t rows,
+		    struct bfs_batch_id id, const uint64_t *idx, uint64_t rows,
 		    uint64_t size, void *dst)
 {
-	return bfs_layout_fill_from(l, ds, e, k, idx, rows, size, NULL, dst);
+	return bfs_layout_fill_from(l, ds, id, idx, rows, size, NULL, dst);
 }
 
 int bfs_layout_fill_from(const struct bfs_layout *l,
-			 const struct bfs_dataset *ds, uint64_t e, uint64_t k,
+			 const struct bfs_dataset *ds, struct bfs_batch_id id,
 			 const uint64_t *idx, uint64_t rows, uint64_t size,
 			 bfs_layout_rows have, void *dst)
 {
@@ -804,20 +788,20 @@ int bfs_layout_fill_from(const struct bfs_layout *l,
 			return -ENOMEM;
 		rc = read_spans(l, ds, idx, rows, sp, l->nragged, &d);
 	}
-	if (!rc && bfs_layout_size_dims(l, e, k, &d) != size) {
+	if (!rc && bfs_layout_size_dims(l, &d) != size) {
 		char name[96];
 
-		bfs_layout_batch_name(l, e, k, name, sizeof(name));
+		bfs_layout_batch_name(l, id, name, sizeof(name));
 		bfs_log(BFS_LOG_ERR, "layout",
 			"%s: %s now measures %llu bytes, not %llu: its ragged "
 			"offsets changed under us",
 			l->source, name,
-			(unsigned long long)bfs_layout_size_dims(l, e, k, &d),
+			(unsigned long long)bfs_layout_size_dims(l, &d),
 			(unsigned long long)size);
 		rc = -EIO;
 	}
 	if (!rc)
-		p += bfs_layout_header_dims(l, e, k, &d, p);
+		p += bfs_layout_header_dims(l, id, &d, p);
 	for (size_t i = 0; i < l->nfields && rc == 0; i++) {
 		rc = fill_entry(l, ds, &l->fields[i], idx, &d, sp, have, p);
 		p += entry_bytes(&l->fields[i], &d);

@@ -4,11 +4,15 @@
  * JSON padded with spaces so the data starts at a multiple of 4096 (4096
  * unless the JSON is bigger), then each tensor's C-order little-endian
  * bytes with no holes. Tensors are ordered by descending element size,
- * ties by name, so each stays naturally aligned. The data starts where
- * it would with epoch and batch numbers of 20 digits (the widest): the
- * JSON names the real ones, so the numbers never move the data, and
- * every batch of a layout without ragged fields has one size but the
- * last (fewer rows): a stream's offsets are arithmetic (fs/stream.h).
+ * ties by name, so each stays naturally aligned. The JSON names the
+ * batch's epoch and batch (its id's: the rank's epoch, never its lane or
+ * position), so a batch file's bytes are those of (samples, epoch,
+ * batch) and rank/R/... of a multi-rank mount is byte for byte the file
+ * of a --rank R mount. The data starts where it would with epoch and
+ * batch numbers of 20 digits (the widest): the numbers never move the
+ * data, so sizes take no id, and every batch of a layout without ragged
+ * fields has one size but the last (fewer rows): a stream's offsets are
+ * arithmetic (fs/stream.h).
  *
  * A fixed field is one tensor [rows, *shape]. A ragged field (fs/ragged.h)
  * is two: padded, NAME [rows, L, *row] and NAME.lengths [rows]; packed,
@@ -82,9 +86,9 @@ struct bfs_layout {
 	uint64_t rows_max;		 /* the most rows a batch may have */
 	uint64_t max_file_size;		 /* the largest batch file */
 	const char *source;		 /* named in refusals (borrowed) */
-	/* Names the epoch of a stream epoch in headers and messages (the
-	 * rank's epoch on a multi-rank order); NULL: the epoch as given.
-	 * Borrowed: bfs_layout_bind_order. */
+	/* Names batches in messages ("rank R epoch E batch K" on a
+	 * multi-rank order); NULL: "epoch E batch K". Borrowed:
+	 * bfs_layout_bind_order. Headers never depend on it. */
 	const struct bfs_order *order;
 	const struct bfs_dataset *ds; /* ragged extents; may be NULL */
 	size_t nragged;
@@ -121,17 +125,13 @@ int bfs_layout_init_ragged(struct bfs_layout *l, const struct bfs_dataset *ds,
 int bfs_layout_init(struct bfs_layout *l, const struct bfs_dataset *ds,
 		    uint64_t rows_max, struct bfs_error *err);
 
-/* Headers and messages of l name the epochs of order 'o' (borrowed: it
- * must outlive l's use): every e the functions below take is then a
- * stream epoch of 'o' (fs/order.h: opts.nranks), and a header says the
- * epoch of that rank, "epoch":"3" for rank/R/epoch/3 whatever lane R is,
- * as a one-rank mount of R would. Needed for an order made with
- * opts.nranks (bfs_layout_file_size asserts it); harmless for others. */
+/* Messages of l name batches as order 'o' does (borrowed: it must outlive
+ * l's use), with their rank on a multi-rank order. */
 void bfs_layout_bind_order(struct bfs_layout *l, const struct bfs_order *o);
 
-/* "epoch E batch K" or "rank R epoch E batch K" (bfs_order_batch_name of
- * the bound order) for batch k of stream epoch e: what messages call it. */
-void bfs_layout_batch_name(const struct bfs_layout *l, uint64_t e, uint64_t k,
+/* "epoch E batch K", or "rank R epoch E batch K" (bfs_order_batch_name of
+ * the bound order): what messages call batch id. */
+void bfs_layout_batch_name(const struct bfs_layout *l, struct bfs_batch_id id,
 			   char *buf, size_t len);
 
 /* The field with the most bytes per sample (named in refusals), or NULL
@@ -148,100 +148,99 @@ void bfs_layout_fini(struct bfs_layout *l);
 int bfs_layout_measure(const struct bfs_layout *l, const uint64_t *idx,
 		       uint64_t rows, struct bfs_layout_dims *d);
 
-/* The geometry of batch k of epoch e in order 'o' (its rows, and its
- * indices measured when there are ragged fields). 0 or -errno. */
+/* The geometry of batch 'at' of order 'o' (its rows, and its indices
+ * measured when there are ragged fields: one bfs_order_batch). 0 or
+ * -errno. */
 int bfs_layout_batch_dims(const struct bfs_layout *l, struct bfs_order *o,
-			  uint64_t e, uint64_t k, struct bfs_layout_dims *d);
+			  const struct bfs_batch_loc *at,
+			  struct bfs_layout_dims *d);
 
-/* The exact size of batch k of epoch e in order 'o', before anything is
+/* The exact size of batch 'at' of order 'o', before anything is
  * gathered: arithmetic, plus O(rows) offsets per ragged field. What the
  * pool and the namespace serve as the file's size. Without ragged fields
- * it depends on the batch's rows alone (bfs_layout_size). 0 or -errno as
- * bfs_layout_batch_dims. */
+ * it depends on the batch's rows alone (bfs_layout_size) and asks the
+ * order nothing. 0 or -errno as bfs_layout_batch_dims. */
 int bfs_layout_file_size(const struct bfs_layout *l, struct bfs_order *o,
-			 uint64_t e, uint64_t k, uint64_t *size);
+			 const struct bfs_batch_loc *at, uint64_t *size);
 
-/* The JSON header of batch k of (stream) epoch e of geometry d (d's
- * extents at most those proven at init), unpadded, into buf
- * (NUL-terminated when len > 0); it names the epoch as the bound order
- * does (bfs_layout_bind_order). Returns the length snprintf would, so
- * bfs_layout_json_dims(l, e, k, d, NULL, 0) measures it. */
-size_t bfs_layout_json_dims(const struct bfs_layout *l, uint64_t e, uint64_t k,
+/* The JSON header of batch id (its epoch and batch: the rank's epoch)
+ * of geometry d (d's extents at most those proven at init), unpadded,
+ * into buf (NUL-terminated when len > 0). Returns the length snprintf
+ * would, so bfs_layout_json_dims(l, id, d, NULL, 0) measures it. */
+size_t bfs_layout_json_dims(const struct bfs_layout *l, struct bfs_batch_id id,
 			    const struct bfs_layout_dims *d, char *buf,
 			    size_t len);
 
 /* Byte offset of the data = 8 + padded JSON: a multiple of 4096, the
  * first one past 8 + the JSON of geometry d with 20-digit epoch and batch
- * numbers. The same for every e and k (they are not read). */
-uint64_t bfs_layout_data_offset_dims(const struct bfs_layout *l, uint64_t e,
-				     uint64_t k,
+ * numbers: the same for every batch of that geometry. */
+uint64_t bfs_layout_data_offset_dims(const struct bfs_layout *l,
 				     const struct bfs_layout_dims *d);
 
-/* Exact size of the batch file of geometry d (no overflow: proven); the
- * same for every e and k. */
-uint64_t bfs_layout_size_dims(const struct bfs_layout *l, uint64_t e,
-			      uint64_t k, const struct bfs_layout_dims *d);
+/* Exact size of the batch file of geometry d (no overflow: proven), the
+ * same for every batch of that geometry. */
+uint64_t bfs_layout_size_dims(const struct bfs_layout *l,
+			      const struct bfs_layout_dims *d);
 
 /* Write the batch file's first bfs_layout_data_offset_dims() bytes
- * (length, JSON, space padding) into dst, and nothing past them. Returns
- * that data offset (the JSON is measured once). */
-uint64_t bfs_layout_header_dims(const struct bfs_layout *l, uint64_t e,
-				uint64_t k, const struct bfs_layout_dims *d,
-				void *dst);
+ * (length, JSON naming batch id, space padding) into dst, and nothing
+ * past them. Returns that data offset (the JSON is measured once). */
+uint64_t bfs_layout_header_dims(const struct bfs_layout *l,
+				struct bfs_batch_id id,
+				const struct bfs_layout_dims *d, void *dst);
 
 /* Layouts without ragged fields: 'rows' is the whole geometry, and
- * bfs_layout_size(l, e, k, rows) is the size of every batch of 'rows'
- * rows, whatever e and k. */
-static inline size_t bfs_layout_json(const struct bfs_layout *l, uint64_t e,
-				     uint64_t k, uint64_t rows, char *buf,
-				     size_t len)
+ * bfs_layout_size(l, rows) is the size of every batch of 'rows' rows. */
+static inline size_t bfs_layout_json(const struct bfs_layout *l,
+				     struct bfs_batch_id id, uint64_t rows,
+				     char *buf, size_t len)
 {
 	struct bfs_layout_dims d = {.rows = rows};
 
 	assert(!l->nragged); /* a caller's bug: ragged needs its dims */
 
-	return bfs_layout_json_dims(l, e, k, &d, buf, len);
+	return bfs_layout_json_dims(l, id, &d, buf, len);
 }
 
 static inline uint64_t bfs_layout_data_offset(const struct bfs_layout *l,
-					      uint64_t e, uint64_t k,
 					      uint64_t rows)
 {
 	struct bfs_layout_dims d = {.rows = rows};
 
 	assert(!l->nragged); /* a caller's bug: ragged needs its dims */
 
-	return bfs_layout_data_offset_dims(l, e, k, &d);
+	return bfs_layout_data_offset_dims(l, &d);
 }
 
-static inline uint64_t bfs_layout_size(const struct bfs_layout *l, uint64_t e,
-				       uint64_t k, uint64_t rows)
+static inline uint64_t bfs_layout_size(const struct bfs_layout *l,
+				       uint64_t rows)
 {
 	struct bfs_layout_dims d = {.rows = rows};
 
 	assert(!l->nragged); /* a caller's bug: ragged needs its dims */
 
-	return bfs_layout_size_dims(l, e, k, &d);
+	return bfs_layout_size_dims(l, &d);
 }
 
-static inline uint64_t bfs_layout_header(const struct bfs_layout *l, uint64_t e,
-					 uint64_t k, uint64_t rows, void *dst)
+static inline uint64_t bfs_layout_header(const struct bfs_layout *l,
+					 struct bfs_batch_id id, uint64_t rows,
+					 void *dst)
 {
 	struct bfs_layout_dims d = {.rows = rows};
 
 	assert(!l->nragged); /* a caller's bug: ragged needs its dims */
 
-	return bfs_layout_header_dims(l, e, k, &d, dst);
+	return bfs_layout_header_dims(l, id, &d, dst);
 }
 
-/* Write the whole batch file of samples idx[0..rows) (header, then each
- * tensor gathered from 'ds') into dst, which holds 'size' bytes: the
- * size bfs_layout_file_size gave this batch. Returns 0 or -errno: the
- * gather's (-EIO archive faulted, -ERANGE bad index), -ENOMEM, or -EIO
- * when the batch measures another size now (its ragged offsets changed
- * under us: nothing is written past 'size'). */
+/* Write the whole batch file of batch id, of samples idx[0..rows)
+ * (header, then each tensor gathered from 'ds'), into dst, which holds 'size'
+ * bytes: the size bfs_layout_file_size gave this batch. Returns 0 or -errno:
+ * the gather's (-EIO archive faulted, -ERANGE bad index), -ENOMEM, or -EIO when
+ * the batch measures another size now (its ragged offsets changed under us:
+ * nothing is written past 'size'). */
 int bfs_layout_fill(const struct bfs_layout *l, const struct bfs_dataset *ds,
-		    uint64_t e, uint64_t k, const uint64_t *idx, uint64_t rows,
+		    struct bfs_batch_id id, const uint64_t *idx, uint64_t rows,
 		    uint64_t size, void *dst);
 
 /* Rows a caller already has, per dataset field: rows[f] is NULL (gather
@@ -252,7 +251,7 @@ typedef const void *const *const *bfs_layout_rows;
 
 /* bfs_layout_fill with rows of some fields from 'have' (NULL: none). */
 int bfs_layout_fill_from(const struct bfs_layout *l,
-			 const struct bfs_dataset *ds, uint64_t e, uint64_t k,
+			 const struct bfs_dataset *ds, struct bfs_batch_id id,
 			 const uint64_t *idx, uint64_t rows, uint64_t size,
 			 bfs_layout_rows have, void *dst);
 

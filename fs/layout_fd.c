@@ -114,7 +114,7 @@ static int write_slices(void *arg)
 }
 
 int bfs_layout_pwrite(const struct bfs_layout *l, const struct bfs_dataset *ds,
-		      uint64_t e, uint64_t k, const uint64_t *idx,
+		      struct bfs_batch_id id, const uint64_t *idx,
 		      uint64_t rows, bfs_layout_rows have, int fd)
 {
 	uint64_t data;
@@ -124,7 +124,7 @@ int bfs_layout_pwrite(const struct bfs_layout *l, const struct bfs_dataset *ds,
 
 	if (l->nragged) /* rows not stored as served: gathered */
 		return -ENOTSUP;
-	data = bfs_layout_data_offset(l, e, k, rows);
+	data = bfs_layout_data_offset(l, rows);
 	w = malloc(sizeof(*w));
 	head = malloc((size_t)data);
 	if (!w || !head) {
@@ -145,7 +145,7 @@ int bfs_layout_pwrite(const struct bfs_layout *l, const struct bfs_dataset *ds,
 	w->off = 0;
 	w->cnt = 0;
 	w->pending = 0;
-	bfs_layout_header(l, e, k, rows, head);
+	bfs_layout_header(l, id, rows, head);
 	rc = add(w, head, (size_t)data);
 	if (!rc) {
 		struct slices job = {l, ds, idx, rows, have, w};
@@ -156,7 +156,7 @@ int bfs_layout_pwrite(const struct bfs_layout *l, const struct bfs_dataset *ds,
 	if (rc == -EIO) {
 		char name[96];
 
-		bfs_layout_batch_name(l, e, k, name, sizeof(name));
+		bfs_layout_batch_name(l, id, name, sizeof(name));
 		bfs_log(BFS_LOG_ERR, "layout",
 			"%s: an archive faulted while the batch was written "
 			"(truncated under us?)",
@@ -218,20 +218,20 @@ static int write_all(int fd, const uint8_t *buf, uint64_t n)
 	return 0;
 }
 
-int bfs_layout_fd_write(struct bfs_layout_fd *w, uint64_t e, uint64_t k,
+int bfs_layout_fd_write(struct bfs_layout_fd *w, struct bfs_batch_id id,
 			const uint64_t *idx, uint64_t rows, uint64_t size,
 			bfs_layout_rows have, int fd)
 {
 	int rc;
 
 	if (w->slices) {
-		rc = bfs_layout_pwrite(w->l, w->ds, e, k, idx, rows, have, fd);
+		rc = bfs_layout_pwrite(w->l, w->ds, id, idx, rows, have, fd);
 		if (rc != -ENOTSUP)
 			return rc;
 	}
 	rc = scratch_fit(w, size);
 	if (!rc)
-		rc = bfs_layout_fill_from(w->l, w->ds, e, k, idx, rows, size,
+		rc = bfs_layout_fill_from(w->l, w->ds, id, idx, rows, size,
 					  have, w->scratch);
 	return rc ? rc : write_all(fd, w->scratch, size);
 }

@@ -36,12 +36,12 @@ void bfs_layout_fd_init(struct bfs_layout_fd *w, const struct bfs_layout *l,
 /* Free the buffer. Accepts a zeroed writer. */
 void bfs_layout_fd_fini(struct bfs_layout_fd *w);
 
-/* The whole batch file of samples idx[0..rows) of batch k of epoch e,
+/* The whole batch file of batch id, of samples idx[0..rows),
  * 'size' bytes (bfs_layout_fill's size), into fd from offset 0, the rows
  * of some fields from 'have' (bfs_layout_fill_from; NULL: none). Returns
  * 0 or -errno: bfs_layout_fill's, bfs_layout_pwrite's (but -ENOTSUP:
  * then the batch is gathered), -ENOMEM, or the -errno of the write. */
-int bfs_layout_fd_write(struct bfs_layout_fd *w, uint64_t e, uint64_t k,
+int bfs_layout_fd_write(struct bfs_layout_fd *w, struct bfs_batch_id id,
 			const uint64_t *idx, uint64_t rows, uint64_t size,
 			bfs_layout_rows have, int fd);
 
@@ -55,7 +55,7 @@ int bfs_layout_fd_write(struct bfs_layout_fd *w, uint64_t e, uint64_t k,
  * checks around the copy, or the kernel's copy faulted, with a log line),
  * -ENOMEM or the -errno of pwritev. */
 int bfs_layout_pwrite(const struct bfs_layout *l, const struct bfs_dataset *ds,
-		      uint64_t e, uint64_t k, const uint64_t *idx,
+		      struct bfs_batch_id id, const uint64_t *idx,
 		      uint64_t rows, bfs_layout_rows have, int fd);
 
 #endif

@@ -35,6 +35,11 @@ void bfs_log_setup(enum bfs_log_level max_level, bfs_log_sink_fn sink)
 	log_sink = sink;
 }
 
+bool bfs_log_wants(enum bfs_log_level level)
+{
+	return level <= log_max;
+}
+
 /* The length of the UTF-8 character at s (at most 'left' bytes there),
  * or 0 when s does not start a well-formed one (a stray continuation
  * byte, an overlong form, a surrogate, past U+10FFFF, cut short) or

@@ -12,6 +12,7 @@
 #define BFS_LOG_H
 
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 
 enum bfs_log_level {
@@ -49,5 +50,9 @@ void bfs_log_err_reset(void);
 /* Set the most verbose level printed (default BFS_LOG_INFO) and the sink
  * (NULL = stderr). Call before starting threads. */
 void bfs_log_setup(enum bfs_log_level max_level, bfs_log_sink_fn sink);
+
+/* Whether a line of 'level' is printed: to skip composing what only a
+ * debug line says (a batch's name costs a call into fs/order). */
+bool bfs_log_wants(enum bfs_log_level level);
 
 #endif

@@ -41,9 +41,9 @@ static inline uint64_t bfs_mt_random64(struct bfs_mt *mt);
 /* Twist the whole state (internal; exposed for the inline draws). */
 void bfs_mt_twist(struct bfs_mt *mt);
 
-/* Advance by 'words' draws without producing them: the same stream as
- * calling bfs_mt_random() 'words' times. Twists alone (~0.4 ns/word) below
- * BFS_MT_JUMP_MIN words, bfs_mt_jump above. */
+/* Advance by 'words' draws without producing them: the generator ends
+ * where calling bfs_mt_random() 'words' times leaves it. Twists alone
+ * (~0.4 ns/word) below BFS_MT_JUMP_MIN words, bfs_mt_jump above. */
 void bfs_mt_skip(struct bfs_mt *mt, uint64_t words);
 
 #define BFS_MT_JUMP_MIN (1ull << 26)

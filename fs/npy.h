@@ -4,7 +4,7 @@
  * Only what batchfs needs: one array, a dtype batchfs knows (fs/dtype.h),
  * C or Fortran order (the caller says whether it can use the latter). The
  * data that follows the header is the caller's business (it may be
- * larger than RAM: callers map or stream it). */
+ * larger than RAM: callers map it or read it in pieces). */
 #ifndef BFS_NPY_H
 #define BFS_NPY_H
 

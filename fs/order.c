@@ -30,7 +30,7 @@
  * cheaper, so a cold epoch 999 costs what epoch 2 does). Reading epochs
  * in order, the previous epoch's snapshot is always there.
  *
- * An epoch's sampler output ("stream") is computed lazily in one of
+ * An epoch's sampler output (its "draws") is computed lazily in one of
  * BFS_ORDER_SLOTS slots (LRU over epochs), only as far as the batch asked
  * for: forward Fisher-Yates fixes a[i] at step i, so batch k needs (k+1)·B
  * steps. Permutations are stored XOR their position (v ^ i), so zero
@@ -47,14 +47,14 @@
  * Locks (lock order: slot->lock, then snap_lock; table_lock is never held
  * while taking another):
  *   table_lock  slot assignment: slots[].epoch, .used, .pins, .stamp, clock
- *   slot->lock  the slot's stream: vals, filled, mt, started
+ *   slot->lock  the slot's draws: vals, filled, mt, started
  *   snap_lock   snaps, nsnaps
  * A slot is reassigned only while unpinned; a caller pins its slot under
  * table_lock, fills and copies under slot->lock, and unpins. Reassigning
  * also resets 'started' and 'filled' under table_lock: unpinned, nobody
  * holds or waits for slot->lock, and the next pinner passes table_lock
  * before taking it. */
-#include "fs/order.h"
+#include "fs/order_impl.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -69,63 +69,10 @@
 #include "fs/mt19937.h"
 #include "fs/size.h"
 
-#define BFS_ORDER_SLOTS 3
-#define LARGE_PERM_N	214748364ull /* UINT32_MAX / 20 (torch >= 2.7) */
-#define MAX_CATEGORIES	(1ull << 24)
-#define SNAPS		16  /* generator snapshots kept */
-#define FILL_CHUNK	512 /* fill at least this far ahead per call */
-#define LOOKAHEAD	64  /* Fisher-Yates swap targets drawn ahead */
-
-enum stream_kind {
-	K_NONE,	  /* sequential / unshuffled distributed: arithmetic */
-	K_PERM,	  /* concatenated randperm blocks of size 'perm_n' */
-	K_REPL,	  /* randint(high=n) per sample */
-	K_WEIGHT, /* multinomial with replacement */
-};
-
-struct slot {
-	pthread_mutex_t lock;
-	/* under table_lock: */
-	uint64_t epoch;
-	int used;
-	unsigned pins;
-	uint64_t stamp;
-	/* under lock: */
-	void *vals;	 /* uint32_t or uint64_t [o->cap], table_bytes mapped */
-	uint64_t filled; /* stream positions [0, filled) are final */
-	int started;
-	struct bfs_mt mt; /* positioned to continue the stream */
-};
-
-struct bfs_order {
-	struct bfs_order_opts opt; /* read-only after create */
-	int64_t *subset;
-	uint32_t *ranks; /* opt.nranks of them (a multi-rank engine) */
-	double *cdf;	 /* WEIGHTED: normalized cumulative weights */
-	enum stream_kind kind;
-	int shuffle_form; /* DataLoader(shuffle=True, generator=G) */
-	int narrow;	  /* stream values < 2^32 */
-	uint64_t samples; /* len(sampler) for this rank */
-	uint64_t batches;
-	uint64_t perm_n;      /* K_PERM block size */
-	uint64_t cap;	      /* stream length computed per epoch */
-	uint64_t pre_words;   /* words drawn before the sampler */
-	uint64_t epoch_words; /* words G consumes per epoch */
-	struct bfs_mt mt0;    /* G at the start of epoch 0 */
-
-	pthread_mutex_t snap_lock;
-	struct snap {
-		int used;
-		uint64_t epoch, stamp;
-		struct bfs_mt mt; /* G at the start of 'epoch' */
-	} snaps[SNAPS];		  /* snap_lock */
-	uint64_t snap_clock;	  /* snap_lock */
-
-	pthread_mutex_t table_lock;
-	pthread_cond_t table_cond;
-	uint64_t clock;
-	struct slot slots[BFS_ORDER_SLOTS];
-};
+#define LARGE_PERM_N   214748364ull /* UINT32_MAX / 20 (torch >= 2.7) */
+#define MAX_CATEGORIES (1ull << 24)
+#define FILL_CHUNK     512 /* fill at least this far ahead per call */
+#define LOOKAHEAD      64  /* Fisher-Yates swap targets drawn ahead */
 
 int bfs_order_request_check(const struct bfs_order_request *r,
 			    struct bfs_error *err)
@@ -374,7 +321,14 @@ static int validate(const struct bfs_order_opts *p, struct bfs_error *err)
 				    "interval [0, %u]",
 				    r, p->world_size - 1);
 		}
-		if (p->nranks && p->lane_epochs < 1)
+		for (size_t i = 1; i < p->nranks; i++)
+			if (p->ranks[i] <= p->ranks[i - 1])
+				return invalid(err, "--ranks",
+					       "rank %" PRIu64 " after a rank "
+					       "no smaller: give ranks in "
+					       "increasing order, each once",
+					       (uint64_t)p->ranks[i]);
+		if (p->nranks && p->epochs < 1)
 			return invalid(err, "--epochs",
 				       "%" PRIu64 " ranks need their epochs",
 				       (uint64_t)p->nranks);
@@ -417,7 +371,7 @@ static int setup_weights(struct bfs_order *o, const double *weights,
 		return invalid(err, "--torch-compat",
 			       "WeightedRandomSampler with num_samples="
 			       "%" PRIu64 " uses torch's exponential_(), "
-			       "whose stream differs between versions; "
+			       "whose draws differ between versions; "
 			       "only torch_compat 1.13 reproduces it",
 			       p->num_samples);
 	o->cdf = malloc(n * sizeof(double));
@@ -446,8 +400,8 @@ static int setup_weights(struct bfs_order *o, const double *weights,
 	return 0;
 }
 
-/* Stream shape, words per epoch and len() for the validated options. */
-static void setup_stream(struct bfs_order *o)
+/* Draws' shape, words per epoch and len() for the validated options. */
+static void setup_draws(struct bfs_order *o)
 {
 	const struct bfs_order_opts *p = &o->opt;
 	uint64_t n = p->n, m = p->num_samples ? p->num_samples : p->n;
@@ -511,7 +465,30 @@ static void setup_stream(struct bfs_order *o)
 			     (o->samples % p->batch_size != 0);
 }
 
-/* A random sampler's stream is kept per epoch in a table of cap values;
+/* Epochs of each lane: opt.epochs, whose positions (lanes x epochs x
+ * len, fs/order.h: batch identity) and epoch serials must be numbers
+ * below 2^64 - 1, or (0, one lane) as many as positions can number. */
+static int setup_epochs(struct bfs_order *o, struct bfs_error *err)
+{
+	uint64_t lanes = bfs_order_lanes(o), serials, positions;
+
+	if (!o->opt.epochs) {
+		o->epochs =
+		    o->batches ? (UINT64_MAX - 1) / o->batches : UINT64_MAX - 1;
+		return 0;
+	}
+	if (__builtin_mul_overflow(o->opt.epochs, lanes, &serials) ||
+	    __builtin_mul_overflow(serials, o->batches, &positions) ||
+	    serials == UINT64_MAX || positions == UINT64_MAX)
+		return invalid(err, "--epochs",
+			       "%" PRIu64 " epochs of every rank served make "
+			       "more batches than 64-bit positions number",
+			       o->opt.epochs);
+	o->epochs = o->opt.epochs;
+	return 0;
+}
+
+/* A random sampler's draws are kept per epoch in a table of cap values;
  * BFS_ORDER_SLOTS of them must fit the machine's memory. */
 static int check_tables(const struct bfs_order *o, const char *source,
 			struct bfs_error *err)
@@ -607,7 +584,10 @@ int bfs_order_create(struct bfs_order **out, const struct bfs_order_opts *p,
 		if (rc)
 			goto err_destroy;
 	}
-	setup_stream(o);
+	setup_draws(o);
+	rc = setup_epochs(o, err);
+	if (rc)
+		goto err_destroy;
 	rc = check_tables(o, p->source, err);
 	if (rc)
 		goto err_destroy;
@@ -808,8 +788,8 @@ static uint64_t get(const struct bfs_order *o, const void *vals, uint64_t p)
 			 : ((const uint64_t *)vals)[p];
 }
 
-/* Extend the current randperm block of 'sl' towards stream position
- * 'target' (at least FILL_CHUNK steps, at most to the block's end). */
+/* Extend the current randperm block of 'sl' towards draw 'target' (at
+ * least FILL_CHUNK steps, at most to the block's end). */
 static void fill_perm(struct bfs_order *o, struct slot *sl, uint64_t target)
 {
 	uint64_t P = o->perm_n, b = sl->filled / P, step = sl->filled % P;
@@ -861,7 +841,7 @@ static uint64_t draw(const struct bfs_order *o, struct bfs_mt *mt)
 				 : bfs_mt_random(mt) % n;
 }
 
-/* Make stream positions [0, target) of the slot's epoch final. Called with
+/* Make draws [0, target) of the slot's epoch final. Called with
  * sl->lock held. */
 static void fill_to(struct bfs_order *o, struct slot *sl, uint64_t e,
 		    uint64_t target)
@@ -939,7 +919,7 @@ static void slot_release(struct bfs_order *o, struct slot *sl, int failed)
 	pthread_mutex_unlock(&o->table_lock);
 }
 
-/* Zeroed stream memory (= identity permutation) for a new epoch: the
+/* Zeroed draws (= identity permutation) for a new epoch: the
  * slot's table, mapped on first use, given back to zero pages after. */
 static int slot_prepare(struct bfs_order *o, struct slot *sl)
 {
@@ -961,10 +941,10 @@ static int slot_prepare(struct bfs_order *o, struct slot *sl)
 	return 0;
 }
 
-/* Stream position of row r of batch k (DistributedSampler: the rank's
+/* The draw of row r of batch k (DistributedSampler: the rank's
  * stride over the padded list; padding repeats the list from its head). */
-static uint64_t stream_pos(const struct bfs_order *o, uint32_t rank, uint64_t k,
-			   uint64_t r)
+static uint64_t draw_of(const struct bfs_order *o, uint32_t rank, uint64_t k,
+			uint64_t r)
 {
 	uint64_t i = k * o->opt.batch_size + r;
 
@@ -973,8 +953,8 @@ static uint64_t stream_pos(const struct bfs_order *o, uint32_t rank, uint64_t k,
 	return (rank + i * o->opt.world_size) % o->opt.n;
 }
 
-static uint64_t stream_value(const struct bfs_order *o, const void *vals,
-			     uint64_t p)
+static uint64_t draw_value(const struct bfs_order *o, const void *vals,
+			   uint64_t p)
 {
 	uint64_t v;
 
@@ -984,86 +964,41 @@ static uint64_t stream_value(const struct bfs_order *o, const void *vals,
 	return o->subset ? (uint64_t)o->subset[v] : v;
 }
 
-size_t bfs_order_lanes(const struct bfs_order *o)
-{
-	return o->opt.nranks ? o->opt.nranks : 1;
-}
-
 uint32_t bfs_order_world_size(const struct bfs_order *o)
 {
 	return o->opt.sampler == BFS_SAMPLER_DISTRIBUTED ? o->opt.world_size
 							 : 1;
 }
 
-bool bfs_order_ranked(const struct bfs_order *o)
+int bfs_order_batch(struct bfs_order *o, struct bfs_batch_id id, uint64_t *idx)
 {
-	return o->opt.nranks != 0;
-}
-
-uint32_t bfs_order_lane_rank(const struct bfs_order *o, size_t l)
-{
-	return o->opt.nranks ? o->ranks[l] : o->opt.rank;
-}
-
-void bfs_order_split(const struct bfs_order *o, uint64_t se, size_t *lane,
-		     uint64_t *e)
-{
-	*lane = o->opt.nranks ? (size_t)(se / o->opt.lane_epochs) : 0;
-	*e = o->opt.nranks ? se % o->opt.lane_epochs : se;
-}
-
-uint64_t bfs_order_stream_epoch(const struct bfs_order *o, size_t lane,
-				uint64_t e)
-{
-	return o->opt.nranks ? lane * o->opt.lane_epochs + e : e;
-}
-
-void bfs_order_batch_name(const struct bfs_order *o, uint64_t se, uint64_t k,
-			  char *buf, size_t len)
-{
-	size_t lane;
-	uint64_t e;
-
-	bfs_order_split(o, se, &lane, &e);
-	if (o->opt.nranks)
-		snprintf(buf, len, "rank %u epoch %" PRIu64 " batch %" PRIu64,
-			 bfs_order_lane_rank(o, lane), e, k);
-	else
-		snprintf(buf, len, "epoch %" PRIu64 " batch %" PRIu64, e, k);
-}
-
-int bfs_order_batch(struct bfs_order *o, uint64_t se, uint64_t k, uint64_t *idx)
-{
-	uint64_t rows = bfs_order_batch_rows(o, k), need = 0, e;
+	uint64_t rows = bfs_order_batch_rows(o, id.batch), need = 0;
+	uint64_t k = id.batch;
 	struct slot *sl;
 	uint32_t rank;
-	size_t lane;
 	int rc;
 
-	if (k >= o->batches)
+	if (!bfs_order_has(o, id))
 		return -ENOENT;
-	bfs_order_split(o, se, &lane, &e);
-	if (lane >= bfs_order_lanes(o))
-		return -ENOENT;
-	rank = bfs_order_lane_rank(o, lane);
+	rank = bfs_order_rank_of_lane(o, id.lane);
 	if (o->kind == K_NONE) {
 		for (uint64_t r = 0; r < rows; r++)
-			idx[r] = stream_pos(o, rank, k, r);
+			idx[r] = draw_of(o, rank, k, r);
 		return 0;
 	}
 	for (uint64_t r = 0; r < rows; r++) {
-		uint64_t p = stream_pos(o, rank, k, r) + 1;
+		uint64_t p = draw_of(o, rank, k, r) + 1;
 
 		need = p > need ? p : need;
 	}
-	sl = slot_acquire(o, e);
+	sl = slot_acquire(o, id.epoch);
 	pthread_mutex_lock(&sl->lock);
 	rc = slot_prepare(o, sl);
 	if (!rc) {
-		fill_to(o, sl, e, need);
+		fill_to(o, sl, id.epoch, need);
 		for (uint64_t r = 0; r < rows; r++)
-			idx[r] = stream_value(o, sl->vals,
-					      stream_pos(o, rank, k, r));
+			idx[r] =
+			    draw_value(o, sl->vals, draw_of(o, rank, k, r));
 	}
 	pthread_mutex_unlock(&sl->lock);
 	slot_release(o, sl, rc != 0);

@@ -1,6 +1,8 @@
 /* fs/order: which samples form batch K of epoch N — PyTorch's samplers and
  * DataLoader generator consumption, bit for bit
- * (fs/README.md: the order engine).
+ * (fs/README.md: the order engine) — and what names a batch: its id
+ * (lane, epoch, batch) and its position (fs/README.md: several ranks in
+ * one mount).
  *
  * Epoch N's order is a pure function of (options, N): any batch of any epoch
  * is directly addressable. */
@@ -46,14 +48,17 @@ struct bfs_order_opts {
 	uint32_t world_size, rank;
 	bool shuffle;
 	/* DISTRIBUTED, several ranks in one engine (a multi-rank mount):
-	 * ranks[0 .. nranks) (copied; 'rank' is then unused), each with
-	 * epochs 0 .. lane_epochs-1. Every call below that takes an epoch
-	 * then takes a stream epoch: lane * lane_epochs + e is epoch e of
-	 * rank ranks[lane] (bfs_order_split). nranks 0: one rank, 'rank',
-	 * and a stream epoch is the epoch. */
+	 * ranks[0 .. nranks) (copied; 'rank' is then unused), in increasing
+	 * order, each once: lane l serves rank ranks[l] (struct
+	 * bfs_batch_id). nranks 0: one lane, serving 'rank'. */
 	const uint32_t *ranks;
 	size_t nranks;
-	uint64_t lane_epochs;
+	/* Epochs 0 .. epochs-1 of every lane exist (--epochs): the one
+	 * place the mount's epoch count enters the core; the pool, the
+	 * read-ahead, serve and the namespace ask bfs_order_epochs. 0: as
+	 * many as 64-bit positions hold (one lane only; a multi-rank
+	 * engine needs its epochs). */
+	uint64_t epochs;
 	enum bfs_torch_compat compat; /* 0 = BFS_TORCH_1_13 */
 	/* Optional torch.Generator.get_state() bytes (5056) to start from
 	 * instead of manual_seed(seed); NULL = use seed. */
@@ -128,12 +133,13 @@ bool bfs_order_is_random(const struct bfs_order_request *r);
 const char *bfs_order_seed_source(const struct bfs_order_request *r);
 
 /* Validate options (as PyTorch would: batch_size > 0, num_samples > 0,
- * rank < world_size, indices within n, weights finite and >= 0 ...) and
- * build the engine. Returns 0, -EINVAL with 'err' saying which option is
- * wrong and why, or -EFBIG with 'err' naming o->source when a random
- * sampler's per-epoch tables (one value per sample drawn, 4 or 8 bytes,
- * for each of the epochs kept at once) would not fit this machine's
- * memory. */
+ * rank < world_size, indices within n, weights finite and >= 0 ...; and
+ * ranks in increasing order, epochs for several ranks, positions that
+ * fit 64 bits) and build the engine. Returns 0, -EINVAL with 'err' saying
+ * which option is wrong and why, or -EFBIG with 'err' naming o->source
+ * when a random sampler's per-epoch tables (one value per sample drawn, 4
+ * or 8 bytes, for each of the epochs kept at once) would not fit this
+ * machine's memory. */
 int bfs_order_create(struct bfs_order **out, const struct bfs_order_opts *o,
 		     struct bfs_error *err);
 
@@ -146,28 +152,94 @@ void bfs_order_destroy(struct bfs_order *o);
 int bfs_order_check_len(const struct bfs_order *o, const char *source,
 			struct bfs_error *err);
 
-/* Lanes: the ranks served, each a stream of epochs (1 unless opts.nranks). */
+/* Lanes: the ranks served (1 unless opts.nranks). */
 size_t bfs_order_lanes(const struct bfs_order *o);
 
-/* Whether o was made with opts.nranks (its epochs are stream epochs, and
- * a mount of it has /rank/R/...), even for one rank. */
+/* Whether o was made with opts.nranks (a mount of it has /rank/R/...),
+ * even for one rank. */
 bool bfs_order_ranked(const struct bfs_order *o);
 
 /* DistributedSampler's num_replicas (1 for the other samplers). */
 uint32_t bfs_order_world_size(const struct bfs_order *o);
 
-/* The rank of lane l (opts.rank for a one-rank engine). */
-uint32_t bfs_order_lane_rank(const struct bfs_order *o, size_t l);
+/* The rank lane l serves (opts.rank for a one-rank engine). */
+uint32_t bfs_order_rank_of_lane(const struct bfs_order *o, size_t lane);
 
-/* Stream epoch se as (lane, epoch of that lane's rank), and back. */
-void bfs_order_split(const struct bfs_order *o, uint64_t se, size_t *lane,
-		     uint64_t *e);
-uint64_t bfs_order_stream_epoch(const struct bfs_order *o, size_t lane,
-				uint64_t e);
+/* The lane serving rank r into *lane: 0, or -ENOENT when o serves no
+ * such rank (O(log lanes)). */
+int bfs_order_lane_of_rank(const struct bfs_order *o, uint64_t r, size_t *lane);
 
-/* "epoch E batch K", or "rank R epoch E batch K" on a multi-rank engine,
- * for batch k of stream epoch se: what messages call a batch. */
-void bfs_order_batch_name(const struct bfs_order *o, uint64_t se, uint64_t k,
+/* ---- batch identity ------------------------------------------------------
+ *
+ * A batch is named by its id: batch 'batch' of epoch 'epoch' of the rank
+ * that lane 'lane' serves. The epoch is the rank's own: rank/R/epoch/N is
+ * epoch N, as on a --rank R mount, and the batch's bytes depend only on
+ * (dataset, options, rank, epoch, batch). What keeps batches in tables
+ * and windows (the pool, the read-ahead, the push ledger) numbers them
+ * by position instead, lane-major:
+ *
+ *   pos = (lane x epochs + epoch) x len + batch,  0 .. bfs_order_positions
+ *
+ * so each lane's batches are one range, its epochs one after another,
+ * and pos + 1 is the batch its readers want next (until the lane's end).
+ * Only this room does that arithmetic: the rooms above convert through
+ * the functions below. */
+struct bfs_batch_id {
+	size_t lane;	/* the rank served: bfs_order_rank_of_lane; 0 on a
+			 * one-rank engine */
+	uint64_t epoch; /* the rank's epoch, 0 .. bfs_order_epochs - 1 */
+	uint64_t batch; /* 0 .. bfs_order_len - 1 */
+};
+
+/* A batch the order located (bfs_order_locate): its id, its position and
+ * its samples' count, handed down together so a batch is looked up once
+ * (an open locates it; serve, the pool and the read-ahead take this). */
+struct bfs_batch_loc {
+	struct bfs_batch_id id;
+	uint64_t pos;  /* bfs_order_pos(id) */
+	uint64_t rows; /* bfs_order_batch_rows(id.batch) */
+};
+
+/* Epochs of each lane (opts.epochs, or what positions hold). */
+uint64_t bfs_order_epochs(const struct bfs_order *o);
+
+/* Positions of o: lanes x epochs x len (a batch's position is below). */
+uint64_t bfs_order_positions(const struct bfs_order *o);
+
+/* Whether o has batch id (lane, epoch and batch in range). */
+bool bfs_order_has(const struct bfs_order *o, struct bfs_batch_id id);
+
+/* The position of batch id, or UINT64_MAX when o has no such batch. */
+uint64_t bfs_order_pos(const struct bfs_order *o, struct bfs_batch_id id);
+
+/* The batch at position pos < bfs_order_positions (past it: lane
+ * bfs_order_lanes, never a lane of o). */
+struct bfs_batch_id bfs_order_id(const struct bfs_order *o, uint64_t pos);
+
+/* Batch id located into *at, or the batch at position pos: 0, or -ENOENT
+ * when o has no such batch. Arithmetic, O(1). */
+int bfs_order_locate(const struct bfs_order *o, struct bfs_batch_id id,
+		     struct bfs_batch_loc *at);
+int bfs_order_locate_pos(const struct bfs_order *o, uint64_t pos,
+			 struct bfs_batch_loc *at);
+
+/* The lane of position pos, and the end of lane l's positions (one past
+ * its last batch): a lane's batches are [l's end - epochs x len, end). */
+size_t bfs_order_lane_of(const struct bfs_order *o, uint64_t pos);
+uint64_t bfs_order_lane_end(const struct bfs_order *o, size_t lane);
+
+/* Every lane's epochs numbered lane-major, lane x epochs + epoch: the
+ * number of id's epoch (id.batch ignored), and the epoch of a number
+ * (batch 0; -ENOENT past the last). For encodings with a field per epoch
+ * (fs/tree's inode numbers). */
+uint64_t bfs_order_epoch_serial(const struct bfs_order *o,
+				struct bfs_batch_id id);
+int bfs_order_epoch_of_serial(const struct bfs_order *o, uint64_t serial,
+			      struct bfs_batch_id *id);
+
+/* "epoch E batch K", or "rank R epoch E batch K" on a multi-rank engine:
+ * what messages call batch id. */
+void bfs_order_batch_name(const struct bfs_order *o, struct bfs_batch_id id,
 			  char *buf, size_t len);
 
 /* Batches per epoch = len(DataLoader) for this rank (every rank of a
@@ -178,13 +250,12 @@ uint64_t bfs_order_len(const struct bfs_order *o);
  * drop_last is off); 0 when k >= len. */
 uint64_t bfs_order_batch_rows(const struct bfs_order *o, uint64_t k);
 
-/* Fill idx[0 .. rows) with the dataset indices of batch k of stream epoch
- * e (the epoch itself on a one-rank engine; see opts.nranks).
- * Thread-safe. The first call for an epoch computes (and caches) that
- * epoch's order; it returns as soon as batch k is known (forward
- * Fisher-Yates fixes a[i] after step i). Returns 0, -ENOENT when k >= len,
- * -ENOMEM. */
-int bfs_order_batch(struct bfs_order *o, uint64_t e, uint64_t k, uint64_t *idx);
+/* Fill idx[0 .. rows) with the dataset indices of batch id (rows:
+ * bfs_order_batch_rows(id.batch)). Thread-safe. The first call for an
+ * epoch computes (and caches) that epoch's order; it returns as soon as
+ * the batch is known (forward Fisher-Yates fixes a[i] after step i).
+ * Returns 0, -ENOENT when o has no such batch, -ENOMEM. */
+int bfs_order_batch(struct bfs_order *o, struct bfs_batch_id id, uint64_t *idx);
 
 /* The equivalent PyTorch construction, one line of Python, e.g.
  * "DataLoader(ds, batch_size=256, shuffle=True, drop_last=False,

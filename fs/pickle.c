@@ -144,7 +144,7 @@ static int pop_mark(struct vm *vm, size_t *base)
 	return 0;
 }
 
-/* ---- reading the byte stream ---- */
+/* ---- reading the pickle's bytes ---- */
 
 static int need(struct vm *vm, size_t n)
 {

@@ -1,7 +1,8 @@
 /* fs/pool: materialize batches on worker threads, prefetch, one budget.
  *
  * Model. Every batch the pool knows is a 'struct bfs_batch' in a hash
- * table keyed by pos = e * len + k. States:
+ * table keyed by its position (fs/order.h: batch identity; it comes
+ * located, struct bfs_batch_loc, and keeps its id and rows). States:
  *   QUEUED  on the work queue (demand at the head, prefetch at the tail)
  *   BUSY    a worker is gathering it; its storage counts against the budget
  *   READY   bytes valid; on the LRU list while in the table
@@ -14,18 +15,20 @@
  * reference, so storage in use by a reader is never freed.
  *
  * Work. A worker takes a batch off the queue and plans it once: its
- * samples (fs/order) and its file size (fs/layout); the same plan then
- * sizes its storage, is read ahead (fs/readahead) and is gathered.
+ * samples (fs/order: the one call a batch costs it) and its file size
+ * (fs/layout); the same plan then sizes its storage, is read ahead
+ * (fs/readahead) and is gathered.
  *
  * Storage. Anonymous page-aligned buffers, or (opts.memfd, passthrough)
  * one fresh memfd per batch, written by fs/layout_fd (gathered and
  * written with one pwrite, or pwritev straight from the archive). A memfd
  * is never reused: a reader's mapping of it outlives the batch.
  *
- * Lanes. A multi-rank mount's order has one lane per rank, each a stream
- * of its own: positions are lane-major (pos = stream epoch * len + k,
- * stream epoch = lane * epochs + e), and the prefetch window, what has
- * been scheduled (pf_upto) and the recent acquires are kept per lane.
+ * Lanes. A multi-rank mount's order has one lane per rank, each read on
+ * its own: a lane's positions are one range, its epochs one after
+ * another (fs/order says where each lane ends: lane_end), and the
+ * prefetch window, what has been scheduled (pf_upto) and the recent
+ * acquires are kept per lane.
  *
  * Budget. cache_bytes = bytes of all storage (BUSY or READY, in the table
  * or still referenced; memfds count their pages, shmem_bytes). Before a
@@ -33,9 +36,9 @@
  * recently used first (make_room): first those outside the prefetch
  * window of every recent reader (the last RECENT acquires of each lane),
  * e.g. a window prefetched after a peek at a far epoch that nobody reads
- * on, which would otherwise hold its room until the stream got there and
+ * on, which would otherwise hold its room until the readers got there and
  * leave every prefetch without room; then those behind the gather in its
- * own lane's stream (for a demand: any of its lane). A prefetch is dropped
+ * own lane (for a demand: any of its lane). A prefetch is dropped
  * when that is not enough; only a demand goes on to evict another lane's
  * window. So the budget is shared between ranks as windows: each rank
  * holds at most its window ahead, and a fast rank's prefetch never evicts
@@ -50,11 +53,11 @@
  * (buffers_mapped counts them).
  *
  * Prefetch. Each acquire of position pos queues pos+1 .. pos+prefetch
- * (across epochs, below 'epochs' of its lane), skipping what the table already
+ * (across epochs, up to its lane's end), skipping what the table already
  * holds and what an earlier acquire already scheduled (pf_upto).
  *
  * Read-ahead (fs/readahead, created here: it also applies the memory
- * policy). Each acquire tells it where its lane's stream is
+ * policy). Each acquire tells it where its lane's readers are
  * (bfs_readahead_follow), and its thread reads the rows of the batches
  * after it. Before a gather, the worker advises its batch's rows and,
  * for data that does not fit in memory, reads the rows of big fields
@@ -63,7 +66,7 @@
  * a worker that gathered batch q advises the rows of batch
  * q + prefetch + 1, one window further. bfs_pool_advise, for batches
  * served from the archive itself (zero copy), gathers nothing: it moves
- * the stream and advises the rows of the batch and of its window.
+ * the readers' place and advises the rows of the batch and of its window.
  *
  * Hooks. prepare runs on the worker after a gather, before the batch is
  * READY (so what it prepares, e.g. a backing id, is there before any
@@ -115,7 +118,7 @@
 enum bstate { B_QUEUED, B_BUSY, B_READY, B_FAILED };
 
 struct bfs_batch {
-	uint64_t pos, e, k, rows;
+	struct bfs_batch_loc at; /* which batch: id, position, rows */
 	uint64_t size;		 /* file size */
 	uint64_t map_size;	 /* size rounded to pages */
 	uint64_t ready_ns;	 /* [L] when it became READY (monotonic) */
@@ -140,10 +143,9 @@ struct bfs_pool {
 	struct bfs_order *order;
 	const struct bfs_layout *layout;
 	struct bfs_pool_opts o;
-	uint64_t len;	     /* batches per epoch */
-	uint64_t lanes;	     /* ranks served: streams of epochs */
-	uint64_t lane_total; /* len * epochs: positions of one lane */
-	uint64_t total;	     /* lane_total * lanes: positions that exist */
+	size_t lanes;	    /* ranks served, each read on its own */
+	uint64_t *lane_end; /* [lanes] past each lane's last position */
+	uint64_t rows_max;  /* samples of the largest batch */
 
 	pthread_mutex_t lock;
 	pthread_cond_t work;  /* [L] queue not empty or stop */
@@ -190,23 +192,23 @@ static struct timespec deadline_in(unsigned ms)
 }
 
 /* Log "epoch E batch K: msg" as an error and keep it as last_error. [L] */
-static void note_error(struct bfs_pool *p, uint64_t e, uint64_t k,
+static void note_error(struct bfs_pool *p, struct bfs_batch_id id,
 		       const char *msg)
 {
 	struct bfs_pool_error *le = &p->st.last_error;
-	size_t n = sizeof(le->msg), lane;
+	size_t n = sizeof(le->msg);
 	struct timespec ts;
 	char name[80];
 
-	bfs_order_batch_name(p->order, e, k, name, sizeof(name));
+	bfs_order_batch_name(p->order, id, name, sizeof(name));
 	bfs_log(BFS_LOG_ERR, "pool", "%s: %s", name, msg);
 	clock_gettime(CLOCK_REALTIME, &ts);
 	le->time_ns = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-	bfs_order_split(p->order, e, &lane, &le->epoch);
+	le->epoch = id.epoch;
 	le->rank = bfs_order_ranked(p->order)
-		       ? (int64_t)bfs_order_lane_rank(p->order, lane)
+		       ? (int64_t)bfs_order_rank_of_lane(p->order, id.lane)
 		       : -1;
-	le->batch = k;
+	le->batch = id.batch;
 	if (snprintf(le->msg, n, "%s", msg) >= (int)n)
 		memcpy(le->msg + n - 4, "...", 4);
 	for (char *c = le->msg; *c; c++)
@@ -214,7 +216,7 @@ static void note_error(struct bfs_pool *p, uint64_t e, uint64_t k,
 			*c = ' ';
 }
 
-void bfs_pool_note_error(struct bfs_pool *p, uint64_t e, uint64_t k,
+void bfs_pool_note_error(struct bfs_pool *p, struct bfs_batch_id id,
 			 const char *fmt, ...)
 {
 	char msg[512];
@@ -224,7 +226,7 @@ void bfs_pool_note_error(struct bfs_pool *p, uint64_t e, uint64_t k,
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
 	pthread_mutex_lock(&p->lock);
-	note_error(p, e, k, msg);
+	note_error(p, id, msg);
 	pthread_mutex_unlock(&p->lock);
 }
 
@@ -271,7 +273,7 @@ static struct bfs_batch **bucket(struct bfs_pool *p, uint64_t pos)
 static struct bfs_batch *find(struct bfs_pool *p, uint64_t pos)
 {
 	for (struct bfs_batch *b = *bucket(p, pos); b; b = b->hnext)
-		if (b->pos == pos)
+		if (b->at.pos == pos)
 			return b;
 	return NULL;
 }
@@ -339,7 +341,7 @@ static bool take_spare(struct bfs_pool *p, struct bfs_batch *b)
 /* Take b out of the table (and its list); free it if nobody holds it. [L] */
 static void unlink_batch(struct bfs_pool *p, struct bfs_batch *b)
 {
-	struct bfs_batch **pp = bucket(p, b->pos);
+	struct bfs_batch **pp = bucket(p, b->at.pos);
 
 	if (!b->in_table)
 		return;
@@ -355,20 +357,17 @@ static void unlink_batch(struct bfs_pool *p, struct bfs_batch *b)
 		batch_free(p, b);
 }
 
-/* A new QUEUED batch for pos, in the table, its size not known yet (the
+/* A new QUEUED batch 'at', in the table, its size not known yet (the
  * worker measures it: next_job). NULL on ENOMEM. [L] */
-static struct bfs_batch *batch_new(struct bfs_pool *p, uint64_t pos,
-				   bool demand)
+static struct bfs_batch *batch_new(struct bfs_pool *p,
+				   const struct bfs_batch_loc *at, bool demand)
 {
 	struct bfs_batch *b = calloc(1, sizeof(*b));
-	struct bfs_batch **pp = bucket(p, pos);
+	struct bfs_batch **pp = bucket(p, at->pos);
 
 	if (!b)
 		return NULL;
-	b->pos = pos;
-	b->e = pos / p->len;
-	b->k = pos % p->len;
-	b->rows = bfs_order_batch_rows(p->order, b->k);
+	b->at = *at;
 	b->state = B_QUEUED;
 	b->fd = -1;
 	b->in_table = true;
@@ -383,18 +382,12 @@ static struct bfs_batch *batch_new(struct bfs_pool *p, uint64_t pos,
 	return b;
 }
 
-/* The lane of position pos (lane-major: a lane's positions are one
- * range). */
-static uint64_t lane_of(const struct bfs_pool *p, uint64_t pos)
-{
-	return p->lane_total ? pos / p->lane_total : 0;
-}
-
-/* Whether pos lies in the prefetch window of one of the last RECENT
+/* Whether b lies in the prefetch window of one of the last RECENT
  * acquires in its lane (a reader is on its way there). [L] */
-static bool in_a_window(const struct bfs_pool *p, uint64_t pos)
+static bool in_a_window(const struct bfs_pool *p, const struct bfs_batch *b)
 {
-	const uint64_t *r = &p->recent[lane_of(p, pos) * RECENT];
+	const uint64_t *r = &p->recent[b->at.id.lane * RECENT];
+	uint64_t pos = b->at.pos;
 
 	for (unsigned i = 0; i < RECENT; i++)
 		if (r[i] && pos >= r[i] && pos - r[i] < p->o.prefetch)
@@ -402,20 +395,20 @@ static bool in_a_window(const struct bfs_pool *p, uint64_t pos)
 	return false;
 }
 
-/* Whether idle batch b may go for a gather at 'pos' (UINT64_MAX: none, to
+/* Whether idle batch b may go for a gather of batch 'at' (NULL: none, to
  * get back under budget) in eviction pass 'pass' (make_room). [L] */
 static bool evictable(const struct bfs_pool *p, const struct bfs_batch *b,
-		      uint64_t pos, bool demand, int pass)
+		      const struct bfs_batch_loc *at, bool demand, int pass)
 {
-	bool mine = pos == UINT64_MAX || lane_of(p, b->pos) == lane_of(p, pos);
+	bool mine = !at || b->at.id.lane == at->id.lane;
 
 	if (b->refs)
 		return false;
 	switch (pass) {
 	case 0: /* nobody is on the way there */
-		return !in_a_window(p, b->pos);
-	case 1: /* its own stream's: behind a prefetch, any for a demand */
-		return mine && (demand || b->pos < pos);
+		return !in_a_window(p, b);
+	case 1: /* its own lane's: behind a prefetch, any for a demand */
+		return mine && (demand || (at && b->at.pos < at->pos));
 	default: /* a demand's last resort: another rank's window */
 		return demand;
 	}
@@ -444,7 +437,7 @@ static bool fits(const struct bfs_pool *p, uint64_t need, uint64_t batches)
  * demand does only when nothing else is left. Returns whether they
  * fit. [L] */
 static bool make_room(struct bfs_pool *p, uint64_t need, uint64_t batches,
-		      uint64_t pos, bool demand)
+		      const struct bfs_batch_loc *at, bool demand)
 {
 	for (int pass = 0; pass < 3; pass++) {
 		struct bfs_batch *b = p->lru.tail;
@@ -460,14 +453,19 @@ static bool make_room(struct bfs_pool *p, uint64_t need, uint64_t batches,
 			if (!b)
 				break;
 			prev = b->prev;
-			if (evictable(p, b, pos, demand, pass)) {
-				bfs_order_batch_name(p->order, b->e, b->k, name,
-						     sizeof(name));
-				bfs_log(BFS_LOG_DEBUG, "pool",
-					"%s: evicted for room, %.3f ms after "
-					"it was materialized",
-					name,
-					(double)(now_ns() - b->ready_ns) / 1e6);
+			if (evictable(p, b, at, demand, pass)) {
+				if (bfs_log_wants(BFS_LOG_DEBUG)) {
+					bfs_order_batch_name(p->order, b->at.id,
+							     name,
+							     sizeof(name));
+					bfs_log(
+					    BFS_LOG_DEBUG, "pool",
+					    "%s: evicted for room, %.3f ms "
+					    "after it was materialized",
+					    name,
+					    (double)(now_ns() - b->ready_ns) /
+						1e6);
+				}
 				unlink_batch(p, b); /* may become a spare */
 				p->st.evictions++;
 			}
@@ -478,7 +476,7 @@ static bool make_room(struct bfs_pool *p, uint64_t need, uint64_t batches,
 }
 
 /* What one worker keeps from one batch to the next. Between taking a
- * batch and finishing it, idx[0..b->rows) are that batch's samples: its
+ * batch and finishing it, idx[0..b->at.rows) are that batch's samples: its
  * plan, made once (next_job) and used to size, read ahead and gather it. */
 struct worker {
 	uint64_t *idx;
@@ -492,17 +490,18 @@ struct worker {
  * this window one prefetch window ahead of their gathers, so cold rows
  * arrive before a gather needs them. Within done's lane. Without the
  * lock; w->idx is free between gathers. */
-static void advise_ahead(struct bfs_pool *p, uint64_t done, struct worker *w)
+static void advise_ahead(struct bfs_pool *p, const struct bfs_batch_loc *done,
+			 struct worker *w)
 {
-	uint64_t pos = done + p->o.prefetch + 1;
-	uint64_t k = pos % (p->len ? p->len : 1);
-	uint64_t rows = bfs_order_batch_rows(p->order, k);
+	uint64_t pos = done->pos + p->o.prefetch + 1;
+	struct bfs_batch_loc at;
 
-	if (bfs_readahead_reads(p->ra) || pos >= p->total ||
-	    lane_of(p, pos) != lane_of(p, done) || rows > w->idx_cap ||
-	    bfs_order_batch(p->order, pos / p->len, k, w->idx) < 0)
+	if (bfs_readahead_reads(p->ra) || pos >= p->lane_end[done->id.lane] ||
+	    bfs_order_locate_pos(p->order, pos, &at) < 0 ||
+	    at.rows > w->idx_cap ||
+	    bfs_order_batch(p->order, at.id, w->idx) < 0)
 		return;
-	bfs_readahead_rows(p->ra, w->idx, rows);
+	bfs_readahead_rows(p->ra, w->idx, at.rows);
 }
 
 /* b's storage: a fresh anonymous buffer (unless a spare was taken) or a
@@ -550,19 +549,18 @@ static int gather(struct bfs_pool *p, struct bfs_batch *b, struct worker *w)
 
 	if (p->o.debug_delay_ms)
 		debug_delay(p);
-	bfs_readahead_rows(p->ra, w->idx, b->rows);
-	if (w->fetch &&
-	    bfs_readahead_fetch(p->ra, w->fetch, w->idx, b->rows, &have) == 0) {
+	bfs_readahead_rows(p->ra, w->idx, b->at.rows);
+	if (w->fetch && bfs_readahead_fetch(p->ra, w->fetch, w->idx, b->at.rows,
+					    &have) == 0) {
 		/* read before this check: a change would show in it */
-		rc = bfs_dataset_check(p->ds, w->idx, b->rows);
+		rc = bfs_dataset_check(p->ds, w->idx, b->at.rows);
 		if (rc < 0)
 			return rc;
 	}
 	if (b->fd < 0)
-		return bfs_layout_fill_from(p->layout, p->ds, b->e, b->k,
-					    w->idx, b->rows, b->size, have,
-					    b->buf);
-	return bfs_layout_fd_write(&w->fdw, b->e, b->k, w->idx, b->rows,
+		return bfs_layout_fill_from(p->layout, p->ds, b->at.id, w->idx,
+					    b->at.rows, b->size, have, b->buf);
+	return bfs_layout_fd_write(&w->fdw, b->at.id, w->idx, b->at.rows,
 				   b->size, have, b->fd);
 }
 
@@ -586,12 +584,16 @@ static void finish(struct bfs_pool *p, struct bfs_batch *b, int rc, uint64_t ns)
 {
 	char why[700], name[80];
 
-	bfs_order_batch_name(p->order, b->e, b->k, name, sizeof(name));
 	if (rc == 0) {
-		bfs_log(BFS_LOG_DEBUG, "pool",
-			"%s: materialized in %.3f ms (%llu bytes, %s)", name,
-			(double)ns / 1e6, (unsigned long long)b->size,
-			b->demanded ? "demanded" : "prefetched");
+		if (bfs_log_wants(BFS_LOG_DEBUG)) {
+			bfs_order_batch_name(p->order, b->at.id, name,
+					     sizeof(name));
+			bfs_log(BFS_LOG_DEBUG, "pool",
+				"%s: materialized in %.3f ms (%llu bytes, %s)",
+				name, (double)ns / 1e6,
+				(unsigned long long)b->size,
+				b->demanded ? "demanded" : "prefetched");
+		}
 		b->state = B_READY;
 		b->ready_ns = now_ns();
 		p->st.batches_materialized++;
@@ -631,7 +633,7 @@ static void finish(struct bfs_pool *p, struct bfs_batch *b, int rc, uint64_t ns)
 				 strerror(-rc), *cause ? " (" : "", cause,
 				 *cause ? ")" : "");
 		}
-		note_error(p, b->e, b->k, why);
+		note_error(p, b->at.id, why);
 		b->state = B_FAILED;
 		b->err = rc;
 		p->st.errors++;
@@ -651,19 +653,19 @@ static int plan(struct bfs_pool *p, struct bfs_batch *b, struct worker *w,
 	struct bfs_layout_dims d;
 	int rc;
 
-	if (b->rows > w->idx_cap) {
-		uint64_t *n = realloc(w->idx, b->rows * sizeof(*w->idx));
+	if (b->at.rows > w->idx_cap) {
+		uint64_t *n = realloc(w->idx, b->at.rows * sizeof(*w->idx));
 
 		if (!n)
 			return -ENOMEM;
 		w->idx = n;
-		w->idx_cap = b->rows;
+		w->idx_cap = b->at.rows;
 	}
-	rc = bfs_order_batch(p->order, b->e, b->k, w->idx);
+	rc = bfs_order_batch(p->order, b->at.id, w->idx);
 	if (rc == 0)
-		rc = bfs_layout_measure(p->layout, w->idx, b->rows, &d);
+		rc = bfs_layout_measure(p->layout, w->idx, b->at.rows, &d);
 	if (rc == 0)
-		*size = bfs_layout_size_dims(p->layout, b->e, b->k, &d);
+		*size = bfs_layout_size_dims(p->layout, &d);
 	return rc;
 }
 
@@ -709,7 +711,7 @@ static struct bfs_batch *next_job(struct bfs_pool *p, struct worker *w)
 			p->st.cache_batches++;
 			return b;
 		}
-		if (!make_room(p, b->map_size, 1, b->pos, b->demanded) &&
+		if (!make_room(p, b->map_size, 1, &b->at, b->demanded) &&
 		    !b->demanded) {
 			/* Prefetch with no room: forget it; a read re-queues */
 			p->st.prefetch_skipped++;
@@ -736,7 +738,7 @@ static void put_ref(struct bfs_pool *p, struct bfs_batch *b)
 	if (--b->refs == 0 && !b->in_table)
 		batch_free(p, b);
 	if (!fits(p, 0, 0))
-		make_room(p, 0, 0, UINT64_MAX, true);
+		make_room(p, 0, 0, NULL, true);
 }
 
 /* Run on_ready for b, just made READY (and kept: in the table or
@@ -746,7 +748,7 @@ static void ready_hook(struct bfs_pool *p, struct bfs_batch *b)
 {
 	b->refs++;
 	pthread_mutex_unlock(&p->lock);
-	p->o.on_ready(p->o.hook_arg, b, b->e, b->k);
+	p->o.on_ready(p->o.hook_arg, b, &b->at);
 	pthread_mutex_lock(&p->lock);
 	put_ref(p, b);
 }
@@ -785,9 +787,9 @@ static void *worker_main(void *arg)
 		rc = make_storage(p, b, &fresh);
 		if (!rc)
 			rc = gather_sealed(p, b, &w);
-		advise_ahead(p, b->pos, &w);
+		advise_ahead(p, &b->at, &w);
 		if (!rc && p->o.prepare) /* b is BUSY: nobody frees it */
-			p->o.prepare(p->o.hook_arg, b, b->e, b->k);
+			p->o.prepare(p->o.hook_arg, b, &b->at);
 		pthread_mutex_lock(&p->lock);
 		p->st.buffers_mapped += fresh;
 		if (b->fd >= 0)
@@ -868,10 +870,8 @@ int bfs_pool_create(struct bfs_pool **out, const struct bfs_dataset *ds,
 	p->o = *o;
 	if (p->o.workers < 1)
 		p->o.workers = 1;
-	p->len = bfs_order_len(order);
 	p->lanes = bfs_order_lanes(order);
-	p->lane_total = p->len * o->epochs;
-	p->total = p->lane_total * p->lanes;
+	p->rows_max = bfs_order_batch_rows(order, 0);
 
 	p->st.cache_budget_bytes = o->budget_bytes;
 	p->st.max_fds = o->memfd ? o->max_fds : 0;
@@ -887,18 +887,21 @@ int bfs_pool_create(struct bfs_pool **out, const struct bfs_dataset *ds,
 	p->pf_upto = calloc(p->lanes, sizeof(*p->pf_upto));
 	p->recent = calloc(p->lanes * RECENT, sizeof(*p->recent));
 	p->recent_at = calloc(p->lanes, sizeof(*p->recent_at));
-	if (!p->threads || !p->pf_upto || !p->recent || !p->recent_at) {
+	p->lane_end = calloc(p->lanes, sizeof(*p->lane_end));
+	if (!p->threads || !p->pf_upto || !p->recent || !p->recent_at ||
+	    !p->lane_end) {
 		rc = -ENOMEM;
 		goto err_destroy;
 	}
+	for (size_t l = 0; l < p->lanes; l++)
+		p->lane_end[l] = bfs_order_lane_end(order, l);
 	rc = bfs_readahead_create(
 	    &p->ra, ds,
 	    &(struct bfs_readahead_opts){.memory_policy = o->memory_policy,
 					 .reader = o->reader,
 					 .no_fetch = o->rows_in_place,
 					 .assume_cold = o->assume_cold,
-					 .order = order,
-					 .epochs = o->epochs});
+					 .order = order});
 	if (rc < 0)
 		goto err_destroy;
 	for (; p->nthreads < p->o.workers; p->nthreads++) {
@@ -942,25 +945,26 @@ void bfs_pool_destroy(struct bfs_pool *p)
 	free(p->pf_upto);
 	free(p->recent);
 	free(p->recent_at);
+	free(p->lane_end);
 	pthread_cond_destroy(&p->ready);
 	pthread_cond_destroy(&p->work);
 	pthread_mutex_destroy(&p->lock);
 	free(p);
 }
 
-/* The part of the prefetch window after 'pos' not scheduled yet, as
- * [*from, *to), and record it scheduled. Continuing the window: only its
- * new end. Behind it (a reader went back) or past it (a jump ahead): the
- * whole window, where the caller skips what is already there. The window
- * stays in pos's lane (its rank's epochs). [L] */
-static void window(struct bfs_pool *p, uint64_t pos, uint64_t *from,
-		   uint64_t *to)
+/* The part of the prefetch window after batch 'at' not scheduled yet, as
+ * positions [*from, *to), and record it scheduled. Continuing the window:
+ * only its new end. Behind it (a reader went back) or past it (a jump
+ * ahead): the whole window, where the caller skips what is already
+ * there. The window stays in at's lane (its rank's epochs). [L] */
+static void window(struct bfs_pool *p, const struct bfs_batch_loc *at,
+		   uint64_t *from, uint64_t *to)
 {
-	uint64_t lane = lane_of(p, pos), end = (lane + 1) * p->lane_total;
-	uint64_t *upto = &p->pf_upto[lane];
+	uint64_t end = p->lane_end[at->id.lane];
+	uint64_t *upto = &p->pf_upto[at->id.lane];
 
-	*from = pos + 1;
-	*to = pos + 1 + p->o.prefetch;
+	*from = at->pos + 1;
+	*to = at->pos + 1 + p->o.prefetch;
 	if (*to > end)
 		*to = end;
 	if (*upto > *from && *upto <= *to)
@@ -969,58 +973,49 @@ static void window(struct bfs_pool *p, uint64_t pos, uint64_t *from,
 		*upto = *to;
 }
 
-/* Queue positions [from, to) as prefetches, skipping what the table
+/* Queue the prefetch window after batch 'at', skipping what the table
  * holds. [L] */
-static void queue_range(struct bfs_pool *p, uint64_t from, uint64_t to)
+static void schedule(struct bfs_pool *p, const struct bfs_batch_loc *at)
 {
-	for (uint64_t q = from; q < to; q++)
-		if (!find(p, q) && !batch_new(p, q, false))
+	struct bfs_batch_loc q;
+	uint64_t from, to;
+
+	window(p, at, &from, &to);
+	for (uint64_t pos = from; pos < to; pos++)
+		if (!find(p, pos) &&
+		    (bfs_order_locate_pos(p->order, pos, &q) < 0 ||
+		     !batch_new(p, &q, false)))
 			break;
 }
 
-/* Queue the prefetch window after 'pos'. [L] */
-static void schedule(struct bfs_pool *p, uint64_t pos)
+/* Whether 'at' names a batch of the pool's order (one it located). */
+static bool known(const struct bfs_pool *p, const struct bfs_batch_loc *at)
 {
-	uint64_t from, to;
-
-	window(p, pos, &from, &to);
-	queue_range(p, from, to);
+	return at->id.lane < p->lanes && at->pos < p->lane_end[at->id.lane];
 }
 
-void bfs_pool_prefetch(struct bfs_pool *p, uint64_t e, uint64_t k0, uint64_t k1)
-{
-	if (e >= p->o.epochs * p->lanes)
-		return;
-	if (k1 > p->len)
-		k1 = p->len;
-	pthread_mutex_lock(&p->lock);
-	queue_range(p, e * p->len + k0, e * p->len + k1);
-	pthread_mutex_unlock(&p->lock);
-}
-
-void bfs_pool_advise(struct bfs_pool *p, uint64_t e, uint64_t k,
-		     const uint64_t *rows, uint64_t nrows)
+void bfs_pool_advise(struct bfs_pool *p, const struct bfs_batch_loc *at,
+		     const uint64_t *idx)
 {
 	uint64_t from, to, n = 0;
-	uint64_t cap = bfs_order_batch_rows(p->order, 0);
-	uint64_t *idx;
+	struct bfs_batch_loc q;
+	uint64_t *more;
 
-	if (k >= p->len || e >= p->o.epochs * p->lanes)
+	if (!known(p, at))
 		return;
-	bfs_readahead_follow(p->ra, e * p->len + k);
-	bfs_readahead_rows(p->ra, rows, nrows);
+	bfs_readahead_follow(p->ra, at);
+	bfs_readahead_rows(p->ra, idx, at->rows);
 	pthread_mutex_lock(&p->lock);
-	window(p, e * p->len + k, &from, &to);
+	window(p, at, &from, &to);
 	pthread_mutex_unlock(&p->lock);
-	idx = from < to ? malloc((cap ? cap : 1) * sizeof(*idx)) : NULL;
-	for (uint64_t q = from; idx && q < to; q++, n++) {
-		uint64_t kq = q % p->len;
-
-		if (bfs_order_batch(p->order, q / p->len, kq, idx) == 0)
-			bfs_readahead_rows(p->ra, idx,
-					   bfs_order_batch_rows(p->order, kq));
-	}
-	free(idx);
+	more = from < to
+		   ? malloc((p->rows_max ? p->rows_max : 1) * sizeof(*more))
+		   : NULL;
+	for (uint64_t pos = from; more && pos < to; pos++, n++)
+		if (bfs_order_locate_pos(p->order, pos, &q) == 0 &&
+		    bfs_order_batch(p->order, q.id, more) == 0)
+			bfs_readahead_rows(p->ra, more, q.rows);
+	free(more);
 	pthread_mutex_lock(&p->lock);
 	p->st.batches_advised += n;
 	pthread_mutex_unlock(&p->lock);
@@ -1028,16 +1023,16 @@ void bfs_pool_advise(struct bfs_pool *p, uint64_t e, uint64_t k,
 
 /* Note a read that timed out: epoch, batch and its first sample. Called
  * without the lock (it recomputes the batch's indices). */
-static void log_timeout(struct bfs_pool *p, uint64_t e, uint64_t k)
+static void log_timeout(struct bfs_pool *p, const struct bfs_batch_loc *at)
 {
-	uint64_t rows = bfs_order_batch_rows(p->order, k);
+	uint64_t rows = at->rows;
 	uint64_t *idx = malloc((rows ? rows : 1) * sizeof(*idx));
 	long long first = -1;
 
-	if (idx && bfs_order_batch(p->order, e, k, idx) == 0 && rows)
+	if (idx && bfs_order_batch(p->order, at->id, idx) == 0 && rows)
 		first = (long long)idx[0];
 	free(idx);
-	bfs_pool_note_error(p, e, k,
+	bfs_pool_note_error(p, at->id,
 			    "not ready after %u ms (sample %lld first of %llu "
 			    "samples): read fails with EIO",
 			    p->o.timeout_ms, first, (unsigned long long)rows);
@@ -1058,34 +1053,35 @@ static void note_demand(struct bfs_pool *p, struct bfs_batch *b)
 	}
 }
 
-static int acquire(struct bfs_pool *p, uint64_t e, uint64_t k, bool prefetch,
-		   struct bfs_batch **out)
+static int acquire(struct bfs_pool *p, const struct bfs_batch_loc *at,
+		   bool prefetch, struct bfs_batch **out)
 {
-	uint64_t pos = e * p->len + k, t0 = now_ns();
+	uint64_t t0 = now_ns();
 	struct timespec dl;
 	struct bfs_batch *b;
 	int rc = 0;
 
 	*out = NULL;
-	if (k >= p->len || e >= p->o.epochs * p->lanes)
+	if (!known(p, at))
 		return -ENOENT;
-	if (prefetch) /* the stream is here: read the batches after it */
-		bfs_readahead_follow(p->ra, pos);
+	if (prefetch) /* the readers are here: read the batches after it */
+		bfs_readahead_follow(p->ra, at);
 	dl = deadline_in(p->o.timeout_ms);
 	pthread_mutex_lock(&p->lock);
-	b = find(p, pos);
+	b = find(p, at->pos);
 	if (!b) {
-		b = batch_new(p, pos, true);
+		b = batch_new(p, at, true);
 		p->st.prefetch_misses++;
 	} else {
 		note_demand(p, b);
 	}
 	if (prefetch) {
 		/* pos + 1: the window's first position; 0 = an empty slot */
-		uint64_t l = lane_of(p, pos);
+		size_t l = at->id.lane;
 
-		p->recent[l * RECENT + p->recent_at[l]++ % RECENT] = pos + 1;
-		schedule(p, pos);
+		p->recent[l * RECENT + p->recent_at[l]++ % RECENT] =
+		    at->pos + 1;
+		schedule(p, at);
 	}
 	if (!b) {
 		rc = -ENOMEM;
@@ -1114,20 +1110,20 @@ static int acquire(struct bfs_pool *p, uint64_t e, uint64_t k, bool prefetch,
 out_unlock:
 	pthread_mutex_unlock(&p->lock);
 	if (rc == -ETIMEDOUT)
-		log_timeout(p, e, k);
+		log_timeout(p, at);
 	return rc;
 }
 
-int bfs_pool_acquire(struct bfs_pool *p, uint64_t e, uint64_t k,
+int bfs_pool_acquire(struct bfs_pool *p, const struct bfs_batch_loc *at,
 		     struct bfs_batch **out)
 {
-	return acquire(p, e, k, true, out);
+	return acquire(p, at, true, out);
 }
 
-int bfs_pool_acquire_alone(struct bfs_pool *p, uint64_t e, uint64_t k,
+int bfs_pool_acquire_alone(struct bfs_pool *p, const struct bfs_batch_loc *at,
 			   struct bfs_batch **out)
 {
-	return acquire(p, e, k, false, out);
+	return acquire(p, at, false, out);
 }
 
 void bfs_pool_release(struct bfs_pool *p, struct bfs_batch *b)

@@ -2,10 +2,11 @@
  * buffers or memfds, prefetch ahead of the readers, and keep everything
  * under one byte budget (fs/README.md: workers, prefetch and the budget).
  *
- * A batch is addressed by its position pos = e * len + k in the stream of
- * all epochs (len = batches per epoch). On an order with several lanes (a
- * multi-rank mount, fs/order), e is the stream epoch and each lane is a
- * stream of its own, with its own prefetch window. */
+ * A batch comes located by the order (struct bfs_batch_loc: its id, its
+ * position, its rows; fs/order.h: batch identity). The pool keys batches
+ * by position and reads ahead along it: the batches after a batch are the
+ * positions after it, up to the end of its lane (a multi-rank mount's
+ * rank), across epochs; each lane has its own prefetch window. */
 #ifndef BFS_POOL_H
 #define BFS_POOL_H
 
@@ -26,8 +27,6 @@ struct bfs_pool_opts {
 	unsigned prefetch;	 /* batches materialized ahead of readers */
 	uint64_t budget_bytes;	 /* all batch buffers together */
 	unsigned timeout_ms;	 /* longest wait of a read, > 0 */
-	uint64_t epochs;	 /* prefetch stays below epoch 'epochs' (of
-				  * each lane) */
 	unsigned debug_delay_ms; /* sleep before each gather (tests only) */
 	/* Batches live in fresh memfds (bfs_batch_fd), never reused: a
 	 * reader's mapping of one outlives it (passthrough). Otherwise in
@@ -58,13 +57,14 @@ struct bfs_pool_opts {
 	 * gather succeeded and before b is ready for anyone: what must be
 	 * there before a reader sees the batch (a backing id). It must not
 	 * wait for a reader. NULL: none. */
-	void (*prepare)(void *arg, struct bfs_batch *b, uint64_t e, uint64_t k);
+	void (*prepare)(void *arg, struct bfs_batch *b,
+			const struct bfs_batch_loc *at);
 	/* Called by the worker, without the pool's lock and holding a
 	 * reference, once b is ready: what may overlap readers (queueing an
 	 * early push into the page cache; bfs_pool_hold keeps b past the
 	 * call). It must not wait on the kernel or a reader. NULL: none. */
-	void (*on_ready)(void *arg, struct bfs_batch *b, uint64_t e,
-			 uint64_t k);
+	void (*on_ready)(void *arg, struct bfs_batch *b,
+			 const struct bfs_batch_loc *at);
 	/* Called, under the pool's lock (keep it short), when a batch with a
 	 * tag is freed: undoes prepare (drops the backing id). */
 	void (*on_free)(void *arg, struct bfs_batch *b);
@@ -74,9 +74,9 @@ struct bfs_pool_opts {
 /* A batch that a reader could not have: when, which, why. */
 #define BFS_POOL_ERROR_MAX 200
 struct bfs_pool_error {
-	uint64_t time_ns;      /* CLOCK_REALTIME; 0: no error yet */
-	uint64_t epoch, batch; /* the rank's epoch (not the stream epoch) */
-	int64_t rank;	       /* a multi-rank mount's rank; else -1 */
+	uint64_t time_ns;	      /* CLOCK_REALTIME; 0: no error yet */
+	uint64_t epoch, batch;	      /* its id's: the rank's epoch */
+	int64_t rank;		      /* a multi-rank mount's rank; else -1 */
 	char msg[BFS_POOL_ERROR_MAX]; /* one line, cut to fit */
 };
 
@@ -118,7 +118,9 @@ int bfs_pool_check_budget(const struct bfs_layout *l, uint64_t budget_bytes,
 			  struct bfs_error *err);
 
 /* Start 'o->workers' threads (signals blocked in them). The pool borrows
- * ds, order and layout, which must outlive it. Returns 0 or -errno. */
+ * ds, order and layout, which must outlive it; its batches are the
+ * order's (every lane, epochs 0 .. bfs_order_epochs - 1). Returns 0 or
+ * -errno. */
 int bfs_pool_create(struct bfs_pool **out, const struct bfs_dataset *ds,
 		    struct bfs_order *order, const struct bfs_layout *layout,
 		    const struct bfs_pool_opts *o);
@@ -127,34 +129,28 @@ int bfs_pool_create(struct bfs_pool **out, const struct bfs_dataset *ds,
  * must have been released. Accepts NULL. */
 void bfs_pool_destroy(struct bfs_pool *p);
 
-/* Get batch k of epoch e, materializing it if needed (demand jumps ahead
- * of prefetch), and schedule the next 'prefetch' batches. Waits at most
- * timeout_ms. Returns 0 and a reference in *out, or -ENOENT (no such
- * batch), -ETIMEDOUT (not ready in time; a log line names epoch, batch
- * and first sample), -EIO / -ERANGE (the gather failed), -ENOMEM. */
-int bfs_pool_acquire(struct bfs_pool *p, uint64_t e, uint64_t k,
+/* Get batch 'at' (bfs_order_locate), materializing it if needed (demand
+ * jumps ahead of prefetch), and schedule the next 'prefetch' batches of
+ * its lane. Waits at most timeout_ms. Returns 0 and a reference in *out,
+ * or -ENOENT (no such batch), -ETIMEDOUT (not ready in time; a log line
+ * names the batch and its first sample), -EIO / -ERANGE (the gather
+ * failed), -ENOMEM. */
+int bfs_pool_acquire(struct bfs_pool *p, const struct bfs_batch_loc *at,
 		     struct bfs_batch **out);
 
 /* bfs_pool_acquire without scheduling the prefetch window after the
  * batch: for re-reads of a batch whose readers have moved on, which must
  * not re-gather its successors. Same returns. */
-int bfs_pool_acquire_alone(struct bfs_pool *p, uint64_t e, uint64_t k,
+int bfs_pool_acquire_alone(struct bfs_pool *p, const struct bfs_batch_loc *at,
 			   struct bfs_batch **out);
 
 /* Read ahead instead of gathering: advise the kernel (madvise WILLNEED,
- * fs/readahead) on the rows of batch k of epoch e (its samples
- * rows[0..nrows), which the caller has) and of the prefetch window after
- * it, each batch once (the same window acquire would gather), in the
- * caller's thread. For batches served straight from the archive (zero
- * copy). */
-void bfs_pool_advise(struct bfs_pool *p, uint64_t e, uint64_t k,
-		     const uint64_t *rows, uint64_t nrows);
-
-/* Queue batches k0 .. k1-1 of epoch e for gathering, as prefetches (the
- * budget may drop some), and return at once: for a reader that knows it
- * will want them all (a stream pushed ahead). */
-void bfs_pool_prefetch(struct bfs_pool *p, uint64_t e, uint64_t k0,
-		       uint64_t k1);
+ * fs/readahead) on the rows of batch 'at' (its samples idx[0 ..
+ * at->rows), which the caller has) and of the prefetch window after it,
+ * each batch once (the same window acquire would gather), in the caller's
+ * thread. For batches served straight from the archive (zero copy). */
+void bfs_pool_advise(struct bfs_pool *p, const struct bfs_batch_loc *at,
+		     const uint64_t *idx);
 
 /* Drop a reference from bfs_pool_acquire. Accepts NULL. */
 void bfs_pool_release(struct bfs_pool *p, struct bfs_batch *b);
@@ -187,12 +183,12 @@ bool bfs_batch_set_tag(struct bfs_batch *b, int tag);
 
 void bfs_pool_stats(struct bfs_pool *p, struct bfs_pool_stats *out);
 
-/* Batch k of (stream) epoch e failed a reader: log "epoch E batch K:
- * MESSAGE" ("rank R epoch E ..." on a multi-rank mount) as an error and keep it
- * as the pool's last_error (stats). Thread-safe; takes the pool's lock (not to
+/* Batch id failed a reader: log "epoch E batch K: MESSAGE" ("rank R
+ * epoch E ..." on a multi-rank mount) as an error and keep it as the
+ * pool's last_error (stats). Thread-safe; takes the pool's lock (not to
  * be held). */
-void bfs_pool_note_error(struct bfs_pool *p, uint64_t e, uint64_t k,
+void bfs_pool_note_error(struct bfs_pool *p, struct bfs_batch_id id,
 			 const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
+    __attribute__((format(printf, 3, 4)));
 
 #endif

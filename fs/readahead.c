@@ -88,19 +88,20 @@ struct bfs_readahead {
 	struct bfs_reader *rd;
 	char why[200];		 /* how rows are read ahead, and why */
 	int *rfd;		 /* [nfiles] the reads' own descriptors */
-	struct bfs_order *order; /* the batches */
-	uint64_t len, total;	 /* batches per epoch; in all epochs */
-	uint64_t window;	 /* batches read ahead of each stream */
+	struct bfs_order *order; /* the batches, by position */
+	uint64_t window;	 /* batches read ahead of each lane's readers */
 	pthread_t ahead;
 	bool ahead_up;
 	pthread_mutex_t lock;
-	pthread_cond_t moved; /* [lock] a stream moved, or stop */
-	/* One stream per lane of the order (a multi-rank mount's ranks),
-	 * each its own range of positions (lane-major): */
+	pthread_cond_t moved; /* [lock] readers moved, or stop */
+	/* The readers of each lane of the order (a multi-rank mount's
+	 * ranks), followed apart: a lane's positions are one range, which
+	 * ends at lane_end (fs/order). */
 	size_t lanes;
-	uint64_t *follow; /* [lock] the stream's position + 1; 0: none */
-	uint64_t *next;	  /* [lock] the next position to read ahead */
-	size_t turn;	  /* [lock] the lane looked at first */
+	uint64_t *lane_end; /* past each lane's last position */
+	uint64_t *follow;   /* [lock] the readers' position + 1; 0: none */
+	uint64_t *next;	    /* [lock] the next position to read ahead */
+	size_t turn;	    /* [lock] the lane looked at first */
 
 	/* Data that does not fit: fields whose rows gathers read with
 	 * O_DIRECT themselves (bfs_readahead_fetch). */
@@ -435,7 +436,7 @@ void bfs_readahead_rows(struct bfs_readahead *ra, const uint64_t *idx, size_t n)
 	}
 }
 
-/* ---- reading ahead of the stream ------------------------------------ */
+/* ---- reading ahead of the readers ------------------------------------ */
 
 /* A page range of one file to read. */
 struct span {
@@ -452,18 +453,21 @@ static int span_cmp(const void *a, const void *b)
 	return x->off < y->off ? -1 : x->off > y->off;
 }
 
-/* Batch 'pos''s rows that are not known resident, as page ranges into
- * sp (room for rows * fields), sorted by file and offset and merged where
- * they touch. Returns how many. */
+/* The rows of the batch at position 'pos' that are not known resident,
+ * as page ranges into sp (room for rows * fields), sorted by file and
+ * offset and merged where they touch. Returns how many. */
 static size_t plan_batch(struct bfs_readahead *ra, uint64_t pos, uint64_t *idx,
 			 struct span *sp)
 {
-	uint64_t k = pos % ra->len, rows = bfs_order_batch_rows(ra->order, k);
 	uint32_t tick = advise_tick();
+	struct bfs_batch_loc at;
 	size_t n = 0, m = 0;
+	uint64_t rows;
 
-	if (bfs_order_batch(ra->order, pos / ra->len, k, idx) < 0)
+	if (bfs_order_locate_pos(ra->order, pos, &at) < 0 ||
+	    bfs_order_batch(ra->order, at.id, idx) < 0)
 		return 0;
+	rows = at.rows;
 	for (size_t f = 0; f < bfs_dataset_nfields(ra->ds); f++)
 		for (uint64_t i = 0; i < rows && !(ra->fetch && ra->fetch[f]);
 		     i++) {
@@ -511,14 +515,14 @@ static void read_batch(struct bfs_readahead *ra, uint64_t pos, uint64_t *idx,
 	atomic_fetch_add_explicit(&ra->batches_read, 1, memory_order_relaxed);
 }
 
-/* The next position of lane l's stream to read ahead, or UINT64_MAX when
- * its window is read. [lock] */
+/* The next position of lane l to read ahead, or UINT64_MAX when the
+ * window after its readers is read. [lock] */
 static uint64_t lane_ahead(struct bfs_readahead *ra, size_t l)
 {
-	uint64_t end = (l + 1) * (ra->total / ra->lanes);
+	uint64_t end = ra->lane_end[l];
 
 	if (ra->follow[l] && ra->next[l] < ra->follow[l])
-		ra->next[l] = ra->follow[l]; /* behind the stream: skip */
+		ra->next[l] = ra->follow[l]; /* behind the readers: skip */
 	if (ra->follow[l] && ra->next[l] < ra->follow[l] + ra->window &&
 	    ra->next[l] < end)
 		return ra->next[l]++;
@@ -526,8 +530,8 @@ static uint64_t lane_ahead(struct bfs_readahead *ra, size_t l)
 }
 
 /* The next position to read ahead, waiting until there is one within the
- * window after a stream; UINT64_MAX at stop or once the read-in ended.
- * Streams take turns, a batch each. [lock] */
+ * window after a lane's readers; UINT64_MAX at stop or once the read-in
+ * ended. Lanes take turns, a batch each. [lock] */
 static uint64_t next_ahead(struct bfs_readahead *ra)
 {
 	for (;;) {
@@ -570,19 +574,21 @@ static void *ahead_main(void *arg)
 	return NULL;
 }
 
-/* The thread is woken when the stream went back, or when what it has read
- * ahead of the stream is down to half the window: one wake-up per half
+/* The thread is woken when the readers went back, or when what it has
+ * read ahead of them is down to half the window: one wake-up per half
  * window of batches, not one per batch. */
-void bfs_readahead_follow(struct bfs_readahead *ra, uint64_t pos)
+void bfs_readahead_follow(struct bfs_readahead *ra,
+			  const struct bfs_batch_loc *at)
 {
-	size_t l;
+	uint64_t pos = at->pos;
+	size_t l = at->id.lane;
 
-	if (!bfs_readahead_reads(ra) || pos >= ra->total)
+	if (!bfs_readahead_reads(ra) || l >= ra->lanes ||
+	    pos >= ra->lane_end[l])
 		return;
-	l = (size_t)(pos / (ra->total / ra->lanes));
 	pthread_mutex_lock(&ra->lock);
 	if (pos + 1 < ra->follow[l])
-		ra->next[l] = pos + 1; /* the stream went back: follow it */
+		ra->next[l] = pos + 1; /* the readers went back: follow */
 	if (ra->follow[l] != pos + 1) {
 		ra->follow[l] = pos + 1;
 		if (ra->next[l] <= ra->follow[l] + ra->window / 2)
@@ -639,13 +645,14 @@ static int start_ahead(struct bfs_readahead *ra,
 		return 0;
 	}
 	ra->order = o->order;
-	ra->len = bfs_order_len(o->order);
 	ra->lanes = bfs_order_lanes(o->order);
-	ra->total = ra->len * o->epochs * ra->lanes;
+	ra->lane_end = calloc(ra->lanes, sizeof(*ra->lane_end));
 	ra->follow = calloc(ra->lanes, sizeof(*ra->follow));
 	ra->next = calloc(ra->lanes, sizeof(*ra->next));
-	if (!ra->follow || !ra->next)
+	if (!ra->lane_end || !ra->follow || !ra->next)
 		return -ENOMEM;
+	for (size_t l = 0; l < ra->lanes; l++)
+		ra->lane_end[l] = bfs_order_lane_end(o->order, l);
 	if (!bytes)
 		bytes = avail / 4 < (256ull << 20) ? avail / 4 : 256ull << 20;
 	per = batch_pages(ra->ds, bfs_order_batch_rows(o->order, 0));
@@ -901,6 +908,7 @@ void bfs_readahead_destroy(struct bfs_readahead *ra)
 		if (ra->rfd[i] >= 0)
 			close(ra->rfd[i]);
 	free(ra->rfd);
+	free(ra->lane_end);
 	free(ra->follow);
 	free(ra->next);
 	for (size_t i = 0; ra->dfd && i < ra->nfiles; i++)

@@ -14,15 +14,15 @@
  * the rows of samples that a batch will need, skipping rows in 2 MiB
  * chunks already known resident (one mincore per chunk, remembered for a
  * second), so resident data costs almost nothing. And the read-ahead
- * thread follows the stream of batches of each lane (rank) of the order
- * (bfs_readahead_follow) and reads the rows of the batches after it, as
- * many as its byte budget allows, with many reads in flight (fs/reader:
- * io_uring, or reader threads): the order of every epoch is known, so
- * reads can start long before a gather needs them, sorted by offset and
- * coalesced. It stops once the read-in of data that fits has ended
- * (every row is resident), and does not run for sources on a FUSE or
- * network file system (a read answered short there leaves zero-filled
- * pages in the page cache).
+ * thread follows the readers of each lane (rank) of the order
+ * (bfs_readahead_follow: the batch they are at) and reads the rows of the
+ * batches after it, as many as its byte budget allows, with many reads in
+ * flight (fs/reader: io_uring, or reader threads): the order of every epoch is
+ * known, so reads can start long before a gather needs them, sorted by offset
+ * and coalesced. It stops once the read-in of data that fits has ended (every
+ * row is resident), and does not run for sources on a FUSE or network file
+ * system (a read answered short there leaves zero-filled pages in the page
+ * cache).
  *
  * Data that does not fit: the page cache cannot keep it, so rows of big
  * fields (>= 32 KiB a row, stored as served) are read by the gathering
@@ -52,12 +52,12 @@ struct bfs_readahead_opts {
 	 * random access). false: advice only (tests, measurements:
 	 * BATCHFS_DEBUG_NO_WARM). */
 	bool memory_policy;
-	/* Asynchronous reads of the batches ahead of the stream: how
+	/* Asynchronous reads of the batches ahead of the readers: how
 	 * (BFS_READER_AUTO: io_uring where it can be set up, else threads;
 	 * NONE: none), with 'depth' reads in flight (0: 64), of the batches
-	 * of 'order' (NULL: none) below epoch 'epochs', at most 'bytes' of
-	 * pages read ahead of the stream (0: a quarter of the memory
-	 * available, 256 MiB at most). */
+	 * of 'order' (NULL: none; each lane's up to its end), at most
+	 * 'bytes' of pages read ahead of the readers (0: a quarter of the
+	 * memory available, 256 MiB at most). */
 	enum bfs_reader_kind reader;
 	unsigned depth;
 	/* Never read rows with O_DIRECT (bfs_readahead_fetch): they are
@@ -66,7 +66,6 @@ struct bfs_readahead_opts {
 	/* Tests: apply the memory policy as if the data did not fit. */
 	bool assume_cold;
 	struct bfs_order *order;
-	uint64_t epochs;
 	uint64_t bytes;
 };
 
@@ -80,16 +79,17 @@ struct bfs_readahead_stats {
 	uint64_t reads_in_flight; /* now */
 	uint64_t bytes_read;	  /* by the reads ahead */
 	uint64_t batches_read;	  /* batches whose rows were read ahead */
-	uint64_t distance;	  /* batches read ahead of the stream, now */
+	uint64_t distance;	  /* batches read ahead of the readers, now */
 	uint64_t rows_fetched;	  /* rows read with O_DIRECT by gathers */
 	uint64_t bytes_fetched;	  /* ... bytes */
 	const char *reader;	  /* "io_uring", "threads", "none" */
 	const char *reader_why;	  /* how rows are read ahead, and why */
 };
 
-/* The stream (the readers' latest batch: position e * len + k) is at
- * 'pos': the read-ahead thread reads the batches after it. Cheap. */
-void bfs_readahead_follow(struct bfs_readahead *ra, uint64_t pos);
+/* The readers of at's lane are at batch 'at' (their latest): the
+ * read-ahead thread reads the batches after it. Cheap. */
+void bfs_readahead_follow(struct bfs_readahead *ra,
+			  const struct bfs_batch_loc *at);
 
 /* A gathering thread's means to read rows itself (one per thread), or
  * NULL when no field is read so (data that fits in memory, rows under 32

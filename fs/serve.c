@@ -99,15 +99,15 @@ static int backing_of(struct bfs_serve *s, struct bfs_batch *b)
 
 /* Pool prepare hook: register the batch's memfd before anyone opens it,
  * so an open only replies. A failure is retried by the open. */
-static void passthrough_ready(void *arg, struct bfs_batch *b, uint64_t e,
-			      uint64_t k)
+static void passthrough_ready(void *arg, struct bfs_batch *b,
+			      const struct bfs_batch_loc *at)
 {
 	struct bfs_serve *s = arg;
 	int id = backing_of(s, b);
 	char name[80];
 
 	if (id < 0) {
-		bfs_order_batch_name(s->order, e, k, name, sizeof(name));
+		bfs_order_batch_name(s->order, at->id, name, sizeof(name));
 		bfs_log(BFS_LOG_WARN, MOD,
 			"%s: cannot register its backing file: %s", name,
 			strerror(-id));
@@ -142,7 +142,6 @@ int bfs_serve_create(struct bfs_serve **out, const struct bfs_dataset *ds,
 	s->ds = ds;
 	s->order = order;
 	s->layout = layout;
-	s->epochs = po->epochs * bfs_order_lanes(order); /* stream epochs */
 	s->o = *o;
 	s->k = *kernel;
 	pthread_mutex_init(&s->lock, NULL);
@@ -155,8 +154,7 @@ int bfs_serve_create(struct bfs_serve **out, const struct bfs_dataset *ds,
 		popts.on_ready = bfs_serve_push_ready;
 	}
 	if (o->mode == BFS_SERVE_PUSH) {
-		rc = bfs_pushed_create(s, o->page_cache_bytes,
-				       bfs_order_len(order));
+		rc = bfs_pushed_create(s, o->page_cache_bytes);
 		if (rc < 0)
 			goto err_destroy;
 	}
@@ -247,11 +245,13 @@ bool bfs_serve_consumed(struct bfs_serve *s, struct bfs_file *f, uint64_t n)
 	    atomic_exchange(&f->consumed, true))
 		return false;
 	atomic_fetch_add(&s->c.served, 1);
-	bfs_order_batch_name(s->order, f->e, f->k, name, sizeof(name));
-	bfs_log(BFS_LOG_DEBUG, MOD,
-		"%s: served (%llu bytes), %.3f ms after its open", name,
-		(unsigned long long)f->size,
-		(double)(now_ns() - f->opened_ns) / 1e6);
+	if (bfs_log_wants(BFS_LOG_DEBUG)) {
+		bfs_order_batch_name(s->order, f->at.id, name, sizeof(name));
+		bfs_log(BFS_LOG_DEBUG, MOD,
+			"%s: served (%llu bytes), %.3f ms after its open", name,
+			(unsigned long long)f->size,
+			(double)(now_ns() - f->opened_ns) / 1e6);
+	}
 	return true;
 }
 
@@ -259,14 +259,14 @@ bool bfs_serve_consumed(struct bfs_serve *s, struct bfs_file *f, uint64_t n)
 static int passthrough_open(struct bfs_serve *s, struct bfs_file *f,
 			    struct bfs_serve_how *how)
 {
-	int rc = bfs_pool_acquire(s->pool, f->e, f->k, &f->held);
+	int rc = bfs_pool_acquire(s->pool, &f->at, &f->held);
 
 	if (rc < 0)
 		return rc;
 	how->backing_id = backing_of(s, f->held);
 	if (how->backing_id <= 0) {
 		bfs_pool_note_error(
-		    s->pool, f->e, f->k,
+		    s->pool, f->at.id,
 		    "no backing file (%s): open fails with EIO",
 		    strerror(how->backing_id ? -how->backing_id : EIO));
 		bfs_pool_release(s->pool, f->held);
@@ -295,24 +295,30 @@ static int open_batch_as(struct bfs_serve *s, struct bfs_file *f,
 	}
 }
 
-static int open_batch(struct bfs_serve *s, struct bfs_file *f,
-		      struct bfs_serve_how *how)
+/* Open batch id as f: located once (fs/order), sized (fs/layout: no
+ * call into the order for a fixed layout, its samples for a ragged
+ * one), then opened as the mode does, with f->at handed down. */
+static int open_batch(struct bfs_serve *s, struct bfs_batch_id id,
+		      struct bfs_file *f, struct bfs_serve_how *how)
 {
 	char name[80];
-	int rc;
+	int rc = bfs_order_locate(s->order, id, &f->at);
 
-	if (f->e >= s->epochs || f->k >= bfs_order_len(s->order))
-		return -ENOENT;
-	rc = bfs_layout_file_size(s->layout, s->order, f->e, f->k, &f->size);
+	if (rc)
+		return rc;
+	rc = bfs_layout_file_size(s->layout, s->order, &f->at, &f->size);
 	if (rc)
 		return rc;
 	f->opened_ns = now_ns();
 	atomic_fetch_add(&s->c.opened, 1);
 	rc = open_batch_as(s, f, how);
-	bfs_order_batch_name(s->order, f->e, f->k, name, sizeof(name));
-	bfs_log(BFS_LOG_DEBUG, MOD, "%s: open (%s): %s in %.3f ms", name,
-		bfs_serve_mode_name(s->o.mode), rc < 0 ? strerror(-rc) : "ok",
-		(double)(now_ns() - f->opened_ns) / 1e6);
+	if (bfs_log_wants(BFS_LOG_DEBUG)) {
+		bfs_order_batch_name(s->order, id, name, sizeof(name));
+		bfs_log(BFS_LOG_DEBUG, MOD, "%s: open (%s): %s in %.3f ms",
+			name, bfs_serve_mode_name(s->o.mode),
+			rc < 0 ? strerror(-rc) : "ok",
+			(double)(now_ns() - f->opened_ns) / 1e6);
+	}
 	return rc;
 }
 
@@ -336,7 +342,7 @@ static struct bfs_file *file_new(struct bfs_serve_how *how)
 	return f;
 }
 
-int bfs_serve_open_batch(struct bfs_serve *s, uint64_t e, uint64_t k,
+int bfs_serve_open_batch(struct bfs_serve *s, struct bfs_batch_id id,
 			 struct bfs_file **out, struct bfs_serve_how *how)
 {
 	struct bfs_file *f = file_new(how);
@@ -346,9 +352,7 @@ int bfs_serve_open_batch(struct bfs_serve *s, uint64_t e, uint64_t k,
 	if (!f)
 		return -ENOMEM;
 	f->batch = true;
-	f->e = e;
-	f->k = k;
-	rc = open_batch(s, f, how);
+	rc = open_batch(s, id, f, how);
 	if (rc < 0) {
 		file_free(f);
 		return reader_errno(rc);
@@ -358,21 +362,27 @@ int bfs_serve_open_batch(struct bfs_serve *s, uint64_t e, uint64_t k,
 	return 0;
 }
 
-int bfs_serve_open_stream(struct bfs_serve *s, uint64_t e,
+/* The epoch of id (its lane and epoch; batch 0), for streams and their
+ * offsets. */
+static struct bfs_batch_id epoch_of(struct bfs_batch_id id)
+{
+	return (struct bfs_batch_id){.lane = id.lane, .epoch = id.epoch};
+}
+
+int bfs_serve_open_stream(struct bfs_serve *s, struct bfs_batch_id id,
 			  struct bfs_file **out, struct bfs_serve_how *how)
 {
 	struct bfs_file *f = file_new(how);
+	struct bfs_batch_id end = epoch_of(id);
 	int rc;
 
 	*out = NULL;
 	if (!f)
 		return -ENOMEM;
 	f->stream = true;
-	f->e = e;
-	rc = e < s->epochs
-		 ? bfs_stream_offset(s->streams, e, bfs_order_len(s->order),
-				     &f->size)
-		 : -ENOENT;
+	f->at.id = epoch_of(id);
+	end.batch = bfs_order_len(s->order); /* the stream's size */
+	rc = bfs_stream_offset(s->streams, end, &f->size);
 	if (rc < 0) {
 		file_free(f);
 		return reader_errno(rc);
@@ -388,19 +398,19 @@ int bfs_serve_open_stream(struct bfs_serve *s, uint64_t e,
 	return 0;
 }
 
-int bfs_serve_open_offsets(struct bfs_serve *s, uint64_t e,
+int bfs_serve_open_offsets(struct bfs_serve *s, struct bfs_batch_id id,
 			   struct bfs_file **out, struct bfs_serve_how *how)
 {
 	struct bfs_file *f;
 
 	*out = NULL;
-	if (e >= s->epochs)
+	if (!bfs_order_has(s->order, epoch_of(id)))
 		return -ENOENT;
 	f = file_new(how);
 	if (!f)
 		return -ENOMEM;
 	f->offsets = true;
-	f->e = e;
+	f->at.id = epoch_of(id);
 	f->size = (bfs_order_len(s->order) + 1) * BFS_SERVE_OFFSET_LINE;
 	how->keep_cache = true; /* it never changes */
 	file_link(s, f);
@@ -453,9 +463,9 @@ static int read_batch(struct bfs_serve *s, struct bfs_file *f, uint64_t off,
 	 * successors. */
 	if (s->o.mode == BFS_SERVE_PUSH || f->zc) {
 		atomic_fetch_add(&s->c.refills, s->o.mode == BFS_SERVE_PUSH);
-		rc = bfs_pool_acquire_alone(s->pool, f->e, f->k, &r->batch);
+		rc = bfs_pool_acquire_alone(s->pool, &f->at, &r->batch);
 	} else {
-		rc = bfs_pool_acquire(s->pool, f->e, f->k, &r->batch);
+		rc = bfs_pool_acquire(s->pool, &f->at, &r->batch);
 	}
 	if (rc < 0)
 		return reader_errno(rc);
@@ -469,17 +479,20 @@ static int read_batch(struct bfs_serve *s, struct bfs_file *f, uint64_t off,
 	return 0;
 }
 
-/* Copy [off, end) of stream f, which batch k (at [from, to) in it) holds
- * part of, into dst; a batch read to its end leaves the pool. */
-static int stream_copy(struct bfs_serve *s, struct bfs_file *f, uint64_t k,
+/* Copy [off, end) of stream f, which batch id (at [from, to) in it)
+ * holds part of, into dst; a batch read to its end leaves the pool. */
+static int stream_copy(struct bfs_serve *s, struct bfs_batch_id id,
 		       uint64_t from, uint64_t to, uint64_t off, uint64_t end,
 		       char *dst)
 {
 	uint64_t take = (end < to ? end : to) - off;
+	struct bfs_batch_loc at;
 	struct bfs_batch *b;
 	const char *bytes;
-	int rc = bfs_pool_acquire(s->pool, f->e, k, &b);
+	int rc = bfs_order_locate(s->order, id, &at);
 
+	if (rc == 0)
+		rc = bfs_pool_acquire(s->pool, &at, &b);
 	if (rc < 0)
 		return rc;
 	bytes = bfs_batch_data(b);
@@ -498,7 +511,7 @@ static int stream_copy(struct bfs_serve *s, struct bfs_file *f, uint64_t k,
 
 /* [off, off + n) of stream f, whole (a READ answered short would end the
  * reader's read() there), copied out of the batches it spans (acquired with
- * their prefetch window: the stream moves on) into r->scratch. */
+ * their prefetch window: its reader moves on) into r->scratch. */
 static int read_stream(struct bfs_serve *s, struct bfs_file *f, uint64_t off,
 		       uint64_t n, struct bfs_serve_reply *r)
 {
@@ -509,12 +522,12 @@ static int read_stream(struct bfs_serve *s, struct bfs_file *f, uint64_t off,
 	if (!r->scratch)
 		return -ENOMEM;
 	while (at < end) {
-		uint64_t k, from, to;
-		int rc =
-		    bfs_stream_locate(s->streams, f->e, at, &k, &from, &to);
+		struct bfs_batch_id id = f->at.id;
+		uint64_t from, to;
+		int rc = bfs_stream_locate(s->streams, &id, at, &from, &to);
 
 		if (rc == 0)
-			rc = stream_copy(s, f, k, from, to, at, end,
+			rc = stream_copy(s, id, from, to, at, end,
 					 r->scratch + (at - off));
 		if (rc < 0)
 			return reader_errno(rc);
@@ -542,8 +555,12 @@ static int read_offsets(struct bfs_serve *s, struct bfs_file *f, uint64_t off,
 		return -ENOMEM;
 	at = r->scratch;
 	for (uint64_t k = first; k <= last; k++) {
+		struct bfs_batch_id id = f->at.id;
 		uint64_t where;
-		int rc = bfs_stream_offset(s->streams, f->e, k, &where);
+		int rc;
+
+		id.batch = k;
+		rc = bfs_stream_offset(s->streams, id, &where);
 
 		if (rc < 0)
 			return reader_errno(rc);

@@ -1,8 +1,9 @@
 /* fs/serve: open files of a mount and how their bytes reach a reader,
- * with no FUSE in it and no inode numbers: it serves batch k of epoch e,
- * epoch e's stream (stream/N: its batches back to back) and where each
- * batch starts in it (index/N/offsets), and texts the namespace rendered
- * (fs/tree, the room above, opens files through here).
+ * with no FUSE in it and no inode numbers: it serves batches by their id
+ * (fs/order.h: batch identity), an epoch's stream (stream/N: its batches
+ * back to back) and where each batch starts in it (index/N/offsets), and
+ * texts the namespace rendered (fs/tree, the room above, opens files
+ * through here).
  *
  * A FUSE adapter (mount/) decodes each request, calls one function (here,
  * or bfs_tree_open for an open) and sends the one reply it describes:
@@ -61,11 +62,11 @@ int bfs_serve_mode_parse(const char *s, enum bfs_serve_mode *out);
 struct bfs_serve_kernel {
 	void *arg;
 	/* Store [buf, buf+len) at 'off' into the page cache of the file of
-	 * batch k of epoch e (-ENOENT: the kernel has no inode for it yet). */
-	int (*store)(void *arg, uint64_t e, uint64_t k, uint64_t off,
+	 * batch id (-ENOENT: the kernel has no inode for it yet). */
+	int (*store)(void *arg, struct bfs_batch_id id, uint64_t off,
 		     const void *buf, uint64_t len);
-	/* Drop the pages of batch k of epoch e's file from the page cache. */
-	int (*inval)(void *arg, uint64_t e, uint64_t k);
+	/* Drop the pages of batch id's file from the page cache. */
+	int (*inval)(void *arg, struct bfs_batch_id id);
 	/* Register fd as a passthrough backing file: its id (> 0). */
 	int (*backing_open)(void *arg, int fd);
 	void (*backing_close)(void *arg, int id);
@@ -122,10 +123,11 @@ struct bfs_serve_reply {
 	bool zc_rows;  /* rows replied from the archive: checked again */
 };
 
-/* Serve 'layout's batches of 'ds' in 'order' in mode o->mode: creates
- * the worker pool (po; its hooks and memfd choice are set here), the push
- * ledger or the zero-copy plan. Borrowed objects and 'kernel' must
- * outlive the serve. Returns 0 or -errno. */
+/* Serve 'layout's batches of 'ds' in 'order' (every lane, epochs 0 ..
+ * bfs_order_epochs - 1) in mode o->mode: creates the worker pool (po; its
+ * hooks and memfd choice are set here), the push ledger or the zero-copy
+ * plan. Borrowed objects and 'kernel' must outlive the serve. Returns 0
+ * or -errno. */
 int bfs_serve_create(struct bfs_serve **out, const struct bfs_dataset *ds,
 		     struct bfs_order *order, const struct bfs_layout *layout,
 		     const struct bfs_pool_opts *po,
@@ -138,30 +140,32 @@ void bfs_serve_destroy(struct bfs_serve *s);
 /* The mode served. */
 enum bfs_serve_mode bfs_serve_mode(const struct bfs_serve *s);
 
-/* Open the file of batch k of epoch e, read-only (the caller refused
- * writes). Returns 0 with *f and *how set, or -ENOENT (no such batch),
- * -EIO (the batch cannot be had: its gather failed or timed out, logged),
- * -ENOMEM. */
-int bfs_serve_open_batch(struct bfs_serve *s, uint64_t e, uint64_t k,
+/* Open the file of batch id, read-only (the caller refused writes). The
+ * open locates the batch once (fs/order) and hands that down: the pool
+ * or zero copy asks the order only for its samples. Returns 0 with *f
+ * and *how set, or -ENOENT (no such batch), -EIO (the batch cannot be
+ * had: its gather failed or timed out, logged), -ENOMEM. */
+int bfs_serve_open_batch(struct bfs_serve *s, struct bfs_batch_id id,
 			 struct bfs_file **f, struct bfs_serve_how *how);
 
-/* Open stream/N of (stream) epoch e, read-only: epoch e's batch files
- * back to back, with direct I/O in every mode (each read() is one READ,
- * and the daemon never stores pages of a stream into the page cache). A
- * READ is replied whole, copied from the batches it spans (acquired with
- * their prefetch window); each batch read to its end leaves the pool, so
- * memory stays flat over an epoch. 0, -ENOENT, -ENOMEM. */
-int bfs_serve_open_stream(struct bfs_serve *s, uint64_t e, struct bfs_file **f,
-			  struct bfs_serve_how *how);
+/* Open stream/N of epoch id.epoch of lane id.lane (id.batch unused),
+ * read-only: that epoch's batch files back to back, with direct I/O in
+ * every mode (each read() is one READ, and the daemon never stores pages
+ * of a stream into the page cache). A READ is replied whole, copied from
+ * the batches it spans (acquired with their prefetch window); each batch
+ * read to its end leaves the pool, so memory stays flat over an epoch. 0,
+ * -ENOENT, -ENOMEM. */
+int bfs_serve_open_stream(struct bfs_serve *s, struct bfs_batch_id id,
+			  struct bfs_file **f, struct bfs_serve_how *how);
 
-/* Open index/N/offsets of (stream) epoch e: line K is where batch K
- * starts in stream/N, 20 digits and a newline (so at byte 21 x K), the
- * last line the stream's size. Each READ renders the lines it covers
- * (fs/stream's offsets), so an open costs nothing however long the
- * epoch. 0, -ENOENT, -ENOMEM. */
+/* Open index/N/offsets of the epoch of id (as bfs_serve_open_stream):
+ * line K is where batch K starts in stream/N, 20 digits and a newline (so
+ * at byte 21 x K), the last line the stream's size. Each READ renders the
+ * lines it covers (fs/stream's offsets), so an open costs nothing however
+ * long the epoch. 0, -ENOENT, -ENOMEM. */
 #define BFS_SERVE_OFFSET_LINE 21
-int bfs_serve_open_offsets(struct bfs_serve *s, uint64_t e, struct bfs_file **f,
-			   struct bfs_serve_how *how);
+int bfs_serve_open_offsets(struct bfs_serve *s, struct bfs_batch_id id,
+			   struct bfs_file **f, struct bfs_serve_how *how);
 
 /* The offsets of batches in streams (fs/stream), for the namespace. */
 struct bfs_streams *bfs_serve_streams(struct bfs_serve *s);

@@ -15,9 +15,11 @@ struct bfs_pushed;
 
 struct bfs_file {
 	bool batch;		 /* a batch file (else a text or a stream) */
-	bool stream;		 /* stream/N: epoch e's batches in a row */
+	bool stream;		 /* stream/N: an epoch's batches in a row */
 	bool offsets;		 /* index/N/offsets: where they start */
-	uint64_t e, k;		 /* batch files: epoch, batch; streams: e */
+	struct bfs_batch_loc at; /* batch files: the batch (located at
+				  * open); streams, offsets: at.id's lane
+				  * and epoch */
 	uint64_t size;		 /* batch files, streams, offsets: size */
 	_Atomic uint64_t served; /* batch files: bytes replied so far */
 	atomic_bool consumed;	 /* batch files: counted read to the end */
@@ -43,7 +45,6 @@ struct bfs_serve {
 	const struct bfs_dataset *ds;
 	struct bfs_order *order;
 	const struct bfs_layout *layout;
-	uint64_t epochs; /* batches of epochs 0 .. epochs-1 exist */
 	struct bfs_pool *pool;
 	struct bfs_serve_opts o; /* o.why points at 'why' */
 	char *why;
@@ -58,10 +59,10 @@ struct bfs_serve {
 
 /* ---- fs/serve_push.c ---- */
 
-/* s->pushed: the ledger of pushed batches (of 'len' per epoch), kept
- * under 'budget' bytes, and the thread that makes every store and
- * invalidation (s->k). 0 or -errno. */
-int bfs_pushed_create(struct bfs_serve *s, uint64_t budget, uint64_t len);
+/* s->pushed: the ledger of pushed batches (by position), kept under
+ * 'budget' bytes, and the thread that makes every store and invalidation
+ * (s->k). 0 or -errno. */
+int bfs_pushed_create(struct bfs_serve *s, uint64_t budget);
 /* Stop the thread: queued stores are dropped (their batches released:
  * the pool must still be there), and workers that push from then on
  * find the ledger closed. Accepts NULL. */
@@ -82,8 +83,8 @@ void bfs_serve_push_release(struct bfs_serve *s, struct bfs_file *f);
 
 /* Pool on_ready hook in push mode: push b before anyone opens it (when
  * the kernel knows its inode). */
-void bfs_serve_push_ready(void *arg, struct bfs_batch *b, uint64_t e,
-			  uint64_t k);
+void bfs_serve_push_ready(void *arg, struct bfs_batch *b,
+			  const struct bfs_batch_loc *at);
 
 /* ---- fs/serve_zc.c ---- */
 

@@ -7,8 +7,8 @@
  * its inode (looked up, listed with readdirplus). read() and mmap() faults
  * are then page-cache hits with no round trip, and the pool drops its
  * copy. If the kernel loses pages, READs come and the pool gathers the same
- * bytes again (batches are pure functions of dataset, options, epoch and
- * batch).
+ * bytes again (batches are pure functions of dataset, options, rank, epoch
+ * and batch).
  *
  * The kernel's thread. A store (and an invalidation) locks each page it
  * touches, and waits for a page that a READ in flight holds locked until
@@ -22,8 +22,8 @@
  * it). At unmount the adapter keeps answering requests until the thread
  * is out of the kernel (bfs_serve_stop_kernel, bfs_serve_kernel_busy).
  *
- * The ledger is a FIFO of the batches pushed (keyed by their position in
- * the stream of epochs), with their sizes and how many files have them
+ * The ledger is a FIFO of the batches pushed (keyed by their position,
+ * fs/order.h: batch identity), with their sizes and how many files have them
  * open. It answers "is this batch already in the kernel?" (a second open,
  * concurrent or later, does not gather and push again) and keeps the
  * kernel's copies under a byte budget (--page-cache-mb): past it, the
@@ -49,8 +49,8 @@
 #define QUEUE_MAX   256u	/* stores queued for the kernel's thread */
 
 struct pushed_entry {
-	uint64_t key; /* the batch's pos + 1 (e * len + k + 1); 0: forgotten
-		       * (a failed push) */
+	uint64_t key; /* the batch's position + 1; 0: forgotten (a failed
+		       * push) */
 	uint64_t id;  /* this entry's own number, never reused */
 	uint64_t bytes;
 	unsigned opens;
@@ -58,8 +58,9 @@ struct pushed_entry {
 };
 
 struct push_job {
-	struct bfs_batch *b; /* a reference the job holds */
-	uint64_t e, k, id;
+	struct bfs_batch *b;	 /* a reference the job holds */
+	struct bfs_batch_id bid; /* which batch */
+	uint64_t id;		 /* its ledger entry */
 };
 
 struct bfs_pushed {
@@ -67,7 +68,6 @@ struct bfs_pushed {
 	pthread_cond_t stored; /* [L] some entry stopped 'pushing' */
 	pthread_cond_t work;   /* [L] a job, a trim or stop for the thread */
 	uint64_t budget;
-	uint64_t len;			      /* batches per epoch */
 	uint64_t bytes;			      /* [L] sum of entries */
 	uint64_t next_id;		      /* [L] */
 	unsigned head, count;		      /* [L] oldest at head */
@@ -83,7 +83,7 @@ struct bfs_pushed {
 
 static void *kernel_thread(void *arg);
 
-int bfs_pushed_create(struct bfs_serve *s, uint64_t budget, uint64_t len)
+int bfs_pushed_create(struct bfs_serve *s, uint64_t budget)
 {
 	struct bfs_pushed *pb = calloc(1, sizeof(*pb));
 	sigset_t all, old;
@@ -96,7 +96,6 @@ int bfs_pushed_create(struct bfs_serve *s, uint64_t budget, uint64_t len)
 	pthread_cond_init(&pb->stored, NULL);
 	pthread_cond_init(&pb->work, NULL);
 	pb->budget = budget;
-	pb->len = len ? len : 1;
 	/* asynchronous signals belong to the FUSE loop */
 	sigfillset(&all);
 	pthread_sigmask(SIG_BLOCK, &all, &old);
@@ -238,12 +237,11 @@ static void pushed_close(struct bfs_pushed *pb, uint64_t id)
 	pthread_mutex_unlock(&pb->lock);
 }
 
-/* Hand the store of b (batch k of epoch e, entry id; the reference
- * passes to the job) to the kernel's thread. false when the queue is
- * full or stopping: the caller still holds b, and the entry is
- * forgotten. */
-static bool push_queue(struct bfs_pushed *pb, struct bfs_batch *b, uint64_t e,
-		       uint64_t k, uint64_t id)
+/* Hand the store of b (batch bid, entry id; the reference passes to the
+ * job) to the kernel's thread. false when the queue is full or stopping:
+ * the caller still holds b, and the entry is forgotten. */
+static bool push_queue(struct bfs_pushed *pb, struct bfs_batch *b,
+		       struct bfs_batch_id bid, uint64_t id)
 {
 	bool queued;
 
@@ -251,7 +249,7 @@ static bool push_queue(struct bfs_pushed *pb, struct bfs_batch *b, uint64_t e,
 	queued = !pb->stop && pb->qcount < QUEUE_MAX;
 	if (queued) {
 		pb->queue[(pb->qhead + pb->qcount++) % QUEUE_MAX] =
-		    (struct push_job){.b = b, .e = e, .k = k, .id = id};
+		    (struct push_job){.b = b, .bid = bid, .id = id};
 		pthread_cond_signal(&pb->work);
 	}
 	pthread_mutex_unlock(&pb->lock);
@@ -288,9 +286,9 @@ static unsigned pushed_trim(struct bfs_pushed *pb, uint64_t *keys)
 	return n;
 }
 
-/* Store the whole batch k of epoch e (b) into the kernel's page cache, in
- * chunks (the store message has 32-bit lengths). */
-static int store_batch(struct bfs_serve *s, uint64_t e, uint64_t k,
+/* Store the whole batch bid (b) into the kernel's page cache, in chunks
+ * (the store message has 32-bit lengths). */
+static int store_batch(struct bfs_serve *s, struct bfs_batch_id bid,
 		       const struct bfs_batch *b)
 {
 	const char *data = bfs_batch_data(b);
@@ -298,7 +296,7 @@ static int store_batch(struct bfs_serve *s, uint64_t e, uint64_t k,
 	int rc = 0;
 
 	for (uint64_t off = 0; rc == 0 && off < size; off += STORE_CHUNK)
-		rc = s->k.store(s->k.arg, e, k, off, data + off,
+		rc = s->k.store(s->k.arg, bid, off, data + off,
 				size - off < STORE_CHUNK ? size - off
 							 : STORE_CHUNK);
 	return rc;
@@ -308,16 +306,19 @@ static int store_batch(struct bfs_serve *s, uint64_t e, uint64_t k,
  * the entry is forgotten and READs serve the batch. */
 static void run_job(struct bfs_serve *s, const struct push_job *j)
 {
-	bool stored = store_batch(s, j->e, j->k, j->b) == 0;
+	bool stored = store_batch(s, j->bid, j->b) == 0;
 
 	if (stored) {
 		char name[80];
 
-		bfs_order_batch_name(s->order, j->e, j->k, name, sizeof(name));
-		bfs_log(BFS_LOG_DEBUG, "serve",
-			"%s: served (%llu bytes), pushed whole into the page "
-			"cache",
-			name, (unsigned long long)bfs_batch_size(j->b));
+		if (bfs_log_wants(BFS_LOG_DEBUG)) {
+			bfs_order_batch_name(s->order, j->bid, name,
+					     sizeof(name));
+			bfs_log(BFS_LOG_DEBUG, "serve",
+				"%s: served (%llu bytes), pushed whole into "
+				"the page cache",
+				name, (unsigned long long)bfs_batch_size(j->b));
+		}
 		atomic_fetch_add(&s->c.pushed, 1);
 		atomic_fetch_add(&s->c.served, 1);
 		atomic_fetch_add(&s->c.bytes, bfs_batch_size(j->b));
@@ -331,9 +332,8 @@ static void run_job(struct bfs_serve *s, const struct push_job *j)
 static void run_trim(struct bfs_serve *s, const uint64_t *keys, unsigned n)
 {
 	for (unsigned i = 0; i < n; i++) {
-		uint64_t pos = keys[i] - 1;
-		int rc = s->k.inval(s->k.arg, pos / s->pushed->len,
-				    pos % s->pushed->len);
+		int rc =
+		    s->k.inval(s->k.arg, bfs_order_id(s->order, keys[i] - 1));
 
 		/* -ENOENT: the kernel forgot the inode, pages and all */
 		if (rc == 0 || rc == -ENOENT)
@@ -394,41 +394,40 @@ static void *kernel_thread(void *arg)
 	return NULL;
 }
 
-/* The ledger's key of batch k of epoch e. */
-static uint64_t key_of(const struct bfs_pushed *pb, uint64_t e, uint64_t k)
+/* The ledger's key of batch 'at': its position + 1 (0 is no key). */
+static uint64_t key_of(const struct bfs_batch_loc *at)
 {
-	return e * pb->len + k + 1;
+	return at->pos + 1;
 }
 
-void bfs_serve_push_ready(void *arg, struct bfs_batch *b, uint64_t e,
-			  uint64_t k)
+void bfs_serve_push_ready(void *arg, struct bfs_batch *b,
+			  const struct bfs_batch_loc *at)
 {
 	struct bfs_serve *s = arg;
 	uint64_t id;
 
 	/* A failed store is usually -ENOENT: the kernel has no inode yet */
-	if (pushed_enter(s->pushed, key_of(s->pushed, e, k), bfs_batch_size(b),
-			 0, &id) <= 0)
+	if (pushed_enter(s->pushed, key_of(at), bfs_batch_size(b), 0, &id) <= 0)
 		return;
 	bfs_pool_hold(s->pool, b);
-	if (!push_queue(s->pushed, b, e, k, id))
+	if (!push_queue(s->pushed, b, at->id, id))
 		bfs_pool_release(s->pool, b);
 }
 
 int bfs_serve_push_open(struct bfs_serve *s, struct bfs_file *f)
 {
 	struct bfs_batch *b = NULL;
-	int rc = pushed_enter(s->pushed, key_of(s->pushed, f->e, f->k), f->size,
-			      1, &f->push_id);
+	int rc =
+	    pushed_enter(s->pushed, key_of(&f->at), f->size, 1, &f->push_id);
 
 	f->push_open = rc >= 0;
 	if (rc == 0) /* pushed or being pushed: ready before it was asked */
 		atomic_fetch_add(&s->c.pushed_hits, 1);
 	if (rc > 0) {
-		rc = bfs_pool_acquire(s->pool, f->e, f->k, &b);
+		rc = bfs_pool_acquire(s->pool, &f->at, &b);
 		if (rc < 0)
 			pushed_done(s->pushed, f->push_id, false);
-		else if (!push_queue(s->pushed, b, f->e, f->k, f->push_id))
+		else if (!push_queue(s->pushed, b, f->at.id, f->push_id))
 			bfs_pool_release(s->pool, b);
 	}
 	if (rc < 0 && rc != -ENOSPC) {

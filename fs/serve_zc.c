@@ -90,7 +90,7 @@ void bfs_serve_zc_after(struct bfs_serve *s, struct bfs_file *f)
 {
 	if (bfs_dataset_check(s->ds, f->zc->idx, (size_t)f->zc->rows) < 0)
 		bfs_pool_note_error(
-		    s->pool, f->e, f->k,
+		    s->pool, f->at.id,
 		    "replied straight from the archive while a source "
 		    "changed: the reader may have rows of both versions "
 		    "(zero copy checks before and after its reply, not "
@@ -105,9 +105,8 @@ void bfs_serve_zc_free(struct bfs_zc *z)
 int bfs_serve_zc_open(struct bfs_serve *s, struct bfs_file *f)
 {
 	const struct bfs_layout *l = s->layout;
-	uint64_t e = f->e, k = f->k;
-	uint64_t rows = bfs_order_batch_rows(s->order, k);
-	uint64_t data = bfs_layout_data_offset(l, e, k, rows);
+	uint64_t rows = f->at.rows;
+	uint64_t data = bfs_layout_data_offset(l, rows);
 	struct bfs_zc *z;
 	int rc = 0;
 
@@ -121,7 +120,7 @@ int bfs_serve_zc_open(struct bfs_serve *s, struct bfs_file *f)
 	z->data_off = data; /* a multiple of 4096: idx stays aligned */
 	z->idx = (uint64_t *)(z->head + data);
 	z->row = (const uint8_t **)(z->idx + rows);
-	rc = bfs_order_batch(s->order, e, k, z->idx);
+	rc = bfs_order_batch(s->order, f->at.id, z->idx);
 	for (size_t i = 0; rc == 0 && i < l->nfields; i++)
 		for (uint64_t r = 0; rc == 0 && r < rows; r++)
 			rc = bfs_dataset_row(
@@ -131,9 +130,9 @@ int bfs_serve_zc_open(struct bfs_serve *s, struct bfs_file *f)
 		free(z);
 		return rc == -ENOTSUP ? 0 : rc;
 	}
-	bfs_layout_header(l, e, k, rows, z->head);
+	bfs_layout_header(l, f->at.id, rows, z->head);
 	f->zc = z;
-	bfs_pool_advise(s->pool, e, k, z->idx, rows);
+	bfs_pool_advise(s->pool, &f->at, z->idx);
 	return 0;
 }
 

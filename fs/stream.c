@@ -1,14 +1,13 @@
 /* fs/stream: offsets of batches within an epoch's stream.
  *
  * Fixed layouts (no ragged field): every batch but the last has one size,
- * the layout's size for its rows whatever the epoch and batch numbers
- * (fs/layout.h: the data starts where 20-digit numbers would put it), so
- * batch k starts at k x that size; nothing is stored. Create checks the
- * invariant on the first and last batches of epoch 0 and of the widest
- * epoch number.
+ * the layout's size for its rows (fs/layout.h: the data starts where
+ * 20-digit epoch and batch numbers would put it, so sizes take no
+ * numbers), so batch k starts at k x that size; nothing is stored.
  *
  * Ragged layouts: an epoch's len + 1 offsets are measured with
- * bfs_layout_file_size (O(samples)) into a table, and tables are kept for
+ * bfs_layout_file_size (O(samples)) into a table, keyed by the epoch's
+ * lane and epoch (fs/order.h: batch identity), and tables are kept for
  * the epochs in flight: 2 per lane + 2 (a rank reading epoch N and asking
  * for N + 1, for every lane of a multi-rank mount), allocated as they are
  * first needed; the least recently used ready table goes.
@@ -21,7 +20,6 @@
  * try again (each then measures, or fails, itself). */
 #include "fs/stream.h"
 
-#include <assert.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdbool.h>
@@ -31,7 +29,8 @@ enum slot_state { FREE, MEASURING, READY };
 
 struct slot {
 	enum slot_state state;
-	uint64_t e, stamp;
+	struct bfs_batch_id e; /* its epoch: lane, epoch (batch 0) */
+	uint64_t stamp;
 	uint64_t *off; /* [len + 1] when READY */
 };
 
@@ -53,35 +52,26 @@ struct bfs_streams {
 };
 
 /* Fixed layouts: the sizes of every batch but the last, and of the last,
- * from the layout; and the check that the order's batches have them. */
-static int fixed_sizes(struct bfs_streams *s)
+ * from the layout. */
+static void fixed_sizes(struct bfs_streams *s)
 {
-	uint64_t rows = bfs_order_batch_rows(s->order, 0);
-	uint64_t ks[3] = {0, s->len - 1, s->len - 1}, es[2] = {0, UINT64_MAX};
-	uint64_t size;
-	int rc = 0;
+	s->first = bfs_layout_size(s->l, bfs_order_batch_rows(s->order, 0));
+	s->last =
+	    bfs_layout_size(s->l, bfs_order_batch_rows(s->order, s->len - 1));
+}
 
-	s->first = bfs_layout_size(s->l, 0, 0, rows);
-	s->last = bfs_layout_size(s->l, 0, 0,
-				  bfs_order_batch_rows(s->order, s->len - 1));
-	if (s->len > 1)
-		ks[1] = s->len - 2; /* the last one of full size */
-	for (int i = 0; i < 2 && !rc; i++)
-		for (int j = 0; j < 3 && !rc; j++) {
-			rc = bfs_layout_file_size(s->l, s->order, es[i], ks[j],
-						  &size);
-			/* a layout bug: a stream's offsets would be wrong */
-			assert(rc || size == (ks[j] + 1 < s->len ? s->first
-								 : s->last));
-		}
-	return rc;
+/* The epoch of id (lane and epoch: batch 0), when the order has it. */
+static bool epoch_of(const struct bfs_streams *s, struct bfs_batch_id id,
+		     struct bfs_batch_id *e)
+{
+	*e = (struct bfs_batch_id){.lane = id.lane, .epoch = id.epoch};
+	return bfs_order_has(s->order, *e);
 }
 
 int bfs_streams_create(struct bfs_streams **out, const struct bfs_layout *l,
 		       struct bfs_order *order)
 {
 	struct bfs_streams *s = calloc(1, sizeof(*s));
-	int rc = 0;
 
 	*out = NULL;
 	if (!s)
@@ -92,11 +82,7 @@ int bfs_streams_create(struct bfs_streams **out, const struct bfs_layout *l,
 	s->fixed = l->nragged == 0;
 	s->nslots = 2 * bfs_order_lanes(order) + 2;
 	if (s->fixed && s->len)
-		rc = fixed_sizes(s);
-	if (rc) {
-		free(s);
-		return rc;
-	}
+		fixed_sizes(s);
 	pthread_mutex_init(&s->lock, NULL);
 	pthread_cond_init(&s->ready, NULL);
 	*out = s;
@@ -126,18 +112,22 @@ uint64_t bfs_streams_measured(struct bfs_streams *s)
 }
 
 /* Epoch e's offsets, measured: a fresh table of len + 1. 0 or -errno. */
-static int measure(struct bfs_streams *s, uint64_t e, uint64_t **out)
+static int measure(struct bfs_streams *s, struct bfs_batch_id e, uint64_t **out)
 {
 	uint64_t *off = malloc((s->len + 1) * sizeof(*off));
+	struct bfs_batch_loc at;
 	int rc = 0;
 
 	if (!off)
 		return -ENOMEM;
 	off[0] = 0;
 	for (uint64_t k = 0; k < s->len && !rc; k++) {
-		uint64_t size;
+		uint64_t size = 0;
 
-		rc = bfs_layout_file_size(s->l, s->order, e, k, &size);
+		e.batch = k;
+		rc = bfs_order_locate(s->order, e, &at);
+		if (!rc)
+			rc = bfs_layout_file_size(s->l, s->order, &at, &size);
 		off[k + 1] = off[k] + size;
 	}
 	if (rc) {
@@ -173,7 +163,8 @@ static struct slot *claim(struct bfs_streams *s)
 
 /* Epoch e's ready slot (ragged layouts), measured if none holds it; *out
  * stays valid while the lock is held. [lock], dropped while measuring. */
-static int table(struct bfs_streams *s, uint64_t e, const struct slot **out)
+static int table(struct bfs_streams *s, struct bfs_batch_id e,
+		 const struct slot **out)
 {
 	struct slot *sl;
 	uint64_t *off;
@@ -187,7 +178,9 @@ static int table(struct bfs_streams *s, uint64_t e, const struct slot **out)
 	for (;;) {
 		sl = NULL;
 		for (size_t i = 0; i < s->nslots && !sl; i++)
-			if (s->slots[i].state != FREE && s->slots[i].e == e)
+			if (s->slots[i].state != FREE &&
+			    s->slots[i].e.lane == e.lane &&
+			    s->slots[i].e.epoch == e.epoch)
 				sl = &s->slots[i];
 		if (sl && sl->state == READY) {
 			sl->stamp = ++s->clock;
@@ -219,13 +212,15 @@ static int table(struct bfs_streams *s, uint64_t e, const struct slot **out)
 	return rc;
 }
 
-int bfs_stream_offset(struct bfs_streams *s, uint64_t e, uint64_t k,
+int bfs_stream_offset(struct bfs_streams *s, struct bfs_batch_id id,
 		      uint64_t *off)
 {
 	const struct slot *t = NULL;
+	struct bfs_batch_id e;
+	uint64_t k = id.batch;
 	int rc;
 
-	if (k > s->len)
+	if (k > s->len || !epoch_of(s, id, &e))
 		return -ENOENT;
 	if (s->fixed) {
 		*off = k < s->len ? k * s->first
@@ -242,13 +237,16 @@ int bfs_stream_offset(struct bfs_streams *s, uint64_t e, uint64_t k,
 	return rc;
 }
 
-int bfs_stream_locate(struct bfs_streams *s, uint64_t e, uint64_t x,
-		      uint64_t *k, uint64_t *start, uint64_t *end)
+int bfs_stream_locate(struct bfs_streams *s, struct bfs_batch_id *id,
+		      uint64_t x, uint64_t *start, uint64_t *end)
 {
 	const struct slot *t = NULL;
-	uint64_t lo = 0, hi = s->len;
+	uint64_t lo = 0, hi = s->len, *k = &id->batch;
+	struct bfs_batch_id e;
 	int rc;
 
+	if (!epoch_of(s, *id, &e))
+		return -ENOENT;
 	if (s->fixed) {
 		uint64_t size;
 

@@ -1,6 +1,8 @@
 /* fs/stream: the stream of an epoch, its batch files back to back
  * (stream/N; fs/README.md: streams) — where batch k starts, which batch
  * holds byte x, how long the whole is — with no FUSE and no I/O in it.
+ * A stream is an epoch of a lane: the lane and epoch of a batch id
+ * (fs/order.h: batch identity).
  *
  * Without ragged fields every batch but the last has one size, whatever
  * its epoch and batch numbers (fs/layout.h: the data starts where 20-digit
@@ -19,22 +21,22 @@
 struct bfs_streams;
 
 /* Offsets of the epochs of 'order' laid out by 'l' (borrowed; they must
- * outlive it; 'l' bound to 'order' when it has ranks,
- * bfs_layout_bind_order). 0, -ENOMEM or a layout error. */
+ * outlive it). 0, -ENOMEM or a layout error. */
 int bfs_streams_create(struct bfs_streams **out, const struct bfs_layout *l,
 		       struct bfs_order *order);
 void bfs_streams_destroy(struct bfs_streams *s); /* accepts NULL */
 
-/* Where batch k of (stream) epoch e starts in its stream: k = the
+/* Where batch id starts in the stream of its epoch: id.batch = the
  * batches per epoch gives the stream's size. Thread-safe. 0 or -errno
  * (-ENOENT: no such batch; -ENOMEM; a layout error). */
-int bfs_stream_offset(struct bfs_streams *s, uint64_t e, uint64_t k,
+int bfs_stream_offset(struct bfs_streams *s, struct bfs_batch_id id,
 		      uint64_t *off);
 
-/* The batch of epoch e that holds byte x of its stream, and where that
- * batch starts and ends. -ENOENT past the end. Thread-safe. */
-int bfs_stream_locate(struct bfs_streams *s, uint64_t e, uint64_t x,
-		      uint64_t *k, uint64_t *start, uint64_t *end);
+/* The batch that holds byte x of the stream of id's epoch (id->lane,
+ * id->epoch) into id->batch, and where that batch starts and ends.
+ * -ENOENT past the end (or no such epoch). Thread-safe. */
+int bfs_stream_locate(struct bfs_streams *s, struct bfs_batch_id *id,
+		      uint64_t x, uint64_t *start, uint64_t *end);
 
 /* How many epoch tables have been measured so far (ragged layouts; 0 for
  * fixed ones): for tests. Thread-safe. */

@@ -18,7 +18,7 @@ struct text {
 	const struct bfs_dataset *ds;
 	struct bfs_order *order;
 	const struct bfs_layout *layout;
-	uint64_t len, epochs; /* batches per epoch; epochs */
+	uint64_t len, epochs; /* batches per epoch; epochs (of each rank) */
 };
 
 /* A ragged field's serving in dataset.json: how, and its other tensor. */
@@ -83,12 +83,15 @@ static void json_fields(const struct text *t, char *b, size_t n, size_t *pos)
 static uint64_t header_size(const struct text *t)
 {
 	struct bfs_layout_dims d;
+	struct bfs_batch_loc at;
 
-	if (t->len && bfs_layout_batch_dims(t->layout, t->order, 0, 0, &d))
+	if (t->len &&
+	    (bfs_order_locate(t->order, (struct bfs_batch_id){0}, &at) ||
+	     bfs_layout_batch_dims(t->layout, t->order, &at, &d)))
 		return 0;
 	if (!t->len)
 		memset(&d, 0, sizeof(d));
-	return bfs_layout_data_offset_dims(t->layout, 0, 0, &d);
+	return bfs_layout_data_offset_dims(t->layout, &d);
 }
 
 /* What batch paths start with: "rank/{rank}/" on a multi-rank mount. */
@@ -147,7 +150,7 @@ static void render_json(const struct text *t, const struct bfs_text_info *in,
 			  bfs_order_world_size(t->order));
 	for (size_t l = 0; l < bfs_order_lanes(t->order); l++)
 		bfs_layout_append(b, n, pos, "%s%u", l ? ", " : "",
-				  bfs_order_lane_rank(t->order, l));
+				  bfs_order_rank_of_lane(t->order, l));
 	bfs_layout_append(b, n, pos, "],\n  \"rank_dirs\": %s",
 			  bfs_order_ranked(t->order) ? "true" : "false");
 	bfs_layout_append(b, n, pos, ",\n  \"serve_mode\": ");
@@ -285,16 +288,16 @@ static void render_ranks(const struct text *t, char *b, size_t n, size_t *pos)
 			  "Ranks: this mount serves %zu of the %u ranks (",
 			  lanes, bfs_order_world_size(t->order));
 	for (size_t l = 0; l < lanes; l++) {
-		uint32_t r = bfs_order_lane_rank(t->order, l);
+		uint32_t r = bfs_order_rank_of_lane(t->order, l);
 		size_t e = l;
 
-		while (e + 1 < lanes &&
-		       bfs_order_lane_rank(t->order, e + 1) == r + (e + 1 - l))
+		while (e + 1 < lanes && bfs_order_rank_of_lane(
+					    t->order, e + 1) == r + (e + 1 - l))
 			e++;
 		bfs_layout_append(b, n, pos, "%s%u", l ? "," : "", r);
 		if (e > l)
 			bfs_layout_append(b, n, pos, "-%u",
-					  bfs_order_lane_rank(t->order, e));
+					  bfs_order_rank_of_lane(t->order, e));
 		l = e;
 	}
 	bfs_layout_append(
@@ -312,7 +315,7 @@ static void render_readme(const struct text *t, const struct bfs_text_info *in,
 	char first_rank[32];
 
 	snprintf(first_rank, sizeof(first_rank), "rank/%u/",
-		 bfs_order_lane_rank(t->order, 0));
+		 bfs_order_rank_of_lane(t->order, 0));
 	bfs_layout_append(
 	    b, n, pos,
 	    "batchfs: a dataset as a directory of training batches\n\n"
@@ -381,7 +384,7 @@ int bfs_text_render(const struct bfs_dataset *ds, struct bfs_order *order,
 		    const struct bfs_text_info *in, char **readme, char **json)
 {
 	const struct text t = {ds, order, layout, bfs_order_len(order),
-			       in->epochs};
+			       bfs_order_epochs(order)};
 	char torch[1024];
 	int rc;
 

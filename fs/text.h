@@ -20,7 +20,6 @@ struct bfs_text_info {
 	 * its absolute path, from the dataset). */
 	const char *const *sources;
 	size_t nsources;
-	uint64_t epochs;
 	uint64_t batch_size; /* --batch-size */
 	uint64_t seed;
 	bool shuffle; /* a random order at all */
@@ -40,7 +39,8 @@ struct bfs_text_info {
 };
 
 /* README into *readme and dataset.json into *json, malloc'd strings the
- * caller frees. Borrows everything. 0 or -ENOMEM (both NULL). */
+ * caller frees: the epochs are the order's (bfs_order_epochs). Borrows
+ * everything. 0 or -ENOMEM (both NULL). */
 int bfs_text_render(const struct bfs_dataset *ds, struct bfs_order *order,
 		    const struct bfs_layout *layout,
 		    const struct bfs_text_info *in, char **readme, char **json);

@@ -1,15 +1,15 @@
 /* fs/tree: names, inode numbers, attributes and text files of a mount.
  *
  * Everything is computed, nothing is stored per file: an inode number is
- * kind << 60 | epoch << 36 | batch, a directory entry number is the batch
+ * kind << 60 | serial << 36 | batch (tree.h: the node's batch id, its
+ * epoch numbered by fs/order), a directory entry number is the batch
  * number + 2, a batch file's size comes from fs/layout. README and
  * dataset.json are rendered once at creation by fs/text (they never
  * change); stats is rendered by fs/serve, the counters' owner, on each
  * request with fixed-width values, so its size never changes either;
  * index files are rendered from fs/order at open, index/N/offsets by
  * fs/serve a READ at a time (an epoch can have millions of lines). Opens
- * go to fs/serve,
- * which knows batches (epoch, batch) and texts, not inodes.
+ * go to fs/serve, which knows batch ids and texts, not inodes.
  *
  * Thread-safety: after bfs_tree_create everything here is read-only but
  * the lookup counter (atomic); serve and the order engine are
@@ -35,7 +35,8 @@ struct bfs_tree {
 	const struct bfs_layout *layout;
 	struct bfs_serve *serve;     /* opens, and the stats file */
 	struct bfs_streams *streams; /* serve's: where batches start */
-	uint64_t len, epochs;	     /* batches per epoch; epochs per rank */
+	uint64_t len, epochs;	     /* batches per epoch; epochs per rank
+				      * (fs/order's) */
 	uint64_t lanes;		     /* ranks served (fs/order's lanes) */
 	bool multi;		     /* /rank/R/... instead of /epoch, /index */
 	char *readme, *json;
@@ -46,52 +47,75 @@ struct bfs_tree {
 	atomic_uint_fast64_t *batch_lookups;
 };
 
-uint64_t bfs_tree_ino(const struct bfs_node *n)
+uint64_t bfs_tree_ino(const struct bfs_tree *t, const struct bfs_node *n)
 {
-	if (n->kind == BFS_NODE_ROOT)
+	uint64_t serial = 0; /* the middle field: see tree.h */
+
+	switch (n->kind) {
+	case BFS_NODE_ROOT:
 		return 1;
-	return (uint64_t)n->kind << KIND_SHIFT | n->epoch << EPOCH_SHIFT |
-	       n->batch;
+	case BFS_NODE_RANK: /* a lane's directories: the lane */
+	case BFS_NODE_EPOCHS:
+	case BFS_NODE_INDEXES:
+	case BFS_NODE_STREAMS:
+		serial = n->id.lane;
+		break;
+	case BFS_NODE_EPOCH: /* an epoch's nodes: its serial */
+	case BFS_NODE_INDEX:
+	case BFS_NODE_BATCH:
+	case BFS_NODE_INDEXFILE:
+	case BFS_NODE_STREAM:
+	case BFS_NODE_OFFSETS:
+		serial = bfs_order_epoch_serial(t->order, n->id);
+		break;
+	default:
+		break;
+	}
+	return (uint64_t)n->kind << KIND_SHIFT | serial << EPOCH_SHIFT |
+	       n->id.batch;
 }
 
 int bfs_tree_decode(const struct bfs_tree *t, uint64_t ino,
 		    struct bfs_node *out)
 {
+	uint64_t serial = (ino >> EPOCH_SHIFT) & (BFS_TREE_MAX_EPOCHS - 1);
+	uint64_t batch = ino & (BFS_TREE_MAX_BATCHES - 1);
+
 	memset(out, 0, sizeof(*out));
 	if (ino == 1)
 		return 0;
 	out->kind = (enum bfs_node_kind)(ino >> KIND_SHIFT);
-	out->epoch = (ino >> EPOCH_SHIFT) & (BFS_TREE_MAX_EPOCHS - 1);
-	out->batch = ino & (BFS_TREE_MAX_BATCHES - 1);
 	switch (out->kind) {
 	case BFS_NODE_README:
 	case BFS_NODE_DATASET:
 	case BFS_NODE_STATS:
-		return out->epoch || out->batch ? -ENOENT : 0;
+		return serial || batch ? -ENOENT : 0;
 	case BFS_NODE_RANKS:
-		return !t->multi || out->epoch || out->batch ? -ENOENT : 0;
+		return !t->multi || serial || batch ? -ENOENT : 0;
 	case BFS_NODE_RANK:
-		return !t->multi || out->epoch >= t->lanes || out->batch
-			   ? -ENOENT
-			   : 0;
 	case BFS_NODE_EPOCHS:
 	case BFS_NODE_INDEXES: /* the lane's, on a multi-rank mount */
 	case BFS_NODE_STREAMS:
-		return out->epoch >= (t->multi ? t->lanes : 1) || out->batch
+		out->id.lane = (size_t)serial;
+		return (out->kind == BFS_NODE_RANK && !t->multi) ||
+			       serial >= t->lanes || batch
 			   ? -ENOENT
 			   : 0;
 	case BFS_NODE_EPOCH:
 	case BFS_NODE_INDEX:
 	case BFS_NODE_STREAM:
 	case BFS_NODE_OFFSETS:
-		return out->epoch < t->epochs * t->lanes && !out->batch
-			   ? 0
-			   : -ENOENT;
+		return batch || bfs_order_epoch_of_serial(t->order, serial,
+							  &out->id) < 0
+			   ? -ENOENT
+			   : 0;
 	case BFS_NODE_BATCH:
 	case BFS_NODE_INDEXFILE:
-		return out->epoch < t->epochs * t->lanes && out->batch < t->len
-			   ? 0
-			   : -ENOENT;
+		if (batch >= t->len ||
+		    bfs_order_epoch_of_serial(t->order, serial, &out->id) < 0)
+			return -ENOENT;
+		out->id.batch = batch;
+		return 0;
 	default:
 		return -ENOENT;
 	}
@@ -99,16 +123,16 @@ int bfs_tree_decode(const struct bfs_tree *t, uint64_t ino,
 
 /* ---- text files ---- */
 
-static int render_index(const struct bfs_tree *t, uint64_t e, uint64_t k,
+static int render_index(const struct bfs_tree *t, struct bfs_batch_id id,
 			char *buf, size_t len, size_t *pos)
 {
-	uint64_t rows = bfs_order_batch_rows(t->order, k);
+	uint64_t rows = bfs_order_batch_rows(t->order, id.batch);
 	uint64_t *idx = malloc((rows ? rows : 1) * sizeof(*idx));
 	int rc;
 
 	if (!idx)
 		return -ENOMEM;
-	rc = bfs_order_batch(t->order, e, k, idx);
+	rc = bfs_order_batch(t->order, id, idx);
 	for (uint64_t i = 0; rc == 0 && i < rows; i++)
 		bfs_layout_append(buf, len, pos, "%" PRIu64 "\n", idx[i]);
 	free(idx);
@@ -131,7 +155,7 @@ static int render(const struct bfs_tree *t, const struct bfs_node *n, char *buf,
 				       buf, len, pos);
 		return 0;
 	case BFS_NODE_INDEXFILE:
-		return render_index(t, n->epoch, n->batch, buf, len, pos);
+		return render_index(t, n->id, buf, len, pos);
 	default:
 		return -EISDIR;
 	}
@@ -181,11 +205,11 @@ int bfs_tree_open(const struct bfs_tree *t, uint64_t ino, struct bfs_file **f,
 	if (rc < 0)
 		return rc;
 	if (n.kind == BFS_NODE_BATCH)
-		return bfs_serve_open_batch(t->serve, n.epoch, n.batch, f, how);
+		return bfs_serve_open_batch(t->serve, n.id, f, how);
 	if (n.kind == BFS_NODE_STREAM)
-		return bfs_serve_open_stream(t->serve, n.epoch, f, how);
+		return bfs_serve_open_stream(t->serve, n.id, f, how);
 	if (n.kind == BFS_NODE_OFFSETS)
-		return bfs_serve_open_offsets(t->serve, n.epoch, f, how);
+		return bfs_serve_open_offsets(t->serve, n.id, f, how);
 	rc = bfs_tree_render(t, ino, &text, &len);
 	if (rc < 0)
 		return rc;
@@ -225,7 +249,7 @@ static void fill_stat(const struct bfs_tree *t, const struct bfs_node *n,
 		      uint64_t size, struct stat *st)
 {
 	memset(st, 0, sizeof(*st));
-	st->st_ino = bfs_tree_ino(n);
+	st->st_ino = bfs_tree_ino(t, n);
 	st->st_uid = t->perm.uid;
 	st->st_gid = t->perm.gid;
 	st->st_blksize = BFS_TREE_BLKSIZE;
@@ -245,18 +269,23 @@ static void fill_stat(const struct bfs_tree *t, const struct bfs_node *n,
 static int node_stat(const struct bfs_tree *t, const struct bfs_node *n,
 		     struct stat *st)
 {
+	struct bfs_batch_id end = n->id;
+	struct bfs_batch_loc at;
 	uint64_t bytes = 0;
 	size_t size = 0;
 	int rc = 0;
 
 	switch (n->kind) {
 	case BFS_NODE_BATCH:
-		rc = bfs_layout_file_size(t->layout, t->order, n->epoch,
-					  n->batch, &bytes);
+		rc = bfs_order_locate(t->order, n->id, &at);
+		if (rc == 0)
+			rc = bfs_layout_file_size(t->layout, t->order, &at,
+						  &bytes);
 		size = (size_t)bytes;
 		break;
 	case BFS_NODE_STREAM:
-		rc = bfs_stream_offset(t->streams, n->epoch, t->len, &bytes);
+		end.batch = t->len; /* where the stream ends: its size */
+		rc = bfs_stream_offset(t->streams, end, &bytes);
 		size = (size_t)bytes;
 		break;
 	case BFS_NODE_OFFSETS: /* fixed width: rendered per READ */
@@ -343,31 +372,11 @@ static const struct {
 };
 #define NRANK_DIRS (sizeof(rank_dirs) / sizeof(rank_dirs[0]))
 
-/* The lane serving rank r, or -1. Lanes are in rank order. */
-static int64_t lane_of(const struct bfs_tree *t, uint64_t r)
-{
-	uint64_t lo = 0, hi = t->lanes;
-
-	while (lo < hi) {
-		uint64_t mid = lo + (hi - lo) / 2;
-		uint32_t m = bfs_order_lane_rank(t->order, mid);
-
-		if (m == r)
-			return (int64_t)mid;
-		if (m < r)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return -1;
-}
-
 /* The child 'name' of directory p, or -ENOENT / -ENOTDIR. */
 static int child(const struct bfs_tree *t, const struct bfs_node *p,
 		 const char *name, struct bfs_node *c)
 {
 	const char *n;
-	int64_t lane;
 	uint64_t v;
 
 	memset(c, 0, sizeof(*c));
@@ -378,16 +387,16 @@ static int child(const struct bfs_tree *t, const struct bfs_node *p,
 				return 0;
 		return -ENOENT;
 	case BFS_NODE_RANKS:
-		if (parse_num(name, &v) < 0 || (lane = lane_of(t, v)) < 0)
+		if (parse_num(name, &v) < 0 ||
+		    bfs_order_lane_of_rank(t->order, v, &c->id.lane) < 0)
 			return -ENOENT;
 		c->kind = BFS_NODE_RANK;
-		c->epoch = (uint64_t)lane;
 		return 0;
 	case BFS_NODE_RANK:
 		for (size_t i = 0; i < NRANK_DIRS; i++)
 			if (!strcmp(name, rank_dirs[i].name)) {
 				c->kind = rank_dirs[i].kind;
-				c->epoch = p->epoch;
+				c->id.lane = p->id.lane;
 				return 0;
 			}
 		return -ENOENT;
@@ -399,12 +408,13 @@ static int child(const struct bfs_tree *t, const struct bfs_node *p,
 		c->kind = p->kind == BFS_NODE_EPOCHS	? BFS_NODE_EPOCH
 			  : p->kind == BFS_NODE_INDEXES ? BFS_NODE_INDEX
 							: BFS_NODE_STREAM;
-		c->epoch = bfs_order_stream_epoch(t->order, p->epoch, v);
+		c->id.lane = p->id.lane;
+		c->id.epoch = v;
 		return 0;
 	case BFS_NODE_INDEX:
 		if (!strcmp(name, "offsets")) {
 			c->kind = BFS_NODE_OFFSETS;
-			c->epoch = p->epoch;
+			c->id = p->id;
 			return 0;
 		}
 		/* fall through */
@@ -414,8 +424,8 @@ static int child(const struct bfs_tree *t, const struct bfs_node *p,
 			return -ENOENT;
 		c->kind = p->kind == BFS_NODE_EPOCH ? BFS_NODE_BATCH
 						    : BFS_NODE_INDEXFILE;
-		c->epoch = p->epoch;
-		c->batch = v;
+		c->id = p->id;
+		c->id.batch = v;
 		return 0;
 	default:
 		return -ENOTDIR;
@@ -441,26 +451,22 @@ int bfs_tree_lookup(const struct bfs_tree *t, uint64_t parent, const char *name,
 static void parent_of(const struct bfs_tree *t, const struct bfs_node *n,
 		      struct bfs_node *p)
 {
-	size_t lane;
-	uint64_t e;
-
 	memset(p, 0, sizeof(*p));
 	switch (n->kind) {
 	case BFS_NODE_EPOCH:
 	case BFS_NODE_INDEX:
 	case BFS_NODE_STREAM:
-		bfs_order_split(t->order, n->epoch, &lane, &e);
 		p->kind = n->kind == BFS_NODE_EPOCH   ? BFS_NODE_EPOCHS
 			  : n->kind == BFS_NODE_INDEX ? BFS_NODE_INDEXES
 						      : BFS_NODE_STREAMS;
-		p->epoch = lane;
+		p->id.lane = n->id.lane;
 		break;
 	case BFS_NODE_EPOCHS:
 	case BFS_NODE_INDEXES:
 	case BFS_NODE_STREAMS:
 		if (t->multi) {
 			p->kind = BFS_NODE_RANK;
-			p->epoch = n->epoch;
+			p->id.lane = n->id.lane;
 		}
 		break;
 	case BFS_NODE_RANK:
@@ -503,15 +509,15 @@ int bfs_tree_dirent(const struct bfs_tree *t, uint64_t ino, uint64_t off,
 		if (i >= t->lanes)
 			return 0;
 		c.kind = BFS_NODE_RANK;
-		c.epoch = i;
+		c.id.lane = (size_t)i;
 		snprintf(name, name_len, "%u",
-			 bfs_order_lane_rank(t->order, i));
+			 bfs_order_rank_of_lane(t->order, (size_t)i));
 		break;
 	case BFS_NODE_RANK:
 		if (i >= NRANK_DIRS)
 			return 0;
 		c.kind = rank_dirs[i].kind;
-		c.epoch = d.epoch;
+		c.id.lane = d.id.lane;
 		snprintf(name, name_len, "%s", rank_dirs[i].name);
 		break;
 	case BFS_NODE_EPOCHS:
@@ -522,13 +528,14 @@ int bfs_tree_dirent(const struct bfs_tree *t, uint64_t ino, uint64_t off,
 		c.kind = d.kind == BFS_NODE_EPOCHS    ? BFS_NODE_EPOCH
 			 : d.kind == BFS_NODE_INDEXES ? BFS_NODE_INDEX
 						      : BFS_NODE_STREAM;
-		c.epoch = bfs_order_stream_epoch(t->order, d.epoch, i);
+		c.id.lane = d.id.lane;
+		c.id.epoch = i;
 		snprintf(name, name_len, "%" PRIu64, i);
 		break;
 	default: /* EPOCH, INDEX */
 		if (d.kind == BFS_NODE_INDEX && i == t->len) {
 			c.kind = BFS_NODE_OFFSETS;
-			c.epoch = d.epoch;
+			c.id = d.id;
 			snprintf(name, name_len, "offsets");
 			break;
 		}
@@ -536,8 +543,8 @@ int bfs_tree_dirent(const struct bfs_tree *t, uint64_t ino, uint64_t off,
 			return 0;
 		c.kind = d.kind == BFS_NODE_EPOCH ? BFS_NODE_BATCH
 						  : BFS_NODE_INDEXFILE;
-		c.epoch = d.epoch;
-		c.batch = i;
+		c.id = d.id;
+		c.id.batch = i;
 		snprintf(name, name_len, "batch_%" PRIu64, i);
 		break;
 	}
@@ -555,7 +562,8 @@ int bfs_tree_create(struct bfs_tree **out, const struct bfs_dataset *ds,
 	int rc;
 
 	*out = NULL;
-	if (info->text.epochs > BFS_TREE_MAX_EPOCHS / bfs_order_lanes(order) ||
+	if (bfs_order_epochs(order) >
+		BFS_TREE_MAX_EPOCHS / bfs_order_lanes(order) ||
 	    bfs_order_len(order) >= BFS_TREE_MAX_BATCHES)
 		return -E2BIG;
 	t = calloc(1, sizeof(*t));
@@ -572,7 +580,7 @@ int bfs_tree_create(struct bfs_tree **out, const struct bfs_dataset *ds,
 	t->serve = serve;
 	t->streams = bfs_serve_streams(serve);
 	t->len = bfs_order_len(order);
-	t->epochs = info->text.epochs;
+	t->epochs = bfs_order_epochs(order);
 	t->lanes = bfs_order_lanes(order);
 	t->multi = bfs_order_ranked(order);
 	t->perm = info->perm;

@@ -12,11 +12,15 @@
  * /rank/R/epoch/N/batch_K, /rank/R/index/N/... and /rank/R/stream/N for
  * each rank R it serves instead of /epoch, /index and /stream.
  *
- * Inode numbers encode (kind, epoch, batch) arithmetically, so nothing
- * grows with use: ino = kind << 60 | epoch << 36 | batch (root = 1), where
- * epoch is the order's stream epoch (lane * epochs + N; /rank/R and its
- * two directories carry the lane there). Hence at most 2^24 epochs of all
- * ranks together and 2^36 batches per epoch. */
+ * A node names what it is with a batch id (fs/order.h: batch identity):
+ * a batch file all of it, an epoch's directory, stream and offsets its
+ * lane and epoch, /rank/R and its three directories the lane. Inode
+ * numbers encode (kind, id) arithmetically, so nothing grows with use:
+ * ino = kind << 60 | serial << 36 | batch (root = 1), where serial is
+ * the order's number of the id's epoch among every lane's epochs
+ * (bfs_order_epoch_serial: lane x epochs + N), or the lane itself for
+ * /rank/R and its directories. Hence at most 2^24 epochs of all ranks
+ * together and 2^36 batches per epoch. */
 #ifndef BFS_TREE_H
 #define BFS_TREE_H
 
@@ -48,25 +52,23 @@ enum bfs_node_kind {
 	BFS_NODE_BATCH,	    /* /epoch/N/batch_K */
 	BFS_NODE_INDEXFILE, /* /index/N/batch_K */
 	BFS_NODE_RANKS,	    /* /rank (multi-rank mounts) */
-	BFS_NODE_RANK,	    /* /rank/R; epoch = its lane */
-	BFS_NODE_STREAMS,   /* /stream (a multi-rank mount's: epoch = lane) */
+	BFS_NODE_RANK,	    /* /rank/R */
+	BFS_NODE_STREAMS,   /* /stream */
 	BFS_NODE_STREAM,    /* /stream/N */
 	BFS_NODE_OFFSETS,   /* /index/N/offsets */
 };
 
-/* epoch: the stream epoch (EPOCH, INDEX, BATCH, INDEXFILE, STREAM,
- * OFFSETS), or the lane (RANK; and EPOCHS, INDEXES, STREAMS of a
- * multi-rank mount: /rank/R/epoch). */
+/* id: the batch (BATCH, INDEXFILE), its lane and epoch (EPOCH, INDEX,
+ * STREAM, OFFSETS), its lane (RANK; EPOCHS, INDEXES, STREAMS: lane 0 on a
+ * one-rank mount); what a kind does not use is 0. */
 struct bfs_node {
 	enum bfs_node_kind kind;
-	uint64_t epoch, batch;
+	struct bfs_batch_id id;
 };
 
 /* What a tree is made with besides the dataset. */
 struct bfs_tree_info {
-	struct bfs_text_info text; /* README, dataset.json; text.epochs:
-				    * epochs 0 .. epochs-1 exist (of each
-				    * rank: the order's lane_epochs) */
+	struct bfs_text_info text; /* README, dataset.json */
 	/* Every node's owner and group, and its read bits (a subset of
 	 * 0444, from fs/perm: no wider than the sources'); directories get
 	 * the search bit beside each read bit. */
@@ -75,11 +77,11 @@ struct bfs_tree_info {
 
 struct bfs_tree;
 
-/* Build the namespace over what 'serve' serves; renders README and
+/* Build the namespace over what 'serve' serves: the order's batches,
+ * epochs 0 .. bfs_order_epochs - 1 of each rank; renders README and
  * dataset.json once (fs/text). Borrowed objects must outlive the tree.
  * Returns 0, -E2BIG when epochs (of all ranks) or batches exceed the
- * inode encoding,
- * -ENOMEM. */
+ * inode encoding, -ENOMEM. */
 int bfs_tree_create(struct bfs_tree **out, const struct bfs_dataset *ds,
 		    struct bfs_order *order, const struct bfs_layout *layout,
 		    struct bfs_serve *serve, const struct bfs_tree_info *info);
@@ -87,9 +89,10 @@ int bfs_tree_create(struct bfs_tree **out, const struct bfs_dataset *ds,
 /* Accepts NULL. */
 void bfs_tree_destroy(struct bfs_tree *t);
 
-/* Inode number of a node, and back. decode returns 0 or -ENOENT for a
- * number that names nothing in this tree (epoch or batch out of range). */
-uint64_t bfs_tree_ino(const struct bfs_node *n);
+/* Inode number of a node of t, and back. decode returns 0 or -ENOENT for
+ * a number that names nothing in this tree (epoch or batch out of
+ * range). */
+uint64_t bfs_tree_ino(const struct bfs_tree *t, const struct bfs_node *n);
 int bfs_tree_decode(const struct bfs_tree *t, uint64_t ino,
 		    struct bfs_node *out);
 

@@ -45,29 +45,29 @@
 
 /* ---- what fs/serve asks of the kernel ---------------------------------- */
 
-/* The inode of batch k of epoch e's file. */
-static uint64_t batch_ino(uint64_t e, uint64_t k)
+/* The inode of batch id's file. */
+static uint64_t batch_ino(const struct bfs_mount *m, struct bfs_batch_id id)
 {
 	return bfs_tree_ino(
-	    &(struct bfs_node){.kind = BFS_NODE_BATCH, .epoch = e, .batch = k});
+	    m->tree, &(struct bfs_node){.kind = BFS_NODE_BATCH, .id = id});
 }
 
-static int kernel_store(void *arg, uint64_t e, uint64_t k, uint64_t off,
+static int kernel_store(void *arg, struct bfs_batch_id id, uint64_t off,
 			const void *buf, uint64_t len)
 {
 	struct bfs_mount *m = arg;
 	struct fuse_bufvec bv = FUSE_BUFVEC_INIT((size_t)len);
 
 	bv.buf[0].mem = (void *)buf;
-	return fuse_lowlevel_notify_store(m->se, batch_ino(e, k), (off_t)off,
+	return fuse_lowlevel_notify_store(m->se, batch_ino(m, id), (off_t)off,
 					  &bv, 0);
 }
 
-static int kernel_inval(void *arg, uint64_t e, uint64_t k)
+static int kernel_inval(void *arg, struct bfs_batch_id id)
 {
 	struct bfs_mount *m = arg;
 
-	return fuse_lowlevel_notify_inval_inode(m->se, batch_ino(e, k), 0, 0);
+	return fuse_lowlevel_notify_inval_inode(m->se, batch_ino(m, id), 0, 0);
 }
 
 /* ---- the steps ------------------------------------------------------------

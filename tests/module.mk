@@ -10,8 +10,15 @@ TEST_LIB_OBJS := $(TEST_LIB_SRCS:%.c=$(BUILD)/obj/%.o)
 
 $(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(TEST_LIB_OBJS) $(BUILD)/libbatchfs_core.a
 	@mkdir -p $(@D)
-	$(CC) $(LDFLAGS) -o $@ $< $(TEST_LIB_OBJS) $(BUILD)/libbatchfs_core.a \
+	$(CC) $(LDFLAGS) $(LDFLAGS_$*) -o $@ $< $(TEST_LIB_OBJS) $(BUILD)/libbatchfs_core.a \
 		$(call pc_libs,cmocka $(PKGS)) $(LDLIBS) -lm
+
+# test_order_calls counts the calls the other rooms make into fs/order:
+# each of these goes through a wrapper of the test's (ld --wrap).
+ORDER_WRAPPED := lanes ranked world_size rank_of_lane lane_of_rank epochs \
+	positions has pos id locate locate_pos lane_of lane_end epoch_serial \
+	epoch_of_serial len batch_rows batch describe batch_name
+LDFLAGS_test_order_calls := $(foreach f,$(ORDER_WRAPPED),-Wl,--wrap=bfs_order_$(f))
 
 TEST_PROGS += $(UNIT_PROGS)
 # Scripts: mount tests, then interop tests (real torch).

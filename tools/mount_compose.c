@@ -151,7 +151,7 @@ static int make_order(struct mount_opts *m, struct model *mt,
 	o.rank = m->rank;
 	o.ranks = m->ranks;
 	o.nranks = m->nranks;
-	o.lane_epochs = m->epochs;
+	o.epochs = m->epochs; /* --epochs enters the core here, once */
 	o.shuffle = m->shuffle;
 	o.compat = m->compat;
 	o.generator_state = in.state;
@@ -334,7 +334,6 @@ static struct bfs_tree_info tree_info(const struct mount_opts *m,
 		{
 		    .sources = m->sources,
 		    .nsources = m->nsources,
-		    .epochs = m->epochs,
 		    .seed = m->seed,
 		    .shuffle = bfs_order_is_random(&req),
 		    .drop_last = m->drop_last,
@@ -365,7 +364,6 @@ static int start(void *arg, enum bfs_serve_mode mode, const char *why,
 	    .prefetch = m->prefetch,
 	    .budget_bytes = m->cache_mb << 20,
 	    .timeout_ms = m->timeout_s * 1000u,
-	    .epochs = m->epochs,
 	    .memory_policy = !getenv("BATCHFS_DEBUG_NO_WARM"),
 	    .reader = m->reader,
 	    .max_fds = batch_fds(),

@@ -130,7 +130,8 @@ static int print_batch(struct bfs_order *ord, uint64_t e, uint64_t k,
 		       uint64_t *idx)
 {
 	uint64_t rows = bfs_order_batch_rows(ord, k);
-	int rc = bfs_order_batch(ord, e, k, idx);
+	int rc = bfs_order_batch(
+	    ord, (struct bfs_batch_id){.epoch = e, .batch = k}, idx);
 
 	if (rc)
 		return rc;

@@ -67,7 +67,7 @@ static void check_batch(const struct bfs_layout *l,
 
 	if (bfs_layout_measure(l, idx, n, &d))
 		return;
-	size = bfs_layout_size_dims(l, 1, 2, &d);
+	size = bfs_layout_size_dims(l, &d);
 	if (size > l->max_file_size)
 		abort(); /* larger than proven */
 	if (size > FILL_MAX)
@@ -79,8 +79,9 @@ static void check_batch(const struct bfs_layout *l,
 	    mprotect(map + pg, len, PROT_READ | PROT_WRITE))
 		abort();
 	/* the file ends exactly at the trailing guard page */
-	if (bfs_layout_fill(l, ds, 1, 2, idx, n, size,
-			    map + pg + (len - size)) == 0) {
+	if (bfs_layout_fill(l, ds,
+			    (struct bfs_batch_id){.epoch = 1, .batch = 2}, idx,
+			    n, size, map + pg + (len - size)) == 0) {
 		if (bfs_st_parse(map + pg + (len - size), (size_t)size, size, 0,
 				 &h, NULL))
 			abort(); /* we wrote a file readers refuse */

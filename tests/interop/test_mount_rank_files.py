@@ -1,13 +1,17 @@
 #!/usr/bin/python3
 """A multi-rank mount serves each rank what a one-rank mount of it does:
 with the same dataset, seed, shuffle and other options, every file under
-rank/R/ of a `--world-size 3 --ranks all` mount (epoch/N/batch_K,
+rank/R/ of a `--world-size 3 --ranks LIST` mount (epoch/N/batch_K,
 index/N/batch_K, stream/N, index/N/offsets) is byte for byte the same
-file of a `--world-size 3 --rank R` mount, for R = 0, 1, 2 and several
-epochs. A batch header names the rank's epoch ("epoch":"3" in
-rank/1/epoch/3), never the mount's internal stream epoch. Checked with
---epochs 5 and with the default --epochs, for fixed fields and for a
-ragged field, each in two serve modes."""
+file of a `--world-size 3 --rank R` mount, for every R served and several
+epochs: the first, middle ones and the last of each rank (where its
+batches end and the next rank's begin, inside the mount). A batch header
+names the rank's epoch ("epoch":"3" in rank/1/epoch/3), never a number of
+the mount's own (a position, a lane). Checked with --epochs 5 and with
+the default --epochs (1000), for fixed fields and for a ragged field
+(--pad, --pad VALUE:MULTIPLE, --pack), in every serve mode, for
+`--ranks all` and for `--ranks 2,0` (two ranks that are not the first
+two: the second one served is rank 2), with and without --drop-last."""
 import os
 import sys
 
@@ -51,12 +55,16 @@ def files(mnt, base, epochs):
     return out
 
 
-def compare(what, path, opts, epochs, mode):
+def compare(what, path, opts, epochs, mode, ranks="all"):
     common = ["--serve", mode, "--world-size", WORLD, "--batch-size", 4,
               "--shuffle", "--seed", 11] + opts
-    _, many = ml.mount(path, None, "--ranks", "all", *common)
+    served = (range(WORLD) if ranks == "all"
+              else sorted(int(r) for r in ranks.split(",")))
+    _, many = ml.mount(path, None, "--ranks", ranks, *common)
     try:
-        for r in range(WORLD):
+        assert sorted(os.listdir(many + "/rank")) == sorted(
+            str(r) for r in served), os.listdir(many + "/rank")
+        for r in served:
             _, one = ml.mount(path, None, "--rank", r, *common)
             try:
                 got, want = {}, {}
@@ -74,10 +82,12 @@ def compare(what, path, opts, epochs, mode):
             finally:
                 if ml.is_mounted(one):
                     ml.umount(one)
-        print("ok: %s, %s (--serve %s)"
-              % (what, " ".join(map(str, opts)) or "default --epochs", mode))
+        print("ok: %s, --ranks %s %s (--serve %s)"
+              % (what, ranks, " ".join(map(str, opts)) or "default --epochs",
+                 mode))
     except AssertionError as ex:
-        failures.append("%s %s (--serve %s): %r" % (what, opts, mode, ex))
+        failures.append("%s --ranks %s %s (--serve %s): %r"
+                        % (what, ranks, opts, mode, ex))
     finally:
         if ml.is_mounted(many):
             ml.umount(many)
@@ -87,11 +97,19 @@ def main():
     fixed, ragged = dataset(False), dataset(True)
     modes = ml.serve_modes()
     for what, path, extra in (("fixed fields", fixed, []),
-                              ("a ragged field", ragged, ["--pad", "tok"])):
+                              ("a ragged field", ragged, ["--pad", "tok"]),
+                              ("a ragged field", ragged,
+                               ["--pad", "tok=-1:4"]),
+                              ("a ragged field", ragged, ["--pack", "tok"])):
         for opts, epochs in ((["--epochs", 5], (0, 3, 4)),
-                             ([], (0, 3, 12))):
-            for mode in (modes[0], modes[-1]):
+                             ([], (0, 12, 999))):
+            for mode in modes if opts else (modes[0], modes[-1]):
                 compare(what, path, extra + opts, epochs, mode)
+    for what, path, extra in (("fixed fields", fixed, []),
+                              ("a ragged field", ragged, ["--pad", "tok"])):
+        for mode in (modes[0], modes[-1]):
+            compare(what, path, extra + ["--epochs", 3, "--drop-last"],
+                    (0, 1, 2), mode, ranks="2,0")
     return ml.finish(failures)
 
 

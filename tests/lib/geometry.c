@@ -302,8 +302,8 @@ static void check_batch(const struct geo_case *c, const struct model *m,
 			const struct bfs_dataset *ds,
 			const struct bfs_layout *l)
 {
-	uint64_t size = bfs_layout_size(l, 0, 0, c->nidx);
-	uint64_t data = bfs_layout_data_offset(l, 0, 0, c->nidx);
+	uint64_t size = bfs_layout_size(l, c->nidx);
+	uint64_t data = bfs_layout_data_offset(l, c->nidx);
 	struct bfs_st_header *h = NULL;
 	void *map;
 	size_t map_len;
@@ -313,7 +313,8 @@ static void check_batch(const struct geo_case *c, const struct model *m,
 	if (size > GATHER_MAX)
 		return;
 	buf = guarded((size_t)size, &map, &map_len);
-	rc = bfs_layout_fill(l, ds, 0, 0, c->idx, c->nidx, size, buf);
+	rc = bfs_layout_fill(l, ds, (struct bfs_batch_id){0}, c->idx, c->nidx,
+			     size, buf);
 	if (rc)
 		die(c, "gather failed", strerror(-rc));
 	if (bfs_st_parse(buf, (size_t)size, size, 0, &h, NULL))

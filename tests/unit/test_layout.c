@@ -13,6 +13,9 @@
 
 #include "fs/layout.h"
 
+/* Batch k of epoch e (of lane 0). */
+#define ID(e, k) ((struct bfs_batch_id){.epoch = (e), .batch = (k)})
+
 static struct bfs_field f_img = {.name = "images",
 				 .dtype = BFS_DT_UINT8,
 				 .ndim = 3,
@@ -70,13 +73,14 @@ static void header_is_exact_json_padded_to_4096(void **state)
 
 	assert_int_equal(bfs_layout_init_fields(&l, fs, 3, 1000, NULL, NULL),
 			 0);
-	assert_int_equal(bfs_layout_json(&l, 3, 17, 5, json, sizeof(json)),
+	assert_int_equal(bfs_layout_json(&l, ID(3, 17), 5, json, sizeof(json)),
 			 strlen(want));
 	assert_string_equal(json, want);
-	assert_int_equal(bfs_layout_data_offset(&l, 3, 17, 5), 4096);
-	assert_int_equal(bfs_layout_size(&l, 3, 17, 5), 4096 + 110);
+	assert_int_equal(bfs_layout_data_offset(&l, 5), 4096);
+	assert_int_equal(bfs_layout_size(&l, 5), 4096 + 110);
 	/* a truncated render still reports the full length */
-	assert_int_equal(bfs_layout_json(&l, 3, 17, 5, json, 10), strlen(want));
+	assert_int_equal(bfs_layout_json(&l, ID(3, 17), 5, json, 10),
+			 strlen(want));
 	assert_int_equal(strlen(json), 9);
 	bfs_layout_fini(&l);
 }
@@ -102,12 +106,12 @@ a_header_bigger_than_a_page_moves_data_to_the_next_page(void **state)
 	}
 	assert_int_equal(bfs_layout_init_fields(&l, fs, N, 1000, NULL, NULL),
 			 0);
-	json = bfs_layout_json(&l, 0, 0, 9, NULL, 0);
+	json = bfs_layout_json(&l, ID(0, 0), 9, NULL, 0);
 	assert_true(json + 8 > 4096);
-	assert_int_equal(bfs_layout_data_offset(&l, 0, 0, 9),
+	assert_int_equal(bfs_layout_data_offset(&l, 9),
 			 (json + 8 + 4095) / 4096 * 4096);
-	assert_int_equal(bfs_layout_size(&l, 0, 0, 9),
-			 bfs_layout_data_offset(&l, 0, 0, 9) + 9 * 28 * N);
+	assert_int_equal(bfs_layout_size(&l, 9),
+			 bfs_layout_data_offset(&l, 9) + 9 * 28 * N);
 	bfs_layout_fini(&l);
 	for (int i = 0; i < N; i++)
 		free(many[i].name);
@@ -145,10 +149,10 @@ static void zero_rows_and_zero_size_fields_make_empty_spans(void **state)
 
 	assert_int_equal(bfs_layout_init_fields(&l, fs, 2, 1000, NULL, NULL),
 			 0);
-	bfs_layout_json(&l, 0, 0, 4, json, sizeof(json));
+	bfs_layout_json(&l, ID(0, 0), 4, json, sizeof(json));
 	assert_non_null(strstr(json, "\"e\":{\"dtype\":\"F32\",\"shape\":"
 				     "[4,0],\"data_offsets\":[32,32]}"));
-	assert_int_equal(bfs_layout_size(&l, 0, 0, 0), 4096);
+	assert_int_equal(bfs_layout_size(&l, 0), 4096);
 	bfs_layout_fini(&l);
 }
 
@@ -175,21 +179,22 @@ static void a_header_ending_at_the_file_end_writes_within_the_file(void **state)
 		name[len] = '\0';
 		assert_int_equal(
 		    bfs_layout_init_fields(&l, fs, 1, 1000, NULL, NULL), 0);
-		if (bfs_layout_json(&l, UINT64_MAX, UINT64_MAX, 0, NULL, 0) +
+		if (bfs_layout_json(&l, ID(UINT64_MAX, UINT64_MAX), 0, NULL,
+				    0) +
 			8 ==
 		    4096)
 			break;
 		bfs_layout_fini(&l);
 	}
-	assert_int_equal(bfs_layout_size(&l, 0, 0, 0), 4096);
+	assert_int_equal(bfs_layout_size(&l, 0), 4096);
 	map = mmap(NULL, 2 * 4096, PROT_READ | PROT_WRITE,
 		   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	assert_true(map != MAP_FAILED);
 	assert_int_equal(mprotect(map + 4096, 4096, PROT_NONE), 0);
 	f = map;
-	assert_int_equal(
-	    bfs_layout_fill(&l, NULL, UINT64_MAX, UINT64_MAX, NULL, 0, 4096, f),
-	    0);
+	assert_int_equal(bfs_layout_fill(&l, NULL, ID(UINT64_MAX, UINT64_MAX),
+					 NULL, 0, 4096, f),
+			 0);
 	assert_int_equal(f[0] | f[1] << 8, 4096 - 8);
 	assert_int_equal(f[8], '{');
 	assert_int_equal(f[4095], '}');
@@ -212,7 +217,7 @@ static void layout_ending_at(struct bfs_layout *l, char *name, size_t n,
 		name[len] = '\0';
 		assert_int_equal(
 		    bfs_layout_init_fields(l, fs, 1, rows, NULL, NULL), 0);
-		if (bfs_layout_json(l, 0, 0, rows, NULL, 0) + 8 == end)
+		if (bfs_layout_json(l, ID(0, 0), rows, NULL, 0) + 8 == end)
 			return;
 		bfs_layout_fini(l);
 	}
@@ -222,7 +227,8 @@ static void layout_ending_at(struct bfs_layout *l, char *name, size_t n,
 /* Batch 0 of epoch 0 has a header 2 bytes under the page: epochs and
  * batches of more digits would spill it, but the data starts where the
  * widest numbers put it, so every batch of 5 rows has one size, and each
- * header names its real numbers, padded with spaces. */
+ * header names its real numbers, padded with spaces up to that data
+ * offset. */
 static void numbers_of_any_width_leave_the_data_offset_where_it_is(void **state)
 {
 	static const uint64_t num[] = {0, 9, 10, 99, 100, 123456, UINT64_MAX};
@@ -233,60 +239,68 @@ static void numbers_of_any_width_leave_the_data_offset_where_it_is(void **state)
 	uint64_t data;
 
 	layout_ending_at(&l, name, sizeof(name), 5, 4096 - 2);
-	data = bfs_layout_data_offset(&l, 0, 0, 5);
+	data = bfs_layout_data_offset(&l, 5);
 	assert_int_equal(data, 8192);
+	assert_int_equal(bfs_layout_size(&l, 5), data + 5 * 8);
 	for (size_t i = 0; i < sizeof(num) / sizeof(num[0]); i++)
 		for (size_t j = 0; j < sizeof(num) / sizeof(num[0]); j++) {
 			assert_int_equal(
-			    bfs_layout_data_offset(&l, num[i], num[j], 5),
+			    bfs_layout_header(&l, ID(num[i], num[j]), 5, f),
 			    data);
-			assert_int_equal(bfs_layout_size(&l, num[i], num[j], 5),
-					 data + 5 * 8);
+			assert_true(8 + bfs_layout_json(&l, ID(num[i], num[j]),
+							5, NULL, 0) <=
+				    data);
 		}
-	assert_int_equal(bfs_layout_header(&l, 12, 345, 5, f), data);
+	assert_int_equal(bfs_layout_header(&l, ID(12, 345), 5, f), data);
 	assert_int_equal(f[0] | f[1] << 8, data - 8);
 	snprintf(want, sizeof(want),
 		 "{\"__metadata__\":{\"format\":\"batchfs/1\","
 		 "\"epoch\":\"12\",\"batch\":\"345\"}");
 	assert_memory_equal(f + 8, want, strlen(want));
-	assert_int_equal(f[8 + bfs_layout_json(&l, 12, 345, 5, NULL, 0) - 1],
-			 '}');
-	for (size_t i = 8 + bfs_layout_json(&l, 12, 345, 5, NULL, 0); i < data;
-	     i++)
+	assert_int_equal(
+	    f[8 + bfs_layout_json(&l, ID(12, 345), 5, NULL, 0) - 1], '}');
+	for (size_t i = 8 + bfs_layout_json(&l, ID(12, 345), 5, NULL, 0);
+	     i < data; i++)
 		assert_int_equal(f[i], ' ');
 	bfs_layout_fini(&l);
 }
 
-/* On a multi-rank order, stream epoch lane x lane_epochs + 3 is epoch 3
- * of the lane's rank: its header says "3", as a one-rank mount's does,
- * and messages name the rank. */
+/* On a multi-rank order (ranks 0, 2 and 5: lane 1 serves rank 2), epoch 3
+ * of lane 1 is epoch 3 of rank 2: its header says "3", byte for byte the
+ * header of epoch 3 of a one-rank order (a --rank 2 mount's), its size is
+ * the layout's for its rows, and messages name the rank, not the lane. */
 static void headers_of_a_multi_rank_order_name_the_rank_epoch(void **state)
 {
-	static const uint32_t ranks[] = {0, 1, 2};
+	static const uint32_t ranks[] = {0, 2, 5};
 	struct bfs_order_opts oo = {.sampler = BFS_SAMPLER_DISTRIBUTED,
-				    .n = 30,
+				    .n = 60,
 				    .batch_size = 2,
-				    .world_size = 3,
+				    .world_size = 6,
 				    .ranks = ranks,
 				    .nranks = 3,
-				    .lane_epochs = 5};
+				    .epochs = 5};
 	const struct bfs_field *fs[] = {&f_lab};
+	const struct bfs_batch_id id = {.lane = 1, .epoch = 3, .batch = 2};
+	static unsigned char head[4096], one[4096];
 	struct bfs_order *o = NULL;
+	struct bfs_batch_loc at;
 	struct bfs_layout l;
-	uint64_t se, size;
+	uint64_t size;
 	char json[512];
 
 	assert_int_equal(bfs_order_create(&o, &oo, NULL), 0);
 	assert_int_equal(bfs_layout_init_fields(&l, fs, 1, 2, NULL, NULL), 0);
 	bfs_layout_bind_order(&l, o);
-	se = bfs_order_stream_epoch(o, 1, 3);
-	assert_int_equal(se, 8);
-	bfs_layout_json(&l, se, 2, 2, json, sizeof(json));
+	bfs_layout_json(&l, id, 2, json, sizeof(json));
 	assert_non_null(strstr(json, "\"epoch\":\"3\",\"batch\":\"2\""));
-	assert_int_equal(bfs_layout_file_size(&l, o, se, 2, &size), 0);
-	assert_int_equal(size, bfs_layout_size(&l, 3, 2, 2));
-	bfs_layout_batch_name(&l, se, 2, json, sizeof(json));
-	assert_string_equal(json, "rank 1 epoch 3 batch 2");
+	assert_int_equal(bfs_layout_header(&l, id, 2, head), 4096);
+	assert_int_equal(bfs_layout_header(&l, ID(3, 2), 2, one), 4096);
+	assert_memory_equal(head, one, sizeof(head));
+	assert_int_equal(bfs_order_locate(o, id, &at), 0);
+	assert_int_equal(bfs_layout_file_size(&l, o, &at, &size), 0);
+	assert_int_equal(size, bfs_layout_size(&l, 2));
+	bfs_layout_batch_name(&l, id, json, sizeof(json));
+	assert_string_equal(json, "rank 2 epoch 3 batch 2");
 	bfs_layout_fini(&l);
 	bfs_order_destroy(o);
 }

@@ -30,6 +30,9 @@
  * public API). The core library's copy is then not linked. */
 #include "fs/order.c"
 
+/* Batch k of epoch e (of lane 0). */
+#define ID(e, k) ((struct bfs_batch_id){.epoch = (e), .batch = (k)})
+
 static struct bfs_order *make(const struct bfs_order_opts *o)
 {
 	struct bfs_error err = {{0}};
@@ -69,7 +72,7 @@ static void randperm_of_ten_matches_torch(void **state)
 		struct bfs_order_opts o = perm_opts(10, k[i].seed, 10);
 		struct bfs_order *ord = make(&o);
 
-		assert_int_equal(bfs_order_batch(ord, 0, 0, idx), 0);
+		assert_int_equal(bfs_order_batch(ord, ID(0, 0), idx), 0);
 		assert_memory_equal(idx, k[i].p, sizeof(idx));
 		bfs_order_destroy(ord);
 	}
@@ -86,7 +89,7 @@ static void randperm_of_1e8_hashes_like_torch(void **state)
 	for (uint64_t k = 0; k < bfs_order_len(ord); k++) {
 		uint64_t rows = bfs_order_batch_rows(ord, k);
 
-		assert_int_equal(bfs_order_batch(ord, 0, k, idx), 0);
+		assert_int_equal(bfs_order_batch(ord, ID(0, k), idx), 0);
 		for (uint64_t r = 0; r < rows; r++)
 			for (int b = 0; b < 4; b++)
 				h = (h ^ ((idx[r] >> (8 * b)) & 0xff)) *
@@ -142,17 +145,17 @@ static void len_and_rows_follow_drop_last(void **state)
 	assert_int_equal(bfs_order_batch_rows(ord, 0), 4);
 	assert_int_equal(bfs_order_batch_rows(ord, 2), 2);
 	assert_int_equal(bfs_order_batch_rows(ord, 3), 0);
-	assert_int_equal(bfs_order_batch(ord, 0, 2, idx), 0);
+	assert_int_equal(bfs_order_batch(ord, ID(0, 2), idx), 0);
 	assert_int_equal(idx[0], 8);
 	assert_int_equal(idx[1], 9);
-	assert_int_equal(bfs_order_batch(ord, 0, 3, idx), -ENOENT);
+	assert_int_equal(bfs_order_batch(ord, ID(0, 3), idx), -ENOENT);
 	bfs_order_destroy(ord);
 	o.drop_last = true;
 	o.sampler = BFS_SAMPLER_RANDOM;
 	ord = make(&o);
 	assert_int_equal(bfs_order_len(ord), 2);
 	assert_int_equal(bfs_order_batch_rows(ord, 1), 4);
-	assert_int_equal(bfs_order_batch(ord, 5, 2, idx), -ENOENT);
+	assert_int_equal(bfs_order_batch(ord, ID(5, 2), idx), -ENOENT);
 	bfs_order_destroy(ord);
 	/* Distributed with fewer samples than ranks, drop_last: nothing. */
 	o.sampler = BFS_SAMPLER_DISTRIBUTED;
@@ -173,7 +176,7 @@ static void all_batches(struct bfs_order *ord, uint64_t epochs, uint64_t bs,
 	for (uint64_t e = 0; e < epochs; e++)
 		for (uint64_t k = 0; k < bfs_order_len(ord); k++)
 			assert_int_equal(
-			    bfs_order_batch(ord, e, k,
+			    bfs_order_batch(ord, ID(e, k),
 					    out + e * per_epoch + k * bs),
 			    0);
 }
@@ -191,13 +194,13 @@ static void epoch_7_batch_3_cold_equals_sequential(void **state)
 	uint64_t idx[64];
 
 	all_batches(seq, 8, 64, all);
-	assert_int_equal(bfs_order_batch(cold, 7, 3, idx), 0);
+	assert_int_equal(bfs_order_batch(cold, ID(7, 3), idx), 0);
 	assert_memory_equal(idx, all + 7 * bfs_order_len(seq) * 64 + 3 * 64,
 			    sizeof(idx));
 	/* Going back to epoch 2 after the cache moved on still agrees. */
 	for (uint64_t e = 3; e < 7; e++)
-		assert_int_equal(bfs_order_batch(cold, e, 0, idx), 0);
-	assert_int_equal(bfs_order_batch(cold, 2, 5, idx), 0);
+		assert_int_equal(bfs_order_batch(cold, ID(e, 0), idx), 0);
+	assert_int_equal(bfs_order_batch(cold, ID(2, 5), idx), 0);
 	assert_memory_equal(idx, all + 2 * bfs_order_len(seq) * 64 + 5 * 64,
 			    sizeof(idx));
 	free(all);
@@ -217,11 +220,11 @@ static void cold_epoch_500_equals_walking_there(void **state)
 	walk = make(&o);
 	cold = make(&o);
 	for (uint64_t e = 0; e <= 500; e++)
-		assert_int_equal(bfs_order_batch(walk, e, 0, a), 0);
-	assert_int_equal(bfs_order_batch(cold, 500, 0, b), 0);
+		assert_int_equal(bfs_order_batch(walk, ID(e, 0), a), 0);
+	assert_int_equal(bfs_order_batch(cold, ID(500, 0), b), 0);
 	assert_memory_equal(a, b, sizeof(a));
-	assert_int_equal(bfs_order_batch(walk, 500, 1000, a), 0);
-	assert_int_equal(bfs_order_batch(cold, 500, 1000, b), 0);
+	assert_int_equal(bfs_order_batch(walk, ID(500, 1000), a), 0);
+	assert_int_equal(bfs_order_batch(cold, ID(500, 1000), b), 0);
 	assert_memory_equal(a, b, sizeof(a));
 	bfs_order_destroy(walk);
 	bfs_order_destroy(cold);
@@ -254,7 +257,7 @@ static void *worker_main(void *arg)
 	for (uint64_t j = 0; j < total; j++) {
 		uint64_t e = jobs[j] / len, k = jobs[j] % len;
 
-		if (bfs_order_batch(w->ord, e, k,
+		if (bfs_order_batch(w->ord, ID(e, k),
 				    w->out + (e * len + k) * T_BS))
 			break;
 	}
@@ -302,6 +305,261 @@ static void expect_refusal(struct bfs_order_opts *o, const char *needle)
 	assert_null(ord);
 	if (!strstr(err.msg, needle))
 		fail_msg("message '%s' lacks '%s'", err.msg, needle);
+}
+
+/* ---- batch identity: ids, positions, lanes and ranks ---- */
+
+/* The position after pos to check in a lane's [first, end): every one
+ * (span 0), or the first and the last 'span' ones only. */
+static uint64_t next_checked(uint64_t pos, uint64_t first, uint64_t end,
+			     uint64_t span)
+{
+	if (!span || pos + 1 < first + span || end - pos <= span + 1)
+		return pos + 1;
+	return end - span;
+}
+
+/* Every position of ord round-trips to its id and back, the id's lane is
+ * the lane whose range holds it, positions are lane-major (the next
+ * position is the next batch of the lane, across epochs, until the lane
+ * ends), epoch serials number the lanes' epochs the same way, and ids
+ * and positions one past each edge name nothing. 'all': walk every
+ * position (else the first and last two epochs of each lane only). */
+static void expect_identity(const struct bfs_order *ord, bool all)
+{
+	uint64_t len = bfs_order_len(ord), epochs = bfs_order_epochs(ord);
+	size_t lanes = bfs_order_lanes(ord);
+	uint64_t n = bfs_order_positions(ord);
+	struct bfs_batch_loc at;
+	struct bfs_batch_id id;
+
+	assert_int_equal(n, lanes * epochs * len);
+	assert_true(n < UINT64_MAX);
+	for (size_t l = 0; l < lanes; l++) {
+		uint64_t first = l ? bfs_order_lane_end(ord, l - 1) : 0;
+		uint64_t end = bfs_order_lane_end(ord, l);
+
+		assert_int_equal(end - first, epochs * len);
+		for (uint64_t pos = first; pos < end;
+		     pos = next_checked(pos, first, end, all ? 0 : 2 * len)) {
+			id = bfs_order_id(ord, pos);
+			assert_int_equal(id.lane, l);
+			assert_int_equal(bfs_order_lane_of(ord, pos), l);
+			assert_true(bfs_order_has(ord, id));
+			assert_int_equal(bfs_order_pos(ord, id), pos);
+			assert_int_equal(bfs_order_locate(ord, id, &at), 0);
+			assert_int_equal(at.pos, pos);
+			assert_int_equal(at.rows,
+					 bfs_order_batch_rows(ord, id.batch));
+			assert_int_equal(bfs_order_locate_pos(ord, pos, &at),
+					 0);
+			assert_memory_equal(&at.id, &id, sizeof(id));
+			assert_int_equal(bfs_order_epoch_serial(ord, id),
+					 l * epochs + id.epoch);
+			if (pos + 1 < end) { /* the next batch of the lane */
+				struct bfs_batch_id next =
+				    bfs_order_id(ord, pos + 1);
+
+				assert_int_equal(next.lane, l);
+				assert_int_equal(next.epoch * len + next.batch,
+						 id.epoch * len + id.batch + 1);
+			}
+		}
+		assert_int_equal(bfs_order_epoch_of_serial(
+				     ord, l * epochs + epochs - 1, &id),
+				 0);
+		assert_int_equal(id.lane, l);
+		assert_int_equal(id.epoch, epochs - 1);
+		assert_int_equal(id.batch, 0);
+		/* one past each edge of the lane's id */
+		id = (struct bfs_batch_id){.lane = l, .epoch = epochs};
+		assert_false(bfs_order_has(ord, id));
+		assert_int_equal(bfs_order_pos(ord, id), UINT64_MAX);
+		assert_int_equal(bfs_order_locate(ord, id, &at), -ENOENT);
+		id = (struct bfs_batch_id){.lane = l, .batch = len};
+		assert_int_equal(bfs_order_locate(ord, id, &at), -ENOENT);
+		assert_int_equal(bfs_order_batch((struct bfs_order *)ord, id,
+						 (uint64_t[1]){0}),
+				 -ENOENT);
+	}
+	id = (struct bfs_batch_id){.lane = lanes};
+	assert_int_equal(bfs_order_locate(ord, id, &at), -ENOENT);
+	assert_int_equal(bfs_order_locate_pos(ord, n, &at), -ENOENT);
+	assert_false(bfs_order_has(ord, bfs_order_id(ord, n)));
+	assert_int_equal(bfs_order_epoch_of_serial(ord, lanes * epochs, &id),
+			 -ENOENT);
+	assert_int_equal(bfs_order_lane_end(ord, lanes - 1), n);
+}
+
+static void ids_and_positions_round_trip_on_one_and_many_lanes(void **state)
+{
+	static const uint32_t ranks[] = {1, 3, 4};
+	struct bfs_order_opts one = {.n = 10, .batch_size = 4, .epochs = 3};
+	struct bfs_order_opts many = {.sampler = BFS_SAMPLER_DISTRIBUTED,
+				      .n = 23,
+				      .batch_size = 2,
+				      .world_size = 5,
+				      .shuffle = true,
+				      .seed = 3,
+				      .ranks = ranks,
+				      .nranks = 3,
+				      .epochs = 4};
+	struct bfs_order *ord = make(&one);
+
+	assert_int_equal(bfs_order_epochs(ord), 3);
+	assert_int_equal(bfs_order_positions(ord), 9);
+	assert_false(bfs_order_ranked(ord));
+	expect_identity(ord, true);
+	/* pos = (lane x epochs + epoch) x len + batch */
+	assert_int_equal(bfs_order_pos(ord, ID(2, 1)), 7);
+	bfs_order_destroy(ord);
+
+	ord = make(&many);
+	assert_int_equal(bfs_order_len(ord), 3); /* 5 samples per rank */
+	assert_int_equal(bfs_order_positions(ord), 3 * 4 * 3);
+	expect_identity(ord, true);
+	assert_int_equal(bfs_order_pos(ord, (struct bfs_batch_id){2, 1, 2}),
+			 (2 * 4 + 1) * 3 + 2);
+	assert_int_equal(bfs_order_lane_end(ord, 0), 12);
+	bfs_order_destroy(ord);
+
+	/* no epochs given, one lane: as many as positions number */
+	one.epochs = 0;
+	ord = make(&one);
+	assert_int_equal(bfs_order_epochs(ord), (UINT64_MAX - 1) / 3);
+	expect_identity(ord, false);
+	bfs_order_destroy(ord);
+
+	/* a single rank served through --ranks is a lane too */
+	many.nranks = 1;
+	many.ranks = ranks + 1;
+	ord = make(&many);
+	assert_true(bfs_order_ranked(ord));
+	expect_identity(ord, true);
+	bfs_order_destroy(ord);
+}
+
+/* Lane l serves the l-th rank given (in increasing order); a rank not
+ * served has no lane; messages name the rank, not the lane. */
+static void lanes_map_to_ranks_and_back(void **state)
+{
+	static const uint32_t ranks[] = {1, 3, 4};
+	struct bfs_order_opts o = {.sampler = BFS_SAMPLER_DISTRIBUTED,
+				   .n = 20,
+				   .batch_size = 2,
+				   .world_size = 5,
+				   .ranks = ranks,
+				   .nranks = 3,
+				   .epochs = 4};
+	struct bfs_order *ord = make(&o);
+	char name[64];
+	size_t lane = 99;
+
+	assert_int_equal(bfs_order_lanes(ord), 3);
+	for (size_t l = 0; l < 3; l++) {
+		assert_int_equal(bfs_order_rank_of_lane(ord, l), ranks[l]);
+		assert_int_equal(bfs_order_lane_of_rank(ord, ranks[l], &lane),
+				 0);
+		assert_int_equal(lane, l);
+	}
+	for (uint64_t r = 0; r < 8; r++)
+		if (r != 1 && r != 3 && r != 4)
+			assert_int_equal(bfs_order_lane_of_rank(ord, r, &lane),
+					 -ENOENT);
+	bfs_order_batch_name(ord, (struct bfs_batch_id){1, 2, 0}, name,
+			     sizeof(name));
+	assert_string_equal(name, "rank 3 epoch 2 batch 0");
+	bfs_order_destroy(ord);
+	o.nranks = 0; /* one rank: lane 0 serves opts.rank */
+	o.rank = 2;
+	ord = make(&o);
+	assert_int_equal(bfs_order_rank_of_lane(ord, 0), 2);
+	assert_int_equal(bfs_order_lane_of_rank(ord, 2, &lane), 0);
+	assert_int_equal(lane, 0);
+	assert_int_equal(bfs_order_lane_of_rank(ord, 1, &lane), -ENOENT);
+	bfs_order_batch_name(ord, ID(2, 0), name, sizeof(name));
+	assert_string_equal(name, "epoch 2 batch 0");
+	bfs_order_destroy(ord);
+}
+
+/* Epoch e of lane l of a multi-rank engine is epoch e of its rank: the
+ * same samples, batch for batch, as a one-rank engine of that rank (what
+ * a --rank R mount serves), for shuffled and sequential orders, with and
+ * without drop_last, over several epochs. */
+static void a_lanes_epochs_are_its_ranks_epochs(void **state)
+{
+	static const uint32_t ranks[] = {0, 2, 3};
+	for (int v = 0; v < 4; v++) {
+		struct bfs_order_opts o = {.sampler = BFS_SAMPLER_DISTRIBUTED,
+					   .n = 29,
+					   .batch_size = 3,
+					   .world_size = 4,
+					   .shuffle = v & 1,
+					   .drop_last = v & 2,
+					   .seed = 17,
+					   .ranks = ranks,
+					   .nranks = 3,
+					   .epochs = 6};
+		struct bfs_order *many = make(&o);
+
+		for (size_t l = 0; l < 3; l++) {
+			struct bfs_order_opts r = o;
+			struct bfs_order *one;
+
+			r.nranks = 0;
+			r.ranks = NULL;
+			r.rank = ranks[l];
+			one = make(&r);
+			assert_int_equal(bfs_order_len(one),
+					 bfs_order_len(many));
+			for (uint64_t e = 0; e < 6; e++)
+				for (uint64_t k = 0; k < bfs_order_len(one);
+				     k++) {
+					uint64_t a[3], b[3];
+					struct bfs_batch_id id = {l, e, k};
+
+					assert_int_equal(
+					    bfs_order_batch(many, id, a), 0);
+					assert_int_equal(
+					    bfs_order_batch(one, ID(e, k), b),
+					    0);
+					assert_memory_equal(
+					    a, b,
+					    bfs_order_batch_rows(one, k) *
+						sizeof(*a));
+				}
+			bfs_order_destroy(one);
+		}
+		bfs_order_destroy(many);
+	}
+}
+
+/* Several ranks need their epochs, given in increasing order, and no more
+ * epochs than 64-bit positions number. */
+static void ranks_and_epochs_are_checked(void **state)
+{
+	static const uint32_t up[] = {0, 2}, down[] = {2, 0}, twice[] = {1, 1};
+	struct bfs_order_opts o = {.sampler = BFS_SAMPLER_DISTRIBUTED,
+				   .n = 20,
+				   .batch_size = 2,
+				   .world_size = 4,
+				   .ranks = up,
+				   .nranks = 2};
+	struct bfs_order *ord;
+
+	expect_refusal(&o, "2 ranks need their epochs");
+	o.epochs = 3;
+	o.ranks = down;
+	expect_refusal(&o, "rank 0 after a rank no smaller");
+	o.ranks = twice;
+	expect_refusal(&o, "rank 1 after a rank no smaller");
+	o.ranks = up;
+	o.epochs = UINT64_MAX / 4; /* x 2 lanes x 5 batches: too many */
+	expect_refusal(&o, "more batches than 64-bit positions number");
+	o.epochs = (UINT64_MAX - 1) / 10; /* the most that fit */
+	ord = make(&o);
+	expect_identity(ord, false);
+	bfs_order_destroy(ord);
 }
 
 static void bad_options_are_refused_like_pytorch(void **state)
@@ -686,6 +944,11 @@ int main(void)
 	    cmocka_unit_test(options_that_change_nothing_are_named),
 	    cmocka_unit_test(input_files_load_text_npy_and_state),
 	    cmocka_unit_test(num_samples_alone_is_a_usage_error),
+	    cmocka_unit_test(
+		ids_and_positions_round_trip_on_one_and_many_lanes),
+	    cmocka_unit_test(lanes_map_to_ranks_and_back),
+	    cmocka_unit_test(a_lanes_epochs_are_its_ranks_epochs),
+	    cmocka_unit_test(ranks_and_epochs_are_checked),
 	    cmocka_unit_test(
 		zero_batches_per_epoch_are_refused_with_the_reason),
 	};

@@ -36,7 +36,8 @@ static int setup(void **state)
 	struct bfs_order_opts o = {.sampler = BFS_SAMPLER_RANDOM,
 				   .batch_size = 32,
 				   .seed = 5,
-				   .compat = BFS_TORCH_1_13};
+				   .compat = BFS_TORCH_1_13,
+				   .epochs = 4};
 
 	snprintf(path, sizeof(path), "%s/pool_demo.pt", tmp ? tmp : "/tmp");
 	snprintf(cmd, sizeof(cmd), "'%s' pack --demo 300 -o '%s' >/dev/null",
@@ -65,7 +66,6 @@ static struct bfs_pool *pool(uint64_t budget, unsigned prefetch,
 				  .prefetch = prefetch,
 				  .budget_bytes = budget,
 				  .timeout_ms = timeout_ms,
-				  .epochs = 4,
 				  .debug_delay_ms = delay_ms};
 	struct bfs_pool *p;
 
@@ -95,20 +95,48 @@ static void expect_bytes(const struct bfs_batch *b, const void *want,
 	free(got);
 }
 
-/* Acquire (e, k) and compare with a direct layout fill. */
-static void expect_batch(struct bfs_pool *p, uint64_t e, uint64_t k,
-			 bool read_all)
+/* Batch k of epoch e (of lane 0). */
+#define ID(e, k) ((struct bfs_batch_id){.epoch = (e), .batch = (k)})
+
+/* Acquire batch id of fx.order (located first, as serve does): its
+ * error, or 0 and *b; alone: without the prefetch window. */
+static int get_id(struct bfs_pool *p, struct bfs_batch_id id, bool alone,
+		  struct bfs_batch **b)
 {
-	uint64_t rows = bfs_order_batch_rows(fx.order, k);
-	uint64_t size = bfs_layout_size(&fx.layout, e, k, rows);
+	struct bfs_batch_loc at;
+	int rc = bfs_order_locate(fx.order, id, &at);
+
+	*b = NULL;
+	if (rc)
+		return rc;
+	return alone ? bfs_pool_acquire_alone(p, &at, b)
+		     : bfs_pool_acquire(p, &at, b);
+}
+
+static int get(struct bfs_pool *p, uint64_t e, uint64_t k, struct bfs_batch **b)
+{
+	return get_id(p, ID(e, k), false, b);
+}
+
+static int get_alone(struct bfs_pool *p, uint64_t e, uint64_t k,
+		     struct bfs_batch **b)
+{
+	return get_id(p, ID(e, k), true, b);
+}
+
+/* Acquire batch id and compare with a direct layout fill. */
+static void expect_id(struct bfs_pool *p, struct bfs_batch_id id, bool read_all)
+{
+	uint64_t rows = bfs_order_batch_rows(fx.order, id.batch);
+	uint64_t size = bfs_layout_size(&fx.layout, rows);
 	uint64_t *idx = malloc(rows * sizeof(*idx));
 	void *want = malloc(size);
 	struct bfs_batch *b;
 
-	assert_int_equal(bfs_order_batch(fx.order, e, k, idx), 0);
+	assert_int_equal(bfs_order_batch(fx.order, id, idx), 0);
 	assert_int_equal(
-	    bfs_layout_fill(&fx.layout, fx.ds, e, k, idx, rows, size, want), 0);
-	assert_int_equal(bfs_pool_acquire(p, e, k, &b), 0);
+	    bfs_layout_fill(&fx.layout, fx.ds, id, idx, rows, size, want), 0);
+	assert_int_equal(get_id(p, id, false, &b), 0);
 	assert_int_equal(bfs_batch_size(b), size);
 	expect_bytes(b, want, size);
 	if (read_all) /* its reader has moved on */
@@ -116,6 +144,13 @@ static void expect_batch(struct bfs_pool *p, uint64_t e, uint64_t k,
 	bfs_pool_release(p, b);
 	free(want);
 	free(idx);
+}
+
+/* expect_id of batch k of epoch e (of lane 0). */
+static void expect_batch(struct bfs_pool *p, uint64_t e, uint64_t k,
+			 bool read_all)
+{
+	expect_id(p, ID(e, k), read_all);
 }
 
 /* Read epochs 0..epochs-1 in order, every batch to its end. */
@@ -204,10 +239,12 @@ static void streaming_reuses_batch_buffers(void **state)
  * sees it, and every tagged batch is handed to on_free exactly once. */
 static int hook_ready, hook_free;
 
-static void tag_ready(void *arg, struct bfs_batch *b, uint64_t e, uint64_t k)
+static void tag_ready(void *arg, struct bfs_batch *b,
+		      const struct bfs_batch_loc *at)
 {
 	__atomic_add_fetch(&hook_ready, 1, __ATOMIC_RELAXED);
-	assert_true(bfs_batch_set_tag(b, (int)(e * 1000 + k + 1)));
+	assert_true(bfs_batch_set_tag(
+	    b, (int)(at->id.epoch * 1000 + at->id.batch + 1)));
 	assert_false(bfs_batch_set_tag(b, 7)); /* one tag per batch */
 }
 
@@ -222,7 +259,6 @@ static struct bfs_pool *memfd_pool(enum bfs_layout_fd_how write)
 				  .prefetch = 4,
 				  .budget_bytes = 64 << 20,
 				  .timeout_ms = 30000,
-				  .epochs = 4,
 				  .memfd = true,
 				  .memfd_write = write,
 				  .prepare = tag_ready,
@@ -252,7 +288,7 @@ static void memfd_batches_equal_a_direct_gather_both_ways(void **state)
 		hook_ready = hook_free = 0;
 		for (uint64_t k = 0; k < len; k++)
 			expect_batch(p, 1, k, true);
-		assert_int_equal(bfs_pool_acquire(p, 2, 0, &b), 0);
+		assert_int_equal(get(p, 2, 0, &b), 0);
 		assert_true(bfs_batch_tag(b) == 2001);
 		bfs_pool_stats(p, &st);
 		assert_true(st.shmem_bytes > 0);
@@ -276,17 +312,17 @@ static void release_last_lets_the_batch_go_with_its_last_reader(void **state)
 	struct bfs_pool_stats st0, st1;
 
 	hook_ready = hook_free = 0;
-	assert_int_equal(bfs_pool_acquire_alone(p, 3, 1, &a), 0);
-	assert_int_equal(bfs_pool_acquire_alone(p, 3, 1, &b), 0);
+	assert_int_equal(get_alone(p, 3, 1, &a), 0);
+	assert_int_equal(get_alone(p, 3, 1, &b), 0);
 	assert_ptr_equal(a, b); /* one batch, one backing file */
 	bfs_pool_stats(p, &st0);
 	bfs_pool_release_last(p, a); /* b still holds it */
-	assert_int_equal(bfs_pool_acquire_alone(p, 3, 1, &c), 0);
+	assert_int_equal(get_alone(p, 3, 1, &c), 0);
 	assert_ptr_equal(c, b);
 	bfs_pool_release_last(p, c);
 	bfs_pool_release_last(p, b); /* the last: it goes */
 	assert_int_equal(hook_free, 1);
-	assert_int_equal(bfs_pool_acquire_alone(p, 3, 1, &d), 0);
+	assert_int_equal(get_alone(p, 3, 1, &d), 0);
 	bfs_pool_stats(p, &st1); /* nothing else was asked for: no prefetch */
 	assert_int_equal(st1.batches_materialized,
 			 st0.batches_materialized + 1);
@@ -300,9 +336,18 @@ static void out_of_range_batches_are_enoent(void **state)
 	struct bfs_pool *p = pool(64 << 20, 2, 0, 30000);
 	struct bfs_batch *b;
 
-	assert_int_equal(bfs_pool_acquire(p, 0, bfs_order_len(fx.order), &b),
-			 -ENOENT);
-	assert_int_equal(bfs_pool_acquire(p, 4, 0, &b), -ENOENT);
+	struct bfs_batch_loc at;
+
+	/* the order has no such batch */
+	assert_int_equal(get(p, 0, bfs_order_len(fx.order), &b), -ENOENT);
+	assert_int_equal(get(p, 4, 0, &b), -ENOENT); /* epochs 0 .. 3 */
+	/* nor does the pool take a batch the order did not locate */
+	assert_int_equal(bfs_order_locate(fx.order, ID(3, 0), &at), 0);
+	at.id.lane = 1; /* one lane */
+	assert_int_equal(bfs_pool_acquire(p, &at, &b), -ENOENT);
+	at.id.lane = 0;
+	at.pos = bfs_order_positions(fx.order);
+	assert_int_equal(bfs_pool_acquire(p, &at, &b), -ENOENT);
 	assert_null(b);
 	bfs_pool_destroy(p);
 }
@@ -336,7 +381,7 @@ static void windows_left_by_peeks_do_not_starve_the_prefetch(void **state)
 {
 	enum { PREFETCH = 2, ORPHANS = 6 };
 	uint64_t rows = bfs_order_batch_rows(fx.order, 0);
-	uint64_t size = bfs_layout_size(&fx.layout, 0, 0, rows);
+	uint64_t size = bfs_layout_size(&fx.layout, rows);
 	uint64_t len = bfs_order_len(fx.order);
 	struct bfs_pool *p =
 	    pool(ORPHANS * ((size + 4095) & ~4095ull), PREFETCH, 0, 30000);
@@ -346,12 +391,11 @@ static void windows_left_by_peeks_do_not_starve_the_prefetch(void **state)
 
 	for (int i = 0; i < 2; i++) { /* a peek and its window, all READY */
 		for (uint64_t k = peek[i][1]; k <= peek[i][1] + PREFETCH; k++) {
-			int (*get)(struct bfs_pool *, uint64_t, uint64_t,
+			int (*how)(struct bfs_pool *, uint64_t, uint64_t,
 				   struct bfs_batch **) =
-			    k == peek[i][1] ? bfs_pool_acquire
-					    : bfs_pool_acquire_alone;
+			    k == peek[i][1] ? get : get_alone;
 
-			assert_int_equal(get(p, peek[i][0], k, &b), 0);
+			assert_int_equal(how(p, peek[i][0], k, &b), 0);
 			bfs_pool_release(p, b); /* not read to its end */
 		}
 	}
@@ -360,7 +404,7 @@ static void windows_left_by_peeks_do_not_starve_the_prefetch(void **state)
 	/* 8 acquires of the last batch (no window after it): the peeks are
 	 * no longer recent */
 	for (int i = 0; i < 8; i++) {
-		assert_int_equal(bfs_pool_acquire(p, 3, len - 1, &b), 0);
+		assert_int_equal(get(p, 3, len - 1, &b), 0);
 		bfs_pool_release(p, b);
 	}
 	stream(p, 2);
@@ -395,7 +439,7 @@ static void a_fast_rank_does_not_evict_a_slow_ranks_window(void **state)
 				   .shuffle = true,
 				   .ranks = ranks,
 				   .nranks = 2,
-				   .lane_epochs = EPOCHS};
+				   .epochs = EPOCHS};
 	struct bfs_order *saved = fx.order, *two;
 	uint64_t rows, size, len, hits;
 	struct bfs_pool_stats st;
@@ -405,15 +449,15 @@ static void a_fast_rank_does_not_evict_a_slow_ranks_window(void **state)
 	assert_int_equal(bfs_order_create(&two, &o, NULL), 0);
 	fx.order = two; /* expect_batch and pool() use fx.order */
 	rows = bfs_order_batch_rows(two, 0);
-	size = (bfs_layout_size(&fx.layout, 0, 0, rows) + 4095) & ~4095ull;
+	size = (bfs_layout_size(&fx.layout, rows) + 4095) & ~4095ull;
 	len = bfs_order_len(two);
 	p = pool((PREFETCH + 2) * size, PREFETCH, 0, 30000);
-	assert_int_equal(bfs_pool_acquire(p, 0, 0, &b), 0); /* rank 0 */
+	assert_int_equal(get(p, 0, 0, &b), 0); /* rank 0 */
 	bfs_pool_release(p, b);
 	wait_stats(p, three_ready);	 /* batch 0 and its window, READY */
-	for (uint64_t e = 0; e < 2; e++) /* rank 1: stream epochs 4, 5 */
+	for (uint64_t e = 0; e < 2; e++) /* rank 1: epochs 0, 1 */
 		for (uint64_t k = 0; k < len; k++)
-			expect_batch(p, EPOCHS + e, k, true);
+			expect_id(p, (struct bfs_batch_id){1, e, k}, true);
 	bfs_pool_stats(p, &st);
 	hits = st.prefetch_hits;
 	expect_batch(p, 0, 1, true); /* rank 0 goes on */
@@ -435,7 +479,7 @@ static void a_slow_batch_times_out(void **state)
 	struct bfs_batch *b;
 	struct bfs_pool_stats st;
 
-	assert_int_equal(bfs_pool_acquire(p, 0, 3, &b), -ETIMEDOUT);
+	assert_int_equal(get(p, 0, 3, &b), -ETIMEDOUT);
 	assert_null(b);
 	bfs_pool_stats(p, &st);
 	assert_int_equal(st.timeouts, 1);
@@ -494,13 +538,15 @@ static void archive_shrinking_under_worker_gathers_gives_eio(void **state)
 	struct ta_tensor ts[] = {
 	    {"x", BFS_DT_UINT8, "0", N * ROW, 0, 2, {N, ROW}, {ROW, 1}}};
 	struct ta_storage st[] = {{"0", rows, (size_t)N * ROW}};
-	struct bfs_order_opts oo = {
-	    .sampler = BFS_SAMPLER_RANDOM, .n = N, .batch_size = 8, .seed = 3};
+	struct bfs_order_opts oo = {.sampler = BFS_SAMPLER_RANDOM,
+				    .n = N,
+				    .batch_size = 8,
+				    .seed = 3,
+				    .epochs = 1u << 20};
 	struct bfs_pool_opts po = {.workers = 2,
 				   .prefetch = 8,
 				   .budget_bytes = 64 << 20,
-				   .timeout_ms = 30000,
-				   .epochs = 1u << 20};
+				   .timeout_ms = 30000};
 	const char *path_p;
 	char path[512];
 	struct bfs_dataset *ds;
@@ -522,7 +568,11 @@ static void archive_shrinking_under_worker_gathers_gives_eio(void **state)
 	ta_flip_start(&fl, path);
 	for (uint64_t pos = 0; pos < ROUNDS; pos++) {
 		struct bfs_batch *b = NULL;
-		int rc = bfs_pool_acquire(p, pos / 8, pos % 8, &b);
+		struct bfs_batch_loc at;
+		int rc = bfs_order_locate_pos(order, pos, &at);
+
+		assert_int_equal(rc, 0);
+		rc = bfs_pool_acquire(p, &at, &b);
 
 		assert_true(rc == 0 || rc == -EIO);
 		rc ? eio++ : ok++;

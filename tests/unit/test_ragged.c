@@ -283,9 +283,12 @@ static void check_batch(const struct bfs_layout *l, struct bfs_order *o,
 	struct bfs_st_header *h = NULL;
 	struct want w;
 	uint8_t *map, *f;
+	struct bfs_batch_loc at;
 
-	assert_int_equal(bfs_order_batch(o, 0, k, idx), 0);
-	assert_int_equal(bfs_layout_file_size(l, o, 0, k, &size), 0);
+	assert_int_equal(
+	    bfs_order_locate(o, (struct bfs_batch_id){.batch = k}, &at), 0);
+	assert_int_equal(bfs_order_batch(o, at.id, idx), 0);
+	assert_int_equal(bfs_layout_file_size(l, o, &at, &size), 0);
 	assert_true(size <= l->max_file_size);
 	len = (size + pg - 1) / pg * pg;
 	map = mmap(NULL, len + 2 * pg, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS,
@@ -293,7 +296,7 @@ static void check_batch(const struct bfs_layout *l, struct bfs_order *o,
 	assert_true(map != MAP_FAILED);
 	assert_int_equal(mprotect(map + pg, len, PROT_READ | PROT_WRITE), 0);
 	f = map + pg + (len - size); /* the file ends at the guard page */
-	assert_int_equal(bfs_layout_fill(l, ds, 0, k, idx, rows, size, f), 0);
+	assert_int_equal(bfs_layout_fill(l, ds, at.id, idx, rows, size, f), 0);
 	assert_int_equal(bfs_st_parse(f, size, size, 0, &h, NULL), 0);
 	model(idx, rows, pack, pad, mult, &w);
 	t = tensor(h, "t");
@@ -513,7 +516,7 @@ static void offsets_changed_under_us_give_eio(void **state)
 	assert_int_equal(bfs_dataset_field(ds, 0)->max_len, 2);
 	assert_int_equal(bfs_layout_init(&l, ds, 3, NULL), 0);
 	assert_int_equal(bfs_layout_measure(&l, idx, 3, &d), 0);
-	size = bfs_layout_size_dims(&l, 0, 0, &d);
+	size = bfs_layout_size_dims(&l, &d);
 	buf = malloc(size);
 	/* find offsets[1] = 2 followed by offsets[2] = 4 in the file */
 	fd = open(p, O_RDWR);
@@ -534,7 +537,8 @@ static void offsets_changed_under_us_give_eio(void **state)
 	assert_int_equal(
 	    futimens(fd, (struct timespec[]){st.st_atim, st.st_mtim}), 0);
 	bfs_log_setup(BFS_LOG_INFO, capture);
-	assert_int_equal(bfs_layout_fill(&l, ds, 0, 0, idx, 3, size, buf),
+	assert_int_equal(bfs_layout_fill(&l, ds, (struct bfs_batch_id){0}, idx,
+					 3, size, buf),
 			 -EIO);
 	assert_non_null(strstr(last_log, "changed under us"));
 	/* sample 1 now 3 rows > max_len 2: refused by the spans */

@@ -55,13 +55,14 @@ static void a_batch_written_by_fs_layout_parses_back(void **state)
 	struct bfs_layout l;
 	struct bfs_st_header *h = NULL;
 	struct bfs_st_error e = {0};
+	const struct bfs_batch_id id = {.epoch = 2, .batch = 9};
 	uint64_t size, data;
 	unsigned char *f;
 
 	assert_int_equal(bfs_layout_init_fields(&l, fs, 3, 1000, NULL, NULL),
 			 0);
-	size = bfs_layout_size(&l, 2, 9, 5);
-	data = bfs_layout_data_offset(&l, 2, 9, 5);
+	size = bfs_layout_size(&l, 5);
+	data = bfs_layout_data_offset(&l, 5);
 	f = calloc(1, size);
 	assert_non_null(f);
 	/* Header bytes exactly as bfs_layout_fill writes them; with rows > 0
@@ -69,8 +70,8 @@ static void a_batch_written_by_fs_layout_parses_back(void **state)
 	for (int i = 0; i < 8; i++)
 		f[i] = (unsigned char)((data - 8) >> (8 * i));
 	memset(f + 8, ' ', data - 8);
-	bfs_layout_json(&l, 2, 9, 5, (char *)f + 8, data - 8);
-	f[8 + bfs_layout_json(&l, 2, 9, 5, NULL, 0)] = ' ';
+	bfs_layout_json(&l, id, 5, (char *)f + 8, data - 8);
+	f[8 + bfs_layout_json(&l, id, 5, NULL, 0)] = ' ';
 	assert_int_equal(bfs_st_parse(f, size, size, 0, &h, &e), 0);
 	assert_int_equal(h->header_len, 4088);
 	assert_int_equal(h->data_start, 4096);
@@ -112,11 +113,13 @@ static void an_empty_batch_from_bfs_layout_fill_parses_back(void **state)
 
 	assert_int_equal(bfs_layout_init_fields(&l, fs, 2, 1000, NULL, NULL),
 			 0);
-	size = bfs_layout_size(&l, 0, 0, 0);
+	size = bfs_layout_size(&l, 0);
 	f = malloc(size);
 	assert_non_null(f);
 	/* rows = 0: fill writes only the header, no dataset needed */
-	assert_int_equal(bfs_layout_fill(&l, NULL, 0, 0, NULL, 0, size, f), 0);
+	assert_int_equal(bfs_layout_fill(&l, NULL, (struct bfs_batch_id){0},
+					 NULL, 0, size, f),
+			 0);
 	assert_int_equal(bfs_st_parse(f, size, size, 0, &h, NULL), 0);
 	assert_int_equal(size, 4096);
 	assert_int_equal(h->ntensors, 2);

@@ -55,31 +55,42 @@ static struct {
  * (which can then never answer it) reaches it. */
 #define STORE_WAIT_S 10
 
-/* The bytes of batch k of epoch e, as the layout writes them; *size. */
-static uint8_t *expected(uint64_t e, uint64_t k, uint64_t *size)
+/* Batch k of epoch e (of lane 0). */
+#define ID(e, k) ((struct bfs_batch_id){.epoch = (e), .batch = (k)})
+
+/* The bytes of batch id, as the layout writes them; *size. */
+static uint8_t *expected_id(struct bfs_batch_id id, uint64_t *size)
 {
-	uint64_t rows = bfs_order_batch_rows(fx.order, k), idx[B];
+	uint64_t idx[B];
+	struct bfs_batch_loc at;
 	uint8_t *buf;
 
-	assert_int_equal(bfs_order_batch(fx.order, e, k, idx), 0);
-	assert_int_equal(bfs_layout_file_size(&fx.layout, fx.order, e, k, size),
+	assert_int_equal(bfs_order_locate(fx.order, id, &at), 0);
+	assert_int_equal(bfs_order_batch(fx.order, id, idx), 0);
+	assert_int_equal(bfs_layout_file_size(&fx.layout, fx.order, &at, size),
 			 0);
 	buf = malloc(*size);
 	assert_int_equal(
-	    bfs_layout_fill(&fx.layout, fx.ds, e, k, idx, rows, *size, buf), 0);
+	    bfs_layout_fill(&fx.layout, fx.ds, id, idx, at.rows, *size, buf),
+	    0);
 	return buf;
+}
+
+static uint8_t *expected(uint64_t e, uint64_t k, uint64_t *size)
+{
+	return expected_id(ID(e, k), size);
 }
 
 static uint64_t pos(uint64_t e, uint64_t k)
 {
-	return e * bfs_order_len(fx.order) + k;
+	return bfs_order_pos(fx.order, ID(e, k));
 }
 
-static int k_store(void *arg, uint64_t e, uint64_t k, uint64_t off,
+static int k_store(void *arg, struct bfs_batch_id id, uint64_t off,
 		   const void *buf, uint64_t len)
 {
 	uint64_t size;
-	uint8_t *want = expected(e, k, &size);
+	uint8_t *want = expected_id(id, &size);
 
 	pthread_mutex_lock(&kern.lock);
 	kern.handler_calls += pthread_equal(pthread_self(), kern.handler);
@@ -94,18 +105,18 @@ static int k_store(void *arg, uint64_t e, uint64_t k, uint64_t off,
 			;
 		kern.store_gave_up |= !kern.answered;
 	}
-	kern.stored[pos(e, k)] += len;
+	kern.stored[bfs_order_pos(fx.order, id)] += len;
 	kern.wrong_bytes += off + len > size || memcmp(want + off, buf, len);
 	pthread_mutex_unlock(&kern.lock);
 	free(want);
 	return 0;
 }
 
-static int k_inval(void *arg, uint64_t e, uint64_t k)
+static int k_inval(void *arg, struct bfs_batch_id id)
 {
 	pthread_mutex_lock(&kern.lock);
 	kern.handler_calls += pthread_equal(pthread_self(), kern.handler);
-	kern.invals[pos(e, k)]++;
+	kern.invals[bfs_order_pos(fx.order, id)]++;
 	pthread_mutex_unlock(&kern.lock);
 	return 0;
 }
@@ -166,7 +177,8 @@ static int setup(void **state)
 	struct bfs_order_opts o = {.sampler = BFS_SAMPLER_RANDOM,
 				   .batch_size = B,
 				   .seed = 3,
-				   .compat = BFS_TORCH_1_13};
+				   .compat = BFS_TORCH_1_13,
+				   .epochs = EPOCHS};
 	struct bfs_shard_info si;
 	size_t n;
 
@@ -205,8 +217,7 @@ static struct bfs_serve *serve(enum bfs_serve_mode mode, uint64_t pc_bytes,
 	const struct bfs_pool_opts po = {.workers = 2,
 					 .prefetch = 0,
 					 .budget_bytes = 64 << 20,
-					 .timeout_ms = 30000,
-					 .epochs = EPOCHS};
+					 .timeout_ms = 30000};
 	const struct bfs_serve_opts so = {.mode = mode,
 					  .page_cache_bytes = pc_bytes,
 					  .zero_copy = true,
@@ -278,13 +289,15 @@ static void a_file_lives_until_its_last_reply_is_done(void **state)
 	assert_memory_equal(r.iov[0].iov_base, "stats\n", 6);
 	bfs_serve_done(s, &r);
 
-	assert_int_equal(bfs_serve_open_batch(s, 1, 2, &f, &how), 0);
+	assert_int_equal(bfs_serve_open_batch(s, ID(1, 2), &f, &how), 0);
 	assert_int_equal(bfs_serve_read(s, f, 4096, 1 << 20, &r), 0);
 	bfs_serve_release(s, f);
 	assert_memory_equal(r.iov[0].iov_base, want + 4096, size - 4096);
 	bfs_serve_done(s, &r);
-	assert_int_equal(bfs_serve_open_batch(s, EPOCHS, 0, &f, &how), -ENOENT);
-	assert_int_equal(bfs_serve_open_batch(s, 0, N / B, &f, &how), -ENOENT);
+	assert_int_equal(bfs_serve_open_batch(s, ID(EPOCHS, 0), &f, &how),
+			 -ENOENT);
+	assert_int_equal(bfs_serve_open_batch(s, ID(0, N / B), &f, &how),
+			 -ENOENT);
 	bfs_serve_destroy(s);
 	free(want);
 }
@@ -301,13 +314,14 @@ static void push_keeps_the_page_cache_under_its_budget(void **state)
 	struct bfs_file *held, *f;
 	struct bfs_stats st;
 
-	assert_int_equal(bfs_serve_open_batch(s, 0, 0, &held, &how), 0);
+	assert_int_equal(bfs_serve_open_batch(s, ID(0, 0), &held, &how), 0);
 	assert_true(how.keep_cache);
 	for (uint64_t k = 1; k < N / B; k++) {
-		assert_int_equal(bfs_serve_open_batch(s, 0, k, &f, &how), 0);
+		assert_int_equal(bfs_serve_open_batch(s, ID(0, k), &f, &how),
+				 0);
 		bfs_serve_release(s, f);
 	}
-	assert_int_equal(bfs_serve_open_batch(s, 0, 4, &f, &how), 0);
+	assert_int_equal(bfs_serve_open_batch(s, ID(0, 4), &f, &how), 0);
 	bfs_serve_release(s, f); /* in the page cache still: not again */
 	bfs_serve_settle(s);
 	assert_int_equal(handler_calls(), 0);
@@ -352,7 +366,7 @@ static void a_store_waiting_for_a_read_holds_no_request(void **state)
 	pthread_mutex_lock(&kern.lock);
 	kern.store_waits = true;
 	pthread_mutex_unlock(&kern.lock);
-	assert_int_equal(bfs_serve_open_batch(s, 1, 3, &f, &how), 0);
+	assert_int_equal(bfs_serve_open_batch(s, ID(1, 3), &f, &how), 0);
 	assert_int_equal(bfs_serve_read(s, f, 0, size, &r), 0);
 	assert_int_equal(r.iovcnt, 1);
 	assert_memory_equal(r.iov[0].iov_base, want, size);
@@ -392,7 +406,8 @@ static void zero_copy_slices_are_the_batch_bytes(void **state)
 	for (unsigned max_iov = 0; max_iov <= 2; max_iov += 2) {
 		struct bfs_serve *s = serve(BFS_SERVE_DIRECT, 0, max_iov);
 
-		assert_int_equal(bfs_serve_open_batch(s, 2, 3, &f, &how), 0);
+		assert_int_equal(bfs_serve_open_batch(s, ID(2, 3), &f, &how),
+				 0);
 		assert_true(how.direct_io);
 		read_whole(s, f, want, size, 1 << 20, &from_archive);
 		read_whole(s, f, want, size, 5000, NULL);
@@ -418,8 +433,8 @@ static void opens_of_one_batch_share_one_backing_id(void **state)
 	struct bfs_serve_how h1, h2, h3;
 	struct bfs_file *a, *b, *c;
 
-	assert_int_equal(bfs_serve_open_batch(s, 3, 1, &a, &h1), 0);
-	assert_int_equal(bfs_serve_open_batch(s, 3, 1, &b, &h2), 0);
+	assert_int_equal(bfs_serve_open_batch(s, ID(3, 1), &a, &h1), 0);
+	assert_int_equal(bfs_serve_open_batch(s, ID(3, 1), &b, &h2), 0);
 	assert_true(h1.backing_id > 0 && h1.backing_id == h2.backing_id);
 	assert_false(h1.keep_cache); /* not allowed beside passthrough */
 	bfs_serve_release(s, a);
@@ -431,7 +446,7 @@ static void opens_of_one_batch_share_one_backing_id(void **state)
 	pthread_mutex_lock(&kern.lock);
 	assert_int_equal(kern.backing_closes, 1);
 	pthread_mutex_unlock(&kern.lock);
-	assert_int_equal(bfs_serve_open_batch(s, 3, 1, &c, &h3), 0);
+	assert_int_equal(bfs_serve_open_batch(s, ID(3, 1), &c, &h3), 0);
 	assert_true(h3.backing_id > 0 && h3.backing_id != h1.backing_id);
 	bfs_serve_release(s, c);
 	bfs_serve_destroy(s);
@@ -450,7 +465,7 @@ static void a_failed_backing_open_fails_the_open_with_eio(void **state)
 	pthread_mutex_lock(&kern.lock);
 	kern.fail_backing = -EPERM;
 	pthread_mutex_unlock(&kern.lock);
-	assert_int_equal(bfs_serve_open_batch(s, 0, 2, &f, &how), -EIO);
+	assert_int_equal(bfs_serve_open_batch(s, ID(0, 2), &f, &how), -EIO);
 	assert_null(f);
 	bfs_serve_stats(s, &st);
 	assert_non_null(strstr(st.pool.last_error.msg, "no backing file"));
@@ -493,7 +508,8 @@ static struct mount ragged_mount(void)
 				   .n = RN,
 				   .batch_size = RB,
 				   .seed = 5,
-				   .compat = BFS_TORCH_1_13};
+				   .compat = BFS_TORCH_1_13,
+				   .epochs = EPOCHS};
 	struct mount m = {.own = true};
 	uint32_t x = 99;
 	int16_t *vals;
@@ -563,8 +579,7 @@ static struct bfs_serve *serve_mount(struct mount *m, enum bfs_serve_mode mode)
 	const struct bfs_pool_opts po = {.workers = 2,
 					 .prefetch = 0,
 					 .budget_bytes = 64 << 20,
-					 .timeout_ms = 30000,
-					 .epochs = EPOCHS};
+					 .timeout_ms = 30000};
 	const struct bfs_serve_opts so = {.mode = mode, .zero_copy = true};
 	struct bfs_serve *s;
 
@@ -590,15 +605,17 @@ static uint8_t *stream_of(struct mount *m, uint64_t e, uint64_t *starts,
 
 	for (uint64_t k = 0; k < len; k++) {
 		uint64_t rows = bfs_order_batch_rows(m->order, k), idx[64], bs;
+		struct bfs_batch_loc loc;
 
 		assert_true(rows <= 64);
-		assert_int_equal(bfs_order_batch(m->order, e, k, idx), 0);
+		assert_int_equal(bfs_order_locate(m->order, ID(e, k), &loc), 0);
+		assert_int_equal(bfs_order_batch(m->order, ID(e, k), idx), 0);
 		assert_int_equal(
-		    bfs_layout_file_size(&m->layout, m->order, e, k, &bs), 0);
+		    bfs_layout_file_size(&m->layout, m->order, &loc, &bs), 0);
 		all = realloc(all, at + bs);
 		assert_non_null(all);
-		assert_int_equal(bfs_layout_fill(&m->layout, m->ds, e, k, idx,
-						 rows, bs, all + at),
+		assert_int_equal(bfs_layout_fill(&m->layout, m->ds, ID(e, k),
+						 idx, rows, bs, all + at),
 				 0);
 		starts[k] = at;
 		at += bs;
@@ -653,9 +670,10 @@ static void stream_reads_are_the_batch_files(struct mount *m, uint64_t e)
 		struct bfs_file *f;
 		uint64_t last = starts[len - 1];
 
-		assert_int_equal(bfs_serve_open_stream(s, EPOCHS, &f, &how),
-				 -ENOENT);
-		assert_int_equal(bfs_serve_open_stream(s, e, &f, &how), 0);
+		assert_int_equal(
+		    bfs_serve_open_stream(s, ID(EPOCHS, 0), &f, &how), -ENOENT);
+		assert_int_equal(bfs_serve_open_stream(s, ID(e, 0), &f, &how),
+				 0);
 		assert_true(how.direct_io);
 		assert_false(how.keep_cache);
 		assert_int_equal(how.backing_id, 0);
@@ -715,7 +733,7 @@ static void stream_read_through_leaves_nothing(struct mount *m, uint64_t e,
 	struct bfs_file *f;
 	struct bfs_stats st;
 
-	assert_int_equal(bfs_serve_open_stream(s, e, &f, &how), 0);
+	assert_int_equal(bfs_serve_open_stream(s, ID(e, 0), &f, &how), 0);
 	for (uint64_t off = 0; off < total; off += chunk) {
 		read_is(s, f, off, chunk, want, total);
 		bfs_serve_stats(s, &st);
@@ -758,8 +776,9 @@ static void offsets_lines_are_where_batches_start(struct mount *m, uint64_t e)
 		snprintf(lines + k * BFS_SERVE_OFFSET_LINE,
 			 BFS_SERVE_OFFSET_LINE + 1, "%020llu\n",
 			 (unsigned long long)starts[k]);
-	assert_int_equal(bfs_serve_open_offsets(s, EPOCHS, &f, &how), -ENOENT);
-	assert_int_equal(bfs_serve_open_offsets(s, e, &f, &how), 0);
+	assert_int_equal(bfs_serve_open_offsets(s, ID(EPOCHS, 0), &f, &how),
+			 -ENOENT);
+	assert_int_equal(bfs_serve_open_offsets(s, ID(e, 0), &f, &how), 0);
 	read_is(s, f, 0, 1 << 20, (uint8_t *)lines, size);
 	for (uint64_t off = 0; off < size; off += 7)
 		read_is(s, f, off, 1, (uint8_t *)lines, size);

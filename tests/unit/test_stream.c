@@ -61,30 +61,36 @@ static struct bfs_order *make_order(struct bfs_order_opts *o)
 	return ord;
 }
 
-/* Every offset and every batch's bounds of stream epoch e of s equal the
- * sums of the layout's batch sizes. */
+/* Every offset and every batch's bounds of the stream of epoch e of
+ * lane 'lane' of s equal the sums of the layout's batch sizes; past its
+ * end, and past the order's epochs, there is nothing. */
 static void check_epoch(struct bfs_streams *s, const struct bfs_layout *l,
-			struct bfs_order *o, uint64_t e)
+			struct bfs_order *o, size_t lane, uint64_t e)
 {
-	uint64_t len = bfs_order_len(o), at = 0, off, k, from, to;
+	uint64_t len = bfs_order_len(o), at = 0, off, from, to;
+	struct bfs_batch_id id = {.lane = lane, .epoch = e}, got;
+	struct bfs_batch_loc loc;
 
 	for (uint64_t b = 0; b <= len; b++) {
 		uint64_t size = 0;
 
-		assert_int_equal(bfs_stream_offset(s, e, b, &off), 0);
+		id.batch = b;
+		assert_int_equal(bfs_stream_offset(s, id, &off), 0);
 		if (off != at)
-			fail_msg("epoch %llu batch %llu: offset %llu, the "
-				 "batches before it add up to %llu",
-				 (unsigned long long)e, (unsigned long long)b,
-				 (unsigned long long)off,
+			fail_msg("lane %zu epoch %llu batch %llu: offset %llu, "
+				 "the batches before it add up to %llu",
+				 lane, (unsigned long long)e,
+				 (unsigned long long)b, (unsigned long long)off,
 				 (unsigned long long)at);
 		if (b == len)
 			break;
-		assert_int_equal(bfs_layout_file_size(l, o, e, b, &size), 0);
+		assert_int_equal(bfs_order_locate(o, id, &loc), 0);
+		assert_int_equal(bfs_layout_file_size(l, o, &loc, &size), 0);
 		for (uint64_t x = at; x < at + size; x += size - 1) {
+			got = (struct bfs_batch_id){.lane = lane, .epoch = e};
 			assert_int_equal(
-			    bfs_stream_locate(s, e, x, &k, &from, &to), 0);
-			assert_int_equal(k, b);
+			    bfs_stream_locate(s, &got, x, &from, &to), 0);
+			assert_int_equal(got.batch, b);
 			assert_int_equal(from, at);
 			assert_int_equal(to, at + size);
 			if (size == 1)
@@ -92,8 +98,13 @@ static void check_epoch(struct bfs_streams *s, const struct bfs_layout *l,
 		}
 		at += size;
 	}
-	assert_int_equal(bfs_stream_locate(s, e, at, &k, &from, &to), -ENOENT);
-	assert_int_equal(bfs_stream_offset(s, e, len + 1, &off), -ENOENT);
+	got = (struct bfs_batch_id){.lane = lane, .epoch = e};
+	assert_int_equal(bfs_stream_locate(s, &got, at, &from, &to), -ENOENT);
+	id.batch = len + 1;
+	assert_int_equal(bfs_stream_offset(s, id, &off), -ENOENT);
+	id = (struct bfs_batch_id){.lane = lane, .epoch = bfs_order_epochs(o)};
+	assert_int_equal(bfs_stream_offset(s, id, &off), -ENOENT);
+	assert_int_equal(bfs_stream_locate(s, &id, 0, &from, &to), -ENOENT);
 }
 
 /* ---- fixed layouts at the 4096 boundary ------------------------------ */
@@ -123,7 +134,8 @@ static void layout_ending_at(struct bfs_layout *l, uint64_t rows, size_t end)
 		name[len] = '\0';
 		assert_int_equal(
 		    bfs_layout_init_fields(l, fs, 2, rows, NULL, NULL), 0);
-		json = bfs_layout_json(l, 0, 0, rows, NULL, 0);
+		json =
+		    bfs_layout_json(l, (struct bfs_batch_id){0}, rows, NULL, 0);
 		if (json + 8 == end)
 			return;
 		bfs_layout_fini(l);
@@ -143,21 +155,27 @@ fixed_offsets_are_sums_when_numbers_cross_the_4096_boundary(void **state)
 		struct bfs_order *o = make_order(&oo);
 		uint64_t size0, size;
 		struct bfs_streams *s;
+		struct bfs_batch_loc at;
 		struct bfs_layout l;
 
 		layout_ending_at(&l, 2, end);
 		assert_int_equal(bfs_streams_create(&s, &l, o), 0);
-		assert_int_equal(bfs_layout_file_size(&l, o, 0, 0, &size0), 0);
+		assert_int_equal(
+		    bfs_order_locate(o, (struct bfs_batch_id){0}, &at), 0);
+		assert_int_equal(bfs_layout_file_size(&l, o, &at, &size0), 0);
 		for (size_t i = 0; i < sizeof(epochs) / sizeof(epochs[0]);
 		     i++) {
 			for (uint64_t k = 0; k + 1 < bfs_order_len(o); k++) {
-				assert_int_equal(bfs_layout_file_size(&l, o,
-								      epochs[i],
-								      k, &size),
+				struct bfs_batch_id id = {.epoch = epochs[i],
+							  .batch = k};
+
+				assert_int_equal(bfs_order_locate(o, id, &at),
 						 0);
+				assert_int_equal(
+				    bfs_layout_file_size(&l, o, &at, &size), 0);
 				assert_int_equal(size, size0);
 			}
-			check_epoch(s, &l, o, epochs[i]);
+			check_epoch(s, &l, o, 0, epochs[i]);
 		}
 		assert_int_equal(bfs_streams_measured(s), 0); /* arithmetic */
 		bfs_streams_destroy(s);
@@ -177,7 +195,7 @@ static void fixed_offsets_of_a_multi_rank_order_are_sums(void **state)
 				    .seed = 4,
 				    .ranks = ranks,
 				    .nranks = 3,
-				    .lane_epochs = 12};
+				    .epochs = 12};
 	struct bfs_order *o = make_order(&oo);
 	struct bfs_streams *s;
 	struct bfs_layout l;
@@ -187,8 +205,7 @@ static void fixed_offsets_of_a_multi_rank_order_are_sums(void **state)
 	assert_int_equal(bfs_streams_create(&s, &l, o), 0);
 	for (size_t lane = 0; lane < 3; lane++)
 		for (uint64_t e = 8; e < 12; e++)
-			check_epoch(s, &l, o,
-				    bfs_order_stream_epoch(o, lane, e));
+			check_epoch(s, &l, o, lane, e);
 	bfs_streams_destroy(s);
 	bfs_layout_fini(&l);
 	bfs_order_destroy(o);
@@ -263,7 +280,7 @@ static void ragged_offsets_are_sums_over_more_epochs_than_tables(void **state)
 	assert_int_equal(bfs_streams_create(&s, &l, o), 0);
 	for (int round = 0; round < 2; round++)
 		for (uint64_t e = 0; e < 6; e++) /* 4 tables: 1 lane */
-			check_epoch(s, &l, o, e);
+			check_epoch(s, &l, o, 0, e);
 	bfs_streams_destroy(s);
 	bfs_layout_fini(&l);
 	bfs_order_destroy(o);
@@ -295,10 +312,13 @@ static void a_failed_measurement_is_made_again_later(void **state)
 	assert_int_equal(bfs_layout_init(&l, ds, 7, NULL), 0);
 	assert_int_equal(bfs_streams_create(&s, &l, o), 0);
 	assert_int_equal(utimensat(AT_FDCWD, path, moved, 0), 0);
-	assert_int_equal(bfs_stream_offset(s, 2, 1, &off), -EIO);
+	assert_int_equal(
+	    bfs_stream_offset(s, (struct bfs_batch_id){.epoch = 2, .batch = 1},
+			      &off),
+	    -EIO);
 	assert_int_equal(bfs_streams_measured(s), 1);
 	assert_int_equal(utimensat(AT_FDCWD, path, back, 0), 0);
-	check_epoch(s, &l, o, 2);
+	check_epoch(s, &l, o, 0, 2);
 	assert_int_equal(bfs_streams_measured(s), 2);
 	bfs_streams_destroy(s);
 	bfs_layout_fini(&l);
@@ -329,7 +349,7 @@ static void lanes_open(struct lanes *x)
 				    .seed = 11,
 				    .ranks = ranks,
 				    .nranks = LANES,
-				    .lane_epochs = 5};
+				    .epochs = 5};
 
 	x->ds = ragged_dataset();
 	x->o = make_order(&oo);
@@ -349,28 +369,27 @@ static void lanes_close(struct lanes *x)
 static void six_lanes_read_round_robin_measure_each_epoch_once(void **state)
 {
 	struct lanes x;
-	uint64_t off, k, from, to;
+	uint64_t off, from, to;
 
 	lanes_open(&x);
 	for (uint64_t e = 0; e < EPOCHS; e++)
 		for (uint64_t b = 0; b < bfs_order_len(x.o); b++)
 			for (size_t lane = 0; lane < LANES; lane++) {
-				uint64_t se =
-				    bfs_order_stream_epoch(x.o, lane, e);
+				struct bfs_batch_id id = {lane, e, b},
+						    got = {lane, e, 0};
 
 				assert_int_equal(
-				    bfs_stream_offset(x.s, se, b, &off), 0);
-				assert_int_equal(bfs_stream_locate(x.s, se, off,
-								   &k, &from,
+				    bfs_stream_offset(x.s, id, &off), 0);
+				assert_int_equal(bfs_stream_locate(x.s, &got,
+								   off, &from,
 								   &to),
 						 0);
-				assert_int_equal(k, b);
+				assert_int_equal(got.batch, b);
 			}
 	assert_int_equal(bfs_streams_measured(x.s), LANES * EPOCHS);
 	for (size_t lane = 0; lane < LANES; lane++) /* and they are right */
 		for (uint64_t e = 0; e < EPOCHS; e++)
-			check_epoch(x.s, &x.l, x.o,
-				    bfs_order_stream_epoch(x.o, lane, e));
+			check_epoch(x.s, &x.l, x.o, lane, e);
 	assert_int_equal(bfs_streams_measured(x.s), LANES * EPOCHS);
 	lanes_close(&x);
 }
@@ -384,9 +403,8 @@ static void *reader(void *arg)
 		for (size_t lane = 0; lane < LANES; lane++)
 			for (uint64_t b = 0; b <= bfs_order_len(x->o); b++)
 				if (bfs_stream_offset(
-					x->s,
-					bfs_order_stream_epoch(x->o, lane, e),
-					b, &off))
+					x->s, (struct bfs_batch_id){lane, e, b},
+					&off))
 					return (void *)1;
 	return NULL;
 }
@@ -407,8 +425,7 @@ static void readers_of_one_epoch_at_once_wait_for_one_measurement(void **state)
 	assert_int_equal(bfs_streams_measured(x.s), LANES * EPOCHS);
 	for (size_t lane = 0; lane < LANES; lane++)
 		for (uint64_t e = 0; e < EPOCHS; e++)
-			check_epoch(x.s, &x.l, x.o,
-				    bfs_order_stream_epoch(x.o, lane, e));
+			check_epoch(x.s, &x.l, x.o, lane, e);
 	lanes_close(&x);
 }
 

@@ -310,8 +310,10 @@ static void fixed_fields_in_order_from_an_odd_source_name(void **state)
 {
 	char path[PATH_MAX];
 	const char *paths[] = {path};
-	struct bfs_order_opts oo = {
-	    .sampler = BFS_SAMPLER_SEQUENTIAL, .n = 10, .batch_size = 4};
+	struct bfs_order_opts oo = {.sampler = BFS_SAMPLER_SEQUENTIAL,
+				    .n = 10,
+				    .batch_size = 4,
+				    .epochs = 2};
 	struct bfs_text_info in = info_for(paths, 1);
 	struct bfs_dataset *ds;
 	struct bfs_order *o;
@@ -321,7 +323,6 @@ static void fixed_fields_in_order_from_an_odd_source_name(void **state)
 	ds = open_dataset(paths, 1);
 	o = make_order(&oo);
 	assert_int_equal(bfs_layout_init(&l, ds, 4, NULL), 0);
-	in.epochs = 2;
 	in.batch_size = 4;
 	in.seed_source = "unused";
 	in.sampler = "sequential";
@@ -357,8 +358,11 @@ static void ragged_fields_in_a_shuffled_order(void **state)
 	struct bfs_ragged_opt ro[2];
 	char path[PATH_MAX], why[128];
 	const char *paths[] = {path};
-	struct bfs_order_opts oo = {
-	    .sampler = BFS_SAMPLER_RANDOM, .n = 8, .batch_size = 3, .seed = 7};
+	struct bfs_order_opts oo = {.sampler = BFS_SAMPLER_RANDOM,
+				    .n = 8,
+				    .batch_size = 3,
+				    .seed = 7,
+				    .epochs = 5};
 	struct bfs_text_info in = info_for(paths, 1);
 	struct bfs_error err = {{0}};
 	struct bfs_dataset *ds;
@@ -381,7 +385,6 @@ static void ragged_fields_in_a_shuffled_order(void **state)
 	    bfs_ragged_opt_parse("u", BFS_RAGGED_PACK, &ro[1], why, 128), 0);
 	if (bfs_layout_init_ragged(&l, ds, 3, ro, 2, &err))
 		fail_msg("layout: %s", err.msg);
-	in.epochs = 5;
 	in.batch_size = 3;
 	in.seed = 7;
 	in.shuffle = true;
@@ -416,7 +419,7 @@ static void ranks_of_a_distributed_order_over_two_shards(void **state)
 				    .seed = 5,
 				    .ranks = ranks,
 				    .nranks = 3,
-				    .lane_epochs = 3};
+				    .epochs = 3};
 	struct bfs_text_info in = info_for(paths, 2);
 	struct bfs_dataset *ds;
 	struct bfs_order *o;
@@ -428,7 +431,6 @@ static void ranks_of_a_distributed_order_over_two_shards(void **state)
 	o = make_order(&oo);
 	assert_int_equal(bfs_layout_init(&l, ds, 4, NULL), 0);
 	bfs_layout_bind_order(&l, o);
-	in.epochs = 3;
 	in.batch_size = 4;
 	in.seed = 5;
 	in.shuffle = true;

@@ -19,13 +19,13 @@ static struct bfs_serve *serve;
 static struct bfs_tree *tree;
 
 /* The kernel, for a serve in cache mode: never asked anything. */
-static int no_store(void *arg, uint64_t e, uint64_t k, uint64_t off,
+static int no_store(void *arg, struct bfs_batch_id id, uint64_t off,
 		    const void *buf, uint64_t len)
 {
 	return -ENOSYS;
 }
 
-static int no_inval(void *arg, uint64_t e, uint64_t k)
+static int no_inval(void *arg, struct bfs_batch_id id)
 {
 	return -ENOSYS;
 }
@@ -39,6 +39,29 @@ static void no_backing_close(void *arg, int id)
 {
 }
 
+static const struct bfs_pool_opts po = {
+    .workers = 1, .budget_bytes = 1 << 20, .timeout_ms = 10000};
+static const struct bfs_serve_opts so = {.mode = BFS_SERVE_CACHE};
+static const struct bfs_serve_kernel kernel = {.store = no_store,
+					       .inval = no_inval,
+					       .backing_open = no_backing,
+					       .backing_close =
+						   no_backing_close};
+static const char *srcs[1] = {"demo.pt"};
+static const struct bfs_tree_info ti = {
+    .text = {.sources = srcs,
+	     .nsources = 1,
+	     .batch_size = 16,
+	     .seed = 9,
+	     .seed_source = "--seed",
+	     .shuffle = true,
+	     .sampler = "random",
+	     .options = "--x",
+	     .mountpoint = "/m",
+	     .serve_mode = "cache",
+	     .serve_why = "--serve cache"},
+    .perm = {.uid = 0, .gid = 0, .read = 0444}};
+
 /* pack --demo 50 (labels i64, images u8 [3,32,32]), batch 16, no
  * drop_last: 4 batches, the last of 2 samples; 3 epochs. */
 static int setup(void **state)
@@ -46,33 +69,11 @@ static int setup(void **state)
 	const char *bin = getenv("BATCHFS"), *tmp = getenv("BFS_TEST_TMP");
 	char path[512], cmd[1200];
 	const char *paths[1] = {path};
-	const char *srcs[1] = {"demo.pt"};
 	struct bfs_order_opts o = {.sampler = BFS_SAMPLER_RANDOM,
 				   .batch_size = 16,
 				   .seed = 9,
-				   .compat = BFS_TORCH_1_13};
-	struct bfs_tree_info ti = {.text = {.sources = srcs,
-					    .nsources = 1,
-					    .epochs = 3,
-					    .batch_size = 16,
-					    .seed = 9,
-					    .seed_source = "--seed",
-					    .shuffle = true,
-					    .sampler = "random",
-					    .options = "--x",
-					    .mountpoint = "/m",
-					    .serve_mode = "cache",
-					    .serve_why = "--serve cache"},
-				   .perm = {.uid = 0, .gid = 0, .read = 0444}};
-	const struct bfs_pool_opts po = {.workers = 1,
-					 .budget_bytes = 1 << 20,
-					 .timeout_ms = 10000,
-					 .epochs = 3};
-	const struct bfs_serve_opts so = {.mode = BFS_SERVE_CACHE};
-	const struct bfs_serve_kernel k = {.store = no_store,
-					   .inval = no_inval,
-					   .backing_open = no_backing,
-					   .backing_close = no_backing_close};
+				   .compat = BFS_TORCH_1_13,
+				   .epochs = 3};
 
 	snprintf(path, sizeof(path), "%s/tree_demo.pt", tmp ? tmp : "/tmp");
 	snprintf(cmd, sizeof(cmd), "'%s' pack --demo 50 -o '%s' >/dev/null",
@@ -83,7 +84,7 @@ static int setup(void **state)
 		return -1;
 	o.n = bfs_dataset_samples(ds);
 	if (bfs_order_create(&order, &o, NULL) < 0 ||
-	    bfs_serve_create(&serve, ds, order, &layout, &po, &so, &k) < 0)
+	    bfs_serve_create(&serve, ds, order, &layout, &po, &so, &kernel) < 0)
 		return -1;
 	return bfs_tree_create(&tree, ds, order, &layout, serve, &ti);
 }
@@ -98,7 +99,8 @@ static int teardown(void **state)
 	return 0;
 }
 
-static uint64_t ino_of(const char *path)
+/* The inode of 'path' in tree t, or 0. */
+static uint64_t ino_in(const struct bfs_tree *t, const char *path)
 {
 	uint64_t ino = 1;
 	char buf[256], *save = NULL;
@@ -107,34 +109,48 @@ static uint64_t ino_of(const char *path)
 	snprintf(buf, sizeof(buf), "%s", path);
 	for (char *p = strtok_r(buf, "/", &save); p;
 	     p = strtok_r(NULL, "/", &save)) {
-		if (bfs_tree_lookup(tree, ino, p, &st) < 0)
+		if (bfs_tree_lookup(t, ino, p, &st) < 0)
 			return 0;
 		ino = st.st_ino;
 	}
 	return ino;
 }
 
+static uint64_t ino_of(const char *path)
+{
+	return ino_in(tree, path);
+}
+
+/* A node of kind 'kind' for batch k of epoch e (of lane 0). */
+static struct bfs_node node(enum bfs_node_kind kind, uint64_t e, uint64_t k)
+{
+	return (struct bfs_node){kind, {.epoch = e, .batch = k}};
+}
+
 static void inode_numbers_round_trip_and_reject_out_of_range(void **state)
 {
-	struct bfs_node n = {BFS_NODE_BATCH, 2, 3}, back;
+	struct bfs_node n = node(BFS_NODE_BATCH, 2, 3), back;
 
-	assert_int_equal(bfs_tree_decode(tree, bfs_tree_ino(&n), &back), 0);
+	assert_int_equal(bfs_tree_decode(tree, bfs_tree_ino(tree, &n), &back),
+			 0);
 	assert_int_equal(back.kind, BFS_NODE_BATCH);
-	assert_int_equal(back.epoch, 2);
-	assert_int_equal(back.batch, 3);
-	n.batch = 4; /* len is 4 */
-	assert_int_equal(bfs_tree_decode(tree, bfs_tree_ino(&n), &back),
+	assert_int_equal(back.id.lane, 0);
+	assert_int_equal(back.id.epoch, 2);
+	assert_int_equal(back.id.batch, 3);
+	/* kind << 60 | epoch << 36 | batch */
+	assert_int_equal(bfs_tree_ino(tree, &n), 8ull << 60 | 2ull << 36 | 3);
+	n.id.batch = 4; /* len is 4 */
+	assert_int_equal(bfs_tree_decode(tree, bfs_tree_ino(tree, &n), &back),
 			 -ENOENT);
-	n.batch = 0;
-	n.epoch = 3; /* epochs is 3 */
-	assert_int_equal(bfs_tree_decode(tree, bfs_tree_ino(&n), &back),
+	n.id.batch = 0;
+	n.id.epoch = 3; /* epochs is 3 */
+	assert_int_equal(bfs_tree_decode(tree, bfs_tree_ino(tree, &n), &back),
 			 -ENOENT);
 	assert_int_equal(bfs_tree_decode(tree, 1, &back), 0);
 	assert_int_equal(back.kind, BFS_NODE_ROOT);
 	assert_int_equal(bfs_tree_decode(tree, 2, &back), -ENOENT);
-	assert_int_equal(
-	    ino_of("epoch/2/batch_3"),
-	    bfs_tree_ino(&(struct bfs_node){BFS_NODE_BATCH, 2, 3}));
+	n = node(BFS_NODE_BATCH, 2, 3);
+	assert_int_equal(ino_of("epoch/2/batch_3"), bfs_tree_ino(tree, &n));
 }
 
 static void names_parse_strictly(void **state)
@@ -235,7 +251,10 @@ static void index_files_list_the_batch_indices(void **state)
 	char *text, *p;
 	size_t len;
 
-	assert_int_equal(bfs_order_batch(order, 2, 1, idx), 0);
+	assert_int_equal(
+	    bfs_order_batch(order,
+			    (struct bfs_batch_id){.epoch = 2, .batch = 1}, idx),
+	    0);
 	assert_int_equal(
 	    bfs_tree_render(tree, ino_of("index/2/batch_1"), &text, &len), 0);
 	p = text;
@@ -271,6 +290,105 @@ static void dataset_json_and_readme_describe_the_mount(void **state)
 			 -EISDIR);
 }
 
+/* A multi-rank tree (ranks 1 and 3 of 4, 2 epochs each): /rank/R for
+ * the ranks served only, each rank's epochs, indexes and streams named by
+ * the rank and reached through its lane (lane 1 serves rank 3), inode
+ * numbers kind << 60 | (lane x epochs + epoch) << 36 | batch, and every
+ * file of rank/3 that of rank 3's own order (a --rank 3 mount's). */
+static void a_multi_rank_tree_reaches_each_rank_through_its_lane(void **st_)
+{
+	static const uint32_t ranks[] = {1, 3};
+	struct bfs_order_opts o = {.sampler = BFS_SAMPLER_DISTRIBUTED,
+				   .n = bfs_dataset_samples(ds),
+				   .batch_size = 4,
+				   .world_size = 4,
+				   .shuffle = true,
+				   .seed = 9,
+				   .ranks = ranks,
+				   .nranks = 2,
+				   .epochs = 2};
+	struct bfs_order_opts r3 = o;
+	struct bfs_order *many, *one;
+	struct bfs_serve *sv;
+	struct bfs_tree *t;
+	struct bfs_node n;
+	uint64_t idx[4], size = 0, bytes = 0, off = 0;
+	char name[64], *text, *p;
+	struct stat st;
+	size_t len;
+
+	r3.nranks = 0;
+	r3.ranks = NULL;
+	r3.rank = 3;
+	assert_int_equal(bfs_order_create(&many, &o, NULL), 0);
+	assert_int_equal(bfs_order_create(&one, &r3, NULL), 0);
+	assert_int_equal(
+	    bfs_serve_create(&sv, ds, many, &layout, &po, &so, &kernel), 0);
+	assert_int_equal(bfs_tree_create(&t, ds, many, &layout, sv, &ti), 0);
+	assert_int_equal(bfs_order_len(many), 4); /* 13 samples per rank */
+
+	assert_true(ino_in(t, "rank/1/epoch/1/batch_3") != 0);
+	assert_int_equal(ino_in(t, "rank/3/epoch/1/batch_2"),
+			 8ull << 60 | (1ull * 2 + 1) << 36 | 2);
+	assert_int_equal(
+	    bfs_tree_decode(t, ino_in(t, "rank/3/epoch/1/batch_2"), &n), 0);
+	assert_int_equal(n.kind, BFS_NODE_BATCH);
+	assert_int_equal(n.id.lane, 1);
+	assert_int_equal(n.id.epoch, 1);
+	assert_int_equal(n.id.batch, 2);
+	assert_int_equal(ino_in(t, "rank/3"), 11ull << 60 | 1ull << 36);
+	for (const char *const *bad =
+		 (const char *const[]){"rank/0", "rank/2", "rank/4",
+				       "rank/3/epoch/2", "epoch",
+				       "rank/3/epoch/0/batch_4", NULL};
+	     *bad; bad++)
+		assert_int_equal(ino_in(t, *bad), 0);
+	/* rank/ lists the ranks served; ".." of an epoch is its rank's */
+	for (off = 2; bfs_tree_dirent(t, ino_in(t, "rank"), off, name,
+				      sizeof(name), &st) == 1;
+	     off++) {
+		char path[80];
+
+		snprintf(path, sizeof(path), "rank/%s", name);
+		assert_string_equal(name, off == 2 ? "1" : "3");
+		assert_int_equal(st.st_ino, ino_in(t, path));
+	}
+	assert_int_equal(off, 4);
+	assert_int_equal(bfs_tree_dirent(t, ino_in(t, "rank/3/epoch/1"), 1,
+					 name, sizeof(name), &st),
+			 1);
+	assert_int_equal(st.st_ino, ino_in(t, "rank/3/epoch"));
+	/* the index file of rank/3 is rank 3's batch */
+	assert_int_equal(
+	    bfs_order_batch(one, (struct bfs_batch_id){.epoch = 1, .batch = 2},
+			    idx),
+	    0);
+	assert_int_equal(bfs_tree_render(t, ino_in(t, "rank/3/index/1/batch_2"),
+					 &text, &len),
+			 0);
+	p = text;
+	for (int i = 0; i < 4; i++) {
+		assert_int_equal(strtoull(p, &p, 10), idx[i]);
+		assert_true(*p++ == '\n');
+	}
+	free(text);
+	/* its stream is its batches back to back */
+	for (uint64_t k = 0; k < 4; k++) {
+		snprintf(name, sizeof(name), "rank/3/epoch/1/batch_%llu",
+			 (unsigned long long)k);
+		assert_int_equal(bfs_tree_getattr(t, ino_in(t, name), &st), 0);
+		size += (uint64_t)st.st_size;
+	}
+	assert_int_equal(bfs_tree_getattr(t, ino_in(t, "rank/3/stream/1"), &st),
+			 0);
+	bytes = (uint64_t)st.st_size;
+	assert_int_equal(bytes, size);
+	bfs_tree_destroy(t);
+	bfs_serve_destroy(sv);
+	bfs_order_destroy(one);
+	bfs_order_destroy(many);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -280,6 +398,8 @@ int main(void)
 	    cmocka_unit_test(listings_enumerate_every_entry_once),
 	    cmocka_unit_test(index_files_list_the_batch_indices),
 	    cmocka_unit_test(dataset_json_and_readme_describe_the_mount),
+	    cmocka_unit_test(
+		a_multi_rank_tree_reaches_each_rank_through_its_lane),
 	};
 	if (!getenv("BATCHFS")) {
 		printf("skip: BATCHFS (for batchfs pack) is not set\n");

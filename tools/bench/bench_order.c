@@ -62,12 +62,13 @@ static int perm(uint64_t n, uint64_t seed)
 		return 1;
 	/* The last batch forces the whole permutation. */
 	t0 = now();
-	bfs_order_batch(ord, 0, bfs_order_len(ord) - 1, idx);
+	bfs_order_batch(
+	    ord, (struct bfs_batch_id){.batch = bfs_order_len(ord) - 1}, idx);
 	t = now() - t0;
 	for (uint64_t k = 0; k < bfs_order_len(ord); k++) {
 		uint64_t rows = bfs_order_batch_rows(ord, k);
 
-		bfs_order_batch(ord, 0, k, idx);
+		bfs_order_batch(ord, (struct bfs_batch_id){.batch = k}, idx);
 		for (uint64_t r = 0; r < rows; r++)
 			for (int b = 0; b < 4; b++)
 				h = (h ^ ((idx[r] >> (8 * b)) & 0xff)) *
@@ -86,13 +87,14 @@ static int first(uint64_t n, uint64_t seed, uint64_t e)
 	double t0, cold, warm;
 
 	t0 = now();
-	bfs_order_batch(ord, e, 0, idx);
+	bfs_order_batch(ord, (struct bfs_batch_id){.epoch = e}, idx);
 	cold = now() - t0;
 	/* Push epoch e out of the 3-epoch cache, keeping its snapshot. */
 	for (uint64_t x = 1; x <= 3; x++)
-		bfs_order_batch(ord, e + x, 0, idx);
+		bfs_order_batch(ord, (struct bfs_batch_id){.epoch = e + x},
+				idx);
 	t0 = now();
-	bfs_order_batch(ord, e, 0, idx);
+	bfs_order_batch(ord, (struct bfs_batch_id){.epoch = e}, idx);
 	warm = now() - t0;
 	printf("first_batch_cold_s %.3f first_batch_known_state_s %.6f "
 	       "idx0 %" PRIu64 "\n",

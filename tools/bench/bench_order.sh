@@ -20,7 +20,8 @@ cd "$(dirname "$0")/../.."
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cc -D_GNU_SOURCE -I. -O2 -std=gnu11 -pthread -o "$work/bench_order" \
-	tools/bench/bench_order.c fs/mt19937.c fs/order.c fs/error.c fs/log.c -lm
+	tools/bench/bench_order.c fs/mt19937.c fs/order.c fs/order_id.c fs/error.c \
+	fs/log.c -lm
 
 best_c=""
 for _ in $(seq "$REPS"); do
