@@ -495,6 +495,7 @@ static int run(struct mount_opts *m, struct model *mt)
 	const struct bfs_mount_params p = {
 	    .mountpoint = m->mountpoint,
 	    .fuse_opts = m->fuse_o,
+	    .fsname = m->fsname,
 	    .fuse_threads = m->fuse_threads,
 	    .foreground = m->foreground,
 	    .log_failure = m->log.fd >= 0,
@@ -555,6 +556,8 @@ int bfs_mount_compose(struct mount_opts *m, void (*usage)(FILE *))
 		m->seed = s;
 	}
 	bfs_log_setup(m->verbose ? BFS_LOG_DEBUG : BFS_LOG_INFO, NULL);
+	if (!realpath(m->sources[0], m->fsname)) /* open_model says why */
+		snprintf(m->fsname, sizeof(m->fsname), "%s", m->sources[0]);
 	rc = open_model(m, &mt, usage);
 	if (rc == 0)
 		rc = bfs_mount_perm_decide(
