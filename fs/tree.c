@@ -5,7 +5,8 @@
  * number + 2, a batch file's size comes from fs/layout. README and
  * dataset.json are rendered once at creation by fs/text (they never
  * change); stats is rendered by fs/serve, the counters' owner, on each
- * request with fixed-width values, so its size never changes either;
+ * request with fixed-width counters, so its size changes only with its
+ * last error (rendered again if that happens between sizing and filling);
  * index files are rendered from fs/order at open, index/N/offsets by
  * fs/serve a READ at a time (an epoch can have millions of lines). Opens
  * go to fs/serve,
@@ -142,23 +143,28 @@ int bfs_tree_render(const struct bfs_tree *t, uint64_t ino, char **text,
 {
 	struct bfs_node n;
 	size_t need = 0, got = 0;
-	char *buf;
+	char *buf = NULL;
 	int rc = bfs_tree_decode(t, ino, &n);
 
 	*text = NULL;
 	*len = 0;
-	if (rc == 0)
+	/* stats' last error may change between sizing and filling: again */
+	for (int tries = 0; rc == 0; tries++) {
+		need = got = 0;
 		rc = render(t, &n, NULL, 0, &need);
+		if (rc == 0 && !(buf = malloc(need + 1)))
+			rc = -ENOMEM;
+		if (rc == 0)
+			rc = render(t, &n, buf, need + 1, &got);
+		if (rc == 0 && got == need)
+			break;
+		free(buf);
+		buf = NULL;
+		if (rc == 0 && tries == 8)
+			rc = -EAGAIN;
+	}
 	if (rc < 0)
 		return rc;
-	buf = malloc(need + 1);
-	if (!buf)
-		return -ENOMEM;
-	rc = render(t, &n, buf, need + 1, &got);
-	if (rc < 0 || got != need) { /* stats are fixed width: never */
-		free(buf);
-		return rc < 0 ? rc : -EAGAIN;
-	}
 	*text = buf;
 	*len = need;
 	return 0;

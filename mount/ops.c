@@ -27,8 +27,8 @@ static struct bfs_file *file_of(const struct fuse_file_info *fi)
 
 static double attr_timeout(const struct stat *st)
 {
-	/* stats keeps a fixed size, but its times may change one day. */
-	return bfs_tree_changes(st->st_ino) ? 1.0 : LONG_TIMEOUT;
+	/* stats' size changes with its last error: never cached */
+	return bfs_tree_changes(st->st_ino) ? 0.0 : LONG_TIMEOUT;
 }
 
 static void bfs_init(void *userdata, struct fuse_conn_info *conn)
