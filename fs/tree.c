@@ -98,6 +98,20 @@ int bfs_tree_decode(const struct bfs_tree *t, uint64_t ino,
 	}
 }
 
+uint64_t bfs_tree_shown_ino(const struct bfs_tree *t, uint64_t ino)
+{
+	uint64_t el = t->epochs * t->lanes, kind = ino >> KIND_SHIFT;
+	uint64_t e = (ino >> EPOCH_SHIFT) & (BFS_TREE_MAX_EPOCHS - 1);
+	uint64_t k = ino & (BFS_TREE_MAX_BATCHES - 1);
+
+	if (el > UINT32_MAX / 16 || t->len > (UINT32_MAX - 16 * el) / 2 / el)
+		return ino; /* too many to number below 2^32 */
+	if (kind == BFS_NODE_BATCH || kind == BFS_NODE_INDEXFILE)
+		return 1 + 16 * el + 2 * (e * t->len + k) +
+		       (kind == BFS_NODE_INDEXFILE);
+	return 1 + kind + 16 * e; /* the root: 1 */
+}
+
 /* ---- text files ---- */
 
 static int render_index(const struct bfs_tree *t, uint64_t e, uint64_t k,

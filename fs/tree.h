@@ -16,7 +16,8 @@
  * grows with use: ino = kind << 60 | epoch << 36 | batch (root = 1), where
  * epoch is the order's stream epoch (lane * epochs + N; /rank/R and its
  * two directories carry the lane there). Hence at most 2^24 epochs of all
- * ranks together and 2^36 batches per epoch. */
+ * ranks together and 2^36 batches per epoch. Programs see other numbers
+ * where a mount is small enough, below 2^32 (bfs_tree_shown_ino). */
 #ifndef BFS_TREE_H
 #define BFS_TREE_H
 
@@ -92,6 +93,15 @@ void bfs_tree_destroy(struct bfs_tree *t);
 uint64_t bfs_tree_ino(const struct bfs_node *n);
 int bfs_tree_decode(const struct bfs_tree *t, uint64_t ino,
 		    struct bfs_node *out);
+
+/* The inode number programs see for node 'ino' (st_ino of stat, d_ino
+ * of readdir; the kernel still names the node 'ino'): below 2^32 where
+ * the tree's epochs (of all ranks, EL) and batches per epoch (len) allow,
+ * 16 x EL + 2 x EL x len < 2^32, so that 32-bit programs built without
+ * large-file support can stat (EOVERFLOW otherwise); else 'ino'. Dense:
+ * 1 + kind + 16 x epoch for the directories and text files (the root: 1),
+ * then two per batch, its file and its index file. */
+uint64_t bfs_tree_shown_ino(const struct bfs_tree *t, uint64_t ino);
 
 /* Attributes of ino: exact st_size (text files are rendered to size
  * them), st_blksize 1 MiB, the owner, group and read bits of
