@@ -100,9 +100,12 @@ $(BUILD)/batchfs: $(CLI_OBJS) $(BUILD)/libbatchfs_core.a
 build-all: $(BUILD)/batchfs $(BUILD)/libbatchfs_core.a $(BUILD_ALL)
 
 # make install / uninstall: each module.mk adds its install-X rule (and
-# uninstall-X) to INSTALL_PARTS. Then, unless staged (DESTDIR=), where the
-# Python package went and what a PREFIX outside the search paths needs.
+# uninstall-X) to INSTALL_PARTS. Unless staged (DESTDIR=): first the
+# bash-completion package (it loads the completion installed), and at the
+# end where the Python package went and what a PREFIX outside the search
+# paths needs.
 install: all
+	@[ -n "$(DESTDIR)" ] || tools/scripts/deps.sh install
 	@$(MAKE) --no-print-directory $(INSTALL_PARTS)
 	@[ -n "$(DESTDIR)" ] || tools/scripts/install_notes.sh $(PYTHON) \
 		$(BINDIR) $(LIBDIR) $(PYTHON_SITE)

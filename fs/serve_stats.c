@@ -1,7 +1,11 @@
 /* fs/serve_stats: a mount's counters (struct bfs_stats) and the stats
- * file that shows them (serve.h): one "name value" line per counter, fixed
- * width, so the file's size is the same at every getattr while its values
- * change; the pool's last error comes last, in four lines. */
+ * file that shows them (serve.h): one "name value" line per counter,
+ * fixed width, so the file's size stays the same while the counters
+ * change; the pool's last error comes last, in four lines, the message
+ * as it is (no padding). So the size changes when the last error does:
+ * the file is read with direct I/O (a read is not cut at a size seen
+ * before) and its attributes are not cached (mount/ops.c), and fs/tree
+ * renders it again when it changed between sizing and filling. */
 #include "fs/serve_impl.h"
 
 #include <inttypes.h>
@@ -29,9 +33,9 @@ void bfs_serve_stats(struct bfs_serve *s, struct bfs_stats *st)
 	st->mode = s->o.mode;
 }
 
-/* The last error, four fixed-width lines (time, epoch, batch, message;
- * "-" for none; a multi-rank mount has last_error_rank too) so the stats
- * file keeps its size. */
+/* The last error: four lines (time, epoch, batch, message; "-" for
+ * none; a multi-rank mount has last_error_rank too), the first three of
+ * fixed width, the message as long as it is. */
 static void render_last_error(const struct bfs_pool_error *le, bool ranked,
 			      char *buf, size_t len, size_t *pos)
 {
@@ -52,9 +56,8 @@ static void render_last_error(const struct bfs_pool_error *le, bool ranked,
 				  "last_error_rank", r);
 	bfs_layout_append(buf, len, pos, "%-22s %20s\n", "last_error_epoch", e);
 	bfs_layout_append(buf, len, pos, "%-22s %20s\n", "last_error_batch", k);
-	bfs_layout_append(buf, len, pos, "%-22s %-*.*s\n", "last_error",
-			  BFS_POOL_ERROR_MAX, BFS_POOL_ERROR_MAX,
-			  le->time_ns ? le->msg : "-");
+	bfs_layout_append(buf, len, pos, "%-22s %.*s\n", "last_error",
+			  BFS_POOL_ERROR_MAX, le->time_ns ? le->msg : "-");
 }
 
 void bfs_serve_render_stats(struct bfs_serve *s, uint64_t lookups, char *buf,

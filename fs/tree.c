@@ -6,7 +6,8 @@
  * number + 2, a batch file's size comes from fs/layout. README and
  * dataset.json are rendered once at creation by fs/text (they never
  * change); stats is rendered by fs/serve, the counters' owner, on each
- * request with fixed-width values, so its size never changes either;
+ * request with fixed-width counters, so its size changes only with its
+ * last error (rendered again if that happens between sizing and filling);
  * index files are rendered from fs/order at open, index/N/offsets by
  * fs/serve a READ at a time (an epoch can have millions of lines). Opens
  * go to fs/serve, which knows batch ids and texts, not inodes.
@@ -121,6 +122,22 @@ int bfs_tree_decode(const struct bfs_tree *t, uint64_t ino,
 	}
 }
 
+uint64_t bfs_tree_shown_ino(const struct bfs_tree *t, uint64_t ino)
+{
+	uint64_t el = t->epochs * t->lanes, kind = ino >> KIND_SHIFT;
+	uint64_t serial = (ino >> EPOCH_SHIFT) & (BFS_TREE_MAX_EPOCHS - 1);
+	struct bfs_node n;
+
+	if (el > UINT32_MAX / 16 || t->len > (UINT32_MAX - 16 * el) / 2 / el)
+		return ino; /* too many to number below 2^32 */
+	if (kind == BFS_NODE_BATCH || kind == BFS_NODE_INDEXFILE)
+		return bfs_tree_decode(t, ino, &n) < 0
+			   ? ino
+			   : 1 + 16 * el + 2 * bfs_order_pos(t->order, n.id) +
+				 (kind == BFS_NODE_INDEXFILE);
+	return 1 + kind + 16 * serial; /* the root: 1 */
+}
+
 /* ---- text files ---- */
 
 static int render_index(const struct bfs_tree *t, struct bfs_batch_id id,
@@ -166,23 +183,28 @@ int bfs_tree_render(const struct bfs_tree *t, uint64_t ino, char **text,
 {
 	struct bfs_node n;
 	size_t need = 0, got = 0;
-	char *buf;
+	char *buf = NULL;
 	int rc = bfs_tree_decode(t, ino, &n);
 
 	*text = NULL;
 	*len = 0;
-	if (rc == 0)
+	/* stats' last error may change between sizing and filling: again */
+	for (int tries = 0; rc == 0; tries++) {
+		need = got = 0;
 		rc = render(t, &n, NULL, 0, &need);
+		if (rc == 0 && !(buf = malloc(need + 1)))
+			rc = -ENOMEM;
+		if (rc == 0)
+			rc = render(t, &n, buf, need + 1, &got);
+		if (rc == 0 && got == need)
+			break;
+		free(buf);
+		buf = NULL;
+		if (rc == 0 && tries == 8)
+			rc = -EAGAIN;
+	}
 	if (rc < 0)
 		return rc;
-	buf = malloc(need + 1);
-	if (!buf)
-		return -ENOMEM;
-	rc = render(t, &n, buf, need + 1, &got);
-	if (rc < 0 || got != need) { /* stats are fixed width: never */
-		free(buf);
-		return rc < 0 ? rc : -EAGAIN;
-	}
 	*text = buf;
 	*len = need;
 	return 0;

@@ -20,7 +20,8 @@
  * the order's number of the id's epoch among every lane's epochs
  * (bfs_order_epoch_serial: lane x epochs + N), or the lane itself for
  * /rank/R and its directories. Hence at most 2^24 epochs of all ranks
- * together and 2^36 batches per epoch. */
+ * together and 2^36 batches per epoch. Programs see other numbers
+ * where a mount is small enough, below 2^32 (bfs_tree_shown_ino). */
 #ifndef BFS_TREE_H
 #define BFS_TREE_H
 
@@ -95,6 +96,15 @@ void bfs_tree_destroy(struct bfs_tree *t);
 uint64_t bfs_tree_ino(const struct bfs_tree *t, const struct bfs_node *n);
 int bfs_tree_decode(const struct bfs_tree *t, uint64_t ino,
 		    struct bfs_node *out);
+
+/* The inode number programs see for node 'ino' (st_ino of stat, d_ino
+ * of readdir; the kernel still names the node 'ino'): below 2^32 where
+ * the tree's epochs (of all ranks, EL) and batches per epoch (len) allow,
+ * 16 x EL + 2 x EL x len < 2^32, so that 32-bit programs built without
+ * large-file support can stat (EOVERFLOW otherwise); else 'ino'. Dense:
+ * 1 + kind + 16 x epoch for the directories and text files (the root: 1),
+ * then two per batch, its file and its index file. */
+uint64_t bfs_tree_shown_ino(const struct bfs_tree *t, uint64_t ino);
 
 /* Attributes of ino: exact st_size (text files are rendered to size
  * them), st_blksize 1 MiB, the owner, group and read bits of

@@ -6,6 +6,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -77,6 +78,71 @@ static int scan_dir(const struct bfs_loader_logger *lg, const char *dir,
 	return rc;
 }
 
+/* Whether directory 'root' is the root of a batchfs mount of several
+ * ranks (it has dataset.json and rank/): then the lowest rank it serves
+ * into *rank. */
+static int multi_rank_root(const char *root, unsigned long *rank)
+{
+	char path[PATH_MAX];
+	struct dirent *e;
+	struct stat sb;
+	DIR *d;
+	int found = 0;
+
+	if (snprintf(path, sizeof(path), "%s/dataset.json", root) >=
+		(int)sizeof(path) ||
+	    stat(path, &sb) < 0 || !S_ISREG(sb.st_mode))
+		return 0;
+	d = snprintf(path, sizeof(path), "%s/rank", root) < (int)sizeof(path)
+		? opendir(path)
+		: NULL;
+	while (d && (e = readdir(d))) {
+		char *end;
+		unsigned long r = strtoul(e->d_name, &end, 10);
+
+		if (e->d_name[0] >= '0' && e->d_name[0] <= '9' && !*end &&
+		    (!found || r < *rank)) {
+			*rank = r;
+			found = 1;
+		}
+	}
+	if (d)
+		closedir(d);
+	return found;
+}
+
+/* When 'dir', which holds no batch files, is in a batchfs mount of
+ * several ranks (its root, rank/R, or epoch/N as a mount of one rank has
+ * it: the root up to two levels above), log where the batches are:
+ * ROOT/rank/R/epoch/N. */
+static void rank_hint(const struct bfs_loader_logger *lg, const char *dir)
+{
+	char root[PATH_MAX];
+	unsigned long rank = 0;
+
+	snprintf(root, sizeof(root), "%s", dir);
+	for (int up = 0; up <= 2; up++) {
+		char *slash;
+
+		while ((slash = strrchr(root, '/')) && slash != root &&
+		       !slash[1])
+			*slash = '\0'; /* trailing slashes */
+		if (multi_rank_root(root, &rank)) {
+			bfs_loader_log(lg, BFS_LOADER_LOG_ERR,
+				       "%s: the batchfs mount at %s serves "
+				       "several ranks, each in rank/R/: open "
+				       "one rank's epoch, e.g. %s/rank/%lu/"
+				       "epoch/0",
+				       dir, root, root, rank);
+			return;
+		}
+		slash = strrchr(root, '/');
+		if (!slash || slash == root)
+			return;
+		*slash = '\0';
+	}
+}
+
 /* fl->names from the arguments: the list as given, or batch_0..batch_{n-1}
  * of dir. */
 static int list_names(const struct bfs_loader_logger *lg, const char *dir,
@@ -103,6 +169,8 @@ static int list_names(const struct bfs_loader_logger *lg, const char *dir,
 			       dir ? dir : "file list");
 		rc = -ENOENT;
 	}
+	if (rc == -ENOENT && !files)
+		rank_hint(lg, dir);
 	if (rc == 0 && !(fl->names = calloc((size_t)n + 1, sizeof(char *))))
 		rc = -ENOMEM;
 	for (uint64_t i = 0; rc == 0 && i < n; i++) {

@@ -25,6 +25,9 @@ struct bfs_mount_served {
 struct bfs_mount_params {
 	const char *mountpoint; /* an existing directory */
 	const char *fuse_opts;	/* the user's -o options, comma-joined */
+	const char *fsname;	/* what mount tables show as the source
+				 * (findmnt's SOURCE): the first source's
+				 * path, any bytes; NULL: "batchfs" */
 	unsigned fuse_threads;
 	bool foreground;  /* else: daemonize (see bfs_mount_run) */
 	bool log_failure; /* also bfs_log why the mount failed (the log is a

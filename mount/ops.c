@@ -27,8 +27,16 @@ static struct bfs_file *file_of(const struct fuse_file_info *fi)
 
 static double attr_timeout(const struct stat *st)
 {
-	/* stats keeps a fixed size, but its times may change one day. */
-	return bfs_tree_changes(st->st_ino) ? 1.0 : LONG_TIMEOUT;
+	/* stats' size changes with its last error: never cached */
+	return bfs_tree_changes(st->st_ino) ? 0.0 : LONG_TIMEOUT;
+}
+
+/* st as programs see it: st_ino is the node's id as fs/tree answers;
+ * programs see bfs_tree_shown_ino's number (below 2^32 when it can be).
+ * After attr_timeout, which reads the node id. */
+static void show(const struct bfs_mount *m, struct stat *st)
+{
+	st->st_ino = bfs_tree_shown_ino(m->tree, st->st_ino);
 }
 
 static void bfs_init(void *userdata, struct fuse_conn_info *conn)
@@ -55,6 +63,7 @@ static void bfs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 		e.ino = e.attr.st_ino;
 		e.attr_timeout = attr_timeout(&e.attr);
 		e.entry_timeout = LONG_TIMEOUT;
+		show(mnt_of(req), &e.attr);
 	} else if (rc == -ENOENT) {
 		e.ino = 0; /* negative entry, cached as long */
 		e.entry_timeout = LONG_TIMEOUT;
@@ -82,11 +91,14 @@ static void bfs_getattr(fuse_req_t req, fuse_ino_t ino,
 {
 	struct stat st;
 	int rc = bfs_tree_getattr(mnt_of(req)->tree, ino, &st);
+	double timeout = rc == 0 ? attr_timeout(&st) : 0;
 
-	if (rc == 0)
-		fuse_reply_attr(req, &st, attr_timeout(&st));
-	else
+	if (rc == 0) {
+		show(mnt_of(req), &st);
+		fuse_reply_attr(req, &st, timeout);
+	} else {
 		fuse_reply_err(req, -rc);
+	}
 }
 
 static void bfs_erofs(fuse_req_t req)
@@ -240,10 +252,11 @@ static void readdir_common(fuse_req_t req, fuse_ino_t ino, size_t size,
 				     &e.attr);
 		if (rc <= 0)
 			break;
+		e.ino = e.attr.st_ino;
+		e.attr_timeout = attr_timeout(&e.attr);
+		e.entry_timeout = LONG_TIMEOUT;
+		show(m, &e.attr);
 		if (plus) {
-			e.ino = e.attr.st_ino;
-			e.attr_timeout = attr_timeout(&e.attr);
-			e.entry_timeout = LONG_TIMEOUT;
 			need = fuse_add_direntry_plus(
 			    req, buf + pos, size - pos, name, &e, (off_t)i + 1);
 		} else {

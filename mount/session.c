@@ -73,26 +73,51 @@ static int kernel_inval(void *arg, struct bfs_batch_id id)
 /* ---- the steps ------------------------------------------------------------
  */
 
-/* fuse args: read-only, default_permissions, auto_unmount unless the user
- * asked allow_other (libfuse 3.14 refuses both together). */
+/* "fsname=NAME" with NAME's commas and backslashes escaped as FUSE's
+ * option parser wants them ("\\,", "\\\\"), malloc'd; NULL out of
+ * memory. */
+static char *fsname_opt(const char *name)
+{
+	size_t n = strlen(name);
+	char *o = malloc(sizeof("fsname=") + 2 * n), *w;
+
+	if (!o)
+		return NULL;
+	w = o + sprintf(o, "fsname=");
+	for (; *name; name++) {
+		if (*name == ',' || *name == '\\')
+			*w++ = '\\';
+		*w++ = *name;
+	}
+	*w = '\0';
+	return o;
+}
+
+/* fuse args: read-only, default_permissions, the source as the fsname
+ * mount tables show, auto_unmount unless the user asked allow_other
+ * (libfuse 3.14 refuses both together). */
 static int fuse_args_for(const struct bfs_mount_params *p,
 			 struct fuse_args *args)
 {
-	char o[1400];
 	bool allow_other = strstr(p->fuse_opts, "allow_other") != NULL;
+	char *fsname = fsname_opt(p->fsname ? p->fsname : "batchfs"), *o = NULL;
+	int rc = -ENOMEM;
 
 	if (allow_other)
 		fprintf(stderr, "batchfs mount: warning: -o allow_other: "
 				"auto_unmount disabled (libfuse 3.14 cannot "
 				"combine them); use batchfs umount\n");
-	snprintf(o, sizeof(o),
-		 "ro,default_permissions,fsname=batchfs,subtype=batchfs%s%s%s",
-		 allow_other ? "" : ",auto_unmount", p->fuse_opts[0] ? "," : "",
-		 p->fuse_opts);
-	if (fuse_opt_add_arg(args, "batchfs") || fuse_opt_add_arg(args, "-o") ||
-	    fuse_opt_add_arg(args, o))
-		return -ENOMEM;
-	return 0;
+	if (fsname &&
+	    asprintf(&o, "ro,default_permissions,%s,subtype=batchfs%s%s%s",
+		     fsname, allow_other ? "" : ",auto_unmount",
+		     p->fuse_opts[0] ? "," : "", p->fuse_opts) < 0)
+		o = NULL;
+	if (o && !fuse_opt_add_arg(args, "batchfs") &&
+	    !fuse_opt_add_arg(args, "-o") && !fuse_opt_add_arg(args, o))
+		rc = 0;
+	free(fsname);
+	free(o);
+	return rc;
 }
 
 /* Fork; the parent waits for the status message and exits with 0 or 1.

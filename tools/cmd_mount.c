@@ -6,11 +6,20 @@
  * order PyTorch would accept, defaults that follow from others), the
  * usage errors (exit 2) and the check of MOUNTPOINT. What is mounted, and
  * how, is tools/mount_compose.c's, the composition root, which it hands
- * the checked options (struct mount_opts, tools/mount_compose.h). */
+ * the checked options (struct mount_opts, tools/mount_compose.h).
+ *
+ * Every option can also be spelled inside -o, as KEY[=VALUE] with '_'
+ * or '-' (batch_size=256,shuffle), for mount.fuse3's calling convention
+ * `batchfs SOURCE MOUNTPOINT -o OPTIONS` (tools/main.c sends it here),
+ * which `mount -t fuse.batchfs` and /etc/fstab use: there every option
+ * is in -o, further sources are source=PATH, and mount(8)'s own options
+ * (rw, dev, suid, nofail, x-systemd.*, ...) come along and are ignored.
+ * What -o holds besides goes to FUSE, as before. */
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -115,14 +124,27 @@ static const char usage_text[] =
     "                       may read every source; implies allow_other\n"
     "  -o OPT[,OPT...]      FUSE mount options (allow_other lets other\n"
     "                       users in, as far as the files' permissions\n"
-    "                       allow; it drops auto_unmount on libfuse 3.14)\n"
+    "                       allow; it drops auto_unmount on libfuse 3.14);\n"
+    "                       also every option above as KEY[=VALUE]\n"
+    "                       (batch_size=256,shuffle: '_' or '-'),\n"
+    "                       source=PATH for one more SOURCE, fields= and\n"
+    "                       ranks= repeated for a list; mount(8)'s own\n"
+    "                       (rw, dev, suid, nofail, _netdev, x-*, ...)\n"
+    "                       are ignored\n"
     "Permissions: every file's owner, group and read bits are no wider\n"
     "than the sources' (the most restrictive of them, their directories\n"
     "included); the kernel enforces them. Nothing is writable.\n"
     "  -f, --foreground     stay in the foreground, log to stderr\n"
     "  -v, --verbose        debug logging: also each batch's open,\n"
     "                       materialize, serve and evict, with timings\n"
-    "  -h, --help           this text\n";
+    "  -h, --help           this text\n\n"
+    "`batchfs SOURCE MOUNTPOINT -o OPTION[,OPTION...]` is the same\n"
+    "command, as mount.fuse3 calls it: `mount -t fuse.batchfs SOURCE\n"
+    "MOUNTPOINT -o OPTIONS` and an /etc/fstab line of type fuse.batchfs\n"
+    "run it, so a dataset can be mounted at boot:\n"
+    "  /data/cifar.pt /mnt/cifar fuse.batchfs batch_size=256,shuffle,seed=7"
+    " 0 0\n"
+    "Mount tables show the first SOURCE as what is mounted (findmnt).\n";
 
 static void usage(FILE *f)
 {
@@ -334,6 +356,122 @@ static void append_o(struct mount_opts *m, const char *o)
 	snprintf(m->fuse_o + n, sizeof(m->fuse_o) - n, "%s%s", n ? "," : "", o);
 }
 
+/* mount(8)'s own options, which an fstab line, `mount -t` and
+ * mount.fuse3 pass on and which mean nothing here: rw (batchfs is
+ * read-only), dev and suid (it has no device or set-user-ID files, and
+ * keeps FUSE's nodev,nosuid), and those for mount(8) and systemd
+ * alone. */
+static bool ignored_o(const char *o)
+{
+	static const char *const words[] = {
+	    "defaults", "rw",	   "ro",   "dev",   "suid",   "auto",  "noauto",
+	    "nofail",	"_netdev", "user", "users", "nouser", "owner", "group",
+	};
+
+	for (size_t i = 0; i < sizeof(words) / sizeof(words[0]); i++)
+		if (!strcmp(o, words[i]))
+			return true;
+	return !strncmp(o, "x-", 2) || !strncmp(o, "comment=", 8);
+}
+
+/* The long option the key of -o item 'o' (its first 'klen' bytes, '_'
+ * read as '-') names, or NULL. */
+static const struct option *long_opt_of(const char *o, size_t klen)
+{
+	char key[32];
+
+	if (klen >= sizeof(key))
+		return NULL;
+	for (size_t i = 0; i < klen; i++)
+		key[i] = o[i] == '_' ? '-' : o[i];
+	key[klen] = '\0';
+	for (const struct option *l = long_opts; l->name; l++)
+		if (!strcmp(l->name, key))
+			return l;
+	return NULL;
+}
+
+/* -o fields= or ranks= 'v' after an earlier value in *dst: the list of
+ * both (repeating the key makes a list: commas separate -o items). 0, or
+ * 2 (printed). */
+static int join_list(struct mount_opts *m, const char **dst, const char *v)
+{
+	char *s;
+
+	if (!*dst) {
+		*dst = v;
+		return 0;
+	}
+	if (m->no_copies == MAX_O_ARGS || asprintf(&s, "%s,%s", *dst, v) < 0)
+		return bfs_cli_bad_usage("mount", usage, "too many -o options",
+					 NULL);
+	m->o_copies[m->no_copies++] = s;
+	*dst = s;
+	return 0;
+}
+
+static int one_opt(int c, char *arg, struct mount_opts *m);
+
+/* One item of -o: an option of the table as KEY[=VALUE], source=PATH,
+ * one of mount(8)'s (ignored) or a FUSE option (passed on). Returns as
+ * one_opt. */
+static int o_item(struct mount_opts *m, char *o)
+{
+	char *eq = strchr(o, '=');
+	size_t klen = eq ? (size_t)(eq - o) : strlen(o);
+	const struct option *l = long_opt_of(o, klen);
+	char msg[160];
+
+	if (!*o || ignored_o(o))
+		return 0;
+	if (!strncmp(o, "source=", 7)) {
+		if (!o[7] || m->no_sources == MAX_O_SOURCES)
+			return bfs_cli_bad_usage(
+			    "mount", usage,
+			    o[7] ? "too many -o source= options"
+				 : "-o source=: needs a path",
+			    NULL);
+		m->o_sources[m->no_sources++] = o + 7;
+		return 0;
+	}
+	if (!l) {
+		append_o(m, o);
+		return 0;
+	}
+	if ((l->has_arg == no_argument) != !eq) {
+		snprintf(msg, sizeof(msg), "-o %.*s: %s (--%s)", (int)klen, o,
+			 eq ? "takes no value" : "needs a value, as KEY=VALUE",
+			 l->name);
+		return bfs_cli_bad_usage("mount", usage, msg, NULL);
+	}
+	if (l->val == OPT_FIELDS)
+		return join_list(m, &m->fields, eq + 1);
+	if (l->val == OPT_RANKS)
+		return join_list(m, &m->ranks_arg, eq + 1);
+	return one_opt(l->val, eq ? eq + 1 : NULL, m);
+}
+
+/* -o OPT[,OPT...], each OPT through o_item: a copy of 'arg' cut at its
+ * commas, kept in m as long as m (the options point into it). Returns
+ * as one_opt, or 1 out of memory. */
+static int o_opts(struct mount_opts *m, const char *arg)
+{
+	char *copy, *save = NULL;
+	int rc = 0;
+
+	if (m->no_copies == MAX_O_ARGS)
+		return bfs_cli_bad_usage("mount", usage, "too many -o options",
+					 NULL);
+	copy = strdup(arg);
+	if (!copy)
+		return 1;
+	m->o_copies[m->no_copies++] = copy;
+	for (char *o = strtok_r(copy, ",", &save); o && rc == 0;
+	     o = strtok_r(NULL, ",", &save))
+		rc = o_item(m, o);
+	return rc;
+}
+
 /* --torch-compat V: 1.13 or 2.7; a torch version is refused with the
  * value that covers it. 0 or 2 (usage printed). */
 static int compat_opt(struct mount_opts *m, const char *arg)
@@ -435,8 +573,7 @@ static int one_opt(int c, char *arg, struct mount_opts *m)
 		m->verbose = true;
 		return 0;
 	case 'o':
-		append_o(m, arg);
-		return 0;
+		return o_opts(m, arg);
 	case OPT_SHUFFLE:
 		m->shuffle = true;
 		return 0;
@@ -558,11 +695,13 @@ static int operands(int argc, char **argv, struct mount_opts *m)
 					 "need at least one SOURCE and a "
 					 "MOUNTPOINT",
 					 NULL);
-	if ((size_t)(argc - optind - 1) > MAX_SOURCES)
+	if ((size_t)(argc - optind - 1) + m->no_sources > MAX_SOURCES)
 		return bfs_cli_bad_usage("mount", usage, "too many archives",
 					 NULL);
 	for (int i = optind; i < argc - 1; i++)
 		m->sources[m->nsources++] = argv[i];
+	for (size_t i = 0; i < m->no_sources; i++) /* -o source= */
+		m->sources[m->nsources++] = m->o_sources[i];
 	snprintf(m->source_label, sizeof(m->source_label), "%s", m->sources[0]);
 	if (m->nsources > 1)
 		snprintf(m->source_label + strlen(m->source_label),
@@ -645,6 +784,8 @@ int bfs_cmd_mount(int argc, char **argv)
 out:
 	for (size_t i = 0; i < m->nragged; i++)
 		bfs_ragged_opt_free(&m->ragged[i]);
+	for (size_t i = 0; i < m->no_copies; i++)
+		free(m->o_copies[i]);
 	free(m);
 	return rc < 0 ? 0 : rc;
 }

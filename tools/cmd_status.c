@@ -473,8 +473,9 @@ static char state_of(const char *pid)
 }
 
 /* Note the mounts of 'd' that process 'pid' serves, as "INDEX PID STATE"
- * lines on f, when its command line is `batchfs mount ... MOUNTPOINT`
- * (any argument may be the mount point: they are in the order typed). */
+ * lines on f, when its command line is `batchfs mount ... MOUNTPOINT`, or
+ * mount.fuse3's `batchfs /SOURCE MOUNTPOINT -o ...` (any argument may be
+ * the mount point: they are in the order typed). */
 static void note_daemon(const struct daemons_arg *d, const char *pid, FILE *f)
 {
 	char path[300], *cmd = NULL, *end, *a;
@@ -485,7 +486,8 @@ static void note_daemon(const struct daemons_arg *d, const char *pid, FILE *f)
 		return;
 	end = cmd + len; /* argv[0] NUL argv[1] NUL ... */
 	a = cmd + strlen(cmd) + 1;
-	if (a < end && !strcmp(a, "mount")) {
+	if (a < end &&
+	    (!strcmp(a, "mount") || (a[0] != '-' && strchr(a, '/')))) {
 		for (a += strlen(a) + 1; a < end; a += strlen(a) + 1)
 			for (size_t i = 0; i < d->n; i++)
 				if (names_point(pid, a, d->mounts[i]->point))

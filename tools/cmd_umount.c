@@ -4,13 +4,16 @@
  * nothing run); only when fusermount3 finds a real mount busy are the
  * processes that hold it looked up (open files, mapped files or working
  * directory under it: /proc/PID/fd, /proc/PID/maps, /proc/PID/cwd).
- * fusermount3's own message is printed once, after the last try. --lazy
+ * fusermount3's own message is printed once, after the last try; to a
+ * user who may not unmount it (neither root nor the one who mounted it,
+ * user_id in mountinfo) it says who may. --lazy
  * detaches the mount at once, busy or not: what is open or mapped stays
  * readable, and the daemon exits when the last of it is gone. */
 #include <dirent.h>
 #include <stdbool.h>
 #include <errno.h>
 #include <limits.h>
+#include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -174,9 +177,9 @@ static int fusermount_u(const char *mnt, bool lazy, char *msg, size_t len)
 	return WEXITSTATUS(st);
 }
 
-/* Whether 'mnt' (resolved) is a batchfs mount: 1 yes, 0 no (printed),
- * -1 mountinfo unreadable (printed). */
-static int is_batchfs_mount(const char *arg, const char *mnt)
+/* Whether 'mnt' (resolved) is a batchfs mount: 1 yes (*user_id: who
+ * mounted it, or -1), 0 no (printed), -1 mountinfo unreadable (printed). */
+static int is_batchfs_mount(const char *arg, const char *mnt, long *user_id)
 {
 	struct bfs_mountinfo *m = malloc(sizeof(*m));
 	int rc = m ? bfs_mountinfo_find(mnt, m) : -ENOMEM;
@@ -193,8 +196,51 @@ static int is_batchfs_mount(const char *arg, const char *mnt)
 			arg, m->fstype, m->source);
 		rc = 0;
 	}
+	*user_id = rc == 1 ? m->user_id : -1;
 	free(m);
 	return rc < 0 ? -1 : rc;
+}
+
+/* "name (uid N)" of user 'uid' into buf. */
+static const char *user_name(long uid, char *buf, size_t len)
+{
+	struct passwd *pw = getpwuid((uid_t)uid);
+
+	if (pw)
+		snprintf(buf, len, "%s (uid %ld)", pw->pw_name, uid);
+	else
+		snprintf(buf, len, "uid %ld", uid);
+	return buf;
+}
+
+/* fusermount3 lets only root and the user who mounted (user_id) unmount:
+ * for anyone else, one try (mountinfo could be wrong), then say who may
+ * instead of fusermount3's "entry ... not found in /etc/mtab". Returns
+ * the exit status, or -1 when this user may unmount (go on). */
+static int not_the_mounter(const char *arg, const char *mnt, long user_id,
+			   bool lazy)
+{
+	char msg[1024], me[96], them[96];
+
+	if (getuid() == 0 || user_id < 0 || (uid_t)user_id == getuid())
+		return -1;
+	if (fusermount_u(mnt, lazy, msg, sizeof(msg)) == 0)
+		return 0;
+	user_name((long)getuid(), me, sizeof(me));
+	user_name(user_id, them, sizeof(them));
+	if (user_id == 0)
+		fprintf(stderr,
+			"batchfs umount: %s: root mounted it, so only root "
+			"may unmount it (also when --owner made its files "
+			"another user's); you are %s: ask root (sudo batchfs "
+			"umount %s)\n",
+			arg, me, mnt);
+	else
+		fprintf(stderr,
+			"batchfs umount: %s: %s mounted it, so only that user "
+			"and root may unmount it; you are %s\n",
+			arg, them, me);
+	return 1;
 }
 
 /* Contract: see tools/cmd.h. 0 unmounted, 1 failed (not a batchfs
@@ -205,6 +251,7 @@ int bfs_cmd_umount(int argc, char **argv)
 	struct bfs_mountinfo now;
 	const char *arg;
 	bool lazy = false;
+	long user_id;
 	int rc;
 
 	if (argc == 2 &&
@@ -229,12 +276,15 @@ int bfs_cmd_umount(int argc, char **argv)
 			rc == -ENOENT ? "does not exist" : strerror(-rc));
 		return 1;
 	}
-	if (is_batchfs_mount(arg, mnt) != 1)
+	if (is_batchfs_mount(arg, mnt, &user_id) != 1)
 		return 1;
 	if (chdir("/") < 0) { /* run from inside, we would hold it */
 		perror("batchfs umount: chdir /");
 		return 1;
 	}
+	rc = not_the_mounter(arg, mnt, user_id, lazy);
+	if (rc >= 0)
+		return rc;
 	if (lazy) {
 		rc = fusermount_u(mnt, true, msg, sizeof(msg));
 		if (rc)

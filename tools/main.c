@@ -2,10 +2,16 @@
  * status, version. This file only dispatches; each subcommand parses its
  * own options. --version works anywhere before "--": `batchfs --version`,
  * `batchfs version` and `batchfs COMMAND ... --version` all print it, so
- * no subcommand needs to know the option. */
+ * no subcommand needs to know the option.
+ *
+ * `batchfs SOURCE MOUNTPOINT -o OPTIONS`, a first argument that is no
+ * command but a path (it has a '/' or exists), is `batchfs mount`:
+ * mount.fuse3 runs the program a type fuse.TYPE names that way, for
+ * `mount -t fuse.batchfs` and /etc/fstab (tools/cmd_mount.c). */
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "tools/cli.h"
 #include "tools/cmd.h"
@@ -34,6 +40,9 @@ static void usage(FILE *f)
 	fprintf(f, "usage: batchfs COMMAND [OPTIONS] ...\n\ncommands:\n");
 	for (size_t i = 0; i < NCMDS; i++)
 		fprintf(f, "  %-8s %s\n", cmds[i].name, cmds[i].summary);
+	fprintf(f, "\n'batchfs SOURCE MOUNTPOINT -o OPTIONS' is 'batchfs "
+		   "mount' as mount -t fuse.batchfs\nand /etc/fstab call "
+		   "it.\n");
 	fprintf(f, "\n'batchfs COMMAND --help' describes a command; "
 		   "'batchfs --version'\nprints the version; 'man batchfs' "
 		   "has it all.\n");
@@ -87,6 +96,9 @@ int main(int argc, char **argv)
 	for (size_t i = 0; i < NCMDS; i++)
 		if (!strcmp(argv[1], cmds[i].name))
 			return cmds[i].run(argc - 1, argv + 1);
+	if (argc > 2 && argv[1][0] != '-' &&
+	    (strchr(argv[1], '/') || access(argv[1], F_OK) == 0))
+		return bfs_cmd_mount(argc, argv); /* mount.fuse3's form */
 	fprintf(stderr, "batchfs: unknown command '%s'\ncommands:", argv[1]);
 	for (size_t i = 0; i < NCMDS; i++)
 		fprintf(stderr, " %s", cmds[i].name);

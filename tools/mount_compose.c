@@ -405,12 +405,20 @@ static int start(void *arg, enum bfs_serve_mode mode, const char *why,
 	return rc;
 }
 
-/* The options as one line for README (what was asked, plus defaults and
- * the mode chosen). */
+/* The options as one line for README and the log (what was asked, plus
+ * defaults and the mode chosen): the seed only for an order it draws (a
+ * state file names the generator instead, an order that is not random
+ * has none). */
 static void describe_opts(struct mount_opts *m, enum bfs_serve_mode mode)
 {
-	char ranks[96] = "";
+	const char *src = m->seed_source;
+	char ranks[96] = "", seed[PATH_MAX + 32] = "";
 
+	if (!strcmp(src, "--generator-state") || !strcmp(src, "--rng-state"))
+		snprintf(seed, sizeof(seed), " %s %s", src,
+			 m->gen_state ? m->gen_state : m->rng_state);
+	else if (strcmp(src, "unused"))
+		snprintf(seed, sizeof(seed), " --seed %" PRIu64, m->seed);
 	if (m->have_world && m->ranks_arg)
 		snprintf(ranks, sizeof(ranks), " --world-size %u --ranks %.40s",
 			 m->world_size, m->ranks_arg);
@@ -418,11 +426,10 @@ static void describe_opts(struct mount_opts *m, enum bfs_serve_mode mode)
 		snprintf(ranks, sizeof(ranks), " --world-size %u --rank %u",
 			 m->world_size, m->rank);
 	snprintf(m->line, sizeof(m->line),
-		 "--batch-size %" PRIu64 "%s --seed %" PRIu64
-		 "%s%s --epochs %" PRIu64
+		 "--batch-size %" PRIu64 "%s%s%s%s --epochs %" PRIu64
 		 " --workers %u --prefetch %u --cache-mb %" PRIu64
 		 " --timeout %u --serve %s%s",
-		 m->batch_size, m->shuffle ? " --shuffle" : "", m->seed,
+		 m->batch_size, m->shuffle ? " --shuffle" : "", seed,
 		 m->drop_last ? " --drop-last" : "", ranks, m->epochs,
 		 m->workers, m->prefetch, m->cache_mb, m->timeout_s,
 		 bfs_serve_mode_name(mode), m->ragged_line);
@@ -459,9 +466,45 @@ static void warn(const struct mount_opts *m, const char *fmt, ...)
 		bfs_log(BFS_LOG_WARN, "mount", "warning: %s", msg);
 }
 
+/* A warning when --cache-mb cannot hold the batches --prefetch asks to
+ * prepare: the pool skips a prefetch it has no room for (fs/pool.c), so
+ * a budget of fewer than two batches (the one read, one ahead) prefetches
+ * nothing, and one of fewer than prefetch + 1 per rank served prefetches
+ * less than asked (said when --prefetch was given). */
+static void warn_budget(const struct mount_opts *m, const struct model *mt)
+{
+	uint64_t batch = (mt->layout.max_file_size + 4095) & ~(uint64_t)4095;
+	uint64_t budget = m->cache_mb << 20, fit = batch ? budget / batch : 0;
+	uint64_t lanes = m->nranks ? m->nranks : 1;
+	uint64_t want = lanes * (m->prefetch + 1ull), mb;
+
+	if (!m->prefetch || !batch || fit >= want ||
+	    (fit >= 2 && !m->have_prefetch))
+		return;
+	mb = (want * batch + (1u << 20) - 1) >> 20;
+	if (fit < 2)
+		warn(m,
+		     "--cache-mb %" PRIu64 " holds %s batch of %" PRIu64
+		     " bytes: --prefetch %u prefetches nothing (use "
+		     "--cache-mb %" PRIu64 " or more for it)",
+		     m->cache_mb, fit ? "one" : "not one", batch, m->prefetch,
+		     mb);
+	else
+		warn(
+		    m,
+		    "--cache-mb %" PRIu64 " holds %" PRIu64
+		    " batches of %" PRIu64
+		    " bytes: fewer than --prefetch %u ahead of each of %" PRIu64
+		    " reader%s are prepared (use --cache-mb %" PRIu64
+		    " or more for them all)",
+		    m->cache_mb, fit, batch, m->prefetch, lanes,
+		    lanes > 1 ? "s" : "", mb);
+}
+
 /* Right before the mount is reported ready: the warnings (options that
- * change nothing, files the mount hides) and the summary line, while the
- * caller's terminal is still there; then logs go to their sink. */
+ * change nothing, a budget too small for --prefetch, files the mount
+ * hides) and the summary line, while the caller's terminal is still
+ * there; then logs go to their sink. */
 static void ready(void *arg)
 {
 	struct session_arg *sa = arg;
@@ -471,6 +514,7 @@ static void ready(void *arg)
 
 	for (size_t i = 0; i < n; i++)
 		warn(sa->m, "%s", unused[i]);
+	warn_budget(sa->m, sa->model);
 	if (sa->m->hidden)
 		warn(sa->m,
 		     "%s is not empty: its %zu entr%s hidden while it is "
@@ -493,6 +537,7 @@ static int run(struct mount_opts *m, struct model *mt)
 	const struct bfs_mount_params p = {
 	    .mountpoint = m->mountpoint,
 	    .fuse_opts = m->fuse_o,
+	    .fsname = m->fsname,
 	    .fuse_threads = m->fuse_threads,
 	    .foreground = m->foreground,
 	    .log_failure = m->log.fd >= 0,
@@ -553,6 +598,8 @@ int bfs_mount_compose(struct mount_opts *m, void (*usage)(FILE *))
 		m->seed = s;
 	}
 	bfs_log_setup(m->verbose ? BFS_LOG_DEBUG : BFS_LOG_INFO, NULL);
+	if (!realpath(m->sources[0], m->fsname)) /* open_model says why */
+		snprintf(m->fsname, sizeof(m->fsname), "%s", m->sources[0]);
 	rc = open_model(m, &mt, usage);
 	if (rc == 0)
 		rc = bfs_mount_perm_decide(

@@ -23,8 +23,10 @@
 #include "tools/mount_log.h"
 #include "tools/mount_perm.h"
 
-#define MAX_SOURCES 4096
-#define MAX_RANKS   4096 /* ranks one mount serves (--ranks) */
+#define MAX_SOURCES   4096
+#define MAX_RANKS     4096 /* ranks one mount serves (--ranks) */
+#define MAX_O_ARGS    64   /* -o arguments of one command line */
+#define MAX_O_SOURCES 256  /* -o source=PATH options (fstab's shards) */
 
 /* The options of one `batchfs mount`: filled in and checked by the
  * command line, then the composition root's (the fields at the end). */
@@ -53,6 +55,13 @@ struct mount_opts {
 	struct bfs_ragged_opt ragged[BFS_LAYOUT_MAX_RAGGED]; /* --pad/--pack */
 	size_t nragged;
 	char ragged_line[512]; /* them, for README (cut when long) */
+	/* The command line's own: the copies of -o arguments that options
+	 * given as -o KEY=VALUE point into, and the sources -o source=
+	 * added (after the SOURCE operands). */
+	char *o_copies[MAX_O_ARGS];
+	size_t no_copies;
+	const char *o_sources[MAX_O_SOURCES];
+	size_t no_sources;
 
 	/* Set by the composition root (seed too, when it draws one). */
 	size_t hidden;		    /* entries the mount hides in MOUNTPOINT */
@@ -61,6 +70,8 @@ struct mount_opts {
 	struct bfs_mount_log log;   /* where the daemon logs */
 	char line[2048];	    /* the options as one line, for README */
 	struct bfs_perm perm;	    /* who may read the nodes */
+	char fsname[PATH_MAX];	    /* the first source's absolute path:
+				     * mount tables show it (findmnt) */
 };
 
 /* The options in DataLoader's terms, for fs/order's rules. */

@@ -178,6 +178,12 @@ static int parse_line(char *line, struct bfs_mountinfo *m)
 	unescape(tok, m->fstype, sizeof(m->fstype));
 	tok = strtok_r(NULL, " ", &save);
 	unescape(tok ? tok : "?", m->source, sizeof(m->source));
+	m->user_id = -1;
+	tok = tok ? strtok_r(NULL, " ", &save) : NULL; /* super options */
+	for (char *o = tok ? strstr(tok, "user_id=") : NULL; o;
+	     o = strstr(o + 1, "user_id="))
+		if (o == tok || o[-1] == ',')
+			m->user_id = strtol(o + 8, NULL, 10);
 	return 0;
 }
 

@@ -17,6 +17,9 @@ struct bfs_mountinfo {
 	unsigned major, minor; /* its st_dev; a FUSE mount's connection
 				* in /sys/fs/fuse/connections is
 				* major << 20 | minor */
+	long user_id;	       /* a FUSE mount's user_id= (who mounted
+				* it: fusermount3 lets only that user and
+				* root unmount it), or -1 */
 };
 
 /* 'arg' as an absolute path without symlinks or "..", for comparing with

@@ -483,6 +483,44 @@ static void open_refuses_bad_options_and_missing_files(void **state)
 	gen_free(&g);
 }
 
+/* A mount of several ranks has no epoch/ at its root: opening its root,
+ * or ROOT/epoch/0 as on a mount of one rank, fails with an error that
+ * names ROOT/rank/R/epoch/0 (R the lowest rank it serves). */
+static void a_multi_rank_mount_names_its_rank_directories(void **state)
+{
+	char root[PATH_MAX], path[PATH_MAX + 64], want[PATH_MAX + 64];
+	struct bfs_loader *L = NULL;
+	FILE *f;
+
+	make_dir(root, sizeof(root), "ranks");
+	snprintf(path, sizeof(path), "%s/dataset.json", root);
+	f = fopen(path, "w");
+	assert_non_null(f);
+	fputs("{\"rank_dirs\": true}\n", f);
+	fclose(f);
+	for (int r = 5; r >= 2; r -= 3) {
+		snprintf(path, sizeof(path), "%s/rank", root);
+		mkdir(path, 0755);
+		snprintf(path, sizeof(path), "%s/rank/%d", root, r);
+		mkdir(path, 0755);
+		snprintf(path, sizeof(path), "%s/rank/%d/epoch", root, r);
+		mkdir(path, 0755);
+	}
+	snprintf(want, sizeof(want), "e.g. %s/rank/2/epoch/0", root);
+	assert_int_equal(
+	    bfs_loader_open(
+		&L, &(struct bfs_loader_opts){.dir = root, .log = quiet}),
+	    -ENOENT);
+	assert_non_null(strstr(last_log, want));
+	snprintf(path, sizeof(path), "%s/epoch/0", root);
+	assert_int_equal(
+	    bfs_loader_open(
+		&L, &(struct bfs_loader_opts){.dir = path, .log = quiet}),
+	    -ENOENT);
+	assert_non_null(strstr(last_log, want));
+	assert_null(L);
+}
+
 /* CPU mode: one loader read over three epochs with reopen, the middle one
  * left after two batches; every delivered batch is the new epoch's. */
 static void reopen_reads_the_next_epoch_with_the_same_ring(void **state)
@@ -538,6 +576,7 @@ int main(void)
 	    cmocka_unit_test(all_slots_held_gives_ebusy_until_a_release),
 	    cmocka_unit_test(close_with_batches_outstanding_is_clean),
 	    cmocka_unit_test(open_refuses_bad_options_and_missing_files),
+	    cmocka_unit_test(a_multi_rank_mount_names_its_rank_directories),
 	    cmocka_unit_test(reopen_reads_the_next_epoch_with_the_same_ring),
 	};
 

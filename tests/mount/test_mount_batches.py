@@ -2,6 +2,7 @@
 """A real mount serves every batch as valid safetensors whose bytes equal the
 rows named by index/N/batch_K, taken from the archive by torch; every file's
 st_size equals the bytes it yields; listings have len(DataLoader) entries;
+inode numbers are below 2^32 and distinct on a small mount;
 reads of any size/offset work; mmap(MAP_SHARED) works; the mount is
 read-only and unknown names are ENOENT."""
 import errno
@@ -168,8 +169,32 @@ def check_listing_lengths(archive, n):
         assert info["batches_per_epoch"] == want
         assert info["batch_size"] == b, (info["batch_size"], b, dl)
         assert info["seed_source"] == "unused", info["seed_source"]
+        if b == 64:
+            check_inode_numbers(mnt)
         assert ml.umount(mnt).returncode == 0
         assert not ml.is_mounted(mnt)
+
+
+def check_inode_numbers(mnt):
+    """Every inode number of a small mount, as listings and stat show it,
+    is below 2^32 (a 32-bit stat() fails with EOVERFLOW above) and names
+    one node: a listing's and stat's agree, no two nodes share one."""
+    seen = {}
+    todo = [mnt]
+    while todo:
+        d = todo.pop()
+        with os.scandir(d) as it:
+            for ent in it:
+                st = os.stat(ent.path)
+                assert ent.inode() == st.st_ino, (ent.path, ent.inode(),
+                                                  st.st_ino)
+                assert st.st_ino < 2 ** 32, (ent.path, st.st_ino)
+                assert st.st_ino not in seen, (ent.path, seen.get(st.st_ino))
+                seen[st.st_ino] = ent.path
+                if ent.is_dir():
+                    todo.append(ent.path)
+    assert os.stat(mnt).st_ino == 1
+    assert len(seen) == 6 + 3 * (2 + 2 * 16 + 1 + 1), len(seen)
 
 
 def check_text(mnt, archive):

@@ -4,7 +4,9 @@ $XDG_RUNTIME_DIR/batchfs/, named in dataset.json and the mount's README;
 stderr with -f; an unusable --log-file fails the mount (exit 1, nothing
 mounted); -v logs each batch's open, materialize, serve and evict with
 timings; stats ends with last_error (time, epoch, batch, message, with
-the reason a lower layer logged) and keeps its size.
+the reason a lower layer logged; the message not padded: the size follows
+it); the line that logs the options names --seed only for an order that
+is random.
 
 Run as root: a default log directory swapped for a symlink once it was
 checked (the mount stopped there, BATCHFS_DEBUG_STOP=log) lets nothing be
@@ -61,6 +63,30 @@ def default_log_is_named_after_the_mountpoint(path):
                      r"\[mount\]: mounting .* on %s" % re.escape(mnt), text,
                      re.M), text
     assert "unmounting " + mnt in text, text
+
+
+def seed_logged_only_for_a_random_order(path):
+    """The line that logs the options (and README's) names the seed of a
+    random order, and no seed for a sequential one (none is used), also
+    when --seed was given (which warns)."""
+    for opts, want in [(["--shuffle", "--seed", 7], "--seed 7"),
+                       (["--seed", 7], None), ([], None),
+                       (["--world-size", 2, "--rank", 1], None)]:
+        log = os.path.join(TMP, "seed.log")
+        if os.path.exists(log):
+            os.unlink(log)
+        _, mnt = ml.mount(path, None, "--batch-size", 5, "--log-file", log,
+                          *opts)
+        readme = [x for x in open(os.path.join(mnt, "README"))
+                  if x.startswith("Options: ")][0]
+        pid = ml.daemon_pid(mnt)
+        assert ml.umount(mnt).returncode == 0
+        assert ml.wait_pid_exit(pid), "the daemon did not exit"
+        line = [x for x in open(log) if "[mount]: mounting " in x][0]
+        if want:
+            assert want in line and want in readme, (opts, line)
+        else:
+            assert "--seed" not in line + readme, (opts, line, readme)
 
 
 def foreground_logs_to_stderr(path):
@@ -125,6 +151,7 @@ def last_error_in_stats(path):
                       "--log-file", log,
                       env={"BATCHFS_DEBUG_GATHER_DELAY_MS": "60000"})
     size = os.stat(mnt + "/stats").st_size
+    assert len(open(mnt + "/stats").read()) == size
     s = ml.stats(mnt)
     for k in ["last_error_time", "last_error_epoch", "last_error_batch",
               "last_error"]:
@@ -138,8 +165,13 @@ def last_error_in_stats(path):
     assert s["last_error"] == ("not ready after 1000 ms (sample %d first "
                                "of 10 samples): read fails with EIO"
                                % idx[0]), s
-    assert os.stat(mnt + "/stats").st_size == size
-    assert len(open(mnt + "/stats").read()) == size
+    # the message as it is, no padding; the size follows, never cached
+    with open(mnt + "/stats") as f:
+        text = f.read()
+    line = [x for x in text.splitlines() if x.startswith("last_error ")][0]
+    assert line.endswith(s["last_error"]), repr(line)
+    assert text.endswith(line + "\n"), repr(text[-300:])
+    assert os.stat(mnt + "/stats").st_size == len(text) > size
     assert ml.umount(mnt).returncode == 0
 
 
@@ -246,6 +278,7 @@ def main():
     control_characters_are_escaped(path)
     default_log_is_named_after_the_mountpoint(path)
     foreground_logs_to_stderr(path)
+    seed_logged_only_for_a_random_order(path)
     unusable_log_file_fails_the_mount(path)
     ml.for_each_mode(verbose_logs_every_step_of_a_batch, path)
     last_error_in_stats(path)

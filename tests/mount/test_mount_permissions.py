@@ -20,7 +20,8 @@ groups but the ones a case gives it):
 - a 0644 archive with an ACL that shuts nobody out (when setfacl exists):
   only the owner may read;
 - --owner nobody: refused for a 0600 root archive, naming it; for a 0644
-  one every node is nobody's and nobody reads (allow_other implied);
+  one every node is nobody's and nobody reads (allow_other implied), but
+  nobody's `batchfs umount` is refused, saying only root may unmount;
   --owner nobody:G refused for a 0640 root:G archive (nobody is not in G);
 - a symlink swapped after the source was opened through it (the mount
   stopped there, BATCHFS_DEBUG_STOP=perm): the permissions are those of
@@ -281,6 +282,13 @@ def owner_option():
           "--owner nobody: files are nobody's, 0444")
     check(nobody_reads(mnt), "--owner nobody: nobody reads (allow_other "
           "implied)")
+    p = subprocess.run([ml.BATCHFS, "umount", mnt], capture_output=True,
+                       text=True, preexec_fn=lambda: os.setuid(NOBODY))
+    check(p.returncode == 1 and "root mounted it, so only root may unmount "
+          "it" in p.stderr and "you are nobody" in p.stderr and
+          ml.is_mounted(mnt),
+          "--owner nobody: nobody's batchfs umount is refused, saying only "
+          "root may (%d: %s)" % (p.returncode, p.stderr.strip()))
     ml.umount(mnt)
     grouped = archive(os.path.join(WORK, "owned-g.pt"), 0o640, seed=7,
                       gid=GROUP)

@@ -10,6 +10,8 @@
   --subset or --weights, --replacement beside --weights, --torch-compat
   for a sequential order; none for options that matter;
 - a warning that a mountpoint that is not empty has its files hidden;
+- a warning when --cache-mb holds fewer batches than --prefetch asks to
+  prepare (none ahead: also without --prefetch);
 - dataset.json names the sources by absolute path, also when they were
   given relative to the working directory."""
 import json
@@ -115,6 +117,39 @@ def hidden_files_warn(path):
     assert os.listdir(mnt) == ["mine.txt"]
 
 
+def small_budget_for_prefetch_warns():
+    """Batches of 400 KiB (4 KiB header + 16 rows of 25 KiB): --cache-mb 1
+    holds two. --prefetch 4 with --cache-mb 1 prefetches at most one
+    ahead: a warning says so and how much would hold them; a budget that
+    holds fewer than two prefetches nothing: the warning says that; the
+    default --prefetch (not asked for) warns only then."""
+    big = os.path.join(TMP, "big.pt")
+    torch.save({"x": torch.zeros(64, 25 * 1024, dtype=torch.uint8)}, big)
+    batch = 4096 + 16 * 25 * 1024
+    for opts, want in [
+            (["--cache-mb", 1, "--prefetch", 4],
+             "--cache-mb 1 holds 2 batches of %d bytes: fewer than "
+             "--prefetch 4 ahead of each of 1 reader are prepared (use "
+             "--cache-mb 2 or more" % batch),
+            (["--cache-mb", 1, "--prefetch", 1], None),
+            (["--cache-mb", 1], None),
+            (["--cache-mb", 1, "--batch-size", 48, "--prefetch", 2],
+             "--cache-mb 1 holds not one batch of %d bytes: --prefetch 2 "
+             "prefetches nothing (use --cache-mb 4 or more"
+             % (4096 + 48 * 25 * 1024)),
+            (["--cache-mb", 1, "--batch-size", 48], "--cache-mb 1 holds "
+             "not one batch")]:
+        opts = ["--batch-size", 16] + opts if "--batch-size" not in opts \
+            else opts
+        _, warnings, _, log = mount_and_say(big, *opts)
+        if want is None:
+            assert warnings == [], (opts, warnings)
+        else:
+            assert len(warnings) == 1 and warnings[0].startswith(want), \
+                (opts, warnings)
+            assert warnings[0] in open(log).read()
+
+
 def sources_are_absolute(path):
     mnt = os.path.join(TMP, "rel")
     os.makedirs(mnt)
@@ -133,6 +168,7 @@ def main():
     one_line_says_what_was_mounted(path)
     options_without_effect_warn(path)
     hidden_files_warn(path)
+    small_budget_for_prefetch_warns()
     sources_are_absolute(path)
     print("ok")
 

@@ -1,6 +1,7 @@
-/* The namespace is arithmetic and exact: inode numbers round-trip, names
- * parse strictly, st_size equals the bytes of every file before anything
- * is materialized, listings enumerate len(DataLoader) batches. */
+/* The namespace is arithmetic and exact: inode numbers round-trip (and
+ * the ones programs see fit in 32 bits), names parse strictly, st_size equals
+ * the bytes of every file before anything is materialized, listings enumerate
+ * len(DataLoader) batches. */
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -151,6 +152,50 @@ static void inode_numbers_round_trip_and_reject_out_of_range(void **state)
 	assert_int_equal(bfs_tree_decode(tree, 2, &back), -ENOENT);
 	n = node(BFS_NODE_BATCH, 2, 3);
 	assert_int_equal(ino_of("epoch/2/batch_3"), bfs_tree_ino(tree, &n));
+}
+
+/* The inode numbers of directory 'dir' and all below it (node ids) into
+ * ids[*n...]. */
+static void collect(uint64_t dir, uint64_t *ids, size_t *n, size_t cap)
+{
+	char name[64];
+	struct stat st;
+
+	for (uint64_t off = 2;
+	     bfs_tree_dirent(tree, dir, off, name, sizeof(name), &st) == 1;
+	     off++) {
+		assert_true(*n < cap);
+		ids[(*n)++] = st.st_ino;
+		if (S_ISDIR(st.st_mode))
+			collect(st.st_ino, ids, n, cap);
+	}
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return (x > y) - (x < y);
+}
+
+/* A small mount shows every node a distinct inode number below 2^32
+ * (32-bit stat() fails with EOVERFLOW above), the root 1. */
+static void inode_numbers_programs_see_fit_in_32_bits(void **state)
+{
+	uint64_t ids[256], shown[256];
+	size_t n = 0;
+
+	assert_int_equal(bfs_tree_shown_ino(tree, 1), 1);
+	collect(1, ids, &n, 256);
+	assert_int_equal(n, 6 + 3 + 3 * 4 + 3 + 3 * (4 + 1) + 3);
+	for (size_t i = 0; i < n; i++) {
+		shown[i] = bfs_tree_shown_ino(tree, ids[i]);
+		assert_true(shown[i] > 1 && shown[i] < (1ull << 32));
+		assert_true(ids[i] >= (1ull << 32)); /* the node ids do not */
+	}
+	qsort(shown, n, sizeof(shown[0]), cmp_u64);
+	for (size_t i = 1; i < n; i++)
+		assert_true(shown[i] != shown[i - 1]);
 }
 
 static void names_parse_strictly(void **state)
@@ -393,6 +438,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(inode_numbers_round_trip_and_reject_out_of_range),
+	    cmocka_unit_test(inode_numbers_programs_see_fit_in_32_bits),
 	    cmocka_unit_test(names_parse_strictly),
 	    cmocka_unit_test(sizes_are_exact_before_anything_is_read),
 	    cmocka_unit_test(listings_enumerate_every_entry_once),

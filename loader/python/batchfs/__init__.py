@@ -35,6 +35,8 @@ Python. Pure Python over the mount (numpy; torch optional):
   that is not one is a ValueError saying so).
 - MountGoneError (an OSError): a mount gone while reading from it (its
   daemon exited); it names the mount and the daemon's log.
+- BatchReadError (an OSError, EIO): a batch the mount could not serve,
+  with the reason it gives (stats: last_error, e.g. a source changed).
 - Loader: the GPU loader (libbatchfs_loader through ctypes; pinned ring,
   asynchronous copies), batchfs_loader.Loader (needs torch).
 
@@ -43,7 +45,7 @@ loader/python/batchfs/README.md says why the package lives there.
 from ._batchfile import NP, read_batch
 from ._batches import Batches
 from ._mount import Mount, MountError, find_batchfs, mount
-from ._paths import MountGoneError
+from ._paths import BatchReadError, MountGoneError
 
 
 def _version():
@@ -68,7 +70,8 @@ def _version():
 
 
 __version__ = _version()
-__all__ = ["mount", "Mount", "MountError", "MountGoneError", "Batches",
+__all__ = ["mount", "Mount", "MountError", "MountGoneError",
+           "BatchReadError", "Batches",
            "IterableDataset", "DataLoader", "read_batch", "find_batchfs",
            "Loader", "LoaderError", "NP"]
 

@@ -72,8 +72,9 @@ def pick_rank(path, info, rank, whole_dataset=False):
             "%s serves a DistributedSampler of world size %d, but "
             "WORLD_SIZE=%d: mount with --world-size %d" %
             (path, world, env_world, env_world))
+    said = "rank=%s" % rank
     if rank is None:
-        rank = env_rank
+        rank, said = env_rank, "RANK=%s" % env_rank
     if rank is None:
         if len(ranks) > 1:
             raise ValueError(
@@ -81,6 +82,12 @@ def pick_rank(path, info, rank, whole_dataset=False):
                 "RANK (torchrun does)" % (path, _ranges(ranks), world))
         rank = ranks[0]
     rank = int(rank)
+    if not 0 <= rank < world:
+        raise ValueError(
+            "%s is not a rank of %s: its world size is %d (ranks 0..%d)%s"
+            % (said, path, world, world - 1,
+               "; RANK must be below WORLD_SIZE=%d" % env_world
+               if env_world is not None else ""))
     if rank not in ranks:
         how = ("mount with --ranks all (one mount for every rank)"
                if info.get("rank_dirs") else
@@ -259,7 +266,9 @@ class Batches:
         """Batch k of 'epoch' (any, in any order; the state is untouched).
         An epoch or batch the mount does not have is a ValueError; a mount
         that is gone (its daemon exited) a MountGoneError naming the mount
-        and the daemon's log."""
+        and the daemon's log; a batch that fails with EIO for a reason the
+        mount gives (stats: last_error, e.g. a source changed under it) a
+        BatchReadError carrying that reason."""
         e, k = self._check_epoch(epoch), int(k)
         if e >= self._epochs:
             raise ValueError("epoch %d: the mount has epochs 0..%d (mount "
@@ -267,11 +276,11 @@ class Batches:
         if not 0 <= k < self._len:
             raise ValueError("batch %d: an epoch has %d batches (0..%d)"
                              % (k, self._len, self._len - 1))
+        path = self.batch_path(e, k)
         try:
-            return read_batch(self.batch_path(e, k), self.device,
-                              self.zero_copy)
+            return read_batch(path, self.device, self.zero_copy)
         except OSError as err:
-            self._watch.check(err)
+            self._watch.check(err, path)
             raise
 
     def _indices(self, k):
@@ -286,14 +295,14 @@ class Batches:
             reader = StreamReader(path, stream_offset(
                 "%s/index/%d" % (self._dir, e), k) if k else 0)
         except OSError as err:
-            self._watch.check(err)
+            self._watch.check(err, path)
             raise
         try:
             for k in range(k, self._len):
                 try:
                     buf, head = reader.next()
                 except OSError as err:
-                    self._watch.check(err)
+                    self._watch.check(err, "%s (batch %d)" % (path, k))
                     raise
                 if buf is None:
                     raise OSError("%s ended before batch %d" % (path, k))

@@ -4,18 +4,52 @@ import os
 import shutil
 import subprocess
 import tempfile
+import warnings
 
 import numpy as np
+
+_WARNING = "batchfs mount: warning: "
+
+
+def _is_warning(line):
+    """Whether a line `batchfs mount` printed on stderr is a warning: its
+    own ("batchfs mount: warning: ...") or one its modules logged before
+    the mount ("batchfs[source]: ...: 4 values beside the tensors, not
+    served (metadata)")."""
+    return line.startswith(_WARNING) or line.startswith("batchfs[")
 
 
 class MountError(RuntimeError):
     """`batchfs mount` or `batchfs umount` failed. str() is the command's
-    message; .returncode is its exit status (1 failure, 2 bad usage),
-    .stderr all it printed."""
+    message (the error, not a warning printed before it); .returncode is
+    its exit status (1 failure, 2 bad usage), .stderr all it printed,
+    .warnings the warnings among it."""
 
     def __init__(self, message, returncode=1, stderr=""):
         super().__init__(message)
         self.returncode, self.stderr = returncode, stderr
+        self.warnings = _warnings_of(stderr)
+
+
+def _warnings_of(stderr):
+    """The warnings among what `batchfs mount` printed on stderr, as their
+    text (without "batchfs mount: warning: ")."""
+    return [line[len(_WARNING):] if line.startswith(_WARNING) else line
+            for line in stderr.splitlines() if _is_warning(line)]
+
+
+def _error_of(stderr, returncode):
+    """What a failed `batchfs mount` or `batchfs umount` said: its first
+    line "batchfs ...: " that is not a warning (warnings may come first:
+    a torch.save archive with metadata says it is skipped before any
+    error), else its first line that is not a warning."""
+    lines = [line for line in stderr.splitlines()
+             if line.strip() and not _is_warning(line)]
+    ours = [line for line in lines if line.startswith("batchfs ")]
+    if ours or lines:
+        return (ours or lines)[0]
+    return "batchfs mount failed (exit %d)%s" % (
+        returncode, ": " + stderr.strip() if stderr.strip() else "")
 
 
 def find_batchfs():
@@ -74,10 +108,13 @@ def _option_args(options, tmp):
 class Mount:
     """A batchfs mount (returned by batchfs.mount). A context manager: the
     with block unmounts it at its end (lazily: batches still held stay
-    valid). .path is the mountpoint."""
+    valid). .path is the mountpoint; .warnings what `batchfs mount`
+    warned about (options that change nothing, skipped metadata, ...),
+    also emitted as Python warnings (UserWarning) by batchfs.mount."""
 
-    def __init__(self, path):
+    def __init__(self, path, warnings=()):
         self.path = path
+        self.warnings = list(warnings)
         self._dataset = None
 
     def __fspath__(self):
@@ -145,7 +182,9 @@ def mount(archive, mountpoint, **options):
     out; subset=/weights= may be sequences and generator_state=/rng_state=
     bytes or torch.get_rng_state()'s tensor. Raises MountError with the
     command's message (exit 1: the archive, the mountpoint; 2: bad
-    options)."""
+    options) and its message (not a warning printed before it); the
+    warnings of a mount that works are emitted with warnings.warn and
+    kept in Mount.warnings."""
     if options.get("foreground") or options.get("f"):
         raise ValueError("foreground: mount() returns once mounted; run "
                          "`batchfs mount -f` yourself to keep a terminal")
@@ -156,7 +195,9 @@ def mount(archive, mountpoint, **options):
                *map(os.fspath, sources), os.fspath(mountpoint)]
         p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode:
-        first = p.stderr.strip().splitlines()[0] if p.stderr.strip() else \
-            "batchfs mount failed (exit %d)" % p.returncode
-        raise MountError(first, p.returncode, p.stderr)
-    return Mount(os.path.realpath(mountpoint))
+        raise MountError(_error_of(p.stderr, p.returncode), p.returncode,
+                         p.stderr)
+    said = _warnings_of(p.stderr)
+    for w in said:
+        warnings.warn("batchfs mount: " + w, stacklevel=2)
+    return Mount(os.path.realpath(mountpoint), said)

@@ -10,7 +10,9 @@ A mount whose daemon exited answers ENOTCONN ("Transport endpoint is not
 connected") until it is unmounted, and after the kernel's auto-unmount its
 paths are just missing (ENOENT). MountWatch tells such a failure from any
 other (the mountpoint is no longer the directory it was) so that the error
-names the mount and the daemon's log instead of a batch file.
+names the mount and the daemon's log instead of a batch file. A batch that
+fails with EIO on a mount that is there has a reason the daemon keeps
+(stats: last_error): MountWatch raises BatchReadError with it.
 """
 import errno
 import json
@@ -39,6 +41,55 @@ class MountGoneError(OSError):
     def __reduce__(self):
         return (type(self), (self.strerror, self.mountpoint, self.log,
                              self.errno))
+
+
+class BatchReadError(OSError):
+    """A batch could not be read (EIO) for a reason its mount gave: the
+    mount's last error (stats: last_error), e.g. a source changed under
+    the mount, a gather that failed, a batch not ready in time. str()
+    names the batch file and that reason; .errno is EIO, .filename the
+    batch file, .last_error the stats' last_error* values (a dict). The
+    exception it was raised from is the read's."""
+
+    def __init__(self, message, filename=None, last_error=None):
+        # One argument is enough, as for MountGoneError.
+        super().__init__(errno.EIO, message)
+        self.filename, self.last_error = filename, dict(last_error or {})
+
+    def __str__(self):
+        return self.strerror
+
+    def __reduce__(self):
+        return (type(self), (self.strerror, self.filename, self.last_error))
+
+
+def last_error(root):
+    """The last error of the mount whose root is 'root' (its stats file's
+    last_error, last_error_time, _epoch, _batch, _rank lines) as a dict;
+    {} when there was none or stats cannot be read."""
+    try:
+        with open(os.path.join(root, "stats")) as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return {}
+    got = {}
+    for line in lines:
+        k, _, v = line.partition(" ")
+        if k.startswith("last_error"):
+            got[k] = v.strip()
+    return got if got.get("last_error", "-") != "-" else {}
+
+
+def read_error_message(path, err, le):
+    """The text of a BatchReadError: the file, the read's error and the
+    mount's last error 'le' (last_error())."""
+    where = ", ".join("%s %s" % (k[len("last_error_"):], le[k])
+                      for k in ("last_error_rank", "last_error_epoch",
+                                "last_error_batch", "last_error_time")
+                      if le.get(k, "-") != "-")
+    return "%s: %s: the mount's last error (%s): %s" % (
+        path, err.strerror or os.strerror(errno.EIO), where,
+        le["last_error"])
 
 
 def gone_message(mountpoint, log):
@@ -73,13 +124,21 @@ class MountWatch:
         except OSError:
             return True
 
-    def check(self, err):
-        """Raise MountGoneError from 'err' (an OSError of a read under the
-        mount) when the mount is gone; return when it is not."""
+    def check(self, err, path=None):
+        """Raise MountGoneError from 'err' (an OSError of a read of 'path'
+        under the mount) when the mount is gone, and BatchReadError when
+        it is an EIO and the mount says why (stats: last_error); return
+        when neither (the caller raises err)."""
         if self.gone():
             raise MountGoneError(gone_message(self.path, self.log),
                                  self.path, self.log,
                                  err.errno or errno.ENOTCONN) from err
+        if err.errno == errno.EIO:
+            le = last_error(self.path)
+            if le:
+                path = path or err.filename or self.path
+                raise BatchReadError(read_error_message(path, err, le),
+                                     path, le) from err
 
 
 def read_dataset(path):
