@@ -589,64 +589,130 @@ static void some_names(const struct bfs_source *s, char *buf, size_t len)
 	}
 }
 
-int bfs_source_select(struct bfs_source *s, const char *fields,
-		      struct bfs_error *err)
+/* Why ITEM w (n bytes, of which NAME is the first nl) selects nothing:
+ * what NAME is in the metadata, or what tensors there are. -EINVAL. */
+static int selects_nothing(const struct bfs_source *s, const char *w, size_t n,
+			   size_t nl, struct bfs_error *err)
 {
-	/* cut[i]: bytes cut off tensor i's name, or SIZE_MAX: not kept */
-	size_t kept = 0, n, *cut = malloc((s->ntensors + 1) * sizeof(*cut));
 	char names[300];
+
+	some_names(s, names, sizeof(names));
+	for (size_t i = 0; i < s->nmeta; i++)
+		if (strlen(s->meta[i].key) == nl &&
+		    !memcmp(s->meta[i].key, w, nl))
+			return bfs_error_set(
+			    err, -EINVAL, s->path, BFS_NO_OFFSET,
+			    "--fields: '%.*s' is metadata here (%s), not a "
+			    "tensor to serve: dataset.json gives its value "
+			    "under \"metadata\"; its tensors: %s",
+			    (int)nl, w, s->meta[i].what, names);
+	return bfs_error_set(err, -EINVAL, s->path, BFS_NO_OFFSET,
+			     "--fields: '%.*s'%s%.*s%s is no field (nor a dict "
+			     "of them) here; its tensors: %s",
+			     (int)nl, w, nl < n ? " (in " : "",
+			     nl < n ? (int)n : 0, w, nl < n ? ")" : "", names);
+}
+
+/* Two ITEMs (at fields + a and + b) that would give one field 'name'. */
+static int same_name(const struct bfs_source *s, const char *fields, size_t a,
+		     size_t b, const char *name, struct bfs_error *err)
+{
+	const char *x = fields + a, *y = fields + b;
+
+	if (a == b)
+		return bfs_error_set(err, -EINVAL, s->path, BFS_NO_OFFSET,
+				     "--fields: '%.*s' would give two fields "
+				     "named '%s'",
+				     (int)strcspn(x, ","), x, name);
+	return bfs_error_set(err, -EINVAL, s->path, BFS_NO_OFFSET,
+			     "--fields: '%.*s' and '%.*s' would both be field "
+			     "'%s'",
+			     (int)strcspn(x, ","), x, (int)strcspn(y, ","), y,
+			     name);
+}
+
+/* The names the ITEMs of 'fields' give the tensors of s: name[i] (NULL:
+ * not kept), item[i] the offset of the ITEM that selects tensor i.
+ * 0 or -errno with 'err'. */
+static int select_names(const struct bfs_source *s, const char *fields,
+			char **name, size_t *item, struct bfs_error *err)
+{
+	size_t n;
 	int rc = 0;
 
-	if (!cut)
-		return -ENOMEM;
-	for (size_t i = 0; i < s->ntensors; i++)
-		cut[i] = SIZE_MAX;
 	for (const char *w = fields; *w && !rc; w += n + (w[n] == ',')) {
+		const char *eq;
+		size_t nl;
 		bool stem, any = false;
 
 		n = strcspn(w, ",");
-		stem = ragged_stem(s, w, n);
-		for (size_t i = 0; n && i < s->ntensors; i++) {
-			int how = selects(w, n, s->tensors[i].name, stem);
+		eq = memchr(w, '=', n);
+		nl = eq ? (size_t)(eq - w) : n;
+		if (eq && nl + 1 == n)
+			return bfs_error_set(err, -EINVAL, s->path,
+					     BFS_NO_OFFSET,
+					     "--fields: '%.*s' gives no new "
+					     "name (NAME=NEWNAME)",
+					     (int)n, w);
+		stem = ragged_stem(s, w, nl);
+		for (size_t i = 0; nl && i < s->ntensors && !rc; i++) {
+			const char *t = s->tensors[i].name;
+			int how = selects(w, nl, t, stem);
 
-			if (how && cut[i] == SIZE_MAX) /* the first NAME wins */
-				cut[i] = how == 2 ? n + 1 : 0;
 			any |= how != 0;
+			if (!how || name[i]) /* the first ITEM wins */
+				continue;
+			item[i] = (size_t)(w - fields);
+			if (eq) /* NEWNAME instead of NAME */
+				rc =
+				    asprintf(&name[i], "%.*s%s",
+					     (int)(n - nl - 1), eq + 1, t + nl);
+			else
+				rc = asprintf(&name[i], "%s",
+					      how == 2 ? t + nl + 1 : t);
+			rc = rc < 0 ? -ENOMEM : 0;
 		}
-		if (!any) {
-			some_names(s, names, sizeof(names));
-			rc = bfs_error_set(err, -EINVAL, s->path, BFS_NO_OFFSET,
-					   "--fields: '%.*s' is no field (nor "
-					   "a dict of them) here; its tensors: "
-					   "%s",
-					   (int)n, w, names);
-		}
+		if (!any && !rc)
+			rc = selects_nothing(s, w, n, nl, err);
 	}
-	for (size_t i = 0; i < s->ntensors && !rc; i++) {
+	for (size_t i = 0; i < s->ntensors && !rc; i++)
+		for (size_t j = i + 1; name[i] && j < s->ntensors && !rc; j++)
+			if (name[j] && !strcmp(name[i], name[j]))
+				rc = same_name(s, fields, item[i], item[j],
+					       name[i], err);
+	return rc;
+}
+
+int bfs_source_select(struct bfs_source *s, const char *fields,
+		      struct bfs_error *err)
+{
+	size_t nt = s->ntensors, kept = 0;
+	char **name = calloc(nt + 1, sizeof(*name));
+	size_t *item = calloc(nt + 1, sizeof(*item));
+	int rc =
+	    name && item ? select_names(s, fields, name, item, err) : -ENOMEM;
+
+	for (size_t i = 0; i < nt && !rc; i++) {
 		struct bfs_source_tensor *t = &s->tensors[i];
 
-		if (cut[i] == SIZE_MAX) {
-			free(t->name);
+		if (name[i] && strlen(name[i]) > strlen(t->name))
+			s->meta_bytes += strlen(name[i]) - strlen(t->name);
+		free(t->name);
+		t->name = name[i];
+		name[i] = NULL;
+		if (!t->name) {
 			free(t->store);
 			continue;
 		}
-		memmove(t->name, t->name + cut[i],
-			strlen(t->name + cut[i]) + 1);
 		s->tensors[kept++] = *t;
 	}
-	free(cut);
-	if (rc)
-		return rc;
-	s->ntensors = kept;
-	for (size_t i = 0; i < s->ntensors; i++)
-		for (size_t j = i + 1; j < s->ntensors; j++)
-			if (!strcmp(s->tensors[i].name, s->tensors[j].name))
-				return bfs_error_set(
-				    err, -EINVAL, s->path, BFS_NO_OFFSET,
-				    "--fields %s: two selected tensors would "
-				    "both be field '%s'",
-				    fields, s->tensors[i].name);
-	return 0;
+	if (!rc)
+		s->ntensors = kept;
+	for (size_t i = 0; name && i < nt; i++)
+		free(name[i]); /* NULL but after an error */
+	free(name);
+	free(item);
+	return rc;
 }
 
 void bfs_source_close(struct bfs_source *s)

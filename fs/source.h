@@ -127,12 +127,15 @@ int bfs_source_open_mem(struct bfs_source **out, const uint8_t *buf,
 			uint64_t size, const char *label, uint64_t mem_limit,
 			struct bfs_error *err);
 
-/* Keep only the tensors that 'fields' (NAME[,NAME...]) selects: a tensor
- * named NAME, or a ragged pair NAME.values + NAME.offsets, keeps its name;
- * the tensors under NAME (named NAME.REST: a nested dict of a torch
- * archive, a dotted safetensors name) are kept as REST. 0, or -EINVAL
- * with 'err' when a NAME selects nothing (naming what there is) or two
- * selected tensors would share a name. */
+/* Keep only the tensors that 'fields' (ITEM[,ITEM...], ITEM = NAME or
+ * NAME=NEWNAME) selects: a tensor named NAME, or a ragged pair
+ * NAME.values + NAME.offsets, keeps its name; the tensors under NAME
+ * (named NAME.REST: a nested dict of a torch archive, a dotted
+ * safetensors name) are kept as REST. With =NEWNAME, NEWNAME replaces
+ * NAME instead (NEWNAME, NEWNAME.values, NEWNAME.REST). 0, or -EINVAL
+ * with 'err' when a NAME selects nothing (naming what there is, or what
+ * the metadata NAME is) or two selected tensors would share a name
+ * (naming both ITEMs). */
 int bfs_source_select(struct bfs_source *s, const char *fields,
 		      struct bfs_error *err);
 

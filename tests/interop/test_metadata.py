@@ -11,15 +11,17 @@ real torch, read through real mounts):
   datetime, pathlib.PosixPath, a class of the user's, os.system(...)) in
   the metadata are kept inert, never called: the archive is served (with
   --fields x,y too), the warning names the key and the global and says
-  torch.load(weights_only=True) refuses the archive;
+  torch.load(weights_only=True) refuses the archive; --fields naming one
+  is refused naming it;
 - a nested dict of tensors gives dotted names ({"data": {"x": x}}:
   data.x); `--fields NAME[,NAME...]` selects fields, NAME naming a tensor
   (kept as named) or a dict of them (its tensors named within it:
-  --fields train serves train.x as x), or a ragged pair; a tuple archive
-  (torchvision's MNIST) has fields 0 and 1;
+  --fields train serves train.x as x), or a ragged pair; NAME=NEWNAME
+  renames (a tuple archive's fields 0 and 1, as torchvision's MNIST
+  saves them: --fields 0=image,1=label), for every kind of source;
 - train and test dicts of different lengths: the mount says to pick one
   with --fields; --fields of a name that is not there, or two that give
-  one name, are clear errors;
+  one name, are clear errors naming both;
 - a list holding tensors is refused with advice."""
 import argparse
 import datetime
@@ -150,6 +152,14 @@ def metadata_and_objects(x, y):
                 "arr": {"__type__": "numpy.ndarray"}}
         expect("dataset.json's metadata", meta == want,
                "%r != %r" % (meta, want))
+    for name, words in [
+            ("mean", ["'mean' is metadata here (a 0-dim tensor)",
+                      "dataset.json gives its value"]),
+            ("args", ["'args' is metadata here (an object of global "
+                      "'argparse Namespace')"]),
+            ("arr", ["'arr' is metadata here (a numpy array: save it with "
+                     "torch.from_numpy(...)"])]:
+        mount_fails("--fields %s" % name, path, words, "--fields", name)
     # the mean/std pattern alone: metadata, with the --fields hint of the
     # dim-0 check never reached
     path = save("meanstd", {"x": x, "y": y, "mean": torch.tensor(0.5),
@@ -183,29 +193,68 @@ def evil_objects(x):
             expect("os.system as a field: its type in dataset.json",
                    info.get("metadata", {}).get("fn") ==
                    {"__type__": "posix.system"}, info.get("metadata"))
+            mount_fails("--fields fn (os.system)", path,
+                        ["'fn' is metadata here (an object of global "
+                         "'posix system')"], "--fields", "fn")
     expect("a pickled os.system never ran", not os.path.exists(proof),
            "it ran")
 
 
-def tuples_and_0_dim_npy(g):
+def tuples_and_renames(g):
     """A tuple archive (torchvision's processed MNIST) gives fields 0 and
-    1; a 0-dim .npy file is metadata too."""
+    1; NAME=NEWNAME renames any field, of every kind of source."""
     data = torch.randint(0, 255, (N, 28, 28), dtype=torch.uint8,
                          generator=g)
     targets = torch.randint(0, 10, (N,), generator=g)
     path = save("mnist", (data, targets))
     served_equal("a tuple archive: fields 0 and 1", path,
                  {"0": data, "1": targets})
+    served_equal("--fields 0=image,1=label", path,
+                 {"image": data, "label": targets},
+                 "--fields", "0=image,1=label")
+    p, mnt = ml.mount(path, None, "--fields", "0=image,1=label",
+                      "--batch-size", B, check=False)
+    readme, arrs = p.stderr, {}
+    if p.returncode == 0:
+        readme = open(mnt + "/README").read()
+        _, arrs = ml.read_batch(mnt + "/epoch/0/batch_0")
+        ml.umount(mnt)
+    expect("renamed fields in the batch header",
+           sorted(arrs) == ["image", "label"], sorted(arrs))
+    expect("renamed fields in the README",
+           "Options: --fields 0=image,1=label --batch-size" in readme,
+           readme[:300])
+    mount_fails("--fields with a NEWNAME given twice", path,
+                ["'0=image' and '1=image' would both be field 'image'"],
+                "--fields", "0=image,1=image")
+    mount_fails("--fields renaming a NAME that is not there", path,
+                ["'2' (in 2=image) is no field", "its tensors: 0, 1"],
+                "--fields", "2=image")
+    mount_fails("--fields with a NEWNAME that is a field", path,
+                ["'0=1' and '1' would both be field '1'"],
+                "--fields", "0=1,1")
+    # a dict prefix renamed keeps the names within it
+    tx = torch.randn(N, 3, generator=g)
+    nest = save("nest_rename", {"train": {"x": tx, "y": targets}})
+    served_equal("--fields train=tr", nest, {"tr.x": tx, "tr.y": targets},
+                 "--fields", "train=tr")
+    # every kind of source
     a = np.arange(N * 2, dtype=np.float32).reshape(N, 2)
     b = np.arange(N, dtype=np.int64)
+    npz = os.path.join(TMP, "kinds.npz")
+    np.savez(npz, a=a, b=b)
+    st = os.path.join(TMP, "kinds.safetensors")
+    ml.write_safetensors(st, {"a": a, "b": b})
     npy_dir = os.path.join(TMP, "kinds_dir")
     os.makedirs(npy_dir, exist_ok=True)
     np.save(os.path.join(npy_dir, "a.npy"), a)
     np.save(os.path.join(npy_dir, "b.npy"), b)
     np.save(os.path.join(npy_dir, "mean.npy"), np.float32(0.5))
-    _, info = served_equal("an npy dir with a 0-dim .npy", npy_dir,
-                           {"a": torch.from_numpy(a),
-                            "b": torch.from_numpy(b)})
+    for kind, src in [("npz", npz), ("safetensors", st), ("npy dir", npy_dir)]:
+        _, info = served_equal(
+            "--fields a=image,b on %s" % kind, src,
+            {"image": torch.from_numpy(a), "b": torch.from_numpy(b)},
+            "--fields", "a=image,b")
     expect("a 0-dim .npy is metadata", info.get("metadata") == {"mean": 0.5},
            info.get("metadata"))
 
@@ -250,7 +299,7 @@ def main():
                 ["--fields: 'valid' is no field", "train.x"], "--fields",
                 "valid")
     mount_fails("--fields giving one name twice", path,
-                ["both be field 'x'"], "--fields",
+                ["'train' and 'test' would both be field 'x'"], "--fields",
                 "train,test")
     # a ragged pair in a dict, selected by its name
     vals = torch.arange(50, dtype=torch.int32)
@@ -268,6 +317,15 @@ def main():
     else:
         print("ok: --fields tok selects the ragged pair tok.values + "
               "tok.offsets")
+    p, mnt = ml.mount(path, None, "--fields", "tok=t,y", "--batch-size", B,
+                      check=False)
+    names = p.stderr
+    if p.returncode == 0:
+        names = sorted(f["name"] for f in json.load(
+            open(mnt + "/dataset.json"))["fields"])
+        ml.umount(mnt)
+    expect("--fields tok=t renames the ragged pair",
+           names == ["t", "t.lengths", "y"], names)
     # a numpy array beside the tensors: metadata, never unpickled
     path = save("np", {"x": x, "fn": np.arange(N)})
     err, _ = served_equal("a numpy array is metadata", path, {"x": x})
@@ -279,7 +337,7 @@ def main():
                 ["field 'x' is a list holding tensors", "torch.stack"])
     metadata_and_objects(x, y)
     evil_objects(x)
-    tuples_and_0_dim_npy(g)
+    tuples_and_renames(g)
     return ml.finish(failures)
 
 
