@@ -196,6 +196,18 @@ int bfs_pickle_op_build(struct vm *vm);
 int bfs_pickle_push_opaque(struct vm *vm, enum opaque_what what,
 			   const struct opaque_obj *global);
 
+/* ---- metadata as JSON (fs/pickle_json.c) ---- */
+
+/* v as JSON into buf[0..cap) (not NUL-terminated), its length into *len:
+ * 0, -EINVAL (a dict key that is not a str, int, float, bool or None),
+ * -ELOOP (nested deeper than BFS_PICKLE_MAX_NEST) or -ENOSPC (more than
+ * cap bytes). Cost: O(cells looked at), at most O(cap). */
+int bfs_pickle_json(struct val v, char *buf, size_t cap, size_t *len);
+
+/* The Python type of v as "__type__" says it ("argparse.Namespace",
+ * "numpy.ndarray", "list"), into buf when it must be built. */
+const char *bfs_pickle_type_name(struct val v, char *buf, size_t len);
+
 /* ---- the result (fs/pickle_result.c) ---- */
 
 /* The object 'top' left at STOP into *r (tensors of a dict, list, tuple, or
