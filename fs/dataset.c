@@ -543,15 +543,7 @@ static int open_shard(struct bfs_dataset *ds, struct shard *sh,
 	if (rc)
 		return rc;
 	rc = charge(ds, sh->src->path, sh->src->meta_bytes, err);
-	for (size_t i = 0; !rc && i < sh->src->ntensors; i++)
-		if (sh->src->tensors[i].ndim == 0)
-			rc = bfs_error_set(
-			    err, -EINVAL,
-			    sh->src->files[sh->src->tensors[i].file].path,
-			    BFS_NO_OFFSET,
-			    "field '%s' is a 0-dim tensor (no sample "
-			    "dimension)",
-			    sh->src->tensors[i].name);
+	/* no tensor of a source is 0-dim: those are its metadata */
 	if (!rc && !ds->fields)
 		rc = make_fields(ds, sh->src, err);
 	if (rc)

@@ -14,8 +14,11 @@
  * inspected one level deep (REDUCE arguments, the top-level container).
  *
  * Security invariants: GLOBAL/STACK_GLOBAL resolve through the allowlist
- * of fs/pickle_torch.c or are refused by name; REDUCE, BUILD and PERSID are
- * interpreted there; every read is bounds checked against the pickle;
+ * of fs/pickle_torch.c or become inert cells (V_OPAQUE) that nothing ever
+ * calls; REDUCE, NEWOBJ, BUILD and PERSID are interpreted there; bytes and
+ * sets are inert cells too, their contents skipped, and items appended to
+ * an inert cell are dropped; every read is bounds checked against the
+ * pickle;
  * integers are int64 with checked arithmetic; limits: pickle <= 64 MiB,
  * MARK depth <= 256, stack <= 2^20 cells, memo index < 2^20, heap bytes <=
  * MEM_LIMIT(len) and the caller's limit (BFS_PICKLE_MEM_DEFAULT).
@@ -335,6 +338,10 @@ static int fill(struct vm *vm, size_t base, int kind)
 
 	if (base == 0 || base <= mark_base(vm))
 		return FAIL(vm, "stack underflow: no container to fill");
+	if (vm->stack[base - 1].kind == V_OPAQUE) { /* an inert object */
+		vm->sp = base;			    /* whose items go */
+		return 0;
+	}
 	c = as_seq(vm->stack[base - 1], kind);
 	if (!c)
 		return FAIL(vm, "%s applied to %s",
@@ -368,6 +375,46 @@ static int op_fill_one(struct vm *vm, int kind)
 		return FAIL(vm, "stack underflow (opcode 0x%02x)",
 			    vm->p[vm->op]);
 	return fill(vm, vm->sp - k, kind);
+}
+
+/* ---- inert values: bytes and sets ---- */
+
+/* BINBYTES / SHORT_BINBYTES / BINBYTES8 with an n-byte length: skipped,
+ * an inert cell pushed. */
+static int op_bytes(struct vm *vm, int lenbytes)
+{
+	uint64_t n;
+	int rc = arg(vm, lenbytes, &n);
+
+	if (rc)
+		return rc;
+	if (n > vm->len - vm->pos)
+		return FAIL(vm,
+			    "truncated pickle: bytes of %llu bytes, %zu left",
+			    (unsigned long long)n, vm->len - vm->pos);
+	vm->pos += (size_t)n;
+	return bfs_pickle_push_opaque(vm, O_BYTES, NULL);
+}
+
+/* ADDITEMS (into the set below the MARK) and FROZENSET (of the values
+ * above it): the items are dropped. */
+static int op_set_mark(struct vm *vm, int frozen)
+{
+	size_t base = 0;
+	int rc = pop_mark(vm, &base);
+
+	if (rc)
+		return rc;
+	vm->sp = base;
+	if (frozen)
+		return bfs_pickle_push_opaque(vm, O_FROZENSET, NULL);
+	if (base == 0 || base <= mark_base(vm) ||
+	    vm->stack[base - 1].kind != V_OPAQUE)
+		return FAIL(vm, "ADDITEMS applied to %s",
+			    base && base > mark_base(vm)
+				? kind_name(vm->stack[base - 1])
+				: "nothing");
+	return 0;
 }
 
 /* ---- memo ---- */
@@ -508,6 +555,10 @@ static int step(struct vm *vm)
 		return op_stack_global(vm);
 	case 'R':
 		return bfs_pickle_op_reduce(vm);
+	case 0x81:
+		return bfs_pickle_op_newobj(vm, 0);
+	case 0x92:
+		return bfs_pickle_op_newobj(vm, 1);
 	case 'b':
 		return bfs_pickle_op_build(vm);
 	case 'Q':
@@ -558,6 +609,18 @@ static int step(struct vm *vm)
 		return op_unicode(vm, 4);
 	case 0x8c:
 		return op_unicode(vm, 1);
+	case 'B':
+		return op_bytes(vm, 4);
+	case 'C':
+		return op_bytes(vm, 1);
+	case 0x8e:
+		return op_bytes(vm, 8);
+	case 0x8f:
+		return bfs_pickle_push_opaque(vm, O_SET, NULL);
+	case 0x90:
+		return op_set_mark(vm, 0);
+	case 0x91:
+		return op_set_mark(vm, 1);
 	case 'h':
 		return op_memo_arg(vm, 1, 0);
 	case 'j':
@@ -648,6 +711,8 @@ void bfs_pickle_result_free(struct bfs_pickle_result *r)
 		free(r->tensors[i].storage_key);
 	}
 	free(r->tensors);
-	free(r->skipped);
+	free(r->meta);
+	free(r->meta_text);
+	free(r->foreign);
 	memset(r, 0, sizeof(*r));
 }

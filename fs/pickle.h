@@ -2,12 +2,15 @@
  * torch.load(weights_only=True) (fs/README.md: the pickle).
  *
  * It never executes anything: GLOBALs are looked up in a static allowlist,
- * REDUCE is only interpreted for the allowlisted callables. The result is the
- * flat list of tensors of the top-level container; nested dicts of tensors
- * give dotted names ({"train": {"x": t}} is field "train.x"), and values
- * that are not tensors are skipped and named in the result. Numpy arrays
- * and scalars are recognised by their globals, never built: an array where
- * a field would be is refused with advice, a scalar is skipped. */
+ * REDUCE is only interpreted for the allowlisted callables. A global
+ * outside the allowlist, and what REDUCE, NEWOBJ or BUILD make of it, is
+ * an inert cell that is never called; where a field would be, or inside a
+ * tensor's rebuild, it is refused by name. The result is the flat list of
+ * tensors of the top-level container; nested dicts of tensors give dotted
+ * names ({"train": {"x": t}} is field "train.x"), and the values that are
+ * not tensors (metadata) are skipped, each rendered as JSON under its key
+ * path. Numpy arrays and scalars are recognised by their globals, never
+ * built. */
 #ifndef BFS_PICKLE_H
 #define BFS_PICKLE_H
 
@@ -45,16 +48,32 @@ struct bfs_pickle_tensor {
 	int is_parameter;	      /* built by _rebuild_parameter */
 };
 
+/* Bytes of JSON (keys and values) the metadata of one pickle may take;
+ * a value that does not fit is named, its value omitted. */
+#define BFS_PICKLE_META_MAX ((size_t)64 << 10)
+
+/* A value beside the tensors that is not served (metadata). */
+struct bfs_pickle_meta {
+	const char *key;  /* key path: "classes", "train.info", "2" */
+	const char *json; /* the value as JSON (fs/README.md: metadata) */
+	const char *what; /* for messages: "a list", "a numpy array" */
+};
+
 struct bfs_pickle_result {
 	enum bfs_container container;
 	struct bfs_pickle_tensor *tensors; /* in pickle (archive) order */
 	size_t n_tensors;
-	/* Values beside the tensors that are not served (metadata: str, int,
-	 * float, None, containers of those, numpy scalars): how many, and
-	 * the first few named ("'meta' (a dict), 'n' (an int)"); NULL when
-	 * none. */
-	size_t n_skipped;
-	char *skipped;
+	/* The values beside the tensors, not served (str, int, float, None,
+	 * containers of those, numpy objects, inert objects of globals
+	 * outside the allowlist), in pickle order: n_meta kept (strings in
+	 * meta_text), n_meta_dropped more past BFS_PICKLE_META_MAX. */
+	struct bfs_pickle_meta *meta;
+	size_t n_meta, n_meta_dropped;
+	char *meta_text;
+	/* The globals outside the allowlist the metadata holds, kept inert
+	 * ("'argparse Namespace', 'posix system'", the first few), or
+	 * NULL: torch.load(weights_only=True) refuses such an archive. */
+	char *foreign;
 };
 
 /* Heap a load may spend when the caller sets no limit (mem_limit 0). */
@@ -65,9 +84,10 @@ struct bfs_pickle_result {
  * the storage, numel as torch computes it, checked math). The top-level
  * object must be a dict, OrderedDict, list or tuple holding 1 to
  * BFS_MAX_FIELDS tensors (or one tensor), in dicts nested at most
- * BFS_PICKLE_MAX_NEST deep; other values beside them are skipped (a list
- * or tuple holding a tensor, or a numpy array, is refused). Heap (VM objects
- * and the result's table) is bounded by min(mem_limit or
+ * BFS_PICKLE_MAX_NEST deep; other values beside them are metadata (a list
+ * or tuple holding a tensor is refused, and so is a global outside the
+ * allowlist where a field would be or in a tensor's rebuild). Heap (VM
+ * objects and the result's table) is bounded by min(mem_limit or
  * BFS_PICKLE_MEM_DEFAULT, 16 MiB + 128 x len). Returns 0 and fills *out, or
  * -EINVAL/-ENOMEM/-E2BIG with 'err' naming 'label', the byte offset in the
  * pickle and the reason (e.g. the refused global "os system"). Memory: O(len);
@@ -75,6 +95,18 @@ struct bfs_pickle_result {
 int bfs_pickle_load(const uint8_t *buf, size_t len, const char *label,
 		    size_t mem_limit, struct bfs_pickle_result *out,
 		    struct bfs_error *err);
+
+/* Float f as the metadata's JSON writes it into buf (at most len - 1
+ * bytes; 48 are enough): as Python's repr, the shortest text that reads
+ * back the same ("0.1", "1.0", "1e+16"); nan and infinities, which JSON
+ * has no word for, as {"__type__": "float", "__value__": "nan"}. */
+void bfs_pickle_json_float(double f, char *buf, size_t len);
+
+/* The element of dtype 'dt' in bytes b (little-endian) as the metadata's
+ * JSON writes it into buf (48 bytes are enough): a number, true or false.
+ * 0, or -1 for a dtype JSON has no number for (complex, float8). */
+int bfs_pickle_json_scalar(enum bfs_dtype dt, const uint8_t *b, char *buf,
+			   size_t len);
 
 /* Free what bfs_pickle_load allocated; accepts a zeroed struct. */
 void bfs_pickle_result_free(struct bfs_pickle_result *r);

@@ -1,16 +1,21 @@
 /* fs/pickle_torch: what the objects of torch.save's data.pkl mean, for the
  * VM of fs/pickle.c (fs/README.md: the pickle): the allowlisted globals,
- * persistent ids (storages), tensor rebuilds, REDUCE and BUILD, and the
- * result (the top-level container's tensors).
+ * persistent ids (storages), tensor rebuilds, REDUCE, NEWOBJ and BUILD,
+ * and the inert cells of everything else. The result (fields and
+ * metadata) is fs/pickle_result.c.
  *
  * Security invariants: GLOBAL/STACK_GLOBAL resolve through fixed_globals[]
- * and the dtype table (torch.<T>Storage, torch.<dtype>) or are refused by
- * name; REDUCE only interprets the allowlisted callables, type- and
- * arity-checked; BUILD is a no-op on a dict (a state_dict's '_metadata')
- * and refused with real state on a tensor. Tensors are validated at
- * construction: ndim <= BFS_MAX_DIMS, sizes/strides/offset >= 0, the
- * extent lies inside the storage (bytes, checked u64 math), hooks and
- * metadata empty.
+ * and the dtype table (torch.<T>Storage, torch.<dtype>); any other global
+ * is an inert cell (O_GLOBAL) that keeps its name and is never resolved,
+ * and REDUCE, NEWOBJ and BUILD of an inert cell make inert cells: nothing
+ * is ever called. REDUCE only interprets the allowlisted callables, type-
+ * and arity-checked; one whose arguments hold an inert cell of a global
+ * outside the allowlist makes a poisoned cell (O_POISON) instead, refused
+ * by fs/pickle_result.c wherever it is. BUILD is a no-op on a dict (a
+ * state_dict's '_metadata') and on an inert cell, and refused with real
+ * state on a tensor. Tensors are validated at construction: ndim <=
+ * BFS_MAX_DIMS, sizes/strides/offset >= 0, the extent lies inside the
+ * storage (bytes, checked u64 math), hooks and metadata empty.
  * No state of its own: everything lives in the caller's struct vm. */
 #include "fs/pickle_vm.h"
 #include "fs/size.h"
@@ -39,32 +44,9 @@ enum gid {
 	/* Inert: their REDUCE makes an opaque object, runs nothing. */
 	G_NP_ARRAY,  /* numpy.core.multiarray._reconstruct */
 	G_NP_SCALAR, /* numpy.core.multiarray.scalar */
-	G_NP_OTHER,  /* numpy.ndarray, numpy.dtype (arguments of the two) */
+	G_NP_DTYPE,  /* numpy.dtype (a scalar's dtype) */
+	G_NP_OTHER,  /* numpy.ndarray (an array's argument) */
 	G_BYTES,     /* _codecs.encode (bytes, in pickle protocol 2) */
-};
-
-/* What an opaque object stands for (V_OPAQUE). */
-enum opaque_what { O_NP_ARRAY, O_NP_SCALAR, O_OTHER };
-
-struct opaque_obj {
-	struct obj h;
-	enum opaque_what what;
-};
-
-struct storage_obj {
-	struct obj h;
-	enum bfs_dtype dtype;
-	int untyped;
-	uint64_t numel;
-	struct str_obj *key;
-};
-
-struct tensor_obj {
-	struct obj h;
-	struct bfs_pickle_tensor t; /* name, storage_key unset */
-	struct storage_obj *st;
-	size_t at;	/* pickle offset of its rebuild, for messages */
-	bool bad_numel; /* its numel overflows: torch refuses it */
 };
 
 /* ---- globals ---- */
@@ -92,17 +74,29 @@ static const struct global fixed_globals[] = {
     {"numpy.core.multiarray", "scalar", G_NP_SCALAR},
     {"numpy._core.multiarray", "scalar", G_NP_SCALAR},
     {"numpy", "ndarray", G_NP_OTHER},
-    {"numpy", "dtype", G_NP_OTHER},
+    {"numpy", "dtype", G_NP_DTYPE},
     {"_codecs", "encode", G_BYTES},
 };
 
-/* Resolve "module name" or refuse it by name (escaped for the message). */
+int bfs_pickle_push_opaque(struct vm *vm, enum opaque_what what,
+			   const struct opaque_obj *global)
+{
+	struct opaque_obj *o = bfs_pickle_new_obj(vm, V_OPAQUE, sizeof(*o));
+
+	if (!o)
+		return vm->alloc_rc;
+	o->what = what;
+	o->global = global;
+	return push_obj(vm, o);
+}
+
+/* Resolve "module name", or push it as an inert cell that keeps its name
+ * (a global outside the allowlist: never resolved, never called). */
 int bfs_pickle_resolve_global(struct vm *vm, const char *mod, size_t mlen,
 			      const char *name, size_t nlen)
 {
 	struct val v = {.kind = V_GLOBAL};
-	char shown[2 * MAX_GLOBAL_LINE + 2];
-	size_t k = 0;
+	struct opaque_obj *o;
 
 	for (size_t i = 0; i < sizeof(fixed_globals) / sizeof(*fixed_globals);
 	     i++) {
@@ -130,17 +124,101 @@ int bfs_pickle_resolve_global(struct vm *vm, const char *mod, size_t mlen,
 		if (v.u.g.dtype)
 			return bfs_pickle_push(vm, v);
 	}
-	for (size_t i = 0; i < mlen + nlen + 1 && k < sizeof(shown) - 1; i++) {
-		char c = i < mlen    ? mod[i]
-			 : i == mlen ? ' '
-				     : name[i - mlen - 1];
-		shown[k++] = (c >= 0x20 && c < 0x7f) ? c : '?';
+	o = bfs_pickle_new_obj(vm, V_OPAQUE, sizeof(*o));
+	if (!o)
+		return vm->alloc_rc;
+	o->what = O_GLOBAL;
+	o->global = o;
+	o->mod = mod;
+	o->mlen = mlen;
+	o->name = name;
+	o->nlen = nlen;
+	o->at = vm->op;
+	return push_obj(vm, o);
+}
+
+char *bfs_pickle_global_name(const struct opaque_obj *g, char sep, char *buf,
+			     size_t len)
+{
+	size_t k = 0;
+
+	for (size_t i = 0; i < g->mlen + g->nlen + 1 && k + 1 < len; i++) {
+		char c = i < g->mlen	? g->mod[i]
+			 : i == g->mlen ? sep
+					: g->name[i - g->mlen - 1];
+		buf[k++] =
+		    c >= 0x20 && c < 0x7f && c != '"' && c != '\\' ? c : '?';
 	}
-	shown[k] = 0;
-	return FAIL(vm,
-		    "refused global '%s' (batchfs only allows the "
-		    "tensor-rebuild globals of torch.save)",
-		    shown);
+	if (len)
+		buf[k] = 0;
+	return buf;
+}
+
+char *bfs_pickle_allowed_name(struct val v, char *buf, size_t len)
+{
+	const struct bfs_dtype_info *di = bfs_dtype_info(v.u.g.dtype);
+
+	snprintf(buf, len, "?");
+	if (v.u.g.id == G_DTYPE && di)
+		snprintf(buf, len, "torch.%s", di->torch_name);
+	else if (v.u.g.id == G_STORAGE && di && di->storage)
+		snprintf(buf, len, "torch.%s", di->storage);
+	else
+		for (size_t i = 0;
+		     i < sizeof(fixed_globals) / sizeof(*fixed_globals); i++)
+			if (fixed_globals[i].id == v.u.g.id) {
+				snprintf(buf, len, "%s.%s",
+					 fixed_globals[i].module,
+					 fixed_globals[i].name);
+				break;
+			}
+	return buf;
+}
+
+const struct opaque_obj *bfs_pickle_foreign(struct val v)
+{
+	const struct opaque_obj *o;
+
+	if (v.kind != V_OPAQUE)
+		return NULL;
+	o = (const struct opaque_obj *)v.u.o;
+	return o->what == O_GLOBAL || o->what == O_OBJECT || o->what == O_POISON
+		   ? o->global
+		   : NULL;
+}
+
+/* Cells an argument is looked through for a global outside the allowlist
+ * (the dims of a size tuple: more are refused by the rebuild anyway). */
+#define TAINT_CELLS BFS_MAX_DIMS
+
+/* The global outside the allowlist that a value of the arguments 'a' of
+ * an allowlisted rebuild relies on: one of them, or a cell of a container
+ * one of them is (a storage id, a size tuple); NULL when none. */
+static const struct opaque_obj *tainted(const struct seq_obj *a)
+{
+	const struct opaque_obj *g = NULL;
+
+	for (size_t i = 0; a && i < a->n && i < TAINT_CELLS && !g; i++) {
+		const struct seq_obj *c = NULL;
+
+		g = bfs_pickle_foreign(a->v[i]);
+		if (is_container(a->v[i]))
+			c = (const struct seq_obj *)a->v[i].u.o;
+		for (size_t j = 0; c && j < c->n && j < TAINT_CELLS && !g; j++)
+			g = bfs_pickle_foreign(c->v[j]);
+	}
+	return g;
+}
+
+/* What an allowlisted rebuild given a global outside the allowlist makes:
+ * a poisoned cell, refused wherever the result meets it. */
+static int poison(struct vm *vm, const struct opaque_obj *g, const char *made)
+{
+	int rc = bfs_pickle_push_opaque(vm, O_POISON, g);
+
+	if (!rc)
+		((struct opaque_obj *)vm->stack[vm->sp - 1].u.o)->made = made;
+	return rc;
 }
 
 /* ---- persistent ids: ('storage', <T>Storage, key, location, numel) ---- */
@@ -156,6 +234,8 @@ int bfs_pickle_op_persid(struct vm *vm)
 	if (rc)
 		return rc;
 	t = as_seq(pid, V_TUPLE);
+	if (t && tainted(t))
+		return poison(vm, tainted(t), "a storage");
 	if (!t || t->n != 5)
 		return FAIL(vm, "persistent id is not a 5-tuple");
 	tag = as_str(t->v[0]);
@@ -368,7 +448,51 @@ static int rebuild_from_type(struct vm *vm, struct seq_obj *a)
 	return rebuild_tensor(vm, args, fn == G_REBUILD_V3);
 }
 
-/* REDUCE: only the allowlisted callables, each type-checked. */
+static const struct opaque_obj *as_opaque(struct val v, enum opaque_what what)
+{
+	const struct opaque_obj *o = (const struct opaque_obj *)v.u.o;
+
+	return v.kind == V_OPAQUE && o->what == what ? o : NULL;
+}
+
+/* REDUCE of a numpy global or _codecs.encode: an inert cell that keeps
+ * what a scalar's value is read from (a dtype's descr, the latin-1 text
+ * of bytes, a scalar's two). */
+static int numpy_reduce(struct vm *vm, int id, const struct seq_obj *a)
+{
+	static const enum opaque_what whats[] = {
+	    [G_NP_ARRAY] = O_NP_ARRAY, [G_NP_SCALAR] = O_NP_SCALAR,
+	    [G_NP_DTYPE] = O_NP_DTYPE, [G_NP_OTHER] = O_NP_OTHER,
+	    [G_BYTES] = O_BYTES,
+	};
+	const struct str_obj *enc = a->n == 2 ? as_str(a->v[1]) : NULL;
+	struct opaque_obj *o;
+	int rc = bfs_pickle_push_opaque(vm, whats[id], NULL);
+
+	if (rc)
+		return rc;
+	o = (struct opaque_obj *)vm->stack[vm->sp - 1].u.o;
+	o->order = '|';
+	if (id == G_NP_DTYPE && a->n >= 1)
+		o->str = as_str(a->v[0]);
+	if (id == G_BYTES && enc && !strcmp(enc->s, "latin1"))
+		o->str = as_str(a->v[0]);
+	if (id == G_NP_SCALAR && a->n == 2) {
+		o->dtype = as_opaque(a->v[0], O_NP_DTYPE);
+		o->data = as_opaque(a->v[1], O_BYTES);
+	}
+	return 0;
+}
+
+/* An inert cell called or instantiated: an inert object (O_OBJECT) that
+ * keeps the global outside the allowlist it came from. */
+static int inert_call(struct vm *vm, struct val fn)
+{
+	return bfs_pickle_push_opaque(vm, O_OBJECT, bfs_pickle_foreign(fn));
+}
+
+/* REDUCE: only the allowlisted callables, each type-checked; a call of an
+ * inert cell is inert. */
 int bfs_pickle_op_reduce(struct vm *vm)
 {
 	struct val fn = {0}, args = {0};
@@ -380,9 +504,34 @@ int bfs_pickle_op_reduce(struct vm *vm)
 	if (rc)
 		return rc;
 	a = as_seq(args, V_TUPLE);
+	if (fn.kind == V_OPAQUE && a)
+		return inert_call(vm, fn);
 	if (fn.kind != V_GLOBAL || !a)
 		return FAIL(vm, "REDUCE of %s with %s as arguments: refused",
 			    kind_name(fn), kind_name(args));
+	switch (fn.u.g.id) {
+	case G_NP_ARRAY:
+	case G_NP_SCALAR:
+	case G_NP_DTYPE:
+	case G_NP_OTHER:
+	case G_BYTES:
+		return numpy_reduce(vm, fn.u.g.id, a);
+	case G_REBUILD_V2:
+	case G_REBUILD_V3:
+	case G_REBUILD_PARAM:
+	case G_REBUILD_PARAM_STATE:
+	case G_FROM_TYPE_V2:
+	case G_ODICT:
+	case G_SIZE:
+		break;
+	default:
+		return FAIL(vm, "REDUCE: global is not callable here");
+	}
+	if (tainted(a))
+		return poison(vm, tainted(a),
+			      fn.u.g.id == G_SIZE    ? "a torch.Size"
+			      : fn.u.g.id == G_ODICT ? "an OrderedDict"
+						     : "a tensor");
 	switch (fn.u.g.id) {
 	case G_REBUILD_V2:
 	case G_REBUILD_V3:
@@ -401,30 +550,40 @@ int bfs_pickle_op_reduce(struct vm *vm)
 		    int_tuple(a->v[0], (int64_t[BFS_MAX_DIMS]){0}) < 0)
 			return FAIL(vm, "torch.Size() of a non-size");
 		return bfs_pickle_push(vm, a->v[0]);
-	case G_NP_ARRAY:
-	case G_NP_SCALAR:
-	case G_NP_OTHER:
-	case G_BYTES: {
-		struct opaque_obj *o =
-		    bfs_pickle_new_obj(vm, V_OPAQUE, sizeof(*o));
-
-		if (!o)
-			return vm->alloc_rc;
-		o->what = fn.u.g.id == G_NP_ARRAY    ? O_NP_ARRAY
-			  : fn.u.g.id == G_NP_SCALAR ? O_NP_SCALAR
-						     : O_OTHER;
-		return push_obj(vm, o);
-	}
 	}
 	return FAIL(vm, "REDUCE: global is not callable here");
 }
 
+/* NEWOBJ / NEWOBJ_EX: cls.__new__(cls, *args[, **kwargs]), only of an
+ * inert cell (a class outside the allowlist: argparse.Namespace, a class
+ * of the user's), into an inert object. */
+int bfs_pickle_op_newobj(struct vm *vm, int kwargs)
+{
+	struct val cls = {0}, args = {0}, kw = {.kind = V_DICT};
+	int rc = kwargs ? bfs_pickle_pop(vm, &kw) : 0;
+
+	if (!rc)
+		rc = bfs_pickle_pop(vm, &args);
+	if (!rc)
+		rc = bfs_pickle_pop(vm, &cls);
+	if (rc)
+		return rc;
+	if (cls.kind != V_OPAQUE || args.kind != V_TUPLE || kw.kind != V_DICT)
+		return FAIL(vm, "NEWOBJ%s of %s with %s as arguments: refused",
+			    kwargs ? "_EX" : "", kind_name(cls),
+			    kind_name(args));
+	return inert_call(vm, cls);
+}
+
 /* BUILD: on a tensor only with empty state; on a dict (an OrderedDict
- * state_dict carries '_metadata' as instance state) with a dict or None
- * state, which is ignored, as torch's weights_only loader does. */
+ * state_dict carries '_metadata' as instance state) with a dict, None or
+ * inert state, which is ignored, as torch's weights_only loader does; on
+ * an inert cell with any state, never read. A tensor given state from a
+ * global outside the allowlist is poisoned. */
 int bfs_pickle_op_build(struct vm *vm)
 {
 	struct val state = {0}, *inst;
+	const struct opaque_obj *g;
 	int rc = bfs_pickle_pop(vm, &state);
 
 	if (rc)
@@ -433,402 +592,28 @@ int bfs_pickle_op_build(struct vm *vm)
 		return FAIL(vm, "stack underflow (BUILD)");
 	inst = &vm->stack[vm->sp - 1];
 	if (inst->kind == V_DICT &&
-	    (state.kind == V_NONE || state.kind == V_DICT))
+	    (state.kind == V_NONE || state.kind == V_DICT ||
+	     state.kind == V_OPAQUE))
 		return 0;
 	if (inst->kind == V_TENSOR && state_empty(state))
 		return 0;
-	if (inst->kind == V_OPAQUE) /* a numpy object's state: not read */
+	if (inst->kind == V_OPAQUE) { /* an inert object's state: not read, */
+		struct opaque_obj *o = (struct opaque_obj *)inst->u.o;
+		const struct seq_obj *t = as_seq(state, V_TUPLE);
+		const struct str_obj *order =
+		    t && t->n >= 2 ? as_str(t->v[1]) : NULL;
+
+		if (o->what == O_NP_DTYPE && order && order->len == 1)
+			o->order = order->s[0]; /* but a dtype's byte order */
 		return 0;
+	}
+	g = bfs_pickle_foreign(state);
+	if (!g && is_container(state))
+		g = tainted((const struct seq_obj *)state.u.o);
+	if (inst->kind == V_TENSOR && g) {
+		vm->sp--;
+		return poison(vm, g, "a tensor");
+	}
 	return FAIL(vm, "BUILD of %s with %s as state: refused",
 		    kind_name(*inst), kind_name(state));
-}
-
-/* ---- the result ---- */
-
-/* Append tensor 'tv' (checked by field_ok) named 'name' to the result. */
-static int add_tensor(struct vm *vm, struct bfs_pickle_result *r, struct val tv,
-		      const char *name)
-{
-	struct bfs_pickle_tensor *t = &r->tensors[r->n_tensors++];
-	const struct tensor_obj *o = (const struct tensor_obj *)tv.u.o;
-
-	*t = o->t;
-	t->name = strdup(name);
-	t->storage_key = strdup(o->st->key->s);
-	return t->name && t->storage_key ? 0 : bfs_pickle_nomem(vm);
-}
-
-/* A tensor whose numel overflows, named by its field (NULL: built but
- * not a field): torch refuses it when it loads the pickle. */
-static int numel_refused(struct vm *vm, const struct tensor_obj *o,
-			 const char *field)
-{
-	char shape[160];
-
-	vm->op = o->at;
-	return FAIL(
-	    vm,
-	    "%s%s%s size %s: numel: integer multiplication overflow "
-	    "(more than 2^63-1 elements; torch refuses it too)",
-	    field ? "field '" : "tensor of", field ? field : "",
-	    field ? "':" : "",
-	    bfs_size_shape_str(shape, sizeof(shape), o->t.size, o->t.ndim));
-}
-
-/* ---- the fields: tensors, in dicts nested or not ---- */
-
-/* What a value holds, looked for through its containers. */
-enum { HOLDS_TENSOR = 1, HOLDS_ARRAY = 2 };
-
-/* Cells one walk over the fields may look at: a pickle can share one list
- * many times over (memo), which a walk sees each time. */
-#define MAX_VISITS (1u << 20)
-
-/* Longest dotted field name. */
-#define MAX_NAME 4096
-
-/* Room for the names of skipped values in the result. */
-#define SKIPPED_TEXT 400
-
-static bool is_array(struct val v)
-{
-	return v.kind == V_OPAQUE &&
-	       ((const struct opaque_obj *)v.u.o)->what == O_NP_ARRAY;
-}
-
-static bool is_seq(struct val v)
-{
-	return v.kind == V_LIST || v.kind == V_TUPLE || v.kind == V_DICT;
-}
-
-/* Whether v or what its containers hold (depth first, no recursion) is a
- * tensor or a numpy array: HOLDS_ flags, or -EINVAL when it nests deeper
- * than BFS_PICKLE_MAX_NEST or the walk's cells (*visits) pass
- * MAX_VISITS. */
-static int holds(struct vm *vm, struct val v, const char *name, size_t *visits)
-{
-	struct {
-		const struct seq_obj *s;
-		size_t i;
-	} st[BFS_PICKLE_MAX_NEST];
-	int depth = 0, flags = 0;
-
-	for (;;) {
-		if (v.kind == V_TENSOR)
-			flags |= HOLDS_TENSOR;
-		else if (is_array(v))
-			flags |= HOLDS_ARRAY;
-		else if (is_seq(v)) {
-			if (depth == BFS_PICKLE_MAX_NEST)
-				return FAIL(vm,
-					    "'%s': containers nested deeper "
-					    "than %d levels",
-					    name, BFS_PICKLE_MAX_NEST);
-			st[depth].s = (const struct seq_obj *)v.u.o;
-			st[depth++].i = 0;
-		}
-		while (depth && st[depth - 1].i == st[depth - 1].s->n)
-			depth--;
-		if (!depth)
-			return flags;
-		v = st[depth - 1].s->v[st[depth - 1].i++];
-		if (++*visits > MAX_VISITS)
-			return FAIL(vm,
-				    "'%s': the values beside the tensors take "
-				    "more than %u cells: refused",
-				    name, MAX_VISITS);
-	}
-}
-
-/* One walk over the top-level object's fields: the first counts them and
- * names what is skipped (r NULL), the second adds them to r. */
-struct walk {
-	struct vm *vm;
-	struct bfs_pickle_result *r;
-	size_t n;	  /* tensors met */
-	size_t n_skipped; /* values skipped */
-	size_t shown;	  /* of them, named in 'skipped' */
-	size_t visits;	  /* cells looked at (holds) */
-	char skipped[SKIPPED_TEXT];
-	size_t skipped_len;
-	char name[MAX_NAME];
-};
-
-/* A value that is not served: named in w->skipped while there is room. */
-static void skip(struct walk *w, struct val v, const char *name)
-{
-	const char *what = kind_name(v);
-	size_t room = sizeof(w->skipped) - w->skipped_len;
-	int k;
-
-	if (v.kind == V_OPAQUE)
-		what = ((const struct opaque_obj *)v.u.o)->what == O_NP_SCALAR
-			   ? "a numpy scalar"
-			   : "an object";
-	w->n_skipped++;
-	k = snprintf(w->skipped + w->skipped_len, room, "%s'%s' (%s)",
-		     w->skipped_len ? ", " : "", name, what);
-	if (k > 0 && (size_t)k < room - 24) { /* room for ", and N more" */
-		w->skipped_len += (size_t)k;
-		w->shown++;
-	} else
-		w->skipped[w->skipped_len] = 0;
-}
-
-/* Field 'name' holding v: a tensor is counted or added; a numpy array,
- * or a container holding tensors or arrays, is refused with advice; the
- * rest is skipped. */
-static int leaf(struct walk *w, struct val v, const char *name)
-{
-	struct vm *vm = w->vm;
-	int h;
-
-	if (v.kind == V_TENSOR) {
-		const struct tensor_obj *o = (const struct tensor_obj *)v.u.o;
-
-		if (o->bad_numel)
-			return numel_refused(vm, o, name);
-		if (++w->n > BFS_MAX_FIELDS)
-			return FAIL(vm,
-				    "more than the %u fields batchfs serves "
-				    "(tensors in dicts, the last '%s')",
-				    BFS_MAX_FIELDS, name);
-		return w->r ? add_tensor(vm, w->r, v, name) : 0;
-	}
-	if (is_array(v))
-		return FAIL(vm,
-			    "field '%s' is a numpy array: save it with "
-			    "torch.from_numpy(...) (batchfs reads tensors; it "
-			    "never unpickles numpy objects)",
-			    name);
-	h = is_seq(v) ? holds(vm, v, name, &w->visits) : 0;
-	if (h < 0)
-		return h;
-	if (h)
-		return FAIL(vm,
-			    "field '%s' is %s holding %s: save one tensor per "
-			    "field (torch.stack the samples; a variable-length "
-			    "field as NAME.values and NAME.offsets)",
-			    name, kind_name(v),
-			    h & HOLDS_TENSOR ? "tensors" : "numpy arrays");
-	if (!w->r)
-		skip(w, v, name);
-	return 0;
-}
-
-/* Dict key cell k: a str without NUL, or refused naming where it is. */
-static int dict_key(struct vm *vm, struct val k, size_t i, const char *in,
-		    struct str_obj **out)
-{
-	*out = as_str(k);
-	if (!*out)
-		return FAIL(vm, "%s%s%sdict key %zu is %s, not a string",
-			    *in ? "'" : "top-level ", in, *in ? "': " : "", i,
-			    kind_name(k));
-	if ((*out)->len != strlen((*out)->s))
-		return FAIL(vm, "%s%s%sdict key %zu contains a NUL byte",
-			    *in ? "'" : "top-level ", in, *in ? "': " : "", i);
-	return 0;
-}
-
-/* The fields of dict d, and of the dicts holding tensors within it
- * ("outer.inner"), in pickle order, with an explicit stack. */
-static int walk_dict(struct walk *w, const struct seq_obj *d)
-{
-	struct {
-		const struct seq_obj *d;
-		size_t i, name_len;
-	} st[BFS_PICKLE_MAX_NEST];
-	int depth = 1, rc = 0;
-
-	st[0].d = d;
-	st[0].i = 0;
-	st[0].name_len = 0;
-	while (depth && !rc) {
-		size_t i = st[depth - 1].i++, at = st[depth - 1].name_len;
-		const struct seq_obj *c = st[depth - 1].d;
-		struct str_obj *key;
-		struct val v;
-
-		if (i == c->n / 2) {
-			depth--;
-			continue;
-		}
-		if (++w->visits > MAX_VISITS)
-			return FAIL(w->vm,
-				    "dicts of tensors of more than %u entries "
-				    "in all: refused",
-				    MAX_VISITS);
-		w->name[at] = 0;
-		rc = dict_key(w->vm, c->v[2 * i], i, w->name, &key);
-		if (rc)
-			break;
-		if (at + !!at + key->len >= sizeof(w->name))
-			return FAIL(w->vm, "a field name longer than %d bytes",
-				    MAX_NAME - 1);
-		snprintf(w->name + at, sizeof(w->name) - at, "%s%s",
-			 at ? "." : "", key->s);
-		v = c->v[2 * i + 1];
-		if (v.kind == V_DICT &&
-		    (rc = holds(w->vm, v, w->name, &w->visits)) > 0) {
-			if (depth == BFS_PICKLE_MAX_NEST)
-				return FAIL(w->vm,
-					    "'%s': dicts of tensors nested "
-					    "deeper than %d levels",
-					    w->name, BFS_PICKLE_MAX_NEST);
-			st[depth].d = (const struct seq_obj *)v.u.o;
-			st[depth].i = 0;
-			st[depth++].name_len = strlen(w->name);
-			rc = 0;
-			continue;
-		}
-		if (rc == 0)
-			rc = leaf(w, v, w->name);
-	}
-	return rc;
-}
-
-/* Every field of the top-level object 'top'. */
-static int walk(struct walk *w, struct val top)
-{
-	const struct seq_obj *c = (const struct seq_obj *)top.u.o;
-	int rc = 0;
-
-	if (top.kind == V_TENSOR)
-		return leaf(w, top, "0");
-	if (top.kind == V_DICT)
-		return walk_dict(w, c);
-	for (size_t i = 0; i < c->n && !rc; i++) {
-		snprintf(w->name, sizeof(w->name), "%zu", i);
-		rc = leaf(w, c->v[i], w->name);
-	}
-	return rc;
-}
-
-static int by_name(const void *a, const void *b, void *arg)
-{
-	const struct bfs_pickle_tensor *t = arg;
-	return strcmp(t[*(const size_t *)a].name, t[*(const size_t *)b].name);
-}
-
-static int by_key(const void *a, const void *b, void *arg)
-{
-	const struct bfs_pickle_tensor *t = arg;
-	return strcmp(t[*(const size_t *)a].storage_key,
-		      t[*(const size_t *)b].storage_key);
-}
-
-/* Names unique; tensors over one storage key agree on its type and size.
- * O(n log n) via sorted indexes. */
-static int check_fields(struct vm *vm, const struct bfs_pickle_result *r)
-{
-	const struct bfs_pickle_tensor *t = r->tensors;
-	size_t n = r->n_tensors, *ix = malloc((n ? n : 1) * sizeof(*ix));
-	int rc = 0;
-
-	if (!ix)
-		return bfs_pickle_nomem(vm);
-	for (size_t i = 0; i < n; i++)
-		ix[i] = i;
-	qsort_r(ix, n, sizeof(*ix), by_name, (void *)t);
-	for (size_t i = 1; i < n && !rc; i++)
-		if (!strcmp(t[ix[i - 1]].name, t[ix[i]].name))
-			rc = FAIL(vm, "duplicate key '%s'", t[ix[i]].name);
-	qsort_r(ix, n, sizeof(*ix), by_key, (void *)t);
-	for (size_t i = 1; i < n && !rc; i++) {
-		const struct bfs_pickle_tensor *a = &t[ix[i - 1]],
-					       *b = &t[ix[i]];
-		if (!strcmp(a->storage_key, b->storage_key) &&
-		    (a->storage_dtype != b->storage_dtype ||
-		     a->storage_numel != b->storage_numel))
-			rc = FAIL(vm,
-				  "storage '%s' declared with two different "
-				  "types or sizes",
-				  a->storage_key);
-	}
-	free(ix);
-	return rc;
-}
-
-static const enum bfs_container containers[] = {
-    [V_DICT] = BFS_CONTAINER_DICT,
-    [V_LIST] = BFS_CONTAINER_LIST,
-    [V_TUPLE] = BFS_CONTAINER_TUPLE,
-    [V_TENSOR] = BFS_CONTAINER_TENSOR,
-};
-
-static const char *const container_names[] = {
-    [BFS_CONTAINER_DICT] = "dict",
-    [BFS_CONTAINER_LIST] = "list",
-    [BFS_CONTAINER_TUPLE] = "tuple",
-    [BFS_CONTAINER_TENSOR] = "tensor",
-};
-
-/* The object left at STOP into *r: its fields found and checked first
- * (a counting walk), then the result (about 1 KiB per tensor) is charged
- * to the budget and built by a second walk. */
-int bfs_pickle_build_result(struct vm *vm, struct val top,
-			    struct bfs_pickle_result *r)
-{
-	struct walk *w;
-	int rc;
-
-	if (top.kind != V_DICT && top.kind != V_LIST && top.kind != V_TUPLE &&
-	    top.kind != V_TENSOR)
-		return FAIL(vm,
-			    "top-level object is %s, not a dict, list, "
-			    "tuple or tensor",
-			    kind_name(top));
-	r->container = containers[top.kind];
-	if (top.kind != V_TENSOR) {
-		const struct seq_obj *c = (const struct seq_obj *)top.u.o;
-		size_t n = top.kind == V_DICT ? c->n / 2 : c->n;
-
-		if (n > BFS_MAX_FIELDS)
-			return FAIL(vm,
-				    "the top-level %s holds %zu items: more "
-				    "than the %u fields batchfs serves",
-				    container_names[r->container], n,
-				    BFS_MAX_FIELDS);
-	}
-	w = calloc(1, sizeof(*w));
-	if (!w)
-		return bfs_pickle_nomem(vm);
-	w->vm = vm;
-	rc = walk(w, top);
-	if (!rc && w->n == 0)
-		rc = FAIL(vm,
-			  "the top-level %s holds no tensors: nothing to "
-			  "serve%s%s",
-			  container_names[r->container],
-			  w->n_skipped ? " (only " : "",
-			  w->n_skipped ? "values that are not tensors)" : "");
-	if (!rc && w->n > BFS_MAX_FIELDS)
-		rc = FAIL(vm,
-			  "the top-level %s holds %zu tensors: more than "
-			  "the %u fields batchfs serves",
-			  container_names[r->container], w->n, BFS_MAX_FIELDS);
-	if (!rc && vm->bad_numel) /* a tensor built but not kept */
-		rc = numel_refused(vm, vm->bad_numel, NULL);
-	if (!rc)
-		rc = bfs_pickle_charge(vm, w->n * sizeof(*r->tensors));
-	if (!rc && !(r->tensors = calloc(w->n, sizeof(*r->tensors))))
-		rc = bfs_pickle_nomem(vm);
-	if (!rc && w->n_skipped) {
-		if (w->shown < w->n_skipped)
-			snprintf(w->skipped + w->skipped_len,
-				 sizeof(w->skipped) - w->skipped_len,
-				 ", and %zu more", w->n_skipped - w->shown);
-		r->n_skipped = w->n_skipped;
-		r->skipped = strdup(w->skipped);
-		if (!r->skipped)
-			rc = bfs_pickle_nomem(vm);
-	}
-	if (!rc) {
-		w->r = r;
-		w->n = w->visits = 0;
-		rc = walk(w, top);
-	}
-	free(w);
-	return rc ? rc : check_fields(vm, r);
 }

@@ -30,7 +30,9 @@ enum kind {
 	V_DICT,
 	V_STORAGE,
 	V_TENSOR,
-	V_OPAQUE, /* a numpy object or bytes: built by nothing, never read */
+	V_OPAQUE, /* inert: a numpy object, bytes, a set, a global outside
+		   * the allowlist or what it made; built by nothing, never
+		   * read (struct opaque_obj) */
 };
 
 struct obj;
@@ -63,6 +65,60 @@ struct seq_obj {
 	struct obj h;
 	size_t n, cap;
 	struct val *v;
+};
+
+/* What an inert cell (V_OPAQUE) stands for. */
+enum opaque_what {
+	O_NP_ARRAY,  /* numpy.core.multiarray._reconstruct(...) */
+	O_NP_SCALAR, /* numpy.core.multiarray.scalar(...) */
+	O_NP_DTYPE,  /* numpy.dtype(...) */
+	O_NP_OTHER,  /* numpy.ndarray(...) */
+	O_BYTES,     /* _codecs.encode(...), BINBYTES */
+	O_SET,	     /* EMPTY_SET + ADDITEMS */
+	O_FROZENSET, /* FROZENSET */
+	O_GLOBAL,    /* a global outside the allowlist, by name */
+	O_OBJECT,    /* what REDUCE / NEWOBJ of an inert cell made */
+	O_POISON,    /* a tensor or storage an allowlisted rebuild made
+		      * from a global outside the allowlist: refused where
+		      * the result meets it */
+};
+
+struct opaque_obj {
+	struct obj h;
+	enum opaque_what what;
+	/* O_GLOBAL: itself; O_OBJECT, O_POISON: the global outside the
+	 * allowlist it came from (NULL: none, a numpy object's call) */
+	const struct opaque_obj *global;
+	/* O_GLOBAL: its module and name as pickled (in the pickle, or in a
+	 * string of the VM: both live as long as the load), not NUL-
+	 * terminated, and the offset of its GLOBAL opcode */
+	const char *mod, *name;
+	size_t mlen, nlen, at;
+	const char *made; /* O_POISON: "a tensor", "a storage", ... */
+	/* What a numpy scalar's value is read from, never trusted beyond
+	 * it: O_NP_DTYPE its descr ("f8") and byte order (BUILD state: '<',
+	 * '>', '|'), O_BYTES its latin-1 text (_codecs.encode), O_NP_SCALAR
+	 * the two (NULL when they are not such cells). */
+	const struct str_obj *str;
+	char order;
+	const struct opaque_obj *dtype, *data;
+};
+
+/* A storage (persistent id) and a tensor (an allowlisted rebuild). */
+struct storage_obj {
+	struct obj h;
+	enum bfs_dtype dtype;
+	int untyped;
+	uint64_t numel;
+	struct str_obj *key;
+};
+
+struct tensor_obj {
+	struct obj h;
+	struct bfs_pickle_tensor t; /* name, storage_key unset */
+	struct storage_obj *st;
+	size_t at;     /* pickle offset of its rebuild, for messages */
+	int bad_numel; /* its numel overflows: torch refuses it */
 };
 
 struct vm {
@@ -122,18 +178,58 @@ int bfs_pickle_resolve_global(struct vm *vm, const char *mod, size_t mlen,
 int bfs_pickle_op_persid(struct vm *vm);
 
 /* REDUCE: pop (callable, args) and push the result of an allowlisted
- * callable (tensor rebuilds, OrderedDict(), torch.Size). 0 or -errno. */
+ * callable (tensor rebuilds, OrderedDict(), torch.Size), or an inert cell
+ * for a call of one (a global outside the allowlist). 0 or -errno. */
 int bfs_pickle_op_reduce(struct vm *vm);
 
+/* NEWOBJ (kwargs 0) / NEWOBJ_EX (kwargs 1): pop (cls, args[, kwargs]);
+ * only an inert cell may be instantiated, into an inert cell. 0 or
+ * -errno. */
+int bfs_pickle_op_newobj(struct vm *vm, int kwargs);
+
 /* BUILD: pop a state and check it against the object below (ignored on a
- * dict, must be empty on a tensor). 0 or -errno. */
+ * dict and on an inert cell, must be empty on a tensor). 0 or -errno. */
 int bfs_pickle_op_build(struct vm *vm);
 
+/* Push a new inert cell 'what' coming from 'global' (may be NULL).
+ * 0 or -errno. */
+int bfs_pickle_push_opaque(struct vm *vm, enum opaque_what what,
+			   const struct opaque_obj *global);
+
+/* ---- metadata as JSON (fs/pickle_json.c) ---- */
+
+/* v as JSON into buf[0..cap) (not NUL-terminated), its length into *len:
+ * 0, -EINVAL (a dict key that is not a str, int, float, bool or None),
+ * -ELOOP (nested deeper than BFS_PICKLE_MAX_NEST) or -ENOSPC (more than
+ * cap bytes). Cost: O(cells looked at), at most O(cap). */
+int bfs_pickle_json(struct val v, char *buf, size_t cap, size_t *len);
+
+/* The Python type of v as "__type__" says it ("argparse.Namespace",
+ * "numpy.ndarray", "list"), into buf when it must be built. */
+const char *bfs_pickle_type_name(struct val v, char *buf, size_t len);
+
+/* ---- the result (fs/pickle_result.c) ---- */
+
 /* The object 'top' left at STOP into *r (tensors of a dict, list, tuple, or
- * one tensor), checked and charged to the budget. 0 or -errno; on failure
- * *r may be half-built (the caller frees it with bfs_pickle_result_free). */
+ * one tensor; the metadata beside them), checked and charged to the
+ * budget. 0 or -errno; on failure *r may be half-built (the caller frees
+ * it with bfs_pickle_result_free). */
 int bfs_pickle_build_result(struct vm *vm, struct val top,
 			    struct bfs_pickle_result *r);
+
+/* The global outside the allowlist that v is, or came from (an inert
+ * object made from it, a poisoned tensor); NULL for anything else. */
+const struct opaque_obj *bfs_pickle_foreign(struct val v);
+
+/* The name of allowlisted global v (V_GLOBAL) into buf, as Python writes
+ * it ("torch.float32", "collections.OrderedDict"). Returns buf. */
+char *bfs_pickle_allowed_name(struct val v, char *buf, size_t len);
+
+/* The name of global cell 'g' into buf (at most len - 1 bytes): module and
+ * name joined by 'sep' (' ' as pickled, '.' as Python writes it), bytes
+ * that are not printable ASCII, '"' and '\\' as '?'. Returns buf. */
+char *bfs_pickle_global_name(const struct opaque_obj *g, char sep, char *buf,
+			     size_t len);
 
 /* ---- small helpers ---- */
 
@@ -165,6 +261,11 @@ static inline const char *kind_name(struct val v)
 	};
 
 	return names[v.kind];
+}
+
+static inline int is_container(struct val v)
+{
+	return v.kind == V_TUPLE || v.kind == V_LIST || v.kind == V_DICT;
 }
 
 static inline struct str_obj *as_str(struct val v)

@@ -23,11 +23,15 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "fs/log.h"
 #include "fs/size.h"
 #include "fs/source_impl.h"
 #include "fs/zip.h"
 
 #define SNIFF_BYTES 4096
+
+/* Room for the metadata a warning line names. */
+#define META_NAMES 512
 
 bool bfs_source_fs_remote(long f_type)
 {
@@ -272,6 +276,136 @@ static int check_unique(struct bfs_source *s, struct bfs_error *err)
 	return rc;
 }
 
+int bfs_source_meta_add(struct bfs_source *s, const char *key, const char *json,
+			const char *what)
+{
+	struct bfs_source_meta *m = s->meta;
+	size_t n = s->nmeta;
+
+	if (!(n & (n - 1))) { /* 0, 1, 2, 4 ...: room for as many again */
+		m = realloc(s->meta, (n ? 2 * n : 1) * sizeof(*m));
+		if (!m)
+			return -ENOMEM;
+		s->meta = m;
+	}
+	m = &s->meta[s->nmeta++];
+	m->key = strdup(key);
+	m->json = strdup(json);
+	m->what = strdup(what);
+	if (!m->key || !m->json || !m->what)
+		return -ENOMEM;
+	s->meta_bytes +=
+	    sizeof(*m) + strlen(key) + strlen(json) + strlen(what) + 3;
+	return 0;
+}
+
+/* 0-dim tensor t of s as metadata: its element read (through the file
+ * descriptor, where a short file is an error, not a SIGBUS) into a
+ * metadata entry. 0 or -errno with 'err'. */
+static int scalar_meta(struct bfs_source *s, const struct bfs_source_tensor *t,
+		       struct bfs_error *err)
+{
+	const struct bfs_dtype_info *di = bfs_dtype_info(t->dtype);
+	const struct bfs_source_file *f = &s->files[t->file];
+	uint8_t b[16] = {0};
+	char json[160];
+	uint64_t off, end;
+
+	if (!di || di->size > sizeof(b) ||
+	    bfs_size_mul(t->offset, di->size, &off) ||
+	    bfs_size_add(off, di->size, &end) || end > t->data_bytes)
+		return bfs_error_set(err, -EINVAL, f->path, t->store_off,
+				     "0-dim tensor '%s': its element (offset "
+				     "%llu) lies outside %s",
+				     t->name, (unsigned long long)t->offset,
+				     t->store);
+	off += (uint64_t)(t->data - f->map);
+	if (f->fd < 0)
+		memcpy(b, f->map + off, di->size);
+	else if (pread(f->fd, b, di->size, (off_t)off) != (ssize_t)di->size)
+		return bfs_error_set(err, -EIO, f->path, off,
+				     "0-dim tensor '%s': cannot read its "
+				     "element",
+				     t->name);
+	for (size_t k = 0; t->big_endian && di->size > 1 && k < di->size;
+	     k += di->swap_unit)
+		for (size_t a = k, z = k + di->swap_unit - 1; a < z; a++, z--) {
+			uint8_t c = b[a];
+
+			b[a] = b[z];
+			b[z] = c;
+		}
+	if (bfs_pickle_json_scalar(t->dtype, b, json, sizeof(json)))
+		snprintf(json, sizeof(json),
+			 "{\"__type__\": \"torch.Tensor\", \"dtype\": \"%s\"}",
+			 di->torch_name);
+	return bfs_source_meta_add(s, t->name, json, "a 0-dim tensor");
+}
+
+/* 0-dim tensors (no sample dimension: a mean, a std) become metadata;
+ * a source left with no tensor is refused. */
+static int scalars_to_meta(struct bfs_source *s, struct bfs_error *err)
+{
+	size_t kept = 0, n = s->ntensors;
+	int rc = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		struct bfs_source_tensor *t = &s->tensors[i];
+
+		if (t->ndim || rc) {
+			s->tensors[kept++] = *t;
+			continue;
+		}
+		rc = scalar_meta(s, t, err);
+		free(t->name);
+		free(t->store);
+	}
+	s->ntensors = kept;
+	if (!rc && !kept && n)
+		rc = bfs_error_set(err, -EINVAL, s->path, BFS_NO_OFFSET,
+				   "holds no tensor with a sample dimension: "
+				   "only 0-dim tensors (metadata), nothing to "
+				   "serve");
+	return rc;
+}
+
+/* One warning line naming the metadata of s, and the globals outside the
+ * allowlist its inert objects come from. */
+static void warn_meta(const struct bfs_source *s)
+{
+	size_t n = s->nmeta + s->nmeta_dropped, at = 0, shown = 0;
+	const char *foreign = s->pk.foreign;
+	char list[META_NAMES] = "";
+
+	for (size_t i = 0; i < s->nmeta; i++) {
+		const struct bfs_source_meta *m = &s->meta[i];
+		int k = snprintf(list + at, sizeof(list) - at, "%s'%s' (%s)",
+				 at ? ", " : "", m->key, m->what);
+
+		if (k < 0 || at + (size_t)k + 24 >= sizeof(list)) {
+			list[at] = 0; /* room kept for ", and N more" */
+			break;
+		}
+		at += (size_t)k;
+		shown++;
+	}
+	if (shown < n)
+		snprintf(list + at, sizeof(list) - at, "%sand %zu more",
+			 at ? ", " : "", n - shown);
+	if (n)
+		bfs_log(BFS_LOG_WARN, "source",
+			"%s: %zu value%s beside the tensors, not served "
+			"(metadata, in dataset.json): %s%s%s%s",
+			s->path, n, n > 1 ? "s" : "", list,
+			foreign ? "; kept inert, never called: globals "
+				  "outside the allowlist "
+				: "",
+			foreign ? foreign : "",
+			foreign ? " (torch.load(weights_only=True) refuses "
+				  "this archive)"
+				: "");
+}
+
 /* One part alone: a file of any kind, or a directory. */
 static int load_one(struct bfs_source *s, const struct bfs_source_part *p,
 		    uint64_t mem_limit, struct bfs_error *err)
@@ -335,12 +469,17 @@ static struct bfs_source *source_new(const char *path)
 	return s;
 }
 
-/* Common tail of both opens: uniqueness, then *out or a cleanup. */
+/* Common tail of both opens: 0-dim tensors to metadata, uniqueness,
+ * the metadata's warning, then *out or a cleanup. */
 static int finish(struct bfs_source **out, struct bfs_source *s, int rc,
 		  struct bfs_error *err)
 {
 	if (rc == 0)
+		rc = scalars_to_meta(s, err);
+	if (rc == 0)
 		rc = check_unique(s, err);
+	if (rc == 0)
+		warn_meta(s);
 	if (rc == -ENOMEM)
 		bfs_error_set(err, rc, s->path, BFS_NO_OFFSET, "out of memory");
 	if (rc) {
@@ -450,64 +589,130 @@ static void some_names(const struct bfs_source *s, char *buf, size_t len)
 	}
 }
 
-int bfs_source_select(struct bfs_source *s, const char *fields,
-		      struct bfs_error *err)
+/* Why ITEM w (n bytes, of which NAME is the first nl) selects nothing:
+ * what NAME is in the metadata, or what tensors there are. -EINVAL. */
+static int selects_nothing(const struct bfs_source *s, const char *w, size_t n,
+			   size_t nl, struct bfs_error *err)
 {
-	/* cut[i]: bytes cut off tensor i's name, or SIZE_MAX: not kept */
-	size_t kept = 0, n, *cut = malloc((s->ntensors + 1) * sizeof(*cut));
 	char names[300];
+
+	some_names(s, names, sizeof(names));
+	for (size_t i = 0; i < s->nmeta; i++)
+		if (strlen(s->meta[i].key) == nl &&
+		    !memcmp(s->meta[i].key, w, nl))
+			return bfs_error_set(
+			    err, -EINVAL, s->path, BFS_NO_OFFSET,
+			    "--fields: '%.*s' is metadata here (%s), not a "
+			    "tensor to serve: dataset.json gives its value "
+			    "under \"metadata\"; its tensors: %s",
+			    (int)nl, w, s->meta[i].what, names);
+	return bfs_error_set(err, -EINVAL, s->path, BFS_NO_OFFSET,
+			     "--fields: '%.*s'%s%.*s%s is no field (nor a dict "
+			     "of them) here; its tensors: %s",
+			     (int)nl, w, nl < n ? " (in " : "",
+			     nl < n ? (int)n : 0, w, nl < n ? ")" : "", names);
+}
+
+/* Two ITEMs (at fields + a and + b) that would give one field 'name'. */
+static int same_name(const struct bfs_source *s, const char *fields, size_t a,
+		     size_t b, const char *name, struct bfs_error *err)
+{
+	const char *x = fields + a, *y = fields + b;
+
+	if (a == b)
+		return bfs_error_set(err, -EINVAL, s->path, BFS_NO_OFFSET,
+				     "--fields: '%.*s' would give two fields "
+				     "named '%s'",
+				     (int)strcspn(x, ","), x, name);
+	return bfs_error_set(err, -EINVAL, s->path, BFS_NO_OFFSET,
+			     "--fields: '%.*s' and '%.*s' would both be field "
+			     "'%s'",
+			     (int)strcspn(x, ","), x, (int)strcspn(y, ","), y,
+			     name);
+}
+
+/* The names the ITEMs of 'fields' give the tensors of s: name[i] (NULL:
+ * not kept), item[i] the offset of the ITEM that selects tensor i.
+ * 0 or -errno with 'err'. */
+static int select_names(const struct bfs_source *s, const char *fields,
+			char **name, size_t *item, struct bfs_error *err)
+{
+	size_t n;
 	int rc = 0;
 
-	if (!cut)
-		return -ENOMEM;
-	for (size_t i = 0; i < s->ntensors; i++)
-		cut[i] = SIZE_MAX;
 	for (const char *w = fields; *w && !rc; w += n + (w[n] == ',')) {
+		const char *eq;
+		size_t nl;
 		bool stem, any = false;
 
 		n = strcspn(w, ",");
-		stem = ragged_stem(s, w, n);
-		for (size_t i = 0; n && i < s->ntensors; i++) {
-			int how = selects(w, n, s->tensors[i].name, stem);
+		eq = memchr(w, '=', n);
+		nl = eq ? (size_t)(eq - w) : n;
+		if (eq && nl + 1 == n)
+			return bfs_error_set(err, -EINVAL, s->path,
+					     BFS_NO_OFFSET,
+					     "--fields: '%.*s' gives no new "
+					     "name (NAME=NEWNAME)",
+					     (int)n, w);
+		stem = ragged_stem(s, w, nl);
+		for (size_t i = 0; nl && i < s->ntensors && !rc; i++) {
+			const char *t = s->tensors[i].name;
+			int how = selects(w, nl, t, stem);
 
-			if (how && cut[i] == SIZE_MAX) /* the first NAME wins */
-				cut[i] = how == 2 ? n + 1 : 0;
 			any |= how != 0;
+			if (!how || name[i]) /* the first ITEM wins */
+				continue;
+			item[i] = (size_t)(w - fields);
+			if (eq) /* NEWNAME instead of NAME */
+				rc =
+				    asprintf(&name[i], "%.*s%s",
+					     (int)(n - nl - 1), eq + 1, t + nl);
+			else
+				rc = asprintf(&name[i], "%s",
+					      how == 2 ? t + nl + 1 : t);
+			rc = rc < 0 ? -ENOMEM : 0;
 		}
-		if (!any) {
-			some_names(s, names, sizeof(names));
-			rc = bfs_error_set(err, -EINVAL, s->path, BFS_NO_OFFSET,
-					   "--fields: '%.*s' is no field (nor "
-					   "a dict of them) here; its tensors: "
-					   "%s",
-					   (int)n, w, names);
-		}
+		if (!any && !rc)
+			rc = selects_nothing(s, w, n, nl, err);
 	}
-	for (size_t i = 0; i < s->ntensors && !rc; i++) {
+	for (size_t i = 0; i < s->ntensors && !rc; i++)
+		for (size_t j = i + 1; name[i] && j < s->ntensors && !rc; j++)
+			if (name[j] && !strcmp(name[i], name[j]))
+				rc = same_name(s, fields, item[i], item[j],
+					       name[i], err);
+	return rc;
+}
+
+int bfs_source_select(struct bfs_source *s, const char *fields,
+		      struct bfs_error *err)
+{
+	size_t nt = s->ntensors, kept = 0;
+	char **name = calloc(nt + 1, sizeof(*name));
+	size_t *item = calloc(nt + 1, sizeof(*item));
+	int rc =
+	    name && item ? select_names(s, fields, name, item, err) : -ENOMEM;
+
+	for (size_t i = 0; i < nt && !rc; i++) {
 		struct bfs_source_tensor *t = &s->tensors[i];
 
-		if (cut[i] == SIZE_MAX) {
-			free(t->name);
+		if (name[i] && strlen(name[i]) > strlen(t->name))
+			s->meta_bytes += strlen(name[i]) - strlen(t->name);
+		free(t->name);
+		t->name = name[i];
+		name[i] = NULL;
+		if (!t->name) {
 			free(t->store);
 			continue;
 		}
-		memmove(t->name, t->name + cut[i],
-			strlen(t->name + cut[i]) + 1);
 		s->tensors[kept++] = *t;
 	}
-	free(cut);
-	if (rc)
-		return rc;
-	s->ntensors = kept;
-	for (size_t i = 0; i < s->ntensors; i++)
-		for (size_t j = i + 1; j < s->ntensors; j++)
-			if (!strcmp(s->tensors[i].name, s->tensors[j].name))
-				return bfs_error_set(
-				    err, -EINVAL, s->path, BFS_NO_OFFSET,
-				    "--fields %s: two selected tensors would "
-				    "both be field '%s'",
-				    fields, s->tensors[i].name);
-	return 0;
+	if (!rc)
+		s->ntensors = kept;
+	for (size_t i = 0; name && i < nt; i++)
+		free(name[i]); /* NULL but after an error */
+	free(name);
+	free(item);
+	return rc;
 }
 
 void bfs_source_close(struct bfs_source *s)
@@ -519,6 +724,12 @@ void bfs_source_close(struct bfs_source *s)
 		free(s->tensors[i].store);
 	}
 	free(s->tensors);
+	for (size_t i = 0; i < s->nmeta; i++) {
+		free(s->meta[i].key);
+		free(s->meta[i].json);
+		free(s->meta[i].what);
+	}
+	free(s->meta);
 	for (size_t i = 0; i < s->nfiles; i++) {
 		struct bfs_source_file *f = &s->files[i];
 

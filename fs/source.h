@@ -79,14 +79,27 @@ struct bfs_source_tensor {
 	uint64_t store_off; /* file offset of its description */
 };
 
+/* A value of a source that is not served (metadata; fs/README.md:
+ * metadata): a torch archive's values beside its tensors, and a 0-dim
+ * tensor of any kind (it has no sample dimension). */
+struct bfs_source_meta {
+	char *key;  /* key path ("classes", "train.info") or tensor name */
+	char *json; /* its value as JSON ("[\"a\", \"b\"]", "0.5") */
+	char *what; /* for messages: "a list", "a 0-dim tensor" */
+};
+
 struct bfs_source {
 	enum bfs_source_kind kind;
 	char *path;		       /* first part's path */
 	struct bfs_source_file *files; /* [nfiles] */
 	size_t nfiles;
-	struct bfs_source_tensor *tensors; /* [ntensors], source order */
+	struct bfs_source_tensor *tensors; /* [ntensors], source order;
+					    * none 0-dim (metadata) */
 	size_t ntensors;
 	uint64_t meta_bytes; /* heap held: charged to a dataset's budget */
+	struct bfs_source_meta *meta; /* [nmeta], source order */
+	size_t nmeta;
+	size_t nmeta_dropped; /* more, past BFS_PICKLE_META_MAX: counted */
 	/* What inspect describes, by kind (NULL / zero otherwise): */
 	struct bfs_zip *zip;	     /* torch, npz: the archive (owned) */
 	struct bfs_pickle_result pk; /* torch: the tensors as pickled */
@@ -96,10 +109,13 @@ struct bfs_source {
 
 /* Open the 'n' parts of one source. A torch archive, an npz, a
  * safetensors file or a directory must be the only part; several parts
- * must all be .npy files. Tensor names must be unique. 'mem_limit' bounds
- * the metadata (pickle VM, tables) this source may allocate.
+ * must all be .npy files. Tensor names must be unique. 0-dim tensors
+ * become metadata (their value read); the metadata is named in one
+ * warning line. 'mem_limit' bounds the metadata (pickle VM, tables) this
+ * source may allocate.
  * Returns 0 and *out, or -errno with 'err' naming the file, offset and
- * reason. Cost: maps each file, parses its headers; no data read. */
+ * reason. Cost: maps each file, parses its headers; reads the element of
+ * each 0-dim tensor, no other data. */
 int bfs_source_open(struct bfs_source **out,
 		    const struct bfs_source_part *parts, size_t n,
 		    uint64_t mem_limit, struct bfs_error *err);
@@ -111,12 +127,15 @@ int bfs_source_open_mem(struct bfs_source **out, const uint8_t *buf,
 			uint64_t size, const char *label, uint64_t mem_limit,
 			struct bfs_error *err);
 
-/* Keep only the tensors that 'fields' (NAME[,NAME...]) selects: a tensor
- * named NAME, or a ragged pair NAME.values + NAME.offsets, keeps its name;
- * the tensors under NAME (named NAME.REST: a nested dict of a torch
- * archive, a dotted safetensors name) are kept as REST. 0, or -EINVAL
- * with 'err' when a NAME selects nothing (naming what there is) or two
- * selected tensors would share a name. */
+/* Keep only the tensors that 'fields' (ITEM[,ITEM...], ITEM = NAME or
+ * NAME=NEWNAME) selects: a tensor named NAME, or a ragged pair
+ * NAME.values + NAME.offsets, keeps its name; the tensors under NAME
+ * (named NAME.REST: a nested dict of a torch archive, a dotted
+ * safetensors name) are kept as REST. With =NEWNAME, NEWNAME replaces
+ * NAME instead (NEWNAME, NEWNAME.values, NEWNAME.REST). 0, or -EINVAL
+ * with 'err' when a NAME selects nothing (naming what there is, or what
+ * the metadata NAME is) or two selected tensors would share a name
+ * (naming both ITEMs). */
 int bfs_source_select(struct bfs_source *s, const char *fields,
 		      struct bfs_error *err);
 

@@ -26,6 +26,11 @@ int bfs_source_tensor_new(struct bfs_source *s, const char *name,
 			  const char *store, struct bfs_source_tensor **out,
 			  struct bfs_error *err);
 
+/* Append metadata entry (key, json, what), all copied, to s->meta.
+ * 0 or -ENOMEM. */
+int bfs_source_meta_add(struct bfs_source *s, const char *key, const char *json,
+			const char *what);
+
 /* C-order (fortran 0) or Fortran-order strides, in elements, of a tensor
  * of sizes t->size[0..ndim); strides of an empty tensor are 0 (never
  * used). 0 or -EOVERFLOW (a non-empty tensor's strides past 2^63 - 1:

@@ -13,7 +13,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fs/log.h"
 #include "fs/size.h"
 #include "fs/source_impl.h"
 #include "fs/zip.h"
@@ -200,12 +199,13 @@ int bfs_source_load_torch(struct bfs_source *s, const char *path,
 	if (rc)
 		return rc;
 	s->meta_bytes += zb + pickle_bytes(&s->pk);
-	if (s->pk.n_skipped)
-		bfs_log(BFS_LOG_WARN, "source",
-			"%s: %zu value%s beside the tensors, not served "
-			"(metadata): %s",
-			path, s->pk.n_skipped, s->pk.n_skipped > 1 ? "s" : "",
-			s->pk.skipped);
+	s->nmeta_dropped = s->pk.n_meta_dropped;
+	for (size_t i = 0; i < s->pk.n_meta && !rc; i++)
+		rc =
+		    bfs_source_meta_add(s, s->pk.meta[i].key,
+					s->pk.meta[i].json, s->pk.meta[i].what);
+	if (rc)
+		return rc;
 	f = bfs_source_map(s, path, s->zip->map, s->zip->map_size, err);
 	if (f < 0)
 		return f;

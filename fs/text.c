@@ -78,6 +78,50 @@ static void json_fields(const struct text *t, char *b, size_t n, size_t *pos)
 	bfs_layout_append(b, n, pos, "\n  ],\n");
 }
 
+/* Whether metadata key 'key' came before entry i of shard 'shard' (in it
+ * or in a shard before it). */
+static bool meta_seen(const struct bfs_dataset *ds, size_t shard, size_t i,
+		      const char *key)
+{
+	for (size_t k = 0; k <= shard; k++) {
+		struct bfs_shard_info sh;
+
+		bfs_dataset_shard(ds, k, &sh);
+		for (size_t j = 0; j < (k == shard ? i : sh.source->nmeta); j++)
+			if (!strcmp(sh.source->meta[j].key, key))
+				return true;
+	}
+	return false;
+}
+
+/* The values beside the fields, not served (fs/README.md: metadata):
+ * each key path's JSON from the first shard that has it, until the
+ * object passes BFS_PICKLE_META_MAX bytes. */
+static void json_metadata(const struct text *t, char *b, size_t n, size_t *pos)
+{
+	size_t start = *pos, shown = 0;
+
+	bfs_layout_append(b, n, pos, "  \"metadata\": {");
+	for (size_t k = 0; k < bfs_dataset_nshards(t->ds); k++) {
+		struct bfs_shard_info sh;
+
+		bfs_dataset_shard(t->ds, k, &sh);
+		for (size_t i = 0; i < sh.source->nmeta; i++) {
+			const struct bfs_source_meta *m = &sh.source->meta[i];
+
+			if (*pos - start > BFS_PICKLE_META_MAX)
+				break;
+			if (meta_seen(t->ds, k, i, m->key))
+				continue;
+			bfs_layout_append(b, n, pos, "%s\n    ",
+					  shown++ ? "," : "");
+			bfs_layout_json_str(b, n, pos, m->key);
+			bfs_layout_append(b, n, pos, ": %s", m->json);
+		}
+	}
+	bfs_layout_append(b, n, pos, "%s},\n", shown ? "\n  " : "");
+}
+
 /* Data offset of batch 0 of epoch 0 (0 rows when there is no batch; 0
  * when a ragged batch 0 cannot be measured). */
 static uint64_t header_size(const struct text *t)
@@ -133,6 +177,7 @@ static void render_json(const struct text *t, const struct bfs_text_info *in,
 	}
 	bfs_layout_append(b, n, pos, "],\n");
 	json_fields(t, b, n, pos);
+	json_metadata(t, b, n, pos);
 	bfs_layout_append(
 	    b, n, pos,
 	    "  \"samples\": %" PRIu64 ",\n  \"batch_size\": %" PRIu64
@@ -327,7 +372,7 @@ static void render_readme(const struct text *t, const struct bfs_text_info *in,
 	    "  %sindex/N/batch_K   its sample indices, one per line\n"
 	    "  %sstream/N          epoch N's batch files back to back (batch\n"
 	    "          %s          K starts at line K of index/N/offsets)\n"
-	    "  dataset.json%s      fields, sizes, sampler, seed\n"
+	    "  dataset.json%s      fields, sizes, sampler, seed, metadata\n"
 	    "  stats%s             live counters (name value)\n\n"
 	    "%" PRIu64 " batches per epoch; epochs 0..%" PRIu64
 	    " can be opened (ls %sepoch lists them all).\n"

@@ -150,8 +150,12 @@ static void shard_details(const struct bfs_shard_info *si)
 	for (size_t t = 0; t < src->ntensors; t++) {
 		const struct bfs_source_tensor *st = &src->tensors[t];
 		const struct bfs_source_file *fl = &src->files[st->file];
-		const struct bfs_pickle_tensor *pt =
-		    si->pickle ? &si->pickle->tensors[t] : NULL;
+		const struct bfs_pickle_tensor *pt = NULL;
+
+		/* by name: the pickle's 0-dim tensors are metadata here */
+		for (size_t k = 0; si->pickle && k < si->pickle->n_tensors; k++)
+			if (!strcmp(si->pickle->tensors[k].name, st->name))
+				pt = &si->pickle->tensors[k];
 
 		printf("  tensor %s: %s %s at file offset %" PRIu64 " (%" PRIu64
 		       " bytes), offset %" PRIu64 ", stride (",

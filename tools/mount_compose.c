@@ -426,10 +426,12 @@ static void describe_opts(struct mount_opts *m, enum bfs_serve_mode mode)
 		snprintf(ranks, sizeof(ranks), " --world-size %u --rank %u",
 			 m->world_size, m->rank);
 	snprintf(m->line, sizeof(m->line),
-		 "--batch-size %" PRIu64 "%s%s%s%s --epochs %" PRIu64
+		 "%s%.1024s%s--batch-size %" PRIu64 "%s%s%s%s --epochs %" PRIu64
 		 " --workers %u --prefetch %u --cache-mb %" PRIu64
 		 " --timeout %u --serve %s%s",
-		 m->batch_size, m->shuffle ? " --shuffle" : "", seed,
+		 m->fields ? "--fields " : "", m->fields ? m->fields : "",
+		 m->fields ? " " : "", m->batch_size,
+		 m->shuffle ? " --shuffle" : "", seed,
 		 m->drop_last ? " --drop-last" : "", ranks, m->epochs,
 		 m->workers, m->prefetch, m->cache_mb, m->timeout_s,
 		 bfs_serve_mode_name(mode), m->ragged_line);

@@ -15,8 +15,9 @@ Cases include the size arithmetic that used to wrap (stride-0 rows of
 2^62 elements, sums of rows past 2^63) and write past the batch buffer,
 a 4 TiB row, 2^40 samples, 10^6 keys naming one tensor (refused with
 inspect's peak memory measured), a 200-byte storage key, a byteorder
-record "big\\0garbage", empty containers, TorchScript, an empty ZIP and
-an end record whose counts disagree. Every case runs under the
+record "big\\0garbage", empty containers, TorchScript, an empty ZIP, an
+end record whose counts disagree and a tensor whose size os.system(...)
+makes (refused naming the field and the global, never called). Every case runs under the
 sanitizer build too (make check's second pass)."""
 
 import os

@@ -59,7 +59,7 @@ def mount_error_is_the_error_not_a_warning(path):
         assert ex.returncode in (1, 2), ex.returncode
         assert "nosuch" in str(ex), (str(ex), ex.stderr)
         assert "metadata" not in str(ex), (str(ex), ex.stderr)
-        assert any("not served (metadata)" in w for w in ex.warnings), \
+        assert any("not served (metadata" in w for w in ex.warnings), \
             ex.warnings
 
 
@@ -70,7 +70,7 @@ def mount_warnings_are_python_warnings(path):
     try:
         said = [str(w.message) for w in caught]
         assert any("--seed" in w and "shuffle" in w for w in said), said
-        assert any("not served (metadata)" in w for w in said), said
+        assert any("not served (metadata" in w for w in said), said
         assert len(m.warnings) == 2, m.warnings
         assert any("--seed" in w for w in m.warnings), m.warnings
         assert all(w.category is UserWarning for w in caught)

@@ -196,6 +196,21 @@ def _eocd_count(path):
     return path
 
 
+class _System:
+    """Pickled as os.system('false'): what a payload that runs code holds
+    (it would run in a plain pickle.load; batchfs never calls it)."""
+
+    def __reduce__(self):
+        return (os.system, ("false",))
+
+
+def _global_in_tensor(path):
+    """A tensor whose size tuple is made by os.system(...): the tensor's
+    rebuild relies on a global outside the allowlist."""
+    return archive(path, {"x": tensor("0", I64, 4, (_System(),), (1,))},
+                   {"0": bytes(32)})
+
+
 def _samples(n):
     """n samples of one int64 (stride 0 over one element): torch loads
     it; more than batchfs can order or list."""
@@ -261,4 +276,8 @@ CASES = collections.OrderedDict([
                        "refuses", ())),
     ("eocd_count", Case(_eocd_count, "inspect",
                         "2 records on this disk but 3 in total", None, ())),
+    ("os_system_in_tensor", Case(_global_in_tensor, "inspect",
+                                 "refused global 'posix system' in field "
+                                 "'x' (a tensor rebuilt with it",
+                                 "refuses", ())),
 ])

@@ -308,12 +308,35 @@ static void shard_fields_match_by_name_in_any_order(void **state)
 		       "[3] in");
 }
 
+/* A 0-dim tensor (a mean, a learning rate) has no sample dimension: it
+ * is the source's metadata, its element's value as JSON, not a field. */
+static void a_0_dim_tensor_is_metadata_with_its_value(void **state)
+{
+	struct ta_tensor ts[] = {
+	    {"x", BFS_DT_FLOAT32, "0", 15, 0, 2, {5, 3}, {3, 1}},
+	    {"lr", BFS_DT_FLOAT32, "0", 15, 4, 0, {0}, {0}},
+	};
+	struct ta_storage st[] = {{"0", xf, sizeof(xf)}};
+	const char *p = make_archive("lr.pt", ts, 2, st, 1, "3\n", NULL, NULL);
+	struct bfs_dataset *ds = open1(p);
+	struct bfs_shard_info sh;
+
+	assert_int_equal(bfs_dataset_nfields(ds), 1);
+	assert_string_equal(bfs_dataset_field(ds, 0)->name, "x");
+	bfs_dataset_shard(ds, 0, &sh);
+	assert_int_equal(sh.source->nmeta, 1);
+	assert_string_equal(sh.source->meta[0].key, "lr");
+	assert_string_equal(sh.source->meta[0].json, "11.0"); /* xf[1][1] */
+	assert_string_equal(sh.source->meta[0].what, "a 0-dim tensor");
+	bfs_dataset_close(ds);
+}
+
 static void refusals_name_the_file_and_the_field(void **state)
 {
 	const char *p;
 	struct ta_tensor scalar[] = {
 	    {"x", BFS_DT_FLOAT32, "0", 15, 0, 2, {5, 3}, {3, 1}},
-	    {"lr", BFS_DT_FLOAT32, "0", 15, 0, 0, {0}, {0}},
+	    {"lr", BFS_DT_FLOAT32, "0", 15, 16, 0, {0}, {0}},
 	};
 	struct ta_tensor toolong[] = {
 	    {"x", BFS_DT_FLOAT32, "0", 16, 0, 2, {5, 3}, {3, 1}},
@@ -325,8 +348,10 @@ static void refusals_name_the_file_and_the_field(void **state)
 
 	p = simple_archive("mismatch.pt", 4);
 	expect_refusal(&p, 1, "mismatch.pt", "field 'y' has 4 samples");
+	/* a 0-dim tensor is metadata, but not one outside its storage */
 	p = make_archive("scalar.pt", scalar, 2, st, 1, "3\n", NULL, NULL);
-	expect_refusal(&p, 1, "scalar.pt", "'lr' is a 0-dim");
+	expect_refusal(&p, 1, "scalar.pt",
+		       "tensor extent (offset 16, 0 dims) exceeds storage");
 	p = make_archive("size.pt", toolong, 1, st, 1, "3\n", NULL, NULL);
 	expect_refusal(&p, 1, "size.pt", "field 'x': record");
 	p = make_archive("extent.pt", outside, 1, st, 1, "3\n", NULL, NULL);
@@ -753,6 +778,7 @@ int main(void)
 	    cmocka_unit_test(big_endian_archives_are_swapped_per_element),
 	    cmocka_unit_test(shards_concatenate_along_dim0),
 	    cmocka_unit_test(shard_fields_match_by_name_in_any_order),
+	    cmocka_unit_test(a_0_dim_tensor_is_metadata_with_its_value),
 	    cmocka_unit_test(refusals_name_the_file_and_the_field),
 	    cmocka_unit_test(truncated_archive_gives_eio_and_names_the_sample),
 	    cmocka_unit_test(archive_truncated_during_gather_never_crashes),

@@ -5,7 +5,9 @@
  *   quote, backslashes and control characters (JSON-escaped in
  *   dataset.json);
  * - a padded and a packed ragged field in a shuffled order;
- * - a multi-rank mount (ranks 0, 2 and 3 of 4) of two shards.
+ * - a multi-rank mount (ranks 0, 2 and 3 of 4) of two shards;
+ * and the metadata of two shards in dataset.json (0-dim tensors: each
+ * key from the first shard that has it, keys escaped).
  * The temporary directory the sources live in reads "@TMP@" in the
  * goldens. Where /usr/bin/python3 with numpy runs, dataset.json is
  * parsed (json.load: valid JSON, the source named exactly as opened) and
@@ -448,12 +450,73 @@ static void ranks_of_a_distributed_order_over_two_shards(void **state)
 	bfs_dataset_close(ds);
 }
 
+/* A shard of n samples of label (int64) with 0-dim tensors beside it:
+ * mean (float32 'mean'), and, when 'odd' is set, "k\"ey\\" (int64 -7). */
+static void scalar_archive(const char *name, int64_t n, float mean, bool odd,
+			   char *path)
+{
+	int64_t label[8], seven = -7;
+	struct ta_tensor ts[] = {
+	    {"label", BFS_DT_INT64, "0", n, 0, 1, {n}, {1}},
+	    {"mean", BFS_DT_FLOAT32, "1", 1, 0, 0, {0}, {0}},
+	    {"k\"ey\\", BFS_DT_INT64, "2", 1, 0, 0, {0}, {0}},
+	};
+	struct ta_storage st[] = {{"0", label, (size_t)n * sizeof(*label)},
+				  {"1", &mean, sizeof(mean)},
+				  {"2", &seven, sizeof(seven)}};
+
+	for (int64_t i = 0; i < n; i++)
+		label[i] = i;
+	write_archive(name, ts, st, odd ? 3 : 2, path);
+}
+
+/* dataset.json's "metadata": each key's value from the first shard that
+ * has it (a 0-dim tensor's element), keys JSON-escaped. */
+static void metadata_of_the_shards_first_shard_first(void **state)
+{
+	char a[PATH_MAX], b[PATH_MAX];
+	const char *paths[] = {a, b};
+	struct bfs_order_opts oo = {.sampler = BFS_SAMPLER_SEQUENTIAL,
+				    .n = 8,
+				    .batch_size = 4,
+				    .epochs = 1};
+	struct bfs_text_info in = info_for(paths, 2);
+	struct bfs_dataset *ds;
+	struct bfs_order *o;
+	struct bfs_layout l;
+	char *readme = NULL, *json = NULL;
+
+	scalar_archive("meta_a.pt", 5, 0.5f, false, a);
+	scalar_archive("meta_b.pt", 3, 0.75f, true, b);
+	ds = open_dataset(paths, 2);
+	assert_int_equal(bfs_dataset_nfields(ds), 1);
+	o = make_order(&oo);
+	assert_int_equal(bfs_layout_init(&l, ds, 4, NULL), 0);
+	in.batch_size = 4;
+	in.seed_source = "unused";
+	in.sampler = "sequential";
+	in.options = "--batch-size 4";
+	assert_int_equal(bfs_text_render(ds, o, &l, &in, &readme, &json), 0);
+	if (!strstr(json, "  \"metadata\": {\n"
+			  "    \"mean\": 0.5,\n"
+			  "    \"k\\\"ey\\\\\": -7\n"
+			  "  },\n"))
+		fail_msg("metadata not as expected in:\n%s", json);
+	python_reads(json, readme, a);
+	free(readme);
+	free(json);
+	bfs_layout_fini(&l);
+	bfs_order_destroy(o);
+	bfs_dataset_close(ds);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(fixed_fields_in_order_from_an_odd_source_name),
 	    cmocka_unit_test(ragged_fields_in_a_shuffled_order),
 	    cmocka_unit_test(ranks_of_a_distributed_order_over_two_shards),
+	    cmocka_unit_test(metadata_of_the_shards_first_shard_first),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
