@@ -1,7 +1,9 @@
 /* fs/serve_stats: a mount's counters (struct bfs_stats) and the stats
  * file that shows them (serve.h): one "name value" line per counter, fixed
  * width, so the file's size is the same at every getattr while its values
- * change; the pool's last error comes last, in four lines. */
+ * change; the pool's last error comes last, in four lines. Below the core
+ * (serve_impl.h): bfs_serve_stats and bfs_serve_render_stats hand it the
+ * mount's base. */
 #include "fs/serve_impl.h"
 
 #include <inttypes.h>
@@ -10,7 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
-void bfs_serve_stats(struct bfs_serve *s, struct bfs_stats *st)
+void bfs_serve_stats_of(struct bfs_serve_base *s, struct bfs_stats *st)
 {
 	memset(st, 0, sizeof(*st));
 	bfs_pool_stats(s->pool, &st->pool);
@@ -57,8 +59,9 @@ static void render_last_error(const struct bfs_pool_error *le, bool ranked,
 			  le->time_ns ? le->msg : "-");
 }
 
-void bfs_serve_render_stats(struct bfs_serve *s, uint64_t lookups, char *buf,
-			    size_t len, size_t *pos)
+void bfs_serve_stats_render(struct bfs_serve_base *s, const char *mode,
+			    uint64_t lookups, char *buf, size_t len,
+			    size_t *pos)
 {
 	struct bfs_stats st;
 	const struct {
@@ -107,11 +110,10 @@ void bfs_serve_render_stats(struct bfs_serve *s, uint64_t lookups, char *buf,
 	    {"batch_fd_limit_hits", &st.pool.fd_limit_hits},
 	};
 
-	bfs_serve_stats(s, &st);
+	bfs_serve_stats_of(s, &st);
 	bfs_layout_append(buf, len, pos, "%-22s %20ld\n", "pid",
 			  (long)getpid());
-	bfs_layout_append(buf, len, pos, "%-22s %20s\n", "serve_mode",
-			  bfs_serve_mode_name(st.mode));
+	bfs_layout_append(buf, len, pos, "%-22s %20s\n", "serve_mode", mode);
 	bfs_layout_append(buf, len, pos, "%-22s %20s\n", "reader",
 			  st.pool.ra.reader);
 	for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++)
