@@ -19,7 +19,10 @@
  * This comment is the contract of the serving modes of batch files; the
  * top README's table says the same for users. The measurements are in
  * the benchmark's results file (tools/bench/RESULTS.md). Streams are
- * read with direct I/O in every mode (bfs_serve_open_stream).
+ * read with direct I/O in every mode (bfs_serve_open_stream). Inside,
+ * each mode is a way of serving in a file of its own behind a table of
+ * operations, chosen for each file at its open (serve_impl.h; fs/README.md:
+ * how bytes reach readers).
  *
  * Modes (enum bfs_serve_mode):
  *   passthrough  each batch is materialized by a worker into its own memfd,
@@ -125,9 +128,10 @@ struct bfs_serve_reply {
 
 /* Serve 'layout's batches of 'ds' in 'order' (every lane, epochs 0 ..
  * bfs_order_epochs - 1) in mode o->mode: creates the worker pool (po; its
- * hooks and memfd choice are set here), the push ledger or the zero-copy
- * plan. Borrowed objects and 'kernel' must outlive the serve. Returns 0
- * or -errno. */
+ * hooks, memfd and rows-in-place choices are the mode's, set here), the
+ * push ledger or the zero-copy plan. Borrowed objects and 'kernel' must
+ * outlive the serve. Returns 0 or -errno (-EINVAL: o->mode is AUTO or no
+ * mode). */
 int bfs_serve_create(struct bfs_serve **out, const struct bfs_dataset *ds,
 		     struct bfs_order *order, const struct bfs_layout *layout,
 		     const struct bfs_pool_opts *po,

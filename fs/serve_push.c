@@ -1,5 +1,7 @@
-/* fs/serve_push: the push mode's page-cache ledger and the one thread that
- * talks to the kernel's page cache (serve_impl.h).
+/* fs/serve_push: push mode (serve.h): its page-cache ledger and the one
+ * thread that talks to the kernel's page cache. A way of serving
+ * (serve_impl.h): it calls the pool, the order and serve_batch.c, never
+ * the core; the core reaches it through its table (bfs_serve_push_ops).
  *
  * Push mode stores each batch whole into the kernel's page cache (the
  * adapter's store callback: FUSE's notify_store) when it is opened, or
@@ -64,6 +66,7 @@ struct push_job {
 };
 
 struct bfs_pushed {
+	struct bfs_serve_base *s; /* the mount's (the way's base) */
 	pthread_mutex_t lock;
 	pthread_cond_t stored; /* [L] some entry stopped 'pushing' */
 	pthread_cond_t work;   /* [L] a job, a trim or stop for the thread */
@@ -83,15 +86,20 @@ struct bfs_pushed {
 
 static void *kernel_thread(void *arg);
 
-int bfs_pushed_create(struct bfs_serve *s, uint64_t budget)
+/* The ledger, kept under 'budget' bytes, and the kernel's thread, into
+ * *out (set before the thread starts; a half-made one is destroyed by
+ * pushed_destroy). 0 or -errno. */
+static int pushed_create(struct bfs_pushed **out, struct bfs_serve_base *s,
+			 uint64_t budget)
 {
 	struct bfs_pushed *pb = calloc(1, sizeof(*pb));
 	sigset_t all, old;
 	int rc;
 
-	s->pushed = pb; /* before the thread starts: it reads it */
+	*out = pb;
 	if (!pb)
 		return -ENOMEM;
+	pb->s = s;
 	pthread_mutex_init(&pb->lock, NULL);
 	pthread_cond_init(&pb->stored, NULL);
 	pthread_cond_init(&pb->work, NULL);
@@ -99,13 +107,16 @@ int bfs_pushed_create(struct bfs_serve *s, uint64_t budget)
 	/* asynchronous signals belong to the FUSE loop */
 	sigfillset(&all);
 	pthread_sigmask(SIG_BLOCK, &all, &old);
-	rc = -pthread_create(&pb->thread, NULL, kernel_thread, s);
+	rc = -pthread_create(&pb->thread, NULL, kernel_thread, pb);
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	pb->started = rc == 0;
 	return rc;
 }
 
-void bfs_pushed_stop(struct bfs_pushed *pb)
+/* Stop the thread: queued stores are dropped (their batches released:
+ * the pool must still be there), and workers that push from then on
+ * find the ledger closed. Accepts NULL. */
+static void pushed_stop(struct bfs_pushed *pb)
 {
 	if (!pb)
 		return;
@@ -118,11 +129,13 @@ void bfs_pushed_stop(struct bfs_pushed *pb)
 	pb->started = false;
 }
 
-void bfs_pushed_destroy(struct bfs_pushed *pb)
+/* Stop, then free (after the pool: its workers call into the ledger).
+ * Accepts NULL. */
+static void pushed_destroy(struct bfs_pushed *pb)
 {
 	if (!pb)
 		return;
-	bfs_pushed_stop(pb);
+	pushed_stop(pb);
 	pthread_cond_destroy(&pb->work);
 	pthread_cond_destroy(&pb->stored);
 	pthread_mutex_destroy(&pb->lock);
@@ -287,8 +300,10 @@ static unsigned pushed_trim(struct bfs_pushed *pb, uint64_t *keys)
 }
 
 /* Store the whole batch bid (b) into the kernel's page cache, in chunks
- * (the store message has 32-bit lengths). */
-static int store_batch(struct bfs_serve *s, struct bfs_batch_id bid,
+ * (the store message has 32-bit lengths): the one place that stores, for
+ * a push at open and a worker's early push alike, on the kernel's thread
+ * only. */
+static int store_batch(struct bfs_serve_base *s, struct bfs_batch_id bid,
 		       const struct bfs_batch *b)
 {
 	const char *data = bfs_batch_data(b);
@@ -304,8 +319,9 @@ static int store_batch(struct bfs_serve *s, struct bfs_batch_id bid,
 
 /* The kernel's thread runs a job: stored, the pool drops its copy; not,
  * the entry is forgotten and READs serve the batch. */
-static void run_job(struct bfs_serve *s, const struct push_job *j)
+static void run_job(struct bfs_pushed *pb, const struct push_job *j)
 {
+	struct bfs_serve_base *s = pb->s;
 	bool stored = store_batch(s, j->bid, j->b) == 0;
 
 	if (stored) {
@@ -324,12 +340,12 @@ static void run_job(struct bfs_serve *s, const struct push_job *j)
 		atomic_fetch_add(&s->c.bytes, bfs_batch_size(j->b));
 		bfs_pool_drop(s->pool, j->b);
 	}
-	pushed_done(s->pushed, j->id, stored);
+	pushed_done(pb, j->id, stored);
 	bfs_pool_release(s->pool, j->b);
 }
 
 /* Invalidate the batches of keys[0 .. n). */
-static void run_trim(struct bfs_serve *s, const uint64_t *keys, unsigned n)
+static void run_trim(struct bfs_serve_base *s, const uint64_t *keys, unsigned n)
 {
 	for (unsigned i = 0; i < n; i++) {
 		int rc =
@@ -346,8 +362,8 @@ static void run_trim(struct bfs_serve *s, const uint64_t *keys, unsigned n)
  * stopped; jobs left then are dropped, their entries forgotten. */
 static void *kernel_thread(void *arg)
 {
-	struct bfs_serve *s = arg;
-	struct bfs_pushed *pb = s->pushed;
+	struct bfs_pushed *pb = arg;
+	struct bfs_serve_base *s = pb->s;
 
 	pthread_mutex_lock(&pb->lock);
 	for (;;) {
@@ -366,7 +382,7 @@ static void *kernel_thread(void *arg)
 			pb->qcount--;
 			pb->trim = true; /* after the store */
 			pthread_mutex_unlock(&pb->lock);
-			run_job(s, &j);
+			run_job(pb, &j);
 			pthread_mutex_lock(&pb->lock);
 		} else {
 			n = pushed_trim(pb, keys);
@@ -400,87 +416,141 @@ static uint64_t key_of(const struct bfs_batch_loc *at)
 	return at->pos + 1;
 }
 
-void bfs_serve_push_ready(void *arg, struct bfs_batch *b,
-			  const struct bfs_batch_loc *at)
+/* Pool on_ready hook (early push): push b right after a worker gathered
+ * it, before anyone opens it (when the kernel knows its inode). */
+static void push_ready(void *arg, struct bfs_batch *b,
+		       const struct bfs_batch_loc *at)
 {
-	struct bfs_serve *s = arg;
+	struct bfs_serve_way *w = arg;
+	struct bfs_pushed *pb = w->state;
 	uint64_t id;
 
 	/* A failed store is usually -ENOENT: the kernel has no inode yet */
-	if (pushed_enter(s->pushed, key_of(at), bfs_batch_size(b), 0, &id) <= 0)
+	if (pushed_enter(pb, key_of(at), bfs_batch_size(b), 0, &id) <= 0)
 		return;
-	bfs_pool_hold(s->pool, b);
-	if (!push_queue(s->pushed, b, at->id, id))
-		bfs_pool_release(s->pool, b);
+	bfs_pool_hold(pb->s->pool, b);
+	if (!push_queue(pb, b, at->id, id))
+		bfs_pool_release(pb->s->pool, b);
 }
 
-int bfs_serve_push_open(struct bfs_serve *s, struct bfs_file *f)
+static int push_create(struct bfs_serve_way *w, struct bfs_pool_opts *po)
 {
-	struct bfs_batch *b = NULL;
-	int rc =
-	    pushed_enter(s->pushed, key_of(&f->at), f->size, 1, &f->push_id);
+	struct bfs_pushed *pb;
+	int rc = pushed_create(&pb, w->base, w->base->o.page_cache_bytes);
 
-	f->push_open = rc >= 0;
+	w->state = pb;
+	if (w->base->o.early_push)
+		po->on_ready = push_ready;
+	return rc;
+}
+
+static void push_stop(struct bfs_serve_way *w)
+{
+	pushed_stop(w->state); /* its jobs hold batches */
+}
+
+static void push_destroy(struct bfs_serve_way *w)
+{
+	pushed_destroy(w->state); /* workers pushed into it */
+	w->state = NULL;
+}
+
+/* Push-mode release of f: its ledger entry closes, the page cache is
+ * trimmed to its budget. */
+static void push_release(struct bfs_serve_way *w, struct bfs_file *f)
+{
+	struct bfs_pushed *pb = w->state;
+
+	if (f->push.open)
+		pushed_close(pb, f->push.id);
+	f->push.open = false;
+}
+
+/* Push-mode open of batch file f: have it stored whole into the page
+ * cache unless it is there already, and wait for that (a bounded while:
+ * READs serve what is not stored). 0 or -errno (the batch cannot be
+ * had). */
+static int push_open(struct bfs_serve_way *w, struct bfs_file *f,
+		     struct bfs_serve_how *how)
+{
+	struct bfs_serve_base *s = w->base;
+	struct bfs_pushed *pb = w->state;
+	struct bfs_batch *b = NULL;
+	int rc = pushed_enter(pb, key_of(&f->at), f->size, 1, &f->push.id);
+
+	how->keep_cache = true; /* the pages pushed stay valid */
+	f->push.open = rc >= 0;
 	if (rc == 0) /* pushed or being pushed: ready before it was asked */
 		atomic_fetch_add(&s->c.pushed_hits, 1);
 	if (rc > 0) {
 		rc = bfs_pool_acquire(s->pool, &f->at, &b);
 		if (rc < 0)
-			pushed_done(s->pushed, f->push_id, false);
-		else if (!push_queue(s->pushed, b, f->at.id, f->push_id))
+			pushed_done(pb, f->push.id, false);
+		else if (!push_queue(pb, b, f->at.id, f->push.id))
 			bfs_pool_release(s->pool, b);
 	}
 	if (rc < 0 && rc != -ENOSPC) {
-		bfs_serve_push_release(s, f);
+		push_release(w, f);
 		return rc;
 	}
-	if (f->push_open) { /* else (-ENOSPC) READs serve it */
-		pushed_wait(s->pushed, f->push_id);
+	if (f->push.open) { /* else (-ENOSPC) READs serve it */
+		pushed_wait(pb, f->push.id);
 		atomic_store(&f->consumed, true); /* counted whole */
 	}
 	return 0;
 }
 
-void bfs_serve_push_release(struct bfs_serve *s, struct bfs_file *f)
+/* A READ of a pushed batch: the kernel lost its pages (or never had them:
+ * no slot, a failed store). The pool's buffer answers, gathered alone:
+ * its successors are pushed, not read. */
+static int push_read(struct bfs_serve_way *w, struct bfs_file *f, uint64_t off,
+		     uint64_t n, struct bfs_serve_reply *r)
 {
-	if (f->push_open)
-		pushed_close(s->pushed, f->push_id);
-	f->push_open = false;
+	atomic_fetch_add(&w->base->c.reads, 1);
+	atomic_fetch_add(&w->base->c.refills, 1);
+	return bfs_serve_read_buffer(w->base, f, off, n, true, r);
 }
 
-void bfs_serve_stop_kernel(struct bfs_serve *s)
+static void push_stop_kernel(struct bfs_serve_way *w)
 {
-	struct bfs_pushed *pb = s->pushed;
+	struct bfs_pushed *pb = w->state;
 
-	if (!pb)
-		return;
 	pthread_mutex_lock(&pb->lock);
 	pb->stop = true;
 	pthread_cond_broadcast(&pb->work);
 	pthread_mutex_unlock(&pb->lock);
 }
 
-bool bfs_serve_kernel_busy(struct bfs_serve *s)
+static bool push_kernel_busy(struct bfs_serve_way *w)
 {
-	struct bfs_pushed *pb = s->pushed;
+	struct bfs_pushed *pb = w->state;
 	bool busy;
 
-	if (!pb)
-		return false;
 	pthread_mutex_lock(&pb->lock);
 	busy = pb->in_kernel || pb->qcount;
 	pthread_mutex_unlock(&pb->lock);
 	return busy;
 }
 
-void bfs_serve_settle(struct bfs_serve *s)
+static void push_settle(struct bfs_serve_way *w)
 {
-	struct bfs_pushed *pb = s->pushed;
+	struct bfs_pushed *pb = w->state;
 
-	if (!pb)
-		return;
 	pthread_mutex_lock(&pb->lock);
 	while (pb->in_kernel || pb->qcount || (pb->trim && !pb->stop))
 		pthread_cond_wait(&pb->stored, &pb->lock);
 	pthread_mutex_unlock(&pb->lock);
 }
+
+const struct bfs_serve_ops bfs_serve_push_ops = {
+    .name = "push",
+    .create = push_create,
+    .stop = push_stop,
+    .destroy = push_destroy,
+    .stop_kernel = push_stop_kernel,
+    .kernel_busy = push_kernel_busy,
+    .settle = push_settle,
+    .open = push_open,
+    .read = push_read,
+    .release = push_release,
+};

@@ -5,7 +5,9 @@
  * as it is (no padding). So the size changes when the last error does:
  * the file is read with direct I/O (a read is not cut at a size seen
  * before) and its attributes are not cached (mount/ops.c), and fs/tree
- * renders it again when it changed between sizing and filling. */
+ * renders it again when it changed between sizing and filling. Below
+ * the core (serve_impl.h): bfs_serve_stats and bfs_serve_render_stats
+ * hand it the mount's base. */
 #include "fs/serve_impl.h"
 
 #include <inttypes.h>
@@ -14,7 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
-void bfs_serve_stats(struct bfs_serve *s, struct bfs_stats *st)
+void bfs_serve_stats_of(struct bfs_serve_base *s, struct bfs_stats *st)
 {
 	memset(st, 0, sizeof(*st));
 	bfs_pool_stats(s->pool, &st->pool);
@@ -60,8 +62,9 @@ static void render_last_error(const struct bfs_pool_error *le, bool ranked,
 			  BFS_POOL_ERROR_MAX, le->time_ns ? le->msg : "-");
 }
 
-void bfs_serve_render_stats(struct bfs_serve *s, uint64_t lookups, char *buf,
-			    size_t len, size_t *pos)
+void bfs_serve_stats_render(struct bfs_serve_base *s, const char *mode,
+			    uint64_t lookups, char *buf, size_t len,
+			    size_t *pos)
 {
 	struct bfs_stats st;
 	const struct {
@@ -110,11 +113,10 @@ void bfs_serve_render_stats(struct bfs_serve *s, uint64_t lookups, char *buf,
 	    {"batch_fd_limit_hits", &st.pool.fd_limit_hits},
 	};
 
-	bfs_serve_stats(s, &st);
+	bfs_serve_stats_of(s, &st);
 	bfs_layout_append(buf, len, pos, "%-22s %20ld\n", "pid",
 			  (long)getpid());
-	bfs_layout_append(buf, len, pos, "%-22s %20s\n", "serve_mode",
-			  bfs_serve_mode_name(st.mode));
+	bfs_layout_append(buf, len, pos, "%-22s %20s\n", "serve_mode", mode);
 	bfs_layout_append(buf, len, pos, "%-22s %20s\n", "reader",
 			  st.pool.ra.reader);
 	for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++)

@@ -19,8 +19,12 @@ ORDER_WRAPPED := lanes ranked world_size rank_of_lane lane_of_rank epochs \
 	positions has pos id locate locate_pos lane_of lane_end epoch_serial \
 	epoch_of_serial len batch_rows batch describe batch_name
 LDFLAGS_test_order_calls := $(foreach f,$(ORDER_WRAPPED),-Wl,--wrap=bfs_order_$(f))
+# test_serve_ways hands fs/serve a counting table of each way of serving.
+LDFLAGS_test_serve_ways := -Wl,--wrap=bfs_serve_ops_of
 
 TEST_PROGS += $(UNIT_PROGS)
+# fs/serve's files call one way (fs/serve_impl.h): read from its objects.
+TEST_SCRIPTS += tests/unit/test_serve_calls_one_way.py
 # Scripts: mount tests, then interop tests (real torch).
 TEST_SCRIPTS += $(sort $(wildcard tests/mount/test_*.sh tests/mount/test_*.py))
 TEST_SCRIPTS += $(sort $(wildcard tests/interop/test_*.sh tests/interop/test_*.py))

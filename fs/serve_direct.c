@@ -1,19 +1,24 @@
-/* fs/serve_zc: direct mode's zero copy, batches replied straight from the
- * archive mapping (serve_impl.h).
+/* fs/serve_direct: direct mode (serve.h): batch files opened with direct
+ * I/O, each READ replied from the pool's buffer of its batch, or straight
+ * from the archive mapping (zero copy, below); mmap(MAP_SHARED) fails. A
+ * way of serving (serve_impl.h): it calls the pool, the dataset and
+ * serve_batch.c, never the core; the core reaches it through its table
+ * (bfs_serve_direct_ops), and the check after each zero-copy reply is its
+ * 'done'.
  *
- * When every row of every field is stored as served (C-contiguous,
- * little-endian: bfs_dataset_row), a READ of [off, off+n) of a batch is a
- * list of slices: the file's rendered header and the rows in the
- * archive's read-only mapping. The kernel's copy into the reader's pages is
- * the only copy (no gather into a pool buffer). Slices adjacent in memory
- * merge (sequential order: one slice per field). A file is served this way
- * when a READ of ZC_READ_MAX bytes cannot need more than ZC_MAX_IOV slices,
- * and the rows average ZC_MIN_SLICE bytes (small slices cost the kernel a
- * page pin each: measured 4x slower than one gathered buffer for 784-byte
- * rows; fs/README.md); otherwise, and for a READ that would need more,
- * the pool's gathered buffer serves it. Prefetch becomes read-ahead: an
- * open advises its batch and the pool's window after it (madvise), so
- * cold rows are read ahead with no buffer held.
+ * Zero copy. When every row of every field is stored as served
+ * (C-contiguous, little-endian: bfs_dataset_row), a READ of [off, off+n) of
+ * a batch is a list of slices: the file's rendered header and the rows in
+ * the archive's read-only mapping. The kernel's copy into the reader's
+ * pages is the only copy (no gather into a pool buffer). Slices adjacent in
+ * memory merge (sequential order: one slice per field). A file is served
+ * this way when a READ of ZC_READ_MAX bytes cannot need more than
+ * ZC_MAX_IOV slices, and the rows average ZC_MIN_SLICE bytes (small slices
+ * cost the kernel a page pin each: measured 4x slower than one gathered
+ * buffer for 784-byte rows; fs/README.md); otherwise, and for a READ that
+ * would need more, the pool's gathered buffer serves it. Prefetch becomes
+ * read-ahead: an open advises its batch and the pool's window after it
+ * (madvise), so cold rows are read ahead with no buffer held.
  *
  * Faults: before each reply that touches rows, the archives' sizes and
  * mtimes are checked against those rows (bfs_dataset_check): a truncated
@@ -25,7 +30,7 @@
  * What zero copy cannot do: catch a source rewritten in place while the
  * kernel copies from it. The copy is the reply itself, and once it is
  * written the reader has the bytes. So the check is made again after the
- * reply (bfs_serve_zc_after): a change there is logged and kept as
+ * reply (direct_done): a change there is logged and kept as
  * last_error, naming the batch whose reply may hold rows of both
  * versions, and every later batch that reads the file fails with EIO.
  * Without zero copy (BATCHFS_DEBUG_NO_ZERO_COPY, or any other mode) the
@@ -40,9 +45,17 @@
 
 #include "fs/log.h"
 
+#define MOD "serve"
+
 #define ZC_MAX_IOV   (BFS_SERVE_MAX_IOV - 1) /* IOV_MAX minus the header */
 #define ZC_READ_MAX  (1u << 20) /* largest READ (libfuse 3.14: 256 pages) */
 #define ZC_MIN_SLICE 4096u	/* mean bytes per row slice worth it */
+
+/* The way's state. */
+struct direct {
+	bool zero_copy; /* slices of the archive (for files that allow) */
+	int max_iov;	/* slices per READ */
+};
 
 struct bfs_zc {
 	uint64_t rows, data_off;
@@ -51,7 +64,8 @@ struct bfs_zc {
 	char head[];	     /* data_off header bytes, then idx and row */
 };
 
-bool bfs_serve_zc_eligible(const struct bfs_serve *s)
+/* Whether zero copy can serve this dataset at all. */
+static bool zc_eligible(const struct bfs_serve_base *s)
 {
 	const struct bfs_dataset *ds = s->ds;
 
@@ -86,8 +100,17 @@ static uint64_t worst_slices(const struct bfs_layout *l, uint64_t rows)
 	return n;
 }
 
-void bfs_serve_zc_after(struct bfs_serve *s, struct bfs_file *f)
+/* After a reply of rows from the archive (r->zc_rows): the same check
+ * again; a source that changed meanwhile is logged and kept as
+ * last_error, naming f's batch. */
+static void direct_done(struct bfs_serve_way *w, struct bfs_serve_reply *r)
 {
+	struct bfs_serve_base *s = w->base;
+	struct bfs_file *f = r->file;
+
+	if (!r->zc_rows) /* the reply is written: was the source steady? */
+		return;
+	r->zc_rows = false;
 	if (bfs_dataset_check(s->ds, f->zc->idx, (size_t)f->zc->rows) < 0)
 		bfs_pool_note_error(
 		    s->pool, f->at.id,
@@ -97,12 +120,15 @@ void bfs_serve_zc_after(struct bfs_serve *s, struct bfs_file *f)
 		    "during the kernel's copy); later batches fail with EIO");
 }
 
-void bfs_serve_zc_free(struct bfs_zc *z)
+static void direct_free(struct bfs_serve_way *w, struct bfs_file *f)
 {
-	free(z);
+	free(f->zc);
+	f->zc = NULL;
 }
 
-int bfs_serve_zc_open(struct bfs_serve *s, struct bfs_file *f)
+/* Plan f's slices (f->zc), or leave it NULL when a READ could need too
+ * many slices or a row needs a gather. 0 or -errno. */
+static int zc_open(struct bfs_serve_base *s, struct bfs_file *f)
 {
 	const struct bfs_layout *l = s->layout;
 	uint64_t rows = f->at.rows;
@@ -186,13 +212,12 @@ static uint64_t slices(const struct bfs_layout *l, const struct bfs_zc *z,
 	return p;
 }
 
-int bfs_serve_zc_read(struct bfs_serve *s, struct bfs_file *f, uint64_t off,
-		      uint64_t n, struct bfs_serve_reply *r)
+/* The slices of [off, off+n) of f into r; 1 when they fit, 0 when the
+ * READ needs the pool's buffer instead, -EIO when an archive shrank. */
+static int zc_read(struct bfs_serve_base *s, int max, struct bfs_file *f,
+		   uint64_t off, uint64_t n, struct bfs_serve_reply *r)
 {
 	const struct bfs_zc *z = f->zc;
-	int max = s->o.zc_max_iov && s->o.zc_max_iov < ZC_MAX_IOV
-		      ? (int)s->o.zc_max_iov
-		      : ZC_MAX_IOV;
 	uint64_t end = off + n;
 
 	if (slices(s->layout, z, off, end, r, max) < end) {
@@ -212,3 +237,68 @@ int bfs_serve_zc_read(struct bfs_serve *s, struct bfs_file *f, uint64_t off,
 		atomic_fetch_add(&s->c.zero_copy, 1);
 	return 1;
 }
+
+/* Zero copy where the dataset allows it (logged: mount/session logs the
+ * mode and why, this says how). */
+static int direct_create(struct bfs_serve_way *w, struct bfs_pool_opts *po)
+{
+	const struct bfs_serve_opts *o = &w->base->o;
+	struct direct *d = calloc(1, sizeof(*d));
+
+	w->state = d;
+	if (!d)
+		return -ENOMEM;
+	d->zero_copy = o->zero_copy && zc_eligible(w->base);
+	d->max_iov = o->zc_max_iov && o->zc_max_iov < ZC_MAX_IOV
+			 ? (int)o->zc_max_iov
+			 : ZC_MAX_IOV;
+	po->rows_in_place = d->zero_copy;
+	if (d->zero_copy)
+		bfs_log(BFS_LOG_INFO, MOD,
+			"direct mode: batches whose rows allow it are "
+			"replied straight from the archive (zero copy)");
+	return 0;
+}
+
+static void direct_destroy(struct bfs_serve_way *w)
+{
+	free(w->state);
+	w->state = NULL;
+}
+
+static int direct_open(struct bfs_serve_way *w, struct bfs_file *f,
+		       struct bfs_serve_how *how)
+{
+	const struct direct *d = w->state;
+
+	how->direct_io = true;
+	return d->zero_copy ? zc_open(w->base, f) : 0;
+}
+
+/* Slices of the archive when f has them and they fit, else the pool's
+ * buffer: for a zero-copy file gathered alone (one READ's worth: it does
+ * not re-gather its successors). */
+static int direct_read(struct bfs_serve_way *w, struct bfs_file *f,
+		       uint64_t off, uint64_t n, struct bfs_serve_reply *r)
+{
+	const struct direct *d = w->state;
+	int rc;
+
+	atomic_fetch_add(&w->base->c.reads, 1);
+	if (f->zc) {
+		rc = zc_read(w->base, d->max_iov, f, off, n, r);
+		if (rc != 0)
+			return rc < 0 ? rc : 0;
+	}
+	return bfs_serve_read_buffer(w->base, f, off, n, f->zc != NULL, r);
+}
+
+const struct bfs_serve_ops bfs_serve_direct_ops = {
+    .name = "direct",
+    .create = direct_create,
+    .destroy = direct_destroy,
+    .open = direct_open,
+    .read = direct_read,
+    .done = direct_done,
+    .free = direct_free,
+};
