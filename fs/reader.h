@@ -13,8 +13,9 @@
  * thread), or, where io_uring cannot be set up (a seccomp filter, the
  * io_uring_disabled sysctl, an old kernel), a pool of threads each doing
  * one pread at a time. fs/fetch sees them as two backends
- * (bfs_reader_backend: two tables of struct bfs_fetch_ops over a set of
- * descriptors).
+ * (bfs_reader_backend, in reader_backend.c: two tables of struct
+ * bfs_fetch_ops over a dataset's files opened again), which the
+ * composition root makes and hands to it.
  *
  * Thread-safe: bfs_reader_submit may be called from any thread; it waits
  * while 'depth' reads are in flight (io_uring: a read ahead that finds
@@ -97,9 +98,10 @@ void bfs_reader_stats(struct bfs_reader *r, struct bfs_reader_stats *out);
  * bfs_reader_create: AUTO, IO_URING, THREADS, NONE) reads ahead, 64 in
  * flight, through the files opened again (buffered, read randomly); with
  * 'direct' (data that does not fit), the gathers' reads of rows go to the
- * files opened with O_DIRECT, on readers of the same kind kept for the
- * threads that call (64 in flight on io_uring, 16 threads otherwise),
- * unless a file cannot be opened so (then be->rows is false). Its
+ * files opened with O_DIRECT, on readers of the same kind, one per
+ * thread reading at a time, kept for the next (64 in flight on io_uring,
+ * 16 threads otherwise), unless a file cannot be opened so (then
+ * be->rows is false). Its
  * operations are io_uring's or the threads' ("io_uring", "threads"; for
  * NONE "none", which reads nothing); 'why' says which and why, and a
  * source on a FUSE or network file system turns reading ahead off
