@@ -1,6 +1,6 @@
 /* fs/gather: a dataset's rows and ragged spans, copied straight from the
  * read-only mappings of its sources, safely (see dataset.h). What to read
- * ahead is fs/readahead's.
+ * ahead is fs/readahead's; rows read by the gathers themselves, fs/fetch's.
  *
  * Gather: a fixed field's row is addressed as  base + s * stride0  plus
  * its simplified per-row strides (fs/dataset.c binds them). A C-contiguous

@@ -246,7 +246,7 @@ int bfs_layout_fill(const struct bfs_layout *l, const struct bfs_dataset *ds,
 /* Rows a caller already has, per dataset field: rows[f] is NULL (gather
  * field f from the dataset) or the address of each of its 'rows' rows,
  * stored as served (row_bytes bytes, C order, little-endian), e.g. read
- * into memory of the caller's with O_DIRECT (fs/readahead's fetch). */
+ * into memory of the caller's with O_DIRECT (fs/fetch). */
 typedef const void *const *const *bfs_layout_rows;
 
 /* bfs_layout_fill with rows of some fields from 'have' (NULL: none). */

@@ -56,12 +56,14 @@
  * (across epochs, up to its lane's end), skipping what the table already
  * holds and what an earlier acquire already scheduled (pf_upto).
  *
- * Read-ahead (fs/readahead, created here: it also applies the memory
- * policy). Each acquire tells it where its lane's readers are
- * (bfs_readahead_follow), and its thread reads the rows of the batches
- * after it. Before a gather, the worker advises its batch's rows and,
- * for data that does not fit in memory, reads the rows of big fields
- * itself with O_DIRECT (bfs_readahead_fetch). While the read-ahead thread
+ * Read-ahead (fs/readahead) and fetch (fs/fetch), handed in by the
+ * composition root (the memory policy behind them is not the pool's
+ * business). Each acquire tells the read-ahead where its lane's readers
+ * are (bfs_readahead_follow), and its thread reads the rows of the
+ * batches after it. Before a gather, the worker advises its batch's rows
+ * and, for data that does not fit in memory, reads the rows of big
+ * fields itself with O_DIRECT (bfs_fetch_rows, on a struct
+ * bfs_fetch_rows of its own). While the read-ahead thread
  * does not run (no reader, or the read-in of data that fits has ended),
  * a worker that gathered batch q advises the rows of batch
  * q + prefetch + 1, one window further. bfs_pool_advise, for batches
@@ -108,7 +110,6 @@
 
 #include "fs/layout_fd.h"
 #include "fs/log.h"
-#include "fs/readahead.h"
 #include "fs/size.h"
 
 #define NBUCKETS   4096u
@@ -163,7 +164,7 @@ struct bfs_pool {
 	unsigned nspare;		 /* [L] */
 	struct bfs_pool_stats st;	 /* [L] */
 
-	struct bfs_readahead *ra;
+	struct bfs_readahead *ra; /* o.readahead (borrowed), or NULL */
 	pthread_t *threads;
 	unsigned nthreads;
 };
@@ -481,8 +482,8 @@ static bool make_room(struct bfs_pool *p, uint64_t need, uint64_t batches,
 struct worker {
 	uint64_t *idx;
 	uint64_t idx_cap;
-	struct bfs_layout_fd fdw; /* memfd batches (passthrough) */
-	struct bfs_fetch *fetch;  /* rows it reads itself, or NULL */
+	struct bfs_layout_fd fdw;     /* memfd batches (passthrough) */
+	struct bfs_fetch_rows *fetch; /* rows it reads itself, or NULL */
 };
 
 /* Ask the kernel to read the rows of the position one prefetch window
@@ -550,8 +551,8 @@ static int gather(struct bfs_pool *p, struct bfs_batch *b, struct worker *w)
 	if (p->o.debug_delay_ms)
 		debug_delay(p);
 	bfs_readahead_rows(p->ra, w->idx, b->at.rows);
-	if (w->fetch && bfs_readahead_fetch(p->ra, w->fetch, w->idx, b->at.rows,
-					    &have) == 0) {
+	if (w->fetch && bfs_fetch_rows(p->o.fetch, w->fetch, w->idx, b->at.rows,
+				       &have) == 0) {
 		/* read before this check: a change would show in it */
 		rc = bfs_dataset_check(p->ds, w->idx, b->at.rows);
 		if (rc < 0)
@@ -760,7 +761,7 @@ static void *worker_main(void *arg)
 	sigset_t all;
 
 	bfs_layout_fd_init(&w.fdw, p->layout, p->ds, p->o.memfd_write);
-	w.fetch = bfs_readahead_fetcher(p->ra);
+	w.fetch = bfs_fetch_rows_open(p->o.fetch);
 	/* Asynchronous signals belong to the FUSE loop; faults must stay
 	 * deliverable here: a SIGBUS from an archive truncated under a
 	 * gather goes to fs/dataset's guard, while a blocked one makes the
@@ -809,7 +810,7 @@ static void *worker_main(void *arg)
 	pthread_mutex_unlock(&p->lock);
 	free(w.idx);
 	bfs_layout_fd_fini(&w.fdw);
-	bfs_fetch_free(w.fetch);
+	bfs_fetch_rows_close(w.fetch);
 	return NULL;
 }
 
@@ -895,15 +896,9 @@ int bfs_pool_create(struct bfs_pool **out, const struct bfs_dataset *ds,
 	}
 	for (size_t l = 0; l < p->lanes; l++)
 		p->lane_end[l] = bfs_order_lane_end(order, l);
-	rc = bfs_readahead_create(
-	    &p->ra, ds,
-	    &(struct bfs_readahead_opts){.memory_policy = o->memory_policy,
-					 .reader = o->reader,
-					 .no_fetch = o->rows_in_place,
-					 .assume_cold = o->assume_cold,
-					 .order = order});
-	if (rc < 0)
-		goto err_destroy;
+	p->ra = o->readahead;
+	if (o->rows_in_place) /* before any gather or read ahead */
+		bfs_fetch_serve_mapped(o->fetch);
 	for (; p->nthreads < p->o.workers; p->nthreads++) {
 		rc = -pthread_create(&p->threads[p->nthreads], NULL,
 				     worker_main, p);
@@ -940,7 +935,6 @@ void bfs_pool_destroy(struct bfs_pool *p)
 	}
 	while (p->nspare)
 		drop_spare(p, p->nspare - 1);
-	bfs_readahead_destroy(p->ra); /* stops the read-in */
 	free(p->threads);
 	free(p->pf_upto);
 	free(p->recent);

@@ -14,11 +14,11 @@
 #include <stdint.h>
 
 #include "fs/dataset.h"
+#include "fs/fetch.h"
 #include "fs/layout.h"
 #include "fs/layout_fd.h"
 #include "fs/order.h"
 #include "fs/readahead.h"
-#include "fs/reader.h"
 
 struct bfs_batch; /* a materialized batch: refcounted, read-only */
 
@@ -39,20 +39,18 @@ struct bfs_pool_opts {
 	uint64_t max_fds;
 	/* How a memfd batch is written (fs/layout_fd). */
 	enum bfs_layout_fd_how memfd_write;
-	/* fs/readahead's memory policy: read the archives in at creation,
-	 * in the background, when they fit in half the memory available;
-	 * else mark them for random access. */
-	bool memory_policy;
-	/* How rows of the batches ahead are read (fs/readahead, fs/reader):
-	 * AUTO = io_uring where it can be set up, else threads; NONE. */
-	enum bfs_reader_kind reader;
+	/* Cold data (fs/README.md), made by the composition root, borrowed
+	 * (they must outlive the pool); NULL: none. The read-ahead is told
+	 * where each lane's readers are and advises the rows of batches
+	 * about to be gathered; the fetch reads the rows of big fields for
+	 * the gathers, when the data does not fit in memory. */
+	struct bfs_readahead *readahead;
+	struct bfs_fetch *fetch;
 	/* Batches are served straight from the archive mapping (zero copy):
 	 * their rows are read ahead into the page cache, never read by the
-	 * gathers with O_DIRECT (fs/readahead's fetch). */
+	 * gathers with O_DIRECT (the pool tells the fetch so at creation:
+	 * bfs_fetch_serve_mapped). */
 	bool rows_in_place;
-	/* Tests (BATCHFS_DEBUG_COLD): the memory policy acts as if the data
-	 * did not fit in memory. */
-	bool assume_cold;
 	/* Called by the worker, without the pool's lock, right after a
 	 * gather succeeded and before b is ready for anyone: what must be
 	 * there before a reader sees the batch (a backing id). It must not
@@ -100,7 +98,7 @@ struct bfs_pool_stats {
 	uint64_t buffers_mapped;       /* fresh buffers or memfds made;
 					* every other gather reused a spare */
 	uint64_t batches_advised;      /* batches read ahead (advise) */
-	struct bfs_readahead_stats ra; /* the read-in and read-ahead */
+	struct bfs_readahead_stats ra; /* opts.readahead's (cold data) */
 	uint64_t workers, prefetch_depth;
 	struct bfs_pool_error last_error; /* the latest bfs_pool_note_error */
 };

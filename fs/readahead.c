@@ -1,4 +1,4 @@
-/* fs/readahead: the memory policy and read-ahead of a dataset
+/* fs/readahead: what is resident, and what to read ahead of the readers
  * (readahead.h; fs/README.md: cold data, with the figures).
  *
  * Residency. madvise(MADV_WILLNEED) starts reads of cold rows ahead of a
@@ -11,37 +11,27 @@
  * is still read ahead, and an evicted chunk is advised again within a
  * window. A word is tick << 1 | resident, 0 = never looked at.
  *
- * The read-in reads whole files, in order and in 32 MiB windows, with
- * MADV_POPULATE_READ: the kernel reads them sequentially (so a cold epoch
- * can run at the device's sequential rate rather than its random-read
- * rate) and maps every page, so no row costs a page fault on its first
- * touch. It runs on its own thread, every signal blocked (no fault can
- * come here: a shrunk file fails the madvise with EFAULT).
- *
  * The read-ahead thread keeps, per lane of the order, where its stream is
  * (follow: the readers' latest batch + 1) and the next batch to read
  * (next), and reads up to 'window' batches ahead of each stream, a batch
  * of each lane in turn: each batch's rows not known resident, as page
  * ranges sorted by file and offset and merged where they touch, handed
- * to fs/reader through descriptors of its own (rfd). It sleeps until a
- * stream moves so far that its lead is down to half the window, and
- * ends with the read-in (read_in) or at destroy.
+ * to fs/fetch (bfs_fetch_ahead). It sleeps until a stream moves so far
+ * that its lead is down to half the window. Once the read-in of fs/memory
+ * has ended it reads nothing more: it checks before each batch, and
+ * follow no longer wakes it (it sleeps until destroy).
  *
- * Fetch (data that does not fit): fields of rows of FETCH_MIN bytes or
- * more, stored as served, are read by each gathering thread itself with
- * O_DIRECT (dfd) into memory of its own (struct bfs_fetch, a reader each:
- * FETCH_DEPTH reads in flight on io_uring, FETCH_THREADS threads
- * otherwise); neither the advice nor the read-ahead thread touches them.
+ * The fields whose rows the gathers read themselves (fs/fetch:
+ * bfs_fetch_field) are neither advised nor read ahead.
  *
  * Thread-safety: the words and counters are relaxed atomics (hints and
  * statistics; threads racing on one chunk store the same kind of
  * answer); follow, next and turn are under ra->lock (the thread waits on
- * 'moved'), never held across a read; a struct bfs_fetch is its thread's
- * own; the rest is immutable after creation. */
+ * 'moved'), never held across a read; the rest is immutable after
+ * creation. */
 #include "fs/readahead.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -49,23 +39,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/vfs.h>
 #include <time.h>
 #include <unistd.h>
 
-#include "fs/log.h"
-#include "fs/source.h"
-
-#define MOD "readahead"
-
-#define CHUNK	      ((uint64_t)2 << 20)
-#define TICK_NS	      125000000ull /* 1/8 s */
-#define TICK_MASK     0x7fffffffu
-#define WINDOW	      8u		   /* ticks: 1 s */
-#define WARM_WINDOW   ((uint64_t)32 << 20) /* the read-in checks for a stop */
-#define FETCH_MIN     ((uint64_t)32 << 10) /* rows read with O_DIRECT */
-#define FETCH_DEPTH   64u /* ... in flight per gathering thread (io_uring) */
-#define FETCH_THREADS 16u /* ... without io_uring: reader threads each */
+#define CHUNK	  ((uint64_t)2 << 20)
+#define TICK_NS	  125000000ull /* 1/8 s */
+#define TICK_MASK 0x7fffffffu
+#define WINDOW	  8u /* ticks: 1 s */
 
 /* The residency words of one mapped file. */
 struct chunks {
@@ -75,21 +55,18 @@ struct chunks {
 
 struct bfs_readahead {
 	const struct bfs_dataset *ds;
-	struct chunks *files; /* [bfs_dataset_nfiles] */
+	struct bfs_memory *memory; /* the read-in; NULL: none */
+	struct bfs_fetch *fetch;   /* reads ahead; NULL: none */
+	struct chunks *files;	   /* [bfs_dataset_nfiles] */
 	size_t nfiles;
-	_Atomic uint64_t warm_bytes, rows_resident, rows_advised, rows_read;
+	_Atomic uint64_t rows_resident, rows_advised, rows_read;
 	_Atomic uint64_t batches_read;
-	pthread_t warmer; /* the read-in, when the data fits */
-	bool warming;
-	atomic_bool read_in; /* it ended: the read-ahead thread stops */
 	atomic_bool stop;
 
-	/* The read-ahead thread (when a reader runs). */
-	struct bfs_reader *rd;
-	char why[200];		 /* how rows are read ahead, and why */
-	int *rfd;		 /* [nfiles] the reads' own descriptors */
-	struct bfs_order *order; /* the batches, by position */
-	uint64_t window;	 /* batches read ahead of each lane's readers */
+	/* The read-ahead thread (when fs/fetch reads ahead). */
+	char why[BFS_READAHEAD_WHY]; /* its part of how rows are read */
+	struct bfs_order *order;     /* the batches, by position */
+	uint64_t window; /* batches read ahead of each lane's readers */
 	pthread_t ahead;
 	bool ahead_up;
 	pthread_mutex_t lock;
@@ -102,237 +79,7 @@ struct bfs_readahead {
 	uint64_t *follow;   /* [lock] the readers' position + 1; 0: none */
 	uint64_t *next;	    /* [lock] the next position to read ahead */
 	size_t turn;	    /* [lock] the lane looked at first */
-
-	/* Data that does not fit: fields whose rows gathers read with
-	 * O_DIRECT themselves (bfs_readahead_fetch). */
-	bool cold;	  /* the memory policy found it does not fit */
-	bool assume_cold; /* tests: as if it did not */
-	bool *fetch;	  /* [nfields], NULL: none */
-	int *dfd;	  /* [nfiles] O_DIRECT descriptors */
-	_Atomic uint64_t rows_fetched, bytes_fetched;
 };
-
-/* One gathering thread's O_DIRECT reads and the memory they land in. */
-struct bfs_fetch {
-	struct bfs_reader *rd; /* its own: reads are waited for together */
-	uint8_t *buf;	       /* page-aligned, 'cap' bytes */
-	size_t cap;
-	struct bfs_read *reads;
-	const void **rowp;	 /* [nfields * rows] */
-	const void *const **tab; /* [nfields]: rowp's rows, or NULL */
-	size_t rows_cap;
-};
-
-/* ---- memory policy -------------------------------------------------- */
-
-/* The first number in file dir/name; false when there is none ("max"). */
-static bool read_u64(const char *dir, const char *name, uint64_t *v)
-{
-	char path[4096];
-	unsigned long long x;
-	FILE *f;
-	bool ok;
-
-	if (snprintf(path, sizeof(path), "%s/%s", dir, name) >=
-	    (int)sizeof(path))
-		return false;
-	f = fopen(path, "r");
-	ok = f && fscanf(f, "%llu", &x) == 1;
-	if (f)
-		fclose(f);
-	if (ok)
-		*v = x;
-	return ok;
-}
-
-/* The room memory cgroup 'path' (v2: v1 false; v1: the memory
- * hierarchy's) leaves under mount point 'mnt': limit - usage, the
- * tightest of the cgroup and its ancestors. */
-static uint64_t cgroup_room_at(const char *mnt, const char *path, bool v1)
-{
-	char dir[4096];
-	uint64_t room = UINT64_MAX;
-	size_t root = strlen(mnt);
-
-	if (snprintf(dir, sizeof(dir), "%s%s", mnt, path) >= (int)sizeof(dir))
-		return room;
-	for (;;) {
-		uint64_t lim, use;
-		char *slash;
-
-		if (read_u64(dir, v1 ? "memory.limit_in_bytes" : "memory.max",
-			     &lim) &&
-		    lim < (1ull << 62) && /* v1 writes "no limit" as ~2^63 */
-		    read_u64(dir,
-			     v1 ? "memory.usage_in_bytes" : "memory.current",
-			     &use)) {
-			uint64_t left = use < lim ? lim - use : 0;
-
-			room = left < room ? left : room;
-		}
-		slash = strrchr(dir, '/');
-		if (!slash || (size_t)(slash - dir) < root)
-			break;
-		*slash = '\0';
-	}
-	return room;
-}
-
-/* The mount point of the cgroup file system of this kind ("cgroup2", or
- * "cgroup" with the memory controller) into out; false when none. */
-static bool cgroup_mount(bool v1, char *out, size_t len)
-{
-	FILE *f = fopen("/proc/self/mountinfo", "r");
-	char line[4096], mnt[2048], fs[64], opts[1024];
-	bool found = false;
-
-	while (!found && f && fgets(line, sizeof(line), f)) {
-		const char *sep = strstr(line, " - ");
-
-		if (!sep || sscanf(line, "%*s %*s %*s %*s %2047s", mnt) != 1 ||
-		    sscanf(sep + 3, "%63s %*s %1023s", fs, opts) != 2)
-			continue;
-		found = v1 ? !strcmp(fs, "cgroup") && strstr(opts, "memory")
-			   : !strcmp(fs, "cgroup2");
-	}
-	if (f)
-		fclose(f);
-	if (found && (size_t)snprintf(out, len, "%s", mnt) >= len)
-		found = false;
-	return found;
-}
-
-/* The room this process's memory cgroups leave (v2 and v1, whichever
- * limit it); UINT64_MAX when none limits it. A container's page cache
- * counts against its limit: an archive read in past it would only evict
- * itself. */
-static uint64_t cgroup_room(void)
-{
-	FILE *f = fopen("/proc/self/cgroup", "r");
-	char line[4096], mnt[2048];
-	uint64_t room = UINT64_MAX, r;
-
-	while (f && fgets(line, sizeof(line), f)) {
-		char *a = strchr(line, ':'), *b = a ? strchr(a + 1, ':') : NULL;
-		bool v1;
-
-		if (!b)
-			continue;
-		b[strcspn(b, "\n")] = '\0';
-		*a = *b = '\0'; /* "ID:controllers:path" */
-		v1 = strcmp(line, "0") != 0;
-		if (v1 && !strstr(a + 1, "memory"))
-			continue;
-		if (!cgroup_mount(v1, mnt, sizeof(mnt)))
-			continue;
-		r = cgroup_room_at(mnt, strcmp(b + 1, "/") ? b + 1 : "", v1);
-		room = r < room ? r : room;
-	}
-	if (f)
-		fclose(f);
-	return room;
-}
-
-/* The memory available to this process in bytes: MemAvailable of
- * /proc/meminfo, or less when a memory cgroup leaves less; 0 when
- * unknown. */
-static uint64_t mem_available(void)
-{
-	FILE *f = fopen("/proc/meminfo", "r");
-	unsigned long long kb = 0;
-	uint64_t room = cgroup_room();
-	char line[128];
-
-	while (f && fgets(line, sizeof(line), f))
-		if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1)
-			break;
-	if (f)
-		fclose(f);
-	return room < ((uint64_t)kb << 10) ? room : (uint64_t)kb << 10;
-}
-
-/* ---- the read-in and random access ----------------------------------- */
-
-/* Read file fl in, window by window, until done or a stop. false when
- * stopped. */
-static bool warm_file(struct bfs_readahead *ra,
-		      const struct bfs_source_file *fl)
-{
-	for (uint64_t off = 0; fl->fd >= 0 && off < fl->size;
-	     off += WARM_WINDOW) {
-		uint64_t len =
-		    fl->size - off < WARM_WINDOW ? fl->size - off : WARM_WINDOW;
-
-		if (atomic_load(&ra->stop))
-			return false;
-		/* Faults the pages in, in order (the kernel reads ahead
-		 * sequentially) and maps them; a shrunk file fails with
-		 * EFAULT, no signal. Older kernels: just read ahead. */
-		if (madvise((void *)(fl->map + off), (size_t)len,
-			    MADV_POPULATE_READ) < 0 &&
-		    errno == EINVAL)
-			posix_fadvise(fl->fd, (off_t)off, (off_t)len,
-				      POSIX_FADV_WILLNEED);
-		atomic_fetch_add_explicit(&ra->warm_bytes, len,
-					  memory_order_relaxed);
-	}
-	return true;
-}
-
-static void *warmer_main(void *arg)
-{
-	struct bfs_readahead *ra = arg;
-	sigset_t all;
-
-	sigfillset(&all);
-	pthread_sigmask(SIG_BLOCK, &all, NULL); /* no fault can come here */
-	for (size_t i = 0; i < ra->nfiles; i++)
-		if (!warm_file(ra, bfs_dataset_file(ra->ds, i)))
-			return NULL;
-	/* Every row is resident now: reading ahead would only plan batches
-	 * to find them there, a cost warm epochs of small rows measured
-	 * (fs/README.md: cold data). Rows the kernel evicts later are
-	 * advised by the workers, as without a reader. */
-	pthread_mutex_lock(&ra->lock);
-	atomic_store(&ra->read_in, true);
-	pthread_cond_broadcast(&ra->moved);
-	pthread_mutex_unlock(&ra->lock);
-	return NULL;
-}
-
-/* Mark every mapping for random access. */
-static void random_access(const struct bfs_readahead *ra)
-{
-	for (size_t i = 0; i < ra->nfiles; i++) {
-		const struct bfs_source_file *fl = bfs_dataset_file(ra->ds, i);
-
-		if (fl->fd >= 0 && fl->size)
-			madvise((void *)fl->map, (size_t)fl->size, MADV_RANDOM);
-	}
-}
-
-/* Read the data in, in the background, when it fits in half the memory
- * available; else mark it for random access. */
-static void memory_policy(struct bfs_readahead *ra, uint64_t avail)
-{
-	uint64_t need = bfs_dataset_bytes(ra->ds);
-
-	if (need > avail / 2 || ra->assume_cold) {
-		bfs_log(BFS_LOG_INFO, "pool",
-			"archives (%llu MiB) do not fit in half the memory "
-			"available (%llu MiB, memory cgroups included)%s: read "
-			"ahead batch by batch",
-			(unsigned long long)(need >> 20),
-			(unsigned long long)(avail >> 20),
-			ra->assume_cold ? " or are taken not to "
-					  "(BATCHFS_DEBUG_COLD)"
-					: "");
-		random_access(ra);
-		ra->cold = true;
-		return;
-	}
-	ra->warming = pthread_create(&ra->warmer, NULL, warmer_main, ra) == 0;
-}
 
 /* ---- advice ------------------------------------------------------------ */
 
@@ -393,13 +140,16 @@ void bfs_readahead_rows(struct bfs_readahead *ra, const uint64_t *idx, size_t n)
 {
 	long pgl = sysconf(_SC_PAGESIZE);
 	uint64_t pg = pgl >= 4096 ? (uint64_t)pgl : 4096, mask = pg - 1;
-	uint32_t tick = advise_tick();
+	uint32_t tick;
 
+	if (!ra)
+		return;
+	tick = advise_tick();
 	for (size_t f = 0; f < bfs_dataset_nfields(ra->ds); f++) {
 		const uint8_t *lo = NULL, *hi = NULL; /* pending, coalesced */
 
 		if (bfs_dataset_field(ra->ds, f)->ragged ||
-		    (ra->fetch && ra->fetch[f]))
+		    bfs_fetch_field(ra->fetch, f))
 			continue; /* read by the gather itself */
 		for (size_t i = 0; i < n; i++) {
 			struct bfs_extent x;
@@ -469,7 +219,7 @@ static size_t plan_batch(struct bfs_readahead *ra, uint64_t pos, uint64_t *idx,
 		return 0;
 	rows = at.rows;
 	for (size_t f = 0; f < bfs_dataset_nfields(ra->ds); f++)
-		for (uint64_t i = 0; i < rows && !(ra->fetch && ra->fetch[f]);
+		for (uint64_t i = 0; i < rows && !bfs_fetch_field(ra->fetch, f);
 		     i++) {
 			struct bfs_extent x;
 			uint64_t a, e;
@@ -507,11 +257,8 @@ static void read_batch(struct bfs_readahead *ra, uint64_t pos, uint64_t *idx,
 	size_t n = plan_batch(ra, pos, idx, sp);
 
 	for (size_t i = 0; i < n && !atomic_load(&ra->stop); i++)
-		for (uint64_t o = sp[i].off; o < sp[i].end; o += BFS_READER_MAX)
-			bfs_reader_submit(ra->rd, ra->rfd[sp[i].file], o,
-					  sp[i].end - o < BFS_READER_MAX
-					      ? sp[i].end - o
-					      : BFS_READER_MAX);
+		bfs_fetch_ahead(ra->fetch, sp[i].file, sp[i].off,
+				sp[i].end - sp[i].off);
 	atomic_fetch_add_explicit(&ra->batches_read, 1, memory_order_relaxed);
 }
 
@@ -535,7 +282,7 @@ static uint64_t lane_ahead(struct bfs_readahead *ra, size_t l)
 static uint64_t next_ahead(struct bfs_readahead *ra)
 {
 	for (;;) {
-		if (atomic_load(&ra->stop) || atomic_load(&ra->read_in))
+		if (atomic_load(&ra->stop) || bfs_memory_read_in(ra->memory))
 			return UINT64_MAX;
 		for (size_t i = 0; i < ra->lanes; i++) {
 			size_t l = (ra->turn + i) % ra->lanes;
@@ -612,38 +359,14 @@ static uint64_t batch_pages(const struct bfs_dataset *ds, uint64_t rows)
 	return n * rows;
 }
 
-/* Open every file again for the reads (their own file position and
- * read-ahead state, apart from the mapping's) and start the read-ahead
- * thread. 0 or -errno. */
+/* Start the read-ahead thread of o->order's batches, up to o->bytes of
+ * pages ahead of the readers (0: a quarter of the memory available, 256
+ * MiB at most), shared between the lanes. 0 or -errno. */
 static int start_ahead(struct bfs_readahead *ra,
-		       const struct bfs_readahead_opts *o, uint64_t avail)
+		       const struct bfs_readahead_opts *o)
 {
 	uint64_t bytes = o->bytes, per;
-	bool remote = false;
-	struct statfs sf;
 
-	ra->rfd = malloc((ra->nfiles ? ra->nfiles : 1) * sizeof(*ra->rfd));
-	if (!ra->rfd)
-		return -ENOMEM;
-	for (size_t i = 0; i < ra->nfiles; i++) {
-		int fd = bfs_dataset_file(ra->ds, i)->fd;
-
-		ra->rfd[i] = bfs_source_reopen(fd, 0);
-		if (ra->rfd[i] < 0 && fd >= 0)
-			ra->rfd[i] = dup(fd);
-		if (ra->rfd[i] >= 0)
-			posix_fadvise(ra->rfd[i], 0, 0, POSIX_FADV_RANDOM);
-		remote |= fd >= 0 && fstatfs(fd, &sf) == 0 &&
-			  bfs_source_fs_remote((long)sf.f_type);
-	}
-	if (remote) {
-		snprintf(ra->why + strlen(ra->why),
-			 sizeof(ra->why) - strlen(ra->why),
-			 "; no read ahead into the page cache: a source is on "
-			 "a FUSE or network file system (a read answered short "
-			 "there would leave zero-filled pages)");
-		return 0;
-	}
 	ra->order = o->order;
 	ra->lanes = bfs_order_lanes(o->order);
 	ra->lane_end = calloc(ra->lanes, sizeof(*ra->lane_end));
@@ -653,185 +376,31 @@ static int start_ahead(struct bfs_readahead *ra,
 		return -ENOMEM;
 	for (size_t l = 0; l < ra->lanes; l++)
 		ra->lane_end[l] = bfs_order_lane_end(o->order, l);
-	if (!bytes)
+	if (!bytes) {
+		uint64_t avail = o->memory ? bfs_memory_avail(o->memory)
+					   : bfs_memory_available(NULL);
+
 		bytes = avail / 4 < (256ull << 20) ? avail / 4 : 256ull << 20;
+	}
 	per = batch_pages(ra->ds, bfs_order_batch_rows(o->order, 0));
 	ra->window = per ? bytes / per / ra->lanes : 2; /* shared fairly */
 	if (ra->window < 2)
 		ra->window = 2;
-	snprintf(ra->why + strlen(ra->why), sizeof(ra->why) - strlen(ra->why),
+	snprintf(ra->why, sizeof(ra->why),
 		 "; up to %llu batches ahead%s (%llu MiB)%s",
 		 (unsigned long long)ra->window,
 		 ra->lanes > 1 ? " of each rank" : "",
 		 (unsigned long long)(bytes >> 20),
-		 ra->warming ? " until the read-in at mount ends" : "");
+		 o->memory && bfs_memory_reading_in(o->memory)
+		     ? " until the read-in at mount ends"
+		     : "");
 	ra->ahead_up = pthread_create(&ra->ahead, NULL, ahead_main, ra) == 0;
 	return ra->ahead_up ? 0 : -EAGAIN;
 }
 
 bool bfs_readahead_reads(const struct bfs_readahead *ra)
 {
-	return ra->ahead_up &&
-	       !atomic_load_explicit(&ra->read_in, memory_order_relaxed);
-}
-
-/* ---- rows read by the gathers themselves (data that does not fit) ---- */
-
-/* Whether field f's rows are read with O_DIRECT: fixed, rows of
- * FETCH_MIN bytes or more, stored as served in every shard. */
-static bool fetchable(const struct bfs_dataset *ds, size_t f)
-{
-	const struct bfs_field *fl = bfs_dataset_field(ds, f);
-
-	if (fl->ragged || fl->row_bytes < FETCH_MIN)
-		return false;
-	for (size_t i = 0; i < bfs_dataset_nshards(ds); i++) {
-		struct bfs_shard_info si;
-		const void *p;
-
-		bfs_dataset_shard(ds, i, &si);
-		if (si.samples &&
-		    bfs_dataset_row(ds, f, si.first_sample, &p) < 0)
-			return false;
-	}
-	return true;
-}
-
-/* Decide which fields are fetched and open the files with O_DIRECT
- * (not every file system has it: then none is). */
-static void start_fetch(struct bfs_readahead *ra)
-{
-	size_t nf = bfs_dataset_nfields(ra->ds), any = 0;
-
-	ra->fetch = calloc(nf ? nf : 1, sizeof(*ra->fetch));
-	ra->dfd = malloc((ra->nfiles ? ra->nfiles : 1) * sizeof(*ra->dfd));
-	if (!ra->fetch || !ra->dfd)
-		goto none;
-	for (size_t i = 0; i < ra->nfiles; i++)
-		ra->dfd[i] = -1;
-	for (size_t i = 0; i < ra->nfiles; i++) {
-		int fd = bfs_dataset_file(ra->ds, i)->fd;
-
-		ra->dfd[i] = bfs_source_reopen(fd, O_DIRECT);
-		if (fd >= 0 && ra->dfd[i] < 0)
-			goto none;
-	}
-	for (size_t f = 0; f < nf; f++)
-		any += ra->fetch[f] = fetchable(ra->ds, f);
-	if (any) {
-		snprintf(ra->why + strlen(ra->why),
-			 sizeof(ra->why) - strlen(ra->why),
-			 "; rows of >= %llu KiB read with O_DIRECT by the "
-			 "gathers",
-			 (unsigned long long)(FETCH_MIN >> 10));
-		return;
-	}
-none:
-	free(ra->fetch);
-	ra->fetch = NULL;
-}
-
-struct bfs_fetch *bfs_readahead_fetcher(struct bfs_readahead *ra)
-{
-	struct bfs_fetch *w;
-	char why[200];
-
-	if (!ra->fetch)
-		return NULL;
-	w = calloc(1, sizeof(*w));
-	if (w &&
-	    bfs_reader_create(&w->rd, bfs_reader_kind(ra->rd),
-			      bfs_reader_kind(ra->rd) == BFS_READER_IO_URING
-				  ? FETCH_DEPTH
-				  : FETCH_THREADS,
-			      why, sizeof(why)) == 0)
-		return w;
-	bfs_fetch_free(w);
-	return NULL;
-}
-
-void bfs_fetch_free(struct bfs_fetch *w)
-{
-	if (!w)
-		return;
-	bfs_reader_destroy(w->rd);
-	if (w->buf)
-		munmap(w->buf, w->cap);
-	free(w->reads);
-	free(w->rowp);
-	free(w->tab);
-	free(w);
-}
-
-/* Room in w for n rows of every field, and 'bytes' of reads. */
-static int fetch_fit(struct bfs_fetch *w, size_t nf, size_t n, size_t bytes)
-{
-	if (n > w->rows_cap) {
-		free(w->reads);
-		free(w->rowp);
-		w->reads = malloc(n * nf * sizeof(*w->reads));
-		w->rowp = malloc(n * nf * sizeof(*w->rowp));
-		w->rows_cap = w->reads && w->rowp ? n : 0;
-	}
-	if (!w->tab)
-		w->tab = calloc(nf ? nf : 1, sizeof(*w->tab));
-	if (bytes > w->cap) {
-		if (w->buf)
-			munmap(w->buf, w->cap);
-		w->cap = (bytes + 4095) & ~(size_t)4095;
-		w->buf = mmap(NULL, w->cap, PROT_READ | PROT_WRITE,
-			      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-		if (w->buf == MAP_FAILED) {
-			w->buf = NULL;
-			w->cap = 0;
-		}
-	}
-	return w->rows_cap >= n && w->tab && w->cap >= bytes ? 0 : -ENOMEM;
-}
-
-int bfs_readahead_fetch(struct bfs_readahead *ra, struct bfs_fetch *w,
-			const uint64_t *idx, size_t n, bfs_layout_rows *have)
-{
-	size_t nf = bfs_dataset_nfields(ra->ds), nr = 0, bytes = 0;
-	int rc;
-
-	*have = NULL;
-	for (size_t f = 0; f < nf; f++) /* the memory needed */
-		for (size_t i = 0; ra->fetch[f] && i < n; i++) {
-			struct bfs_extent x;
-
-			if (bfs_dataset_extent(ra->ds, f, idx[i], &x) < 0)
-				return -ERANGE;
-			bytes += ((x.off + x.len + 4095) & ~(uint64_t)4095) -
-				 (x.off & ~(uint64_t)4095);
-		}
-	rc = fetch_fit(w, nf, n, bytes);
-	bytes = 0;
-	for (size_t f = 0; rc == 0 && f < nf; f++) {
-		w->tab[f] = ra->fetch[f] ? w->rowp + f * n : NULL;
-		for (size_t i = 0; ra->fetch[f] && i < n; i++) {
-			struct bfs_extent x;
-			uint64_t a, e;
-
-			bfs_dataset_extent(ra->ds, f, idx[i], &x);
-			a = x.off & ~(uint64_t)4095;
-			e = (x.off + x.len + 4095) & ~(uint64_t)4095;
-			w->reads[nr++] = (struct bfs_read){
-			    ra->dfd[x.file], a, e - a, w->buf + bytes};
-			w->rowp[f * n + i] = w->buf + bytes + (x.off - a);
-			bytes += e - a;
-		}
-	}
-	if (rc == 0)
-		rc = bfs_reader_read_all(w->rd, w->reads, nr);
-	if (rc == 0) {
-		atomic_fetch_add_explicit(&ra->rows_fetched, nr,
-					  memory_order_relaxed);
-		atomic_fetch_add_explicit(&ra->bytes_fetched, bytes,
-					  memory_order_relaxed);
-		*have = (bfs_layout_rows)w->tab;
-	}
-	return rc;
+	return ra && ra->ahead_up && !bfs_memory_read_in(ra->memory);
 }
 
 /* ---- creation ------------------------------------------------------------ */
@@ -841,8 +410,7 @@ int bfs_readahead_create(struct bfs_readahead **out,
 			 const struct bfs_readahead_opts *o)
 {
 	struct bfs_readahead *ra = calloc(1, sizeof(*ra));
-	uint64_t avail;
-	int rc;
+	int rc = -ENOMEM;
 
 	*out = NULL;
 	if (!ra)
@@ -850,11 +418,12 @@ int bfs_readahead_create(struct bfs_readahead **out,
 	pthread_mutex_init(&ra->lock, NULL);
 	pthread_cond_init(&ra->moved, NULL);
 	ra->ds = ds;
-	ra->assume_cold = o->assume_cold;
+	ra->memory = o->memory;
+	ra->fetch = o->fetch;
 	ra->nfiles = bfs_dataset_nfiles(ds);
 	ra->files = calloc(ra->nfiles ? ra->nfiles : 1, sizeof(*ra->files));
 	if (!ra->files)
-		goto err_free;
+		goto err_destroy;
 	for (size_t i = 0; i < ra->nfiles; i++) {
 		const struct bfs_source_file *fl = bfs_dataset_file(ds, i);
 		struct chunks *m = &ra->files[i];
@@ -864,30 +433,18 @@ int bfs_readahead_create(struct bfs_readahead **out,
 		m->n = (size_t)((fl->size + CHUNK - 1) / CHUNK);
 		m->w = calloc(m->n ? m->n : 1, sizeof(*m->w));
 		if (!m->w)
-			goto err_free;
+			goto err_destroy;
 	}
-	avail = mem_available();
-	if (o->memory_policy)
-		memory_policy(ra, avail);
-	rc = bfs_reader_create(&ra->rd, o->order ? o->reader : BFS_READER_NONE,
-			       o->depth ? o->depth : 64, ra->why,
-			       sizeof(ra->why));
+	rc = 0;
+	if (o->order && bfs_fetch_reads_ahead(o->fetch))
+		rc = start_ahead(ra, o);
 	if (rc < 0)
-		bfs_log(BFS_LOG_ERR, MOD,
-			"rows cannot be read ahead as asked: %s", ra->why);
-	if (rc == 0 && ra->rd && ra->cold && !o->no_fetch)
-		start_fetch(ra);
-	if (rc == 0 && ra->rd)
-		rc = start_ahead(ra, o, avail);
-	if (rc < 0) {
-		bfs_readahead_destroy(ra);
-		return rc;
-	}
+		goto err_destroy;
 	*out = ra;
 	return 0;
-err_free:
+err_destroy:
 	bfs_readahead_destroy(ra);
-	return -ENOMEM;
+	return rc;
 }
 
 void bfs_readahead_destroy(struct bfs_readahead *ra)
@@ -895,27 +452,15 @@ void bfs_readahead_destroy(struct bfs_readahead *ra)
 	if (!ra)
 		return;
 	atomic_store(&ra->stop, true);
-	if (ra->warming)
-		pthread_join(ra->warmer, NULL);
 	if (ra->ahead_up) {
 		pthread_mutex_lock(&ra->lock);
 		pthread_cond_broadcast(&ra->moved);
 		pthread_mutex_unlock(&ra->lock);
 		pthread_join(ra->ahead, NULL);
 	}
-	bfs_reader_destroy(ra->rd); /* waits for the reads in flight */
-	for (size_t i = 0; ra->rfd && i < ra->nfiles; i++)
-		if (ra->rfd[i] >= 0)
-			close(ra->rfd[i]);
-	free(ra->rfd);
 	free(ra->lane_end);
 	free(ra->follow);
 	free(ra->next);
-	for (size_t i = 0; ra->dfd && i < ra->nfiles; i++)
-		if (ra->dfd[i] >= 0)
-			close(ra->dfd[i]);
-	free(ra->dfd);
-	free(ra->fetch);
 	pthread_cond_destroy(&ra->moved);
 	pthread_mutex_destroy(&ra->lock);
 	for (size_t i = 0; ra->files && i < ra->nfiles; i++)
@@ -927,23 +472,26 @@ void bfs_readahead_destroy(struct bfs_readahead *ra)
 void bfs_readahead_stats(struct bfs_readahead *ra,
 			 struct bfs_readahead_stats *out)
 {
-	struct bfs_reader_stats r = {0};
+	struct bfs_fetch_stats f = {.backend = "none"};
 
-	out->warm_bytes = atomic_load(&ra->warm_bytes);
+	memset(out, 0, sizeof(*out));
+	out->reader = "none";
+	if (!ra)
+		return;
+	if (ra->fetch)
+		bfs_fetch_stats(ra->fetch, &f);
+	out->warm_bytes = bfs_memory_read_in_bytes(ra->memory);
 	out->rows_resident = atomic_load(&ra->rows_resident);
 	out->rows_advised = atomic_load(&ra->rows_advised);
 	out->rows_read = atomic_load(&ra->rows_read);
-	out->rows_fetched = atomic_load(&ra->rows_fetched);
-	out->bytes_fetched = atomic_load(&ra->bytes_fetched);
 	out->batches_read = atomic_load(&ra->batches_read);
-	if (ra->rd)
-		bfs_reader_stats(ra->rd, &r);
-	out->reads_in_flight = r.in_flight;
-	out->bytes_read = r.bytes;
-	out->reader = bfs_reader_kind_name(ra->rd ? bfs_reader_kind(ra->rd)
-						  : BFS_READER_NONE);
-	out->reader_why = ra->why;
-	out->distance = 0;
+	out->reads_in_flight = f.ahead_in_flight;
+	out->bytes_read = f.ahead_bytes;
+	out->rows_fetched = f.rows;
+	out->bytes_fetched = f.bytes;
+	out->reader = f.backend;
+	snprintf(out->reader_why, sizeof(out->reader_why), "%s%s", f.why,
+		 ra->why);
 	if (ra->ahead_up) {
 		pthread_mutex_lock(&ra->lock);
 		for (size_t l = 0; l < ra->lanes; l++)

@@ -1,5 +1,6 @@
 /* fs/reader: reads of file ranges, many in flight (reader.h): reads ahead
- * into the page cache, and groups of reads into their caller's buffers.
+ * into the page cache, and groups of reads into their caller's buffers
+ * (the fetch backends made of them: reader_backend.c).
  *
  * A read ahead lands in one shared scratch buffer whose contents nobody
  * looks at (reads racing into it are harmless): the point is the pages
@@ -45,6 +46,8 @@
 #include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "fs/reader_impl.h"
 
 #define THREADS_MAX 32u
 
@@ -236,8 +239,8 @@ static bool reap(struct bfs_reader *r, bool wait, const struct bfs_read *rd)
 	return ok;
 }
 
-static void uring_submit(struct bfs_reader *r, int fd, uint64_t off,
-			 uint64_t len)
+void bfs_reader_uring_submit(struct bfs_reader *r, int fd, uint64_t off,
+			     uint64_t len)
 {
 	struct io_uring_sqe *sqe;
 
@@ -291,8 +294,8 @@ static void *reader_main(void *arg)
 	return NULL;
 }
 
-static void threads_submit(struct bfs_reader *r, int fd, uint64_t off,
-			   uint64_t len)
+void bfs_reader_threads_submit(struct bfs_reader *r, int fd, uint64_t off,
+			       uint64_t len)
 {
 	pthread_mutex_lock(&r->lock);
 	while (!r->stop && r->in_flight >= r->depth)
@@ -323,8 +326,8 @@ static int threads_start(struct bfs_reader *r)
 }
 
 /* Group reads on the threads: queued as room allows, then waited for. */
-static int threads_read_all(struct bfs_reader *r, const struct bfs_read *rd,
-			    size_t n)
+int bfs_reader_threads_read_all(struct bfs_reader *r, const struct bfs_read *rd,
+				size_t n)
 {
 	struct group g = {.left = n};
 
@@ -387,8 +390,8 @@ static bool take_back(struct bfs_reader *r, const struct bfs_read *rd)
  * read the kernel took has completed when this returns; once a submit
  * fails, what it did not take and the rest of the group are read with
  * pread. */
-static int uring_read_all(struct bfs_reader *r, const struct bfs_read *rd,
-			  size_t n)
+int bfs_reader_uring_read_all(struct bfs_reader *r, const struct bfs_read *rd,
+			      size_t n)
 {
 	struct io_uring_sqe *sqe;
 	bool ok = true, ring = true;
@@ -422,8 +425,9 @@ static int uring_read_all(struct bfs_reader *r, const struct bfs_read *rd,
 int bfs_reader_read_all(struct bfs_reader *r, const struct bfs_read *reads,
 			size_t n)
 {
-	return r->kind == BFS_READER_IO_URING ? uring_read_all(r, reads, n)
-					      : threads_read_all(r, reads, n);
+	return r->kind == BFS_READER_IO_URING
+		   ? bfs_reader_uring_read_all(r, reads, n)
+		   : bfs_reader_threads_read_all(r, reads, n);
 }
 
 /* ---- the reader ------------------------------------------------------------
@@ -549,9 +553,9 @@ void bfs_reader_submit(struct bfs_reader *r, int fd, uint64_t off, uint64_t len)
 	if (len > BFS_READER_MAX)
 		len = BFS_READER_MAX;
 	if (r->kind == BFS_READER_IO_URING)
-		uring_submit(r, fd, off, len);
+		bfs_reader_uring_submit(r, fd, off, len);
 	else
-		threads_submit(r, fd, off, len);
+		bfs_reader_threads_submit(r, fd, off, len);
 }
 
 void bfs_reader_stats(struct bfs_reader *r, struct bfs_reader_stats *out)

@@ -1,6 +1,5 @@
-/* fs/reader: many reads of file ranges in flight at once (part of the
- * read-ahead room, fs/readahead.h; fs/README.md: cold data), for two
- * uses:
+/* fs/reader: many reads of file ranges in flight at once: the backends of
+ * the fetch room (fs/fetch.h; fs/README.md: cold data), for two uses:
  *   read ahead  bfs_reader_submit: the bytes are thrown away, what
  *               matters is that the pages are resident in the page cache
  *               when a gather copies the rows from the mapping;
@@ -13,7 +12,10 @@
  * kernel completes asynchronously, up to 'depth' in flight from one
  * thread), or, where io_uring cannot be set up (a seccomp filter, the
  * io_uring_disabled sysctl, an old kernel), a pool of threads each doing
- * one pread at a time.
+ * one pread at a time. fs/fetch sees them as two backends
+ * (bfs_reader_backend, in reader_backend.c: two tables of struct
+ * bfs_fetch_ops over a dataset's files opened again), which the
+ * composition root makes and hands to it.
  *
  * Thread-safe: bfs_reader_submit may be called from any thread; it waits
  * while 'depth' reads are in flight (io_uring: a read ahead that finds
@@ -90,5 +92,25 @@ struct bfs_reader_stats {
 	uint64_t bytes;	    /* read (from the disk or the page cache) */
 };
 void bfs_reader_stats(struct bfs_reader *r, struct bfs_reader_stats *out);
+
+/* The fetch backend (fs/fetch.h) of dataset 'ds' (borrowed; must
+ * outlive it) on local files: a reader of kind 'want' (as
+ * bfs_reader_create: AUTO, IO_URING, THREADS, NONE) reads ahead, 64 in
+ * flight, through the files opened again (buffered, read randomly); with
+ * 'direct' (data that does not fit), the gathers' reads of rows go to the
+ * files opened with O_DIRECT, on readers of the same kind, one per
+ * thread reading at a time, kept for the next (64 in flight on io_uring,
+ * 16 threads otherwise), unless a file cannot be opened so (then
+ * be->rows is false). Its
+ * operations are io_uring's or the threads' ("io_uring", "threads"; for
+ * NONE "none", which reads nothing); 'why' says which and why, and a
+ * source on a FUSE or network file system turns reading ahead off
+ * (be->ahead false, no_ahead says why). 0, or -errno (-ENOSYS and the
+ * like: the reader asked for cannot be had; logged, with the reason). */
+struct bfs_dataset;
+struct bfs_fetch_backend;
+int bfs_reader_backend(struct bfs_fetch_backend **out,
+		       const struct bfs_dataset *ds, enum bfs_reader_kind want,
+		       bool direct);
 
 #endif

@@ -9,11 +9,13 @@
  * opens the daemon's log (a mount refused before creates none); then
  * mount/session.c runs the session (mount, fork, INIT, serving mode, the
  * loop, unmount), calling back start() here to build what is served
- * (the serve with its pool options, the namespace), once the mode is
- * known, in the daemon, and ready() to print the warnings and the
- * summary line while the caller's terminal is there. The BATCHFS_DEBUG_*
- * switches of the serve and the pool are read here (debug_opts, and
- * BATCHFS_DEBUG_NO_WARM in start).
+ * (the rooms of cold data: memory policy, fetch and read-ahead; the
+ * serve with its pool options, handed those; the namespace), once the
+ * mode is known, in the daemon, and ready() to print the warnings and the
+ * summary line while the caller's terminal is there. The rooms of cold
+ * data outlive the serve: run() destroys them once the session has
+ * destroyed it. The BATCHFS_DEBUG_* switches of the serve, the pool and
+ * the memory policy are read here (debug_opts, start_cold).
  *
  * `ls epoch` lists every epoch below --epochs (default 1000): each one can
  * be opened; epoch >= --epochs is ENOENT. */
@@ -33,8 +35,12 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "fs/fetch.h"
 #include "fs/log.h"
+#include "fs/memory.h"
 #include "fs/order_input.h"
+#include "fs/readahead.h"
+#include "fs/reader.h"
 #include "mount/mount.h"
 #include "mount/postmortem.h"
 #include "tools/cli.h"
@@ -232,9 +238,7 @@ static void close_model(struct model *mt)
  * BATCHFS_DEBUG_ZC_NO_CHECK, BATCHFS_DEBUG_ZC_MAX_IOV, BATCHFS_DEBUG_ZC_STOP
  * (the daemon stops itself once, between the check and the first zero-copy
  * reply of rows), BATCHFS_MEMFD_WRITE
- * (gather|slices: how passthrough batches are written), BATCHFS_DEBUG_COLD
- * (the memory policy acts as if the data did not fit: rows of big fields
- * are read with O_DIRECT). */
+ * (gather|slices: how passthrough batches are written). */
 static void debug_opts(struct bfs_pool_opts *po, struct bfs_serve_opts *so)
 {
 	const char *delay = getenv("BATCHFS_DEBUG_GATHER_DELAY_MS");
@@ -242,7 +246,6 @@ static void debug_opts(struct bfs_pool_opts *po, struct bfs_serve_opts *so)
 	const char *wr = getenv("BATCHFS_MEMFD_WRITE");
 
 	po->debug_delay_ms = delay ? (unsigned)strtoul(delay, NULL, 10) : 0;
-	po->assume_cold = getenv("BATCHFS_DEBUG_COLD") != NULL;
 	po->memfd_write = !wr			  ? BFS_LAYOUT_FD_AUTO
 			  : !strcmp(wr, "gather") ? BFS_LAYOUT_FD_GATHER
 			  : !strcmp(wr, "slices") ? BFS_LAYOUT_FD_SLICES
@@ -254,11 +257,60 @@ static void debug_opts(struct bfs_pool_opts *po, struct bfs_serve_opts *so)
 	so->zc_max_iov = iov ? (unsigned)strtoul(iov, NULL, 10) : 0;
 }
 
+/* Cold data (fs/README.md): the rooms start() builds in the daemon and
+ * hands to the pool; run() destroys them after the session destroyed the
+ * serve. */
+struct cold {
+	struct bfs_memory *memory;
+	struct bfs_fetch *fetch;
+	struct bfs_readahead *readahead;
+};
+
 /* What the session calls back (mount/mount.h). */
 struct session_arg {
 	struct mount_opts *m;
 	struct model *model;
+	struct cold cold;
 };
+
+/* The memory policy (BATCHFS_DEBUG_NO_WARM: none; BATCHFS_DEBUG_COLD: as
+ * if the data did not fit, so rows of big fields are read with
+ * O_DIRECT), the fetch over fs/reader's backend (--reader) and the
+ * read-ahead of mt's batches, into c. 0 or -errno (logged: a reader that
+ * cannot be had). */
+static int start_cold(struct cold *c, const struct mount_opts *m,
+		      const struct model *mt)
+{
+	const struct bfs_memory_opts mo = {
+	    .policy = !getenv("BATCHFS_DEBUG_NO_WARM"),
+	    .assume_cold = getenv("BATCHFS_DEBUG_COLD") != NULL,
+	};
+	struct bfs_fetch_backend *be = NULL;
+	int rc = bfs_memory_create(&c->memory, mt->ds, &mo);
+
+	if (rc == 0)
+		rc = bfs_reader_backend(&be, mt->ds, m->reader,
+					bfs_memory_cold(c->memory));
+	if (rc == 0)
+		rc = bfs_fetch_create(&c->fetch, mt->ds, be); /* owns be */
+	if (rc == 0)
+		rc = bfs_readahead_create(
+		    &c->readahead, mt->ds,
+		    &(struct bfs_readahead_opts){.order = mt->order,
+						 .memory = c->memory,
+						 .fetch = c->fetch});
+	return rc;
+}
+
+/* After the serve that used them: the read-ahead first (its thread reads
+ * through the fetch and asks the memory policy). */
+static void stop_cold(struct cold *c)
+{
+	bfs_readahead_destroy(c->readahead);
+	bfs_fetch_destroy(c->fetch);
+	bfs_memory_destroy(c->memory); /* stops the read-in */
+	memset(c, 0, sizeof(*c));
+}
 
 static void describe_opts(struct mount_opts *m, enum bfs_serve_mode mode);
 
@@ -364,8 +416,6 @@ static int start(void *arg, enum bfs_serve_mode mode, const char *why,
 	    .prefetch = m->prefetch,
 	    .budget_bytes = m->cache_mb << 20,
 	    .timeout_ms = m->timeout_s * 1000u,
-	    .memory_policy = !getenv("BATCHFS_DEBUG_NO_WARM"),
-	    .reader = m->reader,
 	    .max_fds = batch_fds(),
 	};
 	struct bfs_serve_opts so = {
@@ -383,8 +433,12 @@ static int start(void *arg, enum bfs_serve_mode mode, const char *why,
 		"%04o",
 		m->source_label, m->mountpoint, (long)getpid(), m->line,
 		m->perm.uid, m->perm.gid, m->perm.read);
-	rc = bfs_serve_create(&out->serve, mt->ds, mt->order, &mt->layout, &po,
-			      &so, kernel);
+	rc = start_cold(&sa->cold, m, mt);
+	po.readahead = sa->cold.readahead;
+	po.fetch = sa->cold.fetch;
+	if (rc == 0)
+		rc = bfs_serve_create(&out->serve, mt->ds, mt->order,
+				      &mt->layout, &po, &so, kernel);
 	if (rc == 0) {
 		struct bfs_stats st;
 
@@ -395,6 +449,11 @@ static int start(void *arg, enum bfs_serve_mode mode, const char *why,
 			st.pool.ra.reader_why);
 		rc = bfs_tree_create(&out->tree, mt->ds, mt->order, &mt->layout,
 				     out->serve, &ti);
+		if (rc < 0) { /* the session takes neither: its pool goes
+			       * before the rooms of cold data it uses */
+			bfs_serve_destroy(out->serve);
+			out->serve = NULL;
+		}
 	}
 	if (rc < 0) /* the reason a callee logged, if one did */
 		snprintf(msg, len, "cannot start serving: %s",
@@ -535,7 +594,7 @@ static void ready(void *arg)
 /* Mount and serve the model (mount/mount.h). */
 static int run(struct mount_opts *m, struct model *mt)
 {
-	struct session_arg sa = {m, mt};
+	struct session_arg sa = {m, mt, {0}};
 	const struct bfs_mount_params p = {
 	    .mountpoint = m->mountpoint,
 	    .fuse_opts = m->fuse_o,
@@ -548,8 +607,10 @@ static int run(struct mount_opts *m, struct model *mt)
 	    .ready = ready,
 	    .arg = &sa,
 	};
+	int rc = bfs_mount_run(&p);
 
-	return bfs_mount_run(&p);
+	stop_cold(&sa.cold); /* the session destroyed the serve */
+	return rc;
 }
 
 /* Whether the mount can open /dev/fuse: 0, or 1 with what to do

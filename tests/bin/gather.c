@@ -45,8 +45,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "gather: %s\n", err.msg);
 		goto out;
 	}
-	if (bfs_readahead_create(
-		&ra, ds, &(struct bfs_readahead_opts){.memory_policy = false}))
+	if (bfs_readahead_create(&ra, ds, &(struct bfs_readahead_opts){0}))
 		goto out;
 	for (size_t fi = 0; fi < bfs_dataset_nfields(ds); fi++) {
 		const struct bfs_field *fl = bfs_dataset_field(ds, fi);

@@ -111,8 +111,7 @@ int main(int argc, char **argv)
 	idx = malloc(batch * sizeof(*idx));
 	buf = malloc(batch * row + 1);
 	if (!idx || !buf || !bfs_dataset_samples(ds) ||
-	    bfs_readahead_create(
-		&ra, ds, &(struct bfs_readahead_opts){.memory_policy = false}))
+	    bfs_readahead_create(&ra, ds, &(struct bfs_readahead_opts){0}))
 		goto out;
 	/* Make the data resident: every sample once, in order. */
 	for (uint64_t i = 0; i < bfs_dataset_samples(ds);) {

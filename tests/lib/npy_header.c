@@ -2,9 +2,12 @@
 #include "tests/lib/npy_header.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 ssize_t ta_npy_header(char *buf, size_t cap, enum bfs_dtype dtype, int ndim,
 		      const int64_t *shape, size_t align)
@@ -39,4 +42,24 @@ ssize_t ta_npy_header(char *buf, size_t cap, enum bfs_dtype dtype, int ndim,
 	memset(buf + 10 + n, ' ', total - 10 - n - 1);
 	buf[total - 1] = '\n';
 	return (ssize_t)total;
+}
+
+int ta_npy_write(const char *path, enum bfs_dtype dtype, int ndim,
+		 const int64_t *shape, const void *data, size_t bytes,
+		 size_t align)
+{
+	size_t cap = 65536 + align;
+	char *hdr = malloc(cap);
+	ssize_t n =
+	    hdr ? ta_npy_header(hdr, cap, dtype, ndim, shape, align) : -ENOMEM;
+	int fd = n < 0 ? -1 : open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	int rc = n < 0 ? (int)n : fd < 0 ? -errno : 0;
+
+	if (rc == 0 && (write(fd, hdr, (size_t)n) != n ||
+			write(fd, data, bytes) != (ssize_t)bytes))
+		rc = -EIO;
+	if (fd >= 0 && close(fd) < 0 && rc == 0)
+		rc = -errno;
+	free(hdr);
+	return rc;
 }

@@ -17,4 +17,10 @@
 ssize_t ta_npy_header(char *buf, size_t cap, enum bfs_dtype dtype, int ndim,
 		      const int64_t *shape, size_t align);
 
+/* A .npy file at 'path': that header (data at a multiple of 'align')
+ * and the array's 'bytes' bytes of 'data'. 0 or -errno. */
+int ta_npy_write(const char *path, enum bfs_dtype dtype, int ndim,
+		 const int64_t *shape, const void *data, size_t bytes,
+		 size_t align);
+
 #endif

@@ -1,5 +1,5 @@
 """Data that does not fit in memory is read ahead, many reads at once
-(fs/readahead, fs/reader), and served byte-exact:
+(fs/memory, fs/fetch, fs/reader, fs/readahead), and served byte-exact:
 
 - BATCHFS_DEBUG_COLD=1 (the memory policy acts as if the data did not
   fit), 48-KiB rows + int64 labels: the gathers read the big rows with

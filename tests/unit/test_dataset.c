@@ -28,15 +28,14 @@
 #include "fs/zip.h"
 #include "tests/lib/archive.h"
 
-/* fs/readahead's advice on rows idx[0..n) of ds (no memory policy). */
+/* fs/readahead's advice on rows idx[0..n) of ds (no memory policy, no
+ * fetch: every fixed field is advised). */
 static void advise(const struct bfs_dataset *ds, const uint64_t *idx, size_t n)
 {
 	struct bfs_readahead *ra;
 
 	assert_int_equal(
-	    bfs_readahead_create(
-		&ra, ds, &(struct bfs_readahead_opts){.memory_policy = false}),
-	    0);
+	    bfs_readahead_create(&ra, ds, &(struct bfs_readahead_opts){0}), 0);
 	bfs_readahead_rows(ra, idx, n);
 	bfs_readahead_destroy(ra);
 }

@@ -203,10 +203,8 @@ static int calls_to_open(struct bfs_dataset *ds, enum bfs_serve_mode mode,
 				    .batch_size = B,
 				    .seed = 3,
 				    .epochs = EPOCHS};
-	const struct bfs_pool_opts po = {.workers = 1,
-					 .budget_bytes = 64 << 20,
-					 .timeout_ms = 30000,
-					 .reader = BFS_READER_NONE};
+	const struct bfs_pool_opts po = {
+	    .workers = 1, .budget_bytes = 64 << 20, .timeout_ms = 30000};
 	const struct bfs_serve_opts so = {
 	    .mode = mode, .page_cache_bytes = 64 << 20, .zero_copy = true};
 	struct bfs_order *order;

@@ -1,0 +1,281 @@
+/* fs/fetch: reads of row ranges of a dataset's files (fetch.h;
+ * fs/README.md: cold data).
+ *
+ * The backend is the composition root's choice (fs/reader's, on local
+ * files); its name is the reader of stats and dataset.json, and its
+ * 'why', with what this room adds, says how rows are read.
+ *
+ * Rows read by the gathers (data that does not fit, a backend that reads
+ * rows: be->rows): fields of rows of FETCH_MIN bytes or more, stored as
+ * served in every shard. Each read covers the pages a row touches (so a
+ * backend may read them with O_DIRECT), into page-aligned memory of the
+ * thread's (struct bfs_fetch_rows, reused by its next batch), and the row
+ * is found at its offset within them.
+ *
+ * Thread-safety: rows, bytes and mapped are atomics; a struct
+ * bfs_fetch_rows is its thread's own; the backend's operations are
+ * thread-safe (fetch.h); the rest is immutable after creation. */
+#include "fs/fetch.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#define FETCH_MIN ((uint64_t)32 << 10) /* rows the gathers read */
+
+struct bfs_fetch {
+	const struct bfs_dataset *ds;
+	struct bfs_fetch_backend *be; /* NULL: none */
+	bool *direct;		      /* [nfields] read by the gathers; NULL */
+	atomic_bool mapped;	      /* bfs_fetch_serve_mapped: none is read */
+	_Atomic uint64_t rows, bytes;
+};
+
+/* One gathering thread's reads and the memory they land in. */
+struct bfs_fetch_rows {
+	uint8_t *buf; /* page-aligned, 'cap' bytes */
+	size_t cap;
+	struct bfs_fetch_range *reads;
+	const void **rowp;	 /* [nfields * rows] */
+	const void *const **tab; /* [nfields]: rowp's rows, or NULL */
+	size_t rows_cap;
+};
+
+/* ---- the fields read by the gathers ------------------------------------ */
+
+/* Whether field f's rows are read by the gathers: fixed, rows of
+ * FETCH_MIN bytes or more, stored as served in every shard. */
+static bool fetchable(const struct bfs_dataset *ds, size_t f)
+{
+	const struct bfs_field *fl = bfs_dataset_field(ds, f);
+
+	if (fl->ragged || fl->row_bytes < FETCH_MIN)
+		return false;
+	for (size_t i = 0; i < bfs_dataset_nshards(ds); i++) {
+		struct bfs_shard_info si;
+		const void *p;
+
+		bfs_dataset_shard(ds, i, &si);
+		if (si.samples &&
+		    bfs_dataset_row(ds, f, si.first_sample, &p) < 0)
+			return false;
+	}
+	return true;
+}
+
+/* The fields the gathers read, into f->direct (NULL: none). 0 or
+ * -ENOMEM. */
+static int pick_direct(struct bfs_fetch *f)
+{
+	size_t nf = bfs_dataset_nfields(f->ds), any = 0;
+
+	f->direct = calloc(nf ? nf : 1, sizeof(*f->direct));
+	if (!f->direct)
+		return -ENOMEM;
+	for (size_t i = 0; i < nf; i++)
+		any += f->direct[i] = fetchable(f->ds, i);
+	if (!any) {
+		free(f->direct);
+		f->direct = NULL;
+	}
+	return 0;
+}
+
+bool bfs_fetch_field(const struct bfs_fetch *f, size_t field)
+{
+	return f && f->direct &&
+	       !atomic_load_explicit(&f->mapped, memory_order_relaxed) &&
+	       f->direct[field];
+}
+
+void bfs_fetch_serve_mapped(struct bfs_fetch *f)
+{
+	if (f)
+		atomic_store(&f->mapped, true);
+}
+
+/* ---- the fetch ----------------------------------------------------------- */
+
+int bfs_fetch_create(struct bfs_fetch **out, const struct bfs_dataset *ds,
+		     struct bfs_fetch_backend *be)
+{
+	struct bfs_fetch *f = calloc(1, sizeof(*f));
+	int rc = 0;
+
+	*out = NULL;
+	if (!f) {
+		if (be)
+			be->ops->destroy(be);
+		return -ENOMEM;
+	}
+	f->ds = ds;
+	f->be = be;
+	if (be && be->rows)
+		rc = pick_direct(f);
+	if (rc < 0) {
+		bfs_fetch_destroy(f);
+		return rc;
+	}
+	*out = f;
+	return 0;
+}
+
+void bfs_fetch_destroy(struct bfs_fetch *f)
+{
+	if (!f)
+		return;
+	if (f->be) /* waits for the reads in flight */
+		f->be->ops->destroy(f->be);
+	free(f->direct);
+	free(f);
+}
+
+bool bfs_fetch_reads_ahead(const struct bfs_fetch *f)
+{
+	return f && f->be && f->be->ahead;
+}
+
+void bfs_fetch_ahead(struct bfs_fetch *f, size_t file, uint64_t off,
+		     uint64_t len)
+{
+	f->be->ops->ahead(f->be, file, off, len);
+}
+
+/* Append to why[BFS_FETCH_WHY], cut to fit. */
+static void append(char *why, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static void append(char *why, const char *fmt, ...)
+{
+	size_t n = strlen(why);
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(why + n, BFS_FETCH_WHY - n, fmt, ap);
+	va_end(ap);
+}
+
+void bfs_fetch_stats(struct bfs_fetch *f, struct bfs_fetch_stats *out)
+{
+	struct bfs_fetch_backend_stats s = {0};
+
+	out->backend = f->be ? f->be->ops->name : "none";
+	out->why[0] = '\0';
+	if (f->be) {
+		f->be->ops->stats(f->be, &s);
+		append(out->why, "%s", f->be->why);
+	}
+	if (f->direct && !atomic_load(&f->mapped))
+		append(
+		    out->why,
+		    "; rows of >= %llu KiB read with O_DIRECT by the gathers",
+		    (unsigned long long)(FETCH_MIN >> 10));
+	if (f->be && f->be->no_ahead)
+		append(out->why, "; %s", f->be->no_ahead);
+	out->ahead_in_flight = s.in_flight;
+	out->ahead_bytes = s.bytes;
+	out->rows = atomic_load(&f->rows);
+	out->bytes = atomic_load(&f->bytes);
+}
+
+/* ---- rows read by the gathers ------------------------------------------ */
+
+struct bfs_fetch_rows *bfs_fetch_rows_open(struct bfs_fetch *f)
+{
+	if (!f || !f->direct || atomic_load(&f->mapped))
+		return NULL;
+	return calloc(1, sizeof(struct bfs_fetch_rows));
+}
+
+void bfs_fetch_rows_close(struct bfs_fetch_rows *w)
+{
+	if (!w)
+		return;
+	if (w->buf)
+		munmap(w->buf, w->cap);
+	free(w->reads);
+	free(w->rowp);
+	free(w->tab);
+	free(w);
+}
+
+/* Room in w for n rows of every field, and 'bytes' of reads. */
+static int fit(struct bfs_fetch_rows *w, size_t nf, size_t n, size_t bytes)
+{
+	if (n > w->rows_cap) {
+		free(w->reads);
+		free(w->rowp);
+		w->reads = malloc(n * nf * sizeof(*w->reads));
+		w->rowp = malloc(n * nf * sizeof(*w->rowp));
+		w->rows_cap = w->reads && w->rowp ? n : 0;
+	}
+	if (!w->tab)
+		w->tab = calloc(nf ? nf : 1, sizeof(*w->tab));
+	if (bytes > w->cap) {
+		if (w->buf)
+			munmap(w->buf, w->cap);
+		w->cap = (bytes + 4095) & ~(size_t)4095;
+		w->buf = mmap(NULL, w->cap, PROT_READ | PROT_WRITE,
+			      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		if (w->buf == MAP_FAILED) {
+			w->buf = NULL;
+			w->cap = 0;
+		}
+	}
+	return w->rows_cap >= n && w->tab && w->cap >= bytes ? 0 : -ENOMEM;
+}
+
+/* The pages row x touches: [*a, *e). */
+static void pages(const struct bfs_extent *x, uint64_t *a, uint64_t *e)
+{
+	*a = x->off & ~(uint64_t)4095;
+	*e = (x->off + x->len + 4095) & ~(uint64_t)4095;
+}
+
+int bfs_fetch_rows(struct bfs_fetch *f, struct bfs_fetch_rows *w,
+		   const uint64_t *idx, size_t n, bfs_layout_rows *have)
+{
+	size_t nf = bfs_dataset_nfields(f->ds), nr = 0, bytes = 0;
+	int rc;
+
+	*have = NULL;
+	for (size_t i = 0; i < nf; i++) /* the memory needed */
+		for (size_t r = 0; f->direct[i] && r < n; r++) {
+			struct bfs_extent x;
+			uint64_t a, e;
+
+			if (bfs_dataset_extent(f->ds, i, idx[r], &x) < 0)
+				return -ERANGE;
+			pages(&x, &a, &e);
+			bytes += e - a;
+		}
+	rc = fit(w, nf, n, bytes);
+	bytes = 0;
+	for (size_t i = 0; rc == 0 && i < nf; i++) {
+		w->tab[i] = f->direct[i] ? w->rowp + i * n : NULL;
+		for (size_t r = 0; f->direct[i] && r < n; r++) {
+			struct bfs_extent x;
+			uint64_t a, e;
+
+			bfs_dataset_extent(f->ds, i, idx[r], &x);
+			pages(&x, &a, &e);
+			w->reads[nr++] = (struct bfs_fetch_range){
+			    x.file, a, e - a, w->buf + bytes};
+			w->rowp[i * n + r] = w->buf + bytes + (x.off - a);
+			bytes += e - a;
+		}
+	}
+	if (rc == 0)
+		rc = f->be->ops->read_all(f->be, w->reads, nr);
+	if (rc == 0) {
+		atomic_fetch_add_explicit(&f->rows, nr, memory_order_relaxed);
+		atomic_fetch_add_explicit(&f->bytes, bytes,
+					  memory_order_relaxed);
+		*have = (bfs_layout_rows)w->tab;
+	}
+	return rc;
+}

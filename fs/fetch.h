@@ -1,0 +1,149 @@
+/* fs/fetch: reads of row ranges of a dataset's files (fs/README.md: cold
+ * data), for the two rooms that read rows before a gather copies them:
+ *
+ *   ahead    the read-ahead thread (fs/readahead) brings the ranges of the
+ *            batches after the readers in (bfs_fetch_ahead): the bytes
+ *            are thrown away, what counts is that they are resident when
+ *            a gather copies the rows from the mapping;
+ *   rows     data that does not fit in memory (fs/memory): the rows of
+ *            big fields (>= 32 KiB a row, stored as served) are read by
+ *            each gathering thread itself into memory of its own, all the
+ *            rows of a batch in flight at once (bfs_fetch_rows): no page
+ *            cache to fill, map and reclaim.
+ *
+ * Behind both is a backend, a small table of operations
+ * (struct bfs_fetch_ops) over ranges of the dataset's files, made by the
+ * composition root and handed in: fs/reader's io_uring and reader
+ * threads are two (reader.h: bfs_reader_backend, local files read with
+ * O_DIRECT for the gathers). Another source of bytes is one more
+ * backend; this room and the rooms above it do not change.
+ *
+ * Thread-safe: bfs_fetch_ahead and bfs_fetch_rows from any thread (a
+ * struct bfs_fetch_rows is its thread's own); counters are atomics; the
+ * rest is immutable after creation but for bfs_fetch_serve_mapped, a
+ * one-way switch made before any read. */
+#ifndef BFS_FETCH_H
+#define BFS_FETCH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fs/dataset.h"
+#include "fs/layout.h"
+
+/* ---- backends ------------------------------------------------------------ */
+
+/* One read: bytes [off, off + len) of file 'file' (bfs_dataset_file's
+ * numbering) into buf. */
+struct bfs_fetch_range {
+	size_t file;
+	uint64_t off, len;
+	void *buf;
+};
+
+struct bfs_fetch_backend_stats {
+	uint64_t in_flight; /* reads ahead queued or running now */
+	uint64_t reads;	    /* reads ahead completed */
+	uint64_t bytes;	    /* read ahead */
+};
+
+/* A backend: where the bytes of a dataset's files come from. Its maker
+ * fills this in (embedded first in a struct of its own) and hands it to
+ * bfs_fetch_create, which owns it from then on. */
+#define BFS_FETCH_WHY 200
+struct bfs_fetch_backend {
+	const struct bfs_fetch_ops *ops;
+	/* read_all reads rows past the page cache (data that does not fit:
+	 * O_DIRECT), so the gathers may read the rows of big fields. */
+	bool rows;
+	/* ahead may be used (false: none, or it would be unsafe). */
+	bool ahead;
+	char why[BFS_FETCH_WHY]; /* what reads, and why */
+	const char *no_ahead;	 /* why not ahead, if it says; static */
+};
+
+/* When you add a backend: fill in struct bfs_fetch_backend (rows, ahead,
+ * why), and name it: stats and dataset.json call the name the reader. */
+struct bfs_fetch_ops {
+	const char *name; /* "io_uring", "threads", "none" */
+	/* Read every one of r[0..n) into its buffer, many in flight, and
+	 * wait for all: when it returns nothing more lands in the buffers.
+	 * 0, or -errno (-EIO: one failed or came back short). Any number
+	 * of threads at once. */
+	int (*read_all)(struct bfs_fetch_backend *be,
+			const struct bfs_fetch_range *r, size_t n);
+	/* Start bringing [off, off + len) of 'file' in (the page cache),
+	 * not waiting for it; may wait for room. A hint: never fails. Any
+	 * thread. */
+	void (*ahead)(struct bfs_fetch_backend *be, size_t file, uint64_t off,
+		      uint64_t len);
+	void (*stats)(struct bfs_fetch_backend *be,
+		      struct bfs_fetch_backend_stats *out);
+	/* Wait for the reads in flight, free. */
+	void (*destroy)(struct bfs_fetch_backend *be);
+};
+
+/* ---- the fetch ----------------------------------------------------------- */
+
+struct bfs_fetch;
+
+/* The fetch of 'ds' (borrowed; must outlive it) over backend 'be' (owned
+ * from now on, also when this fails; NULL: none, nothing is read): picks
+ * the fields whose rows gathers read themselves when be->rows. 0 or
+ * -ENOMEM. */
+int bfs_fetch_create(struct bfs_fetch **out, const struct bfs_dataset *ds,
+		     struct bfs_fetch_backend *be);
+
+/* Destroy the backend (it waits for its reads), free. Accepts NULL. */
+void bfs_fetch_destroy(struct bfs_fetch *f);
+
+/* Whether ranges can be read ahead (bfs_fetch_ahead): the backend's
+ * 'ahead'. Accepts NULL (false). */
+bool bfs_fetch_reads_ahead(const struct bfs_fetch *f);
+
+/* Start reading bytes [off, off + len) of file 'file' into the page
+ * cache; may wait while the backend has as many in flight as it takes.
+ * Only when bfs_fetch_reads_ahead. */
+void bfs_fetch_ahead(struct bfs_fetch *f, size_t file, uint64_t off,
+		     uint64_t len);
+
+/* Whether the rows of field 'field' are read by the gathers themselves
+ * (so advice and read-ahead leave them alone). Accepts NULL (false). */
+bool bfs_fetch_field(const struct bfs_fetch *f, size_t field);
+
+/* Batches are served straight from the mappings (zero copy): from now on
+ * no field is read by the gathers, and advice and read-ahead take every
+ * field. Before any read (the pool, at its creation). Accepts NULL. */
+void bfs_fetch_serve_mapped(struct bfs_fetch *f);
+
+/* A gathering thread's means to read rows itself (its memory), or NULL
+ * when no field is read so (data that fits, rows under 32 KiB or not
+ * stored as served, a backend that cannot, served mapped). Accepts NULL
+ * (NULL). */
+struct bfs_fetch_rows;
+struct bfs_fetch_rows *bfs_fetch_rows_open(struct bfs_fetch *f);
+void bfs_fetch_rows_close(struct bfs_fetch_rows *w); /* accepts NULL */
+
+/* The rows of the fields read so, of samples idx[0..n), read through the
+ * backend into w's memory, all in flight at once: *have (valid until w's
+ * next read) for bfs_layout_fill_from. 0, or -errno (-EIO: a read failed
+ * or came back short; then gather from the mapping, which finds and
+ * names the fault). The caller checks the files (bfs_dataset_check)
+ * after the reads, before it trusts the bytes. */
+int bfs_fetch_rows(struct bfs_fetch *f, struct bfs_fetch_rows *w,
+		   const uint64_t *idx, size_t n, bfs_layout_rows *have);
+
+/* Counters since creation, and what reads: the backend's name ("none"
+ * without one); 'why' says how and why. */
+struct bfs_fetch_stats {
+	const char *backend;
+	char why[BFS_FETCH_WHY];
+	uint64_t ahead_in_flight; /* reads ahead queued or running now */
+	uint64_t ahead_bytes;	  /* read ahead */
+	uint64_t rows;		  /* rows read by the gathers */
+	uint64_t bytes;		  /* ... bytes */
+};
+void bfs_fetch_stats(struct bfs_fetch *f, struct bfs_fetch_stats *out);
+
+#endif

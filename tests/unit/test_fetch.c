@@ -1,0 +1,487 @@
+/* fs/fetch over fs/reader's backends (io_uring and threads) and over a
+ * backend of the test's own:
+ * - data that does not fit: the rows of the big field (>= 32 KiB a row,
+ *   rows not page-aligned here) read with O_DIRECT equal the file's bytes,
+ *   in any order and repeated, the small field is left to the mapping,
+ *   and stats and 'why' say so (not the file's last row: the read of its
+ *   last page, past the end of the file, comes back short and the batch
+ *   is gathered from the mapping);
+ * - data that fits, or batches served from the mapping (zero copy): no
+ *   field is read by the gathers, 'why' says nothing of O_DIRECT;
+ * - a backend whose reads fail makes bfs_fetch_rows -EIO, and so does a
+ *   file cut short under fs/reader's O_DIRECT reads;
+ * - reads ahead go to the backend, and fs/reader's leave the pages in the
+ *   page cache; --reader none reads nothing and says so;
+ * - a pool handed the fetch gathers batches equal to the layout's, the
+ *   big rows read by the gathers (none when served from the mapping). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fs/dataset.h"
+#include "fs/fetch.h"
+#include "fs/pool.h"
+#include "fs/reader.h"
+#include "tests/lib/npy_header.h"
+
+#define N	   40
+#define ROW	   ((48u << 10) + 100) /* rows not page-aligned */
+#define LIVENESS_S 30		       /* a bound on waits, not a measure */
+
+static char dir[300], short_dir[300];
+
+/* Byte j of row i of x. */
+static uint8_t xbyte(size_t i, size_t j)
+{
+	return (uint8_t)(i * 131 + j * 7 + (j >> 9));
+}
+
+/* d/x.npy (uint8 [N, ROW]) and d/y.npy (int64 [N]). 0 or -1. */
+static int write_data(const char *d)
+{
+	uint8_t *x = malloc((size_t)N * ROW);
+	int64_t y[N], sx[2] = {N, ROW}, sy[1] = {N};
+	char p[400];
+	int rc;
+
+	if (!x)
+		return -1;
+	for (size_t i = 0; i < N; i++)
+		for (size_t j = 0; j < ROW; j++)
+			x[i * ROW + j] = xbyte(i, j);
+	for (int i = 0; i < N; i++)
+		y[i] = 1000 + i;
+	mkdir(d, 0755);
+	snprintf(p, sizeof(p), "%s/x.npy", d);
+	rc = ta_npy_write(p, BFS_DT_UINT8, 2, sx, x, (size_t)N * ROW, 64);
+	snprintf(p, sizeof(p), "%s/y.npy", d);
+	if (rc == 0)
+		rc = ta_npy_write(p, BFS_DT_INT64, 1, sy, y, sizeof(y), 64);
+	free(x);
+	return rc ? -1 : 0;
+}
+
+static int setup(void **state)
+{
+	const char *t = getenv("BFS_TEST_TMP");
+
+	snprintf(dir, sizeof(dir), "%s/fetch", t ? t : "/tmp");
+	snprintf(short_dir, sizeof(short_dir), "%s/fetch-short",
+		 t ? t : "/tmp");
+	return write_data(dir) || write_data(short_dir) ? -1 : 0;
+}
+
+static struct bfs_dataset *open_dir(const char *d)
+{
+	struct bfs_dataset *ds = NULL;
+	struct bfs_error err = {{0}};
+
+	if (bfs_dataset_open(&ds, &d, 1, &err))
+		fail_msg("open %s: %s", d, err.msg);
+	return ds;
+}
+
+/* The field named 'name'. */
+static size_t field(const struct bfs_dataset *ds, const char *name)
+{
+	for (size_t f = 0; f < bfs_dataset_nfields(ds); f++)
+		if (!strcmp(bfs_dataset_field(ds, f)->name, name))
+			return f;
+	fail_msg("no field %s", name);
+	return 0;
+}
+
+/* fs/reader's backend of 'kind' over ds (skips where io_uring cannot be
+ * set up, or where this file system has no O_DIRECT and 'direct' asks
+ * for it), made into a fetch. */
+static struct bfs_fetch *fetch_of(const struct bfs_dataset *ds,
+				  enum bfs_reader_kind kind, bool direct)
+{
+	struct bfs_fetch_backend *be;
+	struct bfs_fetch *f;
+	int rc = bfs_reader_backend(&be, ds, kind, direct);
+
+	if (rc < 0 && kind == BFS_READER_IO_URING) {
+		print_message("io_uring cannot be set up here\n");
+		skip();
+	}
+	assert_int_equal(rc, 0);
+	if (direct && !be->rows) {
+		be->ops->destroy(be);
+		print_message("no O_DIRECT on this file system\n");
+		skip();
+	}
+	assert_int_equal(bfs_fetch_create(&f, ds, be), 0);
+	return f;
+}
+
+/* ---- rows read by the gathers ---------------------------------------- */
+
+static void rows_read_direct_equal_the_bytes(enum bfs_reader_kind kind)
+{
+	/* not the last row: its last page ends past the end of the file,
+	 * so that read comes back short (-EIO: gathered from the mapping) */
+	static const uint64_t idx[] = {38, 0, 17, 17, 5, 37, 1};
+	const size_t n = sizeof(idx) / sizeof(idx[0]);
+	struct bfs_dataset *ds = open_dir(dir);
+	struct bfs_fetch *f = fetch_of(ds, kind, true);
+	size_t fx = field(ds, "x"), fy = field(ds, "y");
+	struct bfs_fetch_rows *w = bfs_fetch_rows_open(f);
+	struct bfs_fetch_stats st;
+	bfs_layout_rows have;
+
+	assert_true(bfs_fetch_field(f, fx));
+	assert_false(bfs_fetch_field(f, fy));
+	assert_non_null(w);
+	for (int round = 0; round < 2; round++) { /* its memory reused */
+		assert_int_equal(bfs_fetch_rows(f, w, idx, n, &have), 0);
+		assert_non_null(have);
+		assert_null(have[fy]);
+		for (size_t r = 0; r < n; r++) {
+			const uint8_t *row = have[fx][r];
+
+			for (size_t j = 0; j < ROW; j++)
+				if (row[j] != xbyte(idx[r], j))
+					fail_msg("row %llu byte %zu",
+						 (unsigned long long)idx[r], j);
+		}
+	}
+	bfs_fetch_stats(f, &st);
+	assert_string_equal(st.backend, bfs_reader_kind_name(kind));
+	assert_int_equal(st.rows, 2 * n);
+	assert_true(st.bytes >= 2 * n * ROW);
+	assert_non_null(strstr(st.why, "; rows of >= 32 KiB read with "
+				       "O_DIRECT by the gathers"));
+	bfs_fetch_rows_close(w);
+	bfs_fetch_destroy(f);
+	bfs_dataset_close(ds);
+}
+
+static void rows_read_direct_io_uring(void **state)
+{
+	rows_read_direct_equal_the_bytes(BFS_READER_IO_URING);
+}
+
+static void rows_read_direct_threads(void **state)
+{
+	rows_read_direct_equal_the_bytes(BFS_READER_THREADS);
+}
+
+/* Data that fits (the backend asked for no O_DIRECT), or batches served
+ * from the mapping: the gathers read nothing themselves. */
+static void no_rows_when_the_data_fits_or_is_served_mapped(void **state)
+{
+	struct bfs_dataset *ds = open_dir(dir);
+	struct bfs_fetch *f = fetch_of(ds, BFS_READER_THREADS, false);
+	struct bfs_fetch_stats st;
+
+	assert_false(bfs_fetch_field(f, field(ds, "x")));
+	assert_null(bfs_fetch_rows_open(f));
+	bfs_fetch_stats(f, &st);
+	assert_null(strstr(st.why, "O_DIRECT"));
+	bfs_fetch_destroy(f);
+
+	f = fetch_of(ds, BFS_READER_THREADS, true);
+	bfs_fetch_serve_mapped(f);
+	assert_false(bfs_fetch_field(f, field(ds, "x")));
+	assert_null(bfs_fetch_rows_open(f));
+	bfs_fetch_stats(f, &st);
+	assert_string_equal(st.backend, "threads");
+	assert_null(strstr(st.why, "O_DIRECT"));
+	bfs_fetch_destroy(f);
+	bfs_dataset_close(ds);
+}
+
+/* ---- a backend of the test's own ------------------------------------- */
+
+struct fake {
+	struct bfs_fetch_backend be; /* first */
+	int read_alls, aheads;
+	size_t ahead_file;
+	uint64_t ahead_off, ahead_len;
+	bool *destroyed;
+};
+
+static int fake_read_all(struct bfs_fetch_backend *be,
+			 const struct bfs_fetch_range *r, size_t n)
+{
+	((struct fake *)be)->read_alls++;
+	return -EIO;
+}
+
+static void fake_ahead(struct bfs_fetch_backend *be, size_t file, uint64_t off,
+		       uint64_t len)
+{
+	struct fake *fk = (struct fake *)be;
+
+	fk->aheads++;
+	fk->ahead_file = file;
+	fk->ahead_off = off;
+	fk->ahead_len = len;
+}
+
+static void fake_stats(struct bfs_fetch_backend *be,
+		       struct bfs_fetch_backend_stats *out)
+{
+	*out = (struct bfs_fetch_backend_stats){.in_flight = 3, .bytes = 7};
+}
+
+static void fake_destroy(struct bfs_fetch_backend *be)
+{
+	*((struct fake *)be)->destroyed = true;
+	free(be);
+}
+
+static const struct bfs_fetch_ops fake_ops = {
+    .name = "fake",
+    .read_all = fake_read_all,
+    .ahead = fake_ahead,
+    .stats = fake_stats,
+    .destroy = fake_destroy,
+};
+
+static void a_failing_backend_gives_eio(void **state)
+{
+	static const uint64_t idx[] = {3, 4};
+	struct bfs_dataset *ds = open_dir(dir);
+	struct fake *fk = calloc(1, sizeof(*fk));
+	bool destroyed = false;
+	struct bfs_fetch_stats st;
+	struct bfs_fetch_rows *w;
+	struct bfs_fetch *f;
+	bfs_layout_rows have;
+
+	assert_non_null(fk);
+	fk->be = (struct bfs_fetch_backend){
+	    .ops = &fake_ops, .rows = true, .ahead = true};
+	snprintf(fk->be.why, sizeof(fk->be.why), "a fake");
+	fk->destroyed = &destroyed;
+	assert_int_equal(bfs_fetch_create(&f, ds, &fk->be), 0);
+	w = bfs_fetch_rows_open(f);
+	assert_non_null(w);
+	assert_int_equal(bfs_fetch_rows(f, w, idx, 2, &have), -EIO);
+	assert_null(have);
+	assert_int_equal(fk->read_alls, 1);
+	assert_true(bfs_fetch_reads_ahead(f));
+	bfs_fetch_ahead(f, 1, 4096, 8192);
+	assert_int_equal(fk->aheads, 1);
+	assert_int_equal(fk->ahead_file, 1);
+	assert_int_equal(fk->ahead_off, 4096);
+	assert_int_equal(fk->ahead_len, 8192);
+	bfs_fetch_stats(f, &st);
+	assert_string_equal(st.backend, "fake");
+	assert_string_equal(st.why, "a fake; rows of >= 32 KiB read with "
+				    "O_DIRECT by the gathers");
+	assert_int_equal(st.rows, 0);
+	assert_int_equal(st.ahead_in_flight, 3);
+	assert_int_equal(st.ahead_bytes, 7);
+	bfs_fetch_rows_close(w);
+	bfs_fetch_destroy(f);
+	assert_true(destroyed);
+	bfs_dataset_close(ds);
+}
+
+/* fs/reader's O_DIRECT reads of rows past a file cut short: -EIO. */
+static void a_file_cut_short_gives_eio(void **state)
+{
+	static const uint64_t ok[] = {0, 1}, gone[] = {2, 30};
+	struct bfs_dataset *ds = open_dir(short_dir);
+	struct bfs_fetch *f = fetch_of(ds, BFS_READER_THREADS, true);
+	struct bfs_fetch_rows *w = bfs_fetch_rows_open(f);
+	size_t fx = field(ds, "x");
+	struct bfs_extent x;
+	bfs_layout_rows have;
+	char p[400];
+
+	assert_non_null(w);
+	assert_int_equal(bfs_dataset_extent(ds, fx, 2, &x), 0);
+	snprintf(p, sizeof(p), "%s/x.npy", short_dir);
+	/* rows 2.. gone, from the page row 2 starts on */
+	assert_int_equal(truncate(p, (off_t)((x.off + 4095) & ~4095ull)), 0);
+	assert_int_equal(bfs_fetch_rows(f, w, gone, 2, &have), -EIO);
+	assert_null(have);
+	assert_int_equal(bfs_fetch_rows(f, w, ok, 2, &have), 0);
+	assert_int_equal(((const uint8_t *)have[fx][1])[5], xbyte(1, 5));
+	bfs_fetch_rows_close(w);
+	bfs_fetch_destroy(f);
+	bfs_dataset_close(ds);
+}
+
+/* ---- reading ahead ------------------------------------------------------- */
+
+/* Whether the pages of bytes [off, off + len) of file i are resident. */
+static bool resident(const struct bfs_dataset *ds, size_t i, uint64_t off,
+		     uint64_t len)
+{
+	const uint8_t *map = bfs_dataset_file(ds, i)->map;
+	uint64_t a = off & ~(uint64_t)4095, e = (off + len + 4095) & ~4095ull;
+	unsigned char vec[256];
+	bool all = (e - a) / 4096 <= sizeof(vec) &&
+		   mincore((void *)(map + a), (size_t)(e - a), vec) == 0;
+
+	for (size_t p = 0; all && p < (e - a) / 4096; p++)
+		all = vec[p] & 1;
+	return all;
+}
+
+/* Drop the file's pages from the page cache; false if they stay. */
+static bool evict(const struct bfs_dataset *ds, size_t i, uint64_t off,
+		  uint64_t len)
+{
+	int fd = open(bfs_dataset_file(ds, i)->path, O_RDONLY);
+
+	assert_true(fd >= 0);
+	fdatasync(fd);
+	posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+	close(fd);
+	return !resident(ds, i, off, len);
+}
+
+static void reads_ahead_leave_pages_resident(void **state)
+{
+	struct bfs_dataset *ds = open_dir(dir);
+	struct bfs_fetch *f = fetch_of(ds, BFS_READER_THREADS, false);
+	size_t fx = field(ds, "x");
+	struct bfs_fetch_stats st;
+	struct bfs_extent x;
+
+	assert_int_equal(bfs_dataset_extent(ds, fx, 9, &x), 0);
+	if (!evict(ds, x.file, x.off, x.len)) {
+		print_message("the page cache keeps the file here\n");
+		skip();
+	}
+	assert_true(bfs_fetch_reads_ahead(f));
+	bfs_fetch_ahead(f, x.file, x.off & ~4095ull,
+			((x.off + x.len + 4095) & ~4095ull) -
+			    (x.off & ~4095ull));
+	for (int t = 0; t < LIVENESS_S * 100; t++) {
+		bfs_fetch_stats(f, &st);
+		if (!st.ahead_in_flight && resident(ds, x.file, x.off, x.len))
+			break;
+		nanosleep(&(struct timespec){0, 10000000}, NULL);
+	}
+	assert_int_equal(st.ahead_in_flight, 0);
+	assert_true(st.ahead_bytes >= x.len);
+	assert_true(resident(ds, x.file, x.off, x.len));
+	bfs_fetch_destroy(f);
+	bfs_dataset_close(ds);
+}
+
+static void reader_none_reads_nothing(void **state)
+{
+	struct bfs_dataset *ds = open_dir(dir);
+	struct bfs_fetch_backend *be;
+	struct bfs_fetch_stats st;
+	struct bfs_fetch *f;
+
+	assert_int_equal(bfs_reader_backend(&be, ds, BFS_READER_NONE, true), 0);
+	assert_false(be->rows);
+	assert_false(be->ahead);
+	assert_int_equal(bfs_fetch_create(&f, ds, be), 0);
+	assert_false(bfs_fetch_reads_ahead(f));
+	assert_null(bfs_fetch_rows_open(f));
+	bfs_fetch_stats(f, &st);
+	assert_string_equal(st.backend, "none");
+	assert_string_equal(st.why, "none: rows are only advised (madvise)");
+	bfs_fetch_destroy(f);
+	bfs_fetch_destroy(NULL);
+	assert_false(bfs_fetch_reads_ahead(NULL));
+	assert_false(bfs_fetch_field(NULL, 0));
+	assert_null(bfs_fetch_rows_open(NULL));
+	bfs_dataset_close(ds);
+}
+
+/* ---- a pool handed the fetch ------------------------------------------- */
+
+static void pool_gathers_with_the_fetch(bool in_place)
+{
+	struct bfs_dataset *ds = open_dir(dir);
+	struct bfs_fetch *f = fetch_of(ds, BFS_READER_THREADS, true);
+	struct bfs_order_opts oo = {.sampler = BFS_SAMPLER_RANDOM,
+				    .n = N,
+				    .batch_size = 8,
+				    .seed = 4,
+				    .epochs = 2};
+	struct bfs_pool_opts po = {.workers = 2,
+				   .prefetch = 2,
+				   .budget_bytes = 64 << 20,
+				   .timeout_ms = 30000,
+				   .fetch = f,
+				   .rows_in_place = in_place};
+	struct bfs_order *order;
+	struct bfs_layout l;
+	struct bfs_pool *p;
+	struct bfs_fetch_stats st;
+
+	assert_int_equal(bfs_order_create(&order, &oo, NULL), 0);
+	assert_int_equal(bfs_layout_init(&l, ds, 8, NULL), 0);
+	bfs_layout_bind_order(&l, order);
+	assert_int_equal(bfs_pool_create(&p, ds, order, &l, &po), 0);
+	for (uint64_t k = 0; k < bfs_order_len(order); k++) {
+		struct bfs_batch_id id = {.epoch = 1, .batch = k};
+		uint64_t rows = bfs_order_batch_rows(order, k), idx[8];
+		uint64_t size = bfs_layout_size(&l, rows);
+		void *want = malloc(size);
+		struct bfs_batch_loc at;
+		struct bfs_batch *b;
+
+		assert_int_equal(bfs_order_batch(order, id, idx), 0);
+		assert_int_equal(
+		    bfs_layout_fill(&l, ds, id, idx, rows, size, want), 0);
+		assert_int_equal(bfs_order_locate(order, id, &at), 0);
+		assert_int_equal(bfs_pool_acquire(p, &at, &b), 0);
+		assert_int_equal(bfs_batch_size(b), size);
+		assert_memory_equal(bfs_batch_data(b), want, size);
+		bfs_pool_release(p, b);
+		free(want);
+	}
+	bfs_pool_destroy(p);
+	bfs_fetch_stats(f, &st);
+	if (in_place)
+		assert_int_equal(st.rows, 0);
+	else /* all but the batch holding the last row (above) */
+		assert_true(st.rows >= N - 8);
+	bfs_layout_fini(&l);
+	bfs_order_destroy(order);
+	bfs_fetch_destroy(f);
+	bfs_dataset_close(ds);
+}
+
+static void pool_reads_big_rows_through_the_fetch(void **state)
+{
+	pool_gathers_with_the_fetch(false);
+}
+
+static void pool_served_in_place_reads_none(void **state)
+{
+	pool_gathers_with_the_fetch(true);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(rows_read_direct_io_uring),
+	    cmocka_unit_test(rows_read_direct_threads),
+	    cmocka_unit_test(no_rows_when_the_data_fits_or_is_served_mapped),
+	    cmocka_unit_test(a_failing_backend_gives_eio),
+	    cmocka_unit_test(a_file_cut_short_gives_eio),
+	    cmocka_unit_test(reads_ahead_leave_pages_resident),
+	    cmocka_unit_test(reader_none_reads_nothing),
+	    cmocka_unit_test(pool_reads_big_rows_through_the_fetch),
+	    cmocka_unit_test(pool_served_in_place_reads_none),
+	};
+	return cmocka_run_group_tests(tests, setup, NULL);
+}
