@@ -234,6 +234,8 @@ uint64_t bfs_order_lane_end(const struct bfs_order *o, size_t lane);
  * (fs/tree's inode numbers). */
 uint64_t bfs_order_epoch_serial(const struct bfs_order *o,
 				struct bfs_batch_id id);
+/* How many numbers bfs_order_epoch_serial gives: every lane's epochs. */
+uint64_t bfs_order_epoch_serials(const struct bfs_order *o);
 int bfs_order_epoch_of_serial(const struct bfs_order *o, uint64_t serial,
 			      struct bfs_batch_id *id);
 

@@ -132,6 +132,11 @@ uint64_t bfs_order_epoch_serial(const struct bfs_order *o,
 	return id.lane * o->epochs + id.epoch;
 }
 
+uint64_t bfs_order_epoch_serials(const struct bfs_order *o)
+{
+	return bfs_order_lanes(o) * o->epochs;
+}
+
 int bfs_order_epoch_of_serial(const struct bfs_order *o, uint64_t serial,
 			      struct bfs_batch_id *id)
 {

@@ -124,7 +124,8 @@ int bfs_tree_decode(const struct bfs_tree *t, uint64_t ino,
 
 uint64_t bfs_tree_shown_ino(const struct bfs_tree *t, uint64_t ino)
 {
-	uint64_t el = t->epochs * t->lanes, kind = ino >> KIND_SHIFT;
+	uint64_t el = bfs_order_epoch_serials(t->order);
+	uint64_t kind = ino >> KIND_SHIFT;
 	uint64_t serial = (ino >> EPOCH_SHIFT) & (BFS_TREE_MAX_EPOCHS - 1);
 	struct bfs_node n;
 
