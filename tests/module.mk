@@ -1,6 +1,7 @@
 # tests/: unit tests (cmocka, one program per tests/unit/test_*.c), mount,
-# interop and command-line tests (scripts), fuzz targets. tests/lib/ holds
-# shared helpers.
+# interop, remote-object and command-line tests (scripts), fuzz targets.
+# tests/lib/ holds shared helpers (and the test servers: servers.py,
+# faultproxy.py).
 #
 # Unit tests link the core library plus cmocka, libzip and libfuse.
 UNIT_SRCS := $(sort $(wildcard tests/unit/test_*.c))
@@ -24,6 +25,8 @@ TEST_PROGS += $(UNIT_PROGS)
 # Scripts: mount tests, then interop tests (real torch).
 TEST_SCRIPTS += $(sort $(wildcard tests/mount/test_*.sh tests/mount/test_*.py))
 TEST_SCRIPTS += $(sort $(wildcard tests/interop/test_*.sh tests/interop/test_*.py))
+# Remote objects (fs/remote) against nginx, s3rver and the fault proxy.
+TEST_SCRIPTS += $(sort $(wildcard tests/remote/test_*.py))
 TEST_SCRIPTS += $(sort $(wildcard tests/gpu/test_*.sh tests/gpu/test_*.py))
 # The command line, its documentation and make install.
 TEST_SCRIPTS += $(sort $(wildcard tests/cli/test_*.sh tests/cli/test_*.py))
