@@ -1,6 +1,7 @@
 # tests/: unit tests (cmocka, one program per tests/unit/test_*.c), mount,
-# interop and command-line tests (scripts), fuzz targets. tests/lib/ holds
-# shared helpers.
+# interop, remote-object and command-line tests (scripts), fuzz targets.
+# tests/lib/ holds shared helpers (and the test servers: servers.py,
+# faultproxy.py).
 #
 # Unit tests link the core library plus cmocka, libzip and libfuse.
 UNIT_SRCS := $(sort $(wildcard tests/unit/test_*.c))
@@ -28,6 +29,8 @@ TEST_SCRIPTS += tests/unit/test_serve_calls_one_way.py
 # Scripts: mount tests, then interop tests (real torch).
 TEST_SCRIPTS += $(sort $(wildcard tests/mount/test_*.sh tests/mount/test_*.py))
 TEST_SCRIPTS += $(sort $(wildcard tests/interop/test_*.sh tests/interop/test_*.py))
+# Remote objects (fs/remote) against nginx, s3rver and the fault proxy.
+TEST_SCRIPTS += $(sort $(wildcard tests/remote/test_*.py))
 TEST_SCRIPTS += $(sort $(wildcard tests/gpu/test_*.sh tests/gpu/test_*.py))
 # The command line, its documentation and make install.
 TEST_SCRIPTS += $(sort $(wildcard tests/cli/test_*.sh tests/cli/test_*.py))
@@ -43,7 +46,7 @@ FUZZ_CORE := $(filter-out fs/log.c,$(sort $(wildcard fs/*.c))) fs/log.c
 $(BUILD)/fuzz/%: tests/fuzz/%.c $(FUZZ_CORE) $(TEST_LIB_SRCS)
 	@mkdir -p $(@D)
 	$(FUZZ_CC) $(CPPFLAGS) -std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
-		-o $@ $< $(FUZZ_CORE) $(TEST_LIB_SRCS) $(call pc_libs,liburing) -lm -pthread
+		-o $@ $< $(FUZZ_CORE) $(TEST_LIB_SRCS) $(call pc_libs,$(PKGS)) -lm -pthread
 
 fuzz:
 	@tools/scripts/deps.sh fuzz

@@ -5,20 +5,24 @@
 # loads the completion make install puts in share/bash-completion (not
 # needed to build or run: when it cannot be installed, a note says so
 # and the script goes on); test: + cmocka, zip tools, numpy, acl
-# (setfacl, for the permission test); torch: + python3-torch for interop
-# tests, python3-matplotlib for the bench's figures
-# (tools/bench/figures.py); fuzz: + clang and libFuzzer; lint:
-# + clang-format (make format-check).
+# (setfacl, for the permission test), nginx, openssl, node and npm (the
+# HTTP and S3 servers of tests/remote; npm only where no `npm` command
+# exists: NodeSource's nodejs carries its own and conflicts with
+# Debian's npm); torch: + python3-torch for interop tests,
+# python3-matplotlib for the bench's figures (tools/bench/figures.py);
+# fuzz: + clang and libFuzzer; lint: + clang-format (make format-check).
 # apt-get waits up to $DEPS_LOCK_TIMEOUT seconds (300) for another
 # apt-get or dpkg that holds the dpkg lock, instead of failing at once.
 set -eu
-want="libfuse3-dev fuse3 libzip-dev liburing-dev pkg-config"
+want="libfuse3-dev fuse3 libzip-dev liburing-dev libcurl4-openssl-dev pkg-config"
 optional=""
+servers="nginx openssl nodejs"
+command -v npm >/dev/null 2>&1 || servers="$servers npm"
 case "${1:-build}" in
 build) ;;
 install) optional="bash-completion" ;;
-test) want="$want libcmocka-dev zip unzip python3-numpy acl" ;;
-torch) want="$want libcmocka-dev zip unzip python3-numpy python3-torch acl python3-matplotlib" ;;
+test) want="$want libcmocka-dev zip unzip python3-numpy acl $servers" ;;
+torch) want="$want libcmocka-dev zip unzip python3-numpy python3-torch acl python3-matplotlib $servers" ;;
 fuzz) want="$want clang libclang-rt-14-dev" ;;
 lint) want="$want clang-format" ;;
 *) echo "usage: $0 build|install|test|torch|fuzz|lint" >&2; exit 2 ;;

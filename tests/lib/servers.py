@@ -1,0 +1,346 @@
+"""Real servers for tests of remote sources, started and stopped by the
+test, on 127.0.0.1 only, on free ports (not a test itself).
+
+    with Nginx(root) as ng:            # Debian's nginx, our own config
+        ng.url("data.pt")              # http://127.0.0.1:PORT/data.pt
+        ng.log()                       # the access log, parsed
+        ng.bytes_served("/data.pt")    # body bytes sent for that path
+
+    require_s3rver()                   # exit 77 where node/npm are missing
+    with S3rver(workdir, buckets=["data"]) as s3:   # npm's s3rver 3.7.1
+        s3.put("data", "key", b"...")
+        s3.endpoint                    # what --s3-endpoint gets
+
+nginx runs as a child of the test (no master/worker split, no privilege
+change), with its prefix, config, logs and temp dirs in a directory of its
+own; it answers Range requests with strong ETags and honours If-Match and
+If-Unmodified-Since (412).
+
+s3rver is installed once per build tree with `npm install --prefix
+BUILD/npm s3rver@3.7.1`. It checks that a request's access key exists
+(S3RVER), not its SigV4 signature: S3rver(verify=True), the default, puts
+a FaultProxy in front of it that checks every signature (and the session
+token, when one is given) against the keys and region given, so a wrong
+secret key is refused as S3 refuses it. `direct_url` is s3rver itself.
+
+Every wait is bounded; servers are stopped by the context managers and,
+should a test die before, by atexit.
+"""
+import atexit
+import fcntl
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from faultproxy import FaultProxy, sigv4_headers  # noqa: E402
+
+START_TIMEOUT = 20
+S3RVER_VERSION = "3.7.1"
+S3RVER_KEY = "S3RVER"  # s3rver's built-in access key and secret
+
+_children = []
+
+
+def _cleanup():
+    for p in list(_children):
+        _stop(p)
+
+
+atexit.register(_cleanup)
+
+
+def _stop(proc, sig=signal.SIGTERM, timeout=10):
+    if proc.poll() is None:
+        try:
+            proc.send_signal(sig)
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout)
+    if proc in _children:
+        _children.remove(proc)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_port(port, proc, timeout=START_TIMEOUT):
+    """True once 127.0.0.1:port accepts; False when proc exited first."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if proc.poll() is not None:
+            return False
+        try:
+            with socket.create_connection(("127.0.0.1", port), 0.5):
+                return True
+        except OSError:
+            time.sleep(0.05)
+    raise TimeoutError(f"nothing listens on port {port} after {timeout} s")
+
+
+def build_dir():
+    """The build tree (BUILD, relative to the source tree)."""
+    src = os.environ.get("BFS_SRC") or os.path.abspath(
+        os.path.join(os.path.dirname(__file__), "..", ".."))
+    return os.path.join(src, os.environ.get("BUILD", "build"))
+
+
+def skip(reason):
+    print("skip: " + reason)
+    sys.exit(77)
+
+
+# ---- nginx -----------------------------------------------------------
+
+NGINX_CONF = """\
+daemon off;
+master_process off;
+error_log {d}/error.log warn;
+pid {d}/nginx.pid;
+events {{ worker_connections 1024; }}
+http {{
+    types {{ }}
+    default_type application/octet-stream;
+    log_format bfs '$request_method "$uri" $status $body_bytes_sent '
+                   '"$http_range" "$http_if_match" '
+                   '"$http_if_unmodified_since" $connection';
+    access_log {d}/access.log bfs;
+    client_body_temp_path {d}/tmp/body;
+    proxy_temp_path {d}/tmp/proxy;
+    fastcgi_temp_path {d}/tmp/fastcgi;
+    uwsgi_temp_path {d}/tmp/uwsgi;
+    scgi_temp_path {d}/tmp/scgi;
+    keepalive_requests 100000;
+    server {{
+        listen 127.0.0.1:{port}{tls};
+        root {root};
+    }}
+}}
+"""
+
+
+def require_nginx():
+    if not shutil.which("nginx") and not os.path.exists("/usr/sbin/nginx"):
+        skip("nginx is not installed (tools/scripts/deps.sh test)")
+
+
+class Nginx:
+    """nginx serving the files under root; tls=True: HTTPS with a
+    self-signed certificate for 127.0.0.1 (self.cert, a PEM file a
+    client may trust)."""
+
+    def __init__(self, root, workdir=None, tls=False):
+        self.root = os.path.abspath(root)
+        self.tls = tls
+        self.dir = workdir or os.path.join(
+            os.environ.get("BFS_TEST_TMP") or "/tmp",
+            f"nginx.{os.getpid()}.{id(self)}")
+        self.proc = None
+
+    def __enter__(self):
+        exe = shutil.which("nginx") or "/usr/sbin/nginx"
+        os.makedirs(os.path.join(self.dir, "tmp"), exist_ok=True)
+        tls = ""
+        if self.tls:
+            self.cert = os.path.join(self.dir, "cert.pem")
+            key = os.path.join(self.dir, "key.pem")
+            subprocess.run(
+                [shutil.which("openssl") or "/usr/bin/openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes",
+                 "-days", "2", "-subj", "/CN=127.0.0.1", "-addext",
+                 "subjectAltName=IP:127.0.0.1", "-keyout", key, "-out",
+                 self.cert], check=True, capture_output=True, timeout=60)
+            tls = (f" ssl;\n        ssl_certificate {self.cert};\n"
+                   f"        ssl_certificate_key {key}")
+        for attempt in range(5):
+            self.port = free_port()
+            conf = os.path.join(self.dir, "nginx.conf")
+            with open(conf, "w") as f:
+                f.write(NGINX_CONF.format(d=self.dir, port=self.port,
+                                          root=self.root, tls=tls))
+            self.proc = subprocess.Popen(
+                [exe, "-p", self.dir, "-c", conf, "-e",
+                 os.path.join(self.dir, "error.log")],
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                stderr=open(os.path.join(self.dir, "stderr"), "w"))
+            _children.append(self.proc)
+            if _wait_port(self.port, self.proc):
+                scheme = "https" if self.tls else "http"
+                self.base_url = f"{scheme}://127.0.0.1:{self.port}"
+                return self
+            _stop(self.proc)
+        raise RuntimeError("nginx did not start: " + self.errors())
+
+    def __exit__(self, *exc):
+        if self.proc:
+            _stop(self.proc, signal.SIGQUIT)
+
+    def errors(self):
+        out = ""
+        for name in ("stderr", "error.log"):
+            try:
+                with open(os.path.join(self.dir, name)) as f:
+                    out += f.read()[-2000:]
+            except OSError:
+                pass
+        return out
+
+    def url(self, name):
+        return f"{self.base_url}/{urllib.parse.quote(name)}"
+
+    def log(self):
+        """The requests served: dicts method, uri, status, bytes, range,
+        if_match, if_unmodified_since (as nginx logged them; "-" for
+        none), connection (nginx's serial number of the connection)."""
+        out = []
+        try:
+            with open(os.path.join(self.dir, "access.log")) as f:
+                lines = f.read().splitlines()
+        except FileNotFoundError:
+            return out
+        for line in lines:
+            method, rest = line.split(" ", 1)
+            parts = rest.split('"')
+            uri = parts[1]
+            status, nbytes = parts[2].split()
+            out.append({"method": method, "uri": uri, "status": int(status),
+                        "bytes": int(nbytes), "range": parts[3],
+                        "if_match": parts[5],
+                        "if_unmodified_since": parts[7],
+                        "connection": int(parts[8])})
+        return out
+
+    def wait_log(self, n, timeout=10):
+        """The log once it has n entries at least (nginx writes a line
+        after the answer went out: a client may see it first)."""
+        end = time.monotonic() + timeout
+        while True:
+            log = self.log()
+            if len(log) >= n or time.monotonic() > end:
+                return log
+            time.sleep(0.05)
+
+    def requests(self, uri=None):
+        return [e for e in self.log() if uri is None or e["uri"] == uri]
+
+    def bytes_served(self, uri=None):
+        return sum(e["bytes"] for e in self.requests(uri))
+
+
+# ---- s3rver ----------------------------------------------------------
+
+def require_s3rver():
+    """Exit 77 where node or npm are missing; else install s3rver (once
+    per build tree) and return its entry point."""
+    node, npm = shutil.which("node"), shutil.which("npm")
+    if not node or not npm:
+        skip("node and npm are needed for the S3 server s3rver "
+             "(tools/scripts/deps.sh test installs them)")
+    prefix = os.path.join(build_dir(), "npm")
+    entry = os.path.join(prefix, "node_modules", "s3rver", "bin",
+                         "s3rver.js")
+    pkg = os.path.join(prefix, "node_modules", "s3rver", "package.json")
+    os.makedirs(prefix, exist_ok=True)
+    with open(os.path.join(prefix, ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            with open(pkg) as f:
+                have = json.load(f).get("version")
+        except (OSError, ValueError):
+            have = None
+        if have != S3RVER_VERSION:
+            r = subprocess.run(
+                [npm, "install", "--prefix", prefix, "--no-audit",
+                 "--no-fund", "--no-save", "--cache",
+                 os.path.join(prefix, ".cache"),
+                 f"s3rver@{S3RVER_VERSION}"],
+                stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                timeout=600)
+            if r.returncode or not os.path.exists(entry):
+                raise RuntimeError(
+                    f"npm install s3rver@{S3RVER_VERSION} failed "
+                    f"(exit {r.returncode}):\n{r.stdout[-2000:]}"
+                    f"{r.stderr[-2000:]}")
+    return entry
+
+
+class S3rver:
+    """s3rver with buckets, behind a SigV4-checking proxy (verify=True).
+    keys: access key -> secret accepted by the proxy (s3rver itself
+    knows only S3RVER/S3RVER; the proxy forwards what it accepts)."""
+
+    def __init__(self, workdir, buckets=("data",), verify=True,
+                 region="us-east-1", token=None, keys=None):
+        self.dir = os.path.abspath(workdir)
+        self.buckets = list(buckets)
+        self.verify = verify
+        self.region = region
+        self.token = token
+        self.keys = keys or {S3RVER_KEY: S3RVER_KEY}
+        self.proc = None
+        self.proxy = None
+
+    def __enter__(self):
+        entry = require_s3rver()
+        data = os.path.join(self.dir, "s3rver-data")
+        os.makedirs(data, exist_ok=True)
+        cmd_tail = []
+        for b in self.buckets:
+            cmd_tail += ["--configure-bucket", b]
+        for attempt in range(5):
+            self.port = free_port()
+            self.proc = subprocess.Popen(
+                [shutil.which("node"), entry, "-d", data, "-a", "127.0.0.1",
+                 "-p", str(self.port), "--silent", "--no-vhost-buckets"]
+                + cmd_tail,
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                stderr=open(os.path.join(self.dir, "s3rver.stderr"), "w"))
+            _children.append(self.proc)
+            if _wait_port(self.port, self.proc):
+                break
+            _stop(self.proc)
+        else:
+            raise RuntimeError("s3rver did not start: " + self._stderr())
+        self.direct_url = f"http://127.0.0.1:{self.port}"
+        self.endpoint = self.direct_url
+        if self.verify:
+            self.proxy = FaultProxy(
+                self.direct_url,
+                verify_sigv4={"keys": self.keys, "region": self.region,
+                              "token": self.token}).start()
+            self.endpoint = self.proxy.base_url
+        return self
+
+    def __exit__(self, *exc):
+        if self.proxy:
+            self.proxy.stop()
+        if self.proc:
+            _stop(self.proc)
+
+    def _stderr(self):
+        try:
+            with open(os.path.join(self.dir, "s3rver.stderr")) as f:
+                return f.read()[-2000:]
+        except OSError:
+            return ""
+
+    def put(self, bucket, key, data):
+        """Upload an object (signed with s3rver's own key)."""
+        url = (f"{self.direct_url}/{bucket}/"
+               f"{urllib.parse.quote(key, safe='/-_.~')}")
+        h = sigv4_headers("PUT", url, S3RVER_KEY, S3RVER_KEY, "us-east-1",
+                          body=data)
+        req = urllib.request.Request(url, data=data, method="PUT",
+                                     headers=h)
+        with urllib.request.urlopen(req, timeout=30) as r:
+            assert r.status == 200, r.status
