@@ -19,6 +19,11 @@
  *                 is torch's global generator; each epoch draws _base_seed
  *                 (2 words), then the sampler's seed (2 words) for a fresh
  *                 Generator() that feeds the sampler          4
+ *   persistent workers (DataLoader(num_workers > 0, persistent_workers=
+ *                 True)): one iterator for every epoch, so _base_seed is
+ *                 drawn once, before epoch 0: the shuffle and global
+ *                 forms draw 2 words fewer per epoch, and 2 once (G0 is
+ *                 then G after them); the other forms are unchanged.
  * perm(n) = n - 1 words (0 for n <= 1), or 2n for the inside-out shuffle of
  * torch >= 2.7 when n >= 214748364.
  *
@@ -105,6 +110,13 @@ int bfs_order_request_check(const struct bfs_order_request *r,
 				     "the order is sequential, so no generator "
 				     "is drawn from: add --shuffle (or "
 				     "--subset, --weights)");
+	if (r->sampler_drop_last &&
+	    bfs_order_sampler_for(r) != BFS_SAMPLER_DISTRIBUTED)
+		return bfs_error_set(err, -EINVAL, "--sampler-drop-last",
+				     BFS_NO_OFFSET,
+				     "DistributedSampler's drop_last: needs "
+				     "--world-size (DataLoader's is "
+				     "--drop-last)");
 	if (r->generator_state &&
 	    bfs_order_sampler_for(r) == BFS_SAMPLER_DISTRIBUTED)
 		return bfs_error_set(err, -EINVAL, "--generator-state",
@@ -134,7 +146,7 @@ size_t bfs_order_request_unused(const struct bfs_order_request *r,
 				const char **msgs, size_t max)
 {
 	enum bfs_sampler s = bfs_order_sampler_for(r);
-	const char *m[4];
+	const char *m[5];
 	size_t n = 0;
 
 	if (r->have_seed && s == BFS_SAMPLER_SEQUENTIAL)
@@ -171,6 +183,11 @@ size_t bfs_order_request_unused(const struct bfs_order_request *r,
 	if (r->have_compat && !bfs_order_is_random(r))
 		m[n++] = "--torch-compat: no effect: the order is not random, "
 			 "so no torch version draws it differently";
+	if (r->persistent_workers && !bfs_order_request_draws_base_seed(r))
+		m[n++] = "--persistent-workers: no effect: this DataLoader "
+			 "draws its base seed from torch's global generator, "
+			 "not from the one its order comes from, so its order "
+			 "is the same with persistent workers";
 	for (size_t i = 0; i < n && i < max; i++)
 		msgs[i] = m[i];
 	return n < max ? n : max;
@@ -207,6 +224,16 @@ bool bfs_order_is_random(const struct bfs_order_request *r)
 
 	return s != BFS_SAMPLER_SEQUENTIAL &&
 	       (s != BFS_SAMPLER_DISTRIBUTED || r->shuffle);
+}
+
+bool bfs_order_request_draws_base_seed(const struct bfs_order_request *r)
+{
+	/* DataLoader(shuffle=True, generator=G) (a RandomSampler with
+	 * neither replacement nor num_samples), or any RandomSampler drawn
+	 * from torch's global generator */
+	return bfs_order_sampler_for(r) == BFS_SAMPLER_RANDOM &&
+	       (r->global_generator ||
+		(r->shuffle && !r->replacement && !r->num_samples));
 }
 
 const char *bfs_order_seed_source(const struct bfs_order_request *r)
@@ -444,7 +471,7 @@ static void setup_draws(struct bfs_order *o)
 	case BFS_SAMPLER_DISTRIBUTED:
 		N = n;
 		R = p->world_size;
-		if (p->drop_last && N % R)
+		if (p->sampler_drop_last && N % R)
 			/* ceil((N - R) / R), which Python makes 0 for N < R */
 			per_rank = N < R ? 0 : (N - R) / R + ((N - R) % R != 0);
 		else
@@ -457,6 +484,11 @@ static void setup_draws(struct bfs_order *o)
 	if (p->global_generator) { /* base seed + the sampler's seed */
 		o->pre_words = 2;
 		o->epoch_words = 4;
+	}
+	if (p->persistent_workers && o->pre_words) { /* base seed: once */
+		o->once_words = o->pre_words;
+		o->epoch_words -= o->pre_words;
+		o->pre_words = 0;
 	}
 	if (p->drop_last)
 		o->batches = o->samples / p->batch_size;
@@ -600,6 +632,7 @@ int bfs_order_create(struct bfs_order **out, const struct bfs_order_opts *p,
 	} else {
 		bfs_mt_seed(&o->mt0, p->seed);
 	}
+	bfs_mt_skip(&o->mt0, o->once_words);
 	*out = o;
 	return 0;
 err_destroy:
@@ -632,6 +665,16 @@ int bfs_order_check_len(const struct bfs_order *o, const char *source,
 	    "batch of %" PRIu64 " samples per epoch%s (--batch-size %" PRIu64
 	    "): use a --batch-size of at most %" PRIu64 ", or no --drop-last",
 	    o->samples, rank, p->batch_size, o->samples);
+}
+
+bool bfs_order_draws_base_seed(const struct bfs_order *o)
+{
+	return o->shuffle_form || o->opt.global_generator;
+}
+
+bool bfs_order_persistent(const struct bfs_order *o)
+{
+	return o->opt.persistent_workers;
 }
 
 uint64_t bfs_order_len(const struct bfs_order *o)
@@ -1013,9 +1056,10 @@ static int describe_generator(const struct bfs_order *o, char *buf, size_t len)
 			o->opt.seed);
 }
 
-/* The global form (RandomSampler without generator=). */
+/* The global form (RandomSampler without generator=); 'tail': the
+ * DataLoader's last arguments. */
 static int describe_global(const struct bfs_order *o, const char *head,
-			   char *buf, size_t len)
+			   const char *tail, char *buf, size_t len)
 {
 	const struct bfs_order_opts *p = &o->opt;
 	const char *dl = p->drop_last ? "True" : "False";
@@ -1024,15 +1068,36 @@ static int describe_global(const struct bfs_order *o, const char *head,
 	char num[48] = "";
 
 	if (o->shuffle_form && !p->replacement)
-		return snprintf(buf, len, "%s, shuffle=True, drop_last=%s)%s",
-				head, dl, when);
+		return snprintf(buf, len, "%s, shuffle=True, drop_last=%s%s)%s",
+				head, dl, tail, when);
 	if (p->num_samples)
 		snprintf(num, sizeof(num), ", num_samples=%" PRIu64,
 			 p->num_samples);
 	return snprintf(buf, len,
 			"%s, drop_last=%s, sampler=RandomSampler(ds, "
-			"replacement=%s%s))%s",
-			head, dl, p->replacement ? "True" : "False", num, when);
+			"replacement=%s%s)%s)%s",
+			head, dl, p->replacement ? "True" : "False", num, tail,
+			when);
+}
+
+/* DistributedSampler's construction. */
+static int describe_distributed(const struct bfs_order *o, const char *head,
+				const char *tail, char *buf, size_t len)
+{
+	const struct bfs_order_opts *p = &o->opt;
+	char rank[16] = "RANK";
+
+	if (!p->nranks)
+		snprintf(rank, sizeof(rank), "%u", p->rank);
+	return snprintf(buf, len,
+			"%s, drop_last=%s, sampler=DistributedSampler(ds, "
+			"num_replicas=%u, rank=%s, shuffle=%s, seed=%" PRIu64
+			", drop_last=%s)%s)  # %s sampler.set_epoch(N) before "
+			"epoch N",
+			head, p->drop_last ? "True" : "False", p->world_size,
+			rank, p->shuffle ? "True" : "False", p->seed,
+			p->sampler_drop_last ? "True" : "False", tail,
+			p->nranks ? "for each RANK served, and" : "and");
 }
 
 int bfs_order_describe(const struct bfs_order *o, char *buf, size_t len)
@@ -1040,63 +1105,52 @@ int bfs_order_describe(const struct bfs_order *o, char *buf, size_t len)
 	const struct bfs_order_opts *p = &o->opt;
 	char gen[96], head[96];
 	const char *dl = p->drop_last ? "True" : "False";
+	const char *tail =
+	    p->persistent_workers
+		? ", num_workers=WORKERS, persistent_workers=True"
+		: "";
 
 	describe_generator(o, gen, sizeof(gen));
 	snprintf(head, sizeof(head), "DataLoader(ds, batch_size=%" PRIu64,
 		 p->batch_size);
 	if (p->global_generator)
-		return describe_global(o, head, buf, len);
+		return describe_global(o, head, tail, buf, len);
 	switch (p->sampler) {
 	case BFS_SAMPLER_SEQUENTIAL:
-		return snprintf(buf, len, "%s, drop_last=%s)", head, dl);
+		return snprintf(buf, len, "%s, drop_last=%s%s)", head, dl,
+				tail);
 	case BFS_SAMPLER_RANDOM:
 		if (o->shuffle_form && !p->replacement)
 			return snprintf(buf, len,
 					"%s, shuffle=True, drop_last=%s, "
-					"generator=%s)",
-					head, dl, gen);
+					"generator=%s%s)",
+					head, dl, gen, tail);
 		if (p->num_samples)
 			return snprintf(
 			    buf, len,
 			    "%s, drop_last=%s, sampler=RandomSampler"
 			    "(ds, replacement=%s, num_samples=%" PRIu64
-			    ", generator=%s))",
+			    ", generator=%s)%s)",
 			    head, dl, p->replacement ? "True" : "False",
-			    p->num_samples, gen);
+			    p->num_samples, gen, tail);
 		return snprintf(buf, len,
 				"%s, drop_last=%s, sampler=RandomSampler(ds, "
-				"replacement=True, generator=%s))",
-				head, dl, gen);
+				"replacement=True, generator=%s)%s)",
+				head, dl, gen, tail);
 	case BFS_SAMPLER_SUBSET:
 		return snprintf(buf, len,
 				"%s, drop_last=%s, sampler=SubsetRandomSampler"
-				"(indices, generator=%s))",
-				head, dl, gen);
+				"(indices, generator=%s)%s)",
+				head, dl, gen, tail);
 	case BFS_SAMPLER_WEIGHTED:
 		return snprintf(
 		    buf, len,
 		    "%s, drop_last=%s, sampler=WeightedRandomSampler"
 		    "(weights, num_samples=%" PRIu64
-		    ", replacement=True, generator=%s))",
-		    head, dl, p->num_samples, gen);
+		    ", replacement=True, generator=%s)%s)",
+		    head, dl, p->num_samples, gen, tail);
 	case BFS_SAMPLER_DISTRIBUTED:
-		if (p->nranks)
-			return snprintf(
-			    buf, len,
-			    "%s, drop_last=%s, sampler=DistributedSampler"
-			    "(ds, num_replicas=%u, rank=RANK, shuffle=%s, "
-			    "seed=%" PRIu64 ", drop_last=%s))  # for each "
-			    "RANK served, and sampler.set_epoch(N) before "
-			    "epoch N",
-			    head, dl, p->world_size,
-			    p->shuffle ? "True" : "False", p->seed, dl);
-		return snprintf(buf, len,
-				"%s, drop_last=%s, sampler=DistributedSampler"
-				"(ds, num_replicas=%u, rank=%u, shuffle=%s, "
-				"seed=%" PRIu64 ", drop_last=%s))  # and "
-				"sampler.set_epoch(N) before epoch N",
-				head, dl, p->world_size, p->rank,
-				p->shuffle ? "True" : "False", p->seed, dl);
+		return describe_distributed(o, head, tail, buf, len);
 	}
 	return snprintf(buf, len, "(unknown sampler)");
 }

@@ -33,7 +33,7 @@ struct bfs_order_opts {
 	uint64_t n;	     /* len(dataset) */
 	const char *source;  /* the dataset, named when its size is refused */
 	uint64_t batch_size; /* >= 1 */
-	bool drop_last;
+	bool drop_last;	     /* DataLoader's */
 	uint64_t seed; /* torch.Generator().manual_seed(seed) / sampler seed */
 	/* RANDOM: */
 	bool replacement;
@@ -47,6 +47,7 @@ struct bfs_order_opts {
 	/* DISTRIBUTED: */
 	uint32_t world_size, rank;
 	bool shuffle;
+	bool sampler_drop_last; /* DistributedSampler's own drop_last */
 	/* DISTRIBUTED, several ranks in one engine (a multi-rank mount):
 	 * ranks[0 .. nranks) (copied; 'rank' is then unused), in increasing
 	 * order, each once: lane l serves rank ranks[l] (struct
@@ -75,23 +76,31 @@ struct bfs_order_opts {
 	 * (4 words of the global generator per epoch; epochs after the first
 	 * assume nothing else drew from it in between). */
 	bool global_generator;
+	/* DataLoader(num_workers > 0, persistent_workers=True): the loader
+	 * keeps one iterator, so its base seed (2 words of the loader's
+	 * generator, which the shuffle and global forms draw the order
+	 * from too) is drawn once, before epoch 0, not before every
+	 * epoch. */
+	bool persistent_workers;
 };
 
 struct bfs_order;
 
 /* What a command line asked for, in DataLoader's terms. */
 struct bfs_order_request {
-	bool shuffle;	       /* shuffle=True (RandomSampler, or shuffled
-				* DistributedSampler) */
-	bool replacement;      /* RandomSampler(replacement=True) */
-	uint64_t num_samples;  /* RandomSampler/WeightedRandomSampler M */
-	bool subset;	       /* SubsetRandomSampler(indices) */
-	bool weights;	       /* WeightedRandomSampler(weights) */
-	bool distributed;      /* DistributedSampler (a world size given) */
-	bool have_seed;	       /* a seed was given */
-	bool generator_state;  /* a generator's state was given */
-	bool global_generator; /* torch's global generator's state was */
-	bool have_compat;      /* a torch version to match was given */
+	bool shuffle;		 /* shuffle=True (RandomSampler, or shuffled
+				  * DistributedSampler) */
+	bool replacement;	 /* RandomSampler(replacement=True) */
+	uint64_t num_samples;	 /* RandomSampler/WeightedRandomSampler M */
+	bool subset;		 /* SubsetRandomSampler(indices) */
+	bool weights;		 /* WeightedRandomSampler(weights) */
+	bool distributed;	 /* DistributedSampler (a world size given) */
+	bool have_seed;		 /* a seed was given */
+	bool generator_state;	 /* a generator's state was given */
+	bool global_generator;	 /* torch's global generator's state was */
+	bool have_compat;	 /* a torch version to match was given */
+	bool persistent_workers; /* DataLoader(persistent_workers=True) */
+	bool sampler_drop_last;	 /* DistributedSampler(drop_last=True) */
 };
 
 /* Whether r says one thing in PyTorch's terms: 0, or -EINVAL with 'err'
@@ -100,7 +109,8 @@ struct bfs_order_request {
  * would not say which, and SubsetRandomSampler and DistributedSampler
  * have none; a subset and weights are two samplers; torch's global
  * generator is modelled for RandomSampler (shuffle) only; a generator's
- * state needs a sampler that draws from it. */
+ * state needs a sampler that draws from it; the sampler's drop_last is
+ * DistributedSampler's (a world size). */
 int bfs_order_request_check(const struct bfs_order_request *r,
 			    struct bfs_error *err);
 
@@ -109,8 +119,9 @@ int bfs_order_request_check(const struct bfs_order_request *r,
  * effect: ..."), into msgs[0 .. max): a seed for an order that is not
  * random or that starts from a state, --shuffle beside a sampler that is
  * random anyway, --replacement beside one that has no such choice,
- * --torch-compat for an order with no random permutation. Returns how
- * many (at most max); the strings are static. */
+ * --torch-compat for an order with no random permutation, persistent
+ * workers where the order is not drawn from the generator the base seed
+ * comes from. Returns how many (at most max); the strings are static. */
 size_t bfs_order_request_unused(const struct bfs_order_request *r,
 				const char **msgs, size_t max);
 
@@ -124,6 +135,12 @@ const char *bfs_order_sampler_name(enum bfs_sampler s);
 
 /* Whether the order of r is random at all. */
 bool bfs_order_is_random(const struct bfs_order_request *r);
+
+/* Whether DataLoader draws its per-iterator base seed from the generator
+ * the order of r is drawn from (DataLoader(shuffle=True, generator=G), or
+ * torch's global generator with --rng-state): only then do persistent
+ * workers, which draw it once, change the order (epochs 1 and later). */
+bool bfs_order_request_draws_base_seed(const struct bfs_order_request *r);
 
 /* Where the seed of r comes from: "unused" (no generator is drawn from),
  * "default" (DistributedSampler's 0), "--generator-state", "--rng-state"
@@ -248,6 +265,13 @@ void bfs_order_batch_name(const struct bfs_order *o, struct bfs_batch_id id,
  * multi-rank engine has as many). */
 uint64_t bfs_order_len(const struct bfs_order *o);
 
+/* Whether o's generator also gives DataLoader's base seed, so that
+ * persistent workers change its epochs after the first (as
+ * bfs_order_request_draws_base_seed), and whether o models them
+ * (opts.persistent_workers). */
+bool bfs_order_draws_base_seed(const struct bfs_order *o);
+bool bfs_order_persistent(const struct bfs_order *o);
+
 /* Samples in batch k (batch_size, or fewer for the last batch when
  * drop_last is off); 0 when k >= len. */
 uint64_t bfs_order_batch_rows(const struct bfs_order *o, uint64_t k);
@@ -261,8 +285,10 @@ int bfs_order_batch(struct bfs_order *o, struct bfs_batch_id id, uint64_t *idx);
 
 /* The equivalent PyTorch construction, one line of Python, e.g.
  * "DataLoader(ds, batch_size=256, shuffle=True, drop_last=False,
- *  generator=torch.Generator().manual_seed(7))". Returns the length that
- * snprintf would (the string is always NUL-terminated when len > 0). */
+ *  generator=torch.Generator().manual_seed(7))" (persistent workers add
+ * "num_workers=WORKERS, persistent_workers=True": any WORKERS >= 1).
+ * Returns the length that snprintf would (the string is always
+ * NUL-terminated when len > 0). */
 int bfs_order_describe(const struct bfs_order *o, char *buf, size_t len);
 
 #endif

@@ -47,9 +47,10 @@ struct bfs_order {
 	uint64_t epochs; /* of each lane: opt.epochs, or what positions hold */
 	uint64_t perm_n; /* K_PERM block size */
 	uint64_t cap;	 /* draws computed per epoch */
+	uint64_t once_words;  /* words drawn once, before epoch 0 */
 	uint64_t pre_words;   /* words drawn before the sampler */
 	uint64_t epoch_words; /* words G consumes per epoch */
-	struct bfs_mt mt0;    /* G at the start of epoch 0 */
+	struct bfs_mt mt0;    /* G at the start of epoch 0, after once_words */
 
 	pthread_mutex_t snap_lock;
 	struct snap {

@@ -294,6 +294,29 @@ static const char readme_stream[] =
     "        pos += 8 + n + max(v[\"data_offsets\"][1] for v in "
     "head.values())\n";
 
+/* README's words on the epochs: which iterator each is a pass of, and
+ * whether persistent workers change them (bfs_order_draws_base_seed). */
+static void render_epochs(const struct text *t, char *b, size_t n, size_t *pos)
+{
+	const char *s;
+
+	if (!bfs_order_draws_base_seed(t->order))
+		s = "Each epoch is one pass (for batch in loader:), with or "
+		    "without workers,\npersistent or not: this order does not "
+		    "depend on them.\n\n";
+	else if (bfs_order_persistent(t->order))
+		s = "Each epoch is one pass of the loader's one iterator: "
+		    "persistent workers\n(any num_workers >= 1) draw the base "
+		    "seed once, before epoch 0.\n\n";
+	else
+		s = "Each epoch is one pass of a fresh iterator (for batch in "
+		    "loader:), with or\nwithout workers. persistent_workers="
+		    "True draws the base seed once, so its\nepochs 1 and later "
+		    "differ: mount with --persistent-workers for that "
+		    "loader.\n\n";
+	bfs_layout_append(b, n, pos, "%s", s);
+}
+
 /* README's words on ragged fields: which collate_fn they equal. */
 static void render_ragged(const struct text *t, char *b, size_t n, size_t *pos)
 {
@@ -382,6 +405,7 @@ static void render_readme(const struct text *t, const struct bfs_text_info *in,
 	    bfs_dataset_samples(t->ds), bfs_dataset_nfields(t->ds),
 	    in->options ? in->options : "", R, pad, header_size(t), R, R, pad,
 	    pad, pad, t->len, t->epochs ? t->epochs - 1 : 0, R, torch);
+	render_epochs(t, b, n, pos);
 	render_ranks(t, b, n, pos);
 	render_ragged(t, b, n, pos);
 	bfs_layout_append(b, n, pos,

@@ -70,7 +70,7 @@ static const char usage_text[] =
     "  --seed S             generator seed (default: random, reported in\n"
     "                       dataset.json); an order that is not random\n"
     "                       ignores it, with a warning\n"
-    "  --drop-last          drop the last incomplete batch\n"
+    "  --drop-last          drop the last incomplete batch (DataLoader's)\n"
     "  --epochs E           epochs 0..E-1 exist and are listed (default "
     "1000)\n"
     "  --num-samples M      samples drawn per epoch: RandomSampler's\n"
@@ -81,6 +81,9 @@ static const char usage_text[] =
     "                       (num_samples defaults to len(weights))\n"
     "  --world-size W       DistributedSampler over W ranks ...\n"
     "  --rank R             ... as rank R (default 0)\n"
+    "  --sampler-drop-last  ... DistributedSampler(drop_last=True): cut\n"
+    "                       the samples to a multiple of W instead of\n"
+    "                       padding (--drop-last is DataLoader's)\n"
     "  --ranks LIST         ... serving several ranks from one mount as\n"
     "                       rank/R/epoch/N/batch_K: all, or ranks and\n"
     "                       ranges such as 0-7 or 0,2,8-15\n"
@@ -90,6 +93,10 @@ static const char usage_text[] =
     "  --rng-state F        with --shuffle: torch.get_rng_state() bytes,\n"
     "                       for DataLoader(shuffle=True) without\n"
     "                       generator= (torch's global generator)\n"
+    "  --persistent-workers the order of DataLoader(num_workers > 0,\n"
+    "                       persistent_workers=True): with --shuffle its\n"
+    "                       epochs 1 and later differ from a fresh\n"
+    "                       iterator's (the base seed is drawn once)\n"
     "  --workers W          gather threads (default: online cores)\n"
     "  --prefetch P         batches prepared ahead (default 2 x workers)\n"
     "  --cache-mb M         memory budget for batches (default 512); a\n"
@@ -201,6 +208,8 @@ enum {
 	OPT_OWNER,
 	OPT_READER,
 	OPT_FIELDS,
+	OPT_PERSIST,
+	OPT_SDROP,
 };
 
 static const struct option long_opts[] = {
@@ -233,6 +242,8 @@ static const struct option long_opts[] = {
     {"owner", required_argument, NULL, OPT_OWNER},
     {"reader", required_argument, NULL, OPT_READER},
     {"fields", required_argument, NULL, OPT_FIELDS},
+    {"persistent-workers", no_argument, NULL, OPT_PERSIST},
+    {"sampler-drop-last", no_argument, NULL, OPT_SDROP},
     {"foreground", no_argument, NULL, 'f'},
     {"verbose", no_argument, NULL, 'v'},
     {"help", no_argument, NULL, 'h'},
@@ -583,6 +594,12 @@ static int one_opt(int c, char *arg, struct mount_opts *m)
 		return 0;
 	case OPT_DROP:
 		m->drop_last = true;
+		return 0;
+	case OPT_SDROP:
+		m->sampler_drop_last = true;
+		return 0;
+	case OPT_PERSIST:
+		m->persistent_workers = true;
 		return 0;
 	case OPT_REPL:
 		m->replacement = true;

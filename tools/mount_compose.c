@@ -144,6 +144,8 @@ static int make_order(struct mount_opts *m, struct model *mt,
 	o.n = bfs_dataset_samples(mt->ds);
 	o.batch_size = m->batch_size;
 	o.drop_last = m->drop_last;
+	o.sampler_drop_last = m->sampler_drop_last;
+	o.persistent_workers = m->persistent_workers;
 	o.seed = m->seed;
 	o.replacement = m->replacement;
 	o.num_samples = m->num_samples;
@@ -471,7 +473,8 @@ static int start(void *arg, enum bfs_serve_mode mode, const char *why,
 static void describe_opts(struct mount_opts *m, enum bfs_serve_mode mode)
 {
 	const char *src = m->seed_source;
-	char ranks[96] = "", seed[PATH_MAX + 32] = "";
+	char ranks[128] = "", seed[PATH_MAX + 32] = "";
+	size_t r;
 
 	if (!strcmp(src, "--generator-state") || !strcmp(src, "--rng-state"))
 		snprintf(seed, sizeof(seed), " %s %s", src,
@@ -484,6 +487,10 @@ static void describe_opts(struct mount_opts *m, enum bfs_serve_mode mode)
 	else if (m->have_world)
 		snprintf(ranks, sizeof(ranks), " --world-size %u --rank %u",
 			 m->world_size, m->rank);
+	r = strlen(ranks); /* the sampler's drop_last, DataLoader's workers */
+	snprintf(ranks + r, sizeof(ranks) - r, "%s%s",
+		 m->sampler_drop_last ? " --sampler-drop-last" : "",
+		 m->persistent_workers ? " --persistent-workers" : "");
 	snprintf(m->line, sizeof(m->line),
 		 "%s%.1024s%s--batch-size %" PRIu64 "%s%s%s%s --epochs %" PRIu64
 		 " --workers %u --prefetch %u --cache-mb %" PRIu64

@@ -45,6 +45,7 @@ struct mount_opts {
 	bool shuffle, have_seed, drop_last, replacement, foreground, verbose;
 	bool have_prefetch, have_world, have_pc;
 	bool have_compat; /* --torch-compat given */
+	bool sampler_drop_last, persistent_workers;
 	enum bfs_serve_mode serve;
 	enum bfs_reader_kind reader; /* --reader */
 	enum bfs_torch_compat compat;
@@ -88,6 +89,8 @@ static inline struct bfs_order_request request_of(const struct mount_opts *m)
 	    .generator_state = m->gen_state != NULL,
 	    .global_generator = m->rng_state != NULL,
 	    .have_compat = m->have_compat,
+	    .persistent_workers = m->persistent_workers,
+	    .sampler_drop_last = m->sampler_drop_last,
 	};
 }
 

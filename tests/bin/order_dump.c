@@ -1,7 +1,8 @@
 /* order_dump: print the batches fs/order computes, for the golden tests.
  *
  *   order_dump --n N [--epochs E] [--batch-size B] [--shuffle] [--seed S]
- *              [--drop-last] [--num-samples M] [--replacement]
+ *              [--drop-last] [--sampler-drop-last] [--persistent-workers]
+ *              [--num-samples M] [--replacement]
  *              [--subset FILE] [--weights FILE] [--world-size W --rank R]
  *              [--torch-compat 1.13|2.7] [--generator-state FILE]
  *              [--only E K] [--describe]
@@ -50,6 +51,10 @@ static int parse(struct args *a, int argc, char **argv)
 			a->o.shuffle = true, takes = 0;
 		else if (!strcmp(k, "--drop-last"))
 			a->o.drop_last = true, takes = 0;
+		else if (!strcmp(k, "--sampler-drop-last"))
+			a->o.sampler_drop_last = true, takes = 0;
+		else if (!strcmp(k, "--persistent-workers"))
+			a->o.persistent_workers = true, takes = 0;
 		else if (!strcmp(k, "--replacement"))
 			a->o.replacement = true, takes = 0;
 		else if (!strcmp(k, "--describe"))

@@ -3,8 +3,9 @@
 PREFIX; /mnt/cifar becomes a directory here): make .npy files with numpy,
 pack them, mkdir the mountpoint, mount, ls, head, cat stats, train.py
 (the "From Python" code), the DataLoader code, umount, then the
-batchfs.mount code. The numpy reader reads every dtype a mount serves
-(fs/dtype.c's safetensors codes) and the mount's batch. Every relative
+batchfs.mount code. The numpy reader (fs/README.md: the batch file)
+reads every dtype a mount serves (fs/dtype.c's safetensors codes) and
+the mount's batch. README.md stays a guide: at most 350 lines. Every relative
 link of the repository's Markdown files leads to a file of the
 repository (or a heading of it), and none names a file outside it; every
 pointer from code and docs into a folder README names a heading there."""
@@ -32,8 +33,8 @@ def tracked(*patterns):
 DOCS = tracked("*.md")
 
 
-def readme():
-    with open(os.path.join(SRC, "README.md")) as f:
+def readme(name="README.md"):
+    with open(os.path.join(SRC, name)) as f:
         return f.read()
 
 
@@ -127,7 +128,8 @@ def served_codes():
 
 def numpy_reader(path):
     """README's numpy reader run on 'path': its 'batch'."""
-    code = block_after(readme(), "Reading a batch with numpy alone", "python")
+    code = block_after(readme("fs/README.md"),
+                       "Reading a batch with numpy alone", "python")
     code = code.replace('"/mnt/cifar/epoch/0/batch_0"', repr(path))
     ns = {}
     exec(code, ns)
@@ -230,6 +232,9 @@ def is_mounted(mnt):
 
 
 def main():
+    lines = readme().count("\n")
+    assert lines <= 350, "README.md has %d lines: keep it a guide (<= 350)" \
+        % lines
     links_lead_somewhere()
     references_name_headings()
     numpy_reader_reads_every_dtype()

@@ -7,8 +7,10 @@ draws from (model init, dropout). --seed S alone does not reproduce it;
 before an epoch, makes the mount's epoch 0 that epoch, and its later
 epochs the loop's later ones when nothing else drew from the global
 generator in between. The same for RandomSampler(num_samples=,
-replacement=) without generator=. --rng-state needs --shuffle and no
---generator-state (usage errors)."""
+replacement=) without generator=, and for persistent workers
+(--persistent-workers: the base seed is drawn once, before epoch 0, so
+each later epoch draws only the sampler's seed). --rng-state needs
+--shuffle and no --generator-state (usage errors)."""
 import json
 import os
 import subprocess
@@ -112,6 +114,16 @@ def main():
                                                 drop_last=True,
                                                 sampler=RandomSampler(
                                                     data, replacement=True)))
+    workers = dict(num_workers=1, persistent_workers=True)
+    loop_without_other_draws(path, ["--persistent-workers"], lambda:
+                             DataLoader(data, batch_size=B, shuffle=True,
+                                        **workers))
+    loop_without_other_draws(path, ["--num-samples", 150,
+                                    "--persistent-workers"],
+                             lambda: DataLoader(
+                                 data, batch_size=B, **workers,
+                                 sampler=RandomSampler(data,
+                                                       num_samples=150)))
     usage_errors(path, os.path.join(TMP, "quiet.bin"))
     print("ok")
 

@@ -5,7 +5,9 @@ and each rank's batches are exactly those of DataLoader + DistributedSampler
 (num_replicas=W, rank=R, set_epoch(N) before epoch N), computed with real
 torch:
 - every configuration DistributedSampler allows: shuffle or not, drop_last
-  or not (the dataset not divisible by W: padding or dropping), seeds,
+  or not (the dataset not divisible by W: padding or dropping), for the
+  sampler (--sampler-drop-last) and DataLoader (--drop-last) alike or
+  not (DDP's usual pair: the sampler pads, DataLoader drops), seeds,
   W > len(dataset) (padding wraps), LIST as all, a range, a list;
   served in turn by every serve mode;
 - the namespace: `ls` of the root and of rank/, a rank not served is
@@ -49,11 +51,15 @@ class Idx(torch.utils.data.Dataset):
         return i
 
 
-def reference(world, rank, batch, shuffle, drop_last, seed, epoch):
-    """The sample indices of each batch of 'epoch' for 'rank'."""
+def reference(world, rank, batch, shuffle, drop_last, seed, epoch,
+              sampler_drop_last=None):
+    """The sample indices of each batch of 'epoch' for 'rank' (the
+    sampler's drop_last: DataLoader's unless given)."""
     sampler = DistributedSampler(Idx(), num_replicas=world, rank=rank,
                                  shuffle=shuffle, seed=seed,
-                                 drop_last=drop_last)
+                                 drop_last=drop_last
+                                 if sampler_drop_last is None
+                                 else sampler_drop_last)
     sampler.set_epoch(epoch)
     loader = DataLoader(Idx(), batch_size=batch, sampler=sampler,
                         drop_last=drop_last)
@@ -70,12 +76,15 @@ def parse_ranks(arg, world):
     return sorted(out)
 
 
-def check(world, ranks_arg, batch, shuffle, drop_last, seed, epochs=3):
+def check(world, ranks_arg, batch, shuffle, drop_last, seed, epochs=3,
+          sampler_drop_last=None):
     mode = ml.next_mode()
+    sdl = drop_last if sampler_drop_last is None else sampler_drop_last
     opts = ["--batch-size", batch, "--world-size", world, "--ranks",
             ranks_arg, "--epochs", epochs, "--serve", mode]
     opts += ["--shuffle"] if shuffle else []
     opts += ["--drop-last"] if drop_last else []
+    opts += ["--sampler-drop-last"] if sdl else []
     opts += ["--seed", seed] if seed is not None else []
     what = " ".join(map(str, opts))
     ranks = parse_ranks(ranks_arg, world)
@@ -99,7 +108,7 @@ def check(world, ranks_arg, batch, shuffle, drop_last, seed, epochs=3):
             assert len(os.listdir("%s/rank/%d/epoch" % (mnt, r))) == epochs
             for e in range(epochs):
                 want = reference(world, r, batch, shuffle, drop_last,
-                                 seed or 0, e)
+                                 seed or 0, e, sdl)
                 d = "%s/rank/%d/epoch/%d" % (mnt, r, e)
                 assert len(os.listdir(d)) == len(want), (r, e)
                 assert len(want) == info["batches_per_epoch"]
@@ -182,8 +191,9 @@ def mount_errors():
             (["--world-size", 4, "--ranks", "3-1"], "runs backwards"),
             (["--world-size", 4, "--rank", 1, "--ranks", "all"],
              "not both"),
-            (["--world-size", 40, "--ranks", "all", "--drop-last"],
-             "0 batches per epoch")]:
+            (["--world-size", 40, "--ranks", "all", "--sampler-drop-last"],
+             "0 batches per epoch"),
+            (["--sampler-drop-last"], "needs --world-size")]:
         p = ml.mount(src, mnt, *opts, check=False)[0]
         out = p.stdout + p.stderr
         if p.returncode == 0 or words not in out:
@@ -254,6 +264,9 @@ def main():
     check(3, "0-2", 4, True, False, None)   # DistributedSampler's seed 0
     check(4, "1-3", 5, False, False, None)
     check(4, "0,3", 5, False, True, None)
+    # DDP's usual pair (the sampler pads, DataLoader drops) and its mirror
+    check(4, "all", 5, True, True, 3, sampler_drop_last=False)
+    check(4, "1-2", 2, False, False, None, sampler_drop_last=True)
     check(5, "0,2,4", 3, True, True, 9)
     check(8, "all", 2, True, False, 2)
     check(40, "0-1,38-39", 1, True, False, 4)   # N < W: padding wraps

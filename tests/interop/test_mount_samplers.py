@@ -1,9 +1,13 @@
 #!/usr/bin/python3
 """The sampler options of `batchfs mount` reach the order engine: for
 --num-samples/--replacement, --subset FILE, --weights FILE and
---world-size/--rank, the index files of 3 epochs equal the batches of the
+--world-size/--rank, --sampler-drop-last (DistributedSampler's drop_last,
+apart from DataLoader's --drop-last: DDP's usual pair) and
+--persistent-workers, the index files of 3 epochs equal the batches of the
 PyTorch loader that dataset.json's "pytorch" line names, built and run with
-real torch (DistributedSampler gets set_epoch(N) before epoch N)."""
+real torch (DistributedSampler gets set_epoch(N) before epoch N; WORKERS
+workers for persistent ones). The mount's README says when persistent
+workers change the order."""
 import json
 import os
 import sys
@@ -62,7 +66,7 @@ def main():
     w = [float((i * 7) % 5) for i in range(N)]
     w_file = os.path.join(TMP, "weights.txt")
     open(w_file, "w").write("\n".join(map(repr, w)) + "\n")
-    env = {"indices": subset, "weights": w}
+    env = {"indices": subset, "weights": w, "WORKERS": 2}
     seen = []
     seen.append(check(["--batch-size", 4, "--shuffle", "--seed", 11,
                        "--num-samples", 50], env,
@@ -84,6 +88,41 @@ def main():
     seen.append(check(["--batch-size", 4, "--world-size", 2, "--rank", 1,
                        "--drop-last"], env,
                       ["shuffle=False", "seed=0", "drop_last=True"]))
+    # DDP's usual pair: DistributedSampler(drop_last=False) pads 37 to 40
+    # (10 per rank), DataLoader(drop_last=True) keeps 2 batches of 5; the
+    # sampler's drop_last cuts to 36 (9 per rank: one batch, or 5 + 4)
+    seen.append(check(["--batch-size", 5, "--world-size", 4, "--rank", 3,
+                       "--shuffle", "--seed", 5, "--drop-last"], env,
+                      ["batch_size=5, drop_last=True, sampler=",
+                       "seed=5, drop_last=False)"]))
+    seen.append(check(["--batch-size", 5, "--world-size", 4, "--rank", 1,
+                       "--sampler-drop-last"], env,
+                      ["batch_size=5, drop_last=False, sampler=",
+                       "seed=0, drop_last=True)"]))
+    # persistent workers: the base seed is drawn once (epochs 1+ differ
+    # from a fresh iterator's); a sampler= form does not change
+    pw = check(["--batch-size", 4, "--shuffle", "--seed", 7,
+                "--persistent-workers"], env,
+               ["shuffle=True", "manual_seed(7)",
+                "num_workers=WORKERS, persistent_workers=True"])
+    seen.append(pw)
+    seen.append(check(["--batch-size", 4, "--shuffle", "--seed", 11,
+                       "--num-samples", 50, "--persistent-workers"], env,
+                      ["num_samples=50", "persistent_workers=True"]))
+    readme = {}
+    for opts in (["--shuffle", "--seed", 7], ["--shuffle", "--seed", 7,
+                                              "--persistent-workers"],
+                 ["--world-size", 2]):
+        p, mnt = ml.mount(os.path.join(TMP, "s.pt"), None, "--batch-size",
+                          4, *opts)
+        readme[opts[-1]] = open(mnt + "/README").read()
+        assert ml.umount(mnt).returncode == 0
+    assert "mount with --persistent-workers for that loader" in \
+        " ".join(readme[7].split()), readme[7]
+    assert "persistent workers (any num_workers >= 1) draw the base seed " \
+        "once" in " ".join(readme["--persistent-workers"].split())
+    assert "persistent or not: this order does not depend on them" in \
+        " ".join(readme[2].split()), readme[2]
     # no --seed: a random seed is picked and reported
     _, mnt = ml.mount(os.path.join(TMP, "s.pt"), None, "--subset", sub_file)
     info = json.load(open(mnt + "/dataset.json"))

@@ -11,6 +11,13 @@ batch_size, padding longer than the dataset, seeds >= 2^32, generator states
 saved from an advanced torch.Generator, subset/weights given as text and as
 .npy. The global generator is reseeded at random before every loader, to
 show it does not matter (the sampler= forms draw _base_seed from it).
+DistributedSampler's drop_last (--sampler-drop-last) is drawn apart from
+DataLoader's (--drop-last), so DDP's usual pair (the sampler pads,
+DataLoader drops) is among them. Some configurations run DataLoader with
+a worker and persistent_workers=True (--persistent-workers): one iterator
+for every epoch, so the base seed is drawn once, which changes the order
+of epochs 1 and later of DataLoader(shuffle=True, generator=G) and of no
+other form.
 
 When build/batchfs has a mount subcommand that serves index/N/batch_K, a
 second part mounts a fixture archive with the same options and compares the
@@ -66,11 +73,13 @@ def torch_batches(cfg):
     ds = TensorDataset(torch.arange(n))
     torch.manual_seed(random.getrandbits(32))
     kind, sampler = cfg["kind"], None
+    workers = dict(num_workers=1, persistent_workers=True) \
+        if cfg.get("persistent") else {}
     if kind == "seq":
-        loader = DataLoader(ds, batch_size=bs, drop_last=dl)
+        loader = DataLoader(ds, batch_size=bs, drop_last=dl, **workers)
     elif kind == "shuffle":
         loader = DataLoader(ds, batch_size=bs, shuffle=True, drop_last=dl,
-                            generator=generator(cfg))
+                            generator=generator(cfg), **workers)
     elif kind == "random":
         sampler = RandomSampler(ds, replacement=cfg["replacement"],
                                 num_samples=cfg.get("num_samples"),
@@ -86,9 +95,11 @@ def torch_batches(cfg):
         sampler = DistributedSampler(ds, num_replicas=cfg["world"],
                                      rank=cfg["rank"],
                                      shuffle=cfg["shuffle"],
-                                     seed=cfg["seed"], drop_last=dl)
+                                     seed=cfg["seed"],
+                                     drop_last=cfg["sampler_drop_last"])
     if sampler is not None:
-        loader = DataLoader(ds, batch_size=bs, drop_last=dl, sampler=sampler)
+        loader = DataLoader(ds, batch_size=bs, drop_last=dl, sampler=sampler,
+                            **workers)
     out = []
     for e in range(cfg["epochs"]):
         if kind == "dist":
@@ -117,6 +128,10 @@ def dump_args(cfg):
     kind = cfg["kind"]
     if cfg["drop_last"]:
         a.append("--drop-last")
+    if cfg.get("sampler_drop_last"):
+        a.append("--sampler-drop-last")
+    if cfg.get("persistent"):
+        a.append("--persistent-workers")
     if kind == "shuffle" or (kind == "dist" and cfg["shuffle"]):
         a.append("--shuffle")
     if kind == "random" and cfg["replacement"]:
@@ -158,6 +173,8 @@ def configs():
         c = dict(kind=kind, n=n, bs=rng.choice(BATCHES),
                  drop_last=rng.random() < 0.5, seed=rng.choice(SEEDS),
                  epochs=rng.randint(1, 4))
+        if kind == "dist":
+            c["sampler_drop_last"] = rng.random() < 0.5
         c.update(kw)
         out.append(c)
         return c
@@ -171,9 +188,17 @@ def configs():
         for n in (1, 2, 3, 31):
             base("shuffle", n, bs=1, drop_last=dl, epochs=4)
             base("seq", n, bs=2, drop_last=dl)
-        base("dist", 3, world=8, rank=5, shuffle=True, drop_last=dl)
-        base("dist", 3, world=8, rank=0, shuffle=False, drop_last=dl)
-        base("dist", 10, world=4, rank=3, bs=4, shuffle=True, drop_last=dl)
+        base("dist", 3, world=8, rank=5, shuffle=True, drop_last=dl,
+             sampler_drop_last=dl)
+        base("dist", 3, world=8, rank=0, shuffle=False, drop_last=dl,
+             sampler_drop_last=dl)
+        base("dist", 10, world=4, rank=3, bs=4, shuffle=True, drop_last=dl,
+             sampler_drop_last=dl)
+        # DDP's usual pair, and its mirror image
+        base("dist", 10, world=4, rank=3, bs=2, shuffle=True, drop_last=dl,
+             sampler_drop_last=not dl)
+        base("dist", 37, world=8, rank=7, bs=4, shuffle=True, drop_last=dl,
+             sampler_drop_last=not dl, epochs=3)
         base("random", 37, replacement=False, num_samples=100, drop_last=dl)
         base("random", 37, replacement=False, num_samples=74, drop_last=dl)
         base("random", 5, replacement=True, num_samples=1, drop_last=dl)
@@ -239,6 +264,31 @@ def configs():
             c["weights_file"] = write_values(os.path.join(TMP, f"sw{i}"),
                                              c["weights"], False, None)
         base(kind, n, **c)
+    # Persistent workers: the shuffle form's epochs 1+ differ; the
+    # others' do not (their base seed is the global generator's).
+    for i in range(12):
+        c = dict(persistent=True, epochs=rng.randint(2, 4))
+        if i == 1:
+            c.update(n=1, bs=1)
+        if i == 2:
+            c.update(compat="2.7")
+        if i == 3:
+            c.update(state=make_state(rng, 100 + i))
+        base("shuffle", c.pop("n", some_n()), **c)
+    for i in range(2):
+        base("random", some_n(), persistent=True, epochs=3,
+             replacement=i == 1, num_samples=rng.randrange(1, 100))
+        base("dist", some_n(), world=2, rank=i, shuffle=True,
+             persistent=True, epochs=3)
+        base("seq", some_n(), persistent=True, epochs=2)
+    base("subset", 50, indices=list(range(0, 50, 3)), persistent=True,
+         indices_file=write_values(os.path.join(TMP, "psub"),
+                                   list(range(0, 50, 3)), False, None),
+         epochs=3)
+    w = [float(j % 4) for j in range(40)]
+    base("weighted", 40, weights=w, num_samples=30, persistent=True,
+         weights_file=write_values(os.path.join(TMP, "pw"), w, False, None),
+         epochs=3)
     return out
 
 
@@ -269,7 +319,8 @@ def mount_part(cfgs, per_kind=5):
         return None
     chosen, seen = [], {}
     for cfg in cfgs:
-        key = (cfg["kind"], bool(cfg.get("state")))
+        key = (cfg["kind"], bool(cfg.get("state")),
+               bool(cfg.get("persistent")))
         if seen.get(key, 0) < per_kind:
             seen[key] = seen.get(key, 0) + 1
             chosen.append(cfg)

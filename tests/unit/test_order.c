@@ -777,6 +777,25 @@ static void options_that_change_nothing_are_named(void **state)
 	     NULL,
 	     0},
 	    {{.have_compat = true, .replacement = true}, NULL, 0},
+	    /* persistent workers change only an order drawn from the
+	     * generator the base seed comes from */
+	    {{.persistent_workers = true},
+	     "--persistent-workers: no effect: this DataLoader draws its "
+	     "base seed from torch's global generator",
+	     1},
+	    {{.persistent_workers = true, .shuffle = true, .num_samples = 5},
+	     "--persistent-workers: no effect",
+	     1},
+	    {{.persistent_workers = true, .distributed = true, .shuffle = true},
+	     "--persistent-workers: no effect",
+	     1},
+	    {{.persistent_workers = true, .shuffle = true}, NULL, 0},
+	    {{.persistent_workers = true,
+	      .shuffle = true,
+	      .num_samples = 5,
+	      .global_generator = true},
+	     NULL,
+	     0},
 	};
 	const char *msgs[8];
 
@@ -880,6 +899,25 @@ static void num_samples_alone_is_a_usage_error(void **state)
 	}
 }
 
+/* --sampler-drop-last is DistributedSampler's drop_last: without a
+ * world size there is no such sampler, and the refusal names
+ * DataLoader's (--drop-last). */
+static void the_samplers_drop_last_needs_a_world_size(void **state)
+{
+	struct bfs_order_request r = {.sampler_drop_last = true,
+				      .shuffle = true};
+	struct bfs_error err = {{0}};
+
+	(void)state;
+	assert_int_equal(bfs_order_request_check(&r, &err), -EINVAL);
+	assert_string_equal(err.msg,
+			    "--sampler-drop-last: DistributedSampler's "
+			    "drop_last: needs --world-size (DataLoader's is "
+			    "--drop-last)");
+	r.distributed = true;
+	assert_int_equal(bfs_order_request_check(&r, &err), 0);
+}
+
 /* An epoch with no batch is refused with the reason: an empty dataset,
  * or --drop-last with fewer samples than a batch (per rank). */
 static void zero_batches_per_epoch_are_refused_with_the_reason(void **state)
@@ -895,6 +933,7 @@ static void zero_batches_per_epoch_are_refused_with_the_reason(void **state)
 	    {{.n = 3,
 	      .batch_size = 1,
 	      .drop_last = true,
+	      .sampler_drop_last = true,
 	      .sampler = BFS_SAMPLER_DISTRIBUTED,
 	      .world_size = 8,
 	      .rank = 7},
@@ -902,9 +941,17 @@ static void zero_batches_per_epoch_are_refused_with_the_reason(void **state)
 	    {{.n = 7,
 	      .batch_size = 4,
 	      .drop_last = true,
+	      .sampler_drop_last = true,
 	      .sampler = BFS_SAMPLER_DISTRIBUTED,
 	      .world_size = 2},
 	     "batch of 3 samples per epoch (rank 0 of 2) (--batch-size 4)"},
+	    /* DDP's usual pair: the sampler pads 7 to 8, 4 per rank */
+	    {{.n = 7,
+	      .batch_size = 4,
+	      .drop_last = true,
+	      .sampler = BFS_SAMPLER_DISTRIBUTED,
+	      .world_size = 2},
+	     NULL},
 	    {{.n = 3, .batch_size = 4}, NULL},
 	};
 
@@ -944,6 +991,7 @@ int main(void)
 	    cmocka_unit_test(options_that_change_nothing_are_named),
 	    cmocka_unit_test(input_files_load_text_npy_and_state),
 	    cmocka_unit_test(num_samples_alone_is_a_usage_error),
+	    cmocka_unit_test(the_samplers_drop_last_needs_a_world_size),
 	    cmocka_unit_test(
 		ids_and_positions_round_trip_on_one_and_many_lanes),
 	    cmocka_unit_test(lanes_map_to_ranks_and_back),

@@ -405,8 +405,9 @@ static void ragged_fields_in_a_shuffled_order(void **state)
 }
 
 /* Two shards of 12 samples each, DistributedSampler over 4 ranks
- * (shuffled, seed 5, drop_last) of which ranks 0, 2 and 3 are served:
- * 6 samples per rank, batches of 4, the short one dropped. */
+ * (shuffled, seed 5; DDP's usual pair: the sampler pads, DataLoader drops
+ * the last batch) of which ranks 0, 2 and 3 are served: 6 samples per
+ * rank, batches of 4, the short one dropped. */
 static void ranks_of_a_distributed_order_over_two_shards(void **state)
 {
 	static const uint32_t ranks[] = {0, 2, 3};

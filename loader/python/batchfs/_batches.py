@@ -1,5 +1,6 @@
 """batchfs.Batches: the batches of a mount, epoch after epoch, resumable."""
 import os
+import sys
 
 from ._batchfile import parse_batch, read_batch
 from ._paths import MountWatch, dataset_of_root
@@ -48,38 +49,62 @@ def _env_int(name):
         raise ValueError("%s=%r is not an integer" % (name, v)) from None
 
 
+def _process_group():
+    """(rank, world size, what says so) of torch.distributed's default
+    process group when one is initialised in this process, as
+    DistributedSampler takes them (init_process_group(rank=r, ...) under
+    mp.spawn sets no RANK); else $RANK and $WORLD_SIZE (torchrun sets
+    them), each None when unset. torch is not imported for it: a process
+    group needs torch imported already."""
+    dist = sys.modules.get("torch.distributed")
+    try:
+        if dist is not None and dist.is_available() and \
+                dist.is_initialized():
+            return (dist.get_rank(), dist.get_world_size(),
+                    "torch.distributed.get_rank()")
+    except (RuntimeError, ValueError):
+        pass
+    return _env_int("RANK"), _env_int("WORLD_SIZE"), "RANK"
+
+
 def pick_rank(path, info, rank, whole_dataset=False):
     """The rank a process reads from the mount at 'path' (dataset.json:
-    'info'): 'rank' if given, else $RANK (torchrun sets it, and
+    'info'): 'rank' if given, else torch.distributed.get_rank() when a
+    process group is initialised, else $RANK (torchrun sets it, and
     WORLD_SIZE) on a mount of several ranks (`--ranks`); None on a mount
-    that is not distributed. A rank the mount does not serve, or a
-    WORLD_SIZE other than the mount's, is a ValueError that says what to
-    do; so is a mount that is not distributed read by one of several
-    ranks (WORLD_SIZE > 1, or rank= 1 or more), which would give every
-    rank every batch, unless whole_dataset=True says that is the aim."""
+    that is not distributed. A rank the mount does not serve, or a world
+    size (the process group's, or WORLD_SIZE) other than the mount's, is
+    a ValueError that says what to do; so is a mount that is not
+    distributed read by one of several ranks (world size > 1, or rank= 1
+    or more), which would give every rank every batch, unless
+    whole_dataset=True says that is the aim."""
     world, ranks = info.get("world_size", 1), info.get("ranks", [0])
-    env_rank, env_world = _env_int("RANK"), _env_int("WORLD_SIZE")
+    env_rank, env_world, source = _process_group()
+    world_name = "WORLD_SIZE" if source == "RANK" else \
+        "torch.distributed.get_world_size()"
     if world == 1 and not info.get("rank_dirs"):
         if rank is not None:
             rank = int(rank)
         if not whole_dataset and ((env_world or 1) > 1 or (rank or 0) > 0):
             raise ValueError(_whole_dataset_message(
                 path, env_world, env_rank if rank is None else rank,
-                "rank=%d" % rank if rank is not None else None))
+                "rank=%d" % rank if rank is not None else None, source,
+                world_name))
         return rank
     if env_world is not None and env_world != world:
         raise ValueError(
             "%s serves a DistributedSampler of world size %d, but "
-            "WORLD_SIZE=%d: mount with --world-size %d" %
-            (path, world, env_world, env_world))
+            "%s=%d: mount with --world-size %d" %
+            (path, world, world_name, env_world, env_world))
     said = "rank=%s" % rank
     if rank is None:
-        rank, said = env_rank, "RANK=%s" % env_rank
+        rank, said = env_rank, "%s=%s" % (source, env_rank)
     if rank is None:
         if len(ranks) > 1:
             raise ValueError(
-                "%s serves ranks %s of %d: say which with rank=R, or set "
-                "RANK (torchrun does)" % (path, _ranges(ranks), world))
+                "%s serves ranks %s of %d: say which with rank=R, set "
+                "RANK (torchrun does), or initialise torch.distributed "
+                "first" % (path, _ranges(ranks), world))
         rank = ranks[0]
     rank = int(rank)
     if not 0 <= rank < world:
@@ -87,7 +112,7 @@ def pick_rank(path, info, rank, whole_dataset=False):
             "%s is not a rank of %s: its world size is %d (ranks 0..%d)%s"
             % (said, path, world, world - 1,
                "; RANK must be below WORLD_SIZE=%d" % env_world
-               if env_world is not None else ""))
+               if env_world is not None and source == "RANK" else ""))
     if rank not in ranks:
         how = ("mount with --ranks all (one mount for every rank)"
                if info.get("rank_dirs") else
@@ -99,15 +124,17 @@ def pick_rank(path, info, rank, whole_dataset=False):
     return rank
 
 
-def _whole_dataset_message(path, world, rank, rank_arg):
-    """What to say when one of several ranks (world: $WORLD_SIZE or None;
-    rank: rank= or $RANK, or None) reads a mount that is not distributed:
+def _whole_dataset_message(path, world, rank, rank_arg, source="RANK",
+                           world_name="WORLD_SIZE"):
+    """What to say when one of several ranks (world: the world size, or
+    None; rank: rank=, the process group's or $RANK, or None; source,
+    world_name: what said them) reads a mount that is not distributed:
     the options that split it."""
     w = str(world) if world and world > 1 else "W"
     r = "R" if rank is None else str(rank)
     said = ", ".join(x for x in (
-        rank_arg or (None if rank is None else "RANK=%d" % rank),
-        None if w == "W" else "WORLD_SIZE=%s" % w) if x)
+        rank_arg or (None if rank is None else "%s=%d" % (source, rank)),
+        None if w == "W" else "%s=%s" % (world_name, w)) if x)
     return ("%s was mounted without --world-size: it serves the whole "
             "dataset, but this process is %s (%s), so every rank would read "
             "every batch. Mount with `batchfs mount ... --world-size %s "
@@ -147,13 +174,16 @@ class Batches:
     batches per epoch. One iteration at a time.
 
     On a mount of several ranks (`batchfs mount --world-size W --ranks
-    LIST`) it reads rank 'rank', or $RANK when rank is None (torchrun
-    sets RANK and WORLD_SIZE); .rank says which. A rank the mount does not
-    serve, or a WORLD_SIZE other than the mount's, is a ValueError. On a
-    mount of one rank (`--rank R`) a RANK or WORLD_SIZE that says
-    otherwise is one too. A mount without ranks (no --world-size) serves
-    the whole dataset: read by one of several ranks (WORLD_SIZE > 1, as
-    under torchrun, or rank= 1 or more) it is a ValueError naming the
+    LIST`) it reads rank 'rank', or when rank is None the rank of
+    torch.distributed's process group once one is initialised (as
+    DistributedSampler: mp.spawn with init_process_group(rank=r)), else
+    $RANK (torchrun sets RANK and WORLD_SIZE); .rank says which. A rank
+    the mount does not serve, or a world size other than the mount's, is
+    a ValueError. On a mount of one rank (`--rank R`) a rank or world
+    size that says otherwise is one too. A mount without ranks (no
+    --world-size) serves the whole dataset: read by one of several ranks
+    (a world size > 1, as under torchrun, or rank= 1 or more) it is a
+    ValueError naming the
     mount options that split it (--world-size W --ranks all, or
     --world-size W --rank R), unless whole_dataset=True: every rank then
     reads every batch, on purpose.

@@ -184,8 +184,9 @@ class IterableDataset(torch.utils.data.IterableDataset):
     raises after a pass broken off mid-epoch.
 
     On a mount of several ranks (`--ranks`) it reads the rank 'rank', or
-    $RANK (torchrun sets it): see batchfs.Batches. As there, a mount
-    without ranks read under torchrun (WORLD_SIZE > 1) is a ValueError
+    torch.distributed's (a process group initialised), or $RANK (torchrun
+    sets it): see batchfs.Batches. As there, a mount without ranks read
+    by one of several ranks (world size > 1) is a ValueError
     naming the mount options that split it, unless whole_dataset=True
     (every rank reads every batch, on purpose); a path other
     than the mount's root is a ValueError naming the one it wants, and a
