@@ -39,7 +39,7 @@ FUZZ_CORE := $(filter-out fs/log.c,$(sort $(wildcard fs/*.c))) fs/log.c
 $(BUILD)/fuzz/%: tests/fuzz/%.c $(FUZZ_CORE) $(TEST_LIB_SRCS)
 	@mkdir -p $(@D)
 	$(FUZZ_CC) $(CPPFLAGS) -std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
-		-o $@ $< $(FUZZ_CORE) $(TEST_LIB_SRCS) -lm -pthread
+		-o $@ $< $(FUZZ_CORE) $(TEST_LIB_SRCS) $(call pc_libs,libcrypto) -lm -pthread
 
 fuzz:
 	@tools/scripts/deps.sh fuzz

@@ -12,7 +12,7 @@
 # apt-get waits up to $DEPS_LOCK_TIMEOUT seconds (300) for another
 # apt-get or dpkg that holds the dpkg lock, instead of failing at once.
 set -eu
-want="libfuse3-dev fuse3 libzip-dev liburing-dev pkg-config"
+want="libfuse3-dev fuse3 libzip-dev liburing-dev libssl-dev pkg-config"
 optional=""
 case "${1:-build}" in
 build) ;;
