@@ -27,7 +27,7 @@ VERSION := $(shell sed -n 's/^\#define BFS_VERSION "\(.*\)"/\1/p' \
 	tools/version.h)
 WERROR ?= $(if $(CI),1,0)
 
-PKGS := fuse3 libzip liburing libcurl
+PKGS := fuse3 libzip liburing libcurl libcrypto
 CUDA_HOME ?= /usr/local/cuda
 HAVE_CUDA_H := $(shell test -f $(CUDA_HOME)/include/cuda.h && echo 1)
 

@@ -14,7 +14,7 @@
 # apt-get waits up to $DEPS_LOCK_TIMEOUT seconds (300) for another
 # apt-get or dpkg that holds the dpkg lock, instead of failing at once.
 set -eu
-want="libfuse3-dev fuse3 libzip-dev liburing-dev libcurl4-openssl-dev pkg-config"
+want="libfuse3-dev fuse3 libzip-dev liburing-dev libcurl4-openssl-dev libssl-dev pkg-config"
 optional=""
 servers="nginx openssl nodejs"
 command -v npm >/dev/null 2>&1 || servers="$servers npm"
