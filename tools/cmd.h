@@ -12,4 +12,7 @@ int bfs_cmd_inspect(int argc, char **argv);
 int bfs_cmd_bench(int argc, char **argv);
 int bfs_cmd_status(int argc, char **argv);
 
+/* batchfs mount --help (tools/cmd_mount_help.c). */
+extern const char bfs_cmd_mount_help[];
+
 #endif
