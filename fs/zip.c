@@ -65,6 +65,7 @@ struct ctx {
 	const char *label;
 	enum bfs_zip_kind kind;
 	struct bfs_error *err;
+	const struct bfs_zip_io *io; /* NULL: every byte is there */
 };
 
 static uint16_t rd16(const uint8_t *p)
@@ -91,6 +92,26 @@ static int in_range(uint64_t off, uint64_t len, uint64_t limit)
 
 #define FAIL(c, off, ...)                                                      \
 	bfs_error_set((c)->err, -EINVAL, (c)->label, off, __VA_ARGS__)
+
+/* Bytes r[0..n) made readable before they are read (the io's ensure,
+ * each range cut at the archive's end). 0 or -errno. */
+static int need(struct ctx *c, struct bfs_zip_range *r, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		if (r[i].off > c->size)
+			r[i].off = c->size;
+		if (r[i].len > c->size - r[i].off)
+			r[i].len = c->size - r[i].off;
+	}
+	return c->io ? c->io->ensure(c->io->arg, r, n, c->err) : 0;
+}
+
+static int need1(struct ctx *c, uint64_t off, uint64_t len)
+{
+	struct bfs_zip_range r = {off, len};
+
+	return need(c, &r, 1);
+}
 
 /* Step 1: magic. Reject non-zip and legacy torch formats by name. */
 static int check_magic(struct ctx *c)
@@ -127,7 +148,18 @@ static int find_eocd(struct ctx *c, uint64_t *eocd)
 {
 	uint64_t last = c->size - EOCD_LEN;
 	uint64_t first = last > MAX_COMMENT ? last - MAX_COMMENT : 0;
+	int rc;
 
+	/* no comment (torch, numpy): the end records are the last bytes */
+	if (rd32(c->p + last) == SIG_EOCD && rd16(c->p + last + 20) == 0) {
+		*eocd = last;
+		return 0;
+	}
+	/* the comment's window, and a ZIP64 locator right before it */
+	rc = need1(c, first > LOC64_LEN ? first - LOC64_LEN : 0,
+		   last - (first > LOC64_LEN ? first - LOC64_LEN : 0));
+	if (rc)
+		return rc;
 	for (uint64_t o = last + 1; o-- > first;) {
 		if (rd32(c->p + o) == SIG_EOCD &&
 		    o + EOCD_LEN + rd16(c->p + o + 20) == c->size) {
@@ -151,6 +183,7 @@ static int read_eocd64(struct ctx *c, uint64_t eocd, struct cd_geom *g)
 {
 	uint64_t loc = eocd - LOC64_LEN, e64;
 	const uint8_t *l = c->p + loc, *r;
+	int rc;
 
 	if (rd32(l + 4) != 0 || rd32(l + 16) > 1)
 		return FAIL(c, loc,
@@ -162,6 +195,9 @@ static int read_eocd64(struct ctx *c, uint64_t eocd, struct cd_geom *g)
 			    "ZIP64 locator points outside the file "
 			    "(offset %llu): truncated or corrupt",
 			    (unsigned long long)e64);
+	rc = need1(c, e64, EOCD64_LEN);
+	if (rc)
+		return rc;
 	r = c->p + e64;
 	if (rd32(r) != SIG_EOCD64)
 		return FAIL(c, e64,
@@ -428,6 +464,28 @@ static int read_lfh(struct ctx *c, struct bfs_zip_entry *e, uint64_t cd_off)
 	return 0;
 }
 
+/* Every local header (with the name it repeats) made readable at once. */
+static int need_lfhs(struct ctx *c)
+{
+	const struct bfs_zip *z = c->z;
+	struct bfs_zip_range *r;
+	int rc;
+
+	if (!c->io)
+		return 0;
+	r = malloc(z->n_entries * sizeof(*r));
+	if (!r)
+		return bfs_error_set(c->err, -ENOMEM, c->label, BFS_NO_OFFSET,
+				     "out of memory");
+	for (size_t i = 0; i < z->n_entries; i++)
+		r[i] = (struct bfs_zip_range){z->entries[i].lfh_off,
+					      LFH_LEN +
+						  strlen(z->entries[i].name)};
+	rc = need(c, r, z->n_entries);
+	free(r);
+	return rc;
+}
+
 /* qsort_r comparators: entry indexes by local header offset, by name. */
 static int by_lfh(const void *a, const void *b, void *arg)
 {
@@ -532,11 +590,22 @@ static int parse(struct ctx *c, struct zip_priv *zp)
 {
 	struct bfs_zip *z = &zp->pub;
 	struct cd_geom g = {0, 0, 0, 0};
+	/* the first bytes; the end records (ZIP64's too) from the tail */
+	struct bfs_zip_range head[2] = {
+	    {0, LFH_LEN},
+	    {c->size > EOCD_LEN + LOC64_LEN + EOCD64_LEN
+		 ? c->size - EOCD_LEN - LOC64_LEN - EOCD64_LEN
+		 : 0,
+	     EOCD_LEN + LOC64_LEN + EOCD64_LEN}};
 	uint64_t pos;
-	int rc = check_magic(c);
+	int rc = need(c, head, 2);
 
 	if (!rc)
+		rc = check_magic(c);
+	if (!rc)
 		rc = read_end(c, &g);
+	if (!rc)
+		rc = need1(c, g.off, g.size);
 	if (rc)
 		return rc;
 	z->cd_off = g.off;
@@ -560,6 +629,8 @@ static int parse(struct ctx *c, struct zip_priv *zp)
 		rc = check_prefix(c);
 	if (!rc)
 		rc = check_stored(c);
+	if (!rc)
+		rc = need_lfhs(c);
 	for (size_t i = 0; i < z->n_entries && !rc; i++)
 		rc = read_lfh(c, &z->entries[i], g.off);
 	if (!rc)
@@ -568,10 +639,12 @@ static int parse(struct ctx *c, struct zip_priv *zp)
 }
 
 static int open_common(struct bfs_zip **out, struct zip_priv *zp,
-		       enum bfs_zip_kind kind, struct bfs_error *err)
+		       enum bfs_zip_kind kind, const struct bfs_zip_io *io,
+		       struct bfs_error *err)
 {
-	struct ctx c = {&zp->pub,     zp->pub.map, zp->pub.map_size,
-			zp->pub.path, kind,	   err};
+	struct ctx c = {
+	    &zp->pub, zp->pub.map, zp->pub.map_size, zp->pub.path, kind,
+	    err,      io};
 	int rc = parse(&c, zp);
 
 	if (rc) {
@@ -609,7 +682,22 @@ int bfs_zip_open_mem_kind(struct bfs_zip **out, const uint8_t *buf,
 				     "out of memory");
 	zp->pub.map = buf;
 	zp->pub.map_size = size;
-	return open_common(out, zp, kind, err);
+	return open_common(out, zp, kind, NULL, err);
+}
+
+int bfs_zip_open_io(struct bfs_zip **out, const uint8_t *buf, uint64_t size,
+		    const char *label, enum bfs_zip_kind kind,
+		    const struct bfs_zip_io *io, struct bfs_error *err)
+{
+	struct zip_priv *zp = zip_new(label);
+
+	*out = NULL;
+	if (!zp)
+		return bfs_error_set(err, -ENOMEM, label, BFS_NO_OFFSET,
+				     "out of memory");
+	zp->pub.map = buf;
+	zp->pub.map_size = size;
+	return open_common(out, zp, kind, io, err);
 }
 
 int bfs_zip_open_mem(struct bfs_zip **out, const uint8_t *buf, uint64_t size,
@@ -660,7 +748,7 @@ int bfs_zip_open_kind(struct bfs_zip **out, const char *path,
 	}
 	zp->pub.map = m;
 	zp->pub.map_size = (uint64_t)st.st_size;
-	return open_common(out, zp, kind, err);
+	return open_common(out, zp, kind, NULL, err);
 
 err_close:
 	bfs_zip_close(&zp->pub);

@@ -62,6 +62,30 @@ int bfs_zip_open_mem_kind(struct bfs_zip **out, const uint8_t *buf,
 			  uint64_t size, const char *label,
 			  enum bfs_zip_kind kind, struct bfs_error *err);
 
+/* Where the archive's bytes are not all there until asked for (a remote
+ * object's cache: fs/object), the parser asks for what it is about to
+ * read: ensure(arg, r, n) makes bytes r[0..n) (within the archive)
+ * readable, or fails with -errno and a message in err. It asks for the
+ * first bytes and the end records from the tail, then the central
+ * directory, then every local header at once (a few requests whatever
+ * the number of records); it never reads a byte it did not ask for, and
+ * never a record's data. */
+struct bfs_zip_range {
+	uint64_t off, len;
+};
+
+struct bfs_zip_io {
+	int (*ensure)(void *arg, const struct bfs_zip_range *r, size_t n,
+		      struct bfs_error *err);
+	void *arg;
+};
+
+/* bfs_zip_open_mem_kind over memory whose bytes are made readable by
+ * io->ensure as the parser needs them. */
+int bfs_zip_open_io(struct bfs_zip **out, const uint8_t *buf, uint64_t size,
+		    const char *label, enum bfs_zip_kind kind,
+		    const struct bfs_zip_io *io, struct bfs_error *err);
+
 /* The record named "<prefix>/<rel>" (e.g. rel = "data.pkl"; for npz, the
  * member named 'rel'), or NULL. */
 const struct bfs_zip_entry *bfs_zip_find(const struct bfs_zip *z,

@@ -11,10 +11,14 @@
 #include <cmocka.h>
 
 #include <errno.h>
+#include <signal.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "fs/zip.h"
@@ -30,7 +34,7 @@ enum {
 #define ZW_MAX 16
 
 struct zw {
-	uint8_t buf[8192];
+	uint8_t buf[65536];
 	size_t len;
 	int opts;
 	int n;
@@ -544,6 +548,185 @@ static void npz_deflated_member_is_refused_with_savez_advice(void **state)
 	assert_non_null(strstr(err.msg, "numpy.savez instead"));
 }
 
+/* ---- the io of archives whose bytes are fetched as asked for -------- */
+
+/* What a parse asked for (fs/zip's io), its bytes copied from 'real' into
+ * 'view' as asked: every other byte of view is a fill the parser would
+ * misread. */
+struct asked {
+	const uint8_t *real;
+	uint8_t *view;
+	size_t len;
+	struct bfs_zip_range r[64];
+	size_t n, calls;
+};
+
+static int ask(void *arg, const struct bfs_zip_range *r, size_t n,
+	       struct bfs_error *err)
+{
+	struct asked *a = arg;
+
+	a->calls++;
+	for (size_t i = 0; i < n; i++) {
+		assert_true(r[i].off <= a->len &&
+			    r[i].len <= a->len - r[i].off);
+		memcpy(a->view + r[i].off, a->real + r[i].off, r[i].len);
+		assert_true(a->n < 64);
+		a->r[a->n++] = r[i];
+	}
+	return 0;
+}
+
+/* Parse w's bytes through the io over a view filled with 'fill'; the
+ * listing must be the one a plain parse gives, no byte of a record's data
+ * asked for (but with a comment: then the end record is looked for in
+ * the last 64 KiB), and the asks few. */
+static void parse_asking(struct zw *w, enum bfs_zip_kind kind, uint8_t fill,
+			 bool comment)
+{
+	struct bfs_error err = {{0}};
+	struct bfs_zip *z = NULL, *plain = NULL;
+	struct asked a = {.real = w->buf, .len = w->len};
+	const struct bfs_zip_io io = {ask, &a};
+
+	a.view = malloc(w->len);
+	assert_non_null(a.view);
+	memset(a.view, fill, w->len);
+	assert_int_equal(
+	    bfs_zip_open_mem_kind(&plain, w->buf, w->len, "t", kind, &err), 0);
+	if (bfs_zip_open_io(&z, a.view, w->len, "t", kind, &io, &err))
+		fail_msg("fill 0x%02x: %s", fill, err.msg);
+	assert_int_equal(z->n_entries, plain->n_entries);
+	for (size_t i = 0; i < z->n_entries; i++) {
+		const struct bfs_zip_entry *e = &plain->entries[i];
+
+		assert_string_equal(z->entries[i].name, e->name);
+		assert_int_equal(z->entries[i].data_off, e->data_off);
+		assert_int_equal(z->entries[i].size, e->size);
+		for (size_t k = 0; !comment && k < a.n; k++) /* no data */
+			assert_true(a.r[k].off + a.r[k].len <= e->data_off ||
+				    a.r[k].off >= e->data_off + e->size);
+	}
+	/* head + tail, ZIP64's end record, directory, headers; a comment's
+	 * window */
+	assert_true(a.calls <= (comment ? 5u : 4u));
+	bfs_zip_close(z);
+	bfs_zip_close(plain);
+	free(a.view);
+}
+
+/* A torch archive with big records between small ones, so that its local
+ * headers, its head and its tail lie on pages of their own. */
+static void zw_spread(struct zw *w, int opts)
+{
+	static uint8_t big[20000];
+
+	zw_init(w, opts);
+	zw_add(w, "archive/data.pkl", pkl, sizeof(pkl) - 1);
+	zw_add(w, "archive/data/0", big, sizeof(big));
+	zw_add(w, "archive/version", "3\n", 2);
+	zw_add(w, "archive/data/1", big, sizeof(big));
+	zw_finish(w);
+}
+
+static void io_asks_for_every_byte_read_and_no_record_data(void **state)
+{
+	static const int layouts[] = {0, ZW_CD_ZIP64 | ZW_LFH_ZIP64,
+				      ZW_CLASSIC | ZW_NO_PAD, ZW_CRC0};
+	struct zw w;
+
+	for (size_t i = 0; i < 4; i++)
+		for (int fill = 0; fill < 256; fill += 255) {
+			zw_spread(&w, layouts[i]);
+			parse_asking(&w, BFS_ZIP_TORCH, (uint8_t)fill, false);
+			zw_torch(&w, layouts[i]);
+			parse_asking(&w, BFS_ZIP_TORCH, (uint8_t)fill, false);
+		}
+	/* an npz; and an archive with a comment after its end record */
+	zw_init(&w, ZW_NO_PAD | ZW_CLASSIC);
+	zw_add(&w, "x.npy", tensor0, sizeof(tensor0));
+	zw_add(&w, "y.npy", tensor0, sizeof(tensor0));
+	zw_finish(&w);
+	parse_asking(&w, BFS_ZIP_NPZ, 0, false);
+	parse_asking(&w, BFS_ZIP_NPZ, 0xFF, false);
+	zw_spread(&w, 0);
+	set16(w.buf + w.eocd + 20, 300);
+	memset(w.buf + w.len, 'c', 300);
+	w.len += 300;
+	parse_asking(&w, BFS_ZIP_TORCH, 0, true);
+	parse_asking(&w, BFS_ZIP_TORCH, 0xFF, true);
+}
+
+/* The source layer's guard (fs/source.c): a remote archive is mapped
+ * PROT_NONE but for what was ensured. */
+struct guarded {
+	uint8_t *map;
+	size_t calls, skip; /* the ask to forget (0: none) */
+};
+
+static int unguard(void *arg, const struct bfs_zip_range *r, size_t n,
+		   struct bfs_error *err)
+{
+	struct guarded *g = arg;
+
+	if (++g->calls == g->skip)
+		return 0; /* "forgets" to fetch these */
+	for (size_t i = 0; i < n; i++) {
+		uint64_t a = r[i].off & ~(uint64_t)4095;
+		uint64_t e = (r[i].off + r[i].len + 4095) & ~(uint64_t)4095;
+
+		if (r[i].len)
+			assert_int_equal(
+			    mprotect(g->map + a, (size_t)(e - a), PROT_READ),
+			    0);
+	}
+	return 0;
+}
+
+/* Parse w in a child over a guarded mapping, forgetting ask 'skip':
+ * the child's wait status (exit 10 + the asks made when it parsed). */
+static int parse_guarded(struct zw *w, size_t skip)
+{
+	pid_t pid = fork();
+	int status = 0;
+
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		struct guarded g = {.skip = skip};
+		const struct bfs_zip_io io = {unguard, &g};
+		struct bfs_error err = {{0}};
+		struct bfs_zip *z = NULL;
+
+		signal(SIGSEGV, SIG_DFL); /* not cmocka's: die of it */
+		g.map = mmap(NULL, sizeof(w->buf), PROT_READ | PROT_WRITE,
+			     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		if (g.map == MAP_FAILED)
+			_exit(3);
+		memcpy(g.map, w->buf, w->len);
+		mprotect(g.map, sizeof(w->buf), PROT_NONE);
+		_exit(bfs_zip_open_io(&z, g.map, w->len, "t", BFS_ZIP_TORCH,
+				      &io, &err)
+			  ? 2
+			  : 10 + (int)g.calls);
+	}
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	return status;
+}
+
+static void a_range_not_asked_for_faults_never_reads_as_zeros(void **state)
+{
+	struct zw w;
+	int st;
+
+	zw_spread(&w, 0);
+	st = parse_guarded(&w, 0);
+	assert_true(WIFEXITED(st) && WEXITSTATUS(st) > 10);
+	/* the last ask is the local headers': forgotten, the first read of
+	 * one on a page of its own faults (no listing, no zeros read) */
+	st = parse_guarded(&w, (size_t)WEXITSTATUS(st) - 10);
+	assert_true(WIFSIGNALED(st) && WTERMSIG(st) == SIGSEGV);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -562,6 +745,8 @@ int main(void)
 	    cmocka_unit_test(impossible_directory_geometry_is_refused),
 	    cmocka_unit_test(npz_members_have_no_prefix_and_are_found_by_name),
 	    cmocka_unit_test(npz_deflated_member_is_refused_with_savez_advice),
+	    cmocka_unit_test(io_asks_for_every_byte_read_and_no_record_data),
+	    cmocka_unit_test(a_range_not_asked_for_faults_never_reads_as_zeros),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
