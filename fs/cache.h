@@ -218,6 +218,13 @@ void bfs_cache_next_use(struct bfs_cache_entry *e, uint64_t off, uint64_t len,
 			uint64_t pos);
 void bfs_cache_set_now(struct bfs_cache *c, uint64_t pos);
 
+/* bfs_cache_next_use where it makes a chunk's next use sooner: a chunk
+ * next needed at or before 'pos' (known and not stale) keeps that, so
+ * the uses of a known order can be told in any order and the earliest
+ * wins. */
+void bfs_cache_next_use_sooner(struct bfs_cache_entry *e, uint64_t off,
+			       uint64_t len, uint64_t pos);
+
 /* Make room for 'bytes' more under the bound, for chunks next needed at
  * 'pos' (BFS_CACHE_NEVER: unknown; then any chunk may go): evict by the
  * policy, at least opts.evict_bytes at a time. 0 when there is room (or

@@ -365,6 +365,26 @@ void bfs_cache_set_now(struct bfs_cache *c, uint64_t pos)
 	__atomic_store_n(&c->now, pos, __ATOMIC_RELAXED);
 }
 
+void bfs_cache_next_use_sooner(struct bfs_cache_entry *e, uint64_t off,
+			       uint64_t len, uint64_t pos)
+{
+	uint64_t now = __atomic_load_n(&e->cache->now, __ATOMIC_RELAXED);
+	uint64_t c, end, want = pos == BFS_CACHE_NEVER ? 0 : pos + 1;
+
+	if (chunks_of(e, off, len, &c, &end) < 0 || !want)
+		return;
+	for (; c < end; c++) {
+		uint64_t n1 = __atomic_load_n(&e->next1[c], __ATOMIC_RELAXED);
+
+		do { /* known, not stale, and as soon: kept */
+			if (n1 && n1 - 1 >= now && n1 <= want)
+				break;
+		} while (!__atomic_compare_exchange_n(&e->next1[c], &n1, want,
+						      false, __ATOMIC_RELAXED,
+						      __ATOMIC_RELAXED));
+	}
+}
+
 /* When chunk c is next needed, as the policy sees it: BFS_CACHE_NEVER
  * when not known or stale (before now). */
 static uint64_t next_of(const struct bfs_cache_entry *e, uint64_t c,

@@ -749,6 +749,7 @@ int bfs_remote_open(struct bfs_remote *r, const char *url,
 	}
 	if (rc)
 		goto err_close;
+	bfs_remote_url_display(o->where, sizeof(o->where), o->url);
 	probe.obj = o;
 	rc = run_one(&probe, XFER_PROBE, err);
 	if (rc)
@@ -768,4 +769,10 @@ void bfs_remote_obj_info(const struct bfs_remote_obj *o,
 	out->etag = o->etag;
 	out->last_modified = o->last_modified;
 	out->auth = o->auth;
+	out->where = o->where;
+}
+
+void bfs_remote_obj_move(struct bfs_remote_obj *o, struct bfs_remote *to)
+{
+	o->r = to;
 }

@@ -146,8 +146,9 @@ int bfs_remote_create(struct bfs_remote **out,
 		      struct bfs_error *err);
 
 /* Fail every request not completed yet with -ECANCELED (their 'done'
- * called), stop the thread, free. Objects must be closed first. Accepts
- * NULL. */
+ * called), stop the thread, free. Its objects must be closed first, or
+ * moved to another client before they are used again
+ * (bfs_remote_obj_move). Accepts NULL. */
 void bfs_remote_destroy(struct bfs_remote *r);
 
 /* Errors of tries, by kind (the 'errors' counters). */
@@ -197,6 +198,10 @@ struct bfs_remote_info {
 	const char *last_modified; /* HTTP date as sent; "" = none */
 	const char *auth;	   /* where credentials came from ("" for
 				    * http(s): none are sent) */
+	/* The URL requests go to, without query, fragment and userinfo
+	 * (for s3://, the endpoint's path-style URL): what names the
+	 * object apart from another store's (a cache key). */
+	const char *where;
 };
 
 /* Open the object at 'url' (copied): one GET of bytes 0-0 (not HEAD: a
@@ -216,6 +221,12 @@ void bfs_remote_close(struct bfs_remote_obj *o);
 
 void bfs_remote_obj_info(const struct bfs_remote_obj *o,
 			 struct bfs_remote_info *out);
+
+/* Make 'o' (pinned, its credentials kept) an object of client 'to': its
+ * client is gone (bfs_remote_destroy before a fork, whose child makes a
+ * new one: threads do not survive fork) or going. No request of o may
+ * be in flight. */
+void bfs_remote_obj_move(struct bfs_remote_obj *o, struct bfs_remote *to);
 
 /* ---- requests ----------------------------------------------------- */
 

@@ -11,6 +11,7 @@ struct bfs_remote_obj {
 	struct bfs_remote *r;
 	char *url;	  /* what curl is given: may hold a secret query */
 	char name[1024];  /* bfs_remote_url_display(url as the user wrote) */
+	char where[4096]; /* bfs_remote_url_display(url): no secret */
 	bool s3;	  /* signed, S3 error bodies */
 	char bucket[256]; /* s3 */
 	char *key;	  /* s3: as the user wrote it */

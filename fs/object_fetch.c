@@ -1,0 +1,473 @@
+/* fs/object_fetch: fetching a remote object's chunks into its cache
+ * entry, and the pins and waits of its users (object.h; fs/README.md:
+ * remote sources).
+ *
+ * Fetching. A range's chunks are walked in order: a chunk present is
+ * skipped, an absent one is claimed (its in-flight mark set, its failure
+ * cleared) unless a request of ours is fetching it already. Claimed
+ * chunks make runs; a run is extended over a gap of at most merge_gap
+ * absent chunks that can be claimed too (one request instead of two:
+ * cheaper than two round trips for a few chunks nobody asked for), and
+ * cut into requests of at most request_max bytes. Each request (a job)
+ * reads into a buffer of its own; its bytes in flight are counted and
+ * bounded (a gather's request may take twice the bound, so the read-ahead
+ * cannot shut gathers out).
+ *
+ * Storing. fs/remote calls a job's 'done' on its thread, which must not
+ * block: the job goes on a list, and the store thread writes its bytes
+ * into the cache (bfs_cache_write: present, waiters woken) or fails its
+ * chunks (bfs_cache_fail), then lifts their in-flight marks under the
+ * object's lock (claims take the same lock): so a chunk that has failed
+ * is never in flight, and a fetch again clears the failure of a fetch
+ * that is over, never of one that is running.
+ *
+ * Lock order: os->lock, then o->lock (object_impl.h says what each
+ * guards). */
+#include <errno.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fs/log.h"
+#include "fs/object_impl.h"
+
+#define MOD "object"
+
+/* ---- storing --------------------------------------------------------- */
+
+/* Lift the in-flight marks of [off, off + len) of o. [o->lock] */
+static void unmark(struct bfs_object *o, uint64_t off, uint64_t len)
+{
+	for (uint64_t c = off >> o->shift;
+	     c < o->nchunks && (c << o->shift) < off + len; c++)
+		o->flight[c] = 0;
+}
+
+/* The log line of a replaced object, once. */
+static void say_stale(struct bfs_object *o, const struct bfs_error *err)
+{
+	if (atomic_exchange(&o->said_stale, true))
+		return;
+	bfs_log(BFS_LOG_ERR, MOD,
+		"%s: replaced since it was mounted (%s): batches that need "
+		"bytes not in the cache yet fail with EIO; remount to read "
+		"the new version",
+		o->name, err->msg);
+}
+
+/* Store job j (landed): its bytes into the cache, or its chunks failed;
+ * then the marks lifted. */
+static void store(struct bfs_objects *os, struct job *j)
+{
+	struct bfs_object *o = j->o;
+	struct bfs_remote_req *q = &j->req;
+	int rc = q->result;
+
+	if (rc == 0)
+		rc = bfs_cache_write(o->e, q->off, q->buf, q->len);
+	pthread_mutex_lock(&o->lock);
+	if (rc) {
+		if (q->result == 0) /* the store's */
+			bfs_error_set(&o->last, rc, o->name, BFS_NO_OFFSET,
+				      "bytes %" PRIu64 "-%" PRIu64
+				      ": cannot be stored in the cache: %s",
+				      q->off, q->off + q->len - 1,
+				      rc == -ENOBUFS
+					  ? "its bound (--cache-gb) is full "
+					    "of bytes needed sooner or in use"
+					  : strerror(-rc));
+		else
+			o->last = q->err;
+		bfs_cache_fail(o->e, q->off, q->len, -rc);
+	}
+	unmark(o, q->off, q->len);
+	pthread_mutex_unlock(&o->lock);
+	if (rc == -ESTALE)
+		say_stale(o, &q->err);
+	else if (rc && q->result)
+		bfs_log(BFS_LOG_DEBUG, MOD, "%s", q->err.msg);
+	bfs_object_count(rc ? &os->fetch_failed : &os->fetches, 1);
+	if (!rc)
+		bfs_object_count(&os->fetch_bytes, q->len);
+	free(q->buf);
+	pthread_mutex_lock(&os->lock);
+	os->flight_bytes -= q->len;
+	pthread_cond_broadcast(&os->room);
+	pthread_mutex_unlock(&os->lock);
+	free(j);
+}
+
+void *bfs_object_store_main(void *arg)
+{
+	struct bfs_objects *os = arg;
+	sigset_t all;
+
+	sigfillset(&all);
+	pthread_sigmask(SIG_BLOCK, &all, NULL);
+	pthread_mutex_lock(&os->lock);
+	for (;;) {
+		struct job *j = os->head;
+
+		if (!j && os->stop)
+			break;
+		if (!j) {
+			pthread_cond_wait(&os->landed, &os->lock);
+			continue;
+		}
+		os->head = j->next;
+		if (!os->head)
+			os->tail = NULL;
+		pthread_mutex_unlock(&os->lock);
+		store(os, j);
+		pthread_mutex_lock(&os->lock);
+	}
+	pthread_mutex_unlock(&os->lock);
+	return NULL;
+}
+
+/* fs/remote's thread: the job landed (or failed); must not block. */
+static void landed(struct bfs_remote_req *q)
+{
+	struct job *j = q->arg;
+	struct bfs_objects *os = j->o->os;
+
+	pthread_mutex_lock(&os->lock);
+	j->next = NULL;
+	if (os->tail)
+		os->tail->next = j;
+	else
+		os->head = j;
+	os->tail = j;
+	pthread_cond_signal(&os->landed);
+	pthread_mutex_unlock(&os->lock);
+}
+
+/* ---- fetching -------------------------------------------------------- */
+
+/* A request that cannot be sent (no memory, no client): its chunks
+ * failed and unmarked, its bytes out of flight. */
+static void unsent(struct bfs_object *o, uint64_t off, uint64_t len, int rc)
+{
+	struct bfs_objects *os = o->os;
+
+	pthread_mutex_lock(&o->lock);
+	bfs_error_set(&o->last, rc, o->name, BFS_NO_OFFSET,
+		      "cannot request bytes %" PRIu64 "-%" PRIu64 ": %s", off,
+		      off + len - 1, strerror(-rc));
+	bfs_cache_fail(o->e, off, len, -rc);
+	unmark(o, off, len);
+	pthread_mutex_unlock(&o->lock);
+	bfs_object_count(&os->fetch_failed, 1);
+	pthread_mutex_lock(&os->lock);
+	os->flight_bytes -= len;
+	pthread_cond_broadcast(&os->room);
+	pthread_mutex_unlock(&os->lock);
+}
+
+/* Request bytes [off, off + len) of o (claimed), in pieces of at most
+ * request_max, each once there is room in flight. */
+static void request(struct bfs_object *o, uint64_t off, uint64_t len,
+		    bool demand)
+{
+	struct bfs_objects *os = o->os;
+
+	while (len) {
+		uint64_t n = len < os->request_max ? len : os->request_max;
+		uint64_t cap = demand ? 2 * os->flight_max : os->flight_max;
+		struct job *j = calloc(1, sizeof(*j));
+		void *buf = malloc((size_t)n);
+		int rc = -ENOMEM;
+
+		pthread_mutex_lock(&os->lock);
+		while (os->flight_bytes && os->flight_bytes + n > cap &&
+		       !os->stop)
+			pthread_cond_wait(&os->room, &os->lock);
+		os->flight_bytes += n;
+		pthread_mutex_unlock(&os->lock);
+		if (j && buf) {
+			j->o = o;
+			j->demand = demand;
+			j->req = (struct bfs_remote_req){.obj = o->ro,
+							 .off = off,
+							 .len = (size_t)n,
+							 .buf = buf,
+							 .done = landed,
+							 .arg = j};
+			rc = os->r ? bfs_remote_submit(&j->req) : -ECANCELED;
+		}
+		if (rc) { /* 'landed' will not be called */
+			free(j);
+			free(buf);
+			unsent(o, off, n, rc);
+		}
+		off += n;
+		len -= n;
+	}
+}
+
+/* Chunk c absent and claimable: claim it (mark, failure cleared).
+ * [o->lock] */
+static bool claim(struct bfs_object *o, uint64_t c)
+{
+	uint64_t off = c << o->shift;
+	uint64_t len = o->size - off < o->chunk ? o->size - off : o->chunk;
+
+	if (o->flight[c] || bfs_cache_present(o->e, off, len))
+		return false;
+	o->flight[c] = 1;
+	bfs_cache_fail(o->e, off, len, 0);
+	return true;
+}
+
+/* Whether chunks [a, b) can all be claimed (absent, not in flight).
+ * [o->lock] */
+static bool claimable(struct bfs_object *o, uint64_t a, uint64_t b)
+{
+	for (uint64_t c = a; c < b; c++) {
+		uint64_t off = c << o->shift;
+
+		if (o->flight[c] ||
+		    bfs_cache_present(o->e, off,
+				      o->size - off < o->chunk ? o->size - off
+							       : o->chunk))
+			return false;
+	}
+	return true;
+}
+
+/* Fetch what is absent and not in flight of ranges r[0..n) (sorted by
+ * offset, within the object): claimed runs, merged over small gaps,
+ * then requested. */
+static void fetch(struct bfs_object *o, const struct bfs_cache_range *r,
+		  size_t n, bool demand)
+{
+	uint64_t gap = o->os->merge_gap >> o->shift;
+	uint64_t *runs = NULL; /* [a, b) pairs of chunks */
+	size_t nruns = 0, cap = 0;
+	bool open = false;
+
+	pthread_mutex_lock(&o->lock);
+	for (size_t i = 0; i < n; i++) {
+		uint64_t c = r[i].off >> o->shift;
+		uint64_t end =
+		    r[i].len ? ((r[i].off + r[i].len - 1) >> o->shift) + 1 : c;
+
+		for (; c < end && c < o->nchunks; c++) {
+			uint64_t *last = open ? &runs[2 * nruns - 1] : NULL;
+
+			if (last && c >= last[-1] && c < *last)
+				continue; /* ranges overlap: claimed */
+			if (!claim(o, c))
+				continue;
+			if (last && c >= *last &&
+			    (c == *last ||
+			     (c - *last <= gap && claimable(o, *last, c)))) {
+				for (uint64_t g = *last; g < c; g++)
+					claim(o, g);
+				*last = c + 1;
+				continue;
+			}
+			if (nruns == cap) {
+				uint64_t *nr =
+				    realloc(runs, (cap = cap * 2 + 8) * 2 *
+						      sizeof(*nr));
+
+				if (!nr) {
+					o->flight[c] = 0;
+					break;
+				}
+				runs = nr;
+			}
+			runs[2 * nruns] = c;
+			runs[2 * nruns + 1] = c + 1;
+			nruns++;
+			open = true;
+		}
+	}
+	pthread_mutex_unlock(&o->lock);
+	for (size_t i = 0; i < nruns; i++) {
+		uint64_t off = runs[2 * i] << o->shift;
+		uint64_t end = runs[2 * i + 1] << o->shift;
+
+		request(o, off, (end < o->size ? end : o->size) - off, demand);
+	}
+	free(runs);
+}
+
+/* Ranges r[0..n) cut to the object: false when one lies past it. */
+static bool within(const struct bfs_object *o, const struct bfs_cache_range *r,
+		   size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (r[i].off > o->size || r[i].len > o->size - r[i].off)
+			return false;
+	return true;
+}
+
+int bfs_object_pin(struct bfs_object *o, const struct bfs_cache_range *r,
+		   size_t n)
+{
+	uint64_t now = atomic_load_explicit(&o->os->now, memory_order_relaxed);
+	bool all = true;
+
+	if (!within(o, r, n))
+		return -EINVAL;
+	for (size_t i = 0; i < n; i++) {
+		int rc;
+
+		bfs_cache_next_use_sooner(o->e, r[i].off, r[i].len, now);
+		rc = bfs_cache_pin(o->e, r[i].off, r[i].len);
+		if (rc < 0) {
+			bfs_object_unpin(o, r, i);
+			return rc;
+		}
+		all = all && rc == 1;
+	}
+	if (!all) {
+		bfs_object_count(&o->os->waits, 1);
+		fetch(o, r, n, true);
+	}
+	return 0;
+}
+
+void bfs_object_unpin(struct bfs_object *o, const struct bfs_cache_range *r,
+		      size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		bfs_cache_unpin(o->e, r[i].off, r[i].len);
+}
+
+/* Why the wait for [off, off + len) of o ended with rc: the last
+ * failure of a fetch of o, or that the deadline passed ('late'). */
+static void explain(struct bfs_object *o, int rc, bool late, uint64_t off,
+		    uint64_t len, struct bfs_error *err)
+{
+	struct bfs_error last;
+
+	if (!err)
+		return;
+	pthread_mutex_lock(&o->lock);
+	last = o->last;
+	pthread_mutex_unlock(&o->lock);
+	if (!late && last.msg[0]) {
+		*err = last;
+		return;
+	}
+	bfs_error_set(err, rc, o->name, BFS_NO_OFFSET,
+		      "bytes %" PRIu64 "-%" PRIu64 " %s%s%s%s", off,
+		      off + len - 1,
+		      late ? "not fetched within the read's deadline"
+			   : "could not be fetched",
+		      last.msg[0] ? " (last failure: " : "", last.msg,
+		      last.msg[0] ? ")" : "");
+}
+
+/* Wait for one pinned range. */
+static int wait_one(struct bfs_object *o, const struct bfs_cache_range *r,
+		    uint64_t deadline_ns, struct bfs_error *err)
+{
+	for (int again = 0;; again++) {
+		int rc = bfs_cache_wait(o->e, r->off, r->len, deadline_ns);
+		bool late;
+
+		if (rc == 0)
+			return 0;
+		late = bfs_object_now_ns() >= deadline_ns;
+		if (rc != -ESTALE && !again && !late) {
+			fetch(o, r, 1, true); /* a failed fetch: once more */
+			continue;
+		}
+		explain(o, rc, late, r->off, r->len, err);
+		return rc;
+	}
+}
+
+int bfs_object_wait(struct bfs_object *o, const struct bfs_cache_range *r,
+		    size_t n, uint64_t deadline_ns, struct bfs_error *err)
+{
+	int rc = 0;
+
+	for (size_t i = 0; i < n && rc == 0; i++)
+		rc = wait_one(o, &r[i], deadline_ns, err);
+	return rc;
+}
+
+void bfs_object_ahead(struct bfs_object *o, const struct bfs_cache_range *r,
+		      size_t n, uint64_t when)
+{
+	bool all = true;
+
+	if (!within(o, r, n))
+		return;
+	for (size_t i = 0; i < n; i++) {
+		bfs_cache_next_use_sooner(o->e, r[i].off, r[i].len, when);
+		all = all && bfs_cache_present(o->e, r[i].off, r[i].len);
+	}
+	if (!all)
+		fetch(o, r, n, false);
+}
+
+static int by_off(const void *a, const void *b)
+{
+	const struct bfs_cache_range *x = a, *y = b;
+
+	return x->off < y->off ? -1 : x->off > y->off;
+}
+
+int bfs_object_keep(struct bfs_object *o, const struct bfs_cache_range *r,
+		    size_t n, struct bfs_error *err)
+{
+	uint64_t wait_ns = (uint64_t)(o->os->ropt.timeout_s * 3e9) +
+			   (uint64_t)10e9; /* the client's deadlines first */
+	size_t pinned = 0;
+	int rc = 0;
+
+	pthread_mutex_lock(&o->lock);
+	if (o->nkept + n > o->kept_cap) {
+		size_t cap = (o->nkept + n) * 2;
+		struct bfs_cache_range *k = realloc(o->kept, cap * sizeof(*k));
+
+		if (!k)
+			rc = -ENOMEM;
+		else {
+			o->kept = k;
+			o->kept_cap = cap;
+		}
+	}
+	pthread_mutex_unlock(&o->lock);
+	for (; rc == 0 && pinned < n; pinned++) {
+		rc = bfs_cache_pin(o->e, r[pinned].off, r[pinned].len);
+		rc = rc < 0 ? rc : 0;
+	}
+	if (rc)
+		pinned--; /* the one that failed took none */
+	if (rc == 0) {	  /* in order: neighbours merge */
+		struct bfs_cache_range *sorted = malloc(n * sizeof(*r));
+
+		if (sorted) {
+			memcpy(sorted, r, n * sizeof(*r));
+			qsort(sorted, n, sizeof(*r), by_off);
+		}
+		fetch(o, sorted ? sorted : r, n, true);
+		free(sorted);
+	}
+	if (rc == 0)
+		rc = bfs_object_wait(o, r, n, bfs_object_now_ns() + wait_ns, err);
+	if (rc) {
+		for (size_t i = 0; i < pinned; i++)
+			bfs_cache_unpin(o->e, r[i].off, r[i].len);
+		if (rc == -ENOMEM || rc == -EOVERFLOW || rc == -EINVAL)
+			bfs_error_set(err, rc, o->name, BFS_NO_OFFSET,
+				      "cannot keep its structure in the "
+				      "cache: %s",
+				      strerror(-rc));
+		return rc;
+	}
+	pthread_mutex_lock(&o->lock);
+	memcpy(o->kept + o->nkept, r, n * sizeof(*r));
+	o->nkept += n;
+	pthread_mutex_unlock(&o->lock);
+	return 0;
+}
