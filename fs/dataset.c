@@ -412,6 +412,12 @@ static int check_offsets(struct bfs_dataset *ds, struct shard *sh, size_t fi,
 		    " entries, but the shard has %" PRIu64
 		    " samples: it needs one more (n + 1)",
 		    f->name, f->name, ot->size[0], sh->samples);
+	rc = bfs_source_ensure(
+	    sh->src, ot->file,
+	    (uint64_t)(ot->data - sh->src->files[ot->file].map), ot->data_bytes,
+	    err);
+	if (rc)
+		return rc;
 	rc = bfs_dataset_guard(walk_offsets, &w);
 	if (rc == -EFAULT)
 		return bfs_error_set(err, -EIO, path, BFS_NO_OFFSET,
@@ -536,8 +542,8 @@ static int open_shard(struct bfs_dataset *ds, struct shard *sh,
 	size_t *map;
 	int rc;
 
-	rc = bfs_source_open(&sh->src, parts, nparts,
-			     META_BUDGET - ds->meta_bytes, err);
+	rc = bfs_source_open_in(&sh->src, parts, nparts,
+				META_BUDGET - ds->meta_bytes, ds->objects, err);
 	if (!rc && ds->select)
 		rc = bfs_source_select(sh->src, ds->select, err);
 	if (rc)
@@ -602,7 +608,7 @@ static int number_files(struct bfs_dataset *ds)
 static int open_parts(struct bfs_dataset **out,
 		      const struct bfs_source_part *parts, const size_t *first,
 		      size_t nsources, const char *fields,
-		      struct bfs_error *err)
+		      struct bfs_objects *objects, struct bfs_error *err)
 {
 	struct bfs_dataset *ds;
 	int rc = -ENOMEM;
@@ -617,6 +623,7 @@ static int open_parts(struct bfs_dataset **out,
 	ds->shards = calloc(nsources, sizeof(*ds->shards));
 	ds->copy_lock = lock_new();
 	ds->select = fields;
+	ds->objects = objects;
 	if (!ds->shards || !ds->copy_lock)
 		goto err_close;
 	for (size_t i = 0; i < nsources; i++) {
@@ -642,6 +649,9 @@ static int open_parts(struct bfs_dataset **out,
 	if (rc)
 		goto err_close;
 	ds->select = NULL;
+	ds->objects = NULL;
+	for (size_t i = 0; i < ds->nshards; i++) /* read by holds from now */
+		bfs_source_unguard(ds->shards[i].src);
 	*out = ds;
 	return 0;
 err_close:
@@ -654,7 +664,7 @@ int bfs_dataset_open_parts(struct bfs_dataset **out,
 			   const size_t *first, size_t nsources,
 			   struct bfs_error *err)
 {
-	return open_parts(out, parts, first, nsources, NULL, err);
+	return open_parts(out, parts, first, nsources, NULL, NULL, err);
 }
 
 int bfs_dataset_open(struct bfs_dataset **out, const char *const *paths,
@@ -667,6 +677,13 @@ int bfs_dataset_open_select(struct bfs_dataset **out, const char *const *paths,
 			    size_t n_paths, const char *fields,
 			    struct bfs_error *err)
 {
+	return bfs_dataset_open_in(out, paths, n_paths, fields, NULL, err);
+}
+
+int bfs_dataset_open_in(struct bfs_dataset **out, const char *const *paths,
+			size_t n_paths, const char *fields,
+			struct bfs_objects *objects, struct bfs_error *err)
+{
 	struct bfs_source_part *parts = NULL;
 	size_t *first = NULL, ns = 0;
 	int rc;
@@ -675,9 +692,10 @@ int bfs_dataset_open_select(struct bfs_dataset **out, const char *const *paths,
 	if (!n_paths)
 		return bfs_error_set(err, -EINVAL, NULL, BFS_NO_OFFSET,
 				     "no archive given");
-	rc = bfs_source_group(paths, n_paths, &parts, &first, &ns, err);
+	rc = bfs_source_group_in(paths, n_paths, objects, &parts, &first, &ns,
+				 err);
 	if (rc == 0)
-		rc = open_parts(out, parts, first, ns, fields, err);
+		rc = open_parts(out, parts, first, ns, fields, objects, err);
 	free(parts);
 	free(first);
 	return rc;

@@ -81,6 +81,16 @@ int bfs_dataset_open_select(struct bfs_dataset **out, const char *const *paths,
 			    size_t n_paths, const char *fields,
 			    struct bfs_error *err);
 
+/* bfs_dataset_open_select where a path may be a URL (s3://, http://,
+ * https://), opened in 'objects' (fs/object; NULL: refused): only the
+ * structure of each is fetched, and kept (fs/source). A remote file's
+ * rows are there only while fs/fetch holds them: bfs_dataset_row
+ * refuses them (-ENOTSUP), and the gathers' size and mtime checks
+ * leave them to the version pinned by fs/remote. */
+int bfs_dataset_open_in(struct bfs_dataset **out, const char *const *paths,
+			size_t n_paths, const char *fields,
+			struct bfs_objects *objects, struct bfs_error *err);
+
 /* The same over 'nsources' explicit sources: source i is made of
  * parts[first[i]] .. parts[first[i+1]] (bfs_source_open). */
 int bfs_dataset_open_parts(struct bfs_dataset **out,
@@ -141,7 +151,9 @@ int bfs_dataset_gather_spans(const struct bfs_dataset *ds, size_t f,
  * conversion). Returns 0 and sets *ptr (row_bytes bytes; any pointer when
  * row_bytes is 0), -ENOTSUP when the row needs bfs_dataset_gather (strided
  * view, big-endian data with multi-byte elements) or the field is ragged,
- * -ERANGE when i >= samples, -EINVAL for a bad f. Cost: O(log shards).
+ * -ERANGE when i >= samples, -EINVAL for a bad f; -ENOTSUP for a row of
+ * a remote source too (its bytes are there only while fs/fetch holds
+ * them). Cost: O(log shards).
  * The bytes are the live mapping: touching them raises SIGBUS if the
  * archive was truncated under us. Call bfs_dataset_check first and only
  * let the kernel read them (a writev: a fault there is EFAULT). */
@@ -200,5 +212,12 @@ struct bfs_extent {
  * Cost: O(log shards). */
 int bfs_dataset_extent(const struct bfs_dataset *ds, size_t f, uint64_t i,
 		       struct bfs_extent *out);
+
+/* The same for the rows of sample i of ragged field f, its span 'sp'
+ * (bfs_dataset_spans): the bytes of its values they touch (len 0 for an
+ * empty sample). -EINVAL (f not ragged), -ERANGE (i, or a span outside
+ * the values). */
+int bfs_dataset_span_extent(const struct bfs_dataset *ds, size_t f, uint64_t i,
+			    const struct bfs_span *sp, struct bfs_extent *out);
 
 #endif

@@ -51,6 +51,7 @@ struct bfs_dataset {
 	uint64_t samples;
 	uint64_t meta_bytes; /* metadata charged so far (the budget) */
 	const char *select;  /* --fields (borrowed, while opening), or NULL */
+	struct bfs_objects *objects; /* URLs opened there (while opening) */
 	/* every shard's files, numbered in shard order (bfs_dataset_file) */
 	const struct bfs_source_file **files;
 	size_t nfiles;

@@ -140,9 +140,33 @@ bool bfs_fetch_reads_ahead(const struct bfs_fetch *f)
 }
 
 void bfs_fetch_ahead(struct bfs_fetch *f, size_t file, uint64_t off,
-		     uint64_t len)
+		     uint64_t len, uint64_t when)
 {
-	f->be->ops->ahead(f->be, file, off, len);
+	f->be->ops->ahead(f->be, file, off, len, when);
+}
+
+void bfs_fetch_ahead_ranges(struct bfs_fetch *f,
+			    const struct bfs_fetch_range *r, size_t n,
+			    uint64_t when)
+{
+	if (f->be->ops->ahead_ranges) {
+		f->be->ops->ahead_ranges(f->be, r, n, when);
+		return;
+	}
+	for (size_t i = 0; i < n; i++)
+		f->be->ops->ahead(f->be, r[i].file, r[i].off, r[i].len, when);
+}
+
+bool bfs_fetch_held(const struct bfs_fetch *f, size_t file)
+{
+	return f && f->be && f->be->ops->held && f->be->ops->hold &&
+	       f->be->ops->held(f->be, file);
+}
+
+void bfs_fetch_now(struct bfs_fetch *f, uint64_t when)
+{
+	if (f && f->be && f->be->ops->now)
+		f->be->ops->now(f->be, when);
 }
 
 /* Append to why[BFS_FETCH_WHY], cut to fit. */
@@ -180,6 +204,133 @@ void bfs_fetch_stats(struct bfs_fetch *f, struct bfs_fetch_stats *out)
 	out->ahead_bytes = s.bytes;
 	out->rows = atomic_load(&f->rows);
 	out->bytes = atomic_load(&f->bytes);
+	out->remote = f->be && f->be->ops->remote_stats;
+	memset(&out->objects, 0, sizeof(out->objects));
+	if (out->remote)
+		f->be->ops->remote_stats(f->be, &out->objects);
+}
+
+/* ---- holds (files whose bytes are not always there) ------------------ */
+
+/* A gathering thread's holds: the ranges held now (h->n), and room. */
+struct bfs_fetch_hold {
+	struct bfs_fetch_range *r;
+	size_t n, cap;
+	struct bfs_span *spans;
+	size_t spans_cap;
+};
+
+struct bfs_fetch_hold *bfs_fetch_hold_open(struct bfs_fetch *f)
+{
+	for (size_t i = 0; f && i < bfs_dataset_nfiles(f->ds); i++)
+		if (bfs_fetch_held(f, i))
+			return calloc(1, sizeof(struct bfs_fetch_hold));
+	return NULL;
+}
+
+void bfs_fetch_hold_close(struct bfs_fetch_hold *h)
+{
+	if (!h)
+		return;
+	free(h->r);
+	free(h->spans);
+	free(h);
+}
+
+static int range_cmp(const void *a, const void *b)
+{
+	const struct bfs_fetch_range *x = a, *y = b;
+
+	if (x->file != y->file)
+		return x->file < y->file ? -1 : 1;
+	return x->off < y->off ? -1 : x->off > y->off;
+}
+
+/* Room for 'more' ranges in h. 0 or -ENOMEM. */
+static int hold_room(struct bfs_fetch_hold *h, size_t more)
+{
+	struct bfs_fetch_range *r;
+
+	if (h->n + more <= h->cap)
+		return 0;
+	r = realloc(h->r, (h->n + more) * 2 * sizeof(*r));
+	if (!r)
+		return -ENOMEM;
+	h->r = r;
+	h->cap = (h->n + more) * 2;
+	return 0;
+}
+
+/* The ranges field fi's rows of idx[0..n) touch in held files, into h. */
+static int field_ranges(struct bfs_fetch *f, struct bfs_fetch_hold *h,
+			size_t fi, const uint64_t *idx, size_t n)
+{
+	bool ragged = bfs_dataset_field(f->ds, fi)->ragged;
+	int rc = hold_room(h, n);
+
+	if (rc == 0 && ragged && n > h->spans_cap) {
+		free(h->spans);
+		h->spans = malloc(n * sizeof(*h->spans));
+		h->spans_cap = h->spans ? n : 0;
+		rc = h->spans ? 0 : -ENOMEM;
+	}
+	if (rc == 0 && ragged)
+		rc = bfs_dataset_spans(f->ds, fi, idx, n, h->spans);
+	for (size_t i = 0; rc == 0 && i < n; i++) {
+		struct bfs_extent x;
+
+		rc = ragged ? bfs_dataset_span_extent(f->ds, fi, idx[i],
+						      &h->spans[i], &x)
+			    : bfs_dataset_extent(f->ds, fi, idx[i], &x);
+		if (rc == 0 && x.len && bfs_fetch_held(f, x.file))
+			h->r[h->n++] = (struct bfs_fetch_range){x.file, x.off,
+								x.len, NULL};
+	}
+	return rc;
+}
+
+int bfs_fetch_hold(struct bfs_fetch *f, struct bfs_fetch_hold *h,
+		   const uint64_t *idx, size_t n, uint64_t deadline_ns)
+{
+	size_t m = 0;
+	int rc = 0;
+
+	if (!h)
+		return 0;
+	h->n = 0;
+	for (size_t fi = 0; rc == 0 && fi < bfs_dataset_nfields(f->ds); fi++)
+		rc = field_ranges(f, h, fi, idx, n);
+	if (rc) {
+		h->n = 0;
+		return rc;
+	}
+	qsort(h->r, h->n, sizeof(*h->r), range_cmp);
+	for (size_t i = 0; i < h->n; i++) { /* merged where they touch */
+		struct bfs_fetch_range *p = m ? &h->r[m - 1] : NULL;
+
+		if (p && p->file == h->r[i].file &&
+		    h->r[i].off <= p->off + p->len) {
+			uint64_t end = h->r[i].off + h->r[i].len;
+
+			if (end > p->off + p->len)
+				p->len = end - p->off;
+			continue;
+		}
+		h->r[m++] = h->r[i];
+	}
+	h->n = m;
+	rc = m ? f->be->ops->hold(f->be, h->r, m, deadline_ns) : 0;
+	if (rc)
+		h->n = 0;
+	return rc;
+}
+
+void bfs_fetch_release(struct bfs_fetch *f, struct bfs_fetch_hold *h)
+{
+	if (!h || !h->n)
+		return;
+	f->be->ops->release(f->be, h->r, h->n);
+	h->n = 0;
 }
 
 /* ---- rows read by the gathers ------------------------------------------ */

@@ -16,7 +16,14 @@
  * composition root and handed in: fs/reader's io_uring and reader
  * threads are two (reader.h: bfs_reader_backend, local files read with
  * O_DIRECT for the gathers). Another source of bytes is one more
- * backend; this room and the rooms above it do not change.
+ * backend (fs/remote_fetch: remote objects behind their cache files,
+ * dispatching local files to a local backend); this room and the rooms
+ * above it do not change.
+ *
+ *   hold     a remote file's bytes are in its mapping only where they
+ *            were fetched (a hole reads as zeros): before a gather reads
+ *            rows, bfs_fetch_hold has the backend make every range they
+ *            touch present and keep it so until bfs_fetch_release.
  *
  * Thread-safe: bfs_fetch_ahead and bfs_fetch_rows from any thread (a
  * struct bfs_fetch_rows is its thread's own); counters are atomics; the
@@ -31,6 +38,7 @@
 
 #include "fs/dataset.h"
 #include "fs/layout.h"
+#include "fs/object.h"
 
 /* ---- backends ------------------------------------------------------------ */
 
@@ -73,11 +81,36 @@ struct bfs_fetch_ops {
 	 * of threads at once. */
 	int (*read_all)(struct bfs_fetch_backend *be,
 			const struct bfs_fetch_range *r, size_t n);
-	/* Start bringing [off, off + len) of 'file' in (the page cache),
-	 * not waiting for it; may wait for room. A hint: never fails. Any
-	 * thread. */
+	/* Start bringing [off, off + len) of 'file' in (the page cache, a
+	 * remote object's cache), not waiting for it; may wait for room. A
+	 * hint: never fails. 'when': when it is next needed (the
+	 * read-ahead's clock, bfs_fetch_now). Any thread. */
 	void (*ahead)(struct bfs_fetch_backend *be, size_t file, uint64_t off,
-		      uint64_t len);
+		      uint64_t len, uint64_t when);
+	/* Several ranges of a batch at once (r sorted by file and offset),
+	 * as ahead: neighbours may make one request. May be NULL (then
+	 * ahead, range by range). */
+	void (*ahead_ranges)(struct bfs_fetch_backend *be,
+			     const struct bfs_fetch_range *r, size_t n,
+			     uint64_t when);
+	/* Where a file's bytes are not always in its mapping (a remote
+	 * object's cache file): make r[0..n) (sorted by file and offset;
+	 * buf unused) present and keep them so until release, waiting at
+	 * most until deadline_ns (CLOCK_MONOTONIC). 0, or -errno with a
+	 * log line's reason (bfs_log_err_last): then nothing is held. NULL:
+	 * every byte of every file is always there. */
+	int (*hold)(struct bfs_fetch_backend *be,
+		    const struct bfs_fetch_range *r, size_t n,
+		    uint64_t deadline_ns);
+	void (*release)(struct bfs_fetch_backend *be,
+			const struct bfs_fetch_range *r, size_t n);
+	/* Which files need hold (may be NULL: none). */
+	bool (*held)(struct bfs_fetch_backend *be, size_t file);
+	/* The readers are at 'when' (may be NULL). */
+	void (*now)(struct bfs_fetch_backend *be, uint64_t when);
+	/* Counters of remote objects (may be NULL: none). */
+	void (*remote_stats)(struct bfs_fetch_backend *be,
+			     struct bfs_objects_stats *out);
 	void (*stats)(struct bfs_fetch_backend *be,
 		      struct bfs_fetch_backend_stats *out);
 	/* Wait for the reads in flight, free. */
@@ -103,10 +136,43 @@ void bfs_fetch_destroy(struct bfs_fetch *f);
 bool bfs_fetch_reads_ahead(const struct bfs_fetch *f);
 
 /* Start reading bytes [off, off + len) of file 'file' into the page
- * cache; may wait while the backend has as many in flight as it takes.
- * Only when bfs_fetch_reads_ahead. */
+ * cache (a remote one: its cache), next needed at 'when'; may wait while
+ * the backend has as many in flight as it takes. Only when
+ * bfs_fetch_reads_ahead. */
 void bfs_fetch_ahead(struct bfs_fetch *f, size_t file, uint64_t off,
-		     uint64_t len);
+		     uint64_t len, uint64_t when);
+
+/* bfs_fetch_ahead of r[0..n) (sorted by file and offset; buf unused), the
+ * ranges of one batch, at once. */
+void bfs_fetch_ahead_ranges(struct bfs_fetch *f,
+			    const struct bfs_fetch_range *r, size_t n,
+			    uint64_t when);
+
+/* Whether file 'file' needs holding (a remote object's cache file: its
+ * rows are read only between bfs_fetch_hold and bfs_fetch_release).
+ * Accepts NULL (false). */
+bool bfs_fetch_held(const struct bfs_fetch *f, size_t file);
+
+/* The readers are at 'when' on the read-ahead's clock (bfs_fetch_ahead's
+ * next uses before it are stale). Accepts NULL. */
+void bfs_fetch_now(struct bfs_fetch *f, uint64_t when);
+
+/* A gathering thread's holds: NULL when no file needs holding (then
+ * bfs_fetch_hold is never needed). */
+struct bfs_fetch_hold;
+struct bfs_fetch_hold *bfs_fetch_hold_open(struct bfs_fetch *f);
+void bfs_fetch_hold_close(struct bfs_fetch_hold *h); /* accepts NULL */
+
+/* Before a gather of samples idx[0..n) reads the mappings: every byte
+ * their rows touch in the files that need holding (every field, ragged
+ * ones by their spans) present and kept so until bfs_fetch_release
+ * (h: the thread's, NULL: nothing to hold, 0). Waits at most until
+ * deadline_ns. 0, or -errno (-EIO, -ETIMEDOUT, ...; the reason logged
+ * for bfs_log_err_last): nothing held then. */
+int bfs_fetch_hold(struct bfs_fetch *f, struct bfs_fetch_hold *h,
+		   const uint64_t *idx, size_t n, uint64_t deadline_ns);
+/* After the gather: what bfs_fetch_hold held, let go. Accepts NULL h. */
+void bfs_fetch_release(struct bfs_fetch *f, struct bfs_fetch_hold *h);
 
 /* Whether the rows of field 'field' are read by the gathers themselves
  * (so advice and read-ahead leave them alone). Accepts NULL (false). */
@@ -143,6 +209,8 @@ struct bfs_fetch_stats {
 	uint64_t ahead_bytes;	  /* read ahead */
 	uint64_t rows;		  /* rows read by the gathers */
 	uint64_t bytes;		  /* ... bytes */
+	bool remote;		  /* remote objects: 'objects' says */
+	struct bfs_objects_stats objects;
 };
 void bfs_fetch_stats(struct bfs_fetch *f, struct bfs_fetch_stats *out);
 

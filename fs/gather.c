@@ -432,7 +432,9 @@ static int check_field(const struct bfs_dataset *ds, const struct shard *sh,
 	uint64_t need, s;
 	int64_t size;
 
-	if (fl->fd < 0)
+	/* in memory; or remote: a cache file of its object's size, written
+	 * as fetched (its mtime moves), its version pinned by fs/remote */
+	if (fl->fd < 0 || fl->remote)
 		return 0;
 	need = row_end(sh, f, hi);
 	if (!need)
@@ -845,7 +847,8 @@ int bfs_dataset_row(const struct bfs_dataset *ds, size_t f, uint64_t i,
 	if (ds->fields[f].ragged)
 		return -ENOTSUP;
 	row = row_at(ds, f, i, &sh);
-	if (!sh->binds[f].contiguous || sh->binds[f].swap)
+	if (!sh->binds[f].contiguous || sh->binds[f].swap ||
+	    file_of(sh, f)->remote) /* there only while a gather holds it */
 		return -ENOTSUP;
 	*ptr = row;
 	return 0;
@@ -867,5 +870,26 @@ int bfs_dataset_extent(const struct bfs_dataset *ds, size_t f, uint64_t i,
 	out->file = sh->file0 + sh->binds[f].file;
 	out->off = (uint64_t)(row - fl->map);
 	out->len = sh->binds[f].span;
+	return 0;
+}
+
+int bfs_dataset_span_extent(const struct bfs_dataset *ds, size_t f, uint64_t i,
+			    const struct bfs_span *sp, struct bfs_extent *out)
+{
+	const struct shard *sh;
+	const struct bind *b;
+
+	if (f >= ds->nfields || !ds->fields[f].ragged)
+		return -EINVAL;
+	if (i >= ds->samples)
+		return -ERANGE;
+	sh = shard_at(ds, i);
+	b = &sh->binds[f];
+	if (sp->start > b->rows || sp->len > b->rows - sp->start)
+		return -ERANGE;
+	out->file = sh->file0 + b->file;
+	out->off =
+	    (uint64_t)(b->base - file_of(sh, f)->map) + sp->start * b->stride0;
+	out->len = sp->len ? (sp->len - 1) * b->stride0 + b->span : 0;
 	return 0;
 }

@@ -189,7 +189,7 @@ uint64_t bfs_memory_available(const struct bfs_memory_files *files)
  * stopped. */
 static bool warm_file(struct bfs_memory *m, const struct bfs_source_file *fl)
 {
-	for (uint64_t off = 0; fl->fd >= 0 && off < fl->size;
+	for (uint64_t off = 0; fl->fd >= 0 && !fl->remote && off < fl->size;
 	     off += WARM_WINDOW) {
 		uint64_t len =
 		    fl->size - off < WARM_WINDOW ? fl->size - off : WARM_WINDOW;
@@ -229,7 +229,7 @@ static void random_access(const struct bfs_dataset *ds)
 	for (size_t i = 0; i < bfs_dataset_nfiles(ds); i++) {
 		const struct bfs_source_file *fl = bfs_dataset_file(ds, i);
 
-		if (fl->fd >= 0 && fl->size)
+		if (fl->fd >= 0 && fl->size && !fl->remote)
 			madvise((void *)fl->map, (size_t)fl->size, MADV_RANDOM);
 	}
 }
@@ -238,7 +238,11 @@ static void random_access(const struct bfs_dataset *ds)
  * available; else mark it for random access. */
 static void apply(struct bfs_memory *m, bool assume_cold)
 {
-	uint64_t need = bfs_dataset_bytes(m->ds);
+	uint64_t need = 0;
+
+	for (size_t i = 0; i < bfs_dataset_nfiles(m->ds); i++)
+		if (!bfs_dataset_file(m->ds, i)->remote) /* its own cache */
+			need += bfs_dataset_file(m->ds, i)->size;
 
 	if (need > m->avail / 2 || assume_cold) {
 		bfs_log(BFS_LOG_INFO, MOD,

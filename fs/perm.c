@@ -307,7 +307,11 @@ int bfs_perm_objects(const struct bfs_dataset *ds, struct bfs_perm_obj **out,
 		for (size_t j = 0; rc == 0 && j < sh.source->nfiles; j++) {
 			struct chain *t = prev;
 
-			if (sh.source->files[j].fd < 0)
+			/* in memory; or remote: who may read it is the
+			 * mount's to say (tools/mount_perm.c), not its
+			 * cache file's */
+			if (sh.source->files[j].fd < 0 ||
+			    sh.source->files[j].remote)
 				continue;
 			rc = add_file(out, n, &sh.source->files[j], prev, now,
 				      err);

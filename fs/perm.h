@@ -44,9 +44,10 @@ struct bfs_perm {
 uint32_t bfs_perm_bits(const struct bfs_perm_obj *o, size_t n, uint32_t uid,
 		       uint32_t gid, const gid_t *groups, size_t ngroups);
 
-/* The objects of dataset ds: each source file opened (its mode as opened,
- * and whether it has an ACL) and every directory it is reached through,
- * as walked from "/" without following symlinks along the path the
+/* The objects of dataset ds: each local source file opened (a remote
+ * source's cache file is none: its readers are the mount's to decide) (its mode
+ * as opened, and whether it has an ACL) and every directory it is reached
+ * through, as walked from "/" without following symlinks along the path the
  * kernel holds for its descriptor (else the real path of its name), each
  * taken by fstat of the directory opened; the walk must end at the file
  * opened (its dev and ino). *out and *n (free them with

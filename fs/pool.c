@@ -484,6 +484,7 @@ struct worker {
 	uint64_t idx_cap;
 	struct bfs_layout_fd fdw;     /* memfd batches (passthrough) */
 	struct bfs_fetch_rows *fetch; /* rows it reads itself, or NULL */
+	struct bfs_fetch_hold *hold;  /* rows of remote files, or NULL */
 };
 
 /* Ask the kernel to read the rows of the position one prefetch window
@@ -541,15 +542,13 @@ static void debug_delay(struct bfs_pool *p)
 	pthread_mutex_unlock(&p->lock);
 }
 
-/* Gather b (its plan: w->idx) into its storage, without the lock.
- * Returns 0 or -errno. */
-static int gather(struct bfs_pool *p, struct bfs_batch *b, struct worker *w)
+/* Gather b (its plan: w->idx, its rows held) into its storage. */
+static int gather_held(struct bfs_pool *p, struct bfs_batch *b,
+		       struct worker *w)
 {
 	bfs_layout_rows have = NULL;
 	int rc;
 
-	if (p->o.debug_delay_ms)
-		debug_delay(p);
 	bfs_readahead_rows(p->ra, w->idx, b->at.rows);
 	if (w->fetch && bfs_fetch_rows(p->o.fetch, w->fetch, w->idx, b->at.rows,
 				       &have) == 0) {
@@ -563,6 +562,24 @@ static int gather(struct bfs_pool *p, struct bfs_batch *b, struct worker *w)
 					    b->at.rows, b->size, have, b->buf);
 	return bfs_layout_fd_write(&w->fdw, b->at.id, w->idx, b->at.rows,
 				   b->size, have, b->fd);
+}
+
+/* Gather b (its plan: w->idx) into its storage, without the lock: its
+ * rows in remote files held first (fetched if need be, within the read's
+ * deadline: fs/fetch), then let go. Returns 0 or -errno. */
+static int gather(struct bfs_pool *p, struct bfs_batch *b, struct worker *w)
+{
+	int rc;
+
+	if (p->o.debug_delay_ms)
+		debug_delay(p);
+	rc = bfs_fetch_hold(p->o.fetch, w->hold, w->idx, b->at.rows,
+			    now_ns() + (uint64_t)p->o.timeout_ms * 1000000u);
+	if (rc)
+		return rc;
+	rc = gather_held(p, b, w);
+	bfs_fetch_release(p->o.fetch, w->hold);
+	return rc;
 }
 
 /* Gather b; a memfd is then sealed: nobody (a reader mapping it through
@@ -762,6 +779,7 @@ static void *worker_main(void *arg)
 
 	bfs_layout_fd_init(&w.fdw, p->layout, p->ds, p->o.memfd_write);
 	w.fetch = bfs_fetch_rows_open(p->o.fetch);
+	w.hold = bfs_fetch_hold_open(p->o.fetch);
 	/* Asynchronous signals belong to the FUSE loop; faults must stay
 	 * deliverable here: a SIGBUS from an archive truncated under a
 	 * gather goes to fs/dataset's guard, while a blocked one makes the
@@ -811,6 +829,7 @@ static void *worker_main(void *arg)
 	free(w.idx);
 	bfs_layout_fd_fini(&w.fdw);
 	bfs_fetch_rows_close(w.fetch);
+	bfs_fetch_hold_close(w.hold);
 	return NULL;
 }
 

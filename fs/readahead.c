@@ -63,6 +63,8 @@ struct bfs_readahead {
 	_Atomic uint64_t batches_read;
 	atomic_bool stop;
 
+	bool remote; /* some file is held by fs/fetch (a remote one) */
+
 	/* The read-ahead thread (when fs/fetch reads ahead). */
 	char why[BFS_READAHEAD_WHY]; /* its part of how rows are read */
 	struct bfs_order *order;     /* the batches, by position */
@@ -79,6 +81,7 @@ struct bfs_readahead {
 	uint64_t *follow;   /* [lock] the readers' position + 1; 0: none */
 	uint64_t *next;	    /* [lock] the next position to read ahead */
 	size_t turn;	    /* [lock] the lane looked at first */
+	uint64_t clock;	    /* [lock] batches the readers moved to */
 };
 
 /* ---- advice ------------------------------------------------------------ */
@@ -157,8 +160,8 @@ void bfs_readahead_rows(struct bfs_readahead *ra, const uint64_t *idx, size_t n)
 			uint64_t a, e;
 
 			if (bfs_dataset_extent(ra->ds, f, idx[i], &x) < 0 ||
-			    !x.len)
-				continue;
+			    !x.len || bfs_fetch_held(ra->fetch, x.file))
+				continue; /* remote: fetched, never advised */
 			map = bfs_dataset_file(ra->ds, x.file)->map;
 			a = x.off & ~mask;
 			e = (x.off + x.len + mask) & ~mask;
@@ -203,39 +206,60 @@ static int span_cmp(const void *a, const void *b)
 	return x->off < y->off ? -1 : x->off > y->off;
 }
 
+/* Field f's rows of samples idx[0..rows) as page ranges into sp + *n:
+ * those not known resident (a remote file's all: fs/fetch says what it
+ * has). A ragged field only in remote files (spans: its offsets). */
+static void plan_field(struct bfs_readahead *ra, size_t f, const uint64_t *idx,
+		       uint64_t rows, struct bfs_span *spans, struct span *sp,
+		       size_t *n, uint32_t tick)
+{
+	bool ragged = bfs_dataset_field(ra->ds, f)->ragged;
+
+	if (bfs_fetch_field(ra->fetch, f) ||
+	    (ragged && (!ra->remote ||
+			bfs_dataset_spans(ra->ds, f, idx, rows, spans) < 0)))
+		return;
+	for (uint64_t i = 0; i < rows; i++) {
+		struct bfs_extent x;
+		uint64_t a, e;
+		bool held;
+
+		if ((ragged ? bfs_dataset_span_extent(ra->ds, f, idx[i],
+						      &spans[i], &x)
+			    : bfs_dataset_extent(ra->ds, f, idx[i], &x)) < 0 ||
+		    !x.len)
+			continue;
+		held = bfs_fetch_held(ra->fetch, x.file);
+		if (!held && (ragged || !ra->files[x.file].w))
+			continue;
+		a = x.off & ~(uint64_t)4095;
+		e = (x.off + x.len + 4095) & ~(uint64_t)4095;
+		if (!held && range_resident(ra, x.file, a, e, tick, 4096)) {
+			atomic_fetch_add_explicit(&ra->rows_resident, 1,
+						  memory_order_relaxed);
+			continue;
+		}
+		if (held && e > bfs_dataset_file(ra->ds, x.file)->size)
+			e = bfs_dataset_file(ra->ds, x.file)->size;
+		sp[(*n)++] = (struct span){x.file, a, e};
+	}
+}
+
 /* The rows of the batch at position 'pos' that are not known resident,
  * as page ranges into sp (room for rows * fields), sorted by file and
  * offset and merged where they touch. Returns how many. */
 static size_t plan_batch(struct bfs_readahead *ra, uint64_t pos, uint64_t *idx,
-			 struct span *sp)
+			 struct bfs_span *spans, struct span *sp)
 {
 	uint32_t tick = advise_tick();
 	struct bfs_batch_loc at;
 	size_t n = 0, m = 0;
-	uint64_t rows;
 
 	if (bfs_order_locate_pos(ra->order, pos, &at) < 0 ||
 	    bfs_order_batch(ra->order, at.id, idx) < 0)
 		return 0;
-	rows = at.rows;
 	for (size_t f = 0; f < bfs_dataset_nfields(ra->ds); f++)
-		for (uint64_t i = 0; i < rows && !bfs_fetch_field(ra->fetch, f);
-		     i++) {
-			struct bfs_extent x;
-			uint64_t a, e;
-
-			if (bfs_dataset_extent(ra->ds, f, idx[i], &x) < 0 ||
-			    !x.len || !ra->files[x.file].w)
-				continue;
-			a = x.off & ~(uint64_t)4095;
-			e = (x.off + x.len + 4095) & ~(uint64_t)4095;
-			if (range_resident(ra, x.file, a, e, tick, 4096)) {
-				atomic_fetch_add_explicit(&ra->rows_resident, 1,
-							  memory_order_relaxed);
-				continue;
-			}
-			sp[n++] = (struct span){x.file, a, e};
-		}
+		plan_field(ra, f, idx, at.rows, spans, sp, &n, tick);
 	atomic_fetch_add_explicit(&ra->rows_read, n, memory_order_relaxed);
 	qsort(sp, n, sizeof(*sp), span_cmp);
 	for (size_t i = 0; i < n; i++) {
@@ -250,43 +274,60 @@ static size_t plan_batch(struct bfs_readahead *ra, uint64_t pos, uint64_t *idx,
 	return m;
 }
 
-/* Read batch pos's rows that are not resident. */
-static void read_batch(struct bfs_readahead *ra, uint64_t pos, uint64_t *idx,
-		       struct span *sp)
+/* Read batch pos's rows that are not resident, next needed at 'when'
+ * (remote files: the batch's ranges at once, their neighbours merge). */
+static void read_batch(struct bfs_readahead *ra, uint64_t pos, uint64_t when,
+		       uint64_t *idx, struct bfs_span *spans, struct span *sp)
 {
-	size_t n = plan_batch(ra, pos, idx, sp);
+	size_t n = plan_batch(ra, pos, idx, spans, sp);
 
-	for (size_t i = 0; i < n && !atomic_load(&ra->stop); i++)
+	if (ra->remote) {
+		struct bfs_fetch_range *r = malloc((n ? n : 1) * sizeof(*r));
+
+		for (size_t i = 0; r && i < n; i++)
+			r[i] = (struct bfs_fetch_range){
+			    sp[i].file, sp[i].off, sp[i].end - sp[i].off, NULL};
+		if (r && !atomic_load(&ra->stop))
+			bfs_fetch_ahead_ranges(ra->fetch, r, n, when);
+		free(r);
+	}
+	for (size_t i = 0; !ra->remote && i < n && !atomic_load(&ra->stop); i++)
 		bfs_fetch_ahead(ra->fetch, sp[i].file, sp[i].off,
-				sp[i].end - sp[i].off);
+				sp[i].end - sp[i].off, 0);
 	atomic_fetch_add_explicit(&ra->batches_read, 1, memory_order_relaxed);
 }
 
 /* The next position of lane l to read ahead, or UINT64_MAX when the
- * window after its readers is read. [lock] */
-static uint64_t lane_ahead(struct bfs_readahead *ra, size_t l)
+ * window after its readers is read; *when: when it is needed on the
+ * clock. [lock] */
+static uint64_t lane_ahead(struct bfs_readahead *ra, size_t l, uint64_t *when)
 {
 	uint64_t end = ra->lane_end[l];
 
 	if (ra->follow[l] && ra->next[l] < ra->follow[l])
 		ra->next[l] = ra->follow[l]; /* behind the readers: skip */
 	if (ra->follow[l] && ra->next[l] < ra->follow[l] + ra->window &&
-	    ra->next[l] < end)
+	    ra->next[l] < end) {
+		*when = ra->clock +
+			(ra->next[l] + 1 - ra->follow[l]) * (uint64_t)ra->lanes;
 		return ra->next[l]++;
+	}
 	return UINT64_MAX;
 }
 
 /* The next position to read ahead, waiting until there is one within the
  * window after a lane's readers; UINT64_MAX at stop or once the read-in
- * ended. Lanes take turns, a batch each. [lock] */
-static uint64_t next_ahead(struct bfs_readahead *ra)
+ * ended (unless remote files are read: those are never read in). Lanes
+ * take turns, a batch each. [lock] */
+static uint64_t next_ahead(struct bfs_readahead *ra, uint64_t *when)
 {
 	for (;;) {
-		if (atomic_load(&ra->stop) || bfs_memory_read_in(ra->memory))
+		if (atomic_load(&ra->stop) ||
+		    (!ra->remote && bfs_memory_read_in(ra->memory)))
 			return UINT64_MAX;
 		for (size_t i = 0; i < ra->lanes; i++) {
 			size_t l = (ra->turn + i) % ra->lanes;
-			uint64_t pos = lane_ahead(ra, l);
+			uint64_t pos = lane_ahead(ra, l, when);
 
 			if (pos != UINT64_MAX) {
 				ra->turn = l + 1;
@@ -300,8 +341,9 @@ static uint64_t next_ahead(struct bfs_readahead *ra)
 static void *ahead_main(void *arg)
 {
 	struct bfs_readahead *ra = arg;
-	uint64_t rows = bfs_order_batch_rows(ra->order, 0), pos;
+	uint64_t rows = bfs_order_batch_rows(ra->order, 0), pos, when = 0;
 	uint64_t *idx = malloc((rows ? rows : 1) * sizeof(*idx));
+	struct bfs_span *spans = malloc((rows ? rows : 1) * sizeof(*spans));
 	struct span *sp =
 	    malloc((rows ? rows : 1) * (bfs_dataset_nfields(ra->ds) + 1) *
 		   sizeof(*sp));
@@ -310,13 +352,15 @@ static void *ahead_main(void *arg)
 	sigfillset(&all); /* reads fail, they do not fault */
 	pthread_sigmask(SIG_BLOCK, &all, NULL);
 	pthread_mutex_lock(&ra->lock);
-	while (idx && sp && (pos = next_ahead(ra)) != UINT64_MAX) {
+	while (idx && sp && spans &&
+	       (pos = next_ahead(ra, &when)) != UINT64_MAX) {
 		pthread_mutex_unlock(&ra->lock);
-		read_batch(ra, pos, idx, sp);
+		read_batch(ra, pos, when, idx, spans, sp);
 		pthread_mutex_lock(&ra->lock);
 	}
 	pthread_mutex_unlock(&ra->lock);
 	free(idx);
+	free(spans);
 	free(sp);
 	return NULL;
 }
@@ -338,25 +382,34 @@ void bfs_readahead_follow(struct bfs_readahead *ra,
 		ra->next[l] = pos + 1; /* the readers went back: follow */
 	if (ra->follow[l] != pos + 1) {
 		ra->follow[l] = pos + 1;
+		ra->clock++;
+		bfs_fetch_now(ra->fetch, ra->clock);
 		if (ra->next[l] <= ra->follow[l] + ra->window / 2)
 			pthread_cond_signal(&ra->moved);
 	}
 	pthread_mutex_unlock(&ra->lock);
 }
 
-/* Bytes of pages one batch of 'rows' rows reads at most (a row of len
- * bytes touches len / 4096 + 2 pages at most). */
-static uint64_t batch_pages(const struct bfs_dataset *ds, uint64_t rows)
+/* Bytes one batch of 'rows' rows reads at most, where a row of len
+ * bytes touches len / g + 2 granules of g bytes at most (a ragged row:
+ * its field's bytes per sample on average); never more than the files
+ * hold. */
+static uint64_t batch_pages(const struct bfs_dataset *ds, uint64_t rows,
+			    uint64_t g)
 {
-	uint64_t n = 0;
+	uint64_t n = 0, samples = bfs_dataset_samples(ds);
 
 	for (size_t f = 0; f < bfs_dataset_nfields(ds); f++) {
+		const struct bfs_field *fl = bfs_dataset_field(ds, f);
 		struct bfs_extent x;
 
-		if (bfs_dataset_extent(ds, f, 0, &x) == 0)
-			n += (x.len / 4096 + 2) * 4096;
+		if (fl->ragged && samples)
+			n += (fl->total / samples * fl->row_bytes / g + 2) * g;
+		else if (bfs_dataset_extent(ds, f, 0, &x) == 0)
+			n += (x.len / g + 2) * g;
 	}
-	return n * rows;
+	n = n * rows;
+	return n < bfs_dataset_bytes(ds) ? n : bfs_dataset_bytes(ds);
 }
 
 /* Start the read-ahead thread of o->order's batches, up to o->bytes of
@@ -382,8 +435,11 @@ static int start_ahead(struct bfs_readahead *ra,
 
 		bytes = avail / 4 < (256ull << 20) ? avail / 4 : 256ull << 20;
 	}
-	per = batch_pages(ra->ds, bfs_order_batch_rows(o->order, 0));
+	per = batch_pages(ra->ds, bfs_order_batch_rows(o->order, 0),
+			  o->granule ? o->granule : 4096);
 	ra->window = per ? bytes / per / ra->lanes : 2; /* shared fairly */
+	if (ra->remote && ra->window > bfs_order_len(o->order))
+		ra->window = bfs_order_len(o->order); /* an epoch fetches all */
 	if (ra->window < 2)
 		ra->window = 2;
 	snprintf(ra->why, sizeof(ra->why),
@@ -391,7 +447,7 @@ static int start_ahead(struct bfs_readahead *ra,
 		 (unsigned long long)ra->window,
 		 ra->lanes > 1 ? " of each rank" : "",
 		 (unsigned long long)(bytes >> 20),
-		 o->memory && bfs_memory_reading_in(o->memory)
+		 o->memory && bfs_memory_reading_in(o->memory) && !ra->remote
 		     ? " until the read-in at mount ends"
 		     : "");
 	ra->ahead_up = pthread_create(&ra->ahead, NULL, ahead_main, ra) == 0;
@@ -400,7 +456,8 @@ static int start_ahead(struct bfs_readahead *ra,
 
 bool bfs_readahead_reads(const struct bfs_readahead *ra)
 {
-	return ra && ra->ahead_up && !bfs_memory_read_in(ra->memory);
+	return ra && ra->ahead_up &&
+	       (ra->remote || !bfs_memory_read_in(ra->memory));
 }
 
 /* ---- creation ------------------------------------------------------------ */
@@ -428,7 +485,9 @@ int bfs_readahead_create(struct bfs_readahead **out,
 		const struct bfs_source_file *fl = bfs_dataset_file(ds, i);
 		struct chunks *m = &ra->files[i];
 
-		if (fl->fd < 0)
+		if (bfs_fetch_held(o->fetch, i))
+			ra->remote = true; /* fetched: no residency words */
+		if (fl->fd < 0 || bfs_fetch_held(o->fetch, i))
 			continue; /* in memory: nothing to read ahead */
 		m->n = (size_t)((fl->size + CHUNK - 1) / CHUNK);
 		m->w = calloc(m->n ? m->n : 1, sizeof(*m->w));
@@ -490,8 +549,10 @@ void bfs_readahead_stats(struct bfs_readahead *ra,
 	out->rows_fetched = f.rows;
 	out->bytes_fetched = f.bytes;
 	out->reader = f.backend;
-	snprintf(out->reader_why, sizeof(out->reader_why), "%s%s", f.why,
-		 ra->why);
+	out->objects = f.objects;
+	if (snprintf(out->reader_why, sizeof(out->reader_why), "%s%s", f.why,
+		     ra->why) >= (int)sizeof(out->reader_why))
+		memcpy(out->reader_why + sizeof(out->reader_why) - 4, "...", 4);
 	if (ra->ahead_up) {
 		pthread_mutex_lock(&ra->lock);
 		for (size_t l = 0; l < ra->lanes; l++)

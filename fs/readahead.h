@@ -20,6 +20,14 @@
  * The fields whose rows the gathers read themselves (fs/fetch: data that
  * does not fit) are neither advised nor read ahead.
  *
+ * Remote files (fs/fetch holds them: a remote object's cache) are never
+ * advised and never looked at for residency: the rows of the batches
+ * after the readers, ragged fields' too, go to the fetch with when each
+ * batch is next needed, on a clock of batches read (one tick per batch a
+ * lane's readers move to; a batch d ahead in its lane is needed d x
+ * lanes ticks from now), and the thread keeps reading ahead after any
+ * read-in, as long as readers move.
+ *
  * Thread-safe: the residency words and counters are relaxed atomics; the
  * streams followed are under a mutex of their own. */
 #ifndef BFS_READAHEAD_H
@@ -51,6 +59,9 @@ struct bfs_readahead_opts {
 	/* At most this many bytes of pages read ahead of the readers (0: a
 	 * quarter of the memory available, 256 MiB at most). */
 	uint64_t bytes;
+	/* What one row costs at least where it lands, for the window:
+	 * a page (0: 4096), a remote object's cache chunk. */
+	uint64_t granule;
 };
 
 /* Counters since creation: the read-in (fs/memory), the advice and the
@@ -68,8 +79,9 @@ struct bfs_readahead_stats {
 	uint64_t distance;	  /* batches read ahead of the readers, now */
 	uint64_t rows_fetched;	  /* rows read with O_DIRECT by gathers */
 	uint64_t bytes_fetched;	  /* ... bytes */
-	const char *reader;	  /* "io_uring", "threads", "none" */
+	const char *reader;	  /* "io_uring", "threads", "remote", "none" */
 	char reader_why[BFS_READAHEAD_WHY]; /* how rows are read, and why */
+	struct bfs_objects_stats objects;   /* remote objects (fs/fetch's) */
 };
 
 /* The read-ahead of 'ds' (borrowed; must outlive it): residency words

@@ -155,7 +155,7 @@ static int uring_be_read_all(struct bfs_fetch_backend *be,
 }
 
 static void uring_be_ahead(struct bfs_fetch_backend *be, size_t file,
-			   uint64_t off, uint64_t len)
+			   uint64_t off, uint64_t len, uint64_t when)
 {
 	ahead_by(backend_of(be), file, off, len, bfs_reader_uring_submit);
 }
@@ -167,7 +167,7 @@ static int threads_be_read_all(struct bfs_fetch_backend *be,
 }
 
 static void threads_be_ahead(struct bfs_fetch_backend *be, size_t file,
-			     uint64_t off, uint64_t len)
+			     uint64_t off, uint64_t len, uint64_t when)
 {
 	ahead_by(backend_of(be), file, off, len, bfs_reader_threads_submit);
 }
@@ -215,7 +215,7 @@ static int none_read_all(struct bfs_fetch_backend *be,
 }
 
 static void none_ahead(struct bfs_fetch_backend *be, size_t file, uint64_t off,
-		       uint64_t len)
+		       uint64_t len, uint64_t when)
 {
 }
 

@@ -62,6 +62,41 @@ static void render_last_error(const struct bfs_pool_error *le, bool ranked,
 			  BFS_POOL_ERROR_MAX, le->time_ns ? le->msg : "-");
 }
 
+/* Remote sources' counters (fs/object), when the mount has any. */
+static void render_remote(const struct bfs_objects_stats *o, char *buf,
+			  size_t len, size_t *pos)
+{
+	const struct {
+		const char *name;
+		uint64_t v;
+	} rows[] = {
+	    {"remote_requests", o->requests},
+	    {"remote_bytes", o->bytes},
+	    {"remote_in_flight", o->in_flight},
+	    {"remote_retries", o->retries},
+	    {"remote_fetches", o->fetches},
+	    {"remote_fetch_failures", o->fetch_failed},
+	    {"remote_flight_bytes", o->flight_bytes},
+	    {"remote_row_bytes", o->held_bytes},
+	    {"remote_cache_hits", o->hit_chunks},
+	    {"remote_cache_misses", o->miss_chunks},
+	    {"remote_cache_evictions", o->evicted_chunks},
+	    {"remote_cache_bytes", o->present_bytes},
+	    {"remote_cache_limit", o->limit_bytes},
+	};
+
+	if (!o->objects)
+		return;
+	for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++)
+		bfs_layout_append(buf, len, pos, "%-22s %20" PRIu64 "\n",
+				  rows[i].name, rows[i].v);
+	/* bytes fetched for each byte of rows the gathers read */
+	bfs_layout_append(
+	    buf, len, pos, "%-22s %20.3f\n", "remote_fetched_per_row",
+	    o->held_bytes ? (double)o->fetch_bytes / (double)o->held_bytes
+			  : 0.0);
+}
+
 void bfs_serve_stats_render(struct bfs_serve_base *s, const char *mode,
 			    uint64_t lookups, char *buf, size_t len,
 			    size_t *pos)
@@ -122,6 +157,7 @@ void bfs_serve_stats_render(struct bfs_serve_base *s, const char *mode,
 	for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++)
 		bfs_layout_append(buf, len, pos, "%-22s %20" PRIu64 "\n",
 				  rows[i].name, *rows[i].v);
+	render_remote(&st.pool.ra.objects, buf, len, pos);
 	render_last_error(&st.pool.last_error, bfs_order_ranked(s->order), buf,
 			  len, pos);
 }

@@ -24,11 +24,11 @@
 #include <unistd.h>
 
 #include "fs/log.h"
+#include "fs/object.h"
+#include "fs/remote.h"
 #include "fs/size.h"
 #include "fs/source_impl.h"
 #include "fs/zip.h"
-
-#define SNIFF_BYTES 4096
 
 /* Room for the metadata a warning line names. */
 #define META_NAMES 512
@@ -77,8 +77,7 @@ const char *bfs_source_kind_name(enum bfs_source_kind k)
 	return (unsigned)k < sizeof(names) / sizeof(names[0]) ? names[k] : "?";
 }
 
-/* The kind of a file from its first n bytes (see the file comment). */
-static enum bfs_source_kind sniff(const uint8_t *b, size_t n)
+enum bfs_source_kind bfs_source_sniff(const uint8_t *b, size_t n)
 {
 	if (n >= 6 && !memcmp(b, "\x93NUMPY", 6))
 		return BFS_SOURCE_NPY;
@@ -95,16 +94,24 @@ static enum bfs_source_kind sniff(const uint8_t *b, size_t n)
 	return BFS_SOURCE_TORCH;
 }
 
-/* What 'path' is: 1 a directory, 0 a file whose kind is *kind, or -errno
- * with 'err'. */
-static int sniff_path(const char *path, enum bfs_source_kind *kind,
+/* What 'path' is: 1 a directory, 0 a file whose kind is *kind (a URL's
+ * object in *obj, when obj is not NULL), or -errno with 'err'. */
+static int sniff_path(const char *path, struct bfs_objects *os,
+		      enum bfs_source_kind *kind, struct bfs_object **obj,
 		      struct bfs_error *err)
 {
-	uint8_t head[SNIFF_BYTES];
+	uint8_t head[BFS_SOURCE_SNIFF];
+	struct bfs_object *o = NULL;
 	struct stat st;
 	ssize_t got;
 	int fd, rc;
 
+	if (bfs_remote_is_url(path)) {
+		rc = bfs_source_sniff_url(os, path, kind, &o, err);
+		if (obj)
+			*obj = o;
+		return rc;
+	}
 	if (stat(path, &st) < 0) {
 		rc = -errno;
 		return bfs_error_set(err, rc, path, BFS_NO_OFFSET,
@@ -120,12 +127,11 @@ static int sniff_path(const char *path, enum bfs_source_kind *kind,
 	}
 	got = pread(fd, head, sizeof(head), 0);
 	close(fd);
-	*kind = sniff(head, got > 0 ? (size_t)got : 0);
+	*kind = bfs_source_sniff(head, got > 0 ? (size_t)got : 0);
 	return 0;
 }
 
-/* Record what f's file is (st: its fstat). */
-static void identify(struct bfs_source_file *f, const struct stat *st)
+void bfs_source_identify(struct bfs_source_file *f, const struct stat *st)
 {
 	f->mtime = st->st_mtim;
 	f->dev = (uint64_t)st->st_dev;
@@ -153,7 +159,7 @@ int bfs_source_adopt_fd(struct bfs_source *s, size_t i, int fd,
 				     "(%llu bytes mapped, %llu now)",
 				     (unsigned long long)f->size,
 				     (unsigned long long)st.st_size);
-	identify(f, &st);
+	bfs_source_identify(f, &st);
 	return 0;
 }
 
@@ -181,6 +187,13 @@ int bfs_source_map(struct bfs_source *s, const char *path, const uint8_t *mem,
 		f->size = size;
 		return (int)(s->nfiles - 1);
 	}
+	if (s->next_obj) { /* a URL's object ('path' is its name) */
+		struct bfs_object *o = s->next_obj;
+
+		s->next_obj = NULL;
+		rc = bfs_source_map_remote(f, o, err);
+		return rc ? rc : (int)(s->nfiles - 1);
+	}
 	f->fd = open(path, O_RDONLY | O_CLOEXEC);
 	f->owned = true;
 	if (f->fd < 0 || fstat(f->fd, &st) < 0) {
@@ -200,7 +213,7 @@ int bfs_source_map(struct bfs_source *s, const char *path, const uint8_t *mem,
 	}
 	f->map = m;
 	f->size = (uint64_t)st.st_size;
-	identify(f, &st);
+	bfs_source_identify(f, &st);
 	return (int)(s->nfiles - 1);
 }
 
@@ -310,6 +323,7 @@ static int scalar_meta(struct bfs_source *s, const struct bfs_source_tensor *t,
 	uint8_t b[16] = {0};
 	char json[160];
 	uint64_t off, end;
+	int rc;
 
 	if (!di || di->size > sizeof(b) ||
 	    bfs_size_mul(t->offset, di->size, &off) ||
@@ -320,7 +334,10 @@ static int scalar_meta(struct bfs_source *s, const struct bfs_source_tensor *t,
 				     t->name, (unsigned long long)t->offset,
 				     t->store);
 	off += (uint64_t)(t->data - f->map);
-	if (f->fd < 0)
+	rc = bfs_source_ensure(s, t->file, off, di->size, err);
+	if (rc)
+		return rc;
+	if (f->fd < 0 || f->remote) /* a remote one: through its guard */
 		memcpy(b, f->map + off, di->size);
 	else if (pread(f->fd, b, di->size, (off_t)off) != (ssize_t)di->size)
 		return bfs_error_set(err, -EIO, f->path, off,
@@ -406,12 +423,16 @@ static void warn_meta(const struct bfs_source *s)
 				: "");
 }
 
-/* One part alone: a file of any kind, or a directory. */
+/* One part alone: a file of any kind (a URL's object: its name is the
+ * path the loaders are given, and it is the file they map), or a
+ * directory. */
 static int load_one(struct bfs_source *s, const struct bfs_source_part *p,
 		    uint64_t mem_limit, struct bfs_error *err)
 {
 	enum bfs_source_kind kind = BFS_SOURCE_TORCH;
-	int rc = sniff_path(p->path, &kind, err);
+	struct bfs_object *o = NULL;
+	const char *path = p->path;
+	int rc = sniff_path(p->path, s->objects, &kind, &o, err);
 
 	if (rc < 0)
 		return rc;
@@ -419,18 +440,22 @@ static int load_one(struct bfs_source *s, const struct bfs_source_part *p,
 		s->kind = BFS_SOURCE_NPY;
 		return bfs_source_load_npy_dir(s, p->path, err);
 	}
+	if (o) {
+		s->next_obj = o;
+		path = bfs_object_name(o);
+	}
 	s->kind = kind;
 	switch (kind) {
 	case BFS_SOURCE_NPZ:
-		return bfs_source_load_npz(s, p->path, NULL, 0, err);
+		return bfs_source_load_npz(s, path, NULL, 0, err);
 	case BFS_SOURCE_NPY:
-		return bfs_source_load_npy(s, p->path, p->name, NULL, 0, err);
+		return bfs_source_load_npy(s, path, p->name, NULL, 0, err);
 	case BFS_SOURCE_SAFETENSORS:
-		return bfs_source_load_safetensors(s, p->path, NULL, 0, err);
+		return bfs_source_load_safetensors(s, path, NULL, 0, err);
 	case BFS_SOURCE_TORCH:
 		break;
 	}
-	return bfs_source_load_torch(s, p->path, NULL, 0, mem_limit, err);
+	return bfs_source_load_torch(s, path, NULL, 0, mem_limit, err);
 }
 
 /* Several parts: a group of .npy files. */
@@ -440,18 +465,23 @@ static int load_group(struct bfs_source *s, const struct bfs_source_part *p,
 	s->kind = BFS_SOURCE_NPY;
 	for (size_t i = 0; i < n; i++) {
 		enum bfs_source_kind kind = BFS_SOURCE_TORCH;
-		int rc = sniff_path(p[i].path, &kind, err);
+		struct bfs_object *o = NULL;
+		const char *path = p[i].path;
+		int rc = sniff_path(p[i].path, s->objects, &kind, &o, err);
 
 		if (rc < 0)
 			return rc;
+		if (o)
+			path = bfs_object_name(o);
 		if (rc == 1 || kind != BFS_SOURCE_NPY)
 			return bfs_error_set(
-			    err, -EINVAL, p[i].path, BFS_NO_OFFSET,
+			    err, -EINVAL, path, BFS_NO_OFFSET,
 			    "is %s, not a .npy file: only .npy files are "
 			    "grouped into one shard",
 			    rc == 1 ? "a directory"
 				    : bfs_source_kind_name(kind));
-		rc = bfs_source_load_npy(s, p[i].path, p[i].name, NULL, 0, err);
+		s->next_obj = o;
+		rc = bfs_source_load_npy(s, path, p[i].name, NULL, 0, err);
 		if (rc)
 			return rc;
 	}
@@ -494,7 +524,16 @@ int bfs_source_open(struct bfs_source **out,
 		    const struct bfs_source_part *parts, size_t n,
 		    uint64_t mem_limit, struct bfs_error *err)
 {
+	return bfs_source_open_in(out, parts, n, mem_limit, NULL, err);
+}
+
+int bfs_source_open_in(struct bfs_source **out,
+		       const struct bfs_source_part *parts, size_t n,
+		       uint64_t mem_limit, struct bfs_objects *objects,
+		       struct bfs_error *err)
+{
 	struct bfs_source *s;
+	char shown[1024];
 
 	*out = NULL;
 	if (!n)
@@ -504,9 +543,13 @@ int bfs_source_open(struct bfs_source **out,
 		return bfs_error_set(err, -E2BIG, parts[0].path, BFS_NO_OFFSET,
 				     "more than %u .npy files in one shard",
 				     BFS_MAX_FIELDS);
-	s = source_new(parts[0].path);
+	s = source_new(
+	    bfs_remote_is_url(parts[0].path)
+		? bfs_remote_url_display(shown, sizeof(shown), parts[0].path)
+		: parts[0].path);
 	if (!s)
 		return -ENOMEM;
+	s->objects = objects;
 	return finish(out, s,
 		      n == 1 ? load_one(s, parts, mem_limit, err)
 			     : load_group(s, parts, n, err),
@@ -523,7 +566,8 @@ int bfs_source_open_mem(struct bfs_source **out, const uint8_t *buf,
 	*out = NULL;
 	if (!s)
 		return -ENOMEM;
-	s->kind = sniff(buf, size < SNIFF_BYTES ? (size_t)size : SNIFF_BYTES);
+	s->kind = bfs_source_sniff(
+	    buf, size < BFS_SOURCE_SNIFF ? (size_t)size : BFS_SOURCE_SNIFF);
 	switch (s->kind) {
 	case BFS_SOURCE_NPZ:
 		rc = bfs_source_load_npz(s, label, buf, size, err);
@@ -750,6 +794,25 @@ int bfs_source_group(const char *const *paths, size_t n,
 		     struct bfs_source_part **parts, size_t **first,
 		     size_t *nsources, struct bfs_error *err)
 {
+	return bfs_source_group_in(paths, n, NULL, parts, first, nsources, err);
+}
+
+/* The tensor name a .npy path gives (a URL's: from its name for users,
+ * without its query). */
+static const char *npy_name(const char *path, char *buf, size_t len)
+{
+	char shown[1024];
+
+	if (bfs_remote_is_url(path))
+		path = bfs_remote_url_display(shown, sizeof(shown), path);
+	return bfs_source_npy_name(path, buf, len);
+}
+
+int bfs_source_group_in(const char *const *paths, size_t n,
+			struct bfs_objects *objects,
+			struct bfs_source_part **parts, size_t **first,
+			size_t *nsources, struct bfs_error *err)
+{
 	struct bfs_source_part *p = calloc(n ? n : 1, sizeof(*p));
 	size_t *f = calloc(n + 1, sizeof(*f)), ns = 0, run = 0;
 	char a[256], b[256];
@@ -764,14 +827,14 @@ int bfs_source_group(const char *const *paths, size_t n,
 		bool again = false;
 
 		p[i].path = paths[i];
-		rc = sniff_path(paths[i], &kind, err);
+		rc = sniff_path(paths[i], objects, &kind, NULL, err);
 		if (rc < 0)
 			goto err_free;
 		if (rc == 0 && kind == BFS_SOURCE_NPY && run) {
-			bfs_source_npy_name(paths[i], a, sizeof(a));
+			npy_name(paths[i], a, sizeof(a));
 			for (size_t j = i - run; j < i && !again; j++)
-				again = !strcmp(a, bfs_source_npy_name(
-						       paths[j], b, sizeof(b)));
+				again = !strcmp(
+				    a, npy_name(paths[j], b, sizeof(b)));
 			if (!again) { /* same shard as the previous .npy */
 				run++;
 				continue;

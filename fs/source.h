@@ -34,6 +34,8 @@
 #include "fs/pickle.h"
 
 struct bfs_zip;
+struct bfs_object;
+struct bfs_objects;
 
 enum bfs_source_kind {
 	BFS_SOURCE_TORCH,
@@ -62,6 +64,15 @@ struct bfs_source_file {
 	struct timespec mtime;
 	uint64_t dev, ino;
 	uint32_t uid, gid, mode; /* owner, group, permission bits */
+	/* A remote source (s3://, http(s)://): the object whose cache file
+	 * is mapped (path is its name for users, fd the cache file, neither
+	 * mtime nor the owner's bits say anything of it). Only the bytes
+	 * fetched are there, a hole reads as zeros: at open, the parsers
+	 * read only what bfs_source_ensure made readable (the rest of the
+	 * mapping faults until bfs_source_unguard); after it, rows are read
+	 * only while fs/fetch holds them. NULL: a local file. */
+	struct bfs_object *remote;
+	bool guarded; /* mapped PROT_NONE but for what was ensured */
 };
 
 struct bfs_source_tensor {
@@ -105,6 +116,10 @@ struct bfs_source {
 	struct bfs_pickle_result pk; /* torch: the tensors as pickled */
 	int version;		     /* torch: the version record */
 	bool big_endian;	     /* torch: byteorder record "big" */
+	/* Private to fs/source: where URLs are opened (NULL: refused), and
+	 * the object the next file of a URL maps (opened when sniffed). */
+	struct bfs_objects *objects;
+	struct bfs_object *next_obj;
 };
 
 /* Open the 'n' parts of one source. A torch archive, an npz, a
@@ -119,6 +134,29 @@ struct bfs_source {
 int bfs_source_open(struct bfs_source **out,
 		    const struct bfs_source_part *parts, size_t n,
 		    uint64_t mem_limit, struct bfs_error *err);
+
+/* bfs_source_open where a part may be a URL (s3://, http://, https://):
+ * its object opened in 'objects' (fs/object; NULL: a URL is refused),
+ * only its structure fetched: the first bytes, the ZIP end records and
+ * central directory, the local headers, data.pkl and the small records,
+ * each .npy and safetensors header, 0-dim tensors. No row. */
+int bfs_source_open_in(struct bfs_source **out,
+		       const struct bfs_source_part *parts, size_t n,
+		       uint64_t mem_limit, struct bfs_objects *objects,
+		       struct bfs_error *err);
+
+/* Make bytes [off, off + len) of file 'file' of s readable: for a remote
+ * file, fetched (if absent) and kept in the cache while the source is
+ * open, and readable in its mapping; nothing for a local one. Every
+ * reader of a remote file's bytes at open calls it first (the parsers,
+ * the ragged offsets' check). 0 or -errno with 'err'. */
+int bfs_source_ensure(struct bfs_source *s, size_t file, uint64_t off,
+		      uint64_t len, struct bfs_error *err);
+
+/* The source is open and checked: the mappings of its remote files
+ * become readable whole (what is read from now on is held by fs/fetch
+ * first). Accepts NULL. */
+void bfs_source_unguard(struct bfs_source *s);
 
 /* Same over caller memory [buf, buf+size) holding one file of any kind
  * but a directory ('label' names it). The memory must outlive the source.
@@ -168,5 +206,11 @@ const char *bfs_source_kind_name(enum bfs_source_kind k);
 int bfs_source_group(const char *const *paths, size_t n,
 		     struct bfs_source_part **parts, size_t **first,
 		     size_t *nsources, struct bfs_error *err);
+/* The same where a path may be a URL (opened in 'objects', its first
+ * bytes fetched). */
+int bfs_source_group_in(const char *const *paths, size_t n,
+			struct bfs_objects *objects,
+			struct bfs_source_part **parts, size_t **first,
+			size_t *nsources, struct bfs_error *err);
 
 #endif

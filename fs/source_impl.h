@@ -4,13 +4,51 @@
 #ifndef BFS_SOURCE_IMPL_H
 #define BFS_SOURCE_IMPL_H
 
+#include <sys/stat.h>
+
 #include "fs/source.h"
+#include "fs/zip.h"
+
+/* Bytes a source's kind is recognised by, at most. */
+#define BFS_SOURCE_SNIFF 4096
+
+/* The kind of a file from its first n bytes (source.c's comment). */
+enum bfs_source_kind bfs_source_sniff(const uint8_t *b, size_t n);
+
+/* Record what file f is (st: its fstat): identity, times, owner, mode. */
+void bfs_source_identify(struct bfs_source_file *f, const struct stat *st);
+
+/* source_remote.c: the object at URL 'url' (opened in os; NULL: a URL is
+ * refused, naming it), its kind from its first bytes (fetched and kept).
+ * 0 or -errno with 'err'. */
+int bfs_source_sniff_url(struct bfs_objects *os, const char *url,
+			 enum bfs_source_kind *kind, struct bfs_object **obj,
+			 struct bfs_error *err);
+
+/* File f (its path set) is object o's cache file, mapped PROT_NONE:
+ * readable only where bfs_source_ensure made it so. 0 or -errno. */
+int bfs_source_map_remote(struct bfs_source_file *f, struct bfs_object *o,
+			  struct bfs_error *err);
 
 /* Map 'path' read-only as a new file of 's' (or, when mem is not NULL,
  * take [mem, mem+size) as its bytes). Returns the file's index or -errno
  * with 'err'. An empty or non-regular file is refused. */
 int bfs_source_map(struct bfs_source *s, const char *path, const uint8_t *mem,
 		   uint64_t size, struct bfs_error *err);
+
+/* The ZIP archive at 'path' (or in [mem, mem+size)) of 'kind' as s->zip,
+ * its file one of s's (*file): a remote one (s->next_obj) parsed with
+ * every range it reads ensured first (fs/zip's io), a local one mapped
+ * by fs/zip. 0 or -errno with 'err'. */
+int bfs_source_open_zip(struct bfs_source *s, const char *path,
+			const uint8_t *mem, uint64_t size,
+			enum bfs_zip_kind kind, size_t *file,
+			struct bfs_error *err);
+
+/* bfs_source_ensure of n ranges of one file at once (fetched together). */
+int bfs_source_ensure_many(struct bfs_source *s, size_t file,
+			   const struct bfs_zip_range *r, size_t n,
+			   struct bfs_error *err);
 
 /* Let file 'f' of 's' read through 'fd' (a mapping someone else made of
  * it, e.g. the zip's; -1: bytes in memory) and record what the file is

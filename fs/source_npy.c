@@ -69,17 +69,56 @@ static int npy_tensor(struct bfs_source *s, size_t file, const uint8_t *p,
 	return 0;
 }
 
+/* The .npy headers of n arrays of file f (array i: bytes [r[i].off, +
+ * r[i].len)) readable, for a remote file fetched together: their fixed
+ * part (magic, version, header length), then each whole header. Nothing
+ * of the data. 0 or -errno with 'err'. */
+static int need_headers(struct bfs_source *s, size_t f,
+			const struct bfs_zip_range *r, size_t n,
+			struct bfs_error *err)
+{
+	struct bfs_zip_range *h = calloc(n ? n : 1, sizeof(*h));
+	int rc;
+
+	if (!h)
+		return -ENOMEM;
+	for (size_t i = 0; i < n; i++)
+		h[i] = (struct bfs_zip_range){r[i].off,
+					      r[i].len < 12 ? r[i].len : 12};
+	rc = bfs_source_ensure_many(s, f, h, n, err);
+	for (size_t i = 0; rc == 0 && i < n; i++) {
+		const uint8_t *p = s->files[f].map + r[i].off;
+		uint64_t end = 12;
+
+		if (h[i].len >= 10 && p[6] == 1)
+			end = 10 + (uint64_t)(p[8] | p[9] << 8);
+		else if (h[i].len >= 12)
+			end = 12 + ((uint64_t)p[8] | (uint64_t)p[9] << 8 |
+				    (uint64_t)p[10] << 16 |
+				    (uint64_t)p[11] << 24);
+		h[i].len = end < r[i].len ? end : r[i].len;
+	}
+	if (rc == 0)
+		rc = bfs_source_ensure_many(s, f, h, n, err);
+	free(h);
+	return rc;
+}
+
 int bfs_source_load_npy(struct bfs_source *s, const char *path,
 			const char *name, const uint8_t *mem, uint64_t size,
 			struct bfs_error *err)
 {
 	char stem[256];
-	int f = bfs_source_map(s, path, mem, size, err);
+	int rc, f = bfs_source_map(s, path, mem, size, err);
 
 	if (f < 0)
 		return f;
 	if (!name)
 		name = bfs_source_npy_name(path, stem, sizeof(stem));
+	rc = need_headers(s, (size_t)f,
+			  &(struct bfs_zip_range){0, s->files[f].size}, 1, err);
+	if (rc)
+		return rc;
 	return npy_tensor(s, (size_t)f, s->files[f].map, s->files[f].size, path,
 			  name, err);
 }
@@ -147,18 +186,18 @@ int bfs_source_load_npz(struct bfs_source *s, const char *path,
 			const uint8_t *mem, uint64_t size,
 			struct bfs_error *err)
 {
-	int rc = mem ? bfs_zip_open_mem_kind(&s->zip, mem, size, path,
-					     BFS_ZIP_NPZ, err)
-		     : bfs_zip_open_kind(&s->zip, path, BFS_ZIP_NPZ, err);
-	int f;
+	struct bfs_zip_range *h = NULL;
+	size_t f = 0;
+	int rc = bfs_source_open_zip(s, path, mem, size, BFS_ZIP_NPZ, &f, err);
 
-	if (rc)
-		return rc;
-	f = bfs_source_map(s, path, s->zip->map, s->zip->map_size, err);
-	if (f < 0)
-		return f;
-	/* the zip owns fd and mapping */
-	rc = bfs_source_adopt_fd(s, (size_t)f, s->zip->fd, err);
+	if (rc == 0 && !(h = malloc(s->zip->n_entries * sizeof(*h))))
+		rc = -ENOMEM;
+	for (size_t i = 0; rc == 0 && i < s->zip->n_entries; i++)
+		h[i] = (struct bfs_zip_range){s->zip->entries[i].data_off,
+					      s->zip->entries[i].size};
+	if (rc == 0) /* every member's header, fetched together */
+		rc = need_headers(s, f, h, s->zip->n_entries, err);
+	free(h);
 	if (rc)
 		return rc;
 	for (size_t i = 0; i < s->zip->n_entries && !rc; i++) {
@@ -177,8 +216,8 @@ int bfs_source_load_npz(struct bfs_source *s, const char *path,
 			free(name);
 			return -ENOMEM;
 		}
-		rc = npy_tensor(s, (size_t)f, bfs_zip_data(s->zip, e), e->size,
-				label, name, err);
+		rc = npy_tensor(s, f, bfs_zip_data(s->zip, e), e->size, label,
+				name, err);
 		free(label);
 		free(name);
 	}

@@ -165,6 +165,24 @@ static int bind_storage(struct bfs_source *s, const struct bfs_pickle_tensor *t,
 	return 0;
 }
 
+/* The records read here (the version and byteorder records, data.pkl)
+ * readable in file f (fetched at once, for a remote archive). */
+static int need_records(struct bfs_source *s, size_t f, struct bfs_error *err)
+{
+	static const char *const rels[] = {"version", ".data/version",
+					   "byteorder", "data.pkl"};
+	struct bfs_zip_range r[4];
+	size_t n = 0;
+
+	for (size_t i = 0; i < 4; i++) {
+		const struct bfs_zip_entry *e = bfs_zip_find(s->zip, rels[i]);
+
+		if (e)
+			r[n++] = (struct bfs_zip_range){e->data_off, e->size};
+	}
+	return bfs_source_ensure_many(s, f, r, n, err);
+}
+
 int bfs_source_load_torch(struct bfs_source *s, const char *path,
 			  const uint8_t *mem, uint64_t size, uint64_t mem_limit,
 			  struct bfs_error *err)
@@ -172,10 +190,12 @@ int bfs_source_load_torch(struct bfs_source *s, const char *path,
 	const struct bfs_zip_entry *pkl;
 	uint64_t zb;
 	char *label = NULL;
-	int rc, f;
+	size_t f = 0;
+	int rc;
 
-	rc = mem ? bfs_zip_open_mem(&s->zip, mem, size, path, err)
-		 : bfs_zip_open(&s->zip, path, err);
+	rc = bfs_source_open_zip(s, path, mem, size, BFS_ZIP_TORCH, &f, err);
+	if (rc == 0)
+		rc = need_records(s, f, err);
 	if (rc)
 		return rc;
 	zb = zip_bytes(s->zip);
@@ -204,13 +224,6 @@ int bfs_source_load_torch(struct bfs_source *s, const char *path,
 		rc =
 		    bfs_source_meta_add(s, s->pk.meta[i].key,
 					s->pk.meta[i].json, s->pk.meta[i].what);
-	if (rc)
-		return rc;
-	f = bfs_source_map(s, path, s->zip->map, s->zip->map_size, err);
-	if (f < 0)
-		return f;
-	/* the zip owns fd and mapping */
-	rc = bfs_source_adopt_fd(s, (size_t)f, s->zip->fd, err);
 	if (rc)
 		return rc;
 	for (size_t i = 0; i < s->pk.n_tensors && !rc; i++)

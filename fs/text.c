@@ -13,6 +13,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "fs/remote.h"
+
 /* What the renderers read. */
 struct text {
 	const struct bfs_dataset *ds;
@@ -153,6 +155,10 @@ static void absolute(const char *path, char *out, size_t len)
 
 	int k = -1;
 
+	if (bfs_remote_is_url(path)) { /* a remote source's name */
+		snprintf(out, len, "%s", path);
+		return;
+	}
 	if (realpath(path, out))
 		return;
 	if (path[0] != '/' && getcwd(cwd, sizeof(cwd)))
@@ -206,6 +212,12 @@ static void render_json(const struct text *t, const struct bfs_text_info *in,
 	bfs_layout_json_str(b, n, pos, in->reader ? in->reader : "-");
 	bfs_layout_append(b, n, pos, ",\n  \"reader_why\": ");
 	bfs_layout_json_str(b, n, pos, in->reader_why ? in->reader_why : "");
+	if (in->cache_dir) { /* remote sources */
+		bfs_layout_append(b, n, pos, ",\n  \"cache\": {\"dir\": ");
+		bfs_layout_json_str(b, n, pos, in->cache_dir);
+		bfs_layout_append(b, n, pos, ", \"limit_bytes\": %" PRIu64 "}",
+				  in->cache_bytes);
+	}
 	bfs_layout_append(b, n, pos, ",\n  \"log\": ");
 	bfs_layout_json_str(b, n, pos, in->log ? in->log : "");
 	bfs_layout_append(
@@ -408,6 +420,19 @@ static void render_readme(const struct text *t, const struct bfs_text_info *in,
 	render_epochs(t, b, n, pos);
 	render_ranks(t, b, n, pos);
 	render_ragged(t, b, n, pos);
+	if (in->cache_dir && in->cache_bytes)
+		bfs_layout_append(b, n, pos,
+				  "Remote sources are fetched ahead of the "
+				  "readers, in the sampler's order, into\n%s "
+				  "(at most %.1f GB, what is needed furthest "
+				  "ahead evicted first).\n\n",
+				  in->cache_dir, (double)in->cache_bytes / 1e9);
+	else if (in->cache_dir)
+		bfs_layout_append(b, n, pos,
+				  "Remote sources are fetched ahead of the "
+				  "readers, in the sampler's order, into\n%s "
+				  "(no bound: --cache-gb sets one).\n\n",
+				  in->cache_dir);
 	bfs_layout_append(b, n, pos,
 			  "Read a batch with numpy only:\n\n"
 			  "import json, numpy as np\n");

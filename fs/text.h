@@ -36,6 +36,11 @@ struct bfs_text_info {
 	const char *serve_why;	/* why that mode */
 	const char *reader;	/* how rows are read ahead: "io_uring", ... */
 	const char *reader_why; /* ... and why */
+	/* Remote sources: the cache's directory and bound (0: none); NULL
+	 * dir: no remote source. Sources are named by their URLs without
+	 * query or userinfo (fs/remote: bfs_remote_url_display). */
+	const char *cache_dir;
+	uint64_t cache_bytes;
 };
 
 /* README into *readme and dataset.json into *json, malloc'd strings the

@@ -6,6 +6,7 @@
  * where to read the rest. */
 #include "tools/cli.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -45,4 +46,17 @@ int bfs_cli_bad_usage(const char *cmd, void (*usage)(FILE *), const char *msg,
 	free(text);
 	fprintf(stderr, "Try 'batchfs %s --help' for more information.\n", cmd);
 	return 2;
+}
+
+int bfs_cli_parse_gb(const char *s, uint64_t *bytes)
+{
+	char *end;
+	double gb;
+
+	errno = 0;
+	gb = strtod(s, &end);
+	if (errno || end == s || *end || !(gb >= 1e-6 && gb <= 1e6))
+		return -1;
+	*bytes = (uint64_t)(gb * 1e9);
+	return 0;
 }

@@ -2,6 +2,7 @@
 #ifndef BFS_TOOLS_CLI_H
 #define BFS_TOOLS_CLI_H
 
+#include <stdint.h>
 #include <stdio.h>
 
 /* Report bad usage of `batchfs CMD` on stderr in three lines or so:
@@ -13,5 +14,9 @@
  *   return bfs_cli_bad_usage("pack", usage, "missing -o OUT.pt", NULL); */
 int bfs_cli_bad_usage(const char *cmd, void (*usage)(FILE *), const char *msg,
 		      const char *arg);
+
+/* 's' as a number of GB (10^9 bytes; a fraction too: "0.5") in
+ * [0.000001, 1000000], into *bytes. 0, or -1 when it is none. */
+int bfs_cli_parse_gb(const char *s, uint64_t *bytes);
 
 #endif

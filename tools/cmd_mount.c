@@ -85,6 +85,9 @@ enum {
 	OPT_FIELDS,
 	OPT_PERSIST,
 	OPT_SDROP,
+	OPT_S3EP,
+	OPT_CACHEDIR,
+	OPT_CACHEGB,
 };
 
 static const struct option long_opts[] = {
@@ -119,6 +122,9 @@ static const struct option long_opts[] = {
     {"fields", required_argument, NULL, OPT_FIELDS},
     {"persistent-workers", no_argument, NULL, OPT_PERSIST},
     {"sampler-drop-last", no_argument, NULL, OPT_SDROP},
+    {"s3-endpoint", required_argument, NULL, OPT_S3EP},
+    {"cache-dir", required_argument, NULL, OPT_CACHEDIR},
+    {"cache-gb", required_argument, NULL, OPT_CACHEGB},
     {"foreground", no_argument, NULL, 'f'},
     {"verbose", no_argument, NULL, 'v'},
     {"help", no_argument, NULL, 'h'},
@@ -391,10 +397,37 @@ static int compat_opt(struct mount_opts *m, const char *arg)
 	return bfs_cli_bad_usage("mount", usage, msg, NULL);
 }
 
+/* The option whose value is kept as given (a path, a list, a URL), or
+ * NULL: where m keeps it. */
+static const char **kept_as_given(int c, struct mount_opts *m)
+{
+	const struct {
+		int c;
+		const char **at;
+	} t[] = {
+	    {OPT_SUBSET, &m->subset},	   {OPT_RANKS, &m->ranks_arg},
+	    {OPT_FIELDS, &m->fields},	   {OPT_WEIGHTS, &m->weights},
+	    {OPT_GENSTATE, &m->gen_state}, {OPT_RNGSTATE, &m->rng_state},
+	    {OPT_LOGFILE, &m->log_file},   {OPT_S3EP, &m->s3_endpoint},
+	    {OPT_CACHEDIR, &m->cache_dir},
+	};
+
+	for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++)
+		if (t[i].c == c)
+			return t[i].at;
+	return NULL;
+}
+
 /* One option that takes a value but no number (numeric() has those).
  * Returns 0 or 2 (bad usage, printed). */
 static int value_opt(int c, char *arg, struct mount_opts *m)
 {
+	const char **kept = kept_as_given(c, m);
+
+	if (kept) {
+		*kept = arg;
+		return 0;
+	}
 	switch (c) {
 	case OPT_SERVE:
 		if (bfs_serve_mode_parse(arg, &m->serve) == 0)
@@ -410,27 +443,6 @@ static int value_opt(int c, char *arg, struct mount_opts *m)
 					 "--reader: not auto, io_uring, "
 					 "threads or none",
 					 arg);
-	case OPT_SUBSET:
-		m->subset = arg;
-		return 0;
-	case OPT_RANKS:
-		m->ranks_arg = arg;
-		return 0;
-	case OPT_FIELDS:
-		m->fields = arg;
-		return 0;
-	case OPT_WEIGHTS:
-		m->weights = arg;
-		return 0;
-	case OPT_GENSTATE:
-		m->gen_state = arg;
-		return 0;
-	case OPT_RNGSTATE:
-		m->rng_state = arg;
-		return 0;
-	case OPT_LOGFILE:
-		m->log_file = arg;
-		return 0;
 	case OPT_PAD:
 	case OPT_PACK:
 		return ragged_opt(m, c, arg);
@@ -443,6 +455,12 @@ static int value_opt(int c, char *arg, struct mount_opts *m)
 	}
 	case OPT_COMPAT:
 		return compat_opt(m, arg);
+	case OPT_CACHEGB:
+		if (bfs_cli_parse_gb(arg, &m->cache_bytes) == 0)
+			return 0;
+		return bfs_cli_bad_usage(
+		    "mount", usage, "--cache-gb: not a GB count in [1e-6, 1e6]",
+		    arg);
 	default:
 		return numeric(c, arg, m);
 	}
@@ -598,11 +616,6 @@ static int operands(int argc, char **argv, struct mount_opts *m)
 		m->sources[m->nsources++] = argv[i];
 	for (size_t i = 0; i < m->no_sources; i++) /* -o source= */
 		m->sources[m->nsources++] = m->o_sources[i];
-	snprintf(m->source_label, sizeof(m->source_label), "%s", m->sources[0]);
-	if (m->nsources > 1)
-		snprintf(m->source_label + strlen(m->source_label),
-			 sizeof(m->source_label) - strlen(m->source_label),
-			 " (and %zu more shards)", m->nsources - 1);
 	m->mountpoint = argv[argc - 1];
 	req = request_of(m);
 	if (bfs_order_request_check(&req, &err) < 0)

@@ -38,9 +38,12 @@
 #include "fs/fetch.h"
 #include "fs/log.h"
 #include "fs/memory.h"
+#include "fs/object.h"
 #include "fs/order_input.h"
 #include "fs/readahead.h"
 #include "fs/reader.h"
+#include "fs/remote.h"
+#include "fs/remote_fetch.h"
 #include "mount/mount.h"
 #include "mount/postmortem.h"
 #include "tools/cli.h"
@@ -50,6 +53,7 @@
 
 /* What is mounted: built before the mount, served by the session. */
 struct model {
+	struct bfs_objects *objects; /* remote sources' (NULL: none) */
 	struct bfs_dataset *ds;
 	struct bfs_layout layout;
 	struct bfs_order *order;
@@ -177,6 +181,26 @@ static int make_order(struct mount_opts *m, struct model *mt,
 	return 0;
 }
 
+/* The remote sources' objects (fs/object), when a source is a URL: the
+ * cache directory (--cache-dir, else the default under HOME), its bound
+ * (--cache-gb), the S3 endpoint (--s3-endpoint, else the AWS settings'),
+ * requests bounded by --timeout. 0 or -errno with err. */
+static int open_objects(const struct mount_opts *m, struct model *mt,
+			struct bfs_error *err)
+{
+	struct bfs_objects_opts o = {
+	    .remote = {.s3_endpoint = m->s3_endpoint,
+		       .timeout_s = m->timeout_s},
+	    .cache_dir = m->cache_dir,
+	    .cache_bytes = m->cache_bytes,
+	};
+	bool any = false;
+
+	for (size_t i = 0; i < m->nsources; i++)
+		any = any || bfs_remote_is_url(m->sources[i]);
+	return any ? bfs_objects_create(&mt->objects, &o, err) : 0;
+}
+
 /* Everything before FUSE: dataset, layout, order. 0, 1 or 2. */
 static int open_model(struct mount_opts *m, struct model *mt,
 		      void (*usage)(FILE *))
@@ -185,8 +209,10 @@ static int open_model(struct mount_opts *m, struct model *mt,
 	char msg[4 * BFS_ERROR_MAX]; /* err.msg escaped: it names files */
 	int rc;
 
-	rc = bfs_dataset_open_select(&mt->ds, m->sources, m->nsources,
-				     m->fields, &err);
+	rc = open_objects(m, mt, &err);
+	if (rc == 0)
+		rc = bfs_dataset_open_in(&mt->ds, m->sources, m->nsources,
+					 m->fields, mt->objects, &err);
 	if (rc == 0)
 		rc = bfs_layout_init_ragged(&mt->layout, mt->ds, m->batch_size,
 					    m->ragged, m->nragged, &err);
@@ -199,7 +225,8 @@ static int open_model(struct mount_opts *m, struct model *mt,
 				       err.msg[0] ? err.msg : strerror(-rc)));
 		/* an .npz that is a list of samples: say how to pack it */
 		for (size_t i = 0; i < m->nsources; i++)
-			bfs_pack_list_hint("mount", m->sources[i]);
+			if (!bfs_remote_is_url(m->sources[i]))
+				bfs_pack_list_hint("mount", m->sources[i]);
 		return 1;
 	}
 	rc = make_order(m, mt, usage);
@@ -232,6 +259,7 @@ static void close_model(struct model *mt)
 	bfs_order_destroy(mt->order);
 	bfs_layout_fini(&mt->layout);
 	bfs_dataset_close(mt->ds);
+	bfs_objects_destroy(mt->objects); /* after the mappings of theirs */
 }
 
 /* The serving options the environment sets for tests and measurements:
@@ -288,19 +316,27 @@ static int start_cold(struct cold *c, const struct mount_opts *m,
 	    .assume_cold = getenv("BATCHFS_DEBUG_COLD") != NULL,
 	};
 	struct bfs_fetch_backend *be = NULL;
+	struct bfs_readahead_opts ro = {
+	    .order = mt->order, .memory = c->memory, .fetch = NULL};
 	int rc = bfs_memory_create(&c->memory, mt->ds, &mo);
 
 	if (rc == 0)
 		rc = bfs_reader_backend(&be, mt->ds, m->reader,
 					bfs_memory_cold(c->memory));
+	if (rc == 0 && mt->objects) { /* remote files: fetched, wrapping be */
+		uint64_t limit = bfs_objects_limit(mt->objects);
+
+		rc = bfs_remote_fetch_backend(&be, mt->ds, mt->objects, be);
+		/* ahead as far as half the cache's bound holds */
+		ro.bytes = limit ? limit / 2 : (uint64_t)4 << 30;
+		ro.granule = BFS_CACHE_CHUNK_DEFAULT;
+	}
 	if (rc == 0)
 		rc = bfs_fetch_create(&c->fetch, mt->ds, be); /* owns be */
+	ro.memory = c->memory;
+	ro.fetch = c->fetch;
 	if (rc == 0)
-		rc = bfs_readahead_create(
-		    &c->readahead, mt->ds,
-		    &(struct bfs_readahead_opts){.order = mt->order,
-						 .memory = c->memory,
-						 .fetch = c->fetch});
+		rc = bfs_readahead_create(&c->readahead, mt->ds, &ro);
 	return rc;
 }
 
@@ -425,9 +461,18 @@ static int start(void *arg, enum bfs_serve_mode mode, const char *why,
 	    .page_cache_bytes = m->pc_mb << 20,
 	};
 	struct bfs_tree_info ti = tree_info(m, mode, why);
+	struct bfs_error err = {{0}};
 	int rc;
 
 	bfs_log_err_reset();
+	if (mt->objects) { /* their threads, after the fork */
+		ti.text.cache_dir = bfs_objects_dir(mt->objects);
+		ti.text.cache_bytes = bfs_objects_limit(mt->objects);
+		if (bfs_objects_resume(mt->objects, &err) < 0) {
+			snprintf(msg, len, "cannot start serving: %s", err.msg);
+			return -EIO;
+		}
+	}
 	debug_opts(&po, &so);
 	describe_opts(m, mode);
 	bfs_log(BFS_LOG_INFO, "mount",
@@ -647,6 +692,29 @@ static size_t count_entries(const char *path)
 	return n;
 }
 
+/* What names the sources in the log, messages and mount tables: the
+ * first one (a URL without its query or userinfo: they may hold
+ * secrets) and how many more; fsname, its absolute path or name. */
+static void name_sources(struct mount_opts *m)
+{
+	const char *first = m->sources[0];
+	size_t n;
+
+	if (bfs_remote_is_url(first))
+		bfs_remote_url_display(m->source_label, sizeof(m->source_label),
+				       first);
+	else
+		snprintf(m->source_label, sizeof(m->source_label), "%s", first);
+	n = strlen(m->source_label);
+	if (m->nsources > 1)
+		snprintf(m->source_label + n, sizeof(m->source_label) - n,
+			 " (and %zu more shards)", m->nsources - 1);
+	if (bfs_remote_is_url(first))
+		bfs_remote_url_display(m->fsname, sizeof(m->fsname), first);
+	else if (!realpath(first, m->fsname)) /* open_model says why */
+		snprintf(m->fsname, sizeof(m->fsname), "%s", first);
+}
+
 /* Contract: see tools/mount_compose.h. */
 int bfs_mount_compose(struct mount_opts *m, void (*usage)(FILE *))
 {
@@ -668,8 +736,7 @@ int bfs_mount_compose(struct mount_opts *m, void (*usage)(FILE *))
 		m->seed = s;
 	}
 	bfs_log_setup(m->verbose ? BFS_LOG_DEBUG : BFS_LOG_INFO, NULL);
-	if (!realpath(m->sources[0], m->fsname)) /* open_model says why */
-		snprintf(m->fsname, sizeof(m->fsname), "%s", m->sources[0]);
+	name_sources(m);
 	rc = open_model(m, &mt, usage);
 	if (rc == 0)
 		rc = bfs_mount_perm_decide(
@@ -685,6 +752,8 @@ int bfs_mount_compose(struct mount_opts *m, void (*usage)(FILE *))
 	if (rc == 0) {
 		m->hidden = count_entries(m->mountpoint);
 		bfs_mount_log_start(&m->log, m->verbose);
+		if (mt.objects) /* its threads stop before the fork */
+			bfs_objects_suspend(mt.objects);
 		rc = run(m, &mt);
 	}
 	close_model(&mt);

@@ -50,7 +50,11 @@ struct mount_opts {
 	enum bfs_reader_kind reader; /* --reader */
 	enum bfs_torch_compat compat;
 	const char *subset, *weights, *gen_state, *rng_state, *log_file;
-	const char *fields;	      /* --fields */
+	const char *fields; /* --fields */
+	/* Remote sources: --s3-endpoint (NULL: the AWS settings'), --cache-dir
+	 * (NULL: the default), --cache-gb in bytes (0: no bound). */
+	const char *s3_endpoint, *cache_dir;
+	uint64_t cache_bytes;
 	char fuse_o[1024];	      /* user's -o options, comma-joined */
 	struct bfs_mount_owner owner; /* --owner */
 	struct bfs_ragged_opt ragged[BFS_LAYOUT_MAX_RAGGED]; /* --pad/--pack */

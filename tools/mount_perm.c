@@ -93,6 +93,7 @@ int bfs_mount_owner_parse(const char *arg, struct bfs_mount_owner *o, char *why,
 	}
 	snprintf(o->name, sizeof(o->name), "%s", user);
 	o->set = true;
+	o->group = colon != NULL;
 	return 0;
 }
 
@@ -220,6 +221,16 @@ static void owner_refused(const struct bfs_mount_owner *owner,
 		d->acl ? ", with an ACL" : "", why);
 }
 
+/* Whether ds has a remote source (read with the mounter's credentials:
+ * no mode bits of its own). */
+static bool remote(const struct bfs_dataset *ds)
+{
+	for (size_t i = 0; i < bfs_dataset_nfiles(ds); i++)
+		if (bfs_dataset_file(ds, i)->remote)
+			return true;
+	return false;
+}
+
 int bfs_mount_perm_decide(const struct bfs_dataset *ds,
 			  const struct bfs_mount_owner *owner, bool allow_other,
 			  struct bfs_perm *out)
@@ -255,6 +266,8 @@ int bfs_mount_perm_decide(const struct bfs_dataset *ds,
 	out->read = bfs_perm_bits(o, n, out->uid, out->gid, groups, ng);
 	if (!owner->set && !root) /* it opened them: it may read them */
 		out->read |= S_IRUSR;
+	if (remote(ds)) /* the mount's owner's (and GROUP's, when named) */
+		out->read &= S_IRUSR | (owner->group ? S_IRGRP : 0);
 	if (owner->set && !(out->read & S_IRUSR)) {
 		owner_refused(owner,
 			      bfs_perm_denied(o, n, out->uid, groups, ng),

@@ -11,7 +11,10 @@
  * and the read bits are those fs/perm allows for that owner and group,
  * the owner's groups being those it is in (its passwd entry's and the
  * group file's, not the mount's group): never wider than the sources'
- * (the most restrictive of them). With
+ * (the most restrictive of them). A remote source (s3://, https://) has
+ * no mode bits: it is read with the mounter's credentials, so its nodes
+ * are for the mount's owner only (0400), and for its group too (0440)
+ * when --owner USER:GROUP names one; -o allow_other widens no bit. With
  * -o allow_other a note says who else may read, and a warning names a
  * source whose file system may check more than its mode bits (NFS, SMB,
  * FUSE, ...): there allow_other shows its data by its mode bits alone.
@@ -30,6 +33,7 @@
 /* --owner, parsed. */
 struct bfs_mount_owner {
 	bool set;
+	bool group; /* USER:GROUP: GROUP named */
 	unsigned uid, gid;
 	char name[64]; /* USER as given, for messages */
 };

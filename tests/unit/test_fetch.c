@@ -223,7 +223,7 @@ static int fake_read_all(struct bfs_fetch_backend *be,
 }
 
 static void fake_ahead(struct bfs_fetch_backend *be, size_t file, uint64_t off,
-		       uint64_t len)
+		       uint64_t len, uint64_t when)
 {
 	struct fake *fk = (struct fake *)be;
 
@@ -276,7 +276,7 @@ static void a_failing_backend_gives_eio(void **state)
 	assert_null(have);
 	assert_int_equal(fk->read_alls, 1);
 	assert_true(bfs_fetch_reads_ahead(f));
-	bfs_fetch_ahead(f, 1, 4096, 8192);
+	bfs_fetch_ahead(f, 1, 4096, 8192, 0);
 	assert_int_equal(fk->aheads, 1);
 	assert_int_equal(fk->ahead_file, 1);
 	assert_int_equal(fk->ahead_off, 4096);
@@ -364,9 +364,9 @@ static void reads_ahead_leave_pages_resident(void **state)
 		skip();
 	}
 	assert_true(bfs_fetch_reads_ahead(f));
-	bfs_fetch_ahead(f, x.file, x.off & ~4095ull,
-			((x.off + x.len + 4095) & ~4095ull) -
-			    (x.off & ~4095ull));
+	bfs_fetch_ahead(
+	    f, x.file, x.off & ~4095ull,
+	    ((x.off + x.len + 4095) & ~4095ull) - (x.off & ~4095ull), 0);
 	for (int t = 0; t < LIVENESS_S * 100; t++) {
 		bfs_fetch_stats(f, &st);
 		if (!st.ahead_in_flight && resident(ds, x.file, x.off, x.len))
