@@ -454,7 +454,8 @@ int bfs_object_keep(struct bfs_object *o, const struct bfs_cache_range *r,
 		free(sorted);
 	}
 	if (rc == 0)
-		rc = bfs_object_wait(o, r, n, bfs_object_now_ns() + wait_ns, err);
+		rc = bfs_object_wait(o, r, n, bfs_object_now_ns() + wait_ns,
+				     err);
 	if (rc) {
 		for (size_t i = 0; i < pinned; i++)
 			bfs_cache_unpin(o->e, r[i].off, r[i].len);

@@ -26,8 +26,8 @@
 #include "fs/source_impl.h"
 
 int bfs_source_sniff_url(struct bfs_objects *os, const char *url,
-		     enum bfs_source_kind *kind, struct bfs_object **obj,
-		     struct bfs_error *err)
+			 enum bfs_source_kind *kind, struct bfs_object **obj,
+			 struct bfs_error *err)
 {
 	uint8_t head[BFS_SOURCE_SNIFF];
 	struct bfs_cache_range r = {0, BFS_SOURCE_SNIFF};
@@ -58,7 +58,7 @@ int bfs_source_sniff_url(struct bfs_objects *os, const char *url,
 /* A parser that reads a byte it did not ask for faults: it never reads a
  * hole's zeros. */
 int bfs_source_map_remote(struct bfs_source_file *f, struct bfs_object *o,
-		      struct bfs_error *err)
+			  struct bfs_error *err)
 {
 	struct stat st;
 	void *m;
@@ -185,4 +185,3 @@ int bfs_source_open_zip(struct bfs_source *s, const char *path,
 	/* the zip owns fd and mapping */
 	return bfs_source_adopt_fd(s, (size_t)f, s->zip->fd, err);
 }
-

@@ -614,6 +614,40 @@ static void warn_budget(const struct mount_opts *m, const struct model *mt)
 		    lanes > 1 ? "s" : "", mb);
 }
 
+/* A warning when --cache-gb may not hold the chunks that the batches
+ * being gathered pin at once: each worker pins every chunk its batch's
+ * rows touch (up to 1 + a row's chunks a row), all of them at most the
+ * remote sources' bytes; a batch that finds no room fails with EIO. */
+static void warn_cache(const struct mount_opts *m, const struct model *mt)
+{
+	uint64_t limit = mt->objects ? bfs_objects_limit(mt->objects) : 0;
+	uint64_t chunk = BFS_CACHE_CHUNK_DEFAULT, row = 0, remote = 0, need;
+
+	if (!limit)
+		return;
+	for (size_t i = 0; i < bfs_dataset_nfiles(mt->ds); i++)
+		if (bfs_dataset_file(mt->ds, i)->remote)
+			remote += bfs_dataset_file(mt->ds, i)->size;
+	for (size_t f = 0; f < bfs_dataset_nfields(mt->ds); f++) {
+		const struct bfs_field *fl = bfs_dataset_field(mt->ds, f);
+		uint64_t b =
+		    fl->ragged ? fl->max_len * fl->row_bytes : fl->row_bytes;
+
+		row += ((b + chunk - 1) / chunk + 1) * chunk;
+	}
+	need = row * m->batch_size * m->workers;
+	if (need > remote)
+		need = remote;
+	if (limit < need)
+		warn(m,
+		     "--cache-gb %.6g may not hold the 64 KiB chunks that %u "
+		     "workers' batches pin at once (up to %.1f MB): a batch "
+		     "that finds no room fails with EIO (use --cache-gb %.6g "
+		     "or more, or fewer --workers)",
+		     (double)limit / 1e9, m->workers, (double)need / 1e6,
+		     (double)need / 1e9);
+}
+
 /* Right before the mount is reported ready: the warnings (options that
  * change nothing, a budget too small for --prefetch, files the mount
  * hides) and the summary line, while the caller's terminal is still
@@ -628,6 +662,7 @@ static void ready(void *arg)
 	for (size_t i = 0; i < n; i++)
 		warn(sa->m, "%s", unused[i]);
 	warn_budget(sa->m, sa->model);
+	warn_cache(sa->m, sa->model);
 	if (sa->m->hidden)
 		warn(sa->m,
 		     "%s is not empty: its %zu entr%s hidden while it is "
