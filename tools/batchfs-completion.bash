@@ -6,8 +6,10 @@
 # The commands and the options of each come from the command being
 # completed ('batchfs --help', 'batchfs COMMAND --help', read once per
 # shell), so they are never out of date. What is known here: the values
-# of the options that take one of a few words, and that umount and status
-# take mount points (the batchfs mounts of /proc/self/mountinfo).
+# of the options that take one of a few words (and that --cache-dir takes
+# a directory, --cache-gb and --s3-endpoint nothing a file name completes),
+# and that umount and status take mount points (the batchfs mounts of
+# /proc/self/mountinfo).
 # tests/cli/test_completion.sh checks both against the command.
 
 # The text of '$1 [$2] --help', cached per command and subcommand.
@@ -82,6 +84,13 @@ _batchfs() {
 		return ;;
 	--owner)
 		mapfile -t COMPREPLY < <(compgen -u -- "$cur")
+		return ;;
+	--cache-dir)
+		compopt -o filenames 2>/dev/null
+		mapfile -t COMPREPLY < <(compgen -d -- "$cur")
+		return ;;
+	--cache-gb | --s3-endpoint) # a number, a URL: nothing to offer
+		compopt +o default 2>/dev/null
 		return ;;
 	--timeout | -t)
 		if [[ $cmd == status ]]; then # SECONDS: nothing to offer

@@ -5,8 +5,9 @@
 # version among them); each command's long options, every one of its
 # getopt table among them; the words a prefix selects; the values of
 # --serve, --reader and --torch-compat (also after '='), each a word that
-# 'batchfs mount --help' names; the batchfs mount points after umount and
-# status (a space in one kept in a single word); file names elsewhere.
+# 'batchfs mount --help' names; directories after --cache-dir, nothing
+# after --cache-gb and --s3-endpoint; the batchfs mount points after umount
+# and status (a space in one kept in a single word); file names elsewhere.
 set -u
 SRC=${BFS_SRC:-$(pwd)}
 BATCHFS=${BATCHFS:-$SRC/build/batchfs}
@@ -76,6 +77,13 @@ same "--serve=p<Tab>" "$(complete_words mount --serve = p)" \
 same "--reader i<Tab>" "$(complete_words mount -f --reader i)" "io_uring"
 # a source or a mount point: nothing offered here, bash's file names then
 same "batchfs mount <Tab>" "$(complete_words mount "")" ""
+# the remote sources' cache: a directory; its bound and an endpoint: none
+mkdir -p "$work/cachedir.d/sub"
+: >"$work/cachefile"
+same "--cache-dir <Tab>" "$(complete_words mount --cache-dir "$work/cache")" \
+	"$work/cachedir.d"
+same "--cache-gb <Tab>" "$(complete_words mount --cache-gb "")" ""
+same "--s3-endpoint <Tab>" "$(complete_words mount --s3-endpoint h)" ""
 
 # the mount points of batchfs mounts, for umount and status
 if [ -r /dev/fuse ] && [ -w /dev/fuse ] && command -v fusermount3 >/dev/null; then
