@@ -225,6 +225,11 @@ void bfs_cache_set_now(struct bfs_cache *c, uint64_t pos);
 void bfs_cache_next_use_sooner(struct bfs_cache_entry *e, uint64_t off,
 			       uint64_t len, uint64_t pos);
 
+/* The uses of the chunks of [off, off+len) up to now are over (a gather
+ * read them): a chunk next needed at or before now counts as not known to
+ * be needed again (evicted first), one next needed later keeps its use. */
+void bfs_cache_used(struct bfs_cache_entry *e, uint64_t off, uint64_t len);
+
 /* Make room for 'bytes' more under the bound, for chunks next needed at
  * 'pos' (BFS_CACHE_NEVER: unknown; then any chunk may go): evict by the
  * policy, at least opts.evict_bytes at a time. 0 when there is room (or

@@ -385,6 +385,24 @@ void bfs_cache_next_use_sooner(struct bfs_cache_entry *e, uint64_t off,
 	}
 }
 
+void bfs_cache_used(struct bfs_cache_entry *e, uint64_t off, uint64_t len)
+{
+	uint64_t now = __atomic_load_n(&e->cache->now, __ATOMIC_RELAXED);
+	uint64_t c, end;
+
+	if (chunks_of(e, off, len, &c, &end) < 0)
+		return;
+	for (; c < end; c++) {
+		uint64_t n1 = __atomic_load_n(&e->next1[c], __ATOMIC_RELAXED);
+
+		while (n1 && n1 - 1 <= now &&
+		       !__atomic_compare_exchange_n(&e->next1[c], &n1, 0, false,
+						    __ATOMIC_RELAXED,
+						    __ATOMIC_RELAXED))
+			;
+	}
+}
+
 /* When chunk c is next needed, as the policy sees it: BFS_CACHE_NEVER
  * when not known or stale (before now). */
 static uint64_t next_of(const struct bfs_cache_entry *e, uint64_t c,

@@ -135,6 +135,8 @@ int bfs_object_pin(struct bfs_object *o, const struct bfs_cache_range *r,
  * (may be NULL) says why, naming the object. The pins stay. */
 int bfs_object_wait(struct bfs_object *o, const struct bfs_cache_range *r,
 		    size_t n, uint64_t deadline_ns, struct bfs_error *err);
+/* The gather read them: unpinned, and their use now is over (a use the
+ * read-ahead planned later is kept: bfs_cache_used). */
 void bfs_object_unpin(struct bfs_object *o, const struct bfs_cache_range *r,
 		      size_t n);
 

@@ -57,6 +57,46 @@ static void say_stale(struct bfs_object *o, const struct bfs_error *err)
 		o->name, err->msg);
 }
 
+/* Bytes [off, off + len) that could not be stored (rc): the last
+ * failure of o says so. [o->lock] */
+static void unstored(struct bfs_object *o, uint64_t off, uint64_t len, int rc)
+{
+	bfs_error_set(&o->last, rc, o->name, BFS_NO_OFFSET,
+		      "bytes %" PRIu64 "-%" PRIu64
+		      ": cannot be stored in the cache: %s",
+		      off, off + len - 1,
+		      rc == -ENOBUFS ? "its bound (--cache-gb) is full of "
+				       "bytes needed sooner or in use"
+				     : strerror(-rc));
+}
+
+/* A request whose bytes do not fit the cache's bound at once: its chunks
+ * stored one by one, each that does not fit failed (and unmarked) on its
+ * own: a gather's chunks usually fit where the neighbours merged with
+ * them do not. 0 when some were stored, else -ENOBUFS. */
+static int store_chunks(struct bfs_object *o, const struct bfs_remote_req *q)
+{
+	int stored = 0;
+
+	for (uint64_t off = q->off; off < q->off + q->len; off += o->chunk) {
+		uint64_t n = q->off + q->len - off < o->chunk
+				 ? q->off + q->len - off
+				 : o->chunk;
+		int rc = bfs_cache_write(
+		    o->e, off, (const char *)q->buf + (off - q->off), n);
+
+		stored += rc == 0;
+		if (rc == 0)
+			continue;
+		pthread_mutex_lock(&o->lock);
+		unstored(o, off, n, rc);
+		bfs_cache_fail(o->e, off, n, -rc);
+		unmark(o, off, n);
+		pthread_mutex_unlock(&o->lock);
+	}
+	return stored ? 0 : -ENOBUFS;
+}
+
 /* Store job j (landed): its bytes into the cache, or its chunks failed;
  * then the marks lifted. */
 static void store(struct bfs_objects *os, struct job *j)
@@ -67,17 +107,12 @@ static void store(struct bfs_objects *os, struct job *j)
 
 	if (rc == 0)
 		rc = bfs_cache_write(o->e, q->off, q->buf, q->len);
+	if (rc == -ENOBUFS && q->len > o->chunk)
+		rc = store_chunks(o, q);
 	pthread_mutex_lock(&o->lock);
 	if (rc) {
 		if (q->result == 0) /* the store's */
-			bfs_error_set(&o->last, rc, o->name, BFS_NO_OFFSET,
-				      "bytes %" PRIu64 "-%" PRIu64
-				      ": cannot be stored in the cache: %s",
-				      q->off, q->off + q->len - 1,
-				      rc == -ENOBUFS
-					  ? "its bound (--cache-gb) is full "
-					    "of bytes needed sooner or in use"
-					  : strerror(-rc));
+			unstored(o, q->off, q->len, rc);
 		else
 			o->last = q->err;
 		bfs_cache_fail(o->e, q->off, q->len, -rc);
@@ -335,8 +370,10 @@ int bfs_object_pin(struct bfs_object *o, const struct bfs_cache_range *r,
 void bfs_object_unpin(struct bfs_object *o, const struct bfs_cache_range *r,
 		      size_t n)
 {
-	for (size_t i = 0; i < n; i++)
+	for (size_t i = 0; i < n; i++) {
 		bfs_cache_unpin(o->e, r[i].off, r[i].len);
+		bfs_cache_used(o->e, r[i].off, r[i].len); /* read: done */
+	}
 }
 
 /* Why the wait for [off, off + len) of o ended with rc: the last

@@ -276,7 +276,7 @@ int bfs_remote_fetch_backend(struct bfs_fetch_backend **out,
 	b->be.rows = local && local->rows; /* local fields only */
 	b->be.ahead = true;		   /* remote ranges always */
 	if (limit)
-		snprintf(bound, sizeof(bound), "at most %.1f GB",
+		snprintf(bound, sizeof(bound), "at most %.3g GB",
 			 (double)limit / 1e9);
 	if (snprintf(b->be.why, sizeof(b->be.why),
 		     "remote objects: rows fetched ahead in the sampler's "

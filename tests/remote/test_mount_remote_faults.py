@@ -123,6 +123,8 @@ def replaced(fp, root):
     new = os.path.join(root, "new", "big.pt")  # same stem, same size
     mr.write("torch", new, mr.arrays(96, 64 << 10, 99))
     check(os.path.getsize(new) == size, "replaced: same size")
+    st = os.stat(path)  # nginx's ETag is its mtime (in s) and size
+    os.utime(new, (st.st_atime + 10, st.st_mtime + 10))
     os.replace(new, path)
     got = compare(rm, local, paths[half:])
     check(got["WRONG"] == 0 and got["EIO"] > 0,
