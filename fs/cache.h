@@ -180,6 +180,13 @@ int64_t bfs_cache_missing(struct bfs_cache_entry *e, uint64_t off, uint64_t len,
 int bfs_cache_write(struct bfs_cache_entry *e, uint64_t off, const void *buf,
 		    uint64_t len);
 
+/* bfs_cache_write of chunks a reader needs at 'pos' (now, say), whatever
+ * their own next use: room is made as for chunks needed at the earlier of
+ * the two, and their next use stays what it was (a later use the caller
+ * planned is kept). */
+int bfs_cache_write_for(struct bfs_cache_entry *e, uint64_t off,
+			const void *buf, uint64_t len, uint64_t pos);
+
 /* Wait until every chunk of [off, off+len) is present: 0; or until
  * 'deadline_ns' (CLOCK_MONOTONIC; UINT64_MAX: none): -ETIMEDOUT; or until
  * one of them is failed (bfs_cache_fail): that -errno. Writers of other
@@ -224,11 +231,6 @@ void bfs_cache_set_now(struct bfs_cache *c, uint64_t pos);
  * wins. */
 void bfs_cache_next_use_sooner(struct bfs_cache_entry *e, uint64_t off,
 			       uint64_t len, uint64_t pos);
-
-/* The uses of the chunks of [off, off+len) up to now are over (a gather
- * read them): a chunk next needed at or before now counts as not known to
- * be needed again (evicted first), one next needed later keeps its use. */
-void bfs_cache_used(struct bfs_cache_entry *e, uint64_t off, uint64_t len);
 
 /* Make room for 'bytes' more under the bound, for chunks next needed at
  * 'pos' (BFS_CACHE_NEVER: unknown; then any chunk may go): evict by the

@@ -385,24 +385,6 @@ void bfs_cache_next_use_sooner(struct bfs_cache_entry *e, uint64_t off,
 	}
 }
 
-void bfs_cache_used(struct bfs_cache_entry *e, uint64_t off, uint64_t len)
-{
-	uint64_t now = __atomic_load_n(&e->cache->now, __ATOMIC_RELAXED);
-	uint64_t c, end;
-
-	if (chunks_of(e, off, len, &c, &end) < 0)
-		return;
-	for (; c < end; c++) {
-		uint64_t n1 = __atomic_load_n(&e->next1[c], __ATOMIC_RELAXED);
-
-		while (n1 && n1 - 1 <= now &&
-		       !__atomic_compare_exchange_n(&e->next1[c], &n1, 0, false,
-						    __ATOMIC_RELAXED,
-						    __ATOMIC_RELAXED))
-			;
-	}
-}
-
 /* When chunk c is next needed, as the policy sees it: BFS_CACHE_NEVER
  * when not known or stale (before now). */
 static uint64_t next_of(const struct bfs_cache_entry *e, uint64_t c,
@@ -604,8 +586,14 @@ static void unpin_chunks(struct bfs_cache_entry *e, uint64_t c, uint64_t end)
 int bfs_cache_write(struct bfs_cache_entry *e, uint64_t off, const void *buf,
 		    uint64_t len)
 {
+	return bfs_cache_write_for(e, off, buf, len, BFS_CACHE_NEVER);
+}
+
+int bfs_cache_write_for(struct bfs_cache_entry *e, uint64_t off,
+			const void *buf, uint64_t len, uint64_t pos)
+{
 	struct bfs_cache *ca = e->cache;
-	uint64_t first, end, need = 0, pos = BFS_CACHE_NEVER, done = 0;
+	uint64_t first, end, need = 0, done = 0;
 	uint64_t now = __atomic_load_n(&ca->now, __ATOMIC_RELAXED), stamp;
 	int rc = 0;
 

@@ -123,9 +123,11 @@ int bfs_object_fd(const struct bfs_object *o);
 int bfs_object_keep(struct bfs_object *o, const struct bfs_cache_range *r,
 		    size_t n, struct bfs_error *err);
 
-/* A gather's rows: pin r[0..n) (sorted by offset), next needed now;
- * what is absent and not being fetched is fetched at once, neighbours
- * merged. 0, or -EOVERFLOW (too many pins), -EINVAL: none taken. */
+/* A gather's rows: pin r[0..n) (sorted by offset); what is absent and
+ * not being fetched is fetched at once, neighbours merged, and stored as
+ * needed now (bfs_cache_write_for: what is needed later may make room;
+ * the chunks keep the next use the read-ahead planned). 0, or
+ * -EOVERFLOW (too many pins), -EINVAL: none taken. */
 int bfs_object_pin(struct bfs_object *o, const struct bfs_cache_range *r,
 		   size_t n);
 /* Wait until the pinned r[0..n) is present: 0; -ETIMEDOUT at
@@ -135,8 +137,7 @@ int bfs_object_pin(struct bfs_object *o, const struct bfs_cache_range *r,
  * (may be NULL) says why, naming the object. The pins stay. */
 int bfs_object_wait(struct bfs_object *o, const struct bfs_cache_range *r,
 		    size_t n, uint64_t deadline_ns, struct bfs_error *err);
-/* The gather read them: unpinned, and their use now is over (a use the
- * read-ahead planned later is kept: bfs_cache_used). */
+/* The gather read them: unpinned. */
 void bfs_object_unpin(struct bfs_object *o, const struct bfs_cache_range *r,
 		      size_t n);
 

@@ -70,20 +70,33 @@ static void unstored(struct bfs_object *o, uint64_t off, uint64_t len, int rc)
 				     : strerror(-rc));
 }
 
+/* Bytes of job j into the cache: a gather's as needed now (room is made
+ * at the expense of whatever is needed later), the read-ahead's at their
+ * own next use (they never push out what is needed sooner). */
+static int put(struct bfs_object *o, const struct job *j, uint64_t off,
+	       const void *buf, uint64_t len)
+{
+	uint64_t now = atomic_load_explicit(&o->os->now, memory_order_relaxed);
+
+	return j->demand ? bfs_cache_write_for(o->e, off, buf, len, now)
+			 : bfs_cache_write(o->e, off, buf, len);
+}
+
 /* A request whose bytes do not fit the cache's bound at once: its chunks
  * stored one by one, each that does not fit failed (and unmarked) on its
  * own: a gather's chunks usually fit where the neighbours merged with
  * them do not. 0 when some were stored, else -ENOBUFS. */
-static int store_chunks(struct bfs_object *o, const struct bfs_remote_req *q)
+static int store_chunks(struct bfs_object *o, const struct job *j)
 {
+	const struct bfs_remote_req *q = &j->req;
 	int stored = 0;
 
 	for (uint64_t off = q->off; off < q->off + q->len; off += o->chunk) {
 		uint64_t n = q->off + q->len - off < o->chunk
 				 ? q->off + q->len - off
 				 : o->chunk;
-		int rc = bfs_cache_write(
-		    o->e, off, (const char *)q->buf + (off - q->off), n);
+		int rc =
+		    put(o, j, off, (const char *)q->buf + (off - q->off), n);
 
 		stored += rc == 0;
 		if (rc == 0)
@@ -106,9 +119,9 @@ static void store(struct bfs_objects *os, struct job *j)
 	int rc = q->result;
 
 	if (rc == 0)
-		rc = bfs_cache_write(o->e, q->off, q->buf, q->len);
+		rc = put(o, j, q->off, q->buf, q->len);
 	if (rc == -ENOBUFS && q->len > o->chunk)
-		rc = store_chunks(o, q);
+		rc = store_chunks(o, j);
 	pthread_mutex_lock(&o->lock);
 	if (rc) {
 		if (q->result == 0) /* the store's */
@@ -305,15 +318,16 @@ static void fetch(struct bfs_object *o, const struct bfs_cache_range *r,
 				continue;
 			}
 			if (nruns == cap) {
+				size_t more = cap * 2 + 8;
 				uint64_t *nr =
-				    realloc(runs, (cap = cap * 2 + 8) * 2 *
-						      sizeof(*nr));
+				    realloc(runs, more * 2 * sizeof(*nr));
 
-				if (!nr) {
+				if (!nr) { /* out of memory: not fetched */
 					o->flight[c] = 0;
 					break;
 				}
 				runs = nr;
+				cap = more;
 			}
 			runs[2 * nruns] = c;
 			runs[2 * nruns + 1] = c + 1;
@@ -344,16 +358,13 @@ static bool within(const struct bfs_object *o, const struct bfs_cache_range *r,
 int bfs_object_pin(struct bfs_object *o, const struct bfs_cache_range *r,
 		   size_t n)
 {
-	uint64_t now = atomic_load_explicit(&o->os->now, memory_order_relaxed);
 	bool all = true;
 
 	if (!within(o, r, n))
 		return -EINVAL;
 	for (size_t i = 0; i < n; i++) {
-		int rc;
+		int rc = bfs_cache_pin(o->e, r[i].off, r[i].len);
 
-		bfs_cache_next_use_sooner(o->e, r[i].off, r[i].len, now);
-		rc = bfs_cache_pin(o->e, r[i].off, r[i].len);
 		if (rc < 0) {
 			bfs_object_unpin(o, r, i);
 			return rc;
@@ -370,10 +381,8 @@ int bfs_object_pin(struct bfs_object *o, const struct bfs_cache_range *r,
 void bfs_object_unpin(struct bfs_object *o, const struct bfs_cache_range *r,
 		      size_t n)
 {
-	for (size_t i = 0; i < n; i++) {
+	for (size_t i = 0; i < n; i++)
 		bfs_cache_unpin(o->e, r[i].off, r[i].len);
-		bfs_cache_used(o->e, r[i].off, r[i].len); /* read: done */
-	}
 }
 
 /* Why the wait for [off, off + len) of o ended with rc: the last

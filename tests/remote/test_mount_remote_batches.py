@@ -11,10 +11,13 @@ requests per object (its first byte, then the ranges of its structure:
 ZIP end records and directory, local headers, data.pkl, headers), never
 more than a few chunks of it, and no row: the bytes it sent at mount are a
 small part of each file, and nothing more is fetched until a batch is
-read."""
+read. 0-dim tensors of a remote torch archive and .npz are metadata, their
+values read at mount."""
 import os
 import sys
 import time
+
+import numpy as np
 
 import mountremote as mr
 from mountremote import ml, servers
@@ -93,6 +96,20 @@ def main():
                 sizes = [os.path.getsize(f) for f in files]
                 case(ng, "%s %s" % (kind, shape), urls, files, sizes,
                      *opts)
+        # 0-dim tensors: metadata, their element read at mount
+        import torch
+        torch.save({"x": torch.arange(4000).view(1000, 4),
+                    "mean": torch.tensor(0.25)}, os.path.join(root, "m.pt"))
+        with open(os.path.join(root, "m.npz"), "wb") as f:
+            np.savez(f, x=np.arange(4000).reshape(1000, 4),
+                     std=np.float64(1.5))
+        for name, key, want in (("m.pt", "mean", 0.25),
+                                ("m.npz", "std", 1.5)):
+            _, rm = mr.mount(ng.url(name), "--batch-size", 10)
+            got = mr.info(rm)["metadata"].get(key)
+            check(got == want, "%s: a 0-dim tensor's value at mount "
+                  "(%s: %s)" % (name, key, got))
+            mr.unmount(rm)
         # shards: one remote, one local, then a remote one again
         shards = []
         for i in range(3):

@@ -454,41 +454,37 @@ static void a_write_never_evicts_what_is_needed_sooner(void **state)
 	bfs_cache_destroy(c);
 }
 
-/* Uses told in any order keep the earliest (next_use_sooner); a chunk
- * read "now" is no longer needed once read (used), unless a later use was
- * planned: a write of a chunk needed now may then evict it. */
-static void uses_done_now_free_room_planned_ones_stay(void **state)
+/* Uses told in any order keep the earliest (next_use_sooner). A write for
+ * a reader waiting now (write_for) may evict what is needed later, where
+ * a write at the chunk's own next use may not, and leaves that use as it
+ * was (a later use planned for the chunk still counts). */
+static void a_readers_write_makes_room_and_keeps_the_planned_use(void **state)
 {
 	struct bfs_cache *c =
-	    cache_new(test_dir("used"), 2 * SMALL, SMALL, BFS_CACHE_NEXT_USE);
+	    cache_new(test_dir("for"), 2 * SMALL, SMALL, BFS_CACHE_NEXT_USE);
 	struct bfs_cache_entry *e =
-	    entry_new(c, "https://h/u", "\"x\"", 4 * SMALL);
+	    entry_new(c, "https://h/f", "\"x\"", 4 * SMALL);
+	uint8_t buf[SMALL];
 
 	bfs_cache_set_now(c, 4);
-	bfs_cache_next_use_sooner(e, 0, SMALL, 9);
-	bfs_cache_next_use_sooner(e, 0, SMALL, 4); /* now: gathered */
 	bfs_cache_next_use_sooner(e, 0, SMALL, 12);
-	bfs_cache_next_use_sooner(e, SMALL, SMALL, 4);
-	bfs_cache_next_use_sooner(e, SMALL, SMALL, 20); /* planned later */
+	bfs_cache_next_use_sooner(e, 0, SMALL, 9); /* the earliest wins */
+	bfs_cache_next_use_sooner(e, 0, SMALL, 15);
+	bfs_cache_next_use(e, SMALL, SMALL, 20);
 	assert_int_equal(put(e, 0, 2 * SMALL), 0);
-	bfs_cache_next_use_sooner(e, 2 * SMALL, SMALL, 4);
-	/* both needed now, at or before the new chunk's use: no room */
+	bfs_cache_next_use(e, 2 * SMALL, SMALL, 30);
 	assert_int_equal(put(e, 2 * SMALL, SMALL), -ENOBUFS);
-	bfs_cache_used(e, 0, 2 * SMALL); /* read; chunk 1's 20 is gone too */
-	assert_int_equal(put(e, 2 * SMALL, SMALL), 0);
-	assert_true(bfs_cache_present(e, 2 * SMALL, SMALL));
-	assert_int_equal(bfs_cache_present(e, 0, SMALL) +
-			     bfs_cache_present(e, SMALL, SMALL),
-			 1);
-	/* a use planned after now survives 'used' */
-	bfs_cache_next_use(e, 3 * SMALL, SMALL, 30);
-	bfs_cache_used(e, 3 * SMALL, SMALL);
-	bfs_cache_next_use_sooner(e, 3 * SMALL, SMALL, 40);
-	bfs_cache_next_use(e, 0, SMALL, 4);
-	bfs_cache_next_use(e, SMALL, SMALL, 4);
-	bfs_cache_next_use(e, 2 * SMALL, SMALL, 35);
-	assert_int_equal(put(e, 3 * SMALL, SMALL), 0); /* 35 > 30: goes */
+	obj_fill(buf, 2 * SMALL, SMALL);
+	assert_int_equal(bfs_cache_write_for(e, 2 * SMALL, buf, SMALL, 4), 0);
+	assert_true(bfs_cache_present(e, 0, SMALL));	  /* 9 kept */
+	assert_false(bfs_cache_present(e, SMALL, SMALL)); /* 20 went */
+	assert_true(mapped_equal(e, 2 * SMALL, SMALL));
+	/* chunk 2 still counts as needed at 30: a use at 25 may push it out,
+	 * not chunk 0 (needed at 9) */
+	bfs_cache_next_use(e, 3 * SMALL, SMALL, 25);
+	assert_int_equal(put(e, 3 * SMALL, SMALL), 0);
 	assert_false(bfs_cache_present(e, 2 * SMALL, SMALL));
+	assert_true(bfs_cache_present(e, 0, SMALL));
 	bfs_cache_close(e);
 	bfs_cache_destroy(c);
 }
@@ -1090,7 +1086,8 @@ int main(void)
 	    cmocka_unit_test(eviction_punches_holes_but_never_a_pinned_chunk),
 	    cmocka_unit_test(the_bound_holds_and_pinned_chunks_refuse_room),
 	    cmocka_unit_test(a_write_never_evicts_what_is_needed_sooner),
-	    cmocka_unit_test(uses_done_now_free_room_planned_ones_stay),
+	    cmocka_unit_test(
+		a_readers_write_makes_room_and_keeps_the_planned_use),
 	    cmocka_unit_test(next_use_and_lru_choose_different_victims),
 	    cmocka_unit_test(next_use_reaches_beladys_bound_and_beats_lru),
 	    cmocka_unit_test(two_processes_writing_one_entry_agree),
