@@ -28,6 +28,7 @@
 
 #include "fs/dataset.h"
 #include "fs/layout.h"
+#include "fs/remote.h"
 #include "fs/safetensors.h"
 #include "fs/zip.h"
 #include "tools/cli.h"
@@ -468,7 +469,16 @@ static enum kind classify(const char *path, int *fd, uint64_t *size)
 {
 	struct stat st;
 	uint8_t b[9];
+	char shown[1024];
 
+	*fd = -1;
+	if (bfs_remote_is_url(path)) { /* named without its secrets */
+		fprintf(stderr,
+			"batchfs inspect: %s: a remote source: inspect reads "
+			"local files (batchfs mount reads remote ones)\n",
+			bfs_remote_url_display(shown, sizeof(shown), path));
+		return KIND_BAD;
+	}
 	*fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (*fd < 0 || fstat(*fd, &st)) {
 		fprintf(stderr, "batchfs inspect: %s: %s\n", path,

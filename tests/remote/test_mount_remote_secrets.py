@@ -7,7 +7,8 @@ a token) and a URL's user:password, for an archive behind the fault proxy
 in front of nginx (which ignores both). The mount is made with -v (debug
 lines in the log) while the proxy throttles a few answers (retries
 logged); batches are read; a second mount of a missing object with the
-same secrets fails. None of the secrets is in the log, stats, README,
+same secrets fails, and so does `batchfs inspect` of it. None of the
+secrets is in the log, stats, README,
 dataset.json, `batchfs status`, the mount tables, the cache directory's
 files or any message; the object is named without them.
 
@@ -103,6 +104,13 @@ def secrets(fp, local):
     seen.append(("failed mount", p.stdout + p.stderr))
     check(p.returncode == 1 and "none.pt" in p.stderr,
           "a missing object fails the mount, named (%s)" % p.stderr.strip())
+    p = subprocess.run([ml.BATCHFS, "inspect",
+                        secret_url(fp.base_url, "/s.pt")],
+                       capture_output=True, text=True, timeout=60)
+    seen.append(("batchfs inspect", p.stdout + p.stderr))
+    check(p.returncode == 1 and "remote source" in p.stderr,
+          "batchfs inspect of a URL says it reads local files (%s)"
+          % p.stderr.strip())
     for name in os.listdir(cache):
         with open(os.path.join(cache, name), "rb") as f:
             seen.append((name, f.read().decode("latin-1")))
