@@ -12,8 +12,10 @@ ZIP end records and directory, local headers, data.pkl, headers), never
 more than a few chunks of it, and no row: the bytes it sent at mount are a
 small part of each file, and nothing more is fetched until a batch is
 read. 0-dim tensors of a remote torch archive and .npz are metadata, their
-values read at mount."""
+values read at mount. mount.fuse3's form (`batchfs URL MNT -o ...`, as an
+fstab line runs it) takes the remote options as -o keys."""
 import os
+import subprocess
 import sys
 import time
 
@@ -96,6 +98,29 @@ def main():
                 sizes = [os.path.getsize(f) for f in files]
                 case(ng, "%s %s" % (kind, shape), urls, files, sizes,
                      *opts)
+        # mount.fuse3's form (fstab): every option in -o, a remote shard
+        # as source=, the cache's options as keys
+        cache = os.path.join(mr.TMP, "fstab-cache")
+        mnt = os.path.join(mr.TMP, "fstab-mnt")
+        os.makedirs(mnt, exist_ok=True)
+        p = subprocess.run(
+            [ml.BATCHFS, ng.url("torch-fixed.pt"), mnt, "-o",
+             "batch_size=64,shuffle,seed=5,cache_dir=%s,cache_gb=0.5,"
+             "s3_endpoint=http://127.0.0.1:1,nofail" % cache],
+            capture_output=True, text=True, env=mr.env_without_aws(),
+            timeout=300)
+        check(p.returncode == 0, "-o cache_dir=,cache_gb=,s3_endpoint=: "
+              "mounted (%s)" % p.stderr.strip())
+        if p.returncode == 0:
+            ml._mounts.append(mnt)
+            _, lm = mr.mount(os.path.join(root, "torch-fixed.pt"), *opts)
+            bad = mr.same_batches(mnt, lm, 1)
+            d = mr.info(mnt)
+            check(not bad and d["cache"] == {"dir": cache,
+                                            "limit_bytes": 500000000},
+                  "-o form: batches exact, the cache as asked (%s)"
+                  % d["cache"])
+            mr.unmount(mnt, lm)
         # 0-dim tensors: metadata, their element read at mount
         import torch
         torch.save({"x": torch.arange(4000).view(1000, 4),
