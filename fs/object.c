@@ -18,7 +18,7 @@
 
 #define REQUEST_MAX ((uint64_t)8 << 20)
 #define MERGE_GAP   ((uint64_t)256 << 10)
-#define FLIGHT_MAX  ((uint64_t)256 << 20)
+#define FLIGHT_MAX  ((uint64_t)128 << 20)
 
 /* ---- objects --------------------------------------------------------- */
 

@@ -65,7 +65,7 @@ struct bfs_objects_opts {
 	uint64_t request_max;  /* bytes of one request; 0: 8 MiB */
 	uint64_t merge_gap;    /* absent bytes fetched between two runs to
 				* make one request of them; 0: 256 KiB */
-	uint64_t flight_max;   /* bytes in flight; 0: 256 MiB */
+	uint64_t flight_max;   /* bytes in flight; 0: 128 MiB */
 };
 
 struct bfs_objects;
