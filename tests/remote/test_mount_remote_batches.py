@@ -12,8 +12,10 @@ ZIP end records and directory, local headers, data.pkl, headers), never
 more than a few chunks of it, and no row: the bytes it sent at mount are a
 small part of each file, and nothing more is fetched until a batch is
 read. 0-dim tensors of a remote torch archive and .npz are metadata, their
-values read at mount. mount.fuse3's form (`batchfs URL MNT -o ...`, as an
-fstab line runs it) takes the remote options as -o keys."""
+values read at mount. In direct, push and cache modes too (no zero copy
+from a remote mapping: its rows are gathered while held). mount.fuse3's
+form (`batchfs URL MNT -o ...`, as an fstab line runs it) takes the
+remote options as -o keys."""
 import os
 import subprocess
 import sys
@@ -98,6 +100,23 @@ def main():
                 sizes = [os.path.getsize(f) for f in files]
                 case(ng, "%s %s" % (kind, shape), urls, files, sizes,
                      *opts)
+        # direct mode: rows of 8 KiB would be replied from the mapping
+        # (zero copy) were they local; remote ones are gathered, held
+        big = os.path.join(root, "big.pt")
+        mr.write("torch", big, mr.arrays(300, 8192, 4))
+        for mode in ("direct", "push", "cache"):
+            _, rm = mr.mount(ng.url("big.pt"), *opts, "--serve", mode)
+            _, lm = mr.mount(big, *opts, "--serve", mode)
+            bad = mr.same_batches(rm, lm, 2)
+            if mode == "direct":
+                check(ml.stats(lm)["batches_zero_copy"] > 0,
+                      "--serve direct: the local mount replies rows from "
+                      "its mapping (zero copy)")
+            check(not bad and ml.stats(rm)["batches_zero_copy"] == 0,
+                  "--serve %s: batches exact, none replied from the "
+                  "remote mapping (%d differ, %d zero copy)"
+                  % (mode, len(bad), ml.stats(rm)["batches_zero_copy"]))
+            mr.unmount(rm, lm)
         # mount.fuse3's form (fstab): every option in -o, a remote shard
         # as source=, the cache's options as keys
         cache = os.path.join(mr.TMP, "fstab-cache")
