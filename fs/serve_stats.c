@@ -16,10 +16,40 @@
 #include <time.h>
 #include <unistd.h>
 
+/* The plain pool's counters added to the mode's (*to): what both hold
+ * and did; the budget, the workers and the depth are each pool's (the
+ * mode's shown), the last error the latest of the two. */
+static void add_pool(struct bfs_pool_stats *to, const struct bfs_pool_stats *p)
+{
+	to->batches_materialized += p->batches_materialized;
+	to->prefetch_hits += p->prefetch_hits;
+	to->prefetch_misses += p->prefetch_misses;
+	to->prefetch_skipped += p->prefetch_skipped;
+	to->evictions += p->evictions;
+	to->cache_bytes += p->cache_bytes;
+	to->cache_batches += p->cache_batches;
+	to->shmem_bytes += p->shmem_bytes;
+	to->fd_limit_hits += p->fd_limit_hits;
+	to->worker_busy_ns += p->worker_busy_ns;
+	to->read_wait_ns += p->read_wait_ns;
+	to->timeouts += p->timeouts;
+	to->errors += p->errors;
+	to->buffers_mapped += p->buffers_mapped;
+	to->batches_advised += p->batches_advised;
+	if (p->last_error.time_ns > to->last_error.time_ns)
+		to->last_error = p->last_error;
+}
+
 void bfs_serve_stats_of(struct bfs_serve_base *s, struct bfs_stats *st)
 {
 	memset(st, 0, sizeof(*st));
 	bfs_pool_stats(s->pool, &st->pool);
+	if (s->plain && s->plain != s->pool) {
+		struct bfs_pool_stats plain;
+
+		bfs_pool_stats(s->plain, &plain);
+		add_pool(&st->pool, &plain);
+	}
 	/* a push open that found its batch pushed ahead by a worker */
 	st->pool.prefetch_hits += atomic_load(&s->c.pushed_hits);
 	st->batches_opened = atomic_load(&s->c.opened);
@@ -32,6 +62,7 @@ void bfs_serve_stats_of(struct bfs_serve_base *s, struct bfs_stats *st)
 	st->batches_zero_copy = atomic_load(&s->c.zero_copy);
 	st->backing_files = atomic_load(&s->c.backing_now);
 	st->backing_opened = atomic_load(&s->c.backing_all);
+	st->direct_opens = atomic_load(&s->c.direct_opens);
 	st->mode = s->o.mode;
 }
 
@@ -109,6 +140,7 @@ void bfs_serve_stats_render(struct bfs_serve_base *s, const char *mode,
 	    {"batches_zero_copy", &st.batches_zero_copy},
 	    {"backing_files", &st.backing_files},
 	    {"backing_opened", &st.backing_opened},
+	    {"direct_opens", &st.direct_opens},
 	    {"batch_fds_max", &st.pool.max_fds},
 	    {"batch_fd_limit_hits", &st.pool.fd_limit_hits},
 	};
