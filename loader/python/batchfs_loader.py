@@ -101,7 +101,7 @@ class _Batch(ctypes.Structure):
 
 
 _STATS = ("batches", "bytes_read", "copies", "wait_ns", "ring_bytes",
-          "pin_calls", "copy_cpu_ns")
+          "pin_calls", "copy_cpu_ns", "direct_files")
 
 
 class _Stats(ctypes.Structure):
