@@ -17,6 +17,8 @@ the batch files' bytes. On real mounts, in every serve mode:
   numpy.memmap does; passthrough, push, cache);
 - numpy.memmap of a batch file of a default mount works, before and
   after batchfs's own readers read that batch;
+- batches held (whole, or a single tensor or array of one) stay
+  unchanged while the reader reads on into buffers it reuses;
 - a mount that refuses O_DIRECT (BATCHFS_DEBUG_NO_DIRECT_OPEN: the open
   fails with EINVAL, as on a file system without it) still gives every
   reader the same bytes: they fall back to plain opens (direct_opens and
@@ -245,6 +247,52 @@ def memmap_on_a_default_mount():
             ml.umount(mnt)
 
 
+def held_batches_stay_unchanged():
+    """Batches reuse the buffers of batches nobody holds: every batch
+    kept (a whole dict, one tensor of it, a numpy array of it, a slice)
+    while the epoch is read on still has its bytes at the end."""
+    path, _ = dataset("fixed")
+    _, mnt = ml.mount(path, None, "--batch-size", BATCH, "--shuffle",
+                      "--epochs", 2)
+    try:
+        def run():
+            want = want_of(mnt, [0, 1])
+            for kw, device in ((dict(stream=False), "cpu"),
+                               (dict(stream=True), "cpu"),
+                               (dict(stream=False), None)):
+                kept = []
+                for e in (0, 1):
+                    for k, b in enumerate(batchfs.Batches(
+                            mnt, epoch=e, device=device, **kw)):
+                        how = k % 4
+                        if how == 0:
+                            kept.append((e, k, None, b))
+                        elif how == 1:
+                            kept.append((e, k, "x", b["x"]))
+                        elif how == 2:
+                            kept.append((e, k, "y", b["y"][1:]))
+                        del b
+                for e, k, name, got in kept:
+                    w = want[e][k]
+                    if name is None:
+                        assert as_bytes(got) == w, (kw, e, k)
+                    elif name == "y":
+                        assert as_bytes({"y": got})["y"] == \
+                            w["y"][np.dtype("<i8").itemsize:], (kw, e, k)
+                    else:
+                        assert as_bytes({name: got})[name] == w[name], \
+                            (kw, e, k)
+        err = ml.bounded(mnt, [run])[0]
+        if err is not None:
+            raise err
+        print("ok: batches held stay unchanged while reading on")
+    except AssertionError as ex:
+        failures.append("held batches: %r" % (ex,))
+    finally:
+        if ml.is_mounted(mnt):
+            ml.umount(mnt)
+
+
 def o_direct_refused_is_einval():
     path, _ = dataset("fixed")
     _, mnt = ml.mount(path, None, "--batch-size", BATCH,
@@ -277,6 +325,7 @@ def main():
         every_reader_gives_the_batch_files(
             kind, modes[0], env={"BATCHFS_DEBUG_NO_DIRECT_OPEN": "1"})
     memmap_on_a_default_mount()
+    held_batches_stay_unchanged()
     return ml.finish(failures)
 
 

@@ -2,7 +2,7 @@
 import os
 import sys
 
-from ._batchfile import load, parse_batch
+from ._batchfile import Buffers, load, parse_batch
 from ._paths import MountWatch, dataset_of_root
 from ._stream import StreamReader, stream_offset
 
@@ -254,6 +254,7 @@ class Batches:
         self.stream = self._pick_stream(info, stream)
         self._direct = True      # ask for O_DIRECT (until refused)
         self._heads = {}         # headers parsed (parse_batch's cache)
+        self._bufs = Buffers()   # buffers of batches nobody holds
         self.load_state_dict({"epoch": epoch, "batch": start_batch})
 
     def _pick_stream(self, info, stream):
@@ -343,7 +344,8 @@ class Batches:
                              % (k, self._len, self._len - 1))
         path = self.batch_path(e, k)
         try:
-            buf, self._direct = load(path, self.zero_copy, self._direct)
+            buf, self._direct = load(path, self.zero_copy, self._direct,
+                                     self._bufs)
         except OSError as err:
             self._watch.check(err, path)
             raise
@@ -359,7 +361,7 @@ class Batches:
         path = "%s/stream/%d" % (self._dir, e)
         try:
             reader = StreamReader(path, stream_offset(
-                "%s/index/%d" % (self._dir, e), k) if k else 0)
+                "%s/index/%d" % (self._dir, e), k) if k else 0, self._bufs)
         except OSError as err:
             self._watch.check(err, path)
             raise

@@ -17,17 +17,19 @@ class StreamReader:
     """Batch files one after another from 'path' (a stream/N file),
     starting at byte 'offset' (index/N/offsets says where batch K starts).
 
-    Reads go into fresh page-aligned buffers of CHUNK bytes or more (one
-    read each, unbuffered); next() returns each batch file's bytes as a
-    numpy view into one of them and its header, checked (read_header's
-    answer; the JSON of one layout is parsed once: the batches differ
-    only in their __metadata__), so a batch costs no copy of its own and a
-    buffer lives as long as some batch of it does. A batch cut by the end
-    of a buffer is moved into the next one: at most one batch per
-    buffer."""
+    Reads go into page-aligned buffers of CHUNK bytes or more from
+    alloc(size) (one read each, unbuffered; _batchfile.Buffers hands a
+    buffer out again once no batch of it is held); next() returns each
+    batch file's bytes as a numpy view into one of them and its header,
+    checked (read_header's answer; the JSON of one layout is parsed once:
+    the batches differ only in their __metadata__), so a batch costs no
+    copy of its own and a buffer lives as long as some batch of it does.
+    A batch cut by the end of a buffer is moved into the next one: at
+    most one batch per buffer."""
 
-    def __init__(self, path, offset=0):
+    def __init__(self, path, offset=0, alloc=aligned):
         self.path = path
+        self._alloc = alloc          # alloc(size): a buffer
         self._fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         self._pos = offset           # where the next read starts
         self._buf = aligned(0)
@@ -45,7 +47,7 @@ class StreamReader:
         if self._hi - self._lo >= m:
             return True
         have = self._hi - self._lo
-        new = aligned(max(CHUNK, m + LOOKAHEAD))
+        new = self._alloc(max(CHUNK, m + LOOKAHEAD))
         new[:have] = self._buf[self._lo:self._hi]
         while have < m:
             n = os.preadv(self._fd, [new[have:]], self._pos)

@@ -21,6 +21,7 @@ import os
 
 import torch
 
+from ._batchfile import Buffers
 from ._batches import Batches
 
 # The _Record's fields, one int64 each, then one slot per worker: the
@@ -156,6 +157,7 @@ class _WorkerShare(Batches):
 
     def __init__(self, parent, worker, workers, epoch, start):
         self.__dict__.update(parent.__dict__)
+        self._bufs = Buffers()   # its own: never the parent's
         self._worker, self._workers = worker, workers
         self._epoch, self._next = epoch, start
 
@@ -178,12 +180,12 @@ class IterableDataset(torch.utils.data.IterableDataset):
 
     With num_workers > 0 worker k reads batches k, k + N, ... from the
     start, as batch files (the order stays the epoch's; keep device="cpu":
-    no CUDA in workers). Save and restore the position with batchfs.DataLoader's
-    state_dict() / load_state_dict(): under a plain DataLoader with
-    workers, this dataset's state_dict() raises (the main process cannot
-    know which batches the loop received). Without set_epoch() a plain
-    DataLoader's next pass starts the next epoch after a whole pass, and
-    raises after a pass broken off mid-epoch.
+    no CUDA in workers). Save and restore the position with
+    batchfs.DataLoader's state_dict() / load_state_dict(): under a plain
+    DataLoader with workers, this dataset's state_dict() raises (the main
+    process cannot know which batches the loop received). Without
+    set_epoch() a plain DataLoader's next pass starts the next epoch
+    after a whole pass, and raises after a pass broken off mid-epoch.
 
     On a mount of several ranks (`--ranks`) it reads the rank 'rank', or
     torch.distributed's (a process group initialised), or $RANK (torchrun
