@@ -971,7 +971,8 @@ READERS = [
 def bench_readers(work, arch, batch, n, row):
     """The readers batchfs ships, on a default mount, against numpy's
     gather of the same batches in this process and DataLoaders over the
-    tensors in memory; each reader's daemon CPU per batch beside the
+    tensors in memory (and the null FUSE server's 1 MiB direct reads: what
+    FUSE itself carries); each reader's daemon CPU per batch beside the
     gather's own; the readers' fallback (a mount that refuses O_DIRECT);
     cat's and numpy.memmap's ways into batch files of the default mount.
     Contenders alternated within each of REPS rounds, a fresh epoch each
@@ -1015,7 +1016,9 @@ def bench_readers(work, arch, batch, n, row):
             work.unmount(m)
     tensors = torch.load(arch)
     dl = {"dl0": bench_dataloader(tensors, batch, 0) * row / 1e9,
-          "dl2": bench_dataloader(tensors, batch, 2) * row / 1e9}
+          "dl2": bench_dataloader(tensors, batch, 2) * row / 1e9,
+          # the transport alone: FUSE direct I/O of 1 MiB reads
+          "nullfs": nullfs_read(work, n * row)["1M"]}
     del tensors
     res = {"GB/s": {k: statistics.median(v) for k, v in got.items()},
            "daemon us/batch": {k: statistics.median(v)
@@ -1035,10 +1038,10 @@ def print_readers(res, batch, row):
         "%d, alternated; %s)" % (REPS, loadavg()))
     log("  %-44s %8s %11s %14s" % ("", "GB/s", "samples/s",
                                    "daemon us/batch"))
-    for label, v in list(g.items()) + [("DataLoader, tensors in RAM, 0 "
-                                        "workers", res["dl0"]),
-                                       ("DataLoader, tensors in RAM, 2 "
-                                        "workers", res["dl2"])]:
+    for label, v in list(g.items()) + [
+            ("DataLoader, tensors in RAM, 0 workers", res["dl0"]),
+            ("DataLoader, tensors in RAM, 2 workers", res["dl2"]),
+            ("null FUSE server, direct_io, 1 MiB reads", res["nullfs"])]:
         cost = us.get(label)
         log("  %-44s %8.3f %11s %14s"
             % (label, v, fmt_rate(v * 1e9 / row),
