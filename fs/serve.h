@@ -93,7 +93,8 @@ struct bfs_serve_opts {
 
 /* Counters, one struct for the whole mount (rendered as `stats`). */
 struct bfs_stats {
-	struct bfs_pool_stats pool;
+	struct bfs_pool_stats pool;  /* the mode's pool, and the work of the
+				      * plain one (serve_stats.c) */
 	uint64_t batches_opened;     /* opens of batch files */
 	uint64_t batch_reads;	     /* READs of batch files answered here
 				      * (none in passthrough) */
@@ -109,6 +110,10 @@ struct bfs_stats {
 	uint64_t backing_opened;     /* ... in all */
 	uint64_t direct_opens;	     /* batch files opened O_DIRECT and served
 				      * with direct I/O (in any mode) */
+	/* What the plain pool holds where it is one of its own (passthrough,
+	 * push: the batches of direct reads and streams, under a budget of
+	 * their own); 0 where one pool serves all (pool.cache_* then). */
+	uint64_t direct_cache_bytes, direct_cache_batches;
 	enum bfs_serve_mode mode;
 };
 

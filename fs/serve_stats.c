@@ -16,9 +16,12 @@
 #include <time.h>
 #include <unistd.h>
 
-/* The plain pool's counters added to the mode's (*to): what both hold
- * and did; the budget, the workers and the depth are each pool's (the
- * mode's shown), the last error the latest of the two. */
+/* The plain pool's work added to the mode's (*to): what both did. What
+ * each holds stays apart, each under its budget (the mode's in
+ * cache_bytes, cache_batches and shmem_bytes, against the budget and the
+ * descriptors; the plain pool's in st->direct_cache_*); the workers and
+ * the depth are each pool's (the mode's shown), the last error the
+ * latest of the two. */
 static void add_pool(struct bfs_pool_stats *to, const struct bfs_pool_stats *p)
 {
 	to->batches_materialized += p->batches_materialized;
@@ -26,9 +29,6 @@ static void add_pool(struct bfs_pool_stats *to, const struct bfs_pool_stats *p)
 	to->prefetch_misses += p->prefetch_misses;
 	to->prefetch_skipped += p->prefetch_skipped;
 	to->evictions += p->evictions;
-	to->cache_bytes += p->cache_bytes;
-	to->cache_batches += p->cache_batches;
-	to->shmem_bytes += p->shmem_bytes;
 	to->fd_limit_hits += p->fd_limit_hits;
 	to->worker_busy_ns += p->worker_busy_ns;
 	to->read_wait_ns += p->read_wait_ns;
@@ -49,6 +49,8 @@ void bfs_serve_stats_of(struct bfs_serve_base *s, struct bfs_stats *st)
 
 		bfs_pool_stats(s->plain, &plain);
 		add_pool(&st->pool, &plain);
+		st->direct_cache_bytes = plain.cache_bytes;
+		st->direct_cache_batches = plain.cache_batches;
 	}
 	/* a push open that found its batch pushed ahead by a worker */
 	st->pool.prefetch_hits += atomic_load(&s->c.pushed_hits);
@@ -115,6 +117,8 @@ void bfs_serve_stats_render(struct bfs_serve_base *s, const char *mode,
 	    {"cache_bytes", &st.pool.cache_bytes},
 	    {"cache_batches", &st.pool.cache_batches},
 	    {"cache_budget_bytes", &st.pool.cache_budget_bytes},
+	    {"direct_cache_bytes", &st.direct_cache_bytes},
+	    {"direct_cache_batches", &st.direct_cache_batches},
 	    {"shmem_bytes", &st.pool.shmem_bytes},
 	    {"worker_busy_ns", &st.pool.worker_busy_ns},
 	    {"read_wait_ns", &st.pool.read_wait_ns},
