@@ -250,7 +250,14 @@ static int direct_create(struct bfs_serve_way *w, struct bfs_pool_opts *po)
 	w->state = d;
 	if (!d)
 		return -ENOMEM;
-	d->zero_copy = o->zero_copy && zc_eligible(w->base);
+	/* Batch files opened O_DIRECT on a mount of another mode: zero copy
+	 * would switch the whole mount's fetch to serving mapped rows
+	 * (bfs_fetch_serve_mapped), which for data that does not fit takes
+	 * the gathers' own O_DIRECT reads from every mode: then these are
+	 * replied from gathered buffers too. */
+	d->zero_copy =
+	    o->zero_copy && zc_eligible(w->base) &&
+	    (o->mode == BFS_SERVE_DIRECT || !bfs_fetch_gathers_read(po->fetch));
 	d->max_iov = o->zc_max_iov && o->zc_max_iov < ZC_MAX_IOV
 			 ? (int)o->zc_max_iov
 			 : ZC_MAX_IOV;
