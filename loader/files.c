@@ -7,10 +7,12 @@
 #include <dirent.h>
 #include <errno.h>
 #include <limits.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 
 const char *bfs_loader_errstr(int rc)
 {
@@ -187,15 +189,33 @@ static int list_names(const struct bfs_loader_logger *lg, const char *dir,
 	return rc;
 }
 
-/* fl->sizes and fl->max: stat() of each file. */
+#define FUSE_SUPER_MAGIC 0x65735546
+
+/* Whether path lives on a FUSE file system. Only there is O_DIRECT asked
+ * for: a batchfs mount serves an O_DIRECT open by its fastest path, while
+ * on a disk file system it would bypass the page cache (hot files read
+ * from the disk again). A statfs that fails counts as "not FUSE". */
+static bool on_fuse(const char *path)
+{
+	struct statfs fs;
+
+	return statfs(path, &fs) == 0 &&
+	       (unsigned long)fs.f_type == FUSE_SUPER_MAGIC;
+}
+
+/* fl->sizes, fl->fuse and fl->max: stat() of each file, statfs() of the
+ * first file of each device. */
 static int stat_files(const struct bfs_loader_logger *lg,
 		      struct bfs_loader_files *fl)
 {
 	struct stat sb;
+	dev_t dev = 0;
+	bool fuse = false, seen = false;
 
 	fl->max = 1;
 	fl->sizes = calloc((size_t)fl->n, sizeof(*fl->sizes));
-	if (!fl->sizes)
+	fl->fuse = calloc((size_t)fl->n + 1, 1);
+	if (!fl->sizes || !fl->fuse)
 		return -ENOMEM;
 	for (uint64_t i = 0; i < fl->n; i++) {
 		if (stat(fl->names[i], &sb) < 0) {
@@ -209,6 +229,12 @@ static int stat_files(const struct bfs_loader_logger *lg,
 				       "%s: not a regular file", fl->names[i]);
 			return -EINVAL;
 		}
+		if (!seen || sb.st_dev != dev) {
+			dev = sb.st_dev;
+			fuse = on_fuse(fl->names[i]);
+			seen = true;
+		}
+		fl->fuse[i] = fuse;
 		fl->sizes[i] = (uint64_t)sb.st_size;
 		if (fl->sizes[i] > fl->max)
 			fl->max = fl->sizes[i];
@@ -237,5 +263,6 @@ void bfs_loader_files_free(struct bfs_loader_files *fl)
 		free(fl->names[i]);
 	free(fl->names);
 	free(fl->sizes);
+	free(fl->fuse);
 	memset(fl, 0, sizeof(*fl));
 }

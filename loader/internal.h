@@ -99,15 +99,18 @@ int bfs_loader_gpu_drain(struct bfs_loader_gpu *g);
 
 /* ---- the list of batch files (files.c) ---- */
 struct bfs_loader_files {
-	char **names;	 /* n paths, then NULL */
-	uint64_t *sizes; /* st_size of each at listing time */
+	char **names;	     /* n paths, then NULL */
+	uint64_t *sizes;     /* st_size of each at listing time */
+	unsigned char *fuse; /* 1: on a FUSE file system (O_DIRECT asked) */
 	uint64_t n;
 	uint64_t max; /* the largest size (at least 1) */
 };
 
 /* The files of 'dir' (batch_0 ... batch_{n-1}, numeric order; a gap is an
  * error, other names are ignored) or of the NULL-terminated list 'files'
- * (exactly one is non-NULL), each stat()ed: it must be a regular file.
+ * (exactly one is non-NULL), each stat()ed: it must be a regular file;
+ * fuse[i] says whether file i lives on a FUSE file system (a batchfs
+ * mount; one statfs per device).
  * Returns 0, or -ENOENT (no such dir or file, no batch files, a gap),
  * -EINVAL (not a regular file), -ENOMEM, -errno of opendir/stat; the
  * reason is logged. *out is empty on failure. */

@@ -18,8 +18,9 @@
  *  - R readers: open a batch file when its slot's host half is FREE, then
  *    pread chunks straight into the host half (several readers share one
  *    batch); the reader finishing the last chunk parses the header. Files
- *    are opened with O_DIRECT (a batchfs mount then serves each pread
- *    with direct I/O, in every serve mode: its fastest path); a file
+ *    on a FUSE file system are opened with O_DIRECT (a batchfs mount then
+ *    serves each pread with direct I/O, in every serve mode: its fastest
+ *    path; elsewhere it would bypass the page cache); a file
  *    system that refuses it (EINVAL at the open, or at a read: aligned
  *    sizes wanted) gets plain opens from then on (L->direct).
  *  - one copy thread (CUDA): once batch k is READ and the device half is
@@ -194,15 +195,18 @@ static void read_chunk(struct bfs_loader *L, struct bfs_loader_slot *s)
 		finish_batch(L, s);
 }
 
-/* Open batch file 'path' read-only, with O_DIRECT while L->direct; *direct
- * says whether it was. EINVAL or EOPNOTSUPP: O_DIRECT is refused for good
+/* Open batch file k read-only, with O_DIRECT when it lives on a FUSE file
+ * system (a batchfs mount) and while L->direct; *direct says whether it
+ * was. EINVAL or EOPNOTSUPP: O_DIRECT is refused for good
  * (plain opens from now on); EIO: not now (a batchfs mount whose kernel
  * holds the batch open through passthrough for a plain open it saw
  * first), so this one file opens plainly. An fd, or -1 with errno. */
-static int open_file(struct bfs_loader *L, const char *path, int *direct)
+static int open_file(struct bfs_loader *L, uint64_t k, int *direct)
 {
+	const char *path = L->fl.names[k];
+
 	*direct = 0;
-	if (atomic_load(&L->direct)) {
+	if (L->fl.fuse[k] && atomic_load(&L->direct)) {
 		int fd = open(path, O_RDONLY | O_CLOEXEC | O_DIRECT);
 
 		if (fd >= 0) {
@@ -231,7 +235,7 @@ static void start_batch(struct bfs_loader *L, struct bfs_loader_slot *s)
 	s->size = L->fl.sizes[k];
 	s->nchunks = s->next_chunk = s->done_chunks = 0;
 	pthread_mutex_unlock(&L->mu);
-	fd = open_file(L, L->fl.names[k], &direct);
+	fd = open_file(L, k, &direct);
 	if (fd < 0)
 		rc = -errno;
 	pthread_mutex_lock(&L->mu);

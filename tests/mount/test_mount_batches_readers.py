@@ -22,7 +22,10 @@ the batch files' bytes. On real mounts, in every serve mode:
 - a mount that refuses O_DIRECT (BATCHFS_DEBUG_NO_DIRECT_OPEN: the open
   fails with EINVAL, as on a file system without it) still gives every
   reader the same bytes: they fall back to plain opens (direct_opens and
-  the loader's count stay 0)."""
+  the loader's count stay 0);
+- a batch file copied off the mount to a disk file system is read by
+  read_batch and the C loader with plain opens (O_DIRECT there would
+  bypass the page cache), and gives the same bytes."""
 import errno
 import os
 import sys
@@ -314,6 +317,53 @@ def o_direct_refused_is_einval():
         ml.umount(mnt)
 
 
+def copies_on_disk_are_opened_plainly():
+    """read_batch and the C loader ask for O_DIRECT on FUSE only: a copy
+    of a mount's batch files on disk (here ext4, whose O_DIRECT reads of
+    these whole-page sizes would succeed and skip the page cache) is
+    opened plainly, read right."""
+    import shutil
+    from batchfs import _batchfile
+    path, _ = dataset("fixed")
+    _, mnt = ml.mount(path, None, "--batch-size", BATCH)
+    copy = os.path.join(TMP, "copied-epoch")
+    try:
+        os.makedirs(copy, exist_ok=True)
+        for k in range(2):
+            shutil.copyfile("%s/epoch/0/batch_%d" % (mnt, k),
+                            "%s/batch_%d" % (copy, k))
+        ml.umount(mnt)
+        assert not _batchfile.on_fuse(copy)
+        seen, real_open = [], os.open
+
+        def spy(p, flags, *a, **kw):
+            seen.append(flags)
+            return real_open(p, flags, *a, **kw)
+        os.open = spy
+        try:
+            got = batchfs.read_batch(copy + "/batch_0", zero_copy=False)
+        finally:
+            os.open = real_open
+        assert seen and not any(f & os.O_DIRECT for f in seen), seen
+        want = [as_bytes(parse_batch(np.frombuffer(ml.read_file(
+            "%s/batch_%d" % (copy, k)), np.uint8).copy(), None, copy))
+            for k in range(2)]
+        assert as_bytes(got) == want[0]
+        from batchfs_loader import Loader
+        ld = Loader(copy, device="cpu")
+        assert [as_bytes(b) for b in ld] == want
+        direct = ld.stats().get("direct_files", 0)
+        assert direct == 0, "C loader: %d files opened with O_DIRECT" \
+            % direct
+        print("ok: batch files on disk are opened plainly (read_batch, "
+              "C loader)")
+    except AssertionError as ex:
+        failures.append("copies on disk: %r" % (ex,))
+    finally:
+        if ml.is_mounted(mnt):
+            ml.umount(mnt)
+
+
 def main():
     modes = ml.serve_modes()
     for mode in modes:
@@ -326,6 +376,7 @@ def main():
             kind, modes[0], env={"BATCHFS_DEBUG_NO_DIRECT_OPEN": "1"})
     memmap_on_a_default_mount()
     held_batches_stay_unchanged()
+    copies_on_disk_are_opened_plainly()
     return ml.finish(failures)
 
 

@@ -7,8 +7,8 @@ copy-on-write: nothing is copied until you write to an array, and what you
 write stays yours; ctypes calls mmap(2) so that no descriptor stays open
 per mapping) or read into memory the arrays own.
 
-A read opens the file with O_DIRECT and reads it whole in one read sized
-to the file, into a page-aligned buffer: a batchfs mount serves such an
+A read opens the file (on a batchfs mount: on_fuse) with O_DIRECT and
+reads it whole in one read sized to the file, into a page-aligned buffer: a batchfs mount serves such an
 open with direct I/O in every serve mode (each read one request, replied
 from the daemon's gathered buffer or straight from the archive), which is
 its fastest path (loader/python/batchfs/README.md: reading a batch file).
@@ -102,6 +102,26 @@ def _open(path, direct):
             if e.errno not in (errno.EINVAL, errno.EOPNOTSUPP):
                 raise
     return os.open(path, flags), False, False
+
+
+FUSE_SUPER_MAGIC = 0x65735546
+
+
+def on_fuse(path):
+    """Whether path lives on a FUSE file system (a batchfs mount): only
+    there is O_DIRECT asked for, since on a disk file system it would
+    bypass the page cache (a hot file read from the disk again). statfs(2)
+    through ctypes (os.statvfs has no f_type, the first field of struct
+    statfs); False where it fails."""
+    buf = ctypes.create_string_buffer(256)
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.statfs(os.fsencode(path), buf) != 0:
+            return False
+    except (OSError, AttributeError):
+        return False
+    return ctypes.c_long.from_buffer(buf).value & 0xffffffff == \
+        FUSE_SUPER_MAGIC
 
 
 def read_file(path, direct=True, alloc=aligned):
@@ -303,14 +323,16 @@ def read_batch(path, device=None, zero_copy=True):
     push, cache; dataset.json's serve_mode); with zero_copy=False (and
     always for --serve direct) the file is read into memory the arrays
     own, with one O_DIRECT read sized to the file (read_file: a batchfs
-    mount's fastest path; plainly where O_DIRECT is refused). A device
+    mount's fastest path; plainly where O_DIRECT is refused, and for a
+    file that is not on a FUSE file system: a copy on disk is read
+    through the page cache). A device
     other than the CPU always gets its own copy.
 
     A file that is not a batch file (safetensors) is a ValueError that
     says what is wrong with it; so is a directory (an epoch's: read
     'DIR/batch_0', or all of them with batchfs.Batches)."""
     try:
-        buf = load(path, zero_copy)[0]
+        buf = load(path, zero_copy, on_fuse(path))[0]
     except IsADirectoryError:
         raise ValueError("%s is a directory: read_batch reads one batch "
                          "file, e.g. %s" % (path, os.path.join(
