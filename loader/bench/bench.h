@@ -37,6 +37,7 @@ struct bench_hooks {
 struct bench_run {
 	double open_close, next_eof, window, window_bytes;
 	double copy_cpu, open_eof; /* copy thread's CPU; open to EOF */
+	double next_p50, next_p99; /* next()'s wall time in the window */
 };
 
 double bench_now(void);

@@ -17,6 +17,10 @@
  *           on the consumer stream; window time. Target step / T_c <= 1.05.
  *           Also the copy thread's CPU time over the run (open to EOF),
  *           in % of a core: it must sleep while the GPU works (<= 5).
+ *   ready   the step loop again, waiting for each kernel before the next
+ *           next() (as a step that reads its loss does): next()'s wall
+ *           time per call in the window, p50 and p99, when the loader had
+ *           the kernel's time to get the batch ready.
  *
  * The driver is dlopen'ed here too ("libcuda.so.1", or
  * $BATCHFS_LOADER_LIBCUDA like the library), so the bench shares the
@@ -216,6 +220,16 @@ static int hook_spin(void *arg, const struct bfs_loader_batch *b, void *stream)
 		  "cuLaunchKernel");
 }
 
+/* Step hook of the "ready" run: the spin kernel, then wait for it, as a
+ * training step that reads its loss does; the loader reads on meanwhile,
+ * so the next next() finds its batch ready. */
+static int hook_spin_wait(void *arg, const struct bfs_loader_batch *b,
+			  void *stream)
+{
+	int rc = hook_spin(arg, b, stream);
+	return rc ? rc : hook_sync(arg, stream);
+}
+
 /* Step hook of the verify pass: every verify_every-th and the last batch,
  * copied back, must equal its file. */
 static int hook_verify(void *arg, const struct bfs_loader_batch *b,
@@ -335,9 +349,10 @@ static int loader_rates(struct gpu *g, const struct bfs_loader_opts *o,
 {
 	const struct bench_cfg *c = g->c;
 	struct bench_hooks hs = {NULL, hook_sync, g},
-			   hk = {hook_spin, hook_sync, g};
+			   hk = {hook_spin, hook_sync, g},
+			   hw = {hook_spin_wait, hook_sync, g};
 	unsigned count = (unsigned)c->nb - c->skip;
-	double e[16], tc[16], st[16], cpu[16], em, tcm, stm;
+	double e[16], tc[16], st[16], cpu[16], p50[16], p99[16], em, tcm, stm;
 	struct bench_run run;
 	char label[80];
 
@@ -361,6 +376,12 @@ static int loader_rates(struct gpu *g, const struct bfs_loader_opts *o,
 		st[r] = run.window;
 		cpu[r] = run.copy_cpu / run.open_eof;
 	}
+	for (int r = 0; r < c->reps; r++) {
+		if (bench_run_loader(o, g->s, c->skip, &hw, &run) < 0)
+			return -EIO;
+		p50[r] = run.next_p50;
+		p99[r] = run.next_p99;
+	}
 	tcm = bench_median(tc, c->reps);
 	stm = bench_median(st, c->reps);
 	snprintf(label, sizeof(label), "T_c spin kernel alone, %u x %.3f ms",
@@ -371,6 +392,8 @@ static int loader_rates(struct gpu *g, const struct bfs_loader_opts *o,
 	row("step / T_c", stm / tcm, "(target <= 1.05)");
 	row("copy thread CPU in step, % of a core",
 	    100 * bench_median(cpu, c->reps), "(G10: <= 5)");
+	row("next() when ready, p50", 1e6 * bench_median(p50, c->reps), "us");
+	row("next() when ready, p99", 1e6 * bench_median(p99, c->reps), "us");
 	return 0;
 }
 

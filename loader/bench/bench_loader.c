@@ -125,8 +125,8 @@ int bench_run_loader(const struct bfs_loader_opts *o, void *stream,
 	struct bfs_loader *L;
 	struct bfs_loader_batch b;
 	struct bfs_loader_stats st = {0};
-	double t0 = bench_now(), t1, tw, t2, wbytes = 0;
-	unsigned k = 0;
+	double t0 = bench_now(), t1, tw, t2, wbytes = 0, tn, *lat;
+	unsigned k = 0, nlat = 0;
 	int rc;
 
 	if ((rc = bfs_loader_open(&L, o)) < 0) {
@@ -134,9 +134,12 @@ int bench_run_loader(const struct bfs_loader_opts *o, void *stream,
 			bfs_loader_strerror(rc));
 		return -1;
 	}
+	lat = calloc(bfs_loader_count(L) + 1, sizeof(*lat));
 	t1 = tw = bench_now();
-	while ((rc = bfs_loader_next(L, &b, stream)) == 0) {
+	while (tn = bench_now(), (rc = bfs_loader_next(L, &b, stream)) == 0) {
 		double n = (double)b.nbytes;
+		if (lat && k >= skip)
+			lat[nlat++] = bench_now() - tn;
 		if (h && h->step && (rc = h->step(h->arg, &b, stream)) < 0)
 			break;
 		if ((rc = bfs_loader_release(L, &b, stream)) < 0)
@@ -163,6 +166,13 @@ int bench_run_loader(const struct bfs_loader_opts *o, void *stream,
 				.window_bytes = wbytes,
 				.copy_cpu = (double)st.copy_cpu_ns / 1e9,
 				.open_eof = t2 - t0};
+	if (lat && nlat) {
+		bench_median(lat, (int)nlat); /* sorts */
+		r->next_p50 = lat[nlat / 2];
+		r->next_p99 = lat[(nlat * 99) / 100 < nlat ? (nlat * 99) / 100
+							   : nlat - 1];
+	}
+	free(lat);
 	return rc == BFS_LOADER_EOF ? 0 : -1;
 }
 

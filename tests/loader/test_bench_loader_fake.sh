@@ -38,6 +38,7 @@ for re in "^plain read\(\) .* $num GB/s" "^loader CPU mode, next\.\.EOF: .* $num
 	"^T_c spin kernel alone, 6 x $num ms +$num ms" \
 	"^step next\+kernel\+release, 6 x +$num ms" \
 	"^step / T_c +$num \(target <= 1\.05\)" \
+	"^next\(\) when ready, p50 +$num us" "^next\(\) when ready, p99 +$num us" \
 	"^copy thread CPU in step, % of a core +$num \(G10: <= 5\)"; do
 	grep -Eq "$re" "$BFS_TEST_TMP/out" || bad "no line matching /$re/"
 done
@@ -50,8 +51,9 @@ for kv in violations=0 ctx_retained=0 streams=0 events=0 allocs=0 \
 	registered=0 modules=0; do
 	[[ " $rep " == *" $kv "* ]] || bad "fake driver: want $kv in: $rep"
 done
-# 1 warm-up launch, T_c: 6 (the window: 9 batches less 3 warm-up), step: 9
-[[ " $rep " == *" launches=16 "* ]] || bad "fake driver: want launches=16 in: $rep"
+# 1 warm-up launch, T_c: 6 (the window: 9 batches less 3 warm-up), step: 9,
+# ready (one kernel per batch, each waited for): 9
+[[ " $rep " == *" launches=25 "* ]] || bad "fake driver: want launches=25 in: $rep"
 
 # The copy-back check compares for real: a corrupting driver fails it.
 FAKE_LIBCUDA_CORRUPT=1 "$prog" "${args[@]}" >"$BFS_TEST_TMP/out2" 2>&1
