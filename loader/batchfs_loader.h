@@ -110,7 +110,8 @@ struct bfs_loader_opts {
 	int device;		   /* CUDA device ordinal, default 0 */
 	unsigned slots;		   /* ring slots, 2 to 256; default 3, or 8
 				    * when every file fits in 2 MiB */
-	unsigned readers;	   /* reader threads, default 4, at most 256 */
+	unsigned readers;	   /* reader threads, default half the online
+				      CPUs within 4..8, at most 256 */
 	size_t chunk;		   /* pread size, default 4 MiB, >= 4096 */
 	unsigned flags;		   /* enum bfs_loader_flag */
 	/* Diagnostics: NULL = one line to stderr. */

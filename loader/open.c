@@ -27,9 +27,17 @@
 
 #define DEF_SLOTS   3
 #define SMALL_SLOTS 8 /* the default for files of one 2 MiB slot */
-#define DEF_READERS 4
-#define DEF_CHUNK   (4u << 20)
-#define SLOT_ALIGN  (2u << 20)
+/* Reader threads by default: half the online CPUs, 4 to 8. On a 16-core
+ * H200 machine, 256 MiB batches from the page cache, E (file -> device)
+ * went 15.6 -> 24.5 GB/s from 4 to 8 readers (loader/README.md,
+ * "Performance"); fewer cores gain nothing from more. */
+static unsigned default_readers(void)
+{
+	long n = sysconf(_SC_NPROCESSORS_ONLN) / 2;
+	return n < 4 ? 4 : n > 8 ? 8 : (unsigned)n;
+}
+#define DEF_CHUNK  (4u << 20)
+#define SLOT_ALIGN (2u << 20)
 #ifndef MADV_POPULATE_WRITE
 #define POPULATE_WRITE 23 /* Linux 5.14; older kernels: EINVAL, memset */
 #else
@@ -220,7 +228,7 @@ static struct bfs_loader *loader_new(const struct bfs_loader_opts *o)
 	pthread_cond_init(&L->ready_cv, NULL);
 	L->log = (struct bfs_loader_logger){o->log, o->log_arg, o->log_level};
 	L->nslots = o->slots ? o->slots : DEF_SLOTS;
-	L->nreaders = o->readers ? o->readers : DEF_READERS;
+	L->nreaders = o->readers ? o->readers : default_readers();
 	L->chunk = o->chunk ? o->chunk : DEF_CHUNK;
 	L->flags = o->flags;
 	atomic_init(&L->direct, !(o->flags & BFS_LOADER_NO_DIRECT));

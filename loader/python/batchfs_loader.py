@@ -403,7 +403,7 @@ class Loader:
     device: "auto" (CUDA when torch has a GPU, else CPU), "cpu", "cuda" or
     "cuda:N". slots/readers/chunk: ring slots, reader threads, pread size
     (0 = the library's defaults: 3 slots, 8 for files of at most 2 MiB;
-    4 readers; 4 MiB). copy: see the module's
+    half the online CPUs within 4..8 readers; 4 MiB). copy: see the module's
     memory rule. stream: the CUDA stream batches are delivered on (a
     torch.cuda.Stream or a CUstream handle); None = torch's current stream
     at the start of each iteration.
