@@ -21,6 +21,8 @@ demo: deps-test
 # build/bench/nullfs is the null FUSE baseline server; build/bench/cache_sim
 # the cache's simulation (the remote part's bound on hits).
 # BENCH_SCALE=0.25 shrinks the datasets; BENCH_REPS sets the repetitions.
+# The remote part runs only when BENCH_ONLY names it (BENCH_ONLY=remote):
+# it installs its servers and peers first (tools/scripts/deps.sh bench).
 BENCH_ORDER_N ?= 100000000
 BENCH_NULLFS := $(BUILD)/bench/nullfs
 BENCH_CACHE_SIM := $(BUILD)/bench/cache_sim
@@ -37,6 +39,8 @@ $(BENCH_CACHE_SIM): $(BUILD)/obj/tools/bench/cache_sim.o \
 check-build: $(BENCH_CACHE_SIM)
 
 bench: deps-torch
+	@case ",$(BENCH_ONLY)," in *remote*) tools/scripts/deps.sh bench ;; \
+		esac
 	@$(MAKE) --no-print-directory $(BUILD)/batchfs $(BENCH_NULLFS) \
 		$(BENCH_CACHE_SIM)
 	BATCHFS=$(abspath $(BUILD)/batchfs) NULLFS=$(abspath $(BENCH_NULLFS)) \
