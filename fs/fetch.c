@@ -92,6 +92,12 @@ bool bfs_fetch_field(const struct bfs_fetch *f, size_t field)
 	       f->direct[field];
 }
 
+bool bfs_fetch_gathers_read(const struct bfs_fetch *f)
+{
+	return f && f->direct &&
+	       !atomic_load_explicit(&f->mapped, memory_order_relaxed);
+}
+
 void bfs_fetch_serve_mapped(struct bfs_fetch *f)
 {
 	if (f)

@@ -178,6 +178,12 @@ void bfs_fetch_release(struct bfs_fetch *f, struct bfs_fetch_hold *h);
  * (so advice and read-ahead leave them alone). Accepts NULL (false). */
 bool bfs_fetch_field(const struct bfs_fetch *f, size_t field);
 
+/* Whether the gathers read the rows of some field themselves (data that
+ * does not fit, rows of big fields: bfs_fetch_rows), so serving rows
+ * from the mappings would read them through the page cache instead.
+ * Accepts NULL (false). */
+bool bfs_fetch_gathers_read(const struct bfs_fetch *f);
+
 /* Batches are served straight from the mappings (zero copy): from now on
  * no field is read by the gathers, and advice and read-ahead take every
  * field. Before any read (the pool, at its creation). Accepts NULL. */

@@ -9,7 +9,12 @@
  * whether all its pages are resident; rows in resident chunks are not
  * advised, rows in other chunks are (coalesced page ranges), so cold data
  * is still read ahead, and an evicted chunk is advised again within a
- * window. A word is tick << 1 | resident, 0 = never looked at.
+ * window. A word is tick << 1 | resident, 0 = never looked at. Once
+ * every chunk of every mapped file is known resident (data that fits,
+ * read in), one word says so for the window (ra->all, checked at most
+ * once a tick, by one caller): a batch's rows then cost no lookup at all
+ * (per row, the lookups took about 8 % of the daemon's CPU serving small
+ * rows; tools/bench/RESULTS.md).
  *
  * The read-ahead thread keeps, per lane of the order, where its stream is
  * (follow: the readers' latest batch + 1) and the next batch to read
@@ -59,6 +64,9 @@ struct bfs_readahead {
 	struct bfs_fetch *fetch;   /* reads ahead; NULL: none */
 	struct chunks *files;	   /* [bfs_dataset_nfiles] */
 	size_t nfiles;
+	/* tick << 1 | 1: every chunk was resident at that tick; tick << 1:
+	 * not (or being checked) at that tick; 0: never checked */
+	_Atomic uint32_t all;
 	_Atomic uint64_t rows_resident, rows_advised, rows_read;
 	_Atomic uint64_t batches_read;
 	atomic_bool stop;
@@ -139,6 +147,31 @@ static int range_resident(const struct bfs_readahead *ra, size_t i,
 	return 1;
 }
 
+/* Whether every chunk of every mapped file is known resident within the
+ * window (all_of: each chunk's word, refreshed where stale). One caller a
+ * tick looks; the others meanwhile take the rows one by one. */
+static bool all_resident(struct bfs_readahead *ra, uint32_t tick, size_t pg)
+{
+	uint32_t st = atomic_load_explicit(&ra->all, memory_order_relaxed);
+	uint32_t age = (tick - (st >> 1)) & TICK_MASK;
+
+	if (st && (st & 1) && age < WINDOW)
+		return true;
+	if ((st && age == 0) ||
+	    !atomic_compare_exchange_strong(&ra->all, &st, tick << 1))
+		return false; /* looked at (or being looked at) this tick */
+	for (size_t i = 0; i < ra->nfiles; i++) {
+		const struct chunks *m = &ra->files[i];
+		const struct bfs_source_file *fl = bfs_dataset_file(ra->ds, i);
+
+		for (size_t c = 0; m->w && c < m->n; c++)
+			if (!chunk_resident(fl, m, c, tick, pg))
+				return false;
+	}
+	atomic_store_explicit(&ra->all, tick << 1 | 1u, memory_order_relaxed);
+	return true;
+}
+
 void bfs_readahead_rows(struct bfs_readahead *ra, const uint64_t *idx, size_t n)
 {
 	long pgl = sysconf(_SC_PAGESIZE);
@@ -148,6 +181,18 @@ void bfs_readahead_rows(struct bfs_readahead *ra, const uint64_t *idx, size_t n)
 	if (!ra)
 		return;
 	tick = advise_tick();
+	if (all_resident(ra, tick, (size_t)pg)) {
+		uint64_t rows = 0;
+
+		for (size_t f = 0; f < bfs_dataset_nfields(ra->ds); f++)
+			rows += bfs_dataset_field(ra->ds, f)->ragged ||
+					bfs_fetch_field(ra->fetch, f)
+				    ? 0
+				    : n;
+		atomic_fetch_add_explicit(&ra->rows_resident, rows,
+					  memory_order_relaxed);
+		return;
+	}
 	for (size_t f = 0; f < bfs_dataset_nfields(ra->ds); f++) {
 		const uint8_t *lo = NULL, *hi = NULL; /* pending, coalesced */
 

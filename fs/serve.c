@@ -5,11 +5,20 @@
  *
  * Ways. Every kind of file has a way, set up at create: batch files the
  * mode's (its table from serve_ways.c: the one place a mode is looked
- * at), stream/N and index/N/offsets theirs (serve_stream.c), texts the
- * one below. Each open sets the file's way, and every later call of that
- * file goes through it: read, done (after the reply), release, free. The
- * mount-wide calls (create, stop, destroy, the kernel's thread) go to
- * every way that has them.
+ * at), and direct mode's for batch files opened with O_DIRECT (the
+ * readers batchfs ships open them so: batch_way), stream/N and
+ * index/N/offsets theirs (serve_stream.c), texts the one below. Each open
+ * sets the file's way, and every later call of that file goes through it:
+ * read, done (after the reply), release, free. The mount-wide calls
+ * (create, stop, destroy, the kernel's thread) go to every way that has
+ * them.
+ *
+ * Pools. Each way's create says what its pool must do. The mode's way
+ * gets the mount's pool (base->pool); the direct way and the streams
+ * get base->plain, a pool of anonymous buffers with no hook: the same
+ * pool when the mode's asks for nothing more (direct, cache), else one of
+ * its own (passthrough's memfds and backing files, push's early pushes
+ * would be paid for every batch read with direct I/O).
  *
  * Files. Every open makes a struct bfs_file: a text file (README,
  * dataset.json, stats, index/N/batch_K) holds the bytes the namespace
@@ -33,6 +42,7 @@
 #include "fs/serve_impl.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,14 +51,24 @@
 
 #define MOD "serve"
 
-/* The kinds of file, each served its own way. */
-enum kind { KIND_BATCH, KIND_STREAM, KIND_OFFSETS, KIND_TEXT, KINDS };
+/* The kinds of file, each served its own way: KIND_DIRECT is a batch
+ * file opened with O_DIRECT (no way of its own in direct mode: the
+ * mode's serves it). */
+enum kind {
+	KIND_BATCH,
+	KIND_DIRECT,
+	KIND_STREAM,
+	KIND_OFFSETS,
+	KIND_TEXT,
+	KINDS
+};
 
 struct bfs_serve {
-	struct bfs_serve_base b; /* what the ways are handed */
-	struct bfs_serve_way way[KINDS];
-	pthread_mutex_t lock;	/* the list of open files */
-	struct bfs_file *files; /* [lock] */
+	struct bfs_serve_base b;	 /* what the ways are handed */
+	struct bfs_serve_way way[KINDS]; /* ops NULL: no such way */
+	struct bfs_serve_way *direct;	 /* O_DIRECT batch files' */
+	pthread_mutex_t lock;		 /* the list of open files */
+	struct bfs_file *files;		 /* [lock] */
 };
 
 /* ---- texts: bytes rendered at open ------------------------------------- */
@@ -85,6 +105,34 @@ static const struct bfs_serve_ops text_ops = {
 
 /* ---- creation ---------------------------------------------------------- */
 
+/* Whether pool options o ask for more than plain buffers. */
+static bool pool_special(const struct bfs_pool_opts *o)
+{
+	return o->memfd || o->prepare || o->on_ready || o->on_free;
+}
+
+/* The mount's pools: the mode's (*mode, from its way's create) and, when
+ * it is special, a plain one for the direct reads and the streams. */
+static int make_pools(struct bfs_serve *s, struct bfs_pool_opts *mode,
+		      struct bfs_pool_opts *plain)
+{
+	int rc;
+
+	if (!pool_special(mode)) { /* one pool serves every way */
+		mode->rows_in_place |= plain->rows_in_place;
+		rc = bfs_pool_create(&s->b.pool, s->b.ds, s->b.order,
+				     s->b.layout, mode);
+		s->b.plain = s->b.pool;
+		return rc;
+	}
+	rc =
+	    bfs_pool_create(&s->b.pool, s->b.ds, s->b.order, s->b.layout, mode);
+	if (rc == 0)
+		rc = bfs_pool_create(&s->b.plain, s->b.ds, s->b.order,
+				     s->b.layout, plain);
+	return rc;
+}
+
 int bfs_serve_create(struct bfs_serve **out, const struct bfs_dataset *ds,
 		     struct bfs_order *order, const struct bfs_layout *layout,
 		     const struct bfs_pool_opts *po,
@@ -93,12 +141,15 @@ int bfs_serve_create(struct bfs_serve **out, const struct bfs_dataset *ds,
 {
 	const struct bfs_serve_ops *ops[KINDS] = {
 	    [KIND_BATCH] = bfs_serve_ops_of(o->mode),
+	    [KIND_DIRECT] = o->mode == BFS_SERVE_DIRECT
+				? NULL
+				: bfs_serve_ops_of(BFS_SERVE_DIRECT),
 	    [KIND_STREAM] = &bfs_serve_stream_ops,
 	    [KIND_OFFSETS] = &bfs_serve_offsets_ops,
 	    [KIND_TEXT] = &text_ops,
 	};
 	struct bfs_serve *s;
-	struct bfs_pool_opts popts = *po;
+	struct bfs_pool_opts mode = *po, plain;
 	int rc = 0;
 
 	*out = NULL;
@@ -113,22 +164,26 @@ int bfs_serve_create(struct bfs_serve **out, const struct bfs_dataset *ds,
 	s->b.o = *o;
 	s->b.k = *kernel;
 	pthread_mutex_init(&s->lock, NULL);
-	/* The pool's memory and hooks are the batch files' way's to ask */
-	popts.memfd = false;
-	popts.rows_in_place = false;
-	popts.hook_arg = &s->way[KIND_BATCH];
+	/* The pools' memory and hooks are their ways' to ask */
+	mode.memfd = false;
+	mode.rows_in_place = false;
+	plain = mode;
+	mode.hook_arg = &s->way[KIND_BATCH];
+	s->direct =
+	    ops[KIND_DIRECT] ? &s->way[KIND_DIRECT] : &s->way[KIND_BATCH];
 	for (int k = 0; k < KINDS; k++) {
 		struct bfs_serve_way *w = &s->way[k];
 
 		w->ops = ops[k];
 		w->base = &s->b;
-		if (w->ops->create) {
-			rc = w->ops->create(w, &popts);
+		if (w->ops && w->ops->create) {
+			rc =
+			    w->ops->create(w, k == KIND_BATCH ? &mode : &plain);
 			if (rc < 0)
 				goto err_destroy;
 		}
 	}
-	rc = bfs_pool_create(&s->b.pool, ds, order, layout, &popts);
+	rc = make_pools(s, &mode, &plain);
 	if (rc == 0)
 		rc = bfs_streams_create(&s->b.streams, layout, order);
 	if (rc < 0)
@@ -161,6 +216,8 @@ void bfs_serve_destroy(struct bfs_serve *s)
 	for (int k = 0; k < KINDS; k++) /* their jobs hold batches */
 		if (s->way[k].ops && s->way[k].ops->stop)
 			s->way[k].ops->stop(&s->way[k]);
+	if (s->b.plain != s->b.pool)
+		bfs_pool_destroy(s->b.plain);
 	bfs_pool_destroy(s->b.pool);
 	for (int k = 0; k < KINDS; k++) /* workers called into them */
 		if (s->way[k].ops && s->way[k].ops->destroy)
@@ -238,20 +295,33 @@ static int opened(struct bfs_serve *s, struct bfs_file *f, int rc,
 	return 0;
 }
 
-/* The way a batch file is served: the mount's mode, for every batch file
- * of the mount. (A choice per open, by its flags, would be made here,
- * among ways set up at create.) */
-static struct bfs_serve_way *batch_way(struct bfs_serve *s)
+/* The way batch file f (located) is served for an open with 'oflags':
+ * the mount's mode, or direct mode's for an O_DIRECT open (the readers
+ * batchfs ships: reads sized to the file, each one READ replied from the
+ * plain pool or the archive itself) unless the mode's way holds f's batch
+ * open, where the kernel wants every open of it alike. NULL: the open is
+ * refused (no_direct_open). */
+static struct bfs_serve_way *batch_way(struct bfs_serve *s,
+				       const struct bfs_file *f, int oflags)
 {
-	return &s->way[KIND_BATCH];
+	struct bfs_serve_way *mode = &s->way[KIND_BATCH];
+
+	if (!(oflags & O_DIRECT))
+		return mode;
+	if (s->b.o.no_direct_open)
+		return NULL;
+	if (s->direct != mode && mode->ops->holds && mode->ops->holds(mode, f))
+		return mode;
+	return s->direct;
 }
 
 /* Open batch id as f: located once (fs/order), sized (fs/layout: no
  * call into the order for a fixed layout, its samples for a ragged
  * one), then opened by its way, with f->at handed down. */
-static int open_batch(struct bfs_serve *s, struct bfs_batch_id id,
+static int open_batch(struct bfs_serve *s, struct bfs_batch_id id, int oflags,
 		      struct bfs_file *f, struct bfs_serve_how *how)
 {
+	struct bfs_serve_way *w;
 	char name[80];
 	int rc = bfs_order_locate(s->b.order, id, &f->at);
 
@@ -260,9 +330,14 @@ static int open_batch(struct bfs_serve *s, struct bfs_batch_id id,
 	rc = bfs_layout_file_size(s->b.layout, s->b.order, &f->at, &f->size);
 	if (rc)
 		return rc;
+	w = batch_way(s, f, oflags);
+	if (!w)
+		return -EINVAL;
 	f->opened_ns = bfs_serve_now_ns();
 	atomic_fetch_add(&s->b.c.opened, 1);
-	rc = open_as(batch_way(s), f, how);
+	if (w == s->direct && (oflags & O_DIRECT))
+		atomic_fetch_add(&s->b.c.direct_opens, 1);
+	rc = open_as(w, f, how);
 	if (bfs_log_wants(BFS_LOG_DEBUG)) {
 		bfs_order_batch_name(s->b.order, id, name, sizeof(name));
 		bfs_log(BFS_LOG_DEBUG, MOD, "%s: open (%s): %s in %.3f ms",
@@ -273,14 +348,15 @@ static int open_batch(struct bfs_serve *s, struct bfs_batch_id id,
 }
 
 int bfs_serve_open_batch(struct bfs_serve *s, struct bfs_batch_id id,
-			 struct bfs_file **out, struct bfs_serve_how *how)
+			 int oflags, struct bfs_file **out,
+			 struct bfs_serve_how *how)
 {
 	struct bfs_file *f = file_new(how);
 
 	*out = NULL;
 	if (!f)
 		return -ENOMEM;
-	return opened(s, f, open_batch(s, id, f, how), out);
+	return opened(s, f, open_batch(s, id, oflags, f, how), out);
 }
 
 /* The epoch of id (its lane and epoch; batch 0), for streams and their
@@ -346,7 +422,9 @@ int bfs_serve_read(struct bfs_serve *s, struct bfs_file *f, uint64_t off,
 	if (n > size)
 		n = size;
 	r->iovcnt = 0;
+	r->pool = NULL;
 	r->batch = NULL;
+	r->nmore = 0;
 	r->scratch = NULL;
 	r->zc_rows = false;
 	r->file = f;
@@ -360,8 +438,11 @@ void bfs_serve_done(struct bfs_serve *s, struct bfs_serve_reply *r)
 {
 	struct bfs_file *f = r->file;
 
-	bfs_pool_release(s->b.pool, r->batch);
+	if (r->batch)
+		bfs_pool_release(r->pool, r->batch);
 	r->batch = NULL;
+	while (r->nmore > 0)
+		bfs_pool_release(r->pool, r->more[--r->nmore]);
 	free(r->scratch);
 	r->scratch = NULL;
 	if (f && f->way->ops->done)
@@ -384,14 +465,14 @@ void bfs_serve_release(struct bfs_serve *s, struct bfs_file *f)
 void bfs_serve_stop_kernel(struct bfs_serve *s)
 {
 	for (int k = 0; k < KINDS; k++)
-		if (s->way[k].ops->stop_kernel)
+		if (s->way[k].ops && s->way[k].ops->stop_kernel)
 			s->way[k].ops->stop_kernel(&s->way[k]);
 }
 
 bool bfs_serve_kernel_busy(struct bfs_serve *s)
 {
 	for (int k = 0; k < KINDS; k++)
-		if (s->way[k].ops->kernel_busy &&
+		if (s->way[k].ops && s->way[k].ops->kernel_busy &&
 		    s->way[k].ops->kernel_busy(&s->way[k]))
 			return true;
 	return false;
@@ -400,7 +481,7 @@ bool bfs_serve_kernel_busy(struct bfs_serve *s)
 void bfs_serve_settle(struct bfs_serve *s)
 {
 	for (int k = 0; k < KINDS; k++)
-		if (s->way[k].ops->settle)
+		if (s->way[k].ops && s->way[k].ops->settle)
 			s->way[k].ops->settle(&s->way[k]);
 }
 

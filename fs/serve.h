@@ -19,7 +19,9 @@
  * This comment is the contract of the serving modes of batch files; the
  * top README's table says the same for users. The measurements are in
  * the benchmark's results file (tools/bench/RESULTS.md). Streams are
- * read with direct I/O in every mode (bfs_serve_open_stream). Inside,
+ * read with direct I/O in every mode (bfs_serve_open_stream), and so is a
+ * batch file opened with O_DIRECT (bfs_serve_open_batch: the readers
+ * batchfs ships open them so; everyone else gets the mode). Inside,
  * each mode is a way of serving in a file of its own behind a table of
  * operations, chosen for each file at its open (serve_impl.h; fs/README.md:
  * how bytes reach readers).
@@ -84,11 +86,15 @@ struct bfs_serve_opts {
 	bool zc_debug_stop;  /* tests: SIGSTOP the process once, between the
 			      * check and the first zero-copy reply of rows */
 	unsigned zc_max_iov; /* tests: fewer slices per READ (0: all) */
+	bool no_direct_open; /* tests: refuse O_DIRECT opens of batch files
+			      * (EINVAL), as a file system without direct
+			      * I/O does: readers fall back to plain opens */
 };
 
 /* Counters, one struct for the whole mount (rendered as `stats`). */
 struct bfs_stats {
-	struct bfs_pool_stats pool;
+	struct bfs_pool_stats pool;  /* the mode's pool, and the work of the
+				      * plain one (serve_stats.c) */
 	uint64_t batches_opened;     /* opens of batch files */
 	uint64_t batch_reads;	     /* READs of batch files answered here
 				      * (none in passthrough) */
@@ -102,6 +108,12 @@ struct bfs_stats {
 	uint64_t batches_zero_copy;  /* read straight from the archive */
 	uint64_t backing_files;	     /* passthrough ids registered now */
 	uint64_t backing_opened;     /* ... in all */
+	uint64_t direct_opens;	     /* batch files opened O_DIRECT and served
+				      * with direct I/O (in any mode) */
+	/* What the plain pool holds where it is one of its own (passthrough,
+	 * push: the batches of direct reads and streams, under a budget of
+	 * their own); 0 where one pool serves all (pool.cache_* then). */
+	uint64_t direct_cache_bytes, direct_cache_batches;
 	enum bfs_serve_mode mode;
 };
 
@@ -116,13 +128,18 @@ struct bfs_serve_how {
 
 /* The slices of a READ reply; valid until bfs_serve_done. */
 #define BFS_SERVE_MAX_IOV 1024
+#define BFS_SERVE_MORE	  63 /* batches a stream's reply holds, and one */
 struct bfs_serve_reply {
 	struct iovec iov[BFS_SERVE_MAX_IOV];
 	int iovcnt;
 	/* private: what bfs_serve_done lets go */
 	struct bfs_file *file;
-	struct bfs_batch *batch;
-	char *scratch; /* a stream's bytes, copied; offsets' lines */
+	struct bfs_pool *pool;	 /* of batch and more */
+	struct bfs_batch *batch; /* a batch the slices point into */
+	struct bfs_batch *more[BFS_SERVE_MORE]; /* a stream's others */
+	int nmore;
+	char *scratch; /* offsets' lines; a stream's bytes, copied when a
+			* READ spans more batches than it can hold */
 	bool zc_rows;  /* rows replied from the archive: checked again */
 };
 
@@ -144,21 +161,29 @@ void bfs_serve_destroy(struct bfs_serve *s);
 /* The mode served. */
 enum bfs_serve_mode bfs_serve_mode(const struct bfs_serve *s);
 
-/* Open the file of batch id, read-only (the caller refused writes). The
- * open locates the batch once (fs/order) and hands that down: the pool
- * or zero copy asks the order only for its samples. Returns 0 with *f
- * and *how set, or -ENOENT (no such batch), -EIO (the batch cannot be
- * had: its gather failed or timed out, logged), -ENOMEM. */
+/* Open the file of batch id, read-only (the caller refused writes), for
+ * an open(2) with 'oflags'. The open locates the batch once (fs/order)
+ * and hands that down: the pool or zero copy asks the order only for its
+ * samples. With O_DIRECT in oflags the batch is served as direct mode
+ * serves it, whatever the mount's mode (how->direct_io; zero copy where
+ * the rows allow, else a buffer of the plain pool: no memfd, no backing
+ * file, no push), unless the mode's way holds the batch open already
+ * (passthrough: the kernel requires every open of that inode to be
+ * passthrough too). Returns 0 with *f and *how set, or -ENOENT (no such
+ * batch), -EIO (the batch cannot be had: its gather failed or timed out,
+ * logged), -ENOMEM, -EINVAL (O_DIRECT refused: opts.no_direct_open). */
 int bfs_serve_open_batch(struct bfs_serve *s, struct bfs_batch_id id,
-			 struct bfs_file **f, struct bfs_serve_how *how);
+			 int oflags, struct bfs_file **f,
+			 struct bfs_serve_how *how);
 
 /* Open stream/N of epoch id.epoch of lane id.lane (id.batch unused),
  * read-only: that epoch's batch files back to back, with direct I/O in
  * every mode (each read() is one READ, and the daemon never stores pages
- * of a stream into the page cache). A READ is replied whole, copied from
- * the batches it spans (acquired with their prefetch window); each batch
- * read to its end leaves the pool, so memory stays flat over an epoch. 0,
- * -ENOENT, -ENOMEM. */
+ * of a stream into the page cache). A READ is replied whole, from the
+ * plain pool's buffers of the batches it spans (acquired with their
+ * prefetch window; copied first only when it spans more than
+ * BFS_SERVE_MORE + 1); each batch read to its end leaves the pool, so
+ * memory stays flat over an epoch. 0, -ENOENT, -ENOMEM. */
 int bfs_serve_open_stream(struct bfs_serve *s, struct bfs_batch_id id,
 			  struct bfs_file **f, struct bfs_serve_how *how);
 

@@ -32,21 +32,22 @@ bool bfs_serve_consumed(struct bfs_serve_base *b, struct bfs_file *f,
 	return true;
 }
 
-int bfs_serve_read_buffer(struct bfs_serve_base *b, struct bfs_file *f,
-			  uint64_t off, uint64_t n, bool alone,
-			  struct bfs_serve_reply *r)
+int bfs_serve_read_buffer(struct bfs_serve_base *b, struct bfs_pool *pool,
+			  struct bfs_file *f, uint64_t off, uint64_t n,
+			  bool alone, struct bfs_serve_reply *r)
 {
-	int rc = alone ? bfs_pool_acquire_alone(b->pool, &f->at, &r->batch)
-		       : bfs_pool_acquire(b->pool, &f->at, &r->batch);
+	int rc = alone ? bfs_pool_acquire_alone(pool, &f->at, &r->batch)
+		       : bfs_pool_acquire(pool, &f->at, &r->batch);
 
 	if (rc < 0)
 		return bfs_serve_reader_errno(rc);
+	r->pool = pool;
 	r->iov[0].iov_base = (char *)bfs_batch_data(r->batch) + off;
 	r->iov[0].iov_len = (size_t)n;
 	r->iovcnt = 1;
 	/* Counted before the reply: a reader may look at stats as soon as
 	 * it has its bytes. */
 	if (bfs_serve_consumed(b, f, n))
-		bfs_pool_drop(b->pool, r->batch);
+		bfs_pool_drop(pool, r->batch);
 	return 0;
 }

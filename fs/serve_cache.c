@@ -17,7 +17,8 @@ static int cache_read(struct bfs_serve_way *w, struct bfs_file *f, uint64_t off,
 		      uint64_t n, struct bfs_serve_reply *r)
 {
 	atomic_fetch_add(&w->base->c.reads, 1);
-	return bfs_serve_read_buffer(w->base, f, off, n, false, r);
+	return bfs_serve_read_buffer(w->base, w->base->pool, f, off, n, false,
+				     r);
 }
 
 const struct bfs_serve_ops bfs_serve_cache_ops = {

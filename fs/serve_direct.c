@@ -1,10 +1,12 @@
 /* fs/serve_direct: direct mode (serve.h): batch files opened with direct
- * I/O, each READ replied from the pool's buffer of its batch, or straight
- * from the archive mapping (zero copy, below); mmap(MAP_SHARED) fails. A
- * way of serving (serve_impl.h): it calls the pool, the dataset and
- * serve_batch.c, never the core; the core reaches it through its table
- * (bfs_serve_direct_ops), and the check after each zero-copy reply is its
- * 'done'.
+ * I/O, each READ replied from the plain pool's buffer of its batch, or
+ * straight from the archive mapping (zero copy, below); mmap(MAP_SHARED)
+ * fails. In every other mode it serves the batch files opened with
+ * O_DIRECT (serve.c: batch_way), from the plain pool (base->plain: no
+ * memfd, no hook). A way of serving (serve_impl.h): it calls the pool,
+ * the dataset and serve_batch.c, never the core; the core reaches it
+ * through its table (bfs_serve_direct_ops), and the check after each
+ * zero-copy reply is its 'done'.
  *
  * Zero copy. When every row of every field is stored as served
  * (C-contiguous, little-endian: bfs_dataset_row), a READ of [off, off+n) of
@@ -113,7 +115,7 @@ static void direct_done(struct bfs_serve_way *w, struct bfs_serve_reply *r)
 	r->zc_rows = false;
 	if (bfs_dataset_check(s->ds, f->zc->idx, (size_t)f->zc->rows) < 0)
 		bfs_pool_note_error(
-		    s->pool, f->at.id,
+		    s->plain, f->at.id,
 		    "replied straight from the archive while a source "
 		    "changed: the reader may have rows of both versions "
 		    "(zero copy checks before and after its reply, not "
@@ -158,7 +160,7 @@ static int zc_open(struct bfs_serve_base *s, struct bfs_file *f)
 	}
 	bfs_layout_header(l, f->at.id, rows, z->head);
 	f->zc = z;
-	bfs_pool_advise(s->pool, &f->at, z->idx);
+	bfs_pool_advise(s->plain, &f->at, z->idx);
 	return 0;
 }
 
@@ -248,15 +250,23 @@ static int direct_create(struct bfs_serve_way *w, struct bfs_pool_opts *po)
 	w->state = d;
 	if (!d)
 		return -ENOMEM;
-	d->zero_copy = o->zero_copy && zc_eligible(w->base);
+	/* Batch files opened O_DIRECT on a mount of another mode: zero copy
+	 * would switch the whole mount's fetch to serving mapped rows
+	 * (bfs_fetch_serve_mapped), which for data that does not fit takes
+	 * the gathers' own O_DIRECT reads from every mode: then these are
+	 * replied from gathered buffers too. */
+	d->zero_copy =
+	    o->zero_copy && zc_eligible(w->base) &&
+	    (o->mode == BFS_SERVE_DIRECT || !bfs_fetch_gathers_read(po->fetch));
 	d->max_iov = o->zc_max_iov && o->zc_max_iov < ZC_MAX_IOV
 			 ? (int)o->zc_max_iov
 			 : ZC_MAX_IOV;
 	po->rows_in_place = d->zero_copy;
 	if (d->zero_copy)
 		bfs_log(BFS_LOG_INFO, MOD,
-			"direct mode: batches whose rows allow it are "
-			"replied straight from the archive (zero copy)");
+			"direct I/O (--serve direct, or batch files opened "
+			"O_DIRECT): batches whose rows allow it are replied "
+			"straight from the archive (zero copy)");
 	return 0;
 }
 
@@ -290,7 +300,8 @@ static int direct_read(struct bfs_serve_way *w, struct bfs_file *f,
 		if (rc != 0)
 			return rc < 0 ? rc : 0;
 	}
-	return bfs_serve_read_buffer(w->base, f, off, n, f->zc != NULL, r);
+	return bfs_serve_read_buffer(w->base, w->base->plain, f, off, n,
+				     f->zc != NULL, r);
 }
 
 const struct bfs_serve_ops bfs_serve_direct_ops = {

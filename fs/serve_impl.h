@@ -16,7 +16,8 @@
  *   serve_passthrough.c   passthrough: a backing file per batch
  *   serve_push.c          push: stored whole into the page cache, by one
  *                         thread of its own
- *   serve_direct.c        direct: zero copy from the archive, or a buffer
+ *   serve_direct.c        direct: zero copy from the archive, or a buffer;
+ *                         in every mode, the batch files opened O_DIRECT
  *   serve_cache.c         cache: the kernel's own READs, from a buffer
  *   serve_stream.c        stream/N and index/N/offsets (a kind of file,
  *                         not a mode: the same in every mode)
@@ -35,8 +36,15 @@
  * struct bfs_serve itself is the core's (serve.c): a way sees only its
  * struct bfs_serve_way. Adding a way of serving: its file with its table,
  * a line in serve_ways.c, a value in enum bfs_serve_mode. A file's way is
- * chosen when it is opened, so one mount may serve files in several ways
- * (today every batch file of a mount gets the mount's mode). */
+ * chosen when it is opened, so one mount serves files in several ways: a
+ * batch file opened with O_DIRECT by direct mode's way (serve.c:
+ * batch_way), every other one by the mount's mode's.
+ *
+ * Pools. The mode's way sets what its pool must do (memfds, hooks); the
+ * direct reads and the streams need none of that. So when the mode's pool
+ * has memfds or hooks (passthrough, push) the core makes a second, plain
+ * pool for them (base->plain), each under the budget; otherwise one pool
+ * serves all (base->plain == base->pool). */
 #ifndef BFS_SERVE_IMPL_H
 #define BFS_SERVE_IMPL_H
 
@@ -52,7 +60,7 @@ struct bfs_zc;
 
 struct serve_counters {
 	_Atomic uint64_t opened, reads, served, bytes, pushed, drops, refills,
-	    zero_copy, backing_now, backing_all, pushed_hits;
+	    zero_copy, backing_now, backing_all, pushed_hits, direct_opens;
 };
 
 /* What the core hands every way: the mount's objects (borrowed, or made
@@ -62,7 +70,9 @@ struct bfs_serve_base {
 	const struct bfs_dataset *ds;
 	struct bfs_order *order;
 	const struct bfs_layout *layout;
-	struct bfs_pool *pool;
+	struct bfs_pool *pool;	     /* the mode's: its batch files' */
+	struct bfs_pool *plain;	     /* direct reads' and streams' (no memfd,
+				      * no hook): pool itself, or one of its own */
 	struct bfs_streams *streams; /* offsets of batches in streams */
 	struct bfs_serve_opts o;
 	struct bfs_serve_kernel k;
@@ -89,7 +99,10 @@ struct bfs_file {
 	atomic_bool consumed;	   /* batch files: counted read to the end */
 	uint64_t opened_ns;	   /* batch files: when opened (monotonic) */
 	union {			   /* the way's own */
-		struct bfs_batch *held; /* passthrough: the open's batch */
+		struct {
+			struct bfs_batch *held; /* the open's batch */
+			bool counted; /* in the way's table of open files */
+		} pt;		      /* passthrough */
 		struct {
 			bool open;   /* counted open in the ledger */
 			uint64_t id; /* ... on this entry */
@@ -127,14 +140,19 @@ struct bfs_serve_ops {
 	void (*settle)(struct bfs_serve_way *w);
 
 	/* ---- per file ---- */
+	/* Whether the kernel may hold batch file f's inode open in this way,
+	 * so that every open of it must be served this way too (passthrough:
+	 * the kernel refuses an open without the backing file while one with
+	 * it is open). NULL: never. */
+	bool (*holds)(struct bfs_serve_way *w, const struct bfs_file *f);
 	/* Open f: set *how (the core's defaults: noflush), hold what f
 	 * needs. 0 or -errno; a failed open holds nothing. */
 	int (*open)(struct bfs_serve_way *w, struct bfs_file *f,
 		    struct bfs_serve_how *how);
 	/* The reply to a READ of [off, off + n) of f (0 < n, off + n <=
-	 * f->size): slices in r, and what they pin in r->batch (the pool's
-	 * batch) or r->scratch (malloc'd), which the core lets go at
-	 * bfs_serve_done. 0 or -errno. */
+	 * f->size): slices in r, and what they pin in r->batch and r->more
+	 * (batches of r->pool) or r->scratch (malloc'd), which the core lets
+	 * go at bfs_serve_done. 0 or -errno. */
 	int (*read)(struct bfs_serve_way *w, struct bfs_file *f, uint64_t off,
 		    uint64_t n, struct bfs_serve_reply *r);
 	/* The reply r (of r->file) was sent, whatever it was. */
@@ -166,13 +184,13 @@ extern const struct bfs_serve_ops bfs_serve_offsets_ops;
 bool bfs_serve_consumed(struct bfs_serve_base *b, struct bfs_file *f,
 			uint64_t n);
 
-/* Reply [off, off + n) of batch file f from the pool's buffer of its
- * batch (r->batch), acquired with its prefetch window, or 'alone' (no
+/* Reply [off, off + n) of batch file f from 'pool''s buffer of its batch
+ * (r->batch), acquired with its prefetch window, or 'alone' (no
  * successors gathered: the reader does not walk the batches through
  * this buffer); a batch read to its end leaves the pool. 0 or -errno. */
-int bfs_serve_read_buffer(struct bfs_serve_base *b, struct bfs_file *f,
-			  uint64_t off, uint64_t n, bool alone,
-			  struct bfs_serve_reply *r);
+int bfs_serve_read_buffer(struct bfs_serve_base *b, struct bfs_pool *pool,
+			  struct bfs_file *f, uint64_t off, uint64_t n,
+			  bool alone, struct bfs_serve_reply *r);
 
 /* -ETIMEDOUT (logged by the pool) and -ERANGE (a failed gather) reach a
  * reader as EIO; the rest as they are. */

@@ -10,13 +10,94 @@
  * concurrent opens of one inode share one backing file, as the kernel
  * requires; then the pool frees the batch and on_free drops the id. A
  * later open gathers it again, identical. READs never come here: the
- * kernel serves read() and mmap() from the memfd. */
+ * kernel serves read() and mmap() from the memfd.
+ *
+ * Which batches have files open (the way's state, 'holds'): the kernel
+ * refuses an open without FOPEN_PASSTHROUGH of an inode that has a file
+ * open with its backing file (EIO to the opener). So while a batch has a
+ * passthrough file open, an O_DIRECT open of it, which the core would
+ * give direct mode's way, is served here too. A file counts from the
+ * start of its open (before it waits for its batch) to its release: the
+ * count covers what the kernel holds, whose backing goes before the
+ * RELEASE comes. An O_DIRECT open decided just before a plain open of the
+ * same batch counted can still reach the kernel after it (EIO; the
+ * readers batchfs ships then open again without O_DIRECT).
+ *
+ * Lock: opens->lock guards the table only; nothing else is called with
+ * it held. */
 #include "fs/serve_impl.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "fs/log.h"
+
+#define OPEN_BUCKETS 1024u
+
+/* A batch (by position) with files open, and how many. */
+struct open_batch {
+	uint64_t pos;
+	unsigned files;
+	struct open_batch *next;
+};
+
+struct opens {
+	pthread_mutex_t lock;
+	struct open_batch *bucket[OPEN_BUCKETS]; /* [lock] */
+};
+
+static struct open_batch **slot(struct opens *o, uint64_t pos)
+{
+	struct open_batch **pp =
+	    &o->bucket[(pos * 0x9E3779B97F4A7C15ull >> 40) % OPEN_BUCKETS];
+
+	while (*pp && (*pp)->pos != pos)
+		pp = &(*pp)->next;
+	return pp;
+}
+
+/* One more file of the batch at pos open. false when out of memory. */
+static bool opens_add(struct opens *o, uint64_t pos)
+{
+	struct open_batch **pp, *e;
+
+	pthread_mutex_lock(&o->lock);
+	pp = slot(o, pos);
+	e = *pp;
+	if (!e && (e = calloc(1, sizeof(*e))) != NULL) {
+		e->pos = pos;
+		*pp = e;
+	}
+	if (e)
+		e->files++;
+	pthread_mutex_unlock(&o->lock);
+	return e != NULL;
+}
+
+static void opens_drop(struct opens *o, uint64_t pos)
+{
+	struct open_batch **pp, *e;
+
+	pthread_mutex_lock(&o->lock);
+	pp = slot(o, pos);
+	e = *pp;
+	if (e && --e->files == 0) {
+		*pp = e->next;
+		free(e);
+	}
+	pthread_mutex_unlock(&o->lock);
+}
+
+static bool opens_has(struct opens *o, uint64_t pos)
+{
+	bool has;
+
+	pthread_mutex_lock(&o->lock);
+	has = *slot(o, pos) != NULL;
+	pthread_mutex_unlock(&o->lock);
+	return has;
+}
 
 /* b's backing id, registering its memfd if no worker could. */
 static int backing_of(struct bfs_serve_base *s, struct bfs_batch *b)
@@ -67,10 +148,47 @@ static void passthrough_gone(void *arg, struct bfs_batch *b)
 
 static int passthrough_create(struct bfs_serve_way *w, struct bfs_pool_opts *po)
 {
+	struct opens *o = calloc(1, sizeof(*o));
+
+	w->state = o;
+	if (!o)
+		return -ENOMEM;
+	pthread_mutex_init(&o->lock, NULL);
 	po->memfd = true;
 	po->prepare = passthrough_ready;
 	po->on_free = passthrough_gone;
 	return 0;
+}
+
+static void passthrough_destroy(struct bfs_serve_way *w)
+{
+	struct opens *o = w->state;
+
+	if (!o)
+		return;
+	for (unsigned i = 0; i < OPEN_BUCKETS; i++)
+		while (o->bucket[i]) {
+			struct open_batch *e = o->bucket[i];
+
+			o->bucket[i] = e->next;
+			free(e);
+		}
+	pthread_mutex_destroy(&o->lock);
+	free(o);
+	w->state = NULL;
+}
+
+static bool passthrough_holds(struct bfs_serve_way *w, const struct bfs_file *f)
+{
+	return opens_has(w->state, f->at.pos);
+}
+
+/* f no longer counts among the batch's open files. */
+static void uncount(struct bfs_serve_way *w, struct bfs_file *f)
+{
+	if (f->pt.counted)
+		opens_drop(w->state, f->at.pos);
+	f->pt.counted = false;
 }
 
 /* The batch of the open, kept by f until its release. */
@@ -78,18 +196,25 @@ static int passthrough_open(struct bfs_serve_way *w, struct bfs_file *f,
 			    struct bfs_serve_how *how)
 {
 	struct bfs_serve_base *s = w->base;
-	int rc = bfs_pool_acquire(s->pool, &f->at, &f->held);
+	int rc;
 
-	if (rc < 0)
+	if (!opens_add(w->state, f->at.pos))
+		return -ENOMEM;
+	f->pt.counted = true;
+	rc = bfs_pool_acquire(s->pool, &f->at, &f->pt.held);
+	if (rc < 0) {
+		uncount(w, f);
 		return rc;
-	how->backing_id = backing_of(s, f->held);
+	}
+	how->backing_id = backing_of(s, f->pt.held);
 	if (how->backing_id <= 0) {
 		bfs_pool_note_error(
 		    s->pool, f->at.id,
 		    "no backing file (%s): open fails with EIO",
 		    strerror(how->backing_id ? -how->backing_id : EIO));
-		bfs_pool_release(s->pool, f->held);
-		f->held = NULL;
+		bfs_pool_release(s->pool, f->pt.held);
+		f->pt.held = NULL;
+		uncount(w, f);
 		return -EIO;
 	}
 	bfs_serve_consumed(s, f, f->size); /* handed over whole */
@@ -107,21 +232,25 @@ static int passthrough_read(struct bfs_serve_way *w, struct bfs_file *f,
 /* The last file of a batch lets it go (its backing id with it). */
 static void passthrough_release(struct bfs_serve_way *w, struct bfs_file *f)
 {
-	if (f->held)
-		bfs_pool_release_last(w->base->pool, f->held);
-	f->held = NULL;
+	if (f->pt.held)
+		bfs_pool_release_last(w->base->pool, f->pt.held);
+	f->pt.held = NULL;
+	uncount(w, f);
 }
 
 /* Open at unmount: the pool is destroyed next. */
 static void passthrough_free(struct bfs_serve_way *w, struct bfs_file *f)
 {
-	bfs_pool_release(w->base->pool, f->held);
-	f->held = NULL;
+	bfs_pool_release(w->base->pool, f->pt.held);
+	f->pt.held = NULL;
+	uncount(w, f);
 }
 
 const struct bfs_serve_ops bfs_serve_passthrough_ops = {
     .name = "passthrough",
     .create = passthrough_create,
+    .destroy = passthrough_destroy,
+    .holds = passthrough_holds,
     .open = passthrough_open,
     .read = passthrough_read,
     .release = passthrough_release,

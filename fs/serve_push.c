@@ -508,7 +508,8 @@ static int push_read(struct bfs_serve_way *w, struct bfs_file *f, uint64_t off,
 {
 	atomic_fetch_add(&w->base->c.reads, 1);
 	atomic_fetch_add(&w->base->c.refills, 1);
-	return bfs_serve_read_buffer(w->base, f, off, n, true, r);
+	return bfs_serve_read_buffer(w->base, w->base->pool, f, off, n, true,
+				     r);
 }
 
 static void push_stop_kernel(struct bfs_serve_way *w)

@@ -16,10 +16,42 @@
 #include <time.h>
 #include <unistd.h>
 
+/* The plain pool's work added to the mode's (*to): what both did. What
+ * each holds stays apart, each under its budget (the mode's in
+ * cache_bytes, cache_batches and shmem_bytes, against the budget and the
+ * descriptors; the plain pool's in st->direct_cache_*); the workers and
+ * the depth are each pool's (the mode's shown), the last error the
+ * latest of the two. */
+static void add_pool(struct bfs_pool_stats *to, const struct bfs_pool_stats *p)
+{
+	to->batches_materialized += p->batches_materialized;
+	to->prefetch_hits += p->prefetch_hits;
+	to->prefetch_misses += p->prefetch_misses;
+	to->prefetch_skipped += p->prefetch_skipped;
+	to->evictions += p->evictions;
+	to->fd_limit_hits += p->fd_limit_hits;
+	to->worker_busy_ns += p->worker_busy_ns;
+	to->read_wait_ns += p->read_wait_ns;
+	to->timeouts += p->timeouts;
+	to->errors += p->errors;
+	to->buffers_mapped += p->buffers_mapped;
+	to->batches_advised += p->batches_advised;
+	if (p->last_error.time_ns > to->last_error.time_ns)
+		to->last_error = p->last_error;
+}
+
 void bfs_serve_stats_of(struct bfs_serve_base *s, struct bfs_stats *st)
 {
 	memset(st, 0, sizeof(*st));
 	bfs_pool_stats(s->pool, &st->pool);
+	if (s->plain && s->plain != s->pool) {
+		struct bfs_pool_stats plain;
+
+		bfs_pool_stats(s->plain, &plain);
+		add_pool(&st->pool, &plain);
+		st->direct_cache_bytes = plain.cache_bytes;
+		st->direct_cache_batches = plain.cache_batches;
+	}
 	/* a push open that found its batch pushed ahead by a worker */
 	st->pool.prefetch_hits += atomic_load(&s->c.pushed_hits);
 	st->batches_opened = atomic_load(&s->c.opened);
@@ -32,6 +64,7 @@ void bfs_serve_stats_of(struct bfs_serve_base *s, struct bfs_stats *st)
 	st->batches_zero_copy = atomic_load(&s->c.zero_copy);
 	st->backing_files = atomic_load(&s->c.backing_now);
 	st->backing_opened = atomic_load(&s->c.backing_all);
+	st->direct_opens = atomic_load(&s->c.direct_opens);
 	st->mode = s->o.mode;
 }
 
@@ -119,6 +152,8 @@ void bfs_serve_stats_render(struct bfs_serve_base *s, const char *mode,
 	    {"cache_bytes", &st.pool.cache_bytes},
 	    {"cache_batches", &st.pool.cache_batches},
 	    {"cache_budget_bytes", &st.pool.cache_budget_bytes},
+	    {"direct_cache_bytes", &st.direct_cache_bytes},
+	    {"direct_cache_batches", &st.direct_cache_batches},
 	    {"shmem_bytes", &st.pool.shmem_bytes},
 	    {"worker_busy_ns", &st.pool.worker_busy_ns},
 	    {"read_wait_ns", &st.pool.read_wait_ns},
@@ -144,6 +179,7 @@ void bfs_serve_stats_render(struct bfs_serve_base *s, const char *mode,
 	    {"batches_zero_copy", &st.batches_zero_copy},
 	    {"backing_files", &st.backing_files},
 	    {"backing_opened", &st.backing_opened},
+	    {"direct_opens", &st.direct_opens},
 	    {"batch_fds_max", &st.pool.max_fds},
 	    {"batch_fd_limit_hits", &st.pool.fd_limit_hits},
 	};

@@ -6,9 +6,11 @@
  * pool, the order and fs/stream, never the core.
  *
  * A stream is opened with direct I/O in every mode: each read() is one
- * READ, copied out of the batches it spans, whole, into memory of the
- * reply's own (a READ answered short would end the reader's read()
- * there); a batch read to its end leaves the pool. The daemon never
+ * READ, answered whole (a READ answered short would end the reader's
+ * read() there) with a slice into the buffer of each batch it spans, in
+ * the plain pool (serve_impl.h: anonymous memory, no memfd, no hook,
+ * whatever the mode), the batches held until the reply is sent; a batch
+ * read to its end leaves the pool. The daemon never
  * stores a stream's pages into the page cache (a store waits on pages
  * that READs in flight hold locked: fs/README.md, streams). The offsets
  * file renders the lines each READ covers, so an open costs nothing
@@ -19,7 +21,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 /* ---- stream/N ------------------------------------------------------------ */
 
@@ -41,39 +42,49 @@ static int stream_open(struct bfs_serve_way *w, struct bfs_file *f,
 	return 0;
 }
 
-/* Copy [off, end) of a stream, which batch id (at [from, to) in it)
- * holds part of, into dst; a batch read to its end leaves the pool. */
-static int stream_copy(struct bfs_serve_base *s, struct bfs_batch_id id,
-		       uint64_t from, uint64_t to, uint64_t off, uint64_t end,
-		       char *dst)
+/* The plain pool's batch id (at [from, to) in its stream), acquired
+ * with its prefetch window into *b, and checked to be to - from bytes;
+ * read to its end by [.., end) of the stream, it leaves the pool (the
+ * reference in *b keeps it until the reply is sent). */
+static int stream_batch(struct bfs_serve_base *s, struct bfs_batch_id id,
+			uint64_t from, uint64_t to, uint64_t end,
+			struct bfs_batch **b)
 {
-	uint64_t take = (end < to ? end : to) - off;
 	struct bfs_batch_loc at;
-	struct bfs_batch *b;
-	const char *bytes;
 	int rc = bfs_order_locate(s->order, id, &at);
 
+	*b = NULL;
 	if (rc == 0)
-		rc = bfs_pool_acquire(s->pool, &at, &b);
+		rc = bfs_pool_acquire(s->plain, &at, b);
 	if (rc < 0)
 		return rc;
-	bytes = bfs_batch_data(b);
-	if (bfs_batch_size(b) != to - from)
-		rc = -EIO;
-	else if (bytes) /* anonymous memory */
-		memcpy(dst, bytes + (off - from), take);
-	else if (pread(bfs_batch_fd(b), dst, take, (off_t)(off - from)) !=
-		 (ssize_t)take) /* a memfd (passthrough) */
-		rc = -EIO;
-	if (!rc && off + take == to) /* read to its end */
-		bfs_pool_drop(s->pool, b);
-	bfs_pool_release(s->pool, b);
-	return rc;
+	if (bfs_batch_size(*b) != to - from || !bfs_batch_data(*b)) {
+		bfs_pool_release(s->plain, *b);
+		*b = NULL;
+		return -EIO;
+	}
+	if (end >= to) /* read to its end */
+		bfs_pool_drop(s->plain, *b);
+	return 0;
 }
 
-/* [off, off + n) of stream f, whole, copied out of the batches it spans
- * (acquired with their prefetch window: its reader moves on) into
- * r->scratch. */
+/* Hold b in r (r->batch, then r->more): false when r holds all it can. */
+static bool hold(struct bfs_serve_reply *r, struct bfs_batch *b)
+{
+	if (!r->batch)
+		r->batch = b;
+	else if (r->nmore < BFS_SERVE_MORE)
+		r->more[r->nmore++] = b;
+	else
+		return false;
+	return true;
+}
+
+/* [off, off + n) of stream f, whole, from the batches it spans (acquired
+ * with their prefetch window: its reader moves on): a slice into each
+ * batch's buffer, the batches held by r until the reply is sent. A READ
+ * that spans more batches than r can hold (tiny batches) is copied into
+ * r->scratch instead, a batch at a time. */
 static int stream_read(struct bfs_serve_way *w, struct bfs_file *f,
 		       uint64_t off, uint64_t n, struct bfs_serve_reply *r)
 {
@@ -81,25 +92,46 @@ static int stream_read(struct bfs_serve_way *w, struct bfs_file *f,
 	uint64_t end = off + n, at = off;
 
 	atomic_fetch_add(&s->c.reads, 1);
-	r->scratch = malloc(n);
-	if (!r->scratch)
-		return -ENOMEM;
+	r->pool = s->plain;
 	while (at < end) {
 		struct bfs_batch_id id = f->at.id;
-		uint64_t from, to;
+		struct bfs_batch *b;
+		uint64_t from, to, take;
+		const char *bytes;
 		int rc = bfs_stream_locate(s->streams, &id, at, &from, &to);
 
 		if (rc == 0)
-			rc = stream_copy(s, id, from, to, at, end,
-					 r->scratch + (at - off));
+			rc = stream_batch(s, id, from, to, end, &b);
 		if (rc < 0)
 			return bfs_serve_reader_errno(rc);
-		at = end < to ? end : to;
+		take = (end < to ? end : to) - at;
+		bytes = (const char *)bfs_batch_data(b) + (at - from);
+		if (!r->scratch && hold(r, b)) {
+			r->iov[r->iovcnt].iov_base = (void *)bytes;
+			r->iov[r->iovcnt++].iov_len = (size_t)take;
+		} else { /* copied: the slices so far move too */
+			if (!r->scratch && !(r->scratch = malloc(n))) {
+				bfs_pool_release(s->plain, b);
+				return -ENOMEM;
+			}
+			memcpy(r->scratch + (at - off), bytes, take);
+			bfs_pool_release(s->plain, b);
+		}
+		at += take;
+	}
+	if (r->scratch) { /* the slices held before the copy began */
+		uint64_t pos = off;
+
+		for (int i = 0; i < r->iovcnt; i++) {
+			memcpy(r->scratch + (pos - off), r->iov[i].iov_base,
+			       r->iov[i].iov_len);
+			pos += r->iov[i].iov_len;
+		}
+		r->iov[0].iov_base = r->scratch;
+		r->iov[0].iov_len = (size_t)n;
+		r->iovcnt = 1;
 	}
 	atomic_fetch_add(&s->c.bytes, n);
-	r->iov[0].iov_base = r->scratch;
-	r->iov[0].iov_len = (size_t)n;
-	r->iovcnt = 1;
 	return 0;
 }
 

@@ -216,8 +216,8 @@ bool bfs_tree_changes(uint64_t ino)
 	return ino >> KIND_SHIFT == BFS_NODE_STATS;
 }
 
-int bfs_tree_open(const struct bfs_tree *t, uint64_t ino, struct bfs_file **f,
-		  struct bfs_serve_how *how)
+int bfs_tree_open(const struct bfs_tree *t, uint64_t ino, int oflags,
+		  struct bfs_file **f, struct bfs_serve_how *how)
 {
 	struct bfs_node n;
 	char *text;
@@ -228,7 +228,7 @@ int bfs_tree_open(const struct bfs_tree *t, uint64_t ino, struct bfs_file **f,
 	if (rc < 0)
 		return rc;
 	if (n.kind == BFS_NODE_BATCH)
-		return bfs_serve_open_batch(t->serve, n.id, f, how);
+		return bfs_serve_open_batch(t->serve, n.id, oflags, f, how);
 	if (n.kind == BFS_NODE_STREAM)
 		return bfs_serve_open_stream(t->serve, n.id, f, how);
 	if (n.kind == BFS_NODE_OFFSETS)

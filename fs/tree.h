@@ -128,12 +128,13 @@ int bfs_tree_dirent(const struct bfs_tree *t, uint64_t ino, uint64_t off,
 int bfs_tree_render(const struct bfs_tree *t, uint64_t ino, char **text,
 		    size_t *len);
 
-/* Open file ino read-only (the caller refused writes): a batch file
- * through bfs_serve_open_batch, a text file rendered now and handed to
+/* Open file ino read-only (the caller refused writes), for an open(2)
+ * with 'oflags': a batch file through bfs_serve_open_batch (O_DIRECT
+ * chooses its way), a text file rendered now and handed to
  * bfs_serve_open_text. 0 with *f and *how, or -ENOENT, -EISDIR, -EIO (the
- * batch cannot be had), -ENOMEM. */
-int bfs_tree_open(const struct bfs_tree *t, uint64_t ino, struct bfs_file **f,
-		  struct bfs_serve_how *how);
+ * batch cannot be had), -ENOMEM, -EINVAL (O_DIRECT refused). */
+int bfs_tree_open(const struct bfs_tree *t, uint64_t ino, int oflags,
+		  struct bfs_file **f, struct bfs_serve_how *how);
 
 /* Whether file ino's content changes while mounted (stats): its
  * attributes are then cached briefly, and it is read afresh. */

@@ -77,6 +77,12 @@ enum bfs_loader_flag {
 	 * tensor.host stays readable (costs pipelining: a host slot is
 	 * refilled only after release instead of after its copy). */
 	BFS_LOADER_KEEP_HOST = 1u << 0,
+	/* Open batch files without O_DIRECT. By default each is opened
+	 * with O_DIRECT, which a batchfs mount serves with direct I/O in
+	 * every serve mode, its fastest path (loader/README.md); where the
+	 * file system refuses it (EINVAL) the loader opens files plainly
+	 * from then on. */
+	BFS_LOADER_NO_DIRECT = 1u << 1,
 };
 
 enum bfs_loader_log_level {
@@ -102,7 +108,8 @@ struct bfs_loader_opts {
 	const char *const *files;
 	enum bfs_loader_mode mode; /* default AUTO */
 	int device;		   /* CUDA device ordinal, default 0 */
-	unsigned slots;		   /* ring slots, default 3, 2 to 256 */
+	unsigned slots;		   /* ring slots, 2 to 256; default 3, or 8
+				    * when every file fits in 2 MiB */
 	unsigned readers;	   /* reader threads, default 4, at most 256 */
 	size_t chunk;		   /* pread size, default 4 MiB, >= 4096 */
 	unsigned flags;		   /* enum bfs_loader_flag */
@@ -152,6 +159,9 @@ struct bfs_loader_stats {
 	 * waits for copies sleeping, so this stays small while the GPU is
 	 * busy: a measure of the loader's own cost. */
 	uint64_t copy_cpu_ns;
+	/* Batch files opened with O_DIRECT (the rest were opened plainly:
+	 * BFS_LOADER_NO_DIRECT, or the file system refused it). */
+	uint64_t direct_files;
 };
 
 /* Open a loader: list the files (stat each: the largest sets the slot

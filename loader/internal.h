@@ -9,6 +9,7 @@
 #include "loader/batchfs_loader.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -170,6 +171,9 @@ struct bfs_loader {
 	unsigned nstarted;
 	pthread_t copier;
 	int copier_started;
+	/* readers open batch files with O_DIRECT (until a file system
+	 * refuses it: then 0 for good) */
+	_Atomic int direct;
 	/* open: why the CUDA backend failed (gpu_failed set) */
 	int gpu_failed;
 	char why[256];

@@ -17,7 +17,11 @@
  * Threads:
  *  - R readers: open a batch file when its slot's host half is FREE, then
  *    pread chunks straight into the host half (several readers share one
- *    batch); the reader finishing the last chunk parses the header.
+ *    batch); the reader finishing the last chunk parses the header. Files
+ *    are opened with O_DIRECT (a batchfs mount then serves each pread
+ *    with direct I/O, in every serve mode: its fastest path); a file
+ *    system that refuses it (EINVAL at the open, or at a read: aligned
+ *    sizes wanted) gets plain opens from then on (L->direct).
  *  - one copy thread (CUDA): once batch k is READ and the device half is
  *    FREE (the consumer released k-N, so its "released" event is recorded),
  *    enqueues on the copy stream: wait(released), HtoD copy, record(ready).
@@ -49,6 +53,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -91,15 +96,31 @@ static void latch(struct bfs_loader *L, uint64_t k, int code, const char *fmt,
 
 /* ---- readers ---- */
 
+/* After a read of fd refused with EINVAL: when fd was opened with
+ * O_DIRECT (a file system that wants aligned sizes), it reads plainly
+ * from now on, and so do the files opened after it; true when the read
+ * may be tried again. */
+static bool drop_direct(struct bfs_loader *L, int fd)
+{
+	int fl = fcntl(fd, F_GETFL);
+
+	if (fl < 0 || !(fl & O_DIRECT))
+		return false;
+	atomic_store(&L->direct, 0);
+	return fcntl(fd, F_SETFL, fl & ~O_DIRECT) == 0;
+}
+
 /* pread exactly len bytes at off; -EIO (short read) or -errno. */
-static int pread_full(int fd, unsigned char *p, size_t len, uint64_t off,
-		      size_t *got)
+static int pread_full(struct bfs_loader *L, int fd, unsigned char *p,
+		      size_t len, uint64_t off, size_t *got)
 {
 	*got = 0;
 	while (*got < len) {
 		ssize_t n =
 		    pread(fd, p + *got, len - *got, (off_t)(off + *got));
 		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && errno == EINVAL && drop_direct(L, fd))
 			continue;
 		if (n < 0)
 			return -errno;
@@ -155,7 +176,7 @@ static void read_chunk(struct bfs_loader *L, struct bfs_loader_slot *s)
 	int rc;
 
 	pthread_mutex_unlock(&L->mu);
-	rc = pread_full(s->fd, s->host + off, len, off, &got);
+	rc = pread_full(L, s->fd, s->host + off, len, off, &got);
 	pthread_mutex_lock(&L->mu);
 	s->done_chunks++;
 	L->st.bytes_read += got;
@@ -173,13 +194,36 @@ static void read_chunk(struct bfs_loader *L, struct bfs_loader_slot *s)
 		finish_batch(L, s);
 }
 
+/* Open batch file 'path' read-only, with O_DIRECT while L->direct; *direct
+ * says whether it was. EINVAL or EOPNOTSUPP: O_DIRECT is refused for good
+ * (plain opens from now on); EIO: not now (a batchfs mount whose kernel
+ * holds the batch open through passthrough for a plain open it saw
+ * first), so this one file opens plainly. An fd, or -1 with errno. */
+static int open_file(struct bfs_loader *L, const char *path, int *direct)
+{
+	*direct = 0;
+	if (atomic_load(&L->direct)) {
+		int fd = open(path, O_RDONLY | O_CLOEXEC | O_DIRECT);
+
+		if (fd >= 0) {
+			*direct = 1;
+			return fd;
+		}
+		if (errno == EINVAL || errno == EOPNOTSUPP)
+			atomic_store(&L->direct, 0);
+		else if (errno != EIO)
+			return -1;
+	}
+	return open(path, O_RDONLY | O_CLOEXEC);
+}
+
 /* Open batch read_next into its slot (mu held, dropped around open). The
  * size read is the one stat() gave at bfs_loader_open(): a file that shrank
  * since then ends in a short read, never in a silently shorter batch. */
 static void start_batch(struct bfs_loader *L, struct bfs_loader_slot *s)
 {
 	uint64_t k = L->read_next++;
-	int fd, rc = 0;
+	int fd, rc = 0, direct;
 
 	s->hs = H_READING;
 	s->hbatch = k;
@@ -187,10 +231,11 @@ static void start_batch(struct bfs_loader *L, struct bfs_loader_slot *s)
 	s->size = L->fl.sizes[k];
 	s->nchunks = s->next_chunk = s->done_chunks = 0;
 	pthread_mutex_unlock(&L->mu);
-	fd = open(L->fl.names[k], O_RDONLY | O_CLOEXEC);
+	fd = open_file(L, L->fl.names[k], &direct);
 	if (fd < 0)
 		rc = -errno;
 	pthread_mutex_lock(&L->mu);
+	L->st.direct_files += fd >= 0 && direct;
 	if (rc < 0) {
 		latch(L, k, rc, "%s: %s", L->fl.names[k],
 		      bfs_loader_errstr(rc));

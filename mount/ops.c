@@ -178,8 +178,10 @@ static void bfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	struct bfs_file *f = NULL;
 	int rc = -EROFS;
 
+	/* the open's flags choose how a batch file is served (O_DIRECT:
+	 * direct I/O in every mode, fs/serve.h) */
 	if ((fi->flags & O_ACCMODE) == O_RDONLY && !(fi->flags & O_TRUNC))
-		rc = bfs_tree_open(m->tree, ino, &f, &how);
+		rc = bfs_tree_open(m->tree, ino, fi->flags, &f, &how);
 	if (rc < 0) {
 		fuse_reply_err(req, -rc);
 		return;

@@ -302,7 +302,9 @@ static void close_model(struct model *mt)
  * BATCHFS_DEBUG_ZC_NO_CHECK, BATCHFS_DEBUG_ZC_MAX_IOV, BATCHFS_DEBUG_ZC_STOP
  * (the daemon stops itself once, between the check and the first zero-copy
  * reply of rows), BATCHFS_MEMFD_WRITE
- * (gather|slices: how passthrough batches are written). */
+ * (gather|slices: how passthrough batches are written),
+ * BATCHFS_DEBUG_NO_DIRECT_OPEN (O_DIRECT opens of batch files fail with
+ * EINVAL: the readers' fallback). */
 static void debug_opts(struct bfs_pool_opts *po, struct bfs_serve_opts *so)
 {
 	const char *delay = getenv("BATCHFS_DEBUG_GATHER_DELAY_MS");
@@ -319,6 +321,7 @@ static void debug_opts(struct bfs_pool_opts *po, struct bfs_serve_opts *so)
 	so->zc_no_check = getenv("BATCHFS_DEBUG_ZC_NO_CHECK") != NULL;
 	so->zc_debug_stop = getenv("BATCHFS_DEBUG_ZC_STOP") != NULL;
 	so->zc_max_iov = iov ? (unsigned)strtoul(iov, NULL, 10) : 0;
+	so->no_direct_open = getenv("BATCHFS_DEBUG_NO_DIRECT_OPEN") != NULL;
 }
 
 /* Cold data (fs/README.md): the rooms start() builds in the daemon and

@@ -101,7 +101,7 @@ class _Batch(ctypes.Structure):
 
 
 _STATS = ("batches", "bytes_read", "copies", "wait_ns", "ring_bytes",
-          "pin_calls", "copy_cpu_ns")
+          "pin_calls", "copy_cpu_ns", "direct_files")
 
 
 class _Stats(ctypes.Structure):
@@ -402,7 +402,8 @@ class Loader:
 
     device: "auto" (CUDA when torch has a GPU, else CPU), "cpu", "cuda" or
     "cuda:N". slots/readers/chunk: ring slots, reader threads, pread size
-    (0 = the library's defaults 3 / 4 / 4 MiB). copy: see the module's
+    (0 = the library's defaults: 3 slots, 8 for files of at most 2 MiB;
+    4 readers; 4 MiB). copy: see the module's
     memory rule. stream: the CUDA stream batches are delivered on (a
     torch.cuda.Stream or a CUstream handle); None = torch's current stream
     at the start of each iteration.

@@ -33,6 +33,10 @@ MEASURED = {
         "plain": {"readinto 1M": 2.0}, "dl0": 0.25, "dl2": 0.5,
         "batchfs": {"passthrough": {"py 1M": 1.0}, "push": {"py 1M": 0.5},
                     "direct": {"error": "mount failed"}}}),
+    "small rows readers": ("readers", {
+        "GB/s": {"numpy gather": 4.0, "Batches()": 2.0,
+                 "DataLoader(IterableDataset)": 1.0, "C loader, host": 3.0},
+        "dl0": 0.25, "dl2": 0.125}),
     "small rows epochs": ("epochs", {
         "default": [{"GB/s": 0.5}, {"GB/s": 1.0}, {"GB/s": 1.0}],
         "no-read-in": [{"GB/s": 0.25}, {"GB/s": 1.0}, {"GB/s": 1.0}]}),
@@ -54,6 +58,13 @@ WANT = {
         "page cache, C read()": {"passthrough": 0.125, "push": 0.0625},
         "memcpy, 1 thread": {"passthrough": 0.0625, "push": 0.03125},
         "best DataLoader": {"passthrough": 2.0, "push": 1.0}},
+    "small rows readers": {
+        "numpy gather, in process": {
+            "Batches()": 0.5, "DataLoader(IterableDataset)": 0.25,
+            "C loader, host": 0.75},
+        "best DataLoader, tensors in RAM": {
+            "Batches()": 8.0, "DataLoader(IterableDataset)": 4.0,
+            "C loader, host": 12.0}},
     "small rows epochs": {"its third epoch": {
         "read in at mount (default)": 0.5, "without the read-in": 0.25}},
     "small rows cold": {"dd bs=1M of the archive": {

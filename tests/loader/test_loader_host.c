@@ -2,7 +2,9 @@
  * batch files itself, reads them through the loader and checks every byte,
  * shape and name; then the failure paths (truncated file, corrupt headers,
  * missing files) and the ring's ownership rules (EBUSY, bad release, close
- * with batches outstanding). Runs in $BFS_TEST_TMP (or a temp dir). */
+ * with batches outstanding); files opened with O_DIRECT where the file
+ * system takes it, read right where it refuses their reads. Runs in
+ * $BFS_TEST_TMP (or a temp dir). */
 #include "loader/batchfs_loader.h"
 #include "tests/loader/st_write.h"
 
@@ -219,6 +221,53 @@ static void large_batches_are_read_in_parallel_chunks(void **state)
 					   .chunk = 64 << 10,
 					   .readers = 4},
 		 dir, g, nb);
+	gen_dataset_free(g, nb);
+}
+
+/* Files are opened with O_DIRECT (stats: direct_files), and read right
+ * where the file system refuses O_DIRECT reads of their sizes (ext4, and
+ * most block file systems, want multiples of a block: the loader then
+ * reads plainly); BFS_LOADER_NO_DIRECT opens them plainly. Where the file
+ * system refuses O_DIRECT opens (EINVAL), no file counts. */
+static void files_are_opened_with_o_direct_unless_refused(void **state)
+{
+	char dir[PATH_MAX], probe[PATH_MAX + 16];
+	const unsigned nb = 5;
+	struct bfs_loader_stats st;
+	struct bfs_loader *L;
+	struct bfs_loader_batch b;
+	struct gen *g;
+	int fd, takes;
+
+	make_dir(dir, sizeof(dir), "direct");
+	g = gen_dataset(dir, nb, 41, 3); /* sizes of no block multiple */
+	snprintf(probe, sizeof(probe), "%s/batch_0", dir);
+	fd = open(probe, O_RDONLY | O_DIRECT);
+	takes = fd >= 0;
+	if (fd >= 0)
+		close(fd);
+	for (unsigned flags = 0; flags <= BFS_LOADER_NO_DIRECT;
+	     flags += BFS_LOADER_NO_DIRECT) {
+		read_all(&(struct bfs_loader_opts){.dir = dir, .flags = flags},
+			 dir, g, nb);
+		assert_int_equal(
+		    bfs_loader_open(
+			&L, &(struct bfs_loader_opts){.dir = dir,
+						      .flags = flags,
+						      .mode = BFS_LOADER_CPU,
+						      .log = quiet}),
+		    0);
+		while (bfs_loader_next(L, &b, NULL) == 0)
+			assert_int_equal(bfs_loader_release(L, &b, NULL), 0);
+		assert_int_equal(bfs_loader_stats(L, &st), 0);
+		assert_int_equal(st.batches, nb);
+		/* the first file's O_DIRECT read refused: plain from then on */
+		if (flags || !takes)
+			assert_int_equal(st.direct_files, 0);
+		else
+			assert_in_range(st.direct_files, 1, nb);
+		bfs_loader_close(L);
+	}
 	gen_dataset_free(g, nb);
 }
 
@@ -576,6 +625,7 @@ int main(void)
 	    cmocka_unit_test(all_slots_held_gives_ebusy_until_a_release),
 	    cmocka_unit_test(close_with_batches_outstanding_is_clean),
 	    cmocka_unit_test(open_refuses_bad_options_and_missing_files),
+	    cmocka_unit_test(files_are_opened_with_o_direct_unless_refused),
 	    cmocka_unit_test(a_multi_rank_mount_names_its_rank_directories),
 	    cmocka_unit_test(reopen_reads_the_next_epoch_with_the_same_ring),
 	};

@@ -221,7 +221,7 @@ static int calls_to_open(struct bfs_dataset *ds, enum bfs_serve_mode mode,
 	assert_int_equal(bfs_serve_create(&s, ds, order, &l, &po, &so, &kernel),
 			 0);
 	atomic_store(&calls, 0);
-	assert_int_equal(bfs_serve_open_batch(s, id, &f, &how), 0);
+	assert_int_equal(bfs_serve_open_batch(s, id, 0, &f, &how), 0);
 	/* passthrough and push: the kernel reads, READs never come here */
 	while (mode == BFS_SERVE_CACHE || mode == BFS_SERVE_DIRECT) {
 		struct bfs_serve_reply r;

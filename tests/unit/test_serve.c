@@ -6,13 +6,18 @@
  * page) never holds up the open nor the READ; zero-copy slices are exactly the
  * batch's bytes, rows straight from the archive mapping; opens of one batch
  * share one backing id, gone at the last release; a backing file that cannot be
- * registered fails the open with EIO, saying why. */
+ * registered fails the open with EIO, saying why; an O_DIRECT open is served
+ * with direct I/O in every mode (no backing file, no push), except of a batch
+ * open through passthrough, and fails with EINVAL where refused; streams
+ * register no backing file, and a READ over more batches than a reply holds
+ * is whole. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <cmocka.h>
 
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -211,17 +216,13 @@ static int teardown(void **state)
 	return 0;
 }
 
-static struct bfs_serve *serve(enum bfs_serve_mode mode, uint64_t pc_bytes,
-			       unsigned max_iov)
+/* A serve of the fixture with options so, the fake kernel reset. */
+static struct bfs_serve *serve_with(const struct bfs_serve_opts *so)
 {
 	const struct bfs_pool_opts po = {.workers = 2,
 					 .prefetch = 0,
 					 .budget_bytes = 64 << 20,
 					 .timeout_ms = 30000};
-	const struct bfs_serve_opts so = {.mode = mode,
-					  .page_cache_bytes = pc_bytes,
-					  .zero_copy = true,
-					  .zc_max_iov = max_iov};
 	struct bfs_serve *s;
 
 	pthread_mutex_lock(&kern.lock);
@@ -234,9 +235,20 @@ static struct bfs_serve *serve(enum bfs_serve_mode mode, uint64_t pc_bytes,
 	kern.store_waits = kern.answered = kern.store_gave_up = false;
 	pthread_mutex_unlock(&kern.lock);
 	assert_int_equal(
-	    bfs_serve_create(&s, fx.ds, fx.order, &fx.layout, &po, &so, &fake),
+	    bfs_serve_create(&s, fx.ds, fx.order, &fx.layout, &po, so, &fake),
 	    0);
 	return s;
+}
+
+static struct bfs_serve *serve(enum bfs_serve_mode mode, uint64_t pc_bytes,
+			       unsigned max_iov)
+{
+	const struct bfs_serve_opts so = {.mode = mode,
+					  .page_cache_bytes = pc_bytes,
+					  .zero_copy = true,
+					  .zc_max_iov = max_iov};
+
+	return serve_with(&so);
 }
 
 /* The whole file f of 'size' bytes through READs of 'chunk' bytes,
@@ -289,14 +301,14 @@ static void a_file_lives_until_its_last_reply_is_done(void **state)
 	assert_memory_equal(r.iov[0].iov_base, "stats\n", 6);
 	bfs_serve_done(s, &r);
 
-	assert_int_equal(bfs_serve_open_batch(s, ID(1, 2), &f, &how), 0);
+	assert_int_equal(bfs_serve_open_batch(s, ID(1, 2), 0, &f, &how), 0);
 	assert_int_equal(bfs_serve_read(s, f, 4096, 1 << 20, &r), 0);
 	bfs_serve_release(s, f);
 	assert_memory_equal(r.iov[0].iov_base, want + 4096, size - 4096);
 	bfs_serve_done(s, &r);
-	assert_int_equal(bfs_serve_open_batch(s, ID(EPOCHS, 0), &f, &how),
+	assert_int_equal(bfs_serve_open_batch(s, ID(EPOCHS, 0), 0, &f, &how),
 			 -ENOENT);
-	assert_int_equal(bfs_serve_open_batch(s, ID(0, N / B), &f, &how),
+	assert_int_equal(bfs_serve_open_batch(s, ID(0, N / B), 0, &f, &how),
 			 -ENOENT);
 	bfs_serve_destroy(s);
 	free(want);
@@ -314,14 +326,14 @@ static void push_keeps_the_page_cache_under_its_budget(void **state)
 	struct bfs_file *held, *f;
 	struct bfs_stats st;
 
-	assert_int_equal(bfs_serve_open_batch(s, ID(0, 0), &held, &how), 0);
+	assert_int_equal(bfs_serve_open_batch(s, ID(0, 0), 0, &held, &how), 0);
 	assert_true(how.keep_cache);
 	for (uint64_t k = 1; k < N / B; k++) {
-		assert_int_equal(bfs_serve_open_batch(s, ID(0, k), &f, &how),
+		assert_int_equal(bfs_serve_open_batch(s, ID(0, k), 0, &f, &how),
 				 0);
 		bfs_serve_release(s, f);
 	}
-	assert_int_equal(bfs_serve_open_batch(s, ID(0, 4), &f, &how), 0);
+	assert_int_equal(bfs_serve_open_batch(s, ID(0, 4), 0, &f, &how), 0);
 	bfs_serve_release(s, f); /* in the page cache still: not again */
 	bfs_serve_settle(s);
 	assert_int_equal(handler_calls(), 0);
@@ -366,7 +378,7 @@ static void a_store_waiting_for_a_read_holds_no_request(void **state)
 	pthread_mutex_lock(&kern.lock);
 	kern.store_waits = true;
 	pthread_mutex_unlock(&kern.lock);
-	assert_int_equal(bfs_serve_open_batch(s, ID(1, 3), &f, &how), 0);
+	assert_int_equal(bfs_serve_open_batch(s, ID(1, 3), 0, &f, &how), 0);
 	assert_int_equal(bfs_serve_read(s, f, 0, size, &r), 0);
 	assert_int_equal(r.iovcnt, 1);
 	assert_memory_equal(r.iov[0].iov_base, want, size);
@@ -406,7 +418,7 @@ static void zero_copy_slices_are_the_batch_bytes(void **state)
 	for (unsigned max_iov = 0; max_iov <= 2; max_iov += 2) {
 		struct bfs_serve *s = serve(BFS_SERVE_DIRECT, 0, max_iov);
 
-		assert_int_equal(bfs_serve_open_batch(s, ID(2, 3), &f, &how),
+		assert_int_equal(bfs_serve_open_batch(s, ID(2, 3), 0, &f, &how),
 				 0);
 		assert_true(how.direct_io);
 		read_whole(s, f, want, size, 1 << 20, &from_archive);
@@ -433,8 +445,8 @@ static void opens_of_one_batch_share_one_backing_id(void **state)
 	struct bfs_serve_how h1, h2, h3;
 	struct bfs_file *a, *b, *c;
 
-	assert_int_equal(bfs_serve_open_batch(s, ID(3, 1), &a, &h1), 0);
-	assert_int_equal(bfs_serve_open_batch(s, ID(3, 1), &b, &h2), 0);
+	assert_int_equal(bfs_serve_open_batch(s, ID(3, 1), 0, &a, &h1), 0);
+	assert_int_equal(bfs_serve_open_batch(s, ID(3, 1), 0, &b, &h2), 0);
 	assert_true(h1.backing_id > 0 && h1.backing_id == h2.backing_id);
 	assert_false(h1.keep_cache); /* not allowed beside passthrough */
 	bfs_serve_release(s, a);
@@ -446,7 +458,7 @@ static void opens_of_one_batch_share_one_backing_id(void **state)
 	pthread_mutex_lock(&kern.lock);
 	assert_int_equal(kern.backing_closes, 1);
 	pthread_mutex_unlock(&kern.lock);
-	assert_int_equal(bfs_serve_open_batch(s, ID(3, 1), &c, &h3), 0);
+	assert_int_equal(bfs_serve_open_batch(s, ID(3, 1), 0, &c, &h3), 0);
 	assert_true(h3.backing_id > 0 && h3.backing_id != h1.backing_id);
 	bfs_serve_release(s, c);
 	bfs_serve_destroy(s);
@@ -465,13 +477,135 @@ static void a_failed_backing_open_fails_the_open_with_eio(void **state)
 	pthread_mutex_lock(&kern.lock);
 	kern.fail_backing = -EPERM;
 	pthread_mutex_unlock(&kern.lock);
-	assert_int_equal(bfs_serve_open_batch(s, ID(0, 2), &f, &how), -EIO);
+	assert_int_equal(bfs_serve_open_batch(s, ID(0, 2), 0, &f, &how), -EIO);
 	assert_null(f);
 	bfs_serve_stats(s, &st);
 	assert_non_null(strstr(st.pool.last_error.msg, "no backing file"));
 	assert_int_equal(st.pool.last_error.batch, 2);
 	bfs_serve_destroy(s);
 	assert_int_equal(kern.live_ids, 0);
+}
+
+/* ---- opens with O_DIRECT ------------------------------------------------ */
+
+static const enum bfs_serve_mode every_mode[] = {
+    BFS_SERVE_PASSTHROUGH, BFS_SERVE_PUSH, BFS_SERVE_CACHE, BFS_SERVE_DIRECT};
+
+/* An O_DIRECT open of a batch file is served as direct mode serves it in
+ * every mode: direct I/O, no backing file registered, nothing pushed, the
+ * rows straight from the archive (the fixture's rows allow zero copy),
+ * the batch's bytes; counted in direct_opens. A plain open of the same
+ * mount is served by its mode. */
+static void
+an_o_direct_open_is_served_with_direct_io_in_every_mode(void **state)
+{
+	uint64_t size;
+	uint8_t *want = expected(1, 3, &size);
+
+	for (size_t i = 0; i < sizeof(every_mode) / sizeof(every_mode[0]);
+	     i++) {
+		struct bfs_serve *s = serve(every_mode[i], 64 << 20, 0);
+		struct bfs_serve_how how;
+		struct bfs_file *f;
+		struct bfs_stats st;
+		unsigned from_archive = 0;
+
+		assert_int_equal(bfs_serve_open_batch(s, ID(1, 3),
+						      O_RDONLY | O_DIRECT, &f,
+						      &how),
+				 0);
+		assert_true(how.direct_io);
+		assert_false(how.keep_cache);
+		assert_int_equal(how.backing_id, 0);
+		read_whole(s, f, want, size, 1 << 20, &from_archive);
+		assert_true(from_archive >= B);
+		bfs_serve_release(s, f);
+		bfs_serve_settle(s);
+		bfs_serve_stats(s, &st);
+		assert_int_equal(st.direct_opens, 1);
+		assert_int_equal(st.batches_pushed, 0);
+		assert_int_equal(kern.stored[pos(1, 3)], 0);
+		assert_int_equal(kern.backing_opens, 0);
+		/* a plain open: the mode's */
+		assert_int_equal(
+		    bfs_serve_open_batch(s, ID(1, 3), O_RDONLY, &f, &how), 0);
+		assert_int_equal(how.backing_id > 0,
+				 every_mode[i] == BFS_SERVE_PASSTHROUGH);
+		assert_int_equal(how.direct_io,
+				 every_mode[i] == BFS_SERVE_DIRECT);
+		bfs_serve_release(s, f);
+		bfs_serve_stats(s, &st);
+		assert_int_equal(st.direct_opens, 1);
+		bfs_serve_destroy(s);
+		assert_int_equal(kern.live_ids, 0);
+	}
+	free(want);
+}
+
+/* Passthrough: while a batch has a file open with its backing file, an
+ * O_DIRECT open of it gets that backing file too (the kernel refuses any
+ * other open of the inode), and reads nothing through the serve; once
+ * released, O_DIRECT opens are direct again. Other batches are not
+ * concerned. */
+static void
+an_o_direct_open_of_a_batch_held_by_passthrough_is_passthrough(void **state)
+{
+	struct bfs_serve *s = serve(BFS_SERVE_PASSTHROUGH, 0, 0);
+	struct bfs_serve_how h1, h2, h3, h4;
+	struct bfs_file *a, *b, *c, *d;
+	struct bfs_stats st;
+
+	assert_int_equal(bfs_serve_open_batch(s, ID(2, 1), O_RDONLY, &a, &h1),
+			 0);
+	assert_true(h1.backing_id > 0);
+	assert_int_equal(
+	    bfs_serve_open_batch(s, ID(2, 1), O_RDONLY | O_DIRECT, &b, &h2), 0);
+	assert_int_equal(h2.backing_id, h1.backing_id);
+	assert_int_equal(
+	    bfs_serve_open_batch(s, ID(2, 2), O_RDONLY | O_DIRECT, &c, &h3), 0);
+	assert_int_equal(h3.backing_id, 0);
+	assert_true(h3.direct_io);
+	bfs_serve_stats(s, &st);
+	assert_int_equal(st.direct_opens, 1);
+	bfs_serve_release(s, a);
+	bfs_serve_release(s, b);
+	bfs_serve_release(s, c);
+	assert_int_equal(
+	    bfs_serve_open_batch(s, ID(2, 1), O_RDONLY | O_DIRECT, &d, &h4), 0);
+	assert_int_equal(h4.backing_id, 0);
+	assert_true(h4.direct_io);
+	bfs_serve_release(s, d);
+	bfs_serve_destroy(s);
+	assert_int_equal(kern.live_ids, 0);
+}
+
+/* no_direct_open (BATCHFS_DEBUG_NO_DIRECT_OPEN): O_DIRECT opens of batch
+ * files fail with EINVAL, as on a file system without direct I/O; plain
+ * opens, and streams, are served as ever. */
+static void o_direct_opens_refused_fail_with_einval(void **state)
+{
+	const struct bfs_serve_opts so = {.mode = BFS_SERVE_PASSTHROUGH,
+					  .zero_copy = true,
+					  .no_direct_open = true};
+	struct bfs_serve *s = serve_with(&so);
+	struct bfs_serve_how how;
+	struct bfs_file *f = NULL;
+	struct bfs_stats st;
+
+	assert_int_equal(
+	    bfs_serve_open_batch(s, ID(0, 1), O_RDONLY | O_DIRECT, &f, &how),
+	    -EINVAL);
+	assert_null(f);
+	assert_int_equal(bfs_serve_open_batch(s, ID(0, 1), O_RDONLY, &f, &how),
+			 0);
+	assert_true(how.backing_id > 0);
+	bfs_serve_release(s, f);
+	assert_int_equal(bfs_serve_open_stream(s, ID(0, 0), &f, &how), 0);
+	bfs_serve_release(s, f);
+	bfs_serve_stats(s, &st);
+	assert_int_equal(st.direct_opens, 0);
+	assert_int_equal(st.batches_opened, 1);
+	bfs_serve_destroy(s);
 }
 
 /* ---- streams and their offsets ----------------------------------------- */
@@ -625,26 +759,30 @@ static uint8_t *stream_of(struct mount *m, uint64_t e, uint64_t *starts,
 	return all;
 }
 
-/* A READ of [off, off + n) of f is one slice of exactly the bytes of
- * want[0 .. total) there (none past the end). */
+/* A READ of [off, off + n) of f is slices of exactly the bytes of
+ * want[0 .. total) there (none past the end), at most one per batch
+ * it spans (pointing into the batches' buffers: no copy). */
 static void read_is(struct bfs_serve *s, struct bfs_file *f, uint64_t off,
 		    uint64_t n, const uint8_t *want, uint64_t total)
 {
 	uint64_t expect = off < total ? (n < total - off ? n : total - off) : 0;
 	struct bfs_serve_reply r;
+	uint64_t at = off;
 
 	assert_int_equal(bfs_serve_read(s, f, off, n, &r), 0);
-	if (!expect) {
+	if (!expect)
 		assert_int_equal(r.iovcnt, 0);
-	} else {
-		assert_int_equal(r.iovcnt, 1);
-		assert_int_equal(r.iov[0].iov_len, expect);
-		if (memcmp(r.iov[0].iov_base, want + off, expect))
+	else
+		assert_in_range(r.iovcnt, 1, BFS_SERVE_MORE + 1);
+	for (int i = 0; i < r.iovcnt; i++) {
+		if (memcmp(r.iov[i].iov_base, want + at, r.iov[i].iov_len))
 			fail_msg("READ [%llu, +%llu): other bytes than the "
-				 "batch files'",
-				 (unsigned long long)off,
-				 (unsigned long long)n);
+				 "batch files' at %llu",
+				 (unsigned long long)off, (unsigned long long)n,
+				 (unsigned long long)at);
+		at += r.iov[i].iov_len;
 	}
+	assert_int_equal(at - off, expect);
 	bfs_serve_done(s, &r);
 }
 
@@ -758,6 +896,96 @@ static void each_batch_read_through_a_stream_leaves_the_pool(void **state)
 	mount_close(&r);
 }
 
+/* Streams come from the plain pool in every mode: reading one through a
+ * passthrough mount registers no backing file (no memfd, no hook). */
+static void a_stream_registers_no_backing_file(void **state)
+{
+	struct mount m = fixed_mount();
+	uint64_t starts[64], total;
+	uint8_t *want = stream_of(&m, 1, starts, &total);
+	struct bfs_serve *s = serve(BFS_SERVE_PASSTHROUGH, 0, 0);
+	struct bfs_serve_how how;
+	struct bfs_file *f;
+	struct bfs_stats st;
+
+	assert_int_equal(bfs_serve_open_stream(s, ID(1, 0), &f, &how), 0);
+	for (uint64_t off = 0; off < total; off += 1 << 20)
+		read_is(s, f, off, 1 << 20, want, total);
+	bfs_serve_release(s, f);
+	bfs_serve_stats(s, &st);
+	assert_int_equal(st.pool.shmem_bytes, 0);
+	pthread_mutex_lock(&kern.lock);
+	assert_int_equal(kern.backing_opens, 0);
+	pthread_mutex_unlock(&kern.lock);
+	bfs_serve_destroy(s);
+	free(want);
+}
+
+#define TN   300 /* tiny mount: samples of 16 bytes, a batch each */
+#define TROW 16
+
+/* A READ of a stream spanning more batches than a reply holds (tiny
+ * batches: a 1 MiB READ spans 255 of them) is whole and exact, the bytes
+ * copied; READs at every offset within such a span too. */
+static void a_stream_read_over_many_batches_is_whole(void **state)
+{
+	const char *tmp = getenv("BFS_TEST_TMP");
+	static char path[512];
+	const char *paths[1] = {path};
+	uint8_t rows[TN * TROW], *ar, *want = NULL;
+	struct ta_tensor ts[] = {
+	    {"x", BFS_DT_UINT8, "0", TN * TROW, 0, 2, {TN, TROW}, {TROW, 1}}};
+	struct ta_storage st[] = {{"0", rows, sizeof(rows)}};
+	struct bfs_order_opts o = {.sampler = BFS_SAMPLER_RANDOM,
+				   .n = TN,
+				   .batch_size = 1,
+				   .seed = 8,
+				   .compat = BFS_TORCH_1_13,
+				   .epochs = 2};
+	struct mount m = {.own = true};
+	uint64_t total = 0, idx[1];
+	struct bfs_serve_how how;
+	struct bfs_file *f;
+	struct bfs_serve *s;
+	size_t n;
+
+	for (size_t i = 0; i < sizeof(rows); i++)
+		rows[i] = (uint8_t)(i * 7 + i / TROW);
+	n = ta_build(&ar, ts, 1, st, 1, "3\n", NULL, NULL);
+	snprintf(path, sizeof(path), "%s/serve_tiny.pt", tmp ? tmp : "/tmp");
+	assert_int_equal(ta_write(path, ar, n), 0);
+	free(ar);
+	assert_int_equal(bfs_dataset_open(&m.ds, paths, 1, NULL), 0);
+	assert_int_equal(bfs_layout_init(&m.layout, m.ds, 1, NULL), 0);
+	assert_int_equal(bfs_order_create(&m.order, &o, NULL), 0);
+	for (uint64_t k = 0; k < TN; k++) { /* the batch files, end to end */
+		struct bfs_batch_loc at;
+		uint64_t bs;
+
+		assert_int_equal(bfs_order_locate(m.order, ID(1, k), &at), 0);
+		assert_int_equal(bfs_order_batch(m.order, ID(1, k), idx), 0);
+		assert_int_equal(
+		    bfs_layout_file_size(&m.layout, m.order, &at, &bs), 0);
+		want = realloc(want, total + bs);
+		assert_non_null(want);
+		assert_int_equal(bfs_layout_fill(&m.layout, m.ds, ID(1, k), idx,
+						 1, bs, want + total),
+				 0);
+		total += bs;
+	}
+	assert_true(total > (1 << 20));
+	s = serve_mount(&m, BFS_SERVE_PASSTHROUGH);
+	assert_int_equal(bfs_serve_open_stream(s, ID(1, 0), &f, &how), 0);
+	for (uint64_t off = 0; off < total; off += 1 << 20)
+		read_is(s, f, off, 1 << 20, want, total);
+	read_is(s, f, 12345, 1 << 20, want, total);
+	read_is(s, f, 100, 300000, want, total);
+	bfs_serve_release(s, f);
+	bfs_serve_destroy(s);
+	mount_close(&m);
+	free(want);
+}
+
 /* index/N/offsets of m: line K is where batch K starts in stream/N (the
  * sum of the batch files before it), 20 digits and a newline, the last
  * line the stream's size; READs at any offset and of any size give those
@@ -812,10 +1040,17 @@ int main(void)
 	    cmocka_unit_test(zero_copy_slices_are_the_batch_bytes),
 	    cmocka_unit_test(opens_of_one_batch_share_one_backing_id),
 	    cmocka_unit_test(a_failed_backing_open_fails_the_open_with_eio),
+	    cmocka_unit_test(
+		an_o_direct_open_is_served_with_direct_io_in_every_mode),
+	    cmocka_unit_test(
+		an_o_direct_open_of_a_batch_held_by_passthrough_is_passthrough),
+	    cmocka_unit_test(o_direct_opens_refused_fail_with_einval),
 	    cmocka_unit_test(fixed_stream_reads_are_the_batch_files),
 	    cmocka_unit_test(ragged_stream_reads_are_the_batch_files),
 	    cmocka_unit_test(each_batch_read_through_a_stream_leaves_the_pool),
 	    cmocka_unit_test(offsets_lines_are_where_batches_start_in_streams),
+	    cmocka_unit_test(a_stream_registers_no_backing_file),
+	    cmocka_unit_test(a_stream_read_over_many_batches_is_whole),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -358,7 +358,7 @@ static void serve_through_the_table(enum bfs_serve_mode m)
 			 0);
 	assert_int_equal(bfs_serve_mode(s), m);
 	assert_int_equal(calls(m, OP_CREATE), 1);
-	assert_int_equal(bfs_serve_open_batch(s, id, &f, &how), 0);
+	assert_int_equal(bfs_serve_open_batch(s, id, 0, &f, &how), 0);
 	assert_int_equal(calls(m, OP_OPEN), 1);
 	for (uint64_t off = 0; off < size; off += size / 2 + 1) {
 		int rc = bfs_serve_read(s, f, off, size / 2 + 1, &r);
@@ -393,7 +393,7 @@ static void serve_through_the_table(enum bfs_serve_mode m)
 	assert_false(bfs_serve_kernel_busy(s));
 	assert_int_equal(calls(m, OP_KERNEL_BUSY), 1);
 	/* a file still open at destroy is freed there, through its way */
-	assert_int_equal(bfs_serve_open_batch(s, id, &f, &how), 0);
+	assert_int_equal(bfs_serve_open_batch(s, id, 0, &f, &how), 0);
 	bfs_serve_destroy(s);
 	assert_int_equal(calls(m, OP_FREE), 2);
 	assert_int_equal(calls(m, OP_STOP), 1);

@@ -35,10 +35,11 @@ with its memfds written one way (BATCHFS_MEMFD_WRITE); default
 run only the parts whose names contain one; the parts are "small rows
 modes", "small rows epochs", "small rows cold", "small rows ranks",
 "small rows notfit", the same five of "large rows", "ragged rows" and
-"latency": "small" runs the five small-row parts, "cold" the cold part of
-both workloads; "small rows remote" and "large rows remote", the remote
-part, run only when a word names "remote": tools/bench/bench_remote.py
-says what they measure, and their settings), BENCH_NOTFIT_MB (384: the memory cgroup of the notfit
+"latency": "small" runs the six small-row parts, "cold" the cold part of
+both workloads; "small rows readers" the readers part; "small rows
+remote" and "large rows remote", the remote part, run only when a word
+names "remote": tools/bench/bench_remote.py says what they measure, and
+their settings), BENCH_NOTFIT_MB (384: the memory cgroup of the notfit
 part), BENCH_JSON (the results file, default tools/bench/results.json).
 
 Besides printing them, it merges its results into the results file, one
@@ -48,7 +49,19 @@ with the date, machine and load of its run and the ratios its figure
 draws; `make bench` then runs tools/bench/figures.py, which draws them
 as tools/bench/fig-<part>.png.
 
-Besides the serve modes ("modes"), each workload measures: "epochs", the
+Besides the serve modes ("modes"), each workload measures: "readers", the
+readers batchfs ships on a default mount (batchfs.Batches() with its
+defaults, and with stream=False / stream=True; batchfs.DataLoader over an
+IterableDataset, num_workers=0; the C loader in host mode, through its
+library) against the bound of their work, numpy's gather x[idx] of the
+same batches from the archive's mapping in this process (torch tensors
+over the result, as Batches gives), and a DataLoader over the tensors in
+memory (num_workers 0 and 2), in one run, alternated, with the daemon's
+CPU microseconds per batch beside the gather's own; the same readers on a
+mount that refuses O_DIRECT (BATCHFS_DEBUG_NO_DIRECT_OPEN: their fallback,
+plain opens served by the mode, as before O_DIRECT chose the path), and
+`cat`'s and numpy.memmap's ways in (readinto 1 MiB, mmap) on the default
+mount; "epochs", the
 first three epochs of a fresh mount (archive in the page cache), per epoch
 GB/s, daemon CPU s/GB and page faults, with and without the read-in of the
 archive at mount (BATCHFS_DEBUG_NO_WARM=1: the version before it); "cold",
@@ -93,6 +106,7 @@ from torch.utils.data import DataLoader, TensorDataset
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(ROOT, "tests", "lib"))
+sys.path.insert(0, os.path.join(ROOT, "loader", "python"))  # batchfs
 import memcg  # noqa: E402  (memory cgroups, shared with the tests)
 import figures  # noqa: E402  (the ratios each part's figure draws)
 BATCHFS = os.environ.get("BATCHFS", os.path.join(ROOT, "build", "batchfs"))
@@ -140,11 +154,12 @@ RAGGED_BATCH = 64
 RAGGED_LENGTHS = (16, 2048)
 
 # The parts of each workload: "modes" (every serve mode beside the
-# baselines), "epochs" (first epoch against later ones), "cold" (a cold
+# baselines), "readers" (the readers batchfs ships against the gather
+# and DataLoader), "epochs" (first epoch against later ones), "cold" (a cold
 # epoch against dd), "ranks" (two mounts at once), "notfit" (the data in
 # a memory cgroup too small for it, against random preads of its rows and
 # a DataLoader reading them with pread).
-PARTS = ("modes", "epochs", "cold", "ranks", "notfit")
+PARTS = ("modes", "readers", "epochs", "cold", "ranks", "notfit")
 NOTFIT_MB = int(os.environ.get("BENCH_NOTFIT_MB", "384"))
 
 WORKLOADS = [
@@ -304,8 +319,9 @@ def nullfs_read(work, size):
         work.unmount(mnt)
 
 
-def mount_batchfs(work, arch, batch, mnt, mode="default", extra=()):
-    opts, env = MODE_DEFS[mode]
+def mount_batchfs(work, arch, batch, mnt, mode="default", extra=(), env=None):
+    opts, menv = MODE_DEFS[mode]
+    env = dict(menv, **(env or {}))
     work.mounts.append(mnt)
     t0 = time.perf_counter()
     run([BATCHFS, "mount", "--batch-size", str(batch), "--shuffle",
@@ -865,6 +881,192 @@ def bench_ranks(work, arch, batch, n, row):
     return res
 
 
+def gather_rows(arch, n, row):
+    """numpy views of a bench archive's rows in its mapping (images [n,
+    row - 8] uint8, labels [n] int64), every page read once (resident)."""
+    img, lab = archive_rows(arch, n, row)
+    m = np.memmap(arch, np.uint8, "r")
+    x = m[img:img + n * (row - 8)].reshape(n, row - 8)
+    y = m[lab:lab + 8 * n].view(np.int64)
+    x.sum(), y.sum()
+    return x, y
+
+
+def gather_epoch(x, y, batch, seed):
+    """numpy's gather of a shuffled epoch in this process, each batch as
+    torch tensors (what Batches yields): (seconds, CPU seconds)."""
+    n = len(y)
+    perm = torch.randperm(n, generator=torch.Generator().manual_seed(
+        seed)).numpy()
+    t0, c0 = time.perf_counter(), time.thread_time()
+    for k in range(0, n, batch):
+        idx = perm[k:k + batch]
+        torch.from_numpy(x[idx]), torch.from_numpy(y[idx])
+    return time.perf_counter() - t0, time.thread_time() - c0
+
+
+def loader_epoch(d):
+    """The C loader (libbatchfs_loader) in host (CPU) mode over epoch
+    directory d, next/release until the end, from open to close:
+    (seconds, batch files it opened with O_DIRECT)."""
+    import ctypes
+    sys.path.insert(0, os.path.join(ROOT, "loader", "python"))
+    import batchfs_loader as bl
+    lib = bl.load_library(os.path.join(ROOT, "build",
+                                       "libbatchfs_loader.so"))
+    o, L, b, st = bl._Opts(), ctypes.c_void_p(), bl._Batch(), bl._Stats()
+    o.dir, o.mode = os.fsencode(d), bl.MODE_CPU
+    t0 = time.perf_counter()
+    rc = lib.bfs_loader_open(ctypes.byref(L), ctypes.byref(o))
+    if rc < 0:
+        raise Failed("loader open %s: %d" % (d, rc))
+    while True:
+        rc = lib.bfs_loader_next(L, ctypes.byref(b), None)
+        if rc:
+            break
+        lib.bfs_loader_release(L, ctypes.byref(b), None)
+    lib.bfs_loader_stats(L, ctypes.byref(st))
+    msg = lib.bfs_loader_errmsg(L)
+    lib.bfs_loader_close(L)
+    if rc != bl.EOF:
+        raise Failed("loader %s: %d %s" % (d, rc, msg))
+    return time.perf_counter() - t0, st.direct_files
+
+
+def batches_epoch(mnt, e, **kw):
+    """Seconds of one epoch of batchfs.Batches(mnt, epoch=e, device="cpu",
+    **kw) (torch tensors), and its batch count."""
+    import batchfs
+    t0, k = time.perf_counter(), 0
+    for _ in batchfs.Batches(mnt, epoch=e, device="cpu", **kw):
+        k += 1
+    return time.perf_counter() - t0, k
+
+
+def dataloader_epoch(mnt, e):
+    """Seconds of one epoch of batchfs.DataLoader(IterableDataset(mnt,
+    epoch=e)), num_workers=0."""
+    import batchfs
+    t0 = time.perf_counter()
+    for _ in batchfs.DataLoader(batchfs.IterableDataset(mnt, epoch=e)):
+        pass
+    return time.perf_counter() - t0, None
+
+
+# The readers part's contenders: label -> (mount, how one epoch is read).
+READERS = [
+    ("Batches()", "default", lambda m, e: batches_epoch(m, e)),
+    ("Batches(stream=False)", "default",
+     lambda m, e: batches_epoch(m, e, stream=False)),
+    ("Batches(stream=True)", "default",
+     lambda m, e: batches_epoch(m, e, stream=True)),
+    ("DataLoader(IterableDataset)", "default", dataloader_epoch),
+    ("C loader, host", "default",
+     lambda m, e: loader_epoch("%s/epoch/%d" % (m, e))),
+    ("Batches(stream=False), O_DIRECT refused", "refused",
+     lambda m, e: batches_epoch(m, e, stream=False)),
+    ("C loader, host, O_DIRECT refused", "refused",
+     lambda m, e: loader_epoch("%s/epoch/%d" % (m, e))),
+]
+
+
+def bench_readers(work, arch, batch, n, row):
+    """The readers batchfs ships, on a default mount, against numpy's
+    gather of the same batches in this process and DataLoaders over the
+    tensors in memory (and the null FUSE server's 1 MiB direct reads: what
+    FUSE itself carries); each reader's daemon CPU per batch beside the
+    gather's own; the readers' fallback (a mount that refuses O_DIRECT);
+    cat's and numpy.memmap's ways into batch files of the default mount.
+    Contenders alternated within each of REPS rounds, a fresh epoch each
+    pass; GB/s of payload, medians."""
+    nb = (n + batch - 1) // batch
+    mnts = {"default": work.mountpoint("readers"),
+            "refused": work.mountpoint("readers-refused")}
+    mount_batchfs(work, arch, batch, mnts["default"])
+    mount_batchfs(work, arch, batch, mnts["refused"],
+                  extra=(), env={"BATCHFS_DEBUG_NO_DIRECT_OPEN": "1"})
+    x, y = gather_rows(arch, n, row)
+    buf = batch_buffer(batch, row)
+    got, cpu, direct = {}, {}, {}
+    epoch = {"default": 0, "refused": 0}
+    try:
+        for rep in range(REPS):
+            secs, c = gather_epoch(x, y, batch, SEED + rep)
+            got.setdefault("numpy gather", []).append(n * row / secs / 1e9)
+            cpu.setdefault("numpy gather", []).append(c / nb * 1e6)
+            for label, which, fn in READERS:
+                mnt = mnts[which]
+                c0 = daemon_cpu(mnt)
+                secs, extra = fn(mnt, epoch[which])
+                epoch[which] += 1
+                got.setdefault(label, []).append(n * row / secs / 1e9)
+                cpu.setdefault(label, []).append(
+                    (daemon_cpu(mnt) - c0) / nb * 1e6)
+                if label.startswith("C loader"):
+                    direct[label] = extra
+            for label, fn in (
+                    ("readinto 1 MiB (cat's way)", lambda e: read_epoch_py(
+                        mnts["default"], e, nb, buf, MIB)),
+                    ("mmap (numpy.memmap's way)", lambda e: read_files_mmap(
+                        batch_paths(mnts["default"], e, nb), buf))):
+                b, secs = fn(epoch["default"])
+                epoch["default"] += 1
+                got.setdefault(label, []).append(b / secs / 1e9)
+        stats = {w: stats_text(m, "direct_opens") for w, m in mnts.items()}
+    finally:
+        for m in mnts.values():
+            work.unmount(m)
+    tensors = torch.load(arch)
+    dl = {"dl0": bench_dataloader(tensors, batch, 0) * row / 1e9,
+          "dl2": bench_dataloader(tensors, batch, 2) * row / 1e9,
+          # the transport alone: FUSE direct I/O of 1 MiB reads
+          "nullfs": nullfs_read(work, n * row)["1M"]}
+    del tensors
+    res = {"GB/s": {k: statistics.median(v) for k, v in got.items()},
+           "daemon us/batch": {k: statistics.median(v)
+                               for k, v in cpu.items()},
+           "runs": got, "direct_opens": stats, "loader direct": direct,
+           **dl}
+    print_readers(res, batch, row)
+    return res
+
+
+def print_readers(res, batch, row):
+    """The readers part's table and ratios."""
+    g, us = res["GB/s"], res["daemon us/batch"]
+    best_dl = max(res["dl0"], res["dl2"])
+    large = row > 100000
+    log("\n  readers batchfs ships, default mount, torch tensors (median of "
+        "%d, alternated; %s)" % (REPS, loadavg()))
+    log("  %-44s %8s %11s %14s" % ("", "GB/s", "samples/s",
+                                   "daemon us/batch"))
+    for label, v in list(g.items()) + [
+            ("DataLoader, tensors in RAM, 0 workers", res["dl0"]),
+            ("DataLoader, tensors in RAM, 2 workers", res["dl2"]),
+            ("null FUSE server, direct_io, 1 MiB reads", res["nullfs"])]:
+        cost = us.get(label)
+        log("  %-44s %8.3f %11s %14s"
+            % (label, v, fmt_rate(v * 1e9 / row),
+               "" if cost is None else "%.1f%s" % (
+                   cost, " (its own)" if label == "numpy gather" else "")))
+    log("  direct_opens: %s; C loader files opened O_DIRECT: %s"
+        % (res["direct_opens"], res["loader direct"]))
+    for label in ("Batches()", "C loader, host",
+                  "DataLoader(IterableDataset)"):
+        v = g[label]
+        if large:
+            log("  %-44s %7.2fx  [target >= 0.9x %s]"
+                % ("%s / best DataLoader in RAM" % label, v / best_dl,
+                   "MET" if v >= 0.9 * best_dl else "MISSED"))
+            continue
+        log("  %-44s %7.2fx  [target >= 0.9x %s]"
+            % ("%s / numpy gather" % label, v / g["numpy gather"],
+               "MET" if v >= 0.9 * g["numpy gather"] else "MISSED"))
+        log("  %-44s %7.2fx  [target >= 12x %s]"
+            % ("%s / best DataLoader" % label, v / best_dl,
+               "MET" if v >= 12 * best_dl else "MISSED"))
+
+
 def plain_files(work, arch, batch, n, shape):
     """(a') and (a''): the Python readinto and mmap loops over plain files
     of the batch files' sizes on tmpfs (/dev/shm: page cache, no disk),
@@ -1036,7 +1238,8 @@ def workload(work, name, shape, batch, n0, results):
             print_table(name, r, row)
             results[name + " modes"] = finished("modes", r, since,
                                                 modes=",".join(MODES), **size)
-        for part, fn in (("epochs", bench_epochs), ("cold", bench_cold),
+        for part, fn in (("readers", bench_readers),
+                         ("epochs", bench_epochs), ("cold", bench_cold),
                          ("ranks", bench_ranks), ("notfit", bench_notfit)):
             if part not in parts:
                 continue

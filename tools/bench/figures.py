@@ -41,6 +41,9 @@ FIGURES = [
     ("modes", "fig-modes.png", "Warm epochs, per serve mode",
      "batchfs: every batch of a shuffled epoch read from Python, readinto "
      "1 MiB, archive in the page cache"),
+    ("readers", "fig-readers.png", "The readers batchfs ships",
+     "batchfs: a shuffled epoch through each reader on a default mount "
+     "(torch tensors), archive in the page cache"),
     ("epochs", "fig-epochs.png", "The first epoch of a fresh mount",
      "batchfs: epoch 0 of a fresh mount against its third epoch, archive "
      "in the page cache, Python readinto 1 MiB"),
@@ -104,6 +107,15 @@ def ratios(part, e):
         for baseline, den in bases:
             for mode, got in (e.get("batchfs") or {}).items():
                 put(baseline, mode, got.get("py 1M"), den)
+    elif part == "readers":
+        g = e.get("GB/s") or {}
+        for baseline, den in (
+                ("numpy gather, in process", g.get("numpy gather")),
+                ("best DataLoader, tensors in RAM",
+                 best(e.get("dl0"), e.get("dl2")))):
+            for variant in ("Batches()", "DataLoader(IterableDataset)",
+                            "C loader, host"):
+                put(baseline, variant, g.get(variant), den)
     elif part == "epochs":
         for variant, label in (("default", "read in at mount (default)"),
                                ("no-read-in", "without the read-in")):

@@ -2,7 +2,7 @@
 import os
 import sys
 
-from ._batchfile import parse_batch, read_batch
+from ._batchfile import Buffers, load, parse_batch
 from ._paths import MountWatch, dataset_of_root
 from ._stream import StreamReader, stream_offset
 
@@ -39,6 +39,25 @@ class _Listing:
         if self._it is not None:
             self._it.close()
             self._it = None
+
+
+# By default (Batches(stream=None)) the batches come from the epoch's
+# stream when their files are at most STREAM_MAX_BYTES and their rows
+# average under ZERO_COPY_ROW bytes a field; otherwise from the batch
+# files, one O_DIRECT read each (rows of 4 KiB and more are then replied
+# straight from the archive: fs/serve_direct.c). Measured in
+# loader/python/batchfs/README.md (streams or batch files).
+STREAM_MAX_BYTES = 1 << 20
+ZERO_COPY_ROW = 4096
+
+
+def batch_bytes(info):
+    """(the size of a full batch file of the mount whose dataset.json is
+    'info', roughly: the header's page and the rows; the mean bytes of a
+    field's row)."""
+    rows = [int(f.get("row_bytes") or 0) for f in info.get("fields", [])]
+    return (4096 + int(info.get("batch_size", 0)) * sum(rows),
+            sum(rows) / max(1, len(rows)))
 
 
 def _env_int(name):
@@ -188,18 +207,26 @@ class Batches:
     --world-size W --rank R), unless whole_dataset=True: every rank then
     reads every batch, on purpose.
 
-    stream=True reads each epoch from its stream file (stream/N: the
-    batch files back to back, one open per epoch) in large reads, the
-    arrays viewing those reads' buffers; by default each batch file is
-    read into memory its arrays own (one open and read per file). With
-    DataLoader workers (IterableDataset) each worker reads batch files. zero_copy=True maps it instead (mmap, copy-on-write) where the
-    mount's serve mode allows it (passthrough, push, cache: dataset.json's
-    serve_mode; direct reads): no copy, but each page is a page fault when
-    first touched and the mapping is torn down when the batch goes, which
-    cost more than the copy on the machines measured once the arrays are
-    used (loader/python/batchfs/README.md); it pays when most of each
-    batch is never read. Either way a batch stays valid and unchanged for
-    as long as you hold it.
+    Each batch comes the fastest way the mount has (README.md in this
+    package: which path each reader takes). stream=True reads each epoch
+    from its stream file (stream/N: the batch files back to back, one
+    open per epoch) in large reads, the arrays viewing those reads'
+    buffers; stream=False reads each batch file into memory its arrays
+    own, with one O_DIRECT read sized to the file (a batchfs mount serves
+    such an open with direct I/O in every serve mode: from the daemon's
+    gathered buffer, or for rows of 4 KiB and more straight from the
+    archive; where O_DIRECT is refused, a plain open and read). The
+    default, stream=None, takes the stream for batch files of at most
+    1 MiB of small rows, and the batch files otherwise. With DataLoader
+    workers (IterableDataset) each worker reads batch files.
+    zero_copy=True maps the batch files instead (mmap, copy-on-write)
+    where the mount's serve mode allows it (passthrough, push, cache:
+    dataset.json's serve_mode; direct reads): no copy, but each page is a
+    page fault when first touched and the mapping is torn down when the
+    batch goes, which cost more than the copy on the machines measured
+    once the arrays are used (loader/python/batchfs/README.md); it pays
+    when most of each batch is never read. Either way a batch stays valid
+    and unchanged for as long as you hold it.
 
     'mountpoint' is the mount's root (where dataset.json is): another
     path (an epoch's directory, rank/R/, a directory that is no mount) is
@@ -211,7 +238,7 @@ class Batches:
     _API = "batchfs.Batches"   # in messages: what wants the mount's root
 
     def __init__(self, mountpoint, epoch=0, start_batch=0, device=None,
-                 zero_copy=False, rank=None, stream=False,
+                 zero_copy=False, rank=None, stream=None,
                  whole_dataset=False):
         self.path = os.fspath(mountpoint)
         info = dataset_of_root(self.path, self._API)
@@ -225,13 +252,22 @@ class Batches:
             info.get("serve_mode") != "direct"
         self.device = device
         self.stream = self._pick_stream(info, stream)
+        self._direct = True      # ask for O_DIRECT (until refused)
+        self._heads = {}         # headers parsed (parse_batch's cache)
+        self._bufs = Buffers()   # buffers of batches nobody holds
         self.load_state_dict({"epoch": epoch, "batch": start_batch})
 
     def _pick_stream(self, info, stream):
         """Whether iterations read stream/N (one open per epoch) rather
-        than the batch files (loader/python/batchfs/README.md: streams
-        says when that pays)."""
+        than the batch files: as asked, or (stream=None) where that is
+        faster: small batch files of small rows (STREAM_MAX_BYTES,
+        ZERO_COPY_ROW; loader/python/batchfs/README.md: streams or batch
+        files, with the figures)."""
         has = "stream_path" in info
+        if stream is None:
+            size, row = batch_bytes(info)
+            return has and not self.zero_copy and \
+                size <= STREAM_MAX_BYTES and row < ZERO_COPY_ROW
         if stream and not has:
             raise ValueError("%s has no stream files (a batchfs older than "
                              "them): use stream=False" % self.path)
@@ -308,10 +344,12 @@ class Batches:
                              % (k, self._len, self._len - 1))
         path = self.batch_path(e, k)
         try:
-            return read_batch(path, self.device, self.zero_copy)
+            buf, self._direct = load(path, self.zero_copy, self._direct,
+                                     self._bufs)
         except OSError as err:
             self._watch.check(err, path)
             raise
+        return parse_batch(buf, self.device, path, cache=self._heads)
 
     def _indices(self, k):
         """The batch numbers an iteration from batch k yields (a
@@ -323,7 +361,7 @@ class Batches:
         path = "%s/stream/%d" % (self._dir, e)
         try:
             reader = StreamReader(path, stream_offset(
-                "%s/index/%d" % (self._dir, e), k) if k else 0)
+                "%s/index/%d" % (self._dir, e), k) if k else 0, self._bufs)
         except OSError as err:
             self._watch.check(err, path)
             raise
@@ -337,7 +375,8 @@ class Batches:
                 if buf is None:
                     raise OSError("%s ended before batch %d" % (path, k))
                 yield k, parse_batch(buf, self.device,
-                                     "%s (batch %d)" % (path, k), head)
+                                     "%s (batch %d)" % (path, k),
+                                     header=head)
         finally:
             reader.close()
 

@@ -1,11 +1,14 @@
 """An epoch's batches read from its stream file (stream/N: the batch files
 back to back), one open per epoch instead of one per batch."""
 import json
+import os
 
-import numpy as np
+from ._batchfile import aligned, check_header
 
-# Bytes read at once (at least: a batch and the next one's header).
-CHUNK = 4 << 20
+# Bytes read at once (at least: a batch and the next one's header). A
+# batchfs mount answers a stream's read with direct I/O in every serve
+# mode: the kernel splits it into 1 MiB requests served side by side.
+CHUNK = 8 << 20
 # Read past a batch so that the next one's header comes with it.
 LOOKAHEAD = 64 << 10
 
@@ -14,22 +17,29 @@ class StreamReader:
     """Batch files one after another from 'path' (a stream/N file),
     starting at byte 'offset' (index/N/offsets says where batch K starts).
 
-    Reads go into fresh buffers of CHUNK bytes or more (one read each,
-    unbuffered); next() returns each batch file's bytes as a numpy view
-    into one of them (and its header, parsed once), so a batch costs no
-    copy of its own and a buffer lives as long as some batch of it does. A batch cut by the end of a
-    buffer is moved into the next one: at most one batch per buffer."""
+    Reads go into page-aligned buffers of CHUNK bytes or more from
+    alloc(size) (one read each, unbuffered; _batchfile.Buffers hands a
+    buffer out again once no batch of it is held); next() returns each
+    batch file's bytes as a numpy view into one of them and its header,
+    checked (read_header's answer; the JSON of one layout is parsed once:
+    the batches differ only in their __metadata__), so a batch costs no
+    copy of its own and a buffer lives as long as some batch of it does.
+    A batch cut by the end of a buffer is moved into the next one: at
+    most one batch per buffer."""
 
-    def __init__(self, path, offset=0):
+    def __init__(self, path, offset=0, alloc=aligned):
         self.path = path
-        self._f = open(path, "rb", buffering=0)
-        if offset:
-            self._f.seek(offset)
-        self._buf = bytearray()
+        self._alloc = alloc          # alloc(size): a buffer
+        self._fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        self._pos = offset           # where the next read starts
+        self._buf = aligned(0)
         self._lo = self._hi = 0
+        self._heads = {}             # (n, JSON after the metadata): header
 
     def close(self):
-        self._f.close()
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
     def _need(self, m):
         """At least m bytes from _lo in _buf; False at the end of the
@@ -37,44 +47,64 @@ class StreamReader:
         if self._hi - self._lo >= m:
             return True
         have = self._hi - self._lo
-        new = bytearray(max(CHUNK, m + LOOKAHEAD))
+        new = self._alloc(max(CHUNK, m + LOOKAHEAD))
         new[:have] = self._buf[self._lo:self._hi]
-        view = memoryview(new)
         while have < m:
-            n = self._f.readinto(view[have:])
+            n = os.preadv(self._fd, [new[have:]], self._pos)
             if not n:
                 break
             have += n
+            self._pos += n
         self._buf, self._lo, self._hi = new, 0, have
         return have >= m
 
+    def _header(self, lo, n):
+        """The checked header of the batch whose JSON is the n bytes at
+        lo + 8, and the batch's size."""
+        hb = bytes(self._buf[lo + 8:lo + 8 + n])
+        cut = hb.find(b"}") if hb.startswith(b'{"__metadata__":{') else -1
+        key = (n, hb[cut:]) if cut > 0 else None
+        got = self._heads.get(key) if key else None
+        if got:
+            return got
+        try:
+            head = json.loads(hb)
+            end = max([int(t["data_offsets"][1]) for k, t in head.items()
+                       if k != "__metadata__"] + [0])
+        except (ValueError, KeyError, TypeError, IndexError):
+            raise OSError("%s: byte %d does not start a batch file"
+                          % (self.path, self._pos - self._hi + lo)) \
+                from None
+        try:
+            got = check_header(head, n, 8 + n + end), 8 + n + end
+        except ValueError as e:
+            raise ValueError("%s (the batch at byte %d) is not a batch "
+                             "file: %s" % (self.path, self._pos - self._hi
+                                           + lo, e)) from None
+        if key and len(self._heads) < 64:
+            self._heads[key] = got
+        return got
+
     def next(self):
         """The next batch file's bytes (a numpy uint8 view) and its header
-        parsed, (head, n) for parse_batch, or (None, None) at the end of
-        the stream. A stream that ends inside a batch is an OSError."""
+        checked (read_header's answer, for parse_batch's header=), or
+        (None, None) at the end of the stream. A stream that ends inside
+        a batch is an OSError."""
         if not self._need(8):
             if self._hi > self._lo:
                 raise OSError("%s: %d bytes after the last batch"
                               % (self.path, self._hi - self._lo))
             return None, None
         lo = self._lo
-        n = int.from_bytes(self._buf[lo:lo + 8], "little")
+        n = int.from_bytes(bytes(self._buf[lo:lo + 8]), "little")
         if not self._need(8 + n):
             raise OSError("%s ends inside a batch header" % self.path)
-        lo = self._lo
-        try:
-            head = json.loads(bytes(self._buf[lo + 8:lo + 8 + n]))
-            end = max([int(t["data_offsets"][1]) for k, t in head.items()
-                       if k != "__metadata__"] + [0])
-        except (ValueError, KeyError, TypeError, IndexError):
-            raise OSError("%s: byte %d does not start a batch file"
-                          % (self.path, self._f.tell() - self._hi + lo)) \
-                from None
-        if not self._need(8 + n + end):
+        header, size = self._header(self._lo, n)
+        if not self._need(size):
             raise OSError("%s ends inside a batch" % self.path)
         lo = self._lo
-        self._lo = lo + 8 + n + end
-        return np.frombuffer(self._buf, np.uint8, 8 + n + end, lo), (head, n)
+        self._lo = lo + size
+        return self._buf[lo:lo + size], header
 
 
 def stream_offset(index_dir, k):

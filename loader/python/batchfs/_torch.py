@@ -21,6 +21,7 @@ import os
 
 import torch
 
+from ._batchfile import Buffers
 from ._batches import Batches
 
 # The _Record's fields, one int64 each, then one slot per worker: the
@@ -156,6 +157,7 @@ class _WorkerShare(Batches):
 
     def __init__(self, parent, worker, workers, epoch, start):
         self.__dict__.update(parent.__dict__)
+        self._bufs = Buffers()   # its own: never the parent's
         self._worker, self._workers = worker, workers
         self._epoch, self._next = epoch, start
 
@@ -169,19 +171,21 @@ class IterableDataset(torch.utils.data.IterableDataset):
     PyTorch's batches for the mounted options, epoch after epoch.
 
     Batches are CPU tensors (device="cpu"; pin_memory=True in DataLoader
-    for fast copies to a GPU). epoch / start_batch / zero_copy /
+    for fast copies to a GPU). epoch / start_batch / zero_copy / stream /
     set_epoch() / state_dict() / load_state_dict() are batchfs.Batches':
     each pass goes on from where the last stopped, the next epoch after a
-    whole one.
+    whole one; with num_workers=0 small batches come from the epoch's
+    stream (stream=None: batchfs.Batches picks by batch size), each batch
+    file otherwise read with O_DIRECT, the mount's fastest path.
 
     With num_workers > 0 worker k reads batches k, k + N, ... from the
-    start (the order stays the epoch's; keep device="cpu": no CUDA in
-    workers). Save and restore the position with batchfs.DataLoader's
-    state_dict() / load_state_dict(): under a plain DataLoader with
-    workers, this dataset's state_dict() raises (the main process cannot
-    know which batches the loop received). Without set_epoch() a plain
-    DataLoader's next pass starts the next epoch after a whole pass, and
-    raises after a pass broken off mid-epoch.
+    start, as batch files (the order stays the epoch's; keep device="cpu":
+    no CUDA in workers). Save and restore the position with
+    batchfs.DataLoader's state_dict() / load_state_dict(): under a plain
+    DataLoader with workers, this dataset's state_dict() raises (the main
+    process cannot know which batches the loop received). Without
+    set_epoch() a plain DataLoader's next pass starts the next epoch
+    after a whole pass, and raises after a pass broken off mid-epoch.
 
     On a mount of several ranks (`--ranks`) it reads the rank 'rank', or
     torch.distributed's (a process group initialised), or $RANK (torchrun
@@ -195,10 +199,11 @@ class IterableDataset(torch.utils.data.IterableDataset):
     raises it again in the training loop with the worker's traceback."""
 
     def __init__(self, mountpoint, epoch=0, start_batch=0, device="cpu",
-                 zero_copy=False, rank=None, whole_dataset=False):
+                 zero_copy=False, rank=None, whole_dataset=False,
+                 stream=None):
         super().__init__()
         self.batches = _DatasetBatches(mountpoint, epoch, start_batch,
-                                       device, zero_copy, rank,
+                                       device, zero_copy, rank, stream,
                                        whole_dataset=whole_dataset)
         self.rank = self.batches.rank
         self._record = _Record(self.batches._epoch, self.batches._next)
