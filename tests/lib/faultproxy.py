@@ -469,8 +469,11 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             c.request(self.command, up_path, body=body, headers=fwd)
             r = c.getresponse()
             length = r.getheader("content-length")
-            # a body of known length is streamed; any other is read whole
-            data = None if length and length.isdigit() else r.read()
+            # a body of known length is streamed; any other is read whole,
+            # as is a HEAD's (none: read() ends the response, so the
+            # upstream connection takes the next request)
+            data = None if (length and length.isdigit() and int(length)
+                            and self.command != "HEAD") else r.read()
         except (OSError, http.client.HTTPException):
             self._up = None
             return self._reply(502, {}, b"")
