@@ -33,9 +33,12 @@ peers; default all):
             (3) shuffled epochs read batch by batch for at most
             BENCH_REMOTE_CACHE_SECONDS (90): chunks fetched against the
             chunk accesses of the batches read (the order's, from the
-            mount's index files), hits = accesses - chunks fetched, beside
-            the hits of evicting by next use (Belady's bound) and of LRU
-            on the same sequence (build/bench/cache_sim: fs/cache's
+            mount's index files), hits = accesses - chunks fetched (the
+            mount's 2 workers, 1 where a quarter cannot hold the chunks
+            2 pin; neither: the step is left out, at too small a
+            BENCH_SCALE), beside the hits of evicting by next use
+            (Belady's bound) and of LRU on the same sequence
+            (build/bench/cache_sim: fs/cache's
             bfs_cache_simulate), and of next use known only K batches
             ahead (the read-ahead's window, and more: cache_sim's own)
   peers     `rclone mount` (its HTTP backend on the same nginx and proxy,
@@ -343,6 +346,14 @@ def window_batches(mnt):
     return int(m.group(1)) if m else None
 
 
+def pinned(row, batch, workers, arch_size):
+    """The bytes the batches being gathered may pin at once, as `batchfs
+    mount` reckons them (it warns below: a batch that finds no room
+    fails): per row and field, its 64 KiB chunks and one more."""
+    per_row = sum((-(-b // CHUNK) + 1) * CHUNK for b in (row - 8, 8))
+    return min(arch_size, per_row * batch * workers)
+
+
 def cache_quarter(h, work, url, arch_size, batch, n, row, img, lab):
     """--cache-gb a quarter of the archive, CACHE_EPOCHS shuffled epochs,
     batch by batch, for CACHE_SECONDS at most: chunks fetched against
@@ -351,11 +362,18 @@ def cache_quarter(h, work, url, arch_size, batch, n, row, img, lab):
     and more)."""
     nb = -(-n // batch)
     limit = arch_size // 4
+    workers = [w for w in (2, 1) if pinned(row, batch, w, arch_size) <= limit]
+    if not workers:
+        return {"error": "a quarter of the archive (%.1f MB) cannot hold "
+                "the chunks one worker's batch pins (%.1f MB): raise "
+                "BENCH_SCALE" % (limit / 1e6, pinned(row, batch, 1,
+                                                     arch_size) / 1e6)}
     mnt = work.mountpoint("remote")
     cache = work.path("rcache")
     empty(cache)
     mount(h, work, url, batch, mnt,
-          ["--cache-dir", cache, "--cache-gb", "%.9f" % (limit / 1e9)])
+          ["--cache-dir", cache, "--cache-gb", "%.9f" % (limit / 1e9),
+           "--workers", str(workers[0])])
     try:
         st0 = stats(mnt)
         done = []
@@ -382,6 +400,7 @@ def cache_quarter(h, work, url, arch_size, batch, n, row, img, lab):
     fetched = (st1["remote_bytes"] - st0["remote_bytes"]) / CHUNK
     acc = sim["accesses"]
     return {"epochs": CACHE_EPOCHS, "limit": limit, "accesses": acc,
+            "workers": workers[0],
             "batches read": len(done), "batches": nb * CACHE_EPOCHS,
             "seconds": secs, "distinct": sim["distinct"],
             "capacity": capacity, "fetched chunks": fetched,
@@ -505,6 +524,10 @@ def peers(h, work, srv, names, name, batch, n, row, img, lab):
             try:
                 k, s, done = peer_epoch(h, os.path.join(mnt, name), n, row,
                                         img, lab, batch, w)
+            except h.Failed as e:  # the peer's failure, not the part's
+                out[kind] = {"error": str(e)[-300:]}
+                h.log("    %s: %s" % (kind, out[kind]["error"]))
+                break
             finally:
                 peer_stop(work, proc, mnt)
             got = {"workers": w, "samples": k, "seconds": s, "done": done,
@@ -574,7 +597,10 @@ def measure(h, work, srv, wl, names, results):
             try:
                 srv_link = curl_link(
                     h, work, srv.s3proxy.url("/%s/%s" % (BUCKET, base)),
-                    size, ["--aws-sigv4", "aws:amz:us-east-1:s3", "--user",
+                    size, ["--aws-sigv4", "aws:amz:us-east-1:s3",
+                           # curl sends no payload hash: s3rver wants one
+                           "-H", "x-amz-content-sha256: UNSIGNED-PAYLOAD",
+                           "--user",
                            "%s:%s" % (servers.S3RVER_KEY,
                                       servers.S3RVER_KEY)])
             except h.Failed as e:
@@ -606,7 +632,7 @@ def derive(r, n):
     if rates:
         r["best peer samples/s"] = max(rates)
     c = r.get("cache")
-    if c:
+    if c and "error" not in c:
         c["hit ratio"] = c["hits"] / c["accesses"]
         c["next use ratio"] = c["next use hits"] / c["accesses"]
         c["lru ratio"] = c["lru hits"] / c["accesses"]
@@ -661,7 +687,9 @@ def report(h, name, r, n, row):
               "sweep: merge gap / request max %s" % k, "", v["GB/s"],
               v["requests"], v["fetched"], v["first batch s"]))
     c = r.get("cache")
-    if c:
+    if c and "error" in c:
+        L("  cache of a quarter: %s" % c["error"])
+    elif c:
         L("  cache of a quarter (%.3f GB, %d chunks): %d of %d batches of %d "
           "epochs in %.0f s (budget %d s): %d chunk accesses, %d distinct"
           % (c["limit"] / 1e9, c["capacity"], c["batches read"],
