@@ -18,18 +18,33 @@ demo: deps-test
 # failed; skipped without matplotlib), then the order engine's shuffle
 # against torch.randperm (tools/bench/bench_order.sh, n = BENCH_ORDER_N,
 # default 10^8); never part of `make check`.
-# build/bench/nullfs is the null FUSE baseline server.
+# build/bench/nullfs is the null FUSE baseline server; build/bench/cache_sim
+# the cache's simulation (the remote part's bound on hits).
 # BENCH_SCALE=0.25 shrinks the datasets; BENCH_REPS sets the repetitions.
+# The remote part runs only when BENCH_ONLY names it (BENCH_ONLY=remote):
+# it installs its servers and peers first (tools/scripts/deps.sh bench).
 BENCH_ORDER_N ?= 100000000
 BENCH_NULLFS := $(BUILD)/bench/nullfs
+BENCH_CACHE_SIM := $(BUILD)/bench/cache_sim
 
 $(BENCH_NULLFS): $(BUILD)/obj/tools/bench/nullfs.o
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ $(call pc_libs,fuse3) $(LDLIBS)
 
+$(BENCH_CACHE_SIM): $(BUILD)/obj/tools/bench/cache_sim.o \
+		$(BUILD)/libbatchfs_core.a
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $^ $(call pc_libs,$(PKGS)) $(LDLIBS) -lm
+# tests/cli/test_bench_cache_sim.py checks it on sequences worked by hand
+check-build: $(BENCH_CACHE_SIM)
+
 bench: deps-torch
-	@$(MAKE) --no-print-directory $(BUILD)/batchfs $(BENCH_NULLFS)
+	@case ",$(BENCH_ONLY)," in *remote*) tools/scripts/deps.sh bench ;; \
+		esac
+	@$(MAKE) --no-print-directory $(BUILD)/batchfs $(BENCH_NULLFS) \
+		$(BENCH_CACHE_SIM)
 	BATCHFS=$(abspath $(BUILD)/batchfs) NULLFS=$(abspath $(BENCH_NULLFS)) \
+		CACHE_SIM=$(abspath $(BENCH_CACHE_SIM)) \
 		$(PYTHON) tools/bench/bench.py; rc=$$?; \
 		$(PYTHON) tools/bench/figures.py $${BENCH_JSON:-}; exit $$rc
 	PYTHON=$(PYTHON) tools/bench/bench_order.sh $(BENCH_ORDER_N)

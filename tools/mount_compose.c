@@ -181,10 +181,41 @@ static int make_order(struct mount_opts *m, struct model *mt,
 	return 0;
 }
 
+/* A size in bytes from the environment variable 'name' (digits, then K,
+ * M or G for KiB, MiB, GiB), 0 (fs/object's default) when unset or not
+ * such a size. */
+static uint64_t env_bytes(const char *name)
+{
+	const char *v = getenv(name);
+	char *end;
+	uint64_t n;
+
+	if (!v || *v < '0' || *v > '9')
+		return 0;
+	errno = 0;
+	n = strtoull(v, &end, 10);
+	if (errno)
+		return 0;
+	switch (*end) {
+	case 'G':
+		n <<= 10; /* fall through */
+	case 'M':
+		n <<= 10; /* fall through */
+	case 'K':
+		n <<= 10;
+		end++;
+	}
+	return *end ? 0 : n;
+}
+
 /* The remote sources' objects (fs/object), when a source is a URL: the
  * cache directory (--cache-dir, else the default under HOME), its bound
  * (--cache-gb), the S3 endpoint (--s3-endpoint, else the AWS settings'),
- * requests bounded by --timeout. 0 or -errno with err. */
+ * requests bounded by --timeout. The fetcher's sizes are fs/object's
+ * defaults unless the benchmark's sweep sets them:
+ * BATCHFS_DEBUG_MERGE_GAP, BATCHFS_DEBUG_REQUEST_MAX and
+ * BATCHFS_DEBUG_FLIGHT_MAX (bytes, or with K, M, G). 0 or -errno with
+ * err. */
 static int open_objects(const struct mount_opts *m, struct model *mt,
 			struct bfs_error *err)
 {
@@ -193,6 +224,9 @@ static int open_objects(const struct mount_opts *m, struct model *mt,
 		       .timeout_s = m->timeout_s},
 	    .cache_dir = m->cache_dir,
 	    .cache_bytes = m->cache_bytes,
+	    .merge_gap = env_bytes("BATCHFS_DEBUG_MERGE_GAP"),
+	    .request_max = env_bytes("BATCHFS_DEBUG_REQUEST_MAX"),
+	    .flight_max = env_bytes("BATCHFS_DEBUG_FLIGHT_MAX"),
 	};
 	bool any = false;
 

@@ -50,6 +50,11 @@ MEASURED = {
         "DataLoader pread, 4 workers": 25.0, "reader": "io_uring"}),
     "ragged rows": ("ragged rows", {"pad": 60.0, "pack": 90.0, "dl0": 100.0,
                                     "dl2": 12.0}),
+    "small rows remote": ("remote", {
+        "n": 1000, "cold s": 2.0, "warm s": 0.5, "link s": 1.0,
+        "download+warm s": 1.0, "local s": 0.25,
+        "best peer samples/s": 50.0,
+        "cache": {"hits": 90, "next use hits": 100, "lru hits": 60}}),
 }
 WANT = {
     "small rows modes": {
@@ -76,6 +81,14 @@ WANT = {
         "best DataLoader (pread)": {"batchfs": 4.0}},
     "ragged rows": {"best DataLoader + pad_sequence": {
         "--pad (default)": 0.6, "--pack": 0.9}},
+    "small rows remote": {
+        "the link's limit (curl, 8 MiB ranges)": {"cold epoch": 0.5},
+        "download at the link's limit + a warm epoch": {"cold epoch": 0.5},
+        "best peer (rclone, s3fs) + DataLoader": {"cold epoch": 10.0},
+        "local disk, second epoch": {"second epoch": 0.5},
+        "cache of 1/4: evicting by next use (simulated)": {
+            "hits, cache of 1/4": 0.9},
+        "cache of 1/4: LRU (simulated)": {"hits, cache of 1/4": 1.5}},
 }
 
 

@@ -60,6 +60,8 @@ import urllib.parse
 KINDS = ("503", "status", "reset", "truncate", "stall", "short_range",
          "wrong_range", "ignore_range", "drop_etag")
 IO_TIMEOUT = 30  # every socket operation of the proxy is bounded
+CHUNK = 256 * 1024  # bytes of a body read from upstream, sent, paced
+BURST = 0.002  # seconds the link's schedule may lag (see _pace)
 HOP = {"connection", "keep-alive", "proxy-connection", "transfer-encoding",
        "te", "trailer", "upgrade"}
 
@@ -270,22 +272,49 @@ class FaultProxy:
 
     def _send(self, wfile, data):
         """Send data at the capped rate (the link is shared)."""
-        step = 64 * 1024
+        step = CHUNK
         for i in range(0, len(data), step):
-            chunk = data[i:i + step]
+            self._pace(len(data[i:i + step]))
+            wfile.write(data[i:i + step])
             with self.lock:
-                rate = self._rate
-                if rate:
-                    start = max(time.monotonic(), self._link_free)
-                    self._link_free = start + len(chunk) / rate
-                    until = self._link_free
-            if rate:
-                delay = until - time.monotonic()
-                if delay > 0:
-                    time.sleep(delay)
-            wfile.write(chunk)
+                self.bytes += len(data[i:i + step])
+
+    def _pace(self, n):
+        """Wait until the shared link has carried n more bytes at the
+        capped rate (none: at once). The link's schedule may lag now by
+        at most BURST seconds: a sender that woke late (the scheduler,
+        the GIL) catches up that much, as a real link's queue would, so
+        the rate the cap says is the rate carried."""
+        with self.lock:
+            rate = self._rate
+            if not rate:
+                return
+            now = time.monotonic()
+            start = max(now - BURST, self._link_free)
+            self._link_free = start + n / rate
+            until = self._link_free
+        delay = until - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+
+    def _stream(self, wfile, r, n):
+        """Send n body bytes of upstream response r as they arrive, at
+        the capped rate: the first byte goes out before the last is
+        read, as on a real link. Returns the bytes sent (fewer: upstream
+        ended early)."""
+        buf = bytearray(CHUNK)
+        view = memoryview(buf)
+        sent = 0
+        while sent < n:
+            got = r.readinto(view[:min(CHUNK, n - sent)])
+            if not got:
+                break
+            self._pace(got)
+            wfile.write(view[:got])
+            sent += got
             with self.lock:
-                self.bytes += len(chunk)
+                self.bytes += got
+        return sent
 
 
 class _Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
@@ -439,10 +468,18 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             c = self._upstream()
             c.request(self.command, up_path, body=body, headers=fwd)
             r = c.getresponse()
-            data = r.read()
+            length = r.getheader("content-length")
+            # a body of known length is streamed; any other is read whole,
+            # as is a HEAD's (none: read() ends the response, so the
+            # upstream connection takes the next request)
+            data = None if (length and length.isdigit() and int(length)
+                            and self.command != "HEAD") else r.read()
         except (OSError, http.client.HTTPException):
             self._up = None
             return self._reply(502, {}, b"")
+        n = len(data) if data is not None else int(length)
+        if self.command == "HEAD":  # the object's length, no body
+            n, head_length = 0, length or "0"
         if latency:
             time.sleep(latency)
         out = [(k, v) for k, v in r.getheaders() if k.lower() not in HOP
@@ -452,21 +489,24 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.send_response_only(r.status, r.reason)
         for k, v in out:
             self.send_header(k, v)
-        self.send_header("Content-Length", str(len(data)))
+        self.send_header("Content-Length", head_length
+                         if self.command == "HEAD" else str(n))
         self.end_headers()
-        if self.command == "HEAD" or not data:
+        if not n:
             self.wfile.flush()
             return
         f = p._take(path, ("reset", "truncate", "stall"))
-        if not f:
-            p._send(self.wfile, data)
-            self.wfile.flush()
-            return
-        cut = len(data) // 2
-        if f.kind == "stall":
-            cut = min(len(data), f.params.get("after", cut))
-        p._send(self.wfile, data[:cut])
+        cut = n
+        if f:
+            cut = n // 2
+            if f.kind == "stall":
+                cut = min(n, f.params.get("after", cut))
+        self._body(r, data, cut)
         self.wfile.flush()
+        if not f:
+            return
+        if data is None:  # the rest of the upstream body is not read
+            self._drop_upstream()
         if f.kind == "stall":
             p.unstall.wait(p.max_stall)
         if f.kind == "truncate":
@@ -474,6 +514,27 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.connection.shutdown(socket.SHUT_WR)
         else:
             self._reset()
+
+    def _body(self, r, data, n):
+        """The first n body bytes: of data (read whole) or streamed from
+        upstream response r. An upstream that ends early ends the
+        connection (its Content-Length was promised)."""
+        if data is not None:
+            self.proxy._send(self.wfile, data[:n])
+            return
+        try:
+            sent = self.proxy._stream(self.wfile, r, n)
+        except (OSError, http.client.HTTPException):
+            self._drop_upstream()
+            raise
+        if sent < n:
+            self._drop_upstream()
+            self.close_connection = True
+
+    def _drop_upstream(self):
+        c, self._up = getattr(self, "_up", None), None
+        if c is not None:
+            c.close()
 
 
 def _set_range(headers, value):

@@ -125,6 +125,7 @@ http {{
     server {{
         listen 127.0.0.1:{port}{tls};
         root {root};
+        autoindex {autoindex};
     }}
 }}
 """
@@ -138,11 +139,13 @@ def require_nginx():
 class Nginx:
     """nginx serving the files under root; tls=True: HTTPS with a
     self-signed certificate for 127.0.0.1 (self.cert, a PEM file a
-    client may trust)."""
+    client may trust); autoindex=True: a directory's URL lists its files
+    (an HTML index, what rclone's HTTP backend reads)."""
 
-    def __init__(self, root, workdir=None, tls=False):
+    def __init__(self, root, workdir=None, tls=False, autoindex=False):
         self.root = os.path.abspath(root)
         self.tls = tls
+        self.autoindex = autoindex
         self.dir = workdir or os.path.join(
             os.environ.get("BFS_TEST_TMP") or "/tmp",
             f"nginx.{os.getpid()}.{id(self)}")
@@ -166,8 +169,9 @@ class Nginx:
             self.port = free_port()
             conf = os.path.join(self.dir, "nginx.conf")
             with open(conf, "w") as f:
-                f.write(NGINX_CONF.format(d=self.dir, port=self.port,
-                                          root=self.root, tls=tls))
+                f.write(NGINX_CONF.format(
+                    d=self.dir, port=self.port, root=self.root, tls=tls,
+                    autoindex="on" if self.autoindex else "off"))
             self.proc = subprocess.Popen(
                 [exe, "-p", self.dir, "-c", conf, "-e",
                  os.path.join(self.dir, "error.log")],

@@ -36,9 +36,11 @@ run only the parts whose names contain one; the parts are "small rows
 modes", "small rows epochs", "small rows cold", "small rows ranks",
 "small rows notfit", the same five of "large rows", "ragged rows" and
 "latency": "small" runs the six small-row parts, "cold" the cold part of
-both workloads; "small rows readers" the readers part), BENCH_NOTFIT_MB
-(384: the memory cgroup of the notfit part), BENCH_JSON (the results
-file, default tools/bench/results.json).
+both workloads; "small rows readers" the readers part; "small rows
+remote" and "large rows remote", the remote part, run only when a word
+names "remote": tools/bench/bench_remote.py says what they measure, and
+their settings), BENCH_NOTFIT_MB (384: the memory cgroup of the notfit
+part), BENCH_JSON (the results file, default tools/bench/results.json).
 
 Besides printing them, it merges its results into the results file, one
 entry per part measured ("small rows modes", ..., "ragged rows",
@@ -1550,6 +1552,13 @@ def main():
         except (Failed, OSError, subprocess.TimeoutExpired) as e:
             ok = False
             log("  ragged rows: FAILED: %s" % e)
+        if any("remote" in w for w in ONLY):
+            import bench_remote  # its servers and peers: only when asked
+            try:
+                if bench_remote.run(sys.modules[__name__], work, results):
+                    ok = False
+            except Skipped as e:
+                log("\n== remote: skipped: %s" % e)
         if wanted("latency"):
             log("\n== time from `batchfs mount` to the first byte of batch 0, "
                 "%d samples (median of %d)" % (LATENCY_SAMPLES, LATENCY_REPS))

@@ -58,6 +58,14 @@ FIGURES = [
     ("ragged rows", "fig-ragged.png", "Ragged rows (token sequences)",
      "batchfs: every batch of a shuffled epoch read from Python (samples/s), "
      "against a DataLoader padding the same arrays"),
+    ("remote", "fig-remote.png", "The archive on an HTTP server, through a "
+     "link of 20 ms and 200 MB/s",
+     "batchfs: `batchfs mount http://...`, a cold shuffled epoch from the "
+     "mount on (cache emptied) and the second epoch, against the link's "
+     "limit (parallel curl, 8 MiB ranges), the peers' DataLoaders through "
+     "rclone and s3fs mounts, local disk; and its cache bounded to a "
+     "quarter of the archive: chunk hits against evicting by next use and "
+     "LRU, simulated"),
 ]
 
 INSTALL = ("figures: matplotlib is missing, no figures drawn (Debian: "
@@ -129,6 +137,25 @@ def ratios(part, e):
                 ("random pread, 64 threads", e.get("pread 64 threads")),
                 ("best DataLoader (pread)", best(*dls))):
             put(baseline, "batchfs", e.get("batchfs"), den)
+    elif part == "remote":
+        n = e.get("n")
+        cold, warm = number(e.get("cold s")), number(e.get("warm s"))
+        rate = (lambda s: 1 / s if s else None)
+        put("the link's limit (curl, 8 MiB ranges)", "cold epoch",
+            rate(cold), rate(e.get("link s")))
+        put("download at the link's limit + a warm epoch", "cold epoch",
+            rate(cold), rate(e.get("download+warm s")))
+        peer = number(e.get("best peer samples/s"))
+        if n and cold and peer:
+            put("best peer (rclone, s3fs) + DataLoader", "cold epoch",
+                n / cold, peer)
+        put("local disk, second epoch", "second epoch", rate(warm),
+            rate(e.get("local s")))
+        c = e.get("cache") or {}
+        put("cache of 1/4: evicting by next use (simulated)",
+            "hits, cache of 1/4", c.get("hits"), c.get("next use hits"))
+        put("cache of 1/4: LRU (simulated)", "hits, cache of 1/4",
+            c.get("hits"), c.get("lru hits"))
     elif part == "ragged rows":
         dl = best(e.get("dl0"), e.get("dl2"))
         put("best DataLoader + pad_sequence", "--pad (default)", e.get("pad"),

@@ -1,6 +1,6 @@
 #!/bin/sh
 # Install the Debian packages a make target needs, if they are missing.
-# Usage: tools/scripts/deps.sh build|install|test|torch|fuzz|lint
+# Usage: tools/scripts/deps.sh build|install|test|torch|bench|fuzz|lint
 # build: the libraries batchfs links; install: + bash-completion, which
 # loads the completion make install puts in share/bash-completion (not
 # needed to build or run: when it cannot be installed, a note says so
@@ -10,7 +10,11 @@
 # exists: NodeSource's nodejs carries its own and conflicts with
 # Debian's npm); torch: + python3-torch for interop tests,
 # python3-matplotlib for the bench's figures (tools/bench/figures.py);
-# fuzz: + clang and libFuzzer; lint: + clang-format (make format-check).
+# bench: torch's + curl (the link's limit), rclone and s3fs (the FUSE
+# mounts users pick for data in object stores), what the bench's remote
+# part needs beside the servers (`make bench` installs them only when
+# BENCH_ONLY names that part, never `make check`); fuzz: + clang and
+# libFuzzer; lint: + clang-format (make format-check).
 # apt-get waits up to $DEPS_LOCK_TIMEOUT seconds (300) for another
 # apt-get or dpkg that holds the dpkg lock, instead of failing at once.
 set -eu
@@ -22,10 +26,12 @@ case "${1:-build}" in
 build) ;;
 install) optional="bash-completion" ;;
 test) want="$want libcmocka-dev zip unzip python3-numpy acl $servers" ;;
-torch) want="$want libcmocka-dev zip unzip python3-numpy python3-torch acl python3-matplotlib $servers" ;;
+torch | bench)
+	want="$want libcmocka-dev zip unzip python3-numpy python3-torch acl python3-matplotlib $servers"
+	[ "$1" = torch ] || want="$want curl rclone s3fs" ;;
 fuzz) want="$want clang libclang-rt-14-dev" ;;
 lint) want="$want clang-format" ;;
-*) echo "usage: $0 build|install|test|torch|fuzz|lint" >&2; exit 2 ;;
+*) echo "usage: $0 build|install|test|torch|bench|fuzz|lint" >&2; exit 2 ;;
 esac
 
 # The packages of $@ that are not installed.
