@@ -694,12 +694,16 @@ def archive_rows(arch, n, row):
 
 
 # A DataLoader whose Dataset reads each sample's rows with pread (the best
-# one can write for data that does not fit: no torch.load, no mapping).
+# one can write for data that does not fit: no torch.load, no mapping;
+# also the remote part's peers, over their mounts). argv: the archive, n,
+# row, the images' and labels' offsets, batch, workers, a bound in seconds
+# and, optionally, 0 to leave out fadvise(RANDOM) (default 1).
 DL_PREAD = r"""
 import os, sys, time, numpy as np, torch
 from torch.utils.data import DataLoader, Dataset
 arch, n, row, img, lab, batch, workers, secs = sys.argv[1:9]
 n, row, img, lab, batch, workers = map(int, (n, row, img, lab, batch, workers))
+advise = sys.argv[9:10] != ["0"]
 class Rows(Dataset):
     fd = None
     def __len__(self):
@@ -707,18 +711,23 @@ class Rows(Dataset):
     def __getitem__(self, i):
         if self.fd is None:
             self.fd = os.open(arch, os.O_RDONLY)
-            os.posix_fadvise(self.fd, 0, 0, os.POSIX_FADV_RANDOM)
+            if advise:
+                os.posix_fadvise(self.fd, 0, 0, os.POSIX_FADV_RANDOM)
         x = np.frombuffer(os.pread(self.fd, row - 8, img + i * (row - 8)), np.uint8)
         y = int.from_bytes(os.pread(self.fd, 8, lab + 8 * i), "little")
         return torch.from_numpy(x.copy()), y
 dl = DataLoader(Rows(), batch_size=batch, shuffle=True, num_workers=workers,
                 generator=torch.Generator().manual_seed(7))
-seen, t0 = 0, time.perf_counter()
+seen, done, t0 = 0, 1, time.perf_counter()
 for x, _ in dl:
     seen += x.shape[0]
     if time.perf_counter() - t0 > float(secs):
+        done = 0
         break
-print("samples/s=%.1f" % (seen / (time.perf_counter() - t0)))
+t = time.perf_counter() - t0
+print("samples=%d seconds=%.3f done=%d samples/s=%.1f"
+      % (seen, t, done, seen / t), flush=True)
+os._exit(0)  # workers blocked in a slow read must not hold the exit
 """
 
 

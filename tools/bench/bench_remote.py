@@ -91,38 +91,6 @@ BUCKET = "bench"
 CACHE_SIM = os.environ.get("CACHE_SIM") or os.path.join(
     os.path.dirname(os.path.dirname(HERE)), "build", "bench", "cache_sim")
 
-# A DataLoader over an archive through a peer's mount: each sample's
-# image row and label read by pread at their offsets (what one writes
-# for a file torch.load cannot map). Bounded by 'secs'.
-DL_PEER = r"""
-import os, sys, time, numpy as np, torch
-from torch.utils.data import DataLoader, Dataset
-arch, n, row, img, lab, batch, workers, secs = sys.argv[1:9]
-n, row, img, lab, batch, workers = map(int, (n, row, img, lab, batch, workers))
-class Rows(Dataset):
-    fd = None
-    def __len__(self):
-        return n
-    def __getitem__(self, i):
-        if self.fd is None:
-            self.fd = os.open(arch, os.O_RDONLY)
-        x = np.frombuffer(os.pread(self.fd, row - 8, img + i * (row - 8)), np.uint8)
-        y = int.from_bytes(os.pread(self.fd, 8, lab + 8 * i), "little")
-        return torch.from_numpy(x.copy()), y
-t0 = time.perf_counter()
-dl = DataLoader(Rows(), batch_size=batch, shuffle=True, num_workers=workers,
-                generator=torch.Generator().manual_seed(7))
-seen, done = 0, 1
-for x, _ in dl:
-    seen += x.shape[0]
-    if time.perf_counter() - t0 > float(secs):
-        done = 0
-        break
-print("samples=%d seconds=%.3f done=%d" % (seen, time.perf_counter() - t0,
-                                          done), flush=True)
-os._exit(0)  # workers blocked in a slow read must not hold the exit
-"""
-
 
 def gb(x):
     return "%.3f" % x if x is not None else "n/a"
@@ -483,12 +451,15 @@ def peer_stop(work, proc, mnt):
 
 
 def peer_epoch(h, path, n, row, img, lab, batch, workers):
-    """(samples, seconds, done) of a DataLoader over path (DL_PEER)."""
+    """(samples, seconds, done) of a DataLoader whose Dataset preads each
+    sample's image and label at their offsets in path (bench.py's
+    DL_PREAD, no fadvise: what one writes for a file torch 1.13's
+    torch.load cannot map)."""
     try:
         out = subprocess.run(
-            [sys.executable, "-c", DL_PEER, path, str(n), str(row),
+            [sys.executable, "-c", h.DL_PREAD, path, str(n), str(row),
              str(img), str(lab), str(batch), str(workers),
-             str(PEER_SECONDS)], capture_output=True, text=True,
+             str(PEER_SECONDS), "0"], capture_output=True, text=True,
             timeout=PEER_SECONDS + 300)
     except subprocess.TimeoutExpired:
         return 0, PEER_SECONDS + 300, False
