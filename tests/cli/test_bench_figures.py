@@ -82,13 +82,16 @@ WANT = {
     "ragged rows": {"best DataLoader + pad_sequence": {
         "--pad (default)": 0.6, "--pack": 0.9}},
     "small rows remote": {
-        "the link's limit (curl, 8 MiB ranges)": {"cold epoch": 0.5},
-        "download at the link's limit + a warm epoch": {"cold epoch": 0.5},
-        "best peer (rclone, s3fs) + DataLoader": {"cold epoch": 10.0},
-        "local disk, second epoch": {"second epoch": 0.5},
-        "cache of 1/4: evicting by next use (simulated)": {
-            "hits, cache of 1/4": 0.9},
-        "cache of 1/4: LRU (simulated)": {"hits, cache of 1/4": 1.5}},
+        "cold epoch over the link's limit (curl, 8 MiB ranges)": {
+            "batchfs": 0.5},
+        "cold epoch over download at the link + a warm epoch": {
+            "batchfs": 0.5},
+        "cold epoch over the best peer (rclone, s3fs) + DataLoader": {
+            "batchfs": 10.0},
+        "second epoch over the archive on local disk": {"batchfs": 0.5},
+        "cache of 1/4: hits over evicting by next use (simulated)": {
+            "batchfs": 0.9},
+        "cache of 1/4: hits over LRU (simulated)": {"batchfs": 1.5}},
 }
 
 

@@ -141,20 +141,20 @@ def ratios(part, e):
         n = e.get("n")
         cold, warm = number(e.get("cold s")), number(e.get("warm s"))
         rate = (lambda s: 1 / s if s else None)
-        put("the link's limit (curl, 8 MiB ranges)", "cold epoch",
-            rate(cold), rate(e.get("link s")))
-        put("download at the link's limit + a warm epoch", "cold epoch",
-            rate(cold), rate(e.get("download+warm s")))
+        put("cold epoch over the link's limit (curl, 8 MiB ranges)",
+            "batchfs", rate(cold), rate(e.get("link s")))
+        put("cold epoch over download at the link + a warm epoch",
+            "batchfs", rate(cold), rate(e.get("download+warm s")))
         peer = number(e.get("best peer samples/s"))
         if n and cold and peer:
-            put("best peer (rclone, s3fs) + DataLoader", "cold epoch",
-                n / cold, peer)
-        put("local disk, second epoch", "second epoch", rate(warm),
-            rate(e.get("local s")))
+            put("cold epoch over the best peer (rclone, s3fs) + DataLoader",
+                "batchfs", n / cold, peer)
+        put("second epoch over the archive on local disk", "batchfs",
+            rate(warm), rate(e.get("local s")))
         c = e.get("cache") or {}
-        put("cache of 1/4: evicting by next use (simulated)",
-            "hits, cache of 1/4", c.get("hits"), c.get("next use hits"))
-        put("cache of 1/4: LRU (simulated)", "hits, cache of 1/4",
+        put("cache of 1/4: hits over evicting by next use (simulated)",
+            "batchfs", c.get("hits"), c.get("next use hits"))
+        put("cache of 1/4: hits over LRU (simulated)", "batchfs",
             c.get("hits"), c.get("lru hits"))
     elif part == "ragged rows":
         dl = best(e.get("dl0"), e.get("dl2"))
