@@ -27,22 +27,23 @@
 
 #define DEF_SLOTS   3
 #define SMALL_SLOTS 8 /* the default for files of one 2 MiB slot */
+#define DEF_CHUNK   (4u << 20)
+#define SLOT_ALIGN  (2u << 20)
+#ifndef MADV_POPULATE_WRITE
+#define POPULATE_WRITE 23 /* Linux 5.14; older kernels: EINVAL, memset */
+#else
+#define POPULATE_WRITE MADV_POPULATE_WRITE
+#endif
+
 /* Reader threads by default: half the online CPUs, 4 to 8. On a 16-core
  * H200 machine, 256 MiB batches from the page cache, E (file -> device)
- * went 15.6 -> 24.5 GB/s from 4 to 8 readers (loader/README.md,
+ * went 15.6 -> 25.9 GB/s from 4 to 8 readers (loader/README.md,
  * "Performance"); fewer cores gain nothing from more. */
 static unsigned default_readers(void)
 {
 	long n = sysconf(_SC_NPROCESSORS_ONLN) / 2;
 	return n < 4 ? 4 : n > 8 ? 8 : (unsigned)n;
 }
-#define DEF_CHUNK  (4u << 20)
-#define SLOT_ALIGN (2u << 20)
-#ifndef MADV_POPULATE_WRITE
-#define POPULATE_WRITE 23 /* Linux 5.14; older kernels: EINVAL, memset */
-#else
-#define POPULATE_WRITE MADV_POPULATE_WRITE
-#endif
 
 /* The CUDA backend failed: remember why, for the one line open logs. */
 static int gpu_failed(struct bfs_loader *L, int rc, const char *what)
