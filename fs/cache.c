@@ -485,6 +485,7 @@ static void entry_free(struct bfs_cache_entry *e)
 		close(e->data_fd);
 	if (e->map_fd >= 0)
 		close(e->map_fd); /* drops the flock and the slot */
+	bfs_cache_plan_free(e);
 	free(e->next1);
 	free(e->last);
 	free(e->err);
@@ -542,6 +543,7 @@ int bfs_cache_open(struct bfs_cache *c, const struct bfs_cache_key *k,
 	e->cache = c;
 	e->refs = 1;
 	e->map_fd = e->data_fd = -1;
+	pthread_mutex_init(&e->plan_lock, NULL);
 	e->size = k->size;
 	e->url = strdup(esc);
 	if (asprintf(&e->data_path, "%s/%s.data", c->dir, e->name) < 0)

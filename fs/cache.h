@@ -14,8 +14,9 @@
  *
  * Bounded (opts.limit_bytes, --cache-gb), a write makes room by evicting
  * unpinned chunks: those needed furthest in the future (the caller says
- * when each chunk is next needed: bfs_cache_next_use, bfs_cache_set_now;
- * Belady's rule), or the least recently used (for comparison).
+ * when each chunk is next needed: bfs_cache_next_use, bfs_cache_set_now,
+ * and every use it knows: bfs_cache_plan; Belady's rule), or the least
+ * recently used (for comparison).
  *
  * Several processes (mounts) may open one entry at once: every per-chunk
  * state change is one atomic operation on a word in a shared mapping
@@ -231,6 +232,24 @@ void bfs_cache_set_now(struct bfs_cache *c, uint64_t pos);
  * wins. */
 void bfs_cache_next_use_sooner(struct bfs_cache_entry *e, uint64_t off,
 			       uint64_t len, uint64_t pos);
+
+/* The uses of a known order, told ahead: the chunks of [off, off+len)
+ * are needed at 'pos' (on bfs_cache_next_use's positions), beside their
+ * other planned uses. A chunk's next use, as eviction sees it, is the
+ * earlier of bfs_cache_next_use's and its first planned use not before
+ * now (bfs_cache_set_now): once a use passes, the following one counts,
+ * so a chunk read now and planned again soon is not taken for one not
+ * needed again. Uses before now are dropped as they are met; a list
+ * holds about the uses of what the caller plans ahead, 16 bytes each,
+ * nothing allocated until the first. Tell each use once per position
+ * (a repeat is kept once). 0, -EINVAL (past the object) or -ENOMEM (a
+ * use is then unknown: the policy is worse, never wrong). */
+int bfs_cache_plan(struct bfs_cache_entry *e, uint64_t off, uint64_t len,
+		   uint64_t pos);
+
+/* Planned uses held now (all chunks of e; stale ones not yet dropped
+ * included). */
+uint64_t bfs_cache_plan_uses(struct bfs_cache_entry *e);
 
 /* Make room for 'bytes' more under the bound, for chunks next needed at
  * 'pos' (BFS_CACHE_NEVER: unknown; then any chunk may go): evict by the

@@ -385,14 +385,16 @@ void bfs_cache_next_use_sooner(struct bfs_cache_entry *e, uint64_t off,
 	}
 }
 
-/* When chunk c is next needed, as the policy sees it: BFS_CACHE_NEVER
- * when not known or stale (before now). */
-static uint64_t next_of(const struct bfs_cache_entry *e, uint64_t c,
-			uint64_t now)
+/* When chunk c is next needed, as the policy sees it: the earlier of its
+ * next use and its first planned use not before now; BFS_CACHE_NEVER
+ * when neither is known (or both are stale). */
+static uint64_t next_of(struct bfs_cache_entry *e, uint64_t c, uint64_t now)
 {
 	uint64_t n1 = __atomic_load_n(&e->next1[c], __ATOMIC_RELAXED);
+	uint64_t told = n1 == 0 || n1 - 1 < now ? BFS_CACHE_NEVER : n1 - 1;
+	uint64_t planned = bfs_cache_planned(e, c, now);
 
-	return n1 == 0 || n1 - 1 < now ? BFS_CACHE_NEVER : n1 - 1;
+	return planned < told ? planned : told;
 }
 
 /* Evict chunk c if present and unpinned: its bytes, 0 (it was not), or

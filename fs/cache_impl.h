@@ -58,6 +58,13 @@ struct cache_hdr {
 };
 _Static_assert(sizeof(struct cache_hdr) <= HDR_PAGE, "header in a page");
 
+/* A planned use (cache_plan.c): a position, the next node of its chunk's
+ * list (0: none). */
+struct bfs_cache_use {
+	uint64_t pos;
+	uint32_t next;
+};
+
 struct bfs_cache_entry {
 	struct bfs_cache *cache;
 	struct bfs_cache_entry *next_entry; /* cache->lock */
@@ -77,6 +84,16 @@ struct bfs_cache_entry {
 	 * known), last use (cache->clock; 0: never), a failure's errno. */
 	uint64_t *next1, *last;
 	uint8_t *err;
+	/* Planned uses (cache_plan.c), under plan_lock: per chunk the head
+	 * of its sorted list (NULL until a first use is planned; published
+	 * once, heads stored atomically: read without the lock to see
+	 * whether a chunk has any), the nodes, the free ones. */
+	pthread_mutex_t plan_lock;
+	uint32_t *plan_head;
+	struct bfs_cache_use *plan;
+	size_t plan_cap;
+	uint32_t plan_free;
+	uint64_t plan_used;
 };
 
 struct bfs_cache {
@@ -102,6 +119,12 @@ void bfs_cache_dir_unlock(struct bfs_cache *c);
  * the metadata) and 'keep' (a name): the entry being opened, whose
  * other versions go. Returns the entries removed or -errno. */
 int bfs_cache_gc_locked(struct bfs_cache *c, const char *url, const char *keep);
+
+/* cache_plan.c: the earliest planned use of chunk c not before 'now'
+ * (BFS_CACHE_NEVER: none), the earlier ones dropped; freeing an entry's
+ * plan (and its lock). */
+uint64_t bfs_cache_planned(struct bfs_cache_entry *e, uint64_t c, uint64_t now);
+void bfs_cache_plan_free(struct bfs_cache_entry *e);
 
 /* cache_chunk.c */
 void bfs_cache_recover_words(struct bfs_cache_entry *e);

@@ -163,6 +163,18 @@ void bfs_fetch_ahead_ranges(struct bfs_fetch *f,
 		f->be->ops->ahead(f->be, r[i].file, r[i].off, r[i].len, when);
 }
 
+void bfs_fetch_plan_ranges(struct bfs_fetch *f, const struct bfs_fetch_range *r,
+			   size_t n, uint64_t when)
+{
+	if (bfs_fetch_plans(f))
+		f->be->ops->plan_ranges(f->be, r, n, when);
+}
+
+bool bfs_fetch_plans(const struct bfs_fetch *f)
+{
+	return f && f->be && f->be->ops->plan_ranges;
+}
+
 bool bfs_fetch_held(const struct bfs_fetch *f, size_t file)
 {
 	return f && f->be && f->be->ops->held && f->be->ops->hold &&

@@ -93,6 +93,13 @@ struct bfs_fetch_ops {
 	void (*ahead_ranges)(struct bfs_fetch_backend *be,
 			     const struct bfs_fetch_range *r, size_t n,
 			     uint64_t when);
+	/* The ranges of a batch further ahead, needed at 'when' (r as in
+	 * ahead_ranges): remember the use, fetch nothing (a remote
+	 * object's cache plans it: bfs_cache_plan). May be NULL (nothing
+	 * to plan). */
+	void (*plan_ranges)(struct bfs_fetch_backend *be,
+			    const struct bfs_fetch_range *r, size_t n,
+			    uint64_t when);
 	/* Where a file's bytes are not always in its mapping (a remote
 	 * object's cache file): make r[0..n) (sorted by file and offset;
 	 * buf unused) present and keep them so until release, waiting at
@@ -147,6 +154,14 @@ void bfs_fetch_ahead(struct bfs_fetch *f, size_t file, uint64_t off,
 void bfs_fetch_ahead_ranges(struct bfs_fetch *f,
 			    const struct bfs_fetch_range *r, size_t n,
 			    uint64_t when);
+
+/* Tell the backend that r[0..n) (sorted by file and offset; buf unused),
+ * the ranges of one batch beyond what is read ahead, is needed at 'when':
+ * nothing is read. Whether the backend remembers such uses:
+ * bfs_fetch_plans. Accepts NULL. */
+void bfs_fetch_plan_ranges(struct bfs_fetch *f, const struct bfs_fetch_range *r,
+			   size_t n, uint64_t when);
+bool bfs_fetch_plans(const struct bfs_fetch *f);
 
 /* Whether file 'file' needs holding (a remote object's cache file: its
  * rows are read only between bfs_fetch_hold and bfs_fetch_release).

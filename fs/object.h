@@ -28,8 +28,10 @@
  *           once), waits for them (bfs_object_wait, bounded, with one
  *           fetch again after a failure), reads the mapping, unpins; the
  *           read-ahead tells when ranges are next needed and fetches them
- *           ahead (bfs_object_ahead), and where the readers are
- *           (bfs_objects_set_now): the cache evicts by next use.
+ *           ahead (bfs_object_ahead), the uses of batches further on
+ *           (bfs_object_plan: remembered, not fetched), and where the
+ *           readers are (bfs_objects_set_now): the cache evicts by next
+ *           use.
  *
  * A replaced object (412: fs/remote's requests are conditional on the
  * version pinned at open) fails the fetches of what is not in the cache
@@ -147,6 +149,13 @@ void bfs_object_unpin(struct bfs_object *o, const struct bfs_cache_range *r,
  * by the gather that needs it). */
 void bfs_object_ahead(struct bfs_object *o, const struct bfs_cache_range *r,
 		      size_t n, uint64_t when);
+
+/* The read-ahead's plan: r[0..n) is needed at 'when', beside the uses
+ * planned before (bfs_cache_plan: the cache evicts by the earliest one
+ * not passed); nothing is fetched. Never fails (a use not remembered
+ * makes eviction worse, never wrong). */
+void bfs_object_plan(struct bfs_object *o, const struct bfs_cache_range *r,
+		     size_t n, uint64_t when);
 
 /* ---- counters ------------------------------------------------------ */
 

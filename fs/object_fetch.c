@@ -455,6 +455,15 @@ void bfs_object_ahead(struct bfs_object *o, const struct bfs_cache_range *r,
 		fetch(o, r, n, false);
 }
 
+void bfs_object_plan(struct bfs_object *o, const struct bfs_cache_range *r,
+		     size_t n, uint64_t when)
+{
+	if (!within(o, r, n))
+		return;
+	for (size_t i = 0; i < n; i++)
+		bfs_cache_plan(o->e, r[i].off, r[i].len, when);
+}
+
 static int by_off(const void *a, const void *b)
 {
 	const struct bfs_cache_range *x = a, *y = b;

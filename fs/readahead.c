@@ -88,8 +88,12 @@ struct bfs_readahead {
 	uint64_t *lane_end; /* past each lane's last position */
 	uint64_t *follow;   /* [lock] the readers' position + 1; 0: none */
 	uint64_t *next;	    /* [lock] the next position to read ahead */
-	size_t turn;	    /* [lock] the lane looked at first */
-	uint64_t clock;	    /* [lock] batches the readers moved to */
+	/* Batches planned ahead of each lane's readers (opts.plan_bytes;
+	 * 0: none), and the next position to plan. */
+	uint64_t horizon;
+	uint64_t *planned; /* [lock] */
+	size_t turn;	   /* [lock] the lane looked at first */
+	uint64_t clock;	   /* [lock] batches the readers moved to */
 };
 
 /* ---- advice ------------------------------------------------------------ */
@@ -305,7 +309,6 @@ static size_t plan_batch(struct bfs_readahead *ra, uint64_t pos, uint64_t *idx,
 		return 0;
 	for (size_t f = 0; f < bfs_dataset_nfields(ra->ds); f++)
 		plan_field(ra, f, idx, at.rows, spans, sp, &n, tick);
-	atomic_fetch_add_explicit(&ra->rows_read, n, memory_order_relaxed);
 	qsort(sp, n, sizeof(*sp), span_cmp);
 	for (size_t i = 0; i < n; i++) {
 		if (m && sp[m - 1].file == sp[i].file &&
@@ -326,6 +329,7 @@ static void read_batch(struct bfs_readahead *ra, uint64_t pos, uint64_t when,
 {
 	size_t n = plan_batch(ra, pos, idx, spans, sp);
 
+	atomic_fetch_add_explicit(&ra->rows_read, n, memory_order_relaxed);
 	if (ra->remote) {
 		struct bfs_fetch_range *r = malloc((n ? n : 1) * sizeof(*r));
 
@@ -340,6 +344,38 @@ static void read_batch(struct bfs_readahead *ra, uint64_t pos, uint64_t when,
 		bfs_fetch_ahead(ra->fetch, sp[i].file, sp[i].off,
 				sp[i].end - sp[i].off, 0);
 	atomic_fetch_add_explicit(&ra->batches_read, 1, memory_order_relaxed);
+}
+
+/* Plan batch pos: its ranges told to the fetch, needed at 'when',
+ * nothing read. */
+static void plan_ahead(struct bfs_readahead *ra, uint64_t pos, uint64_t when,
+		       uint64_t *idx, struct bfs_span *spans, struct span *sp)
+{
+	size_t n = plan_batch(ra, pos, idx, spans, sp);
+	struct bfs_fetch_range *r = malloc((n ? n : 1) * sizeof(*r));
+
+	for (size_t i = 0; r && i < n; i++)
+		r[i] = (struct bfs_fetch_range){sp[i].file, sp[i].off,
+						sp[i].end - sp[i].off, NULL};
+	if (r && n)
+		bfs_fetch_plan_ranges(ra->fetch, r, n, when);
+	free(r);
+}
+
+/* The next position of lane l to plan (within the horizon after its
+ * readers), or UINT64_MAX; *when as lane_ahead's. [lock] */
+static uint64_t lane_plan(struct bfs_readahead *ra, size_t l, uint64_t *when)
+{
+	uint64_t *p = &ra->planned[l];
+
+	if (!ra->horizon || !ra->follow[l])
+		return UINT64_MAX;
+	if (*p < ra->follow[l])
+		*p = ra->follow[l]; /* behind the readers: skip */
+	if (*p >= ra->follow[l] + ra->horizon || *p >= ra->lane_end[l])
+		return UINT64_MAX;
+	*when = ra->clock + (*p + 1 - ra->follow[l]) * (uint64_t)ra->lanes;
+	return (*p)++;
 }
 
 /* The next position of lane l to read ahead, or UINT64_MAX when the
@@ -360,16 +396,25 @@ static uint64_t lane_ahead(struct bfs_readahead *ra, size_t l, uint64_t *when)
 	return UINT64_MAX;
 }
 
-/* The next position to read ahead, waiting until there is one within the
- * window after a lane's readers; UINT64_MAX at stop or once the read-in
- * ended (unless remote files are read: those are never read in). Lanes
- * take turns, a batch each. [lock] */
-static uint64_t next_ahead(struct bfs_readahead *ra, uint64_t *when)
+/* The next position to plan (*plan set: one within the horizon after a
+ * lane's readers not planned yet), else to read ahead, waiting until
+ * there is one within the window after a lane's readers; UINT64_MAX at
+ * stop or once the read-in ended (unless remote files are read: those
+ * are never read in). Lanes take turns, a batch each. [lock] */
+static uint64_t next_ahead(struct bfs_readahead *ra, uint64_t *when, bool *plan)
 {
 	for (;;) {
 		if (atomic_load(&ra->stop) ||
 		    (!ra->remote && bfs_memory_read_in(ra->memory)))
 			return UINT64_MAX;
+		*plan = true; /* first: the fetches store at known uses */
+		for (size_t l = 0; l < ra->lanes; l++) {
+			uint64_t pos = lane_plan(ra, l, when);
+
+			if (pos != UINT64_MAX)
+				return pos;
+		}
+		*plan = false;
 		for (size_t i = 0; i < ra->lanes; i++) {
 			size_t l = (ra->turn + i) % ra->lanes;
 			uint64_t pos = lane_ahead(ra, l, when);
@@ -387,6 +432,7 @@ static void *ahead_main(void *arg)
 {
 	struct bfs_readahead *ra = arg;
 	uint64_t rows = bfs_order_batch_rows(ra->order, 0), pos, when = 0;
+	bool plan = false;
 	uint64_t *idx = malloc((rows ? rows : 1) * sizeof(*idx));
 	struct bfs_span *spans = malloc((rows ? rows : 1) * sizeof(*spans));
 	struct span *sp =
@@ -398,9 +444,12 @@ static void *ahead_main(void *arg)
 	pthread_sigmask(SIG_BLOCK, &all, NULL);
 	pthread_mutex_lock(&ra->lock);
 	while (idx && sp && spans &&
-	       (pos = next_ahead(ra, &when)) != UINT64_MAX) {
+	       (pos = next_ahead(ra, &when, &plan)) != UINT64_MAX) {
 		pthread_mutex_unlock(&ra->lock);
-		read_batch(ra, pos, when, idx, spans, sp);
+		if (plan)
+			plan_ahead(ra, pos, when, idx, spans, sp);
+		else
+			read_batch(ra, pos, when, idx, spans, sp);
 		pthread_mutex_lock(&ra->lock);
 	}
 	pthread_mutex_unlock(&ra->lock);
@@ -424,7 +473,7 @@ void bfs_readahead_follow(struct bfs_readahead *ra,
 		return;
 	pthread_mutex_lock(&ra->lock);
 	if (pos + 1 < ra->follow[l])
-		ra->next[l] = pos + 1; /* the readers went back: follow */
+		ra->next[l] = ra->planned[l] = pos + 1; /* went back: follow */
 	if (ra->follow[l] != pos + 1) {
 		ra->follow[l] = pos + 1;
 		ra->clock++;
@@ -457,6 +506,43 @@ static uint64_t batch_pages(const struct bfs_dataset *ds, uint64_t rows,
 	return n < bfs_dataset_bytes(ds) ? n : bfs_dataset_bytes(ds);
 }
 
+/* The bytes of granules one batch of 'rows' rows touches on average (a
+ * row of len bytes: len / g + 1 granules; a ragged row: its field's bytes
+ * per sample on average); never more than the files hold. */
+static uint64_t batch_uses(const struct bfs_dataset *ds, uint64_t rows,
+			   uint64_t g)
+{
+	uint64_t n = 0, samples = bfs_dataset_samples(ds);
+
+	for (size_t f = 0; f < bfs_dataset_nfields(ds); f++) {
+		const struct bfs_field *fl = bfs_dataset_field(ds, f);
+		struct bfs_extent x;
+
+		if (fl->ragged && samples)
+			n += (fl->total / samples * fl->row_bytes / g + 1) * g;
+		else if (bfs_dataset_extent(ds, f, 0, &x) == 0)
+			n += (x.len / g + 1) * g;
+	}
+	n = n * rows;
+	return n < bfs_dataset_bytes(ds) ? n : bfs_dataset_bytes(ds);
+}
+
+/* The horizon of plans (opts.plan_bytes): batches of each lane whose
+ * uses come to about 'bytes', at least the window, at most two epochs. */
+static uint64_t plan_horizon(struct bfs_readahead *ra,
+			     const struct bfs_readahead_opts *o)
+{
+	uint64_t per = batch_uses(ra->ds, bfs_order_batch_rows(o->order, 0),
+				  o->granule ? o->granule : 4096);
+	uint64_t h = per ? o->plan_bytes / per / ra->lanes : 0;
+
+	if (!o->plan_bytes || !bfs_fetch_plans(o->fetch))
+		return 0;
+	if (h > 2 * bfs_order_len(o->order))
+		h = 2 * bfs_order_len(o->order);
+	return h > ra->window ? h : ra->window;
+}
+
 /* Start the read-ahead thread of o->order's batches, up to o->bytes of
  * pages ahead of the readers (0: a quarter of the memory available, 256
  * MiB at most), shared between the lanes. 0 or -errno. */
@@ -464,13 +550,15 @@ static int start_ahead(struct bfs_readahead *ra,
 		       const struct bfs_readahead_opts *o)
 {
 	uint64_t bytes = o->bytes, per;
+	int n;
 
 	ra->order = o->order;
 	ra->lanes = bfs_order_lanes(o->order);
 	ra->lane_end = calloc(ra->lanes, sizeof(*ra->lane_end));
 	ra->follow = calloc(ra->lanes, sizeof(*ra->follow));
 	ra->next = calloc(ra->lanes, sizeof(*ra->next));
-	if (!ra->lane_end || !ra->follow || !ra->next)
+	ra->planned = calloc(ra->lanes, sizeof(*ra->planned));
+	if (!ra->lane_end || !ra->follow || !ra->next || !ra->planned)
 		return -ENOMEM;
 	for (size_t l = 0; l < ra->lanes; l++)
 		ra->lane_end[l] = bfs_order_lane_end(o->order, l);
@@ -487,14 +575,20 @@ static int start_ahead(struct bfs_readahead *ra,
 		ra->window = bfs_order_len(o->order); /* an epoch fetches all */
 	if (ra->window < 2)
 		ra->window = 2;
-	snprintf(ra->why, sizeof(ra->why),
-		 "; up to %llu batches ahead%s (%llu MiB)%s",
-		 (unsigned long long)ra->window,
-		 ra->lanes > 1 ? " of each rank" : "",
-		 (unsigned long long)(bytes >> 20),
-		 o->memory && bfs_memory_reading_in(o->memory) && !ra->remote
-		     ? " until the read-in at mount ends"
-		     : "");
+	ra->horizon = plan_horizon(ra, o);
+	n = snprintf(ra->why, sizeof(ra->why),
+		     "; up to %llu batches ahead%s (%llu MiB)%s",
+		     (unsigned long long)ra->window,
+		     ra->lanes > 1 ? " of each rank" : "",
+		     (unsigned long long)(bytes >> 20),
+		     o->memory && bfs_memory_reading_in(o->memory) &&
+			     !ra->remote
+			 ? " until the read-in at mount ends"
+			 : "");
+	if (ra->horizon && n > 0 && (size_t)n < sizeof(ra->why))
+		snprintf(ra->why + n, sizeof(ra->why) - (size_t)n,
+			 ", next uses planned %llu batches ahead",
+			 (unsigned long long)ra->horizon);
 	ra->ahead_up = pthread_create(&ra->ahead, NULL, ahead_main, ra) == 0;
 	return ra->ahead_up ? 0 : -EAGAIN;
 }
@@ -565,6 +659,7 @@ void bfs_readahead_destroy(struct bfs_readahead *ra)
 	free(ra->lane_end);
 	free(ra->follow);
 	free(ra->next);
+	free(ra->planned);
 	pthread_cond_destroy(&ra->moved);
 	pthread_mutex_destroy(&ra->lock);
 	for (size_t i = 0; ra->files && i < ra->nfiles; i++)

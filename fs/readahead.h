@@ -62,6 +62,13 @@ struct bfs_readahead_opts {
 	/* What one row costs at least where it lands, for the window:
 	 * a page (0: 4096), a remote object's cache chunk. */
 	uint64_t granule;
+	/* Beyond the window, the batches after the readers whose rows come
+	 * to about this many bytes (granules touched, shared between the
+	 * lanes; at least the window, at most two epochs) are planned:
+	 * their ranges told to the fetch with when they are needed, nothing
+	 * read (bfs_fetch_plan_ranges: a bounded cache then evicts by the
+	 * order's real next uses). 0, or a fetch that plans nothing: none. */
+	uint64_t plan_bytes;
 };
 
 /* Counters since creation: the read-in (fs/memory), the advice and the

@@ -136,6 +136,32 @@ static void rf_ahead_ranges(struct bfs_fetch_backend *be,
 	free(cr);
 }
 
+/* A batch's ranges planned, each remote file's (local ones: nothing). */
+static void rf_plan_ranges(struct bfs_fetch_backend *be,
+			   const struct bfs_fetch_range *r, size_t n,
+			   uint64_t when)
+{
+	struct backend *b = backend_of(be);
+	struct bfs_cache_range *cr = NULL;
+	size_t cap = 0;
+
+	for (size_t i = 0; i < n;) {
+		struct bfs_object *o = obj_of(b, r[i].file);
+		size_t at = i, k;
+
+		if (!o) {
+			i++;
+			continue;
+		}
+		k = run_of(r, n, &i, &cr, &cap);
+		if (k)
+			bfs_object_plan(o, cr, k, when);
+		else
+			i = at + 1; /* out of memory: skipped */
+	}
+	free(cr);
+}
+
 static void rf_release(struct bfs_fetch_backend *be,
 		       const struct bfs_fetch_range *r, size_t n)
 {
@@ -234,6 +260,7 @@ static const struct bfs_fetch_ops remote_ops = {
     .read_all = rf_read_all,
     .ahead = rf_ahead,
     .ahead_ranges = rf_ahead_ranges,
+    .plan_ranges = rf_plan_ranges,
     .hold = rf_hold,
     .release = rf_release,
     .held = rf_held,

@@ -340,6 +340,17 @@ struct session_arg {
 	struct cold cold;
 };
 
+/* The bytes of ds's remote files. */
+static uint64_t remote_bytes(const struct bfs_dataset *ds)
+{
+	uint64_t n = 0;
+
+	for (size_t i = 0; i < bfs_dataset_nfiles(ds); i++)
+		if (bfs_dataset_file(ds, i)->remote)
+			n += bfs_dataset_file(ds, i)->size;
+	return n;
+}
+
 /* The memory policy (BATCHFS_DEBUG_NO_WARM: none; BATCHFS_DEBUG_COLD: as
  * if the data did not fit, so rows of big fields are read with
  * O_DIRECT), the fetch over fs/reader's backend (--reader) and the
@@ -367,6 +378,10 @@ static int start_cold(struct cold *c, const struct mount_opts *m,
 		/* ahead as far as half the cache's bound holds */
 		ro.bytes = limit ? limit / 2 : (uint64_t)4 << 30;
 		ro.granule = BFS_CACHE_CHUNK_DEFAULT;
+		/* a bound the objects pass: eviction by the order's next
+		 * uses, planned for batches whose chunks are 8 times it */
+		if (limit && limit < remote_bytes(mt->ds))
+			ro.plan_bytes = 8 * limit;
 	}
 	if (rc == 0)
 		rc = bfs_fetch_create(&c->fetch, mt->ds, be); /* owns be */

@@ -585,6 +585,157 @@ static void next_use_reaches_beladys_bound_and_beats_lru(void **state)
 	assert_true(nu > lru);
 }
 
+/* A planned use that passes leaves the chunk's following one: read at 5
+ * and planned again at 9, chunk 0 is kept after 5 over chunk 1 (needed
+ * at 20), where one next use (stale after 5) made it the first to go. */
+static void a_passed_use_leaves_the_following_planned_one(void **state)
+{
+	struct bfs_cache *c =
+	    cache_new(test_dir("plan"), 2 * SMALL, SMALL, BFS_CACHE_NEXT_USE);
+	struct bfs_cache_entry *e =
+	    entry_new(c, "https://h/p", "\"x\"", 4 * SMALL);
+
+	assert_int_equal(bfs_cache_plan(e, 0, SMALL, 9), 0); /* any order */
+	assert_int_equal(bfs_cache_plan(e, 0, SMALL, 5), 0);
+	assert_int_equal(bfs_cache_plan(e, 0, SMALL, 5), 0); /* once */
+	assert_int_equal(bfs_cache_plan(e, SMALL, SMALL, 20), 0);
+	assert_int_equal(bfs_cache_plan_uses(e), 3);
+	assert_int_equal(put(e, 0, 2 * SMALL), 0);
+	bfs_cache_set_now(c, 6); /* chunk 0 was read at 5 */
+	assert_int_equal(bfs_cache_plan(e, 2 * SMALL, SMALL, 7), 0);
+	assert_int_equal(put(e, 2 * SMALL, SMALL), 0);
+	assert_true(bfs_cache_present(e, 0, SMALL));	  /* needed at 9 */
+	assert_false(bfs_cache_present(e, SMALL, SMALL)); /* at 20: went */
+	assert_int_equal(bfs_cache_plan_uses(e), 3);	  /* 5 dropped */
+	/* past 9 nothing more is planned for chunk 0: it goes first */
+	bfs_cache_set_now(c, 10);
+	assert_int_equal(bfs_cache_plan(e, 3 * SMALL, SMALL, 11), 0);
+	assert_int_equal(put(e, 3 * SMALL, SMALL), 0);
+	assert_false(bfs_cache_present(e, 0, SMALL));
+	assert_int_equal(bfs_cache_plan(e, 4 * SMALL, SMALL, 11), -EINVAL);
+	bfs_cache_close(e);
+	bfs_cache_destroy(c);
+}
+
+/* A gather's write: bytes [off, off+len) needed at 'pos' (now). */
+static int gather_put(struct bfs_cache_entry *e, uint64_t off, uint64_t len,
+		      uint64_t pos)
+{
+	uint8_t *buf = malloc(len);
+	int rc;
+
+	obj_fill(buf, off, len);
+	rc = bfs_cache_write_for(e, off, buf, len, pos);
+	free(buf);
+	return rc;
+}
+
+/* A known order read batch by batch, each batch's chunks pinned, the
+ * absent ones written as a gather does (needed now), then unpinned, the cache
+ * told batch b's uses at b: with the uses of the next 'horizon' batches planned
+ * (bfs_cache_plan), or only those of the next 'horizon' batches told as
+ * next uses (bfs_cache_next_use_sooner: what the read-ahead's window
+ * told before plans). seq[0..n) is the batches' chunks, at[b] where
+ * batch b starts (at[nb] = n). Returns the hits. */
+static uint64_t run_batches(const char *name, const uint64_t *seq,
+			    const size_t *at, size_t nb, uint64_t universe,
+			    uint64_t cap, size_t horizon, bool plan)
+{
+	struct bfs_cache *c =
+	    cache_new(test_dir(name), cap * SMALL, SMALL, BFS_CACHE_NEXT_USE);
+	struct bfs_cache_entry *e =
+	    entry_new(c, "https://h/b", "\"x\"", universe * SMALL);
+	uint64_t hits = 0;
+	size_t told = 0; /* batches told */
+
+	for (size_t b = 0; b < nb; b++) {
+		bfs_cache_set_now(c, b);
+		for (; told < nb && told <= b + horizon; told++)
+			for (size_t i = at[told]; i < at[told + 1]; i++)
+				if (plan)
+					assert_int_equal(
+					    bfs_cache_plan(e, seq[i] * SMALL,
+							   SMALL, told),
+					    0);
+				else
+					bfs_cache_next_use_sooner(
+					    e, seq[i] * SMALL, SMALL, told);
+		for (size_t i = at[b]; i < at[b + 1]; i++)
+			hits += bfs_cache_pin(e, seq[i] * SMALL, SMALL) == 1;
+		for (size_t i = at[b]; i < at[b + 1]; i++)
+			if (!bfs_cache_present(e, seq[i] * SMALL, SMALL))
+				assert_int_equal(
+				    gather_put(e, seq[i] * SMALL, SMALL, b), 0);
+		for (size_t i = at[b]; i < at[b + 1]; i++)
+			bfs_cache_unpin(e, seq[i] * SMALL, SMALL);
+	}
+	bfs_cache_close(e);
+	bfs_cache_destroy(c);
+	return hits;
+}
+
+static int chunk_cmp(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* Shuffled epochs of rows, ROWS a chunk, in batches of BATCH rows, a
+ * cache of a quarter of the object: planning the uses of the next batches
+ * (a few times the cache's chunks) reaches at least 0.9 of Belady's hits
+ * on the same chunk sequence (bfs_cache_simulate, knowing all of it);
+ * telling only each chunk's earliest use within the same batches (one
+ * next use, stale once it passes) stays well below. */
+static void planned_uses_reach_beladys_hits_batch_by_batch(void **state)
+{
+	enum { U = 512, ROWS = 8, N = U * ROWS, BATCH = 32, EPOCHS = 3 };
+	enum { NB = EPOCHS * (N / BATCH), CAP = U / 4 };
+	uint64_t *seq = malloc((size_t)EPOCHS * N * sizeof(*seq));
+	size_t at[NB + 1], n = 0, nb = 0;
+	uint64_t perm[N], plan, sooner, belady;
+	size_t horizon;
+	unsigned r = 4242;
+
+	assert_non_null(seq);
+	for (int ep = 0; ep < EPOCHS; ep++) {
+		for (uint64_t i = 0; i < N; i++)
+			perm[i] = i;
+		for (uint64_t i = N - 1; i > 0; i--) {
+			uint64_t j = (uint64_t)rand_r(&r) % (i + 1),
+				 t = perm[i];
+
+			perm[i] = perm[j];
+			perm[j] = t;
+		}
+		for (uint64_t k = 0; k < N; k += BATCH) {
+			uint64_t b[BATCH];
+
+			at[nb++] = n;
+			for (uint64_t i = 0; i < BATCH; i++)
+				b[i] = perm[k + i] / ROWS;
+			qsort(b, BATCH, sizeof(*b), chunk_cmp);
+			for (size_t i = 0; i < BATCH; i++) /* each chunk once */
+				if (i == 0 || b[i] != b[i - 1])
+					seq[n++] = b[i];
+		}
+	}
+	at[nb] = n;
+	/* about 8 times the cache's chunks of uses ahead */
+	horizon = (size_t)(8 * CAP / ((double)n / (double)nb));
+	assert_int_equal(
+	    bfs_cache_simulate(seq, n, U, CAP, BFS_CACHE_NEXT_USE, &belady), 0);
+	plan = run_batches("h-plan", seq, at, nb, U, CAP, horizon, true);
+	sooner = run_batches("h-sooner", seq, at, nb, U, CAP, horizon, false);
+	print_message("hits of %zu: planned %zu batches ahead %llu, told "
+		      "once %llu, Belady %llu\n",
+		      n, horizon, (unsigned long long)plan,
+		      (unsigned long long)sooner, (unsigned long long)belady);
+	assert_true(plan * 10 >= belady * 9);
+	assert_true(sooner * 10 < belady * 9);
+	free(seq);
+}
+
 /* fork: run fn(arg) in a child that exits with its result (no cmocka in
  * the child), dies with the test and within a minute in any case (a
  * failed assertion of the parent must not leave it waiting). */
@@ -1090,6 +1241,8 @@ int main(void)
 		a_readers_write_makes_room_and_keeps_the_planned_use),
 	    cmocka_unit_test(next_use_and_lru_choose_different_victims),
 	    cmocka_unit_test(next_use_reaches_beladys_bound_and_beats_lru),
+	    cmocka_unit_test(a_passed_use_leaves_the_following_planned_one),
+	    cmocka_unit_test(planned_uses_reach_beladys_hits_batch_by_batch),
 	    cmocka_unit_test(two_processes_writing_one_entry_agree),
 	    cmocka_unit_test(another_process_pin_keeps_its_chunks),
 	    cmocka_unit_test(a_writer_in_another_process_wakes_the_waiter),
