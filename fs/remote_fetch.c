@@ -109,10 +109,12 @@ static void rf_ahead(struct bfs_fetch_backend *be, size_t file, uint64_t off,
 		b->local->ops->ahead(b->local, file, off, len, when);
 }
 
-/* A batch's ranges: each remote file's at once (its neighbours merge). */
-static void rf_ahead_ranges(struct bfs_fetch_backend *be,
-			    const struct bfs_fetch_range *r, size_t n,
-			    uint64_t when)
+/* A batch's ranges, each remote file's run at once (its neighbours
+ * merge), to 'plan' (planned only: bfs_object_plan) or fetched ahead
+ * (bfs_object_ahead; a local file's ranges to the local backend). */
+static void each_run(struct bfs_fetch_backend *be,
+		     const struct bfs_fetch_range *r, size_t n, uint64_t when,
+		     bool plan)
 {
 	struct backend *b = backend_of(be);
 	struct bfs_cache_range *cr = NULL;
@@ -123,43 +125,35 @@ static void rf_ahead_ranges(struct bfs_fetch_backend *be,
 		size_t at = i, k;
 
 		if (!o) {
-			rf_ahead(be, r[i].file, r[i].off, r[i].len, when);
+			if (!plan)
+				rf_ahead(be, r[i].file, r[i].off, r[i].len,
+					 when);
 			i++;
 			continue;
 		}
 		k = run_of(r, n, &i, &cr, &cap);
-		if (k)
-			bfs_object_ahead(o, cr, k, when);
-		else
+		if (!k)
 			i = at + 1; /* out of memory: skipped */
+		else if (plan)
+			bfs_object_plan(o, cr, k, when);
+		else
+			bfs_object_ahead(o, cr, k, when);
 	}
 	free(cr);
 }
 
-/* A batch's ranges planned, each remote file's (local ones: nothing). */
+static void rf_ahead_ranges(struct bfs_fetch_backend *be,
+			    const struct bfs_fetch_range *r, size_t n,
+			    uint64_t when)
+{
+	each_run(be, r, n, when, false);
+}
+
 static void rf_plan_ranges(struct bfs_fetch_backend *be,
 			   const struct bfs_fetch_range *r, size_t n,
 			   uint64_t when)
 {
-	struct backend *b = backend_of(be);
-	struct bfs_cache_range *cr = NULL;
-	size_t cap = 0;
-
-	for (size_t i = 0; i < n;) {
-		struct bfs_object *o = obj_of(b, r[i].file);
-		size_t at = i, k;
-
-		if (!o) {
-			i++;
-			continue;
-		}
-		k = run_of(r, n, &i, &cr, &cap);
-		if (k)
-			bfs_object_plan(o, cr, k, when);
-		else
-			i = at + 1; /* out of memory: skipped */
-	}
-	free(cr);
+	each_run(be, r, n, when, true);
 }
 
 static void rf_release(struct bfs_fetch_backend *be,

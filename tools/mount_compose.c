@@ -340,6 +340,10 @@ struct session_arg {
 	struct cold cold;
 };
 
+/* The most chunk bytes the read-ahead plans uses for: 2^23 uses of 64 KiB
+ * chunks, 128 MiB of the cache's plan (16 bytes a use). */
+#define PLAN_BYTES_MAX ((uint64_t)1 << 39)
+
 /* The bytes of ds's remote files. */
 static uint64_t remote_bytes(const struct bfs_dataset *ds)
 {
@@ -381,7 +385,9 @@ static int start_cold(struct cold *c, const struct mount_opts *m,
 		/* a bound the objects pass: eviction by the order's next
 		 * uses, planned for batches whose chunks are 8 times it */
 		if (limit && limit < remote_bytes(mt->ds))
-			ro.plan_bytes = 8 * limit;
+			ro.plan_bytes = 8 * limit < PLAN_BYTES_MAX
+					    ? 8 * limit
+					    : PLAN_BYTES_MAX;
 	}
 	if (rc == 0)
 		rc = bfs_fetch_create(&c->fetch, mt->ds, be); /* owns be */
