@@ -316,6 +316,12 @@ uint64_t bfs_objects_limit(const struct bfs_objects *os)
 	return os->limit;
 }
 
+void bfs_objects_far_gap(struct bfs_objects *os, uint64_t gap, uint64_t after)
+{
+	os->far_gap = gap;
+	os->far = after;
+}
+
 void bfs_objects_set_now(struct bfs_objects *os, uint64_t when)
 {
 	atomic_store_explicit(&os->now, when, memory_order_relaxed);

@@ -106,6 +106,15 @@ int bfs_objects_open(struct bfs_objects *os, const char *url,
 const char *bfs_objects_dir(const struct bfs_objects *os);
 uint64_t bfs_objects_limit(const struct bfs_objects *os);
 
+/* Fetches ahead of what is needed more than 'after' past the readers
+ * (on their clock, bfs_objects_set_now) merge runs over gaps of up to
+ * 'gap' bytes (not merge_gap). For an order that reads nearly every
+ * chunk of the objects each epoch while the cache holds them all: a gap
+ * fetched early is needed later anyway, so batches past the first few
+ * come in a few large requests instead of one per row, while the first
+ * batches' requests stay as small as their rows. Call before serving. */
+void bfs_objects_far_gap(struct bfs_objects *os, uint64_t gap, uint64_t after);
+
 /* The readers are at 'when' (positions the caller counts: the
  * read-ahead's clock): next uses before it are stale. */
 void bfs_objects_set_now(struct bfs_objects *os, uint64_t when);

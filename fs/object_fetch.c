@@ -286,12 +286,12 @@ static bool claimable(struct bfs_object *o, uint64_t a, uint64_t b)
 }
 
 /* Fetch what is absent and not in flight of ranges r[0..n) (sorted by
- * offset, within the object): claimed runs, merged over small gaps,
- * then requested. */
+ * offset, within the object): claimed runs, merged over gaps of at most
+ * gap_bytes, then requested. */
 static void fetch(struct bfs_object *o, const struct bfs_cache_range *r,
-		  size_t n, bool demand)
+		  size_t n, bool demand, uint64_t gap_bytes)
 {
-	uint64_t gap = o->os->merge_gap >> o->shift;
+	uint64_t gap = gap_bytes >> o->shift;
 	uint64_t *runs = NULL; /* [a, b) pairs of chunks */
 	size_t nruns = 0, cap = 0;
 	bool open = false;
@@ -373,7 +373,7 @@ int bfs_object_pin(struct bfs_object *o, const struct bfs_cache_range *r,
 	}
 	if (!all) {
 		bfs_object_count(&o->os->waits, 1);
-		fetch(o, r, n, true);
+		fetch(o, r, n, true, o->os->merge_gap);
 	}
 	return 0;
 }
@@ -422,7 +422,7 @@ static int wait_one(struct bfs_object *o, const struct bfs_cache_range *r,
 			return 0;
 		late = bfs_object_now_ns() >= deadline_ns;
 		if (rc != -ESTALE && !again && !late) {
-			fetch(o, r, 1, true); /* a failed fetch: once more */
+			fetch(o, r, 1, true, o->os->merge_gap); /* once more */
 			continue;
 		}
 		explain(o, rc, late, r->off, r->len, err);
@@ -440,10 +440,37 @@ int bfs_object_wait(struct bfs_object *o, const struct bfs_cache_range *r,
 	return rc;
 }
 
+/* Ranges r[0..n) (sorted by offset) joined where less than 'gap' bytes
+ * lie between, into out (n at most): the spans a far fetch claims whole,
+ * but for the chunks present or in flight already, which split its runs
+ * (fetch): so batches past the first few come in requests as large as
+ * what is still absent between the chunks claimed before. How many. */
+static size_t widen(const struct bfs_cache_range *r, size_t n, uint64_t gap,
+		    struct bfs_cache_range *out)
+{
+	size_t m = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		uint64_t end = m ? out[m - 1].off + out[m - 1].len : 0;
+
+		if (m && r[i].off <= end + gap) {
+			if (r[i].off + r[i].len > end)
+				out[m - 1].len =
+				    r[i].off + r[i].len - out[m - 1].off;
+		} else {
+			out[m++] = r[i];
+		}
+	}
+	return m;
+}
+
 void bfs_object_ahead(struct bfs_object *o, const struct bfs_cache_range *r,
 		      size_t n, uint64_t when)
 {
+	struct bfs_objects *os = o->os;
+	struct bfs_cache_range *wide;
 	bool all = true;
+	uint64_t now;
 
 	if (!within(o, r, n))
 		return;
@@ -451,8 +478,17 @@ void bfs_object_ahead(struct bfs_object *o, const struct bfs_cache_range *r,
 		bfs_cache_next_use_sooner(o->e, r[i].off, r[i].len, when);
 		all = all && bfs_cache_present(o->e, r[i].off, r[i].len);
 	}
-	if (!all)
-		fetch(o, r, n, false);
+	if (all)
+		return;
+	now = atomic_load_explicit(&os->now, memory_order_relaxed);
+	if (os->far_gap && when != BFS_CACHE_NEVER && when > now + os->far &&
+	    (wide = malloc(n * sizeof(*wide)))) {
+		fetch(o, wide, widen(r, n, os->far_gap, wide), false,
+		      os->merge_gap);
+		free(wide);
+		return;
+	}
+	fetch(o, r, n, false, os->merge_gap);
 }
 
 void bfs_object_plan(struct bfs_object *o, const struct bfs_cache_range *r,
@@ -505,7 +541,7 @@ int bfs_object_keep(struct bfs_object *o, const struct bfs_cache_range *r,
 			memcpy(sorted, r, n * sizeof(*r));
 			qsort(sorted, n, sizeof(*r), by_off);
 		}
-		fetch(o, sorted ? sorted : r, n, true);
+		fetch(o, sorted ? sorted : r, n, true, o->os->merge_gap);
 		free(sorted);
 	}
 	if (rc == 0)

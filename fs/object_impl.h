@@ -45,6 +45,7 @@ struct bfs_objects {
 	struct bfs_remote_stats before; /* clients stopped so far */
 	struct bfs_cache *cache;
 	uint64_t limit, request_max, merge_gap, flight_max;
+	uint64_t far_gap, far; /* bfs_objects_far_gap; 0: none */
 	pthread_mutex_t lock;
 	pthread_cond_t room;	    /* lock: bytes in flight went down */
 	pthread_cond_t landed;	    /* lock: a job landed, or stop */
