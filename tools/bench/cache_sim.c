@@ -178,8 +178,9 @@ int main(int argc, char **argv)
 {
 	uint64_t capacity, universe, hits[2], distinct = 0;
 	uint64_t *seq = NULL;
-	uint8_t *seen;
+	uint8_t *seen = NULL;
 	size_t n = 0, cap = 0;
+	int rc = 1;
 	char line[64];
 
 	if (argc < 3) {
@@ -203,7 +204,7 @@ int main(int argc, char **argv)
 			more = realloc(seq, cap * sizeof(*seq));
 			if (!more) {
 				fprintf(stderr, "cache_sim: out of memory\n");
-				return 1;
+				goto out;
 			}
 			seq = more;
 		}
@@ -212,7 +213,7 @@ int main(int argc, char **argv)
 	seen = calloc(universe, 1);
 	if (!seen) {
 		fprintf(stderr, "cache_sim: out of memory\n");
-		return 1;
+		goto out;
 	}
 	for (size_t i = 0; i < n; i++) {
 		if (seq[i] >= universe) {
@@ -220,7 +221,7 @@ int main(int argc, char **argv)
 				"cache_sim: chunk %" PRIu64
 				" is not below UNIVERSE %" PRIu64 "\n",
 				seq[i], universe);
-			return 1;
+			goto out;
 		}
 		distinct += !seen[seq[i]];
 		seen[seq[i]] = 1;
@@ -230,7 +231,7 @@ int main(int argc, char **argv)
 	    bfs_cache_simulate(seq, n, universe, capacity, BFS_CACHE_LRU,
 			       &hits[1])) {
 		fprintf(stderr, "cache_sim: the simulation failed\n");
-		return 1;
+		goto out;
 	}
 	printf("accesses=%zu distinct=%" PRIu64 " next_use=%" PRIu64
 	       " lru=%" PRIu64,
@@ -240,12 +241,14 @@ int main(int argc, char **argv)
 
 		if (horizon_hits(seq, n, universe, capacity, k, &got)) {
 			fprintf(stderr, "cache_sim: out of memory\n");
-			return 1;
+			goto out;
 		}
 		printf(" horizon_%" PRIu64 "=%" PRIu64, k, got);
 	}
 	printf("\n");
+	rc = 0;
+out:
 	free(seen);
 	free(seq);
-	return 0;
+	return rc;
 }
