@@ -527,7 +527,8 @@ def measure(h, work, srv, wl, names, results):
                                          LATENCY * 1e3, MBPS, h.loadavg()))
     r = {"n": n, "archive bytes": size, "payload bytes": n * row,
          "latency ms": LATENCY * 1e3, "cap MB/s": MBPS}
-    got = {"link": [], "local": [], "cold": [], "warm": [], "load": []}
+    got = {"link": [], "local": [], "cold": [], "warm": [], "load": [],
+           "first batch": []}
     for rep in range(h.REPS):
         got["load"].append(round(os.getloadavg()[0], 2))
         order = ["link", "local", "batchfs"]
@@ -544,6 +545,7 @@ def measure(h, work, srv, wl, names, results):
                                                     row)
                 got["cold"].append(times[0])
                 got["warm"].append(times[1])
+                got["first batch"].append(st0["first batch s"])
                 r["stats"] = {k: v for k, v in st1["epoch0"].items()
                               if k.startswith("remote_")}
                 r["mount bytes"] = st0.get("remote_bytes")
@@ -647,11 +649,11 @@ def report(h, name, r, n, row):
                 if not large else ""))
         st = r.get("stats") or {}
         L("    cold epoch: %d requests (%d at mount, %d bytes), %.3f bytes "
-          "fetched per row byte, %d retries" % (
+          "fetched per row byte, %d retries; batch 0 after %.2f s" % (
               st.get("remote_requests", 0), r.get("mount requests") or 0,
               r.get("mount bytes") or 0,
               st.get("remote_fetched_per_row", 0),
-              st.get("remote_retries", 0)))
+              st.get("remote_retries", 0), r.get("first batch s") or 0))
     for k, v in (r.get("sweep") or {}).items():
         L("  %-56s %7s   %8.3f GB/s  %d requests, %.3fx archive fetched, "
           "batch 0 after %.2f s" % (
