@@ -484,12 +484,12 @@ void bfs_readahead_follow(struct bfs_readahead *ra,
 	pthread_mutex_unlock(&ra->lock);
 }
 
-/* Bytes one batch of 'rows' rows reads at most, where a row of len
- * bytes touches len / g + 2 granules of g bytes at most (a ragged row:
- * its field's bytes per sample on average); never more than the files
- * hold. */
-static uint64_t batch_pages(const struct bfs_dataset *ds, uint64_t rows,
-			    uint64_t g)
+/* Bytes of granules of g bytes one batch of 'rows' rows touches, where
+ * a row of len bytes touches len / g + 'extra' of them (2: at most, as
+ * it may straddle; 1: on average; a ragged row: its field's bytes per
+ * sample on average); never more than the files hold. */
+static uint64_t batch_bytes(const struct bfs_dataset *ds, uint64_t rows,
+			    uint64_t g, uint64_t extra)
 {
 	uint64_t n = 0, samples = bfs_dataset_samples(ds);
 
@@ -498,30 +498,10 @@ static uint64_t batch_pages(const struct bfs_dataset *ds, uint64_t rows,
 		struct bfs_extent x;
 
 		if (fl->ragged && samples)
-			n += (fl->total / samples * fl->row_bytes / g + 2) * g;
+			n += (fl->total / samples * fl->row_bytes / g + extra) *
+			     g;
 		else if (bfs_dataset_extent(ds, f, 0, &x) == 0)
-			n += (x.len / g + 2) * g;
-	}
-	n = n * rows;
-	return n < bfs_dataset_bytes(ds) ? n : bfs_dataset_bytes(ds);
-}
-
-/* The bytes of granules one batch of 'rows' rows touches on average (a
- * row of len bytes: len / g + 1 granules; a ragged row: its field's bytes
- * per sample on average); never more than the files hold. */
-static uint64_t batch_uses(const struct bfs_dataset *ds, uint64_t rows,
-			   uint64_t g)
-{
-	uint64_t n = 0, samples = bfs_dataset_samples(ds);
-
-	for (size_t f = 0; f < bfs_dataset_nfields(ds); f++) {
-		const struct bfs_field *fl = bfs_dataset_field(ds, f);
-		struct bfs_extent x;
-
-		if (fl->ragged && samples)
-			n += (fl->total / samples * fl->row_bytes / g + 1) * g;
-		else if (bfs_dataset_extent(ds, f, 0, &x) == 0)
-			n += (x.len / g + 1) * g;
+			n += (x.len / g + extra) * g;
 	}
 	n = n * rows;
 	return n < bfs_dataset_bytes(ds) ? n : bfs_dataset_bytes(ds);
@@ -532,8 +512,8 @@ static uint64_t batch_uses(const struct bfs_dataset *ds, uint64_t rows,
 static uint64_t plan_horizon(struct bfs_readahead *ra,
 			     const struct bfs_readahead_opts *o)
 {
-	uint64_t per = batch_uses(ra->ds, bfs_order_batch_rows(o->order, 0),
-				  o->granule ? o->granule : 4096);
+	uint64_t per = batch_bytes(ra->ds, bfs_order_batch_rows(o->order, 0),
+				   o->granule ? o->granule : 4096, 1);
 	uint64_t h = per ? o->plan_bytes / per / ra->lanes : 0;
 
 	if (!o->plan_bytes || !bfs_fetch_plans(o->fetch))
@@ -568,8 +548,8 @@ static int start_ahead(struct bfs_readahead *ra,
 
 		bytes = avail / 4 < (256ull << 20) ? avail / 4 : 256ull << 20;
 	}
-	per = batch_pages(ra->ds, bfs_order_batch_rows(o->order, 0),
-			  o->granule ? o->granule : 4096);
+	per = batch_bytes(ra->ds, bfs_order_batch_rows(o->order, 0),
+			  o->granule ? o->granule : 4096, 2);
 	ra->window = per ? bytes / per / ra->lanes : 2; /* shared fairly */
 	if (ra->remote && ra->window > bfs_order_len(o->order))
 		ra->window = bfs_order_len(o->order); /* an epoch fetches all */
