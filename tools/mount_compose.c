@@ -365,6 +365,18 @@ static uint64_t remote_bytes(const struct bfs_dataset *ds)
 	return n;
 }
 
+/* Wide gaps far ahead (FAR_GAP), said in the log. */
+static void far_gap(const struct model *mt)
+{
+	bfs_objects_far_gap(mt->objects, FAR_GAP,
+			    FAR_BATCHES * bfs_order_lanes(mt->order));
+	bfs_log(BFS_LOG_INFO, "remote",
+		"the cache holds the objects and an epoch reads nearly every "
+		"chunk: fetches of batches more than %d past the readers "
+		"merge over gaps of up to %llu MiB",
+		FAR_BATCHES, (unsigned long long)(FAR_GAP >> 20));
+}
+
 /* The share of its remote chunks the order reads each epoch, about: each
  * chunk holds chunk / row bytes rows (of the widest field), each read
  * with the share of samples an epoch reads (its lanes together). */
@@ -423,9 +435,7 @@ static int start_cold(struct cold *c, const struct mount_opts *m,
 		 * chunk: past the first batches, fetch over wide gaps */
 		else if (chunks_read(mt) >= 0.9 &&
 			 !getenv("BATCHFS_DEBUG_MERGE_GAP"))
-			bfs_objects_far_gap(mt->objects, FAR_GAP,
-					    FAR_BATCHES *
-						bfs_order_lanes(mt->order));
+			far_gap(mt);
 	}
 	if (rc == 0)
 		rc = bfs_fetch_create(&c->fetch, mt->ds, be); /* owns be */
