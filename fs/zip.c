@@ -670,21 +670,6 @@ static struct zip_priv *zip_new(const char *label)
 	return zp;
 }
 
-int bfs_zip_open_mem_kind(struct bfs_zip **out, const uint8_t *buf,
-			  uint64_t size, const char *label,
-			  enum bfs_zip_kind kind, struct bfs_error *err)
-{
-	struct zip_priv *zp = zip_new(label);
-
-	*out = NULL;
-	if (!zp)
-		return bfs_error_set(err, -ENOMEM, label, BFS_NO_OFFSET,
-				     "out of memory");
-	zp->pub.map = buf;
-	zp->pub.map_size = size;
-	return open_common(out, zp, kind, NULL, err);
-}
-
 int bfs_zip_open_io(struct bfs_zip **out, const uint8_t *buf, uint64_t size,
 		    const char *label, enum bfs_zip_kind kind,
 		    const struct bfs_zip_io *io, struct bfs_error *err)
@@ -698,6 +683,13 @@ int bfs_zip_open_io(struct bfs_zip **out, const uint8_t *buf, uint64_t size,
 	zp->pub.map = buf;
 	zp->pub.map_size = size;
 	return open_common(out, zp, kind, io, err);
+}
+
+int bfs_zip_open_mem_kind(struct bfs_zip **out, const uint8_t *buf,
+			  uint64_t size, const char *label,
+			  enum bfs_zip_kind kind, struct bfs_error *err)
+{
+	return bfs_zip_open_io(out, buf, size, label, kind, NULL, err);
 }
 
 int bfs_zip_open_mem(struct bfs_zip **out, const uint8_t *buf, uint64_t size,
