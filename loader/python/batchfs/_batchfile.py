@@ -107,6 +107,23 @@ def _open(path, direct):
 FUSE_SUPER_MAGIC = 0x65735546
 
 
+_LIBC = []
+
+
+def _libc():
+    """The C library through ctypes (loaded once; mmap typed for
+    _Mapping)."""
+    if not _LIBC:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.mmap.restype = ctypes.c_void_p
+        libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t,
+                              ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                              ctypes.c_int64]
+        libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+        _LIBC.append(libc)
+    return _LIBC[0]
+
+
 def on_fuse(path):
     """Whether path lives on a FUSE file system (a batchfs mount): only
     there is O_DIRECT asked for, since on a disk file system it would
@@ -115,8 +132,7 @@ def on_fuse(path):
     statfs); False where it fails."""
     buf = ctypes.create_string_buffer(256)
     try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        if libc.statfs(os.fsencode(path), buf) != 0:
+        if _libc().statfs(os.fsencode(path), buf) != 0:
             return False
     except (OSError, AttributeError):
         return False
@@ -160,18 +176,8 @@ class _Mapping:
     Python 3.13: holding a thousand batches would hold a thousand open
     files.)"""
 
-    _libc = None
-
     def __init__(self, fd, size):
-        libc = _Mapping._libc
-        if libc is None:
-            libc = ctypes.CDLL(None, use_errno=True)
-            libc.mmap.restype = ctypes.c_void_p
-            libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t,
-                                  ctypes.c_int, ctypes.c_int, ctypes.c_int,
-                                  ctypes.c_int64]
-            libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-            _Mapping._libc = libc
+        libc = _libc()
         self.size, self.munmap = size, libc.munmap
         addr = libc.mmap(None, size, mmap.PROT_READ | mmap.PROT_WRITE,
                          mmap.MAP_PRIVATE, fd, 0)
