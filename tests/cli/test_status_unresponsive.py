@@ -12,6 +12,12 @@ status leaves behind keeps its output open: a caller that reads it to
 its end (as here) gets it. `batchfs umount --lazy` of the stopped mount
 ends too, and detaches it.
 
+The abort line depends on the machine, and both forms are checked: where
+fusectl is not mounted (a fresh machine) it starts with the `mount -t
+fusectl ...` that makes the connection's directory appear; the test then
+mounts fusectl itself (and unmounts it at the end if it did), and the
+same status names the abort file alone. Nothing here assumes either state.
+
 Every run of status is bounded (statuslib.status: a regression fails
 instead of hanging); the daemon is resumed and the mounts removed in a
 finally."""
@@ -56,6 +62,11 @@ def check_healthy(listed, mnt):
     assert field(lines, "pid") == [str(ml.daemon_pid(mnt))], lines
 
 
+def fusectl_mounted():
+    with open("/proc/self/mountinfo") as f:
+        return any(line.split()[4] == ml.FUSECTL for line in f)
+
+
 def check_not_responding(lines, mnt, secs, pid=None):
     """The lines of a mount that did not answer within 'secs' seconds."""
     conn = ml.fuse_connection(mnt)
@@ -64,13 +75,15 @@ def check_not_responding(lines, mnt, secs, pid=None):
     if pid:
         assert field(lines, "pid") == [
             "%d, stopped: 'kill -s CONT %d' resumes it" % (pid, pid)], lines
+    first = "" if fusectl_mounted() else \
+        "mount -t fusectl none %s; " % ml.FUSECTL
     assert field(lines, "abort") == [
-        "echo 1 > /sys/fs/fuse/connections/%d/abort (every request "
-        "waiting on it fails)" % conn], lines
+        "%secho 1 > %s/%d/abort (every request waiting on it fails)"
+        % (first, ml.FUSECTL, conn)], lines
     assert field(lines, "unmount") == ["batchfs umount --lazy " + mnt], lines
 
 
-def main(own, fakes, stop):
+def main(own, fakes, stop, ctl):
     _, ok = ml.mount(source("ok"), os.path.join(TMP, "ok"))
     _, st = ml.mount(source("st"), os.path.join(TMP, "stopped"))
     own += [ok, st]
@@ -112,8 +125,23 @@ def main(own, fakes, stop):
     check_not_responding(listed[hang.mnt], hang.mnt, 1)
     p = sl.status("-t", "1", hang.mnt, own=[hang.mnt])
     assert p.returncode == 1 and list(sl.blocks(p.stdout)) == [hang.mnt], p
-    with open("/sys/fs/fuse/connections/%d/waiting"
-              % ml.fuse_connection(hang.mnt)) as f:
+    check_not_responding(sl.blocks(p.stdout)[hang.mnt], hang.mnt, 1)
+
+    # the other form of the abort line: fusectl mounted (by this test,
+    # where it was not), and the request the fake daemon holds seen there
+    if not fusectl_mounted():
+        m = subprocess.run(["mount", "-t", "fusectl", "none", ml.FUSECTL],
+                           capture_output=True, text=True,
+                           timeout=ml.LIVENESS_S)
+        assert m.returncode == 0, "cannot mount fusectl: %s" % m.stderr
+        ctl.append(ml.FUSECTL)
+    assert fusectl_mounted()
+    p = sl.status("-t", "1", hang.mnt, st, own=own)
+    assert p.returncode == 1, p
+    check_not_responding(sl.blocks(p.stdout)[hang.mnt], hang.mnt, 1)
+    check_not_responding(sl.blocks(p.stdout)[st], st, 1, pid)
+    with open("%s/%d/waiting" % (ml.FUSECTL,
+                                  ml.fuse_connection(hang.mnt))) as f:
         assert int(f.read()) > 0, "fakebatchfs holds no request"
 
     # what status advises for the stopped mount works while it is stopped
@@ -126,9 +154,9 @@ def main(own, fakes, stop):
     print("ok")
 
 
-own, fakes, stop = [], [], []
+own, fakes, stop, ctl = [], [], [], []
 try:
-    main(own, fakes, stop)
+    main(own, fakes, stop, ctl)
 finally:
     for pid in stop:
         try:
@@ -140,3 +168,6 @@ finally:
     for m in own:
         if ml.is_mounted(m) and ml.umount(m).returncode != 0:
             ml.abort_mount(m)
+    for m in ctl:  # fusectl, where this test mounted it
+        subprocess.run(["umount", m], capture_output=True,
+                       timeout=ml.LIVENESS_S)
