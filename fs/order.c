@@ -74,10 +74,60 @@
 #include "fs/mt19937.h"
 #include "fs/size.h"
 
-#define LARGE_PERM_N   214748364ull /* UINT32_MAX / 20 (torch >= 2.7) */
+#define LARGE_PERM_N 214748364ull /* UINT32_MAX / 20 (torch >= 2.7) */
+#define WEIGHTED_ONE(o)                                                        \
+	((o)->opt.sampler == BFS_SAMPLER_WEIGHTED &&                           \
+	 (o)->opt.num_samples == 1 && (o)->opt.compat >= BFS_TORCH_2_1)
 #define MAX_CATEGORIES (1ull << 24)
 #define FILL_CHUNK     512 /* fill at least this far ahead per call */
 #define LOOKAHEAD      64  /* Fisher-Yates swap targets drawn ahead */
+
+int bfs_torch_compat_of(const char *v, enum bfs_torch_compat *c, bool *verified)
+{
+	unsigned major, minor;
+	int end = 0;
+
+	if (sscanf(v, "%u.%u%n", &major, &minor, &end) != 2 ||
+	    (v[end] && v[end] != '.' && v[end] != '+' && v[end] != 'a' &&
+	     v[end] != 'r' && v[end] != 'b' && v[end] != 'd') ||
+	    major < 1 || (major == 1 && minor < 13))
+		return -EINVAL;
+	if (major == 1 || (major == 2 && minor == 0))
+		*c = BFS_TORCH_1_13;
+	else if (major == 2 && minor < 7)
+		*c = BFS_TORCH_2_1;
+	else
+		*c = BFS_TORCH_2_7;
+	*verified = (major == 1 && minor == 13) ||
+		    (major == 2 && (minor == 13 || minor == 14));
+	return 0;
+}
+
+const char *bfs_torch_compat_name(enum bfs_torch_compat c)
+{
+	return c == BFS_TORCH_1_13  ? "1.13"
+	       : c == BFS_TORCH_2_1 ? "2.1"
+				    : "2.7";
+}
+
+const char *bfs_torch_compat_verified(enum bfs_torch_compat c)
+{
+	return c == BFS_TORCH_1_13  ? "1.13"
+	       : c == BFS_TORCH_2_7 ? "2.13 and 2.14"
+				    : "";
+}
+
+enum bfs_torch_compat bfs_order_torch_compat(const struct bfs_order *o)
+{
+	return o->opt.compat;
+}
+
+bool bfs_order_torch_differs(const struct bfs_order *o)
+{
+	return (o->opt.sampler == BFS_SAMPLER_WEIGHTED &&
+		o->opt.num_samples == 1) ||
+	       (o->kind == K_PERM && o->perm_n >= LARGE_PERM_N);
+}
 
 int bfs_order_request_check(const struct bfs_order_request *r,
 			    struct bfs_error *err)
@@ -181,8 +231,9 @@ size_t bfs_order_request_unused(const struct bfs_order_request *r,
 			: "--replacement: no effect: DistributedSampler "
 			  "(--world-size) has no replacement";
 	if (r->have_compat && !bfs_order_is_random(r))
-		m[n++] = "--torch-compat: no effect: the order is not random, "
-			 "so no torch version draws it differently";
+		m[n++] = "--torch-compat/--torch-version: no effect: the "
+			 "order is not random, so no torch version draws it "
+			 "differently";
 	if (r->persistent_workers && !bfs_order_request_draws_base_seed(r))
 		m[n++] = "--persistent-workers: no effect: this DataLoader "
 			 "draws its base seed from torch's global generator, "
@@ -275,7 +326,7 @@ static int validate(const struct bfs_order_opts *p, struct bfs_error *err)
 			       "value, but got batch_size=%" PRIu64,
 			       p->batch_size);
 	if (p->compat != 0 && p->compat != BFS_TORCH_1_13 &&
-	    p->compat != BFS_TORCH_2_7)
+	    p->compat != BFS_TORCH_2_1 && p->compat != BFS_TORCH_2_7)
 		return invalid(err, "--torch-compat",
 			       "unknown torch_compat %" PRIu64,
 			       (uint64_t)p->compat);
@@ -394,16 +445,15 @@ static int setup_weights(struct bfs_order *o, const double *weights,
 				     "number of categories cannot exceed 2^24 "
 				     "(got %zu weights)",
 				     n);
-	if (p->num_samples == 1 && p->compat == BFS_TORCH_2_7)
-		return invalid(err, "--torch-compat",
-			       "WeightedRandomSampler with num_samples="
-			       "%" PRIu64 " uses torch's exponential_(), "
-			       "whose draws differ between versions; "
-			       "only torch_compat 1.13 reproduces it",
-			       p->num_samples);
 	o->cdf = malloc(n * sizeof(double));
 	if (!o->cdf)
 		return -ENOMEM;
+	if (WEIGHTED_ONE(o)) {
+		o->gumbel_w = malloc(n * sizeof(double));
+		if (!o->gumbel_w)
+			return -ENOMEM;
+		memcpy(o->gumbel_w, weights, n * sizeof(double));
+	}
 	for (size_t j = 0; j < n; j++) {
 		double w = weights[j];
 
@@ -466,7 +516,7 @@ static void setup_draws(struct bfs_order *o)
 	case BFS_SAMPLER_WEIGHTED:
 		o->samples = o->cap = p->num_samples;
 		o->kind = K_WEIGHT;
-		o->epoch_words = 2 * p->num_samples;
+		o->epoch_words = o->gumbel_w ? 2 * n : 2 * p->num_samples;
 		break;
 	case BFS_SAMPLER_DISTRIBUTED:
 		N = n;
@@ -567,6 +617,7 @@ void bfs_order_destroy(struct bfs_order *o)
 	pthread_cond_destroy(&o->table_cond);
 	free(o->subset);
 	free(o->cdf);
+	free(o->gumbel_w);
 	free(o->ranks);
 	free(o);
 }
@@ -586,7 +637,7 @@ int bfs_order_create(struct bfs_order **out, const struct bfs_order_opts *p,
 		return -ENOMEM;
 	o->opt = *p;
 	if (!o->opt.compat) /* zero-initialised options: the default */
-		o->opt.compat = BFS_TORCH_1_13;
+		o->opt.compat = BFS_TORCH_DEFAULT;
 	o->opt.source = NULL; /* borrowed: used during create only */
 	o->opt.subset = NULL;
 	o->opt.weights = NULL;
@@ -872,6 +923,28 @@ static uint64_t weighted_sample(const struct bfs_order *o, struct bfs_mt *mt)
 	return left;
 }
 
+/* torch.multinomial(w, 1, replacement=True) from torch 2.1 on: q =
+ * exponential_() (u = 53 bits of random64(), q = -log1p(-u)) for every
+ * weight, then the first index of the largest w / q (NaN, from 0 / 0,
+ * counts as largest): 2n words whatever is drawn. */
+static uint64_t weighted_one(const struct bfs_order *o, struct bfs_mt *mt)
+{
+	uint64_t best = 0;
+	double top = 0;
+
+	for (uint64_t j = 0; j < o->opt.n; j++) {
+		double u = (double)(bfs_mt_random64(mt) & ((1ull << 53) - 1)) *
+			   0x1p-53;
+		double r = o->gumbel_w[j] / -log1p(-u);
+
+		if (j == 0 || (!isnan(top) && (isnan(r) || r > top))) {
+			top = r;
+			best = j;
+		}
+	}
+	return best;
+}
+
 /* One sample of RandomSampler(replacement=True) (randint(high=n): one word,
  * two when n >= 2^32) or of WeightedRandomSampler. */
 static uint64_t draw(const struct bfs_order *o, struct bfs_mt *mt)
@@ -879,7 +952,8 @@ static uint64_t draw(const struct bfs_order *o, struct bfs_mt *mt)
 	uint64_t n = o->opt.n;
 
 	if (o->kind == K_WEIGHT)
-		return weighted_sample(o, mt);
+		return o->gumbel_w ? weighted_one(o, mt)
+				   : weighted_sample(o, mt);
 	return n >= (1ull << 32) ? bfs_mt_random64(mt) % n
 				 : bfs_mt_random(mt) % n;
 }

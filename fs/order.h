@@ -23,10 +23,28 @@ enum bfs_sampler {
 	BFS_SAMPLER_DISTRIBUTED, /* DistributedSampler(ds, W, R, ...) */
 };
 
+/* Which torch's order (fs/README.md: torch versions). The orders differ
+ * in two places only: WeightedRandomSampler drawing one sample per epoch
+ * (torch.multinomial's cumulative search in 1.13; from 2.1 on, argmax of
+ * weight / Exp(1), 2n words) and randperm(n) for n >= 214748364 (an
+ * inside-out shuffle with 64-bit words from 2.7 on). */
 enum bfs_torch_compat {
-	BFS_TORCH_1_13 = 113, /* randperm of torch 1.13 .. 2.6 */
-	BFS_TORCH_2_7 = 207,  /* 2.7+: inside-out randperm for n >= 214748364 */
+	BFS_TORCH_1_13 = 113, /* torch 1.13 (and 2.0: unverified) */
+	BFS_TORCH_2_1 = 201,  /* 2.1 .. 2.6: one weighted draw by argmax */
+	BFS_TORCH_2_7 = 207,  /* 2.7+: and the inside-out large randperm */
 };
+#define BFS_TORCH_DEFAULT BFS_TORCH_2_7
+
+/* The model serving torch version 'v' ("2.13.0", "1.13.1+cpu", "2.7"):
+ * 0, *c and *verified (the golden tests ran against that MAJOR.MINOR:
+ * 1.13, 2.13, 2.14), or -EINVAL for what is not MAJOR.MINOR... or is older
+ * than 1.13 (not modelled). */
+int bfs_torch_compat_of(const char *v, enum bfs_torch_compat *c,
+			bool *verified);
+/* "1.13", "2.1", "2.7"; the torch versions a model was verified against
+ * ("1.13", "2.13 and 2.14", or "" when none). */
+const char *bfs_torch_compat_name(enum bfs_torch_compat c);
+const char *bfs_torch_compat_verified(enum bfs_torch_compat c);
 
 struct bfs_order_opts {
 	enum bfs_sampler sampler;
@@ -60,7 +78,7 @@ struct bfs_order_opts {
 	 * many as 64-bit positions hold (one lane only; a multi-rank
 	 * engine needs its epochs). */
 	uint64_t epochs;
-	enum bfs_torch_compat compat; /* 0 = BFS_TORCH_1_13 */
+	enum bfs_torch_compat compat; /* 0 = BFS_TORCH_DEFAULT */
 	/* Optional torch.Generator.get_state() bytes (5056) to start from
 	 * instead of manual_seed(seed); NULL = use seed. */
 	const uint8_t *generator_state;
@@ -290,5 +308,10 @@ int bfs_order_batch(struct bfs_order *o, struct bfs_batch_id id, uint64_t *idx);
  * Returns the length that snprintf would (the string is always
  * NUL-terminated when len > 0). */
 int bfs_order_describe(const struct bfs_order *o, char *buf, size_t len);
+/* Whether another torch model (enum bfs_torch_compat) would give this
+ * order differently: one weighted draw per epoch, or a randperm of
+ * 214748364 or more. */
+bool bfs_order_torch_differs(const struct bfs_order *o);
+enum bfs_torch_compat bfs_order_torch_compat(const struct bfs_order *o);
 
 #endif

@@ -37,8 +37,9 @@ struct slot {
 struct bfs_order {
 	struct bfs_order_opts opt; /* read-only after create */
 	int64_t *subset;
-	uint32_t *ranks; /* opt.nranks of them (a multi-rank engine) */
-	double *cdf;	 /* WEIGHTED: normalized cumulative weights */
+	uint32_t *ranks;  /* opt.nranks of them (a multi-rank engine) */
+	double *cdf;	  /* WEIGHTED: normalized cumulative weights */
+	double *gumbel_w; /* WEIGHTED, one draw (torch >= 2.1): the weights */
 	enum draw_kind kind;
 	int shuffle_form; /* DataLoader(shuffle=True, generator=G) */
 	int narrow;	  /* drawn values < 2^32 */

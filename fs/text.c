@@ -167,6 +167,32 @@ static void absolute(const char *path, char *out, size_t len)
 		snprintf(out, len, "%s", path);
 }
 
+/* Which torch's order: the model, the version asked for, whether it was
+ * checked against that torch, and whether this order differs at all
+ * between the models. */
+static void json_torch(const struct text *t, const struct bfs_text_info *in,
+		       char *b, size_t n, size_t *pos)
+{
+	enum bfs_torch_compat c = bfs_order_torch_compat(t->order);
+	bool verified = in->torch_version ? in->torch_verified
+					  : *bfs_torch_compat_verified(c);
+
+	bfs_layout_append(b, n, pos,
+			  ",\n  \"torch_order\": {\"model\": \"%s\", "
+			  "\"torch_version\": ",
+			  bfs_torch_compat_name(c));
+	if (in->torch_version)
+		bfs_layout_json_str(b, n, pos, in->torch_version);
+	else
+		bfs_layout_append(b, n, pos, "null");
+	bfs_layout_append(b, n, pos,
+			  ", \"verified\": %s, \"verified_with\": \"%s\", "
+			  "\"differs_by_version\": %s}",
+			  verified ? "true" : "false",
+			  bfs_torch_compat_verified(c),
+			  bfs_order_torch_differs(t->order) ? "true" : "false");
+}
+
 /* dataset.json: everything a program needs to read the batches. */
 static void render_json(const struct text *t, const struct bfs_text_info *in,
 			const char *torch, char *b, size_t n, size_t *pos)
@@ -197,6 +223,7 @@ static void render_json(const struct text *t, const struct bfs_text_info *in,
 	    in->drop_last ? "true" : "false", in->sampler,
 	    in->shuffle ? "true" : "false", in->seed, in->seed_source);
 	bfs_layout_json_str(b, n, pos, torch);
+	json_torch(t, in, b, n, pos);
 	bfs_layout_append(b, n, pos, ",\n  \"world_size\": %u,\n  \"ranks\": [",
 			  bfs_order_world_size(t->order));
 	for (size_t l = 0; l < bfs_order_lanes(t->order); l++)

@@ -41,6 +41,10 @@ struct bfs_text_info {
 	 * query or userinfo (fs/remote: bfs_remote_url_display). */
 	const char *cache_dir;
 	uint64_t cache_bytes;
+	/* --torch-version as given (NULL: none), and whether the golden
+	 * tests ran against its MAJOR.MINOR (fs/order: bfs_torch_compat_of) */
+	const char *torch_version;
+	bool torch_verified;
 };
 
 /* README into *readme and dataset.json into *json, malloc'd strings the

@@ -71,6 +71,7 @@ enum {
 	OPT_RANK,
 	OPT_RANKS,
 	OPT_COMPAT,
+	OPT_TORCHVER,
 	OPT_GENSTATE,
 	OPT_RNGSTATE,
 	OPT_DIRECT,
@@ -108,6 +109,7 @@ static const struct option long_opts[] = {
     {"rank", required_argument, NULL, OPT_RANK},
     {"ranks", required_argument, NULL, OPT_RANKS},
     {"torch-compat", required_argument, NULL, OPT_COMPAT},
+    {"torch-version", required_argument, NULL, OPT_TORCHVER},
     {"generator-state", required_argument, NULL, OPT_GENSTATE},
     {"rng-state", required_argument, NULL, OPT_RNGSTATE},
     {"direct-io", no_argument, NULL, OPT_DIRECT},
@@ -368,32 +370,56 @@ static int o_opts(struct mount_opts *m, const char *arg)
 	return rc;
 }
 
-/* --torch-compat V: 1.13 or 2.7; a torch version is refused with the
- * value that covers it. 0 or 2 (usage printed). */
+/* --torch-compat M: the model itself, 1.13, 2.1 or 2.7; a torch version
+ * is refused with the model that serves it (--torch-version takes it). 0
+ * or 2 (usage printed). */
 static int compat_opt(struct mount_opts *m, const char *arg)
 {
-	static const char both[] = "1.13 is the order of torch 1.13 to 2.6, "
-				   "2.7 that of torch 2.7 and later";
-	unsigned major = 0, minor = 0;
+	static const char all[] = "1.13 is the order of torch 1.13 and 2.0, "
+				  "2.1 that of 2.1 to 2.6, 2.7 that of 2.7 "
+				  "and later";
+	static const enum bfs_torch_compat models[] = {
+	    BFS_TORCH_1_13, BFS_TORCH_2_1, BFS_TORCH_2_7};
+	enum bfs_torch_compat c;
+	bool verified;
 	char msg[300];
 
 	m->have_compat = true;
-	if (!strcmp(arg, "1.13") || !strcmp(arg, "2.7")) {
-		m->compat = arg[0] == '1' ? BFS_TORCH_1_13 : BFS_TORCH_2_7;
-		return 0;
-	}
-	if (sscanf(arg, "%u.%u", &major, &minor) == 2 &&
-	    (major > 1 || (major == 1 && minor >= 13)))
-		snprintf(
-		    msg, sizeof(msg),
-		    "--torch-compat %.40s: use --torch-compat %s (%s)", arg,
-		    major > 2 || (major == 2 && minor >= 7) ? "2.7" : "1.13",
-		    both);
+	m->torch_version = NULL;
+	for (size_t i = 0; i < sizeof(models) / sizeof(models[0]); i++)
+		if (!strcmp(arg, bfs_torch_compat_name(models[i]))) {
+			m->compat = models[i];
+			return 0;
+		}
+	if (bfs_torch_compat_of(arg, &c, &verified) == 0)
+		snprintf(msg, sizeof(msg),
+			 "--torch-compat %.40s: use --torch-version %.40s, "
+			 "or --torch-compat %s (%s)",
+			 arg, arg, bfs_torch_compat_name(c), all);
 	else
 		snprintf(msg, sizeof(msg),
-			 "--torch-compat %.40s: not 1.13 or 2.7 (%s; older "
-			 "torch is not modelled)",
-			 arg, both);
+			 "--torch-compat %.40s: not 1.13, 2.1 or 2.7 (%s; "
+			 "older torch is not modelled)",
+			 arg, all);
+	return bfs_cli_bad_usage("mount", usage, msg, NULL);
+}
+
+/* --torch-version V: the torch whose order to serve (torch.__version__). */
+static int torch_version_opt(struct mount_opts *m, const char *arg)
+{
+	bool verified;
+	char msg[300];
+
+	if (bfs_torch_compat_of(arg, &m->compat, &verified) == 0) {
+		m->have_compat = true;
+		m->torch_version = arg;
+		m->torch_verified = verified;
+		return 0;
+	}
+	snprintf(msg, sizeof(msg),
+		 "--torch-version %.40s: not a torch version such as 2.13.0 "
+		 "(torch.__version__), or older than 1.13 (not modelled)",
+		 arg);
 	return bfs_cli_bad_usage("mount", usage, msg, NULL);
 }
 
@@ -455,6 +481,8 @@ static int value_opt(int c, char *arg, struct mount_opts *m)
 	}
 	case OPT_COMPAT:
 		return compat_opt(m, arg);
+	case OPT_TORCHVER:
+		return torch_version_opt(m, arg);
 	case OPT_CACHEGB:
 		if (bfs_cli_parse_gb(arg, &m->cache_bytes) == 0)
 			return 0;
@@ -653,7 +681,7 @@ static int parse_opts(int argc, char **argv, struct mount_opts *m)
 	m->cache_mb = 512;
 	m->timeout_s = 30;
 	m->fuse_threads = 4;
-	m->compat = BFS_TORCH_1_13;
+	m->compat = BFS_TORCH_DEFAULT;
 	m->workers = (unsigned)sysconf(_SC_NPROCESSORS_ONLN);
 	if (m->workers < 1)
 		m->workers = 1;

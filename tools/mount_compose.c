@@ -541,6 +541,8 @@ static struct bfs_tree_info tree_info(const struct mount_opts *m,
 		    .log = m->log.path,
 		    .serve_mode = bfs_serve_mode_name(mode),
 		    .serve_why = why,
+		    .torch_version = m->torch_version,
+		    .torch_verified = m->torch_verified,
 		},
 	    .perm = m->perm,
 	};

@@ -44,7 +44,9 @@ struct mount_opts {
 	bool have_rank;
 	bool shuffle, have_seed, drop_last, replacement, foreground, verbose;
 	bool have_prefetch, have_world, have_pc;
-	bool have_compat; /* --torch-compat given */
+	bool have_compat;    /* --torch-compat or --torch-version given */
+	bool torch_verified; /* the orders of torch_version were checked */
+	const char *torch_version; /* --torch-version (NULL: not given) */
 	bool sampler_drop_last, persistent_workers;
 	enum bfs_serve_mode serve;
 	enum bfs_reader_kind reader; /* --reader */

@@ -4,8 +4,9 @@
  *              [--drop-last] [--sampler-drop-last] [--persistent-workers]
  *              [--num-samples M] [--replacement]
  *              [--subset FILE] [--weights FILE] [--world-size W --rank R]
- *              [--torch-compat 1.13|2.7] [--generator-state FILE]
- *              [--only E K] [--describe]
+ *              [--torch-compat 1.13|2.1|2.7 | --torch-version V]
+ *              [--generator-state FILE] [--only E K] [--describe]
+ *              [--sha256]
  *
  * Options mirror `batchfs mount`. The sampler is chosen as the mount does:
  * --subset → SubsetRandomSampler, --weights → WeightedRandomSampler,
@@ -14,12 +15,19 @@
  * Output: for each epoch a line "epoch E", then one line per batch with
  * its indices separated by spaces. --only prints just batch K of epoch E
  * (random access, computed first); --describe prints the PyTorch line.
+ * --sha256 prints, instead of the batches, one line per epoch "epoch E
+ * SHA256" of its indices as little-endian int64 (what hashlib gives for
+ * torch.cat(batches).numpy().astype("<i8").tobytes()): for orders too big
+ * to print, such as randperm(214748364).
  * Exit 0, or 2 with the error message on stderr. */
+#include <endian.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <openssl/evp.h>
 
 #include "fs/order.h"
 #include "fs/order_input.h"
@@ -28,7 +36,7 @@ struct args {
 	struct bfs_order_opts o;
 	uint64_t epochs;
 	const char *subset, *weights, *state;
-	int only, describe, world;
+	int only, describe, world, sha256;
 	uint64_t only_e, only_k;
 };
 
@@ -41,7 +49,7 @@ static int usage(const char *why)
 static int parse(struct args *a, int argc, char **argv)
 {
 	a->o.batch_size = 1;
-	a->o.compat = BFS_TORCH_1_13;
+	a->o.compat = BFS_TORCH_DEFAULT;
 	a->epochs = 1;
 	for (int i = 1; i < argc; i++) {
 		const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -59,6 +67,8 @@ static int parse(struct args *a, int argc, char **argv)
 			a->o.replacement = true, takes = 0;
 		else if (!strcmp(k, "--describe"))
 			a->describe = 1, takes = 0;
+		else if (!strcmp(k, "--sha256"))
+			a->sha256 = 1, takes = 0;
 		else if (!v)
 			return usage("option needs a value");
 		else if (!strcmp(k, "--n"))
@@ -77,9 +87,15 @@ static int parse(struct args *a, int argc, char **argv)
 		else if (!strcmp(k, "--rank"))
 			a->o.rank = (uint32_t)strtoul(v, NULL, 0);
 		else if (!strcmp(k, "--torch-compat"))
-			a->o.compat = strtod(v, NULL) >= 2.7 ? BFS_TORCH_2_7
-							     : BFS_TORCH_1_13;
-		else if (!strcmp(k, "--subset"))
+			a->o.compat = !strcmp(v, "1.13")  ? BFS_TORCH_1_13
+				      : !strcmp(v, "2.1") ? BFS_TORCH_2_1
+							  : BFS_TORCH_2_7;
+		else if (!strcmp(k, "--torch-version")) {
+			bool verified;
+
+			if (bfs_torch_compat_of(v, &a->o.compat, &verified))
+				return usage("--torch-version: not modelled");
+		} else if (!strcmp(k, "--subset"))
 			a->subset = v;
 		else if (!strcmp(k, "--weights"))
 			a->weights = v;
@@ -131,6 +147,34 @@ static int load_inputs(struct args *a, struct bfs_error *err)
 	return rc;
 }
 
+/* "epoch E SHA256" of epoch e's indices as little-endian int64. */
+static int print_sha256(struct bfs_order *ord, uint64_t e, uint64_t *idx)
+{
+	EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+	unsigned char md[EVP_MAX_MD_SIZE];
+	unsigned len = 0;
+	int rc = ctx && EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) ? 0 : 2;
+
+	for (uint64_t k = 0; k < bfs_order_len(ord) && !rc; k++) {
+		uint64_t rows = bfs_order_batch_rows(ord, k);
+
+		rc = bfs_order_batch(
+		    ord, (struct bfs_batch_id){.epoch = e, .batch = k}, idx);
+		for (uint64_t r = 0; r < rows; r++)
+			idx[r] = htole64(idx[r]);
+		if (!rc && !EVP_DigestUpdate(ctx, idx, rows * sizeof(*idx)))
+			rc = 2;
+	}
+	if (!rc && EVP_DigestFinal_ex(ctx, md, &len)) {
+		printf("epoch %" PRIu64 " ", e);
+		for (unsigned i = 0; i < len; i++)
+			printf("%02x", md[i]);
+		putchar('\n');
+	}
+	EVP_MD_CTX_free(ctx);
+	return rc ? 2 : 0;
+}
+
 static int print_batch(struct bfs_order *ord, uint64_t e, uint64_t k,
 		       uint64_t *idx)
 {
@@ -179,7 +223,9 @@ int main(int argc, char **argv)
 		rc = print_batch(ord, a.only_e, a.only_k, idx) ? 2 : 0;
 		goto out;
 	}
-	for (uint64_t e = 0; e < a.epochs && !rc; e++) {
+	for (uint64_t e = 0; e < a.epochs && !rc && a.sha256; e++)
+		rc = print_sha256(ord, e, idx);
+	for (uint64_t e = 0; e < a.epochs && !rc && !a.sha256; e++) {
 		printf("epoch %" PRIu64 "\n", e);
 		for (uint64_t k = 0; k < bfs_order_len(ord) && !rc; k++)
 			rc = print_batch(ord, e, k, idx) ? 2 : 0;

@@ -39,18 +39,28 @@ def refused(rc, opts, source, mnt):
 
 
 def torch_compat_says_which_value(src, mnt):
-    both = ("1.13 is the order of torch 1.13 to 2.6, 2.7 that of torch "
-            "2.7 and later")
-    for arg, want in [("2.0", "use --torch-compat 1.13"),
-                      ("2.6.0", "use --torch-compat 1.13"),
-                      ("2.8", "use --torch-compat 2.7"),
-                      ("3.1", "use --torch-compat 2.7"),
-                      ("1.12", "not 1.13 or 2.7"),
-                      ("latest", "not 1.13 or 2.7")]:
+    """--torch-compat takes a model; a torch version given there is
+    refused naming --torch-version and the model that serves it."""
+    all_ = ("1.13 is the order of torch 1.13 and 2.0, 2.1 that of 2.1 to "
+            "2.6, 2.7 that of 2.7 and later")
+    for arg, want in [("2.0", "use --torch-version 2.0, or --torch-compat "
+                       "1.13"),
+                      ("2.6.0", "use --torch-version 2.6.0, or "
+                       "--torch-compat 2.1"),
+                      ("2.8", "use --torch-version 2.8, or --torch-compat "
+                       "2.7"),
+                      ("3.1", "use --torch-version 3.1, or --torch-compat "
+                       "2.7"),
+                      ("1.12", "not 1.13, 2.1 or 2.7"),
+                      ("latest", "not 1.13, 2.1 or 2.7")]:
         first = refused(2, ["--torch-compat", arg], src, mnt)
         assert first.startswith("batchfs mount: --torch-compat %s: %s"
                                 % (arg, want)), first
-        assert both in first, first
+        assert all_ in first, first
+    for arg in ["1.12.1", "latest", "2", ""]:
+        first = refused(2, ["--torch-version", arg], src, mnt)
+        assert first.startswith("batchfs mount: --torch-version %s: not a "
+                                "torch version" % arg), first
 
 
 def state_files_of_the_wrong_size(src, mnt):

@@ -23,6 +23,15 @@ When build/batchfs has a mount subcommand that serves index/N/batch_K, a
 second part mounts a fixture archive with the same options and compares the
 index files for a subset of the configurations.
 
+Every configuration but those naming a model (--torch-compat) passes
+--torch-version with the version of the torch running the test, so the
+same file checks each torch it is run with: Debian's 1.13 (make check
+runs it with /usr/bin/python3) and the venvs of tools/scripts/venv.sh
+(torch 2.13 in make check: tests/run.sh's FILE@torch-2.13.0). The orders
+differ between versions only for WeightedRandomSampler drawing one sample
+per epoch (here: num_samples=1, in every weighted group) and randperm of
+n >= 214748364 (test_order_large_randperm.py).
+
 Exit 0 = all match, 1 = a mismatch (printed with its command), 77 = skip.
 """
 import os
@@ -150,6 +159,8 @@ def dump_args(cfg):
         a += ["--generator-state", cfg["state"]]
     if cfg.get("compat"):
         a += ["--torch-compat", cfg["compat"]]
+    else:
+        a += ["--torch-version", torch.__version__]
     return a
 
 

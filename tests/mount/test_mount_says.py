@@ -93,7 +93,10 @@ def options_without_effect_warn(path):
                                              "--subset"]),
         (["--weights", weights, "--replacement"],
          ["--replacement: no effect: WeightedRandomSampler"]),
-        (["--torch-compat", "2.7"], ["--torch-compat: no effect"]),
+        (["--torch-compat", "2.7"], ["--torch-compat/--torch-version: no "
+                                     "effect"]),
+        (["--torch-version", "2.13.0"], ["--torch-compat/--torch-version: "
+                                         "no effect"]),
         (["--shuffle", "--seed", 3], []),
         (["--world-size", 2, "--shuffle", "--seed", 3], []),
         (["--shuffle", "--replacement", "--torch-compat", "2.7"], []),

@@ -100,6 +100,67 @@ static void randperm_of_1e8_hashes_like_torch(void **state)
 	bfs_order_destroy(ord);
 }
 
+/* WeightedRandomSampler([0.5, 2, 0, 1.5], num_samples=1, generator=
+ * manual_seed(s)), epochs 0..2, as torch 1.13 (multinomial's cumulative
+ * search) and torch 2.13 (argmax of w / Exp(1), 2n words an epoch) gave
+ * them for seeds 0..11. */
+static void one_weighted_draw_per_epoch_follows_the_torch_version(void **st)
+{
+	static const double w[] = {0.5, 2.0, 0.0, 1.5};
+	static const uint8_t want[2][12][3] = {
+	    {{3, 3, 1},
+	     {0, 1, 1},
+	     {3, 0, 3},
+	     {0, 1, 3},
+	     {1, 3, 0},
+	     {3, 1, 1},
+	     {1, 3, 3},
+	     {1, 1, 3},
+	     {3, 1, 0},
+	     {1, 3, 1},
+	     {3, 1, 3},
+	     {1, 3, 3}},
+	    {{1, 3, 3},
+	     {0, 1, 3},
+	     {1, 3, 1},
+	     {0, 3, 3},
+	     {1, 1, 0},
+	     {1, 0, 3},
+	     {3, 1, 3},
+	     {1, 3, 3},
+	     {3, 3, 1},
+	     {3, 3, 3},
+	     {1, 1, 3},
+	     {0, 1, 1}},
+	};
+	static const enum bfs_torch_compat model[2] = {BFS_TORCH_1_13,
+						       BFS_TORCH_2_7};
+
+	for (int m = 0; m < 2; m++)
+		for (uint64_t s = 0; s < 12; s++) {
+			struct bfs_order_opts o = {
+			    .sampler = BFS_SAMPLER_WEIGHTED,
+			    .n = 4,
+			    .batch_size = 1,
+			    .seed = s,
+			    .weights = w,
+			    .weights_len = 4,
+			    .num_samples = 1,
+			    .compat = model[m],
+			};
+			struct bfs_order *ord = make(&o);
+			uint64_t idx;
+
+			for (uint64_t e = 0; e < 3; e++) {
+				assert_int_equal(
+				    bfs_order_batch(ord, ID(e, 0), &idx), 0);
+				assert_int_equal(idx, want[m][s][e]);
+			}
+			assert_int_equal(bfs_order_torch_differs(ord), 1);
+			bfs_order_destroy(ord);
+		}
+}
+
 /* torch >= 2.7 randperm_cpu for n >= UINT32_MAX / 20, transcribed:
  *   for i in 0..n-1: z = random64() % (i + 1); r[i] = i; r[i] = r[z];
  *                    r[z] = i; */
@@ -596,10 +657,6 @@ static void bad_options_are_refused_like_pytorch(void **state)
 	o.weights_len = 3;
 	expect_refusal(&o, "3 weights for a dataset of 4 samples");
 	o.weights_len = 4;
-	o.num_samples = 1;
-	o.compat = BFS_TORCH_2_7;
-	expect_refusal(&o, "only torch_compat 1.13");
-	o.compat = BFS_TORCH_1_13;
 	o.sampler = BFS_SAMPLER_RANDOM;
 	o.n = 0;
 	expect_refusal(&o, "num_samples should be a positive integer");
@@ -979,6 +1036,8 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(randperm_of_ten_matches_torch),
 	    cmocka_unit_test(randperm_of_1e8_hashes_like_torch),
+	    cmocka_unit_test(
+		one_weighted_draw_per_epoch_follows_the_torch_version),
 	    cmocka_unit_test(inside_out_shuffle_matches_torchs_loop),
 	    cmocka_unit_test(len_and_rows_follow_drop_last),
 	    cmocka_unit_test(epoch_7_batch_3_cold_equals_sequential),

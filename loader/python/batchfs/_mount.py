@@ -105,6 +105,18 @@ def _option_args(options, tmp):
     return args
 
 
+def _installed_torch():
+    """The version of the torch this Python would import (None: none)."""
+    try:
+        from importlib.metadata import PackageNotFoundError, version
+    except ImportError:  # pragma: no cover (Python < 3.8)
+        return None
+    try:
+        return version("torch")
+    except PackageNotFoundError:
+        return None
+
+
 class Mount:
     """A batchfs mount (returned by batchfs.mount). A context manager: the
     with block unmounts it at its end (lazily: batches still held stay
@@ -184,12 +196,20 @@ def mount(archive, mountpoint, **options):
     command's message (exit 1: the archive, the mountpoint; 2: bad
     options) and its message (not a warning printed before it); the
     warnings of a mount that works are emitted with warnings.warn and
-    kept in Mount.warnings."""
+    kept in Mount.warnings.
+
+    The order served is that of the torch installed beside this package
+    (torch_version= its version, read from the package's metadata without
+    importing torch) unless torch_version= or torch_compat= is given;
+    without torch, the command's default."""
     if options.get("foreground") or options.get("f"):
         raise ValueError("foreground: mount() returns once mounted; run "
                          "`batchfs mount -f` yourself to keep a terminal")
     sources = [archive] if isinstance(archive, (str, os.PathLike)) \
         else list(archive)
+    if options.get("torch_version") is None and \
+            options.get("torch_compat") is None:
+        options["torch_version"] = _installed_torch()
     with tempfile.TemporaryDirectory(prefix="batchfs-opts-") as tmp:
         cmd = [find_batchfs(), "mount", *_option_args(options, tmp),
                *map(os.fspath, sources), os.fspath(mountpoint)]
