@@ -2,7 +2,10 @@
 # in its own module.mk; everything is built under build/.
 #
 #   make              build/batchfs, build/libbatchfs_core.a, the loader libraries
-#   make check        build and run every test (exit 77 = skipped)
+#   make check        build and run every test (exit 77 = skipped);
+#                     TESTS_FILTER=regex runs the tests whose path matches,
+#                     TORCH_VERSIONS="2.13.0 2.14.1" the order tests
+#                     against those torch releases too (venvs from PyPI)
 #   make demo         the demo from README.md
 #   make fuzz         libFuzzer targets (clang), FUZZ_SECONDS each
 #   make bench        side-by-side benchmark (not part of check)
@@ -26,6 +29,9 @@ PYTHON_SITE ?= $(shell $(PYTHON) tools/scripts/python_site.py $(PREFIX))
 VERSION := $(shell sed -n 's/^\#define BFS_VERSION "\(.*\)"/\1/p' \
 	tools/version.h)
 WERROR ?= $(if $(CI),1,0)
+# The torch versions the order tests run against besides Debian's 1.13,
+# each from PyPI in a venv of its own (tools/scripts/venv.sh).
+TORCH_VERSIONS ?= 2.13.0
 
 PKGS := fuse3 libzip liburing libcurl libcrypto
 CUDA_HOME ?= /usr/local/cuda
@@ -65,6 +71,7 @@ deps-test:
 	@tools/scripts/deps.sh test
 deps-torch:
 	@tools/scripts/deps.sh torch
+	@tools/scripts/venv.sh $(TORCH_VERSIONS:%=torch-%) s3
 
 # Every module.mk appends to these.
 CORE_SRCS :=

@@ -29,6 +29,15 @@ TEST_SCRIPTS += tests/unit/test_serve_calls_one_way.py
 # Scripts: mount tests, then interop tests (real torch).
 TEST_SCRIPTS += $(sort $(wildcard tests/mount/test_*.sh tests/mount/test_*.py))
 TEST_SCRIPTS += $(sort $(wildcard tests/interop/test_*.sh tests/interop/test_*.py))
+# The order tests again against each torch of TORCH_VERSIONS (Makefile), in
+# venvs from PyPI (tools/scripts/venv.sh; tests/run.sh's FILE@VENV).
+TORCH_ORDER_TESTS := tests/interop/test_order_golden.py \
+	tests/interop/test_mount_samplers.py \
+	tests/interop/test_mount_torch_parity.py \
+	tests/interop/test_mount_ranks.py tests/interop/test_ddp.py \
+	tests/interop/test_python_workers.py tests/interop/test_global_seed.py
+TEST_SCRIPTS += $(foreach v,$(TORCH_VERSIONS),\
+	$(TORCH_ORDER_TESTS:%=%@torch-$(v)))
 # Remote objects (fs/remote) against nginx, s3rver and the fault proxy.
 TEST_SCRIPTS += $(sort $(wildcard tests/remote/test_*.py))
 TEST_SCRIPTS += $(sort $(wildcard tests/gpu/test_*.sh tests/gpu/test_*.py))

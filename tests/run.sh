@@ -3,7 +3,11 @@
 # closing "N passed, N failed, N skipped" line. Exit status 1 if any failed.
 #
 # A test is an executable, a .sh (bash) or a .py (run with $PYTHON, the system
-# python that has torch). Exit 0 = pass, 77 = skipped, anything else = fail.
+# python that has torch). FILE.py@VENV runs FILE.py with the python of
+# $BFS_VENVS/VENV (tools/scripts/venv.sh; default build/venv), e.g.
+# tests/interop/test_order_golden.py@torch-2.13.0 against torch 2.13; it
+# is skipped where that venv is missing. Exit 0 = pass, 77 = skipped,
+# anything else = fail.
 # Each test gets its own work directory in $BFS_TEST_TMP (removed afterwards
 # unless it failed; also its $XDG_RUNTIME_DIR, so the daemons' default log
 # files land there) and finds the binaries through $BUILD / $BATCHFS.
@@ -16,6 +20,7 @@ PYTHON=${PYTHON:-/usr/bin/python3}
 export BUILD PYTHON
 export BATCHFS="$(cd "$BUILD" && pwd)/batchfs"
 export BFS_SRC="$(pwd)"
+export BFS_VENVS="${BFS_VENVS:-$BFS_SRC/build/venv}"
 logdir="$BUILD/test-logs"
 mkdir -p "$logdir"
 pass=0 fail=0 skip=0 failed=""
@@ -28,6 +33,13 @@ for t in "$@"; do
 	work=$(mktemp -d /tmp/bfs-test.XXXXXX)
 	start=$(date +%s.%N)
 	case "$t" in
+	*.py@*) cmd=("$BFS_VENVS/${t##*@}/bin/python" "${t%@*}")
+		if ! [ -x "${cmd[0]}" ]; then
+			skip=$((skip + 1))
+			printf 'SKIP  %-55s %s\n' "$t" "no ${cmd[0]}: tools/scripts/venv.sh ${t##*@}"
+			rm -rf "$work"
+			continue
+		fi ;;
 	*.py) cmd=("$PYTHON" "$t") ;;
 	*.sh) cmd=(bash "$t") ;;
 	*) cmd=("$t") ;;
