@@ -33,8 +33,9 @@ through record_stream. torch's default stream is the legacy default stream
 (NULL), which waits for and blocks every other blocking stream.
 
 The shared library is found via $BATCHFS_LOADER_LIB, then where `make
-install` put it, then build/ of the source tree this file lives in, then
-the system library path.
+install` put it, then the copy pip's wheel bundles (batchfs/ beside this
+file: `pip install ./loader/python`), then build/ of the source tree this
+file lives in, then the system library path.
 """
 
 import collections
@@ -115,6 +116,8 @@ class LoaderError(OSError):
 
 _lib = None
 _INSTALLED_LIB = None  # `make install` writes the installed library here
+# pip's wheel (loader/python/pyproject.toml) bundles it in the package
+_BUNDLED_LIB = os.path.join("batchfs", "libbatchfs_loader.so.0")
 
 
 def load_library(path=None):
@@ -124,6 +127,7 @@ def load_library(path=None):
         return _lib
     here = os.path.dirname(os.path.abspath(__file__))
     candidates = [path, os.environ.get("BATCHFS_LOADER_LIB"), _INSTALLED_LIB,
+                  os.path.join(here, _BUNDLED_LIB),
                   os.path.join(here, "..", "..", "build", "libbatchfs_loader.so"),
                   ctypes.util.find_library("batchfs_loader")]
     lib = None
