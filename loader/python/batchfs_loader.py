@@ -33,8 +33,9 @@ through record_stream. torch's default stream is the legacy default stream
 (NULL), which waits for and blocks every other blocking stream.
 
 The shared library is found via $BATCHFS_LOADER_LIB, then where `make
-install` put it, then build/ of the source tree this file lives in, then
-the system library path.
+install` put it, then the copy pip's wheel bundles (batchfs/ beside this
+file: `pip install ./loader/python`), then build/ of the source tree this
+file lives in, then the system library path.
 """
 
 import collections
@@ -115,15 +116,27 @@ class LoaderError(OSError):
 
 _lib = None
 _INSTALLED_LIB = None  # `make install` writes the installed library here
+# pip's wheel (loader/python/pyproject.toml) bundles it in the package
+_BUNDLED_LIB = os.path.join("batchfs", "libbatchfs_loader.so.0")
 
 
 def load_library(path=None):
-    """Load (once) and return libbatchfs_loader.so with typed functions."""
+    """Load (once) and return libbatchfs_loader.so with typed functions:
+    'path', else $BATCHFS_LOADER_LIB (a path to a file that is not there is
+    an error, not a reason to take another), else the module's order."""
     global _lib
     if _lib is not None and path is None:
         return _lib
     here = os.path.dirname(os.path.abspath(__file__))
-    candidates = [path, os.environ.get("BATCHFS_LOADER_LIB"), _INSTALLED_LIB,
+    given = path or os.environ.get("BATCHFS_LOADER_LIB")
+    if given and os.path.dirname(given) and not os.path.exists(given):
+        raise OSError(errno.ENOENT, "%s: no such file: give the path of "
+                      "libbatchfs_loader.so (build/ of a source tree after "
+                      "make, PREFIX/lib after make install), or unset "
+                      "BATCHFS_LOADER_LIB to use the installed one"
+                      % ("load_library(%r)" % given if path
+                         else "BATCHFS_LOADER_LIB=" + given))
+    candidates = [given, _INSTALLED_LIB, os.path.join(here, _BUNDLED_LIB),
                   os.path.join(here, "..", "..", "build", "libbatchfs_loader.so"),
                   ctypes.util.find_library("batchfs_loader")]
     lib = None
@@ -132,8 +145,13 @@ def load_library(path=None):
             lib = ctypes.CDLL(c)
             break
     if lib is None:
-        raise OSError(errno.ENOENT, "libbatchfs_loader.so not found "
-                      "(build it with make, or set BATCHFS_LOADER_LIB)")
+        raise OSError(errno.ENOENT, "libbatchfs_loader.so not found: not "
+                      "installed (make install), not bundled with this "
+                      "batchfs_loader.py (pip install ./loader/python), not "
+                      "built beside it (make), not on the library path: "
+                      "install batchfs from its source tree with make "
+                      "install or pip install ./loader/python, or set "
+                      "BATCHFS_LOADER_LIB to the library's path")
     P = ctypes.c_void_p
     lib.bfs_loader_open.argtypes = [ctypes.POINTER(P), ctypes.POINTER(_Opts)]
     lib.bfs_loader_reopen.argtypes = [P, ctypes.c_char_p,

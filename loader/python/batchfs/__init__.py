@@ -52,10 +52,16 @@ from ._paths import BatchReadError, MountGoneError
 
 def _version():
     """batchfs's version, kept in one place (tools/version.h): written into
-    _installed.py by make install, else read from the source tree this
-    package lives in."""
+    _installed.py by make install, into _built.py by pip's build of the
+    wheel (loader/python/pyproject.toml), else read from the source tree
+    this package lives in."""
     try:
         from ._installed import VERSION
+        return VERSION
+    except ImportError:
+        pass
+    try:
+        from ._built import VERSION
         return VERSION
     except ImportError:
         pass

@@ -52,10 +52,16 @@ def _error_of(stderr, returncode):
         returncode, ": " + stderr.strip() if stderr.strip() else "")
 
 
+# Where `make install` puts the command by default (its PREFIX=/usr/local).
+_DEFAULT_INSTALLED = "/usr/local/bin/batchfs"
+
+
 def find_batchfs():
     """The batchfs command: $BATCHFS, else the one `make install` put
     beside this package, else build/batchfs of the source tree this file
-    is in, else `batchfs` on $PATH."""
+    is in, else `batchfs` on $PATH, else make install's default place
+    (/usr/local/bin). pip's wheel has no command: a package installed
+    with pip finds the one `make install` installed on $PATH."""
     here = os.path.dirname(os.path.abspath(__file__))
     candidates = [os.environ.get("BATCHFS")]
     try:
@@ -64,12 +70,15 @@ def find_batchfs():
     except ImportError:
         pass
     candidates += [os.path.join(here, "..", "..", "..", "build", "batchfs"),
-                   shutil.which("batchfs")]
+                   shutil.which("batchfs"), _DEFAULT_INSTALLED]
     for c in candidates:
         if c and os.access(c, os.X_OK):
             return os.path.abspath(c)
-    raise MountError("the batchfs command was not found: build it (make), "
-                     "install it (make install), or set $BATCHFS")
+    raise MountError("the batchfs command was not found (not on $PATH, "
+                     "nor in %s): install it with `make install` in the "
+                     "batchfs source tree (pip installs the Python package "
+                     "alone), build it there (make), or set $BATCHFS to its "
+                     "path" % os.path.dirname(_DEFAULT_INSTALLED))
 
 
 def _option_args(options, tmp):
