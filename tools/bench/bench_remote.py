@@ -155,9 +155,11 @@ class Servers:
                 self.h.log("  (stopping a server: %s)" % e)
 
 
-def curl_link(h, work, url, size, extra=()):
+def curl_link(h, work, url, size, opts=()):
     """Seconds to fetch bytes [0, size) of url by parallel curl range
-    requests of CURL_RANGE bytes, CURL_PARALLEL at a time."""
+    requests of CURL_RANGE bytes, CURL_PARALLEL at a time. opts: (name,
+    value) of curl options every request takes (in the config, each
+    request's own: the command line's hold for the first only)."""
     cfg = work.path("curl.cfg")
     with open(cfg, "w") as f:
         for k, off in enumerate(range(0, size, CURL_RANGE)):
@@ -165,9 +167,11 @@ def curl_link(h, work, url, size, extra=()):
                 f.write("next\n")
             f.write('url = "%s"\nrange = %d-%d\noutput = "/dev/null"\n'
                     'fail\n' % (url, off, min(size, off + CURL_RANGE) - 1))
+            for name, value in opts:
+                f.write('%s = "%s"\n' % (name, value))
     t0 = time.perf_counter()
     h.run(["curl", "-sS", "--parallel", "--parallel-max",
-           str(CURL_PARALLEL)] + list(extra) + ["-K", cfg], timeout=600)
+           str(CURL_PARALLEL), "-K", cfg], timeout=600)
     return time.perf_counter() - t0
 
 
@@ -570,12 +574,12 @@ def measure(h, work, srv, wl, names, results):
             try:
                 srv_link = curl_link(
                     h, work, srv.s3proxy.url("/%s/%s" % (BUCKET, base)),
-                    size, ["--aws-sigv4", "aws:amz:us-east-1:s3",
+                    size, [("aws-sigv4", "aws:amz:us-east-1:s3"),
                            # curl sends no payload hash: s3rver wants one
-                           "-H", "x-amz-content-sha256: UNSIGNED-PAYLOAD",
-                           "--user",
-                           "%s:%s" % (servers.S3RVER_KEY,
-                                      servers.S3RVER_KEY)])
+                           ("header",
+                            "x-amz-content-sha256: UNSIGNED-PAYLOAD"),
+                           ("user", "%s:%s" % (servers.S3RVER_KEY,
+                                               servers.S3RVER_KEY))])
             except h.Failed as e:
                 h.log("  s3 link: %s" % e)
         r["s3 link s"] = srv_link
