@@ -29,7 +29,8 @@ TEST_SCRIPTS += tests/unit/test_serve_calls_one_way.py
 # Scripts: mount tests, then interop tests (real torch).
 TEST_SCRIPTS += $(sort $(wildcard tests/mount/test_*.sh tests/mount/test_*.py))
 TEST_SCRIPTS += $(sort $(wildcard tests/interop/test_*.sh tests/interop/test_*.py))
-# Remote objects (fs/remote) against nginx, s3rver and the fault proxy.
+# Remote objects (fs/remote) against nginx, moto's S3 server (its venv:
+# tools/scripts/venv.sh s3) and the fault proxy.
 TEST_SCRIPTS += $(sort $(wildcard tests/remote/test_*.py))
 TEST_SCRIPTS += $(sort $(wildcard tests/gpu/test_*.sh tests/gpu/test_*.py))
 # The command line, its documentation and make install.

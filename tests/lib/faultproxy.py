@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """A fault-injecting HTTP proxy between a client and a server (nginx,
-s3rver), on 127.0.0.1, for tests of remote sources.
+moto's S3 server), on 127.0.0.1, for tests of remote sources.
 
     with FaultProxy("http://127.0.0.1:8080") as p:
         url = p.url("/data.pt")          # the client reads through p
@@ -40,9 +40,9 @@ SigV4 (verify_sigv4={"keys": {ACCESS: SECRET}, "region": "us-east-1",
 "token": None}): every request must carry a valid AWS SigV4 Authorization
 header for one of the keys (and the token, signed, when one is given),
 else 403 with S3's error codes (InvalidAccessKeyId,
-SignatureDoesNotMatch, AccessDenied). s3rver 3.7.1 itself only checks
-that the access key exists, not the signature: S3rver() puts this proxy in
-front of it.
+SignatureDoesNotMatch, AccessDenied). moto's S3 server itself takes any
+key and any signature: servers.S3Server() puts this proxy in front of
+it.
 
 Also a program: faultproxy.py UPSTREAM [--port-file F] runs until SIGTERM;
 POST /__fault__ with a JSON body {"op": "fail"|"clear"|"latency"|
