@@ -38,7 +38,8 @@ TORCH_ORDER_TESTS := tests/interop/test_order_golden.py \
 	tests/interop/test_python_workers.py tests/interop/test_global_seed.py
 TEST_SCRIPTS += $(foreach v,$(TORCH_VERSIONS),\
 	$(TORCH_ORDER_TESTS:%=%@torch-$(v)))
-# Remote objects (fs/remote) against nginx, s3rver and the fault proxy.
+# Remote objects (fs/remote) against nginx, moto's S3 server (its venv:
+# tools/scripts/venv.sh s3) and the fault proxy.
 TEST_SCRIPTS += $(sort $(wildcard tests/remote/test_*.py))
 TEST_SCRIPTS += $(sort $(wildcard tests/gpu/test_*.sh tests/gpu/test_*.py))
 # The command line, its documentation and make install.

@@ -22,7 +22,8 @@ demo: deps-test
 # the cache's simulation (the remote part's bound on hits).
 # BENCH_SCALE=0.25 shrinks the datasets; BENCH_REPS sets the repetitions.
 # The remote part runs only when BENCH_ONLY names it (BENCH_ONLY=remote):
-# it installs its servers and peers first (tools/scripts/deps.sh bench).
+# it installs its servers and peers first (tools/scripts/deps.sh bench;
+# moto's S3 server for s3fs: tools/scripts/venv.sh s3).
 BENCH_ORDER_N ?= 100000000
 BENCH_NULLFS := $(BUILD)/bench/nullfs
 BENCH_CACHE_SIM := $(BUILD)/bench/cache_sim
@@ -39,8 +40,8 @@ $(BENCH_CACHE_SIM): $(BUILD)/obj/tools/bench/cache_sim.o \
 check-build: $(BENCH_CACHE_SIM)
 
 bench: deps-torch
-	@case ",$(BENCH_ONLY)," in *remote*) tools/scripts/deps.sh bench ;; \
-		esac
+	@case ",$(BENCH_ONLY)," in *remote*) tools/scripts/deps.sh bench && \
+		tools/scripts/venv.sh s3 ;; esac
 	@$(MAKE) --no-print-directory $(BUILD)/batchfs $(BENCH_NULLFS) \
 		$(BENCH_CACHE_SIM)
 	BATCHFS=$(abspath $(BUILD)/batchfs) NULLFS=$(abspath $(BENCH_NULLFS)) \

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """A fault-injecting HTTP proxy between a client and a server (nginx,
-s3rver), on 127.0.0.1, for tests of remote sources.
+moto's S3 server), on 127.0.0.1, for tests of remote sources.
 
     with FaultProxy("http://127.0.0.1:8080") as p:
         url = p.url("/data.pt")          # the client reads through p
@@ -25,6 +25,13 @@ clear(); path = only requests for that path):
     "wrong_range"  the bytes one before (or after) those asked for, with
                    their honest Content-Range: another range
     "ignore_range" the Range dropped: 200 and the whole object
+    "open_range"   bytes=A-B asked of the server as bytes=A-: a 206 of
+                   more than asked, to the object's end (s3rver 3.7.1
+                   answered bytes=0-0 so)
+    "ignore_conditions"  If-Match and If-Unmodified-Since dropped from
+                   a request that has them: the server answers what it
+                   holds now, as one that ignores them (s3rver 3.7.1
+                   did)
     "drop_etag"    the ETag header removed from answers
 Each injected fault is counted in injected[kind]; requests counts every
 request, bytes every body byte sent.
@@ -33,9 +40,9 @@ SigV4 (verify_sigv4={"keys": {ACCESS: SECRET}, "region": "us-east-1",
 "token": None}): every request must carry a valid AWS SigV4 Authorization
 header for one of the keys (and the token, signed, when one is given),
 else 403 with S3's error codes (InvalidAccessKeyId,
-SignatureDoesNotMatch, AccessDenied). s3rver 3.7.1 itself only checks
-that the access key exists, not the signature: S3rver() puts this proxy in
-front of it.
+SignatureDoesNotMatch, AccessDenied). moto's S3 server itself takes any
+key and any signature: servers.S3Server() puts this proxy in front of
+it.
 
 Also a program: faultproxy.py UPSTREAM [--port-file F] runs until SIGTERM;
 POST /__fault__ with a JSON body {"op": "fail"|"clear"|"latency"|
@@ -58,7 +65,8 @@ import time
 import urllib.parse
 
 KINDS = ("503", "status", "reset", "truncate", "stall", "short_range",
-         "wrong_range", "ignore_range", "drop_etag")
+         "wrong_range", "ignore_range", "open_range", "ignore_conditions",
+         "drop_etag")
 IO_TIMEOUT = 30  # every socket operation of the proxy is bounded
 CHUNK = 256 * 1024  # bytes of a body read from upstream, sent, paced
 BURST = 0.002  # seconds the link's schedule may lag (see _pace)
@@ -464,6 +472,14 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 a, b = int(m.group(1)), int(m.group(2))
                 d = -1 if a else 1
                 _set_range(fwd, f"bytes={a + d}-{b + d}")
+        elif rng and p._take(path, ("open_range",)):
+            m = re.match(r"bytes=(\d+)-\d+$", rng)
+            if m:
+                _set_range(fwd, f"bytes={m.group(1)}-")
+        if ("if-match" in headers or "if-unmodified-since" in headers) \
+                and p._take(path, ("ignore_conditions",)):
+            fwd = {k: v for k, v in fwd.items() if k.lower()
+                   not in ("if-match", "if-unmodified-since")}
         try:
             c = self._upstream()
             c.request(self.command, up_path, body=body, headers=fwd)

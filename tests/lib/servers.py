@@ -6,8 +6,8 @@ test, on 127.0.0.1 only, on free ports (not a test itself).
         ng.log()                       # the access log, parsed
         ng.bytes_served("/data.pt")    # body bytes sent for that path
 
-    require_s3rver()                   # exit 77 where node/npm are missing
-    with S3rver(workdir, buckets=["data"]) as s3:   # npm's s3rver 3.7.1
+    require_moto()                     # exit 77 where its venv is missing
+    with S3Server(workdir, buckets=["data"]) as s3:   # moto's S3 server
         s3.put("data", "key", b"...")
         s3.endpoint                    # what --s3-endpoint gets
 
@@ -16,19 +16,25 @@ change), with its prefix, config, logs and temp dirs in a directory of its
 own; it answers Range requests with strong ETags and honours If-Match and
 If-Unmodified-Since (412).
 
-s3rver is installed once per build tree with `npm install --prefix
-BUILD/npm s3rver@3.7.1`. It checks that a request's access key exists
-(S3RVER), not its SigV4 signature: S3rver(verify=True), the default, puts
-a FaultProxy in front of it that checks every signature (and the session
-token, when one is given) against the keys and region given, so a wrong
-secret key is refused as S3 refuses it. `direct_url` is s3rver itself.
+moto's server (moto[server] from PyPI) lives in a venv made by
+`tools/scripts/venv.sh s3`: $BFS_VENVS/s3, else build/venv/s3 of the
+source tree (not of BUILD: every BUILD= shares it). Each S3Server is a
+moto of its own, in memory, on a free port of 127.0.0.1, its region
+us-east-1, path-style buckets, in an environment of nothing but its
+directory (TMPDIR too: objects of more than 5 MB spill there); it reaches
+nothing outside. moto accepts any access key and any signature (none: an
+empty 403): S3Server(verify=True), the default, puts a FaultProxy in
+front of it that checks every signature (and the session token, when one
+is given) against the keys and region given, so an unknown access key or
+a wrong secret key is refused as S3 refuses it. `direct_url` is moto
+itself. moto answers Range requests (206, Content-Range), with the MD5
+ETag, and honours If-Match and If-Unmodified-Since (412); it closes the
+connection after every answer (no keep-alive).
 
 Every wait is bounded; servers are stopped by the context managers and,
 should a test die before, by atexit.
 """
 import atexit
-import fcntl
-import json
 import os
 import shutil
 import signal
@@ -43,8 +49,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from faultproxy import FaultProxy, sigv4_headers  # noqa: E402
 
 START_TIMEOUT = 20
-S3RVER_VERSION = "3.7.1"
-S3RVER_KEY = "S3RVER"  # s3rver's built-in access key and secret
+S3_ACCESS = "BATCHFSTESTACCESSKEY"  # what S3Server's proxy accepts
+S3_SECRET = "batchfs/test/secret+key"
+S3_REGION = "us-east-1"  # moto's, and the proxy's unless told
 
 _children = []
 
@@ -89,11 +96,10 @@ def _wait_port(port, proc, timeout=START_TIMEOUT):
     raise TimeoutError(f"nothing listens on port {port} after {timeout} s")
 
 
-def build_dir():
-    """The build tree (BUILD, relative to the source tree)."""
-    src = os.environ.get("BFS_SRC") or os.path.abspath(
+def src_dir():
+    """The source tree."""
+    return os.environ.get("BFS_SRC") or os.path.abspath(
         os.path.join(os.path.dirname(__file__), "..", ".."))
-    return os.path.join(src, os.environ.get("BUILD", "build"))
 
 
 def skip(reason):
@@ -241,82 +247,79 @@ class Nginx:
         return sum(e["bytes"] for e in self.requests(uri))
 
 
-# ---- s3rver ----------------------------------------------------------
+# ---- moto's S3 server ------------------------------------------------
 
-def require_s3rver():
-    """Exit 77 where node or npm are missing; else install s3rver (once
-    per build tree) and return its entry point."""
-    node, npm = shutil.which("node"), shutil.which("npm")
-    if not node or not npm:
-        skip("node and npm are needed for the S3 server s3rver "
-             "(tools/scripts/deps.sh test installs them)")
-    prefix = os.path.join(build_dir(), "npm")
-    entry = os.path.join(prefix, "node_modules", "s3rver", "bin",
-                         "s3rver.js")
-    pkg = os.path.join(prefix, "node_modules", "s3rver", "package.json")
-    os.makedirs(prefix, exist_ok=True)
-    with open(os.path.join(prefix, ".lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            with open(pkg) as f:
-                have = json.load(f).get("version")
-        except (OSError, ValueError):
-            have = None
-        if have != S3RVER_VERSION:
-            r = subprocess.run(
-                [npm, "install", "--prefix", prefix, "--no-audit",
-                 "--no-fund", "--no-save", "--cache",
-                 os.path.join(prefix, ".cache"),
-                 f"s3rver@{S3RVER_VERSION}"],
-                stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                timeout=600)
-            if r.returncode or not os.path.exists(entry):
-                raise RuntimeError(
-                    f"npm install s3rver@{S3RVER_VERSION} failed "
-                    f"(exit {r.returncode}):\n{r.stdout[-2000:]}"
-                    f"{r.stderr[-2000:]}")
-    return entry
+def venv_dir(name):
+    """A venv of tools/scripts/venv.sh: $BFS_VENVS/NAME, else
+    build/venv/NAME of the source tree (one for every BUILD=)."""
+    root = os.environ.get("BFS_VENVS") or os.path.join(src_dir(), "build",
+                                                        "venv")
+    return os.path.join(root, name)
 
 
-class S3rver:
-    """s3rver with buckets, behind a SigV4-checking proxy (verify=True).
-    keys: access key -> secret accepted by the proxy (s3rver itself
-    knows only S3RVER/S3RVER; the proxy forwards what it accepts)."""
+def moto_server():
+    """moto's server in its venv, or None where it is missing."""
+    exe = os.path.join(venv_dir("s3"), "bin", "moto_server")
+    return exe if os.access(exe, os.X_OK) else None
+
+
+def require_moto():
+    """Exit 77 where moto's server is missing; else return it."""
+    exe = moto_server()
+    if not exe:
+        skip("no moto S3 server: run tools/scripts/venv.sh s3 (%s is "
+             "missing)" % os.path.join(venv_dir("s3"), "bin",
+                                       "moto_server"))
+    return exe
+
+
+class S3Server:
+    """moto's S3 server with buckets, behind a SigV4-checking proxy
+    (verify=True). keys: access key -> secret accepted by the proxy (moto
+    takes any key and any signature; the proxy forwards what it
+    accepts)."""
 
     def __init__(self, workdir, buckets=("data",), verify=True,
-                 region="us-east-1", token=None, keys=None):
+                 region=S3_REGION, token=None, keys=None):
         self.dir = os.path.abspath(workdir)
         self.buckets = list(buckets)
         self.verify = verify
         self.region = region
         self.token = token
-        self.keys = keys or {S3RVER_KEY: S3RVER_KEY}
+        self.keys = keys or {S3_ACCESS: S3_SECRET}
         self.proc = None
         self.proxy = None
 
+    def _env(self):
+        """moto's environment: nothing of the machine's (no AWS settings,
+        no proxies), a fixed region; HOME and TMPDIR our directory (it
+        writes objects of more than 5 MB to TMPDIR)."""
+        return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+                "HOME": self.dir, "TMPDIR": self.dir, "LANG": "C.UTF-8",
+                "AWS_DEFAULT_REGION": S3_REGION, "AWS_REGION": S3_REGION,
+                "S3_IGNORE_SUBDOMAIN_BUCKETNAME": "true",  # path style
+                "PYTHONDONTWRITEBYTECODE": "1"}  # the venv is shared
+
     def __enter__(self):
-        entry = require_s3rver()
-        data = os.path.join(self.dir, "s3rver-data")
-        os.makedirs(data, exist_ok=True)
-        cmd_tail = []
-        for b in self.buckets:
-            cmd_tail += ["--configure-bucket", b]
+        exe = require_moto()
+        os.makedirs(self.dir, exist_ok=True)
         for attempt in range(5):
             self.port = free_port()
             self.proc = subprocess.Popen(
-                [shutil.which("node"), entry, "-d", data, "-a", "127.0.0.1",
-                 "-p", str(self.port), "--silent", "--no-vhost-buckets"]
-                + cmd_tail,
+                [exe, "-H", "127.0.0.1", "-p", str(self.port)],
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                stderr=open(os.path.join(self.dir, "s3rver.stderr"), "w"))
+                stderr=open(os.path.join(self.dir, "moto.stderr"), "w"),
+                env=self._env(), cwd=self.dir)
             _children.append(self.proc)
             if _wait_port(self.port, self.proc):
                 break
             _stop(self.proc)
         else:
-            raise RuntimeError("s3rver did not start: " + self._stderr())
+            raise RuntimeError("moto did not start: " + self._stderr())
         self.direct_url = f"http://127.0.0.1:{self.port}"
         self.endpoint = self.direct_url
+        for b in self.buckets:
+            self._request("PUT", f"/{b}", b"")
         if self.verify:
             self.proxy = FaultProxy(
                 self.direct_url,
@@ -333,18 +336,25 @@ class S3rver:
 
     def _stderr(self):
         try:
-            with open(os.path.join(self.dir, "s3rver.stderr")) as f:
+            with open(os.path.join(self.dir, "moto.stderr")) as f:
                 return f.read()[-2000:]
         except OSError:
             return ""
 
-    def put(self, bucket, key, data):
-        """Upload an object (signed with s3rver's own key)."""
-        url = (f"{self.direct_url}/{bucket}/"
-               f"{urllib.parse.quote(key, safe='/-_.~')}")
-        h = sigv4_headers("PUT", url, S3RVER_KEY, S3RVER_KEY, "us-east-1",
+    def _request(self, method, path, data):
+        """A signed request straight to moto, which must answer 200."""
+        url = self.direct_url + path
+        h = sigv4_headers(method, url, S3_ACCESS, S3_SECRET, S3_REGION,
                           body=data)
-        req = urllib.request.Request(url, data=data, method="PUT",
+        # not urllib's default form type: moto would take the body as a
+        # form and store no byte of it
+        h["content-type"] = "application/octet-stream"
+        req = urllib.request.Request(url, data=data, method=method,
                                      headers=h)
-        with urllib.request.urlopen(req, timeout=30) as r:
-            assert r.status == 200, r.status
+        with urllib.request.urlopen(req, timeout=60) as r:
+            assert r.status == 200, (method, path, r.status)
+
+    def put(self, bucket, key, data):
+        """Upload an object (straight to moto)."""
+        self._request("PUT", f"/{bucket}/"
+                      f"{urllib.parse.quote(key, safe='/-_.~')}", data)

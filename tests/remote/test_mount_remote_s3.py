@@ -1,8 +1,8 @@
 #!/usr/bin/python3
-"""batchfs mount of s3:// sources from an S3-compatible server: npm's
-s3rver (tests/lib/servers.py; skipped where node or npm are missing),
-behind the fault proxy that checks every SigV4 signature against the
-secret key given to it (s3rver checks only that the access key exists).
+"""batchfs mount of s3:// sources from an S3-compatible server: moto's
+(tests/lib/servers.py; skipped where its venv is missing:
+tools/scripts/venv.sh s3), behind the fault proxy that checks every SigV4
+signature against the secret key given to it (moto checks none).
 
 - Credentials from the environment (AWS_ACCESS_KEY_ID,
   AWS_SECRET_ACCESS_KEY), the endpoint from --s3-endpoint: every batch of
@@ -23,14 +23,14 @@ import mountremote as mr
 from mountremote import ml, servers
 
 ml.require_fuse()
-servers.require_s3rver()
+servers.require_moto()
 try:
     import torch  # noqa: F401
 except ImportError:
     ml.skip("torch is not installed")
 
 SECRET = "wJalrXUtnFEMI/K7MDENG+bPxRfiCYMOUNTSECRET1"
-ACCESS = servers.S3RVER_KEY  # s3rver knows only its own access key
+ACCESS = servers.S3_ACCESS
 failures = []
 seen = []  # every text a secret must not be in
 
@@ -78,8 +78,8 @@ def refused(what, url, env, words, *opts):
 
 
 def main():
-    with servers.S3rver(os.path.join(mr.TMP, "s3"), buckets=["data"],
-                        keys={ACCESS: SECRET}) as s3:
+    with servers.S3Server(os.path.join(mr.TMP, "s3"), buckets=["data"],
+                          keys={ACCESS: SECRET}) as s3:
         local_pt = os.path.join(mr.TMP, "d.pt")
         mr.write("torch", local_pt, mr.arrays(900, 2000, 1))
         local_npz = os.path.join(mr.TMP, "d.npz")

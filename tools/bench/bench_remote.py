@@ -3,9 +3,9 @@ link of known speed, against that link's limit and what users pick.
 
 Not in the default run: BENCH_ONLY=remote (or "small rows remote",
 "large rows remote") selects it; `make bench` then installs its servers
-and peers (tools/scripts/deps.sh bench: nginx, node/npm for s3rver,
-rclone, s3fs). bench.py calls run(); h is bench.py's module (its helpers
-and settings: BENCH_SCALE, BENCH_REPS, ...).
+and peers (tools/scripts/deps.sh bench: nginx, rclone, s3fs; moto's S3
+server: tools/scripts/venv.sh s3). bench.py calls run(); h is bench.py's
+module (its helpers and settings: BENCH_SCALE, BENCH_REPS, ...).
 
 The link: nginx (Debian's) on 127.0.0.1 serves the bench's archives
 (small rows: 784-byte images + int64 label, batch 256; large rows:
@@ -43,7 +43,10 @@ peers; default all):
             ahead (the read-ahead's window, and more: cache_sim's own)
   peers     `rclone mount` (its HTTP backend on the same nginx and proxy,
             --vfs-cache-mode full, its cache emptied) and `s3fs` (against
-            npm's s3rver behind a proxy of the same latency and cap),
+            moto's S3 server behind a proxy of the same latency and cap;
+            moto reads the whole object for every range it answers: with
+            large archives it, not the link, sets s3fs's pace, 0.02 GB/s
+            for 8 MiB ranges of a 256 MiB object on the 2-core machine),
             each read by a torch DataLoader (shuffle=True, the workload's
             batch, BENCH_REMOTE_PEER_WORKERS workers: 8) whose Dataset
             preads each sample's image and label at their offsets in the
@@ -67,7 +70,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)),
                                 "tests", "lib"))
-import servers  # noqa: E402  (nginx, s3rver: shared with the tests)
+import servers  # noqa: E402  (nginx, moto: shared with the tests)
 from faultproxy import FaultProxy  # noqa: E402
 
 MBPS = float(os.environ.get("BENCH_REMOTE_MBPS", "200"))
@@ -101,8 +104,8 @@ def wanted_steps():
 
 
 class Servers:
-    """nginx behind the proxy; s3rver behind one of its own (started on
-    first use); stopped by close()."""
+    """nginx behind the proxy; moto's S3 server behind one of its own
+    (started on first use); stopped by close()."""
 
     def __init__(self, h, work, www):
         self.h, self.work, self.www = h, work, www
@@ -124,21 +127,18 @@ class Servers:
         return self.proxy.url("/" + name)
 
     def s3_start(self, names):
-        """s3rver with bucket BUCKET holding the archives 'names', behind
-        a proxy of the same latency and cap; None (and why) when node or
-        npm are missing."""
+        """moto's S3 server with bucket BUCKET holding the archives
+        'names', behind a proxy of the same latency and cap; None (and
+        why) where its venv is missing."""
         if self.s3:
             return self.s3proxy, None
-        if not shutil.which("node") or not shutil.which("npm"):
-            return None, "node and npm are not installed"
-        try:
-            servers.require_s3rver()
-        except (RuntimeError, OSError, subprocess.SubprocessError) as e:
-            return None, "s3rver could not be installed: %s" % e
-        d = self.work.path("s3rver")
+        if not servers.moto_server():
+            return None, ("moto's S3 server is not installed "
+                          "(tools/scripts/venv.sh s3)")
+        d = self.work.path("s3")
         os.makedirs(d, exist_ok=True)
-        self.s3 = self._enter(servers.S3rver(d, buckets=[BUCKET],
-                                             verify=False))
+        self.s3 = self._enter(servers.S3Server(d, buckets=[BUCKET],
+                                               verify=False))
         for name in names:
             with open(os.path.join(self.www, name), "rb") as f:
                 self.s3.put(BUCKET, name, f.read())
@@ -155,9 +155,11 @@ class Servers:
                 self.h.log("  (stopping a server: %s)" % e)
 
 
-def curl_link(h, work, url, size, extra=()):
+def curl_link(h, work, url, size, opts=()):
     """Seconds to fetch bytes [0, size) of url by parallel curl range
-    requests of CURL_RANGE bytes, CURL_PARALLEL at a time."""
+    requests of CURL_RANGE bytes, CURL_PARALLEL at a time. opts: (name,
+    value) of curl options every request takes (in the config, each
+    request's own: the command line's hold for the first only)."""
     cfg = work.path("curl.cfg")
     with open(cfg, "w") as f:
         for k, off in enumerate(range(0, size, CURL_RANGE)):
@@ -165,9 +167,11 @@ def curl_link(h, work, url, size, extra=()):
                 f.write("next\n")
             f.write('url = "%s"\nrange = %d-%d\noutput = "/dev/null"\n'
                     'fail\n' % (url, off, min(size, off + CURL_RANGE) - 1))
+            for name, value in opts:
+                f.write('%s = "%s"\n' % (name, value))
     t0 = time.perf_counter()
     h.run(["curl", "-sS", "--parallel", "--parallel-max",
-           str(CURL_PARALLEL)] + list(extra) + ["-K", cfg], timeout=600)
+           str(CURL_PARALLEL), "-K", cfg], timeout=600)
     return time.perf_counter() - t0
 
 
@@ -430,7 +434,7 @@ def peer_mount(h, work, kind, srv, mnt):
     else:
         pw = work.path("s3fs.passwd")
         with open(pw, "w") as f:
-            f.write("%s:%s\n" % (servers.S3RVER_KEY, servers.S3RVER_KEY))
+            f.write("%s:%s\n" % (servers.S3_ACCESS, servers.S3_SECRET))
         os.chmod(pw, 0o600)
         cmd = ["s3fs", BUCKET, mnt, "-f", "-o", "url=" + srv.s3proxy.base_url,
                "-o", "use_path_request_style", "-o", "passwd_file=" + pw,
@@ -570,12 +574,9 @@ def measure(h, work, srv, wl, names, results):
             try:
                 srv_link = curl_link(
                     h, work, srv.s3proxy.url("/%s/%s" % (BUCKET, base)),
-                    size, ["--aws-sigv4", "aws:amz:us-east-1:s3",
-                           # curl sends no payload hash: s3rver wants one
-                           "-H", "x-amz-content-sha256: UNSIGNED-PAYLOAD",
-                           "--user",
-                           "%s:%s" % (servers.S3RVER_KEY,
-                                      servers.S3RVER_KEY)])
+                    size, [("aws-sigv4", "aws:amz:us-east-1:s3"),
+                           ("user", "%s:%s" % (servers.S3_ACCESS,
+                                               servers.S3_SECRET))])
             except h.Failed as e:
                 h.log("  s3 link: %s" % e)
         r["s3 link s"] = srv_link

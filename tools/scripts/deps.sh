@@ -5,11 +5,11 @@
 # loads the completion make install puts in share/bash-completion (not
 # needed to build or run: when it cannot be installed, a note says so
 # and the script goes on); test: + cmocka, zip tools, numpy, acl
-# (setfacl, for the permission test), nginx, openssl, node and npm (the
-# HTTP and S3 servers of tests/remote; npm only where no `npm` command
-# exists: NodeSource's nodejs carries its own and conflicts with
-# Debian's npm); torch: + python3-torch for interop tests,
-# python3-matplotlib for the bench's figures (tools/bench/figures.py);
+# (setfacl, for the permission test), nginx and openssl (the HTTP
+# server of tests/remote), python3-venv (tools/scripts/venv.sh makes the
+# venv of their S3 server, moto's, from PyPI); torch: + python3-torch for
+# interop tests, python3-matplotlib for the bench's figures
+# (tools/bench/figures.py);
 # bench: torch's + curl (the link's limit), rclone and s3fs (the FUSE
 # mounts users pick for data in object stores), what the bench's remote
 # part needs beside the servers (`make bench` installs them only when
@@ -20,8 +20,7 @@
 set -eu
 want="libfuse3-dev fuse3 libzip-dev liburing-dev libcurl4-openssl-dev libssl-dev pkg-config"
 optional=""
-servers="nginx openssl nodejs"
-command -v npm >/dev/null 2>&1 || servers="$servers npm"
+servers="nginx openssl python3-venv"
 case "${1:-build}" in
 build) ;;
 install) optional="bash-completion" ;;
