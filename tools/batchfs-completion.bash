@@ -77,7 +77,7 @@ _batchfs() {
 		_batchfs_reply $'auto\nio_uring\nthreads\nnone' "$cur"
 		return ;;
 	--torch-compat)
-		_batchfs_reply $'1.13\n2.7' "$cur"
+		_batchfs_reply $'1.13\n2.1\n2.7' "$cur"
 		return ;;
 	--ranks)
 		_batchfs_reply all "$cur"
