@@ -2,13 +2,15 @@
  * cache_chunk.c; fs/README.md: remote objects: the cache).
  *
  * Files. An entry is three files in the directory, named by the SHA-256
- * of its key (URL without userinfo, query and fragment; ETag, else
+ * of its key (URL without userinfo and fragment; the query's parameters
+ * but those that sign a presigned URL, hashed only; ETag, else
  * Last-Modified; size), in hex:
  *   NAME.data  the object's bytes: sparse, of the object's size
  *   NAME.map   a header page (format, chunk size, size, the key's hash,
  *              the sync state), then a word per chunk (cache_impl.h)
- *   NAME.meta  the key in clear (the public URL, the validator, the
- *              size), for people and for finding a URL's old versions
+ *   NAME.meta  the key in clear (the public URL, the query's hash, the
+ *              validator, the size), for people and for finding a URL's
+ *              old versions
  * and DIR/.lock serializes opens, closes and collection between
  * processes (flock, bounded wait).
  *
@@ -41,6 +43,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -259,9 +262,89 @@ void bfs_cache_destroy(struct bfs_cache *c)
 	free(c);
 }
 
+bool bfs_cache_query_signing(const char *name, size_t n)
+{
+	static const char *const signing[] = {
+	    "X-Amz-Algorithm",	  "X-Amz-Credential",	  "X-Amz-Date",
+	    "X-Amz-Expires",	  "X-Amz-Security-Token", "X-Amz-Signature",
+	    "X-Amz-SignedHeaders"};
+
+	for (size_t i = 0; i < sizeof(signing) / sizeof(signing[0]); i++)
+		if (strlen(signing[i]) == n &&
+		    !strncasecmp(name, signing[i], n))
+			return true;
+	return false;
+}
+
+/* The query string of key k (after the '?', up to '#' or the end), its
+ * length into *n; NULL: none. */
+static const char *key_query(const struct bfs_cache_key *k, size_t *n)
+{
+	const char *q = k->query;
+
+	if (!q) {
+		q = strpbrk(k->url, "?#");
+		q = q && *q == '?' ? q + 1 : NULL;
+	}
+	if (q)
+		*n = strcspn(q, "#");
+	return q;
+}
+
+/* Feed the parameters of k's query that name the object (in order, each
+ * ended by a NUL; empty ones and the signing ones left out) to ctx:
+ * whether one was fed, false where none or on a failure (*ok). */
+static bool query_feed(EVP_MD_CTX *ctx, const struct bfs_cache_key *k, int *ok)
+{
+	size_t len = 0, at = 0;
+	const char *q = key_query(k, &len);
+	bool fed = false;
+
+	while (q && at < len && *ok) {
+		size_t n = strcspn(q + at, "&"), name;
+
+		if (at + n > len)
+			n = len - at;
+		name = strcspn(q + at, "=&");
+		if (name > n)
+			name = n;
+		if (n && !bfs_cache_query_signing(q + at, name)) {
+			*ok = EVP_DigestUpdate(ctx, q + at, n) &&
+			      EVP_DigestUpdate(ctx, "", 1);
+			fed = true;
+		}
+		at += n + 1;
+	}
+	return fed;
+}
+
+/* The SHA-256 of k's query (what of it names the object), in hex, into
+ * out: "" where none. For the metadata (which entries are versions of
+ * one object): the query itself is never stored. */
+static int query_hash(const struct bfs_cache_key *k, char out[65])
+{
+	EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+	uint8_t raw[32];
+	unsigned n = 0;
+	int ok = ctx && EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) &&
+		 EVP_DigestUpdate(ctx, "batchfs-cache-query 1", 22);
+	bool fed = ok && query_feed(ctx, k, &ok);
+
+	ok = ok && EVP_DigestFinal_ex(ctx, raw, &n) && n == 32;
+	EVP_MD_CTX_free(ctx);
+	out[0] = 0;
+	if (!ok)
+		return -EIO;
+	for (int i = 0; fed && i < 32; i++)
+		snprintf(out + 2 * i, 3, "%02x", raw[i]);
+	return 0;
+}
+
 /* The key's hash (hex into name, raw into raw). The hashed bytes are
- * "batchfs-cache-key 1", the public URL, "etag" or "last-modified", the
- * validator and the size in decimal, each ended by a NUL: unambiguous. */
+ * "batchfs-cache-key 2", the public URL, "etag" or "last-modified", the
+ * validator and the size in decimal, then the query's parameters that
+ * name the object, in order, each ended by a NUL: unambiguous. (Format 1
+ * left the query out: two objects told apart by it shared an entry.) */
 static int key_hash(const struct bfs_cache_key *k, const char *pub,
 		    uint8_t raw[32], char name[65])
 {
@@ -269,7 +352,7 @@ static int key_hash(const struct bfs_cache_key *k, const char *pub,
 	const char *kind = etag ? "etag" : "last-modified";
 	const char *val = etag ? k->etag : k->last_modified;
 	char size[24];
-	const char *parts[] = {"batchfs-cache-key 1", pub, kind, val, size};
+	const char *parts[] = {"batchfs-cache-key 2", pub, kind, val, size};
 	EVP_MD_CTX *ctx = EVP_MD_CTX_new();
 	unsigned n = 0;
 	int ok;
@@ -278,6 +361,8 @@ static int key_hash(const struct bfs_cache_key *k, const char *pub,
 	ok = ctx && EVP_DigestInit_ex(ctx, EVP_sha256(), NULL);
 	for (size_t i = 0; ok && i < sizeof(parts) / sizeof(parts[0]); i++)
 		ok = EVP_DigestUpdate(ctx, parts[i], strlen(parts[i]) + 1);
+	if (ok)
+		query_feed(ctx, k, &ok);
 	ok = ok && EVP_DigestFinal_ex(ctx, raw, &n) && n == 32;
 	EVP_MD_CTX_free(ctx);
 	if (!ok)
@@ -299,8 +384,10 @@ static int meta_write(struct bfs_cache_entry *e, const struct bfs_cache_key *k)
 	bfs_log_escape(val, sizeof(val), etag ? k->etag : k->last_modified);
 	n = snprintf(buf, sizeof(buf),
 		     "batchfs cache entry, format %d\n"
-		     "url %s\n%s %s\nsize %llu\nchunk %u\n",
-		     BFS_CACHE_FORMAT, e->url, etag ? "etag" : "last-modified",
+		     "url %s\n%s%s%s%s %s\nsize %llu\nchunk %u\n",
+		     BFS_CACHE_FORMAT, e->url,
+		     e->query[0] ? "query-sha256 " : "", e->query,
+		     e->query[0] ? "\n" : "", etag ? "etag" : "last-modified",
 		     val, (unsigned long long)k->size, e->chunk);
 	if (n < 0 || (size_t)n >= sizeof(buf))
 		return -ENAMETOOLONG;
@@ -505,7 +592,7 @@ static struct bfs_cache_entry *entry_find(struct bfs_cache *c, const char *name)
 int bfs_cache_open(struct bfs_cache *c, const struct bfs_cache_key *k,
 		   struct bfs_cache_entry **out, struct bfs_error *err)
 {
-	char pub[4096], esc[4096], name[65];
+	char pub[4096], esc[4096], name[65], qhash[65];
 	uint8_t raw[32];
 	struct bfs_cache_entry *e;
 	int rc;
@@ -523,6 +610,8 @@ int bfs_cache_open(struct bfs_cache *c, const struct bfs_cache_key *k,
 				     "URL too long");
 	bfs_log_escape(esc, sizeof(esc), pub);
 	rc = key_hash(k, pub, raw, name);
+	if (rc == 0)
+		rc = query_hash(k, qhash);
 	if (rc < 0)
 		return bfs_error_set(err, rc, c->dir, BFS_NO_OFFSET,
 				     "hashing the key failed");
@@ -546,6 +635,7 @@ int bfs_cache_open(struct bfs_cache *c, const struct bfs_cache_key *k,
 	pthread_mutex_init(&e->plan_lock, NULL);
 	e->size = k->size;
 	e->url = strdup(esc);
+	memcpy(e->query, qhash, sizeof(qhash));
 	if (asprintf(&e->data_path, "%s/%s.data", c->dir, e->name) < 0)
 		e->data_path = NULL;
 	if (!e->url || !e->data_path) {
@@ -573,7 +663,7 @@ int bfs_cache_open(struct bfs_cache *c, const struct bfs_cache_key *k,
 		futimens(e->map_fd, NULL); /* its age, for collection */
 	}
 	if (rc == 0)
-		bfs_cache_gc_locked(c, e->url, e->name);
+		bfs_cache_gc_locked(c, e->url, e->query, e->name);
 	bfs_cache_dir_unlock(c);
 	if (rc < 0)
 		goto err_free;

@@ -81,11 +81,17 @@ struct bfs_cache_opts {
 
 /* What names an object version. */
 struct bfs_cache_key {
-	/* The object's URL. Userinfo, query string and fragment are not part
-	 * of the key and never stored (a presigned URL's signature, a
-	 * password). For s3:// the caller passes the endpoint's URL of the
-	 * object, so that two stores' bucket/key are two objects. */
+	/* The object's URL. Userinfo and fragment are not part of the key;
+	 * its query string is taken from 'query', or else from the URL
+	 * (after its '?'). For s3:// the caller passes the endpoint's URL of
+	 * the object, so that two stores' bucket/key are two objects. */
 	const char *url;
+	/* The query string (after the '?', up to a '#' or the end; NULL:
+	 * the URL's own, if any). Its parameters, in order, are part of the
+	 * key, but for those that sign a presigned URL (X-Amz-Signature,
+	 * X-Amz-Date, ...: bfs_cache_query_signing); only hashed, never
+	 * stored in clear (it may hold secrets). */
+	const char *query;
 	const char *etag;	   /* as the server sent it; NULL or "": none */
 	const char *last_modified; /* used only without an ETag */
 	uint64_t size;		   /* the object's size in bytes */
@@ -123,6 +129,12 @@ int bfs_cache_default_dir(char *out, size_t len, char *const envp[]);
  * -> "https://h/a"), into out (len bytes). What may be shown of a URL.
  * Returns 0 or -ENAMETOOLONG. */
 int bfs_cache_url_public(char *out, size_t len, const char *url);
+
+/* Whether query parameter 'name' (its 'n' bytes, as written: not
+ * percent-decoded) is one that signs a presigned URL and names nothing
+ * (X-Amz-Algorithm, -Credential, -Date, -Expires, -Security-Token,
+ * -Signature, -SignedHeaders; any case): left out of the cache key. */
+bool bfs_cache_query_signing(const char *name, size_t n);
 
 /* A handle on the cache directory 'dir' (created, with its parents, mode
  * 0700, when missing) for one mount. Collects the directory's garbage

@@ -5,11 +5,11 @@
  * meanwhile), an entry is unused when an exclusive flock on its map file
  * succeeds (users hold a shared one) or it has no map file. Unused, it is
  * removed at once when it is another version of a URL being opened (the
- * object was replaced), when its metadata is missing (a creation cut
- * short), and, while the directory holds more than the bound (the bytes
- * its files take on disk), oldest first (the map file's mtime: touched at
- * every open and close). Stray temporary files of a crashed metadata
- * write go too. Removal unlinks the map last, holding its lock, so a
+ * object was replaced: the same public URL and query hash), when its metadata
+ * is missing (a creation cut short), and, while the directory holds more than
+ * the bound (the bytes its files take on disk), oldest first (the map file's
+ * mtime: touched at every open and close). Stray temporary files of a crashed
+ * metadata write go too. Removal unlinks the map last, holding its lock, so a
  * removal cut short leaves an entry without metadata: removed next time.
  * Files that are not the cache's are left alone. */
 #include <dirent.h>
@@ -25,9 +25,10 @@
 #include "fs/cache.h"
 #include "fs/cache_impl.h"
 
-/* The "url" line of NAME.meta, escaped, into out: 0 or -errno. */
+/* The "url" line of NAME.meta, escaped, into out, and its
+ * "query-sha256" line into q ("" where none): 0 or -errno. */
 static int meta_url(struct bfs_cache *c, const char *name, char *out,
-		    size_t len)
+		    size_t len, char q[65])
 {
 	char path[96], buf[META_MAX];
 	const char *p;
@@ -43,6 +44,10 @@ static int meta_url(struct bfs_cache *c, const char *name, char *out,
 	if (n < 0)
 		return -EIO;
 	buf[n] = 0;
+	q[0] = 0;
+	p = strstr(buf, "\nquery-sha256 ");
+	if (p)
+		snprintf(q, 65, "%.*s", (int)strcspn(p + 14, "\n"), p + 14);
 	p = strstr(buf, "\nurl ");
 	if (!p)
 		return -ENOENT;
@@ -200,7 +205,8 @@ static int gc_list(struct bfs_cache *c, struct gc_item **out, size_t *n)
 /* Collect, under the directory lock: entries of 'url' other than 'keep'
  * (replaced versions) and stray files at once, then unused entries,
  * oldest first, while the directory holds more than the bound. */
-int bfs_cache_gc_locked(struct bfs_cache *c, const char *url, const char *keep)
+int bfs_cache_gc_locked(struct bfs_cache *c, const char *url, const char *query,
+			const char *keep)
 {
 	struct gc_item *v = NULL;
 	size_t n;
@@ -210,13 +216,14 @@ int bfs_cache_gc_locked(struct bfs_cache *c, const char *url, const char *keep)
 	if (rc < 0)
 		return rc;
 	for (size_t i = 0; i < n; i++) {
-		char u[4096];
+		char u[4096], q[65];
 
 		v[i].bytes = entry_bytes(c, v[i].name, &v[i].mtime);
 		v[i].unused = (!keep || strcmp(v[i].name, keep)) &&
 			      entry_unused(c, v[i].name);
-		if (v[i].unused && (meta_url(c, v[i].name, u, sizeof(u)) < 0 ||
-				    (url && !strcmp(u, url)))) {
+		if (v[i].unused &&
+		    (meta_url(c, v[i].name, u, sizeof(u), q) < 0 ||
+		     (url && !strcmp(u, url) && !strcmp(q, query)))) {
 			/* no metadata (half made), or another version */
 			removed += entry_remove(c, v[i].name);
 			v[i].unused = false;
@@ -244,7 +251,7 @@ int bfs_cache_gc(struct bfs_cache *c)
 
 	if (rc < 0)
 		return rc;
-	rc = bfs_cache_gc_locked(c, NULL, NULL);
+	rc = bfs_cache_gc_locked(c, NULL, NULL, NULL);
 	bfs_cache_dir_unlock(c);
 	return rc;
 }

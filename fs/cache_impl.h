@@ -71,7 +71,8 @@ struct bfs_cache_entry {
 	unsigned refs;			    /* cache->lock */
 	char name[65];			    /* hex SHA-256 of the key */
 	char *data_path;
-	char *url; /* public URL, for the directory's garbage */
+	char *url;	/* public URL, for the directory's garbage */
+	char query[65]; /* the query's hash (cache.c: query_hash); "" */
 	int data_fd, map_fd;
 	unsigned slot; /* our user slot (an OFD lock on the map file) */
 	struct cache_hdr *hdr;
@@ -116,9 +117,11 @@ int bfs_cache_dir_lock(struct bfs_cache *c);
 void bfs_cache_dir_unlock(struct bfs_cache *c);
 
 /* cache_gc.c: collect under the directory lock; 'url' (escaped, as in
- * the metadata) and 'keep' (a name): the entry being opened, whose
- * other versions go. Returns the entries removed or -errno. */
-int bfs_cache_gc_locked(struct bfs_cache *c, const char *url, const char *keep);
+ * the metadata), 'query' (its query's hash, "" for none) and 'keep' (a
+ * name): the entry being opened, whose other versions go. Returns the
+ * entries removed or -errno. */
+int bfs_cache_gc_locked(struct bfs_cache *c, const char *url, const char *query,
+			const char *keep);
 
 /* cache_plan.c: the earliest planned use of chunk c not before 'now'
  * (BFS_CACHE_NEVER: none), the earlier ones dropped; freeing an entry's

@@ -73,6 +73,7 @@ static int open_entry(struct bfs_objects *os, struct bfs_object *o,
 				     "Last-Modified: its version cannot be "
 				     "pinned, so it cannot be mounted");
 	k = (struct bfs_cache_key){.url = in.where,
+				   .query = in.query,
 				   .etag = in.etag,
 				   .last_modified = in.last_modified,
 				   .size = in.size};

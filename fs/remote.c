@@ -770,6 +770,8 @@ void bfs_remote_obj_info(const struct bfs_remote_obj *o,
 	out->last_modified = o->last_modified;
 	out->auth = o->auth;
 	out->where = o->where;
+	out->query = o->s3 ? NULL : strpbrk(o->url, "?#");
+	out->query = out->query && *out->query == '?' ? out->query + 1 : NULL;
 }
 
 void bfs_remote_obj_move(struct bfs_remote_obj *o, struct bfs_remote *to)

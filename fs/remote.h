@@ -202,6 +202,10 @@ struct bfs_remote_info {
 	 * (for s3://, the endpoint's path-style URL): what names the
 	 * object apart from another store's (a cache key). */
 	const char *where;
+	/* Its query string, after the '?' (a fragment may follow; NULL:
+	 * none; s3:// never has one: a '?' of a key is encoded in the
+	 * path). A secret maybe: never shown nor stored in clear. */
+	const char *query;
 };
 
 /* Open the object at 'url' (copied): one GET of bytes 0-0 (not HEAD: a

@@ -132,7 +132,7 @@ http {{
         listen 127.0.0.1:{port}{tls};
         root {root};
         autoindex {autoindex};
-    }}
+{conf}    }}
 }}
 """
 
@@ -146,10 +146,13 @@ class Nginx:
     """nginx serving the files under root; tls=True: HTTPS with a
     self-signed certificate for 127.0.0.1 (self.cert, a PEM file a
     client may trust); autoindex=True: a directory's URL lists its files
-    (an HTML index, what rclone's HTTP backend reads)."""
+    (an HTML index, what rclone's HTTP backend reads); conf: more
+    directives of the server block (a location of a test's own)."""
 
-    def __init__(self, root, workdir=None, tls=False, autoindex=False):
+    def __init__(self, root, workdir=None, tls=False, autoindex=False,
+                 conf=""):
         self.root = os.path.abspath(root)
+        self.conf = conf
         self.tls = tls
         self.autoindex = autoindex
         self.dir = workdir or os.path.join(
@@ -177,7 +180,8 @@ class Nginx:
             with open(conf, "w") as f:
                 f.write(NGINX_CONF.format(
                     d=self.dir, port=self.port, root=self.root, tls=tls,
-                    autoindex="on" if self.autoindex else "off"))
+                    autoindex="on" if self.autoindex else "off",
+                    conf=self.conf))
             self.proc = subprocess.Popen(
                 [exe, "-p", self.dir, "-c", conf, "-e",
                  os.path.join(self.dir, "error.log")],

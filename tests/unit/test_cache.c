@@ -1151,6 +1151,60 @@ static void no_secret_of_a_url_reaches_the_metadata(void **state)
 	assert_true(dir_contains(dir, "batchfs cache entry, format 1\n"));
 }
 
+/* The query names the object (hashed, never stored); the parameters
+ * that sign a presigned URL do not: one entry across re-signings. */
+static void the_query_but_its_signature_is_in_the_key(void **state)
+{
+	const char *dir = test_dir("query");
+	struct bfs_cache *c = cache_new(dir, 0, SMALL, 0);
+	struct bfs_cache_entry *a =
+	    entry_new(c, "https://h/d.pt?f=one1", "\"e\"", 2 * SMALL);
+	struct bfs_cache_entry *b =
+	    entry_new(c, "https://h/d.pt?f=two2", "\"e\"", 2 * SMALL);
+	struct bfs_cache_entry *p =
+	    entry_new(c,
+		      "https://h/d.pt?X-Amz-Date=20260101T000000Z&f=one1&"
+		      "x-amz-signature=abc&X-Amz-Expires=60#frag",
+		      "\"e\"", 2 * SMALL);
+	struct bfs_cache_entry *n =
+	    entry_new(c, "https://h/d.pt", "\"e\"", 2 * SMALL);
+	struct bfs_cache_entry *s = entry_new(
+	    c, "https://h/d.pt?X-Amz-Signature=abc&&", "\"e\"", 2 * SMALL);
+	struct bfs_cache_key k = {.url = "https://h/d.pt",
+				  .query = "f=two2#x",
+				  .etag = "\"e\"",
+				  .size = 2 * SMALL};
+	struct bfs_cache_entry *q;
+	struct bfs_error err = {{0}};
+
+	assert_int_equal(bfs_cache_open(c, &k, &q, &err), 0);
+	assert_string_not_equal(bfs_cache_name(a), bfs_cache_name(b));
+	assert_string_equal(bfs_cache_name(a), bfs_cache_name(p));
+	assert_string_equal(bfs_cache_name(b), bfs_cache_name(q));
+	assert_string_not_equal(bfs_cache_name(a), bfs_cache_name(n));
+	assert_string_equal(bfs_cache_name(n), bfs_cache_name(s));
+	assert_true(bfs_cache_query_signing("X-AMZ-SIGNATURE", 15));
+	assert_false(bfs_cache_query_signing("X-Amz-Signature2", 16));
+	assert_false(bfs_cache_query_signing("versionId", 9));
+	assert_int_equal(put(a, 0, SMALL), 0);
+	assert_false(bfs_cache_present(b, 0, SMALL));
+	/* both stay: neither is the other's old version */
+	bfs_cache_close(a);
+	bfs_cache_close(p);
+	bfs_cache_close(b);
+	bfs_cache_close(q);
+	a = entry_new(c, "https://h/d.pt?f=one1", "\"e\"", 2 * SMALL);
+	assert_true(bfs_cache_present(a, 0, SMALL));
+	bfs_cache_close(a);
+	bfs_cache_close(n);
+	bfs_cache_close(s);
+	bfs_cache_destroy(c);
+	assert_false(dir_contains(dir, "one1"));
+	assert_false(dir_contains(dir, "two2"));
+	assert_false(dir_contains(dir, "f="));
+	assert_true(dir_contains(dir, "query-sha256 "));
+}
+
 static void set_age(const char *dir, const char *name, time_t t)
 {
 	char p[1024];
@@ -1251,6 +1305,7 @@ int main(void)
 	    cmocka_unit_test(an_entry_left_unsynced_is_dropped_after_a_reboot),
 	    cmocka_unit_test(a_dead_evictor_does_not_block_writers),
 	    cmocka_unit_test(no_secret_of_a_url_reaches_the_metadata),
+	    cmocka_unit_test(the_query_but_its_signature_is_in_the_key),
 	    cmocka_unit_test(past_the_bound_unused_entries_go_oldest_first),
 	    cmocka_unit_test(options_out_of_range_are_refused),
 	};
