@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "fs/log.h"
+#include "fs/trust.h"
 
 static int sink_fd = -1;
 
@@ -101,14 +102,10 @@ static int open_append(const char *path)
 }
 
 /* Whether directory st may hold our log: ours (or root's), and nobody
- * else may add or replace its entries (not group or world writable,
- * unless sticky: then only their owners may). */
+ * else may add or replace its entries (bfs_trust_dir). */
 static bool dir_usable(const struct stat *st)
 {
-	return S_ISDIR(st->st_mode) &&
-	       (st->st_uid == geteuid() || st->st_uid == 0) &&
-	       (!(st->st_mode & (S_IWGRP | S_IWOTH)) ||
-		(st->st_mode & S_ISVTX));
+	return bfs_trust_dir(st, geteuid(), true);
 }
 
 /* Open (create) log 'name' for appending in directory 'leaf' of
