@@ -14,6 +14,12 @@
  * and DIR/.lock serializes opens, closes and collection between
  * processes (flock, bounded wait).
  *
+ * Trust. The directory must be ours alone (dir_check), and so must every
+ * file of an entry an earlier run left (open_file: a regular file of
+ * ours, not group or world writable, one link, not a symlink): its words
+ * say which bytes are there, and those are served. What fails is
+ * removed and made anew (O_EXCL), the entry started empty.
+ *
  * Users. A process that has an entry open holds a shared flock on its map
  * file, and an OFD lock on one byte past its end (its slot, named in the
  * words it marks evicting, so others can tell a dead evictor). Under the
@@ -40,6 +46,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <openssl/evp.h>
+#include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,6 +59,7 @@
 
 #include "fs/cache_impl.h"
 #include "fs/log.h"
+#include "fs/trust.h"
 
 static const char *env_get(char *const envp[], const char *name)
 {
@@ -175,10 +183,120 @@ static int mkdirs(const char *dir)
 	return S_ISDIR(st.st_mode) ? 0 : -ENOTDIR;
 }
 
+/* The directory c->dir_fd must be ours alone (bfs_trust_dir: our euid's,
+ * not group or world writable unless sticky): others could plant entries
+ * in it, or replace ours. 0, or -EPERM with what to do. */
+static int dir_check(struct bfs_cache *c, struct bfs_error *err)
+{
+	struct stat st;
+	char who[64] = "";
+	struct passwd pw, *pp = NULL;
+	char pwbuf[1024];
+
+	if (fstat(c->dir_fd, &st) < 0)
+		return bfs_error_set(err, -errno, c->dir, BFS_NO_OFFSET, "%s",
+				     strerror(errno));
+	if (bfs_trust_dir(&st, geteuid(), false))
+		return 0;
+	if (st.st_uid != geteuid()) {
+		if (getpwuid_r(st.st_uid, &pw, pwbuf, sizeof(pwbuf), &pp) ==
+			0 &&
+		    pp)
+			snprintf(who, sizeof(who), " (%s)", pp->pw_name);
+		return bfs_error_set(
+		    err, -EPERM, c->dir, BFS_NO_OFFSET,
+		    "the cache directory is owned by uid %u%s, not by this "
+		    "user (uid %u): its entries could be planted; chown it "
+		    "to uid %u, or choose another --cache-dir",
+		    (unsigned)st.st_uid, who, (unsigned)geteuid(),
+		    (unsigned)geteuid());
+	}
+	return bfs_error_set(err, -EPERM, c->dir, BFS_NO_OFFSET,
+			     "the cache directory is writable by its group or "
+			     "others "
+			     "(mode %04o): its entries could be planted; "
+			     "chmod go-w it, or choose another --cache-dir",
+			     (unsigned)(st.st_mode & 07777));
+}
+
+/* Whether a failed open of an entry's file means that what has its name
+ * is not a plain file of ours (a symlink, someone's file, a FIFO without
+ * a reader): then it is removed and made anew. */
+static bool open_refused(int e)
+{
+	return e == ELOOP || e == EACCES || e == EPERM || e == ENXIO ||
+	       e == ETXTBSY || e == EWOULDBLOCK;
+}
+
+/* Open file 'name' of the directory: one an earlier run left, when it is
+ * ours alone (bfs_trust_file: only this user could have written it), else
+ * a new one, created (O_EXCL) mode 0600; *made says it is new. What has
+ * the name and fails the check (a symlink, another's file, a hard link,
+ * a group or world writable file) is logged and removed (the directory
+ * is ours: we may), then made anew. Returns the descriptor or -errno. */
+static int open_file(struct bfs_cache *c, const char *name, bool *made)
+{
+	struct stat st;
+
+	*made = false;
+	for (int tries = 0; tries < 4; tries++) {
+		int fd = openat(c->dir_fd, name,
+				O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+		int e = fd < 0 ? errno : 0;
+
+		if (fd < 0 && e == ENOENT) {
+			fd = openat(c->dir_fd, name,
+				    O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW |
+					O_CLOEXEC,
+				    0600);
+			if (fd >= 0) {
+				*made = true;
+				return fd;
+			}
+			if (errno != EEXIST)
+				return -errno;
+			continue; /* made meanwhile: check it */
+		}
+		if (fd < 0 && !open_refused(e))
+			return -e;
+		if (fd >= 0 && fstat(fd, &st) < 0) {
+			e = errno;
+			close(fd);
+			return -e;
+		}
+		if (fd >= 0 && bfs_trust_file(&st, geteuid())) {
+			if (fcntl(fd, F_SETFL, 0) == 0) /* O_NONBLOCK off */
+				return fd;
+			e = errno;
+			close(fd);
+			return -e;
+		}
+		if (fd >= 0) {
+			bfs_log(BFS_LOG_WARN, "cache",
+				"%s/%s: not a file of this user's alone "
+				"(owner uid %u, mode %04o, %u links): not "
+				"used, removed",
+				c->dir, name, (unsigned)st.st_uid,
+				(unsigned)(st.st_mode & 07777),
+				(unsigned)st.st_nlink);
+			close(fd);
+		} else {
+			bfs_log(BFS_LOG_WARN, "cache",
+				"%s/%s: cannot be opened as a file of this "
+				"user's (%s): not used, removed",
+				c->dir, name, strerror(e));
+		}
+		if (unlinkat(c->dir_fd, name, 0) < 0 && errno != ENOENT)
+			return -errno;
+	}
+	return -EEXIST;
+}
+
 int bfs_cache_create(struct bfs_cache **out, const char *dir,
 		     const struct bfs_cache_opts *o, struct bfs_error *err)
 {
 	struct bfs_cache *c = calloc(1, sizeof(*c));
+	bool made;
 	int rc;
 
 	*out = NULL;
@@ -220,14 +338,22 @@ int bfs_cache_create(struct bfs_cache **out, const char *dir,
 		bfs_error_set(err, rc, dir, BFS_NO_OFFSET, "%s", strerror(-rc));
 		goto err_free;
 	}
-	c->dir_fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (c->dir_fd >= 0)
-		c->lock_fd =
-		    openat(c->dir_fd, ".lock",
-			   O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
-	if (c->lock_fd < 0) {
+	c->dir_fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (c->dir_fd < 0) {
 		rc = bfs_error_set(err, -errno, dir, BFS_NO_OFFSET, "%s",
-				   strerror(errno));
+				   errno == ELOOP || errno == ENOTDIR
+				       ? "a symbolic link: name the cache "
+					 "directory itself (--cache-dir)"
+				       : strerror(errno));
+		goto err_free;
+	}
+	rc = dir_check(c, err);
+	if (rc < 0)
+		goto err_free;
+	c->lock_fd = open_file(c, ".lock", &made);
+	if (c->lock_fd < 0) {
+		rc = bfs_error_set(err, c->lock_fd, dir, BFS_NO_OFFSET,
+				   ".lock: %s", strerror(-c->lock_fd));
 		goto err_free;
 	}
 	rc = bfs_cache_gc(c);
@@ -393,9 +519,9 @@ static int meta_write(struct bfs_cache_entry *e, const struct bfs_cache_key *k)
 		return -ENAMETOOLONG;
 	snprintf(tmp, sizeof(tmp), "%s.meta.tmp", e->name);
 	snprintf(path, sizeof(path), "%s.meta", e->name);
-	fd =
-	    openat(c->dir_fd, tmp,
-		   O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+	unlinkat(c->dir_fd, tmp, 0); /* a crash's */
+	fd = openat(c->dir_fd, tmp,
+		    O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
 	if (fd < 0)
 		return -errno;
 	if (write(fd, buf, (size_t)n) != n)
@@ -479,32 +605,33 @@ static int slot_take(struct bfs_cache_entry *e)
 	return -EUSERS;
 }
 
-/* Open (creating) NAME.ext for an entry. */
-static int open_file(struct bfs_cache *c, const char *name, const char *ext)
-{
-	char path[96];
-
-	snprintf(path, sizeof(path), "%s.%s", name, ext);
-	return openat(c->dir_fd, path,
-		      O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
-}
-
 /* The files of entry e opened, checked or started afresh, locked as a
  * user and mapped; called under the directory lock. */
 static int entry_attach(struct bfs_cache_entry *e, const uint8_t raw[32],
 			struct bfs_error *err)
 {
 	struct bfs_cache *c = e->cache;
-	bool alone, valid;
+	bool alone, valid, made_map, made_data;
+	char path[96];
 	int rc;
 
-	e->map_fd = open_file(c, e->name, "map");
-	e->data_fd = e->map_fd < 0 ? -1 : open_file(c, e->name, "data");
-	if (e->data_fd < 0)
-		return bfs_error_set(err, -errno, e->data_path, BFS_NO_OFFSET,
-				     "%s", strerror(errno));
+	snprintf(path, sizeof(path), "%s.map", e->name);
+	rc = e->map_fd = open_file(c, path, &made_map);
+	if (rc >= 0) {
+		snprintf(path, sizeof(path), "%s.data", e->name);
+		rc = e->data_fd = open_file(c, path, &made_data);
+	}
+	if (rc < 0) {
+		e->map_fd = e->map_fd < 0 ? -1 : e->map_fd;
+		e->data_fd = -1;
+		return bfs_error_set(err, rc, c->dir, BFS_NO_OFFSET, "%s: %s",
+				     path, strerror(-rc));
+	}
+	e->made = made_map || made_data;
 	alone = flock(e->map_fd, LOCK_EX | LOCK_NB) == 0;
-	valid = header_valid(e, raw, e->size);
+	/* A file made anew holds nothing: the other one's words (or bytes)
+	 * are not its. */
+	valid = !e->made && header_valid(e, raw, e->size);
 	if (alone) {
 		struct cache_hdr h;
 
@@ -654,7 +781,8 @@ int bfs_cache_open(struct bfs_cache *c, const struct bfs_cache_key *k,
 		char mp[96];
 
 		snprintf(mp, sizeof(mp), "%s.meta", e->name);
-		if (faccessat(c->dir_fd, mp, F_OK, AT_SYMLINK_NOFOLLOW) < 0)
+		if (e->made ||
+		    faccessat(c->dir_fd, mp, F_OK, AT_SYMLINK_NOFOLLOW) < 0)
 			rc = meta_write(e, k);
 		if (rc < 0)
 			bfs_error_set(err, rc, e->data_path, BFS_NO_OFFSET,

@@ -137,7 +137,10 @@ int bfs_cache_url_public(char *out, size_t len, const char *url);
 bool bfs_cache_query_signing(const char *name, size_t n);
 
 /* A handle on the cache directory 'dir' (created, with its parents, mode
- * 0700, when missing) for one mount. Collects the directory's garbage
+ * 0700, when missing) for one mount. The directory must be this user's
+ * alone (fs/trust.h: owned by the effective uid, not group or world
+ * writable unless sticky; not a symlink): else -EPERM (-ELOOP), the
+ * message saying what to do. Collects the directory's garbage
  * (bfs_cache_gc). Returns 0 or -errno, with 'err' (may be NULL) naming
  * the directory and the reason. */
 int bfs_cache_create(struct bfs_cache **out, const char *dir,

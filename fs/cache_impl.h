@@ -74,6 +74,7 @@ struct bfs_cache_entry {
 	char *url;	/* public URL, for the directory's garbage */
 	char query[65]; /* the query's hash (cache.c: query_hash); "" */
 	int data_fd, map_fd;
+	bool made;     /* a file of it made anew at this open */
 	unsigned slot; /* our user slot (an OFD lock on the map file) */
 	struct cache_hdr *hdr;
 	uint32_t *words; /* hdr + HDR_PAGE, nchunks of them */

@@ -222,6 +222,51 @@ static void a_remount_finds_what_was_fetched(void **state)
 	bfs_cache_destroy(c);
 }
 
+/* An entry from an earlier run is used only when its files are the
+ * mounter's alone: one with a second link, or group or world writable,
+ * is not (removed, started afresh); nor is a directory others may write
+ * (but one of ours that is sticky). */
+static void an_entry_not_ours_alone_is_not_used(void **state)
+{
+	const char *dir = test_dir("trust");
+	uint64_t size = 8 * SMALL;
+	struct bfs_cache *c = cache_new(dir, 0, SMALL, 0);
+	struct bfs_cache_entry *e = entry_new(c, "https://h/t", "\"t\"", size);
+	char name[65], p[1024], q[1024];
+	struct bfs_error err = {{0}};
+	struct stat st;
+
+	assert_int_equal(put(e, 0, size), 0);
+	snprintf(name, sizeof(name), "%s", bfs_cache_name(e));
+	bfs_cache_destroy(c);
+	snprintf(p, sizeof(p), "%s/%s.data", dir, name);
+	snprintf(q, sizeof(q), "%s/extra-link", dir);
+	assert_int_equal(link(p, q), 0);
+	c = cache_new(dir, 0, SMALL, 0);
+	e = entry_new(c, "https://h/t", "\"t\"", size);
+	assert_false(bfs_cache_present(e, 0, SMALL));
+	assert_int_equal(fstat(bfs_cache_fd(e), &st), 0);
+	assert_int_equal(st.st_nlink, 1);
+	assert_int_equal(put(e, 0, size), 0);
+	bfs_cache_destroy(c);
+	snprintf(p, sizeof(p), "%s/%s.map", dir, name);
+	assert_int_equal(chmod(p, 0620), 0);
+	c = cache_new(dir, 0, SMALL, 0);
+	e = entry_new(c, "https://h/t", "\"t\"", size);
+	assert_false(bfs_cache_present(e, 0, SMALL));
+	assert_int_equal(stat(p, &st), 0);
+	assert_int_equal(st.st_mode & 0777, 0600);
+	bfs_cache_destroy(c);
+
+	assert_int_equal(chmod(dir, 0770), 0);
+	assert_int_equal(bfs_cache_create(&c, dir, NULL, &err), -EPERM);
+	assert_non_null(strstr(err.msg, "chmod go-w"));
+	assert_int_equal(chmod(dir, 01777), 0);
+	c = cache_new(dir, 0, SMALL, 0);
+	bfs_cache_destroy(c);
+	assert_int_equal(chmod(dir, 0700), 0);
+}
+
 static bool file_exists(const char *dir, const char *name, const char *ext)
 {
 	char p[1024];
@@ -1284,6 +1329,7 @@ int main(void)
 	    cmocka_unit_test(public_url_drops_userinfo_query_fragment),
 	    cmocka_unit_test(written_bytes_read_back_through_the_mapping),
 	    cmocka_unit_test(a_remount_finds_what_was_fetched),
+	    cmocka_unit_test(an_entry_not_ours_alone_is_not_used),
 	    cmocka_unit_test(
 		another_etag_is_another_entry_and_the_old_one_goes),
 	    cmocka_unit_test(missing_ranges_are_merged_absent_chunks),
