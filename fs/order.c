@@ -231,9 +231,8 @@ size_t bfs_order_request_unused(const struct bfs_order_request *r,
 			: "--replacement: no effect: DistributedSampler "
 			  "(--world-size) has no replacement";
 	if (r->have_compat && !bfs_order_is_random(r))
-		m[n++] = "--torch-compat/--torch-version: no effect: the "
-			 "order is not random, so no torch version draws it "
-			 "differently";
+		m[n++] = "--torch-compat: no effect: the order is not random, "
+			 "so no torch version draws it differently";
 	if (r->persistent_workers && !bfs_order_request_draws_base_seed(r))
 		m[n++] = "--persistent-workers: no effect: this DataLoader "
 			 "draws its base seed from torch's global generator, "

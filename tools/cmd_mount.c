@@ -404,14 +404,18 @@ static int compat_opt(struct mount_opts *m, const char *arg)
 	return bfs_cli_bad_usage("mount", usage, msg, NULL);
 }
 
-/* --torch-version V: the torch whose order to serve (torch.__version__). */
+/* --torch-version V: the torch whose order to serve (torch.__version__);
+ * a later --torch-compat overrides it, as it does a former one. */
 static int torch_version_opt(struct mount_opts *m, const char *arg)
 {
 	bool verified;
 	char msg[300];
 
 	if (bfs_torch_compat_of(arg, &m->compat, &verified) == 0) {
-		m->have_compat = true;
+		/* not have_compat: the torch at hand is no choice of the
+		 * user's, so it is never warned about (batchfs.mount() passes
+		 * it whatever the order) */
+		m->have_compat = false;
 		m->torch_version = arg;
 		m->torch_verified = verified;
 		return 0;
