@@ -23,7 +23,7 @@ enum bfs_sampler {
 	BFS_SAMPLER_DISTRIBUTED, /* DistributedSampler(ds, W, R, ...) */
 };
 
-/* Which torch's order (fs/README.md: torch versions). The orders differ
+/* Which torch's order (fs/README.md: the order engine). The orders differ
  * in two places only: WeightedRandomSampler drawing one sample per epoch
  * (torch.multinomial's cumulative search in 1.13; from 2.1 on, argmax of
  * weight / Exp(1), 2n words) and randperm(n) for n >= 214748364 (an
