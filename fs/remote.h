@@ -19,14 +19,16 @@
  *
  * Each answer is checked before a byte counts: status 206, a
  * Content-Range of exactly the bytes asked for out of the pinned size,
- * the pinned ETag, exactly len bytes. A short body, a wrong
+ * the pinned ETag, no Content-Encoding but identity (every request asks
+ * for it), exactly len bytes. A short body, a wrong
  * Content-Range, a 200 to a range request, 5xx, 408, 429 (Retry-After
  * honoured), resets, failed connects and stalls (no byte for 'stall_s')
  * are retried, from the first byte not yet received, with exponential
  * backoff and jitter until the request's deadline ('timeout_s' from its
  * first try). Then the request fails: -ETIMEDOUT when the last try timed
  * out or stalled, else -EIO. Not retried: 404 (-ENOENT), 401/403
- * (-EACCES), 412 or another ETag (-ESTALE, "object replaced").
+ * (-EACCES), 412 or another ETag (-ESTALE, "object replaced"), another
+ * Content-Encoding (-EIO, its body not taken).
  *
  * URLs: http://, https:// (a presigned URL is plain HTTPS: its query
  * string is the signature, sent as is, never shown), s3://BUCKET/KEY:
@@ -159,7 +161,8 @@ enum bfs_remote_err_kind {
 	BFS_REMOTE_E_THROTTLED,	  /* 429, 503 */
 	BFS_REMOTE_E_SERVER,	  /* other 5xx, 408 */
 	BFS_REMOTE_E_BAD_REPLY,	  /* short body, wrong Content-Range, 200
-				   * to a range request, too long */
+				   * to a range request, too long, another
+				   * Content-Encoding */
 	BFS_REMOTE_E_STALE,	  /* 412, another ETag */
 	BFS_REMOTE_E_NOT_FOUND,	  /* 404 */
 	BFS_REMOTE_E_DENIED,	  /* 401, 403 */

@@ -62,6 +62,7 @@ struct xfer {
 	char verdict_msg[200];
 	/* Headers of the current answer. */
 	char etag[256], last_modified[64], bucket_region[64];
+	char encoding[64]; /* Content-Encoding, "" when none */
 	bool have_cr, cr_star, have_cl;
 	uint64_t cr_a, cr_b, cr_total, cl;
 	char body[1024]; /* an error answer's body (S3's <Code>) */

@@ -7,6 +7,9 @@
  * Content-Range "bytes try_start-B/SIZE" with B inside the range and
  * SIZE the pinned size, and the pinned ETag (or Last-Modified) when it
  * names one; a 200 is taken only for a range that is the whole object.
+ * Every try asks for the bytes as they are (Accept-Encoding: identity),
+ * and an answer in any other Content-Encoding (gzip) is refused whole:
+ * its body is not the object's bytes, and none of it is kept.
  * Body bytes go straight into the caller's buffer at their offset, never
  * past the Content-Range; a try that ends early keeps the bytes it got
  * (they are of the pinned version) and the next asks for the rest.
@@ -14,6 +17,7 @@
  * Everything here runs on the client's thread; messages are scrubbed of
  * the object's secrets (bfs_remote_scrub) before they are kept. */
 #include "fs/remote_impl.h"
+#include "fs/log.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -105,12 +109,36 @@ static void copy_value(char *out, size_t cap, const char *v, size_t n)
 	out[n] = 0;
 }
 
+/* An answer in a Content-Encoding other than identity: its body is not
+ * the object's bytes (a server or proxy that ignored Accept-Encoding:
+ * identity). Refused, not retried (such a server answers so again), and
+ * said in the log at once, naming the object without its secrets: a
+ * read-ahead's failure is otherwise a debug line. */
+static bool encoded(struct xfer *x)
+{
+	char msg[sizeof(x->verdict_msg)];
+
+	if (!x->encoding[0] || !strcasecmp(x->encoding, "identity"))
+		return false;
+	verdict(x, -EIO, false, BFS_REMOTE_E_BAD_REPLY,
+		"answered in Content-Encoding %.40s, not the bytes asked for "
+		"(Accept-Encoding: identity); nothing of it kept",
+		x->encoding);
+	snprintf(msg, sizeof(msg), "%s", x->verdict_msg);
+	bfs_remote_scrub(obj_of(x), msg);
+	bfs_log(BFS_LOG_ERR, "remote", "%s: bytes %" PRIu64 "-%" PRIu64 ": %s",
+		obj_of(x)->name, x->try_start, want_end(x) - 1, msg);
+	return true;
+}
+
 /* The headers of an answer are complete: may its body be taken? */
 static void check_range_answer(struct xfer *x)
 {
 	const struct bfs_remote_obj *o = obj_of(x);
 	uint64_t end = want_end(x);
 
+	if (encoded(x))
+		return;
 	if (o->etag[0] && x->etag[0] && strcmp(o->etag, x->etag))
 		return verdict(x, -ESTALE, false, BFS_REMOTE_E_STALE,
 			       "object replaced since it was opened (ETag "
@@ -153,6 +181,8 @@ static void check_range_answer(struct xfer *x)
 
 static void check_probe_answer(struct xfer *x)
 {
+	if (encoded(x))
+		return;
 	if (x->status == 200) {
 		if (x->have_cl && x->cl == 0) {
 			x->size = 0; /* an empty object, whole */
@@ -182,6 +212,7 @@ static void check_probe_answer(struct xfer *x)
 static void reset_answer(struct xfer *x)
 {
 	x->etag[0] = x->last_modified[0] = x->bucket_region[0] = 0;
+	x->encoding[0] = 0;
 	x->have_cr = x->cr_star = x->have_cl = false;
 	x->cr_a = x->cr_b = x->cr_total = x->cl = 0;
 	x->body_len = 0;
@@ -229,6 +260,8 @@ static size_t on_header(char *line, size_t size, size_t n, void *arg)
 		copy_value(x->etag, sizeof(x->etag), v, vn);
 	} else if (IS("last-modified")) {
 		copy_value(x->last_modified, sizeof(x->last_modified), v, vn);
+	} else if (IS("content-encoding")) {
+		copy_value(x->encoding, sizeof(x->encoding), v, vn);
 	} else if (IS("x-amz-bucket-region")) {
 		copy_value(x->bucket_region, sizeof(x->bucket_region), v, vn);
 	} else if (IS("content-length")) {
@@ -278,11 +311,12 @@ static size_t on_body(char *data, size_t size, size_t n, void *arg)
 	return len;
 }
 
-/* The try's request headers: the condition, S3's. */
+/* The try's request headers: the bytes as they are, the condition,
+ * S3's. */
 static int add_headers(struct xfer *x)
 {
 	const struct bfs_remote_obj *o = obj_of(x);
-	struct curl_slist *h = NULL, *t;
+	struct curl_slist *h, *t;
 	char cond[300];
 
 	if (x->kind == XFER_RANGE && o->etag[0] && o->etag_strong)
@@ -292,8 +326,14 @@ static int add_headers(struct xfer *x)
 			 o->last_modified);
 	else
 		cond[0] = 0;
-	if (cond[0] && !(h = curl_slist_append(h, cond)))
+	if (!(h = curl_slist_append(NULL, "Accept-Encoding: identity")))
 		return -ENOMEM;
+	if (cond[0]) {
+		t = curl_slist_append(h, cond);
+		if (!t)
+			goto err_free;
+		h = t;
+	}
 	if (o->sigv4[0]) {
 		t = curl_slist_append(h, "x-amz-content-sha256: " EMPTY_SHA256);
 		if (!t)

@@ -7,7 +7,11 @@
  * `batchfs SOURCE MOUNTPOINT -o OPTIONS`, a first argument that is no
  * command but a path (it has a '/' or exists), is `batchfs mount`:
  * mount.fuse3 runs the program a type fuse.TYPE names that way, for
- * `mount -t fuse.batchfs` and /etc/fstab (tools/cmd_mount.c). */
+ * `mount -t fuse.batchfs` and /etc/fstab (tools/cmd_mount.c).
+ *
+ * First of all, the secrets of URLs in the arguments and the AWS secret
+ * keys of the environment leave what /proc shows of the process (and of
+ * a mount's daemon, its fork): tools/secrets.h. */
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
@@ -15,6 +19,7 @@
 
 #include "tools/cli.h"
 #include "tools/cmd.h"
+#include "tools/secrets.h"
 #include "tools/version.h"
 
 static int cmd_version(int argc, char **argv);
@@ -82,6 +87,7 @@ static bool asks_version(int argc, char **argv)
 
 int main(int argc, char **argv)
 {
+	bfs_hide_secrets(argc, argv); /* before anything reads them */
 	if (argc < 2) {
 		usage(stderr);
 		return 2;

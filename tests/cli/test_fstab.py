@@ -11,7 +11,14 @@ OPTIONS`, every option in -o):
 - mount tables show the first source's path as what is mounted
   (`findmnt -no SOURCE`), also with a comma and a space in it;
 - `batchfs SOURCE MOUNTPOINT -o batch_size` (no value) is a usage error
-  that names the option.
+  that names the option;
+- `mount -t fuse.batchfs URL MOUNTPOINT -o source=URL2,...` of URLs with
+  a user:password and a presigned-style query (nginx on 127.0.0.1, which
+  ignores both), AWS_SECRET_ACCESS_KEY and AWS_SESSION_TOKEN in the
+  environment: the daemon's /proc/PID/cmdline, read as user nobody (as
+  any user may), and its /proc/PID/environ hold none of the secrets, the
+  URLs and the other options still there (skipped, saying so, without
+  nginx).
 
 mount(8) runs its helpers without the caller's PATH (/bin/sh's default
 one), so the test runs in a mount namespace of its own in which
@@ -110,6 +117,69 @@ def same_as_plain(mnt, want, srcs):
     assert shown == srcs[0], (shown, srcs[0])
 
 
+def as_nobody(*cmd):
+    """cmd's output and status, run as user nobody."""
+    import pwd
+    pw = pwd.getpwnam("nobody")
+
+    def drop():
+        os.setgroups([])
+        os.setgid(pw.pw_gid)
+        os.setuid(pw.pw_uid)
+    p = subprocess.run(cmd, capture_output=True, timeout=60,
+                       preexec_fn=drop)
+    return p.stdout.decode("latin-1"), p.returncode
+
+
+def remote_secrets():
+    """A mount(8) of URLs with secrets: none in the daemon's /proc."""
+    sys.path.insert(0, os.path.join(os.path.dirname(
+        os.path.abspath(__file__)), "..", "lib"))
+    import servers
+    if not (shutil.which("nginx") or os.path.exists("/usr/sbin/nginx")):
+        print("skip: the remote case (nginx is not installed)")
+        return
+    password, sig = "pa55wordFSTAB", "secretsigFSTAB0123456789"
+    key, token = "AWSKEYFSTAB0123456789", "AWSTOKENFSTAB0123456789"
+    root = os.path.join(ml.TMP, "www")
+    os.makedirs(root, exist_ok=True)
+    for i in range(2):
+        ml.write_safetensors(os.path.join(root, "s%d.safetensors" % i), {
+            "x": np.arange(240, dtype=np.float32).reshape(40, 6) + i,
+            "y": np.arange(40, dtype=np.int64)})
+    mnt = os.path.join(ml.TMP, "remote")
+    os.makedirs(mnt)
+    env = dict(os.environ, AWS_ACCESS_KEY_ID="AKIDFSTAB",
+               AWS_SECRET_ACCESS_KEY=key, AWS_SESSION_TOKEN=token)
+    with servers.Nginx(root) as ng:
+        host = ng.base_url.split("://", 1)[1]
+        urls = ["http://user:%s@%s/s%d.safetensors?X-Amz-Signature=%s"
+                % (password, host, i, sig) for i in range(2)]
+        p = subprocess.run(["mount", "-t", "fuse.batchfs", urls[0], mnt,
+                            "-o", "batch_size=16,source=%s,cache_dir=%s"
+                            % (urls[1], os.path.join(ml.TMP, "cache"))],
+                           capture_output=True, text=True, timeout=120,
+                           env=env)
+        assert p.returncode == 0, (p.returncode, p.stdout, p.stderr)
+        ml._mounts.append(mnt)
+        errs = ml.bounded(mnt, [lambda: files_of(mnt, 1)])
+        assert errs == [None], errs
+        assert len(files_of(mnt, 1)) == 5
+        pid = ml.daemon_pid(mnt)
+        cmdline, rc = as_nobody("cat", "/proc/%d/cmdline" % pid)
+        assert rc == 0 and "s0.safetensors" in cmdline and \
+            "s1.safetensors" in cmdline and "cache_dir=" in cmdline, \
+            (rc, cmdline)
+        with open("/proc/%d/environ" % pid, "rb") as f:
+            environ = f.read().decode("latin-1")
+        assert "AWS_SECRET_ACCESS_KEY=" in environ
+        for secret in (password, sig, key, token):
+            assert secret not in cmdline, (secret, cmdline)
+            assert secret not in environ, (secret, "environ")
+        unmount(mnt)
+    print("ok: no secret in the /proc of a daemon mount(8) started")
+
+
 def unmount(mnt):
     p = subprocess.run(["umount", mnt], capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
@@ -166,6 +236,7 @@ def main():
     assert p.returncode == 2, (p.returncode, p.stderr)
     assert "-o batch_size: needs a value" in p.stderr, p.stderr
     assert not ml.is_mounted(mnt)
+    remote_secrets()
     print("ok")
 
 

@@ -33,8 +33,13 @@ clear(); path = only requests for that path):
                    holds now, as one that ignores them (s3rver 3.7.1
                    did)
     "drop_etag"    the ETag header removed from answers
+    "gzip"         a 2xx answer's body gzipped and sent chunked with
+                   Content-Encoding: gzip, its other headers (the
+                   Content-Range too) as they were: a server or proxy
+                   that ignores Accept-Encoding: identity
 Each injected fault is counted in injected[kind]; requests counts every
-request, bytes every body byte sent.
+request, bytes every body byte sent, accept_encoding the requests by
+their Accept-Encoding header ("" none).
 
 SigV4 (verify_sigv4={"keys": {ACCESS: SECRET}, "region": "us-east-1",
 "token": None}): every request must carry a valid AWS SigV4 Authorization
@@ -66,7 +71,7 @@ import urllib.parse
 
 KINDS = ("503", "status", "reset", "truncate", "stall", "short_range",
          "wrong_range", "ignore_range", "open_range", "ignore_conditions",
-         "drop_etag")
+         "drop_etag", "gzip")
 IO_TIMEOUT = 30  # every socket operation of the proxy is bounded
 CHUNK = 256 * 1024  # bytes of a body read from upstream, sent, paced
 BURST = 0.002  # seconds the link's schedule may lag (see _pace)
@@ -190,6 +195,7 @@ class FaultProxy:
         self.bytes = 0             # lock
         self.injected = {k: 0 for k in KINDS}  # lock
         self.refused = {}          # lock: SigV4 error code -> count
+        self.accept_encoding = {}  # lock: Accept-Encoding -> count
         self.server = None
 
     # ---- control ----
@@ -228,7 +234,8 @@ class FaultProxy:
         with self.lock:
             return {"requests": self.requests, "bytes": self.bytes,
                     "injected": dict(self.injected),
-                    "refused": dict(self.refused)}
+                    "refused": dict(self.refused),
+                    "accept_encoding": dict(self.accept_encoding)}
 
     def url(self, path):
         return self.base_url + path
@@ -431,6 +438,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             latency = p._latency
             target = p.rewrites.get(path)
         headers = {k.lower(): v for k, v in self.headers.items()}
+        with p.lock:
+            ae = headers.get("accept-encoding", "")
+            p.accept_encoding[ae] = p.accept_encoding.get(ae, 0) + 1
         n = int(headers.get("content-length") or 0)
         body = self.rfile.read(n) if n else None
         if p.verify:
@@ -502,6 +512,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                and k.lower() != "content-length"]
         if p._take(path, ("drop_etag",)):
             out = [(k, v) for k, v in out if k.lower() != "etag"]
+        if 200 <= r.status < 300 and n and self.command != "HEAD" and \
+                p._take(path, ("gzip",)):
+            return self._gzipped(r, data, out)
         self.send_response_only(r.status, r.reason)
         for k, v in out:
             self.send_header(k, v)
@@ -530,6 +543,31 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.connection.shutdown(socket.SHUT_WR)
         else:
             self._reset()
+
+    def _gzipped(self, r, data, headers):
+        """The answer with its body gzipped, chunked (fault "gzip")."""
+        import gzip
+        try:
+            data = r.read() if data is None else data
+        except (OSError, http.client.HTTPException):
+            self._drop_upstream()
+            raise
+        z = gzip.compress(data)
+        self.send_response_only(r.status, r.reason)
+        for k, v in headers:
+            if k.lower() != "content-encoding":
+                self.send_header(k, v)
+        self.send_header("Content-Encoding", "gzip")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        for i in range(0, len(z), CHUNK):
+            part = z[i:i + CHUNK]
+            self.proxy._pace(len(part))
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(part), part))
+            with self.proxy.lock:
+                self.proxy.bytes += len(part)
+        self.wfile.write(b"0\r\n\r\n")
+        self.wfile.flush()
 
     def _body(self, r, data, n):
         """The first n body bytes: of data (read whole) or streamed from

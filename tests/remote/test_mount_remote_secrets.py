@@ -4,13 +4,16 @@ are its owner's.
 
 Secrets: a presigned-style URL's query string (a signature, a credential,
 a token) and a URL's user:password, for an archive behind the fault proxy
-in front of nginx (which ignores both). The mount is made with -v (debug
+in front of nginx (which ignores both), and AWS_SECRET_ACCESS_KEY and
+AWS_SESSION_TOKEN in its environment. The mount is made with -v (debug
 lines in the log) while the proxy throttles a few answers (retries
 logged); batches are read; a second mount of a missing object with the
 same secrets fails, and so does `batchfs inspect` of it. None of the
 secrets is in the log, stats, README,
 dataset.json, `batchfs status`, the mount tables, the cache directory's
-files or any message; the object is named without them.
+files or any message, nor in the daemon's /proc/PID/cmdline (read as
+user nobody, as any user of the machine may; the URL is there, its
+secrets masked) or /proc/PID/environ; the object is named without them.
 
 Permissions (the mount is made by root here, as the tests run):
   a remote source alone: every node readable by its owner only (files
@@ -37,7 +40,10 @@ SIG = "5ecre75e57bada55c0ffee0ddba11deadbeef00decafbad"
 CRED = "AKIDPRESIGNEDMOUNTCRED01"
 TOKEN = "PRESIGNEDSECRETMOUNTTOKEN01"
 PASSWORD = "hunter2MOUNTSECRETPASSWORD"
-NEEDLES = [SIG, CRED, TOKEN, PASSWORD, "X-Amz-Signature", "X-Amz-Credential"]
+AWS_KEY = "AWSSECRETKEYOFTHEMOUNTSENV0123456789"
+AWS_TOKEN = "AWSSESSIONTOKENOFTHEMOUNTSENV0123456789"
+NEEDLES = [SIG, CRED, TOKEN, PASSWORD, "X-Amz-Signature", "X-Amz-Credential",
+           AWS_KEY, AWS_TOKEN]
 failures = []
 seen = []
 
@@ -69,6 +75,41 @@ def texts_of(mnt, log):
     seen.append(("batchfs status", p.stdout + p.stderr))
 
 
+def as_nobody(*cmd):
+    """cmd's output and status, run as user nobody."""
+    uid = pwd.getpwnam("nobody").pw_uid
+    gid = pwd.getpwnam("nobody").pw_gid
+
+    def drop():
+        os.setgroups([])
+        os.setgid(gid)
+        os.setuid(uid)
+    p = subprocess.run(cmd, capture_output=True, timeout=60,
+                       preexec_fn=drop)
+    return p.stdout.decode("latin-1"), p.returncode
+
+
+def proc_of(pid, who):
+    """What another user reads of process pid's command line (and root
+    of its environment): the URL shown without its secrets."""
+    cmdline, rc = as_nobody("cat", "/proc/%d/cmdline" % pid)
+    check(rc == 0 and "/s.pt" in cmdline and "@127.0.0.1" in cmdline,
+          "%s: user nobody reads its /proc/PID/cmdline, the URL in it "
+          "(%d: %r)" % (who, rc, cmdline))
+    seen.append(("%s: /proc/PID/cmdline as nobody" % who, cmdline))
+    with open("/proc/%d/cmdline" % pid, "rb") as f:
+        seen.append(("%s: /proc/PID/cmdline" % who,
+                     f.read().decode("latin-1")))
+    with open("/proc/%d/environ" % pid, "rb") as f:
+        env = f.read().decode("latin-1")
+    check("AWS_SECRET_ACCESS_KEY=" in env and "AWS_SESSION_TOKEN=" in env,
+          "%s: its /proc/PID/environ names the AWS variables" % who)
+    seen.append(("%s: /proc/PID/environ" % who, env))
+    found = sorted({n for n in NEEDLES if n in cmdline + env})
+    check(not found, "%s: no secret in /proc/PID/cmdline or environ (%s)"
+          % (who, found))
+
+
 def mode_of(path):
     st = os.stat(path)
     return st.st_uid, st.st_gid, st.st_mode & 0o777
@@ -79,8 +120,12 @@ def secrets(fp, local):
     cache = os.path.join(mr.TMP, "secret-cache")
     fp.fail("503", count=4, retry_after=0)
     p, rm = mr.mount(secret_url(fp.base_url, "/s.pt"), "-v",
-                     "--batch-size", 50, "--log-file", log, cache=cache)
+                     "--batch-size", 50, "--log-file", log, cache=cache,
+                     env=mr.env_without_aws(AWS_ACCESS_KEY_ID="AKIDOFTHEENV",
+                                            AWS_SECRET_ACCESS_KEY=AWS_KEY,
+                                            AWS_SESSION_TOKEN=AWS_TOKEN))
     seen.append(("mount output", p.stdout + p.stderr))
+    proc_of(ml.daemon_pid(rm), "the daemon")
     _, lm = mr.mount(local, "--batch-size", 50)
     bad = mr.same_batches(rm, lm, 1)
     check(not bad, "a URL with secrets: batches exact (%d differ)"

@@ -22,6 +22,7 @@ import json
 import mmap
 import os
 import sys
+import threading
 
 import numpy as np
 
@@ -61,27 +62,38 @@ class Buffers:
     from a mount into kept buffers). A buffer is handed out again only
     once nothing but this keeps its memory alive (its owner's reference
     count: every array or tensor viewing it holds one), so a batch stays
-    valid and unchanged for as long as anyone holds any part of it."""
+    valid and unchanged for as long as anyone holds any part of it.
+
+    Threads may share one (Batches.read from many threads): a lock makes
+    "nobody holds it" and the hand-out one step, else two threads could
+    both see a buffer free and read two batches into it. A buffer is
+    handed out as a view made under the lock (a reference to its memory,
+    which a new buffer kept would otherwise lack until its batch's arrays
+    view it). The allocation of a new buffer is outside the lock."""
 
     KEEP = 4
 
     def __init__(self):
         self._kept = []
+        self._lock = threading.Lock()
 
     def __call__(self, size):
         """A page-aligned uint8 array of 'size' bytes nobody else uses."""
-        for b in self._kept:
-            if len(b) >= size and sys.getrefcount(b.base) == 2:
-                return b[:size]
+        with self._lock:
+            for b in self._kept:
+                if len(b) >= size and sys.getrefcount(b.base) == 2:
+                    return b[:size]
         b = aligned(size)
-        if len(self._kept) < self.KEEP:
-            self._kept.append(b)
-        else:  # keep the larger ones, which serve any size
-            i = min(range(self.KEEP), key=lambda j: len(self._kept[j]))
-            if len(self._kept[i]) < size and \
-                    sys.getrefcount(self._kept[i].base) == 2:
-                self._kept[i] = b
-        return b
+        out = b[:]
+        with self._lock:
+            if len(self._kept) < self.KEEP:
+                self._kept.append(b)
+            else:  # keep the larger ones, which serve any size
+                i = min(range(self.KEEP), key=lambda j: len(self._kept[j]))
+                if len(self._kept[i]) < size and \
+                        sys.getrefcount(self._kept[i].base) == 2:
+                    self._kept[i] = b
+        return out
 
 
 def _open(path, direct):
