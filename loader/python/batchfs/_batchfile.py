@@ -77,6 +77,15 @@ class Buffers:
         self._kept = []
         self._lock = threading.Lock()
 
+    def __getstate__(self):
+        """Pickled (a DataLoader worker started by spawn, or forkserver,
+        gets its reader so): empty, the buffers and the lock are this
+        process's own."""
+        return {}
+
+    def __setstate__(self, state):
+        self.__init__()
+
     def __call__(self, size):
         """A page-aligned uint8 array of 'size' bytes nobody else uses."""
         with self._lock:
