@@ -20,8 +20,9 @@
  * Each answer is checked before a byte counts: status 206, a
  * Content-Range of exactly the bytes asked for out of the pinned size,
  * the pinned ETag, no Content-Encoding but identity (every request asks
- * for it), exactly len bytes. A short body, a wrong
- * Content-Range, a 200 to a range request, 5xx, 408, 429 (Retry-After
+ * for it), exactly len bytes: a body that runs past its Content-Range has
+ * the excess cut (a fault only where bytes are missing). A short body, a
+ * wrong Content-Range, a 200 to a range request, 5xx, 408, 429 (Retry-After
  * honoured), resets, failed connects and stalls (no byte for 'stall_s')
  * are retried, from the first byte not yet received, with exponential
  * backoff and jitter until the request's deadline ('timeout_s' from its
@@ -161,7 +162,7 @@ enum bfs_remote_err_kind {
 	BFS_REMOTE_E_THROTTLED,	  /* 429, 503 */
 	BFS_REMOTE_E_SERVER,	  /* other 5xx, 408 */
 	BFS_REMOTE_E_BAD_REPLY,	  /* short body, wrong Content-Range, 200
-				   * to a range request, too long, another
+				   * to a range request, another
 				   * Content-Encoding */
 	BFS_REMOTE_E_STALE,	  /* 412, another ETag */
 	BFS_REMOTE_E_NOT_FOUND,	  /* 404 */
