@@ -286,7 +286,7 @@ static size_t on_header(char *line, size_t size, size_t n, void *arg)
 static size_t on_body(char *data, size_t size, size_t n, void *arg)
 {
 	struct xfer *x = arg;
-	size_t len = size * n, room, take;
+	size_t len = size * n, fit, take;
 	char *dst;
 
 	if (x->verdict || x->probe_enough)
@@ -305,8 +305,8 @@ static size_t on_body(char *data, size_t size, size_t n, void *arg)
 			"a body longer than announced");
 		return 0;
 	}
-	room = (size_t)(x->try_end - x->try_start - x->try_got);
-	take = len < room ? len : room;
+	fit = (size_t)(x->try_end - x->try_start - x->try_got);
+	take = len < fit ? len : fit;
 	if (x->kind == XFER_PROBE)
 		dst = &x->probe_byte;
 	else
