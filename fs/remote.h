@@ -63,8 +63,21 @@ bool bfs_remote_is_url(const char *s);
 
 /* 'url' for messages and files users see, into out (cap bytes, always
  * terminated; cut with "..." when too long): without its query string,
- * its fragment and any user:password@. Returns out. */
+ * its fragment and any user:password@. An http(s) URL refused by
+ * bfs_remote_url_check (a password with an unencoded '/', '?' or '#'
+ * ends at an '@' after the authority) is shown as its scheme, "***@"
+ * and what follows its last '@' to the first '?', '#' or '&'. Returns
+ * out. */
 const char *bfs_remote_url_display(char *out, size_t cap, const char *url);
+
+/* 0, or -EINVAL with a message naming 'url' masked when it is an http(s)
+ * URL whose authority (up to the first '/', '?' or '#') holds a ':' and
+ * is followed by an '@': a user:password with an unencoded '/', '?' or
+ * '#' (curl would take part of it for the host and port, and show it),
+ * or an '@' of the path or query of a URL with a port, which cannot be
+ * told apart: both must be percent-encoded. (A user name without a
+ * password that holds them is not told from an '@' of a path.) */
+int bfs_remote_url_check(const char *url, struct bfs_error *err);
 
 /* The bucket and key of "s3://BUCKET/KEY". Returns 0 or -EINVAL (no
  * bucket, no key, a bucket name S3 does not allow) with a message in err,
