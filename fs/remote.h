@@ -35,7 +35,8 @@
  * string is the signature, sent as is, never shown), s3://BUCKET/KEY:
  * path-style ENDPOINT/BUCKET/KEY (the key percent-encoded, '/' kept),
  * signed with credentials found the way AWS tools find them
- * (bfs_remote_aws_load).
+ * (bfs_remote_aws_load). Paths are sent as written, '.' and '..'
+ * segments too (an S3 key may hold them; S3 reads the path as sent).
  *
  * Secrets: no message, log line or counter holds a credential, a
  * signature, a URL's query string or its user:password (objects are

@@ -392,6 +392,10 @@ int bfs_remote_try_start(struct xfer *x, double now, double stall_s,
 	snprintf(range, sizeof(range), "%" PRIu64 "-%" PRIu64, x->try_start,
 		 want_end(x) - 1);
 	curl_easy_setopt(e, CURLOPT_URL, o->url);
+	/* the path as written, '.' and '..' segments too: an S3 key may
+	 * hold them (its path is signed as sent), and so may a presigned
+	 * URL's; removed, another object would be read */
+	curl_easy_setopt(e, CURLOPT_PATH_AS_IS, 1L);
 	curl_easy_setopt(e, CURLOPT_PRIVATE, x);
 	curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
 	curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
