@@ -9,14 +9,19 @@ ignores it), named without it.
 
 Cases: '/', '?' and '#' first in the password, https, and a password of
 digits and '/' ("1/...": the host and port would be 127.0.0.1:1, the rest
-a path)."""
+a path).
+
+/proc/PID/cmdline of the mount, read while it opens a source before
+that URL (the fault proxy holds its answer back): the URL is there, no
+part of its userinfo."""
 import os
 import subprocess
 import sys
+import time
 
 import mountremote as mr
 import remotelib as rl
-from mountremote import ml, servers
+from mountremote import FaultProxy, ml, servers
 
 ml.require_fuse()
 servers.require_nginx()
@@ -29,6 +34,30 @@ def check(ok, what):
     print("%s %s" % ("ok  " if ok else "FAIL", what))
     if not ok:
         failures.append(what)
+
+
+def cmdline(fp, bad, pieces):
+    """The mount's /proc/PID/cmdline while it opens fp's slow object
+    (before 'bad')."""
+    fp.latency(3)
+    mnt = os.path.join(mr.TMP, "cmdline-mnt")
+    os.makedirs(mnt, exist_ok=True)
+    p = subprocess.Popen([ml.BATCHFS, "mount", "--cache-dir",
+                          os.path.join(mr.TMP, "cmdline-cache"),
+                          fp.url("/x.bin"), bad, mnt],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         env=mr.env_without_aws())
+    try:
+        time.sleep(1)
+        with open("/proc/%d/cmdline" % p.pid, "rb") as f:
+            shown = f.read().decode("latin-1")
+    finally:
+        out, err = p.communicate(timeout=120)
+        fp.clear()
+    found = [w for w in pieces if w in shown]
+    check(p.returncode == 1 and "x.pt" in shown and not found,
+          f"/proc/PID/cmdline shows the URL, no part of its userinfo "
+          f"({p.returncode}: {shown!r}, {found})")
 
 
 def main():
@@ -70,6 +99,8 @@ def main():
             check(p.returncode == 1 and not found,
                   f"case {n}: inspect fails, shows no part of the userinfo "
                   f"({p.returncode}: {p.stderr.strip()!r})")
+        with FaultProxy(ng.base_url) as fp:
+            cmdline(fp, cases[0][0], cases[0][1])
         # percent-encoded, the same password is fine
         url = f"http://{USER}:{a}%2F{b}%3F{c}%23{d}@{host}/x.bin"
         with rl.Probe("--timeout", 10) as pr:
