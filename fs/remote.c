@@ -735,6 +735,9 @@ int bfs_remote_open(struct bfs_remote *r, const char *url,
 		return bfs_error_set(err, -EINVAL, url ? url : "(null)",
 				     BFS_NO_OFFSET,
 				     "not an s3://, http:// or https:// URL");
+	rc = bfs_remote_url_check(url, err);
+	if (rc)
+		return rc;
 	o = calloc(1, sizeof(*o));
 	if (!o)
 		return -ENOMEM;

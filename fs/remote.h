@@ -20,8 +20,9 @@
  * Each answer is checked before a byte counts: status 206, a
  * Content-Range of exactly the bytes asked for out of the pinned size,
  * the pinned ETag, no Content-Encoding but identity (every request asks
- * for it), exactly len bytes. A short body, a wrong
- * Content-Range, a 200 to a range request, 5xx, 408, 429 (Retry-After
+ * for it), exactly len bytes: a body that runs past its Content-Range has
+ * the excess cut (a fault only where bytes are missing). A short body, a
+ * wrong Content-Range, a 200 to a range request, 5xx, 408, 429 (Retry-After
  * honoured), resets, failed connects and stalls (no byte for 'stall_s')
  * are retried, from the first byte not yet received, with exponential
  * backoff and jitter until the request's deadline ('timeout_s' from its
@@ -34,7 +35,8 @@
  * string is the signature, sent as is, never shown), s3://BUCKET/KEY:
  * path-style ENDPOINT/BUCKET/KEY (the key percent-encoded, '/' kept),
  * signed with credentials found the way AWS tools find them
- * (bfs_remote_aws_load).
+ * (bfs_remote_aws_load). Paths are sent as written, '.' and '..'
+ * segments too (an S3 key may hold them; S3 reads the path as sent).
  *
  * Secrets: no message, log line or counter holds a credential, a
  * signature, a URL's query string or its user:password (objects are
@@ -62,8 +64,21 @@ bool bfs_remote_is_url(const char *s);
 
 /* 'url' for messages and files users see, into out (cap bytes, always
  * terminated; cut with "..." when too long): without its query string,
- * its fragment and any user:password@. Returns out. */
+ * its fragment and any user:password@. An http(s) URL refused by
+ * bfs_remote_url_check (a password with an unencoded '/', '?' or '#'
+ * ends at an '@' after the authority) is shown as its scheme, "***@"
+ * and what follows its last '@' to the first '?', '#' or '&'. Returns
+ * out. */
 const char *bfs_remote_url_display(char *out, size_t cap, const char *url);
+
+/* 0, or -EINVAL with a message naming 'url' masked when it is an http(s)
+ * URL whose authority (up to the first '/', '?' or '#') holds a ':' and
+ * is followed by an '@': a user:password with an unencoded '/', '?' or
+ * '#' (curl would take part of it for the host and port, and show it),
+ * or an '@' of the path or query of a URL with a port, which cannot be
+ * told apart: both must be percent-encoded. (A user name without a
+ * password that holds them is not told from an '@' of a path.) */
+int bfs_remote_url_check(const char *url, struct bfs_error *err);
 
 /* The bucket and key of "s3://BUCKET/KEY". Returns 0 or -EINVAL (no
  * bucket, no key, a bucket name S3 does not allow) with a message in err,
@@ -161,7 +176,7 @@ enum bfs_remote_err_kind {
 	BFS_REMOTE_E_THROTTLED,	  /* 429, 503 */
 	BFS_REMOTE_E_SERVER,	  /* other 5xx, 408 */
 	BFS_REMOTE_E_BAD_REPLY,	  /* short body, wrong Content-Range, 200
-				   * to a range request, too long, another
+				   * to a range request, another
 				   * Content-Encoding */
 	BFS_REMOTE_E_STALE,	  /* 412, another ETag */
 	BFS_REMOTE_E_NOT_FOUND,	  /* 404 */

@@ -53,6 +53,8 @@ struct xfer {
 	bool accept_body;   /* they were, and the body is the range's */
 	bool probe_enough;  /* XFER_PROBE: size and version known; the
 			     * rest of the body is not wanted */
+	bool cut;	    /* the body ran past its Content-Range: the
+			     * excess was cut, the transfer stopped */
 	uint64_t try_start; /* first byte this try asked for */
 	uint64_t try_end;   /* one past the last byte the answer holds */
 	uint64_t try_got;

@@ -11,8 +11,11 @@
  * and an answer in any other Content-Encoding (gzip) is refused whole:
  * its body is not the object's bytes, and none of it is kept.
  * Body bytes go straight into the caller's buffer at their offset, never
- * past the Content-Range; a try that ends early keeps the bytes it got
- * (they are of the pinned version) and the next asks for the rest.
+ * past the Content-Range: a body longer than it (no Content-Length, or
+ * chunked) has its excess cut and the transfer stopped, and counts as a
+ * fault only where bytes of the range are missing; a try that ends early
+ * keeps the bytes it got (they are of the pinned version) and the next
+ * asks for the rest.
  *
  * Everything here runs on the client's thread; messages are scrubbed of
  * the object's secrets (bfs_remote_scrub) before they are kept. */
@@ -283,7 +286,7 @@ static size_t on_header(char *line, size_t size, size_t n, void *arg)
 static size_t on_body(char *data, size_t size, size_t n, void *arg)
 {
 	struct xfer *x = arg;
-	size_t len = size * n;
+	size_t len = size * n, fit, take;
 	char *dst;
 
 	if (x->verdict || x->probe_enough)
@@ -297,17 +300,25 @@ static size_t on_body(char *data, size_t size, size_t n, void *arg)
 		x->body[x->body_len] = 0;
 		return len;
 	}
-	if (!x->accept_body || x->try_got + len > x->try_end - x->try_start) {
+	if (!x->accept_body) {
 		verdict(x, -EIO, true, BFS_REMOTE_E_BAD_REPLY,
-			"a body longer than its Content-Range");
+			"a body longer than announced");
 		return 0;
 	}
+	fit = (size_t)(x->try_end - x->try_start - x->try_got);
+	take = len < fit ? len : fit;
 	if (x->kind == XFER_PROBE)
 		dst = &x->probe_byte;
 	else
 		dst = (char *)x->req->buf + (x->try_start - x->req->off);
-	memcpy(dst + x->try_got, data, len);
-	x->try_got += len;
+	memcpy(dst + x->try_got, data, take);
+	x->try_got += take;
+	if (take < len) {
+		/* more than its Content-Range: every byte it announced is
+		 * here; the excess is cut, the transfer stopped */
+		x->cut = true;
+		return 0;
+	}
 	return len;
 }
 
@@ -366,7 +377,7 @@ int bfs_remote_try_start(struct xfer *x, double now, double stall_s,
 	x->try_end = x->try_start;
 	x->try_got = 0;
 	x->status = 0;
-	x->headers_done = x->accept_body = x->probe_enough = false;
+	x->headers_done = x->accept_body = x->probe_enough = x->cut = false;
 	x->verdict = 0;
 	x->verdict_msg[0] = x->curl_err[0] = 0;
 	reset_answer(x);
@@ -381,6 +392,10 @@ int bfs_remote_try_start(struct xfer *x, double now, double stall_s,
 	snprintf(range, sizeof(range), "%" PRIu64 "-%" PRIu64, x->try_start,
 		 want_end(x) - 1);
 	curl_easy_setopt(e, CURLOPT_URL, o->url);
+	/* the path as written, '.' and '..' segments too: an S3 key may
+	 * hold them (its path is signed as sent), and so may a presigned
+	 * URL's; removed, another object would be read */
+	curl_easy_setopt(e, CURLOPT_PATH_AS_IS, 1L);
 	curl_easy_setopt(e, CURLOPT_PRIVATE, x);
 	curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
 	curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
@@ -570,7 +585,7 @@ void bfs_remote_try_finish(struct xfer *x, CURLcode cc)
 		snprintf(x->msg, sizeof(x->msg), "%s", x->verdict_msg);
 	} else if (x->probe_enough) {
 		x->rc = 0; /* open learnt what it needs */
-	} else if (cc != CURLE_OK) {
+	} else if (cc != CURLE_OK && !x->cut) {
 		curl_failed(x, cc);
 	} else if (x->status >= 200 && x->status < 300) {
 		if (x->kind == XFER_RANGE && x->got < x->req->len) {

@@ -42,6 +42,26 @@ static int put(char *out, size_t cap, size_t *pos, const char *s, size_t n)
 	return -1;
 }
 
+/* The last '@' of an http(s) URL after its authority (which ends at the
+ * first '/', '?' or '#') when that authority holds a ':', or NULL: the
+ * end of a userinfo whose password holds an unencoded '/', '?' or '#'
+ * ("user:pa" is no host:port, "user:12" the host "user"), or an '@' of
+ * the path or query of a URL with a port, which cannot be told apart.
+ * Without a ':' an '@' after the authority is the path's or query's. */
+static const char *stray_at(const char *url)
+{
+	const char *auth, *end;
+
+	if (!url ||
+	    !(has_prefix_ci(url, "http://") || has_prefix_ci(url, "https://")))
+		return NULL;
+	auth = strstr(url, "://") + 3;
+	end = auth + strcspn(auth, "/?#");
+	if (!*end || !memchr(auth, ':', (size_t)(end - auth)))
+		return NULL;
+	return strrchr(end, '@');
+}
+
 const char *bfs_remote_url_display(char *out, size_t cap, const char *url)
 {
 	const char *p = url, *auth, *end, *at;
@@ -52,6 +72,17 @@ const char *bfs_remote_url_display(char *out, size_t cap, const char *url)
 	out[0] = 0;
 	if (!url)
 		return out;
+	at = stray_at(url);
+	if (at) {
+		/* all before it masked; what follows, to the first '?', '#'
+		 * or '&' (it may be the rest of a query) */
+		auth = strstr(url, "://");
+		if (put(out, cap, &pos, url, (size_t)(auth - url) + 3) ||
+		    put(out, cap, &pos, "***@", 4))
+			return out;
+		put(out, cap, &pos, at + 1, strcspn(at + 1, "?#&"));
+		return out;
+	}
 	/* scheme:// */
 	auth = strstr(url, "://");
 	if (auth && (size_t)(auth - url) < 16 &&
@@ -76,6 +107,20 @@ const char *bfs_remote_url_display(char *out, size_t cap, const char *url)
 	n = strcspn(p, "?#");
 	put(out, cap, &pos, p, n);
 	return out;
+}
+
+int bfs_remote_url_check(const char *url, struct bfs_error *err)
+{
+	char shown[256];
+
+	if (!stray_at(url))
+		return 0;
+	return bfs_error_set(
+	    err, -EINVAL, bfs_remote_url_display(shown, sizeof(shown), url),
+	    BFS_NO_OFFSET,
+	    "an '@' after the host: percent-encode the user:password's '/', "
+	    "'?', '#' and '@' (%%2F, %%3F, %%23, %%40), and an '@' of the "
+	    "path or query of a URL with a port (%%40)");
 }
 
 /* Bucket names S3 allows, and the legacy ones (capitals, '_'); nothing
@@ -171,6 +216,9 @@ int bfs_remote_s3_http_url(char *out, size_t cap, const char *url,
 		    bfs_remote_url_display(shown, sizeof(shown), endpoint),
 		    BFS_NO_OFFSET,
 		    "an S3 endpoint is an http:// or https:// URL");
+	rc = bfs_remote_url_check(endpoint, err);
+	if (rc)
+		return rc;
 	if (strpbrk(endpoint, "?#"))
 		return bfs_error_set(
 		    err, -EINVAL,

@@ -30,7 +30,10 @@ static bool mask(char *from, const char *to)
 
 /* The secrets of the URL in s masked: the userinfo before the last '@'
  * of the authority, and the query from its '?' to the fragment or the
- * end of s. 'apply' false: only whether there is any. */
+ * end of s. An authority with a ':' but no '@' followed by an '@' (before
+ * another "://") is a password with an unencoded '/', '?' or '#' (which
+ * fs/remote refuses): all to the last '@' is masked. 'apply' false: only
+ * whether there is any. */
 static bool url_secrets(char *s, bool apply)
 {
 	bool any = false;
@@ -38,11 +41,19 @@ static bool url_secrets(char *s, bool apply)
 
 	while ((p = strstr(p, "://"))) {
 		char *auth = p + 3, *end = auth + strcspn(auth, "/?#"),
-		     *at = NULL;
+		     *at = NULL, *next;
 
 		for (char *c = auth; c < end; c++)
 			if (*c == '@')
 				at = c;
+		if (!at && memchr(auth, ':', (size_t)(end - auth))) {
+			next = strstr(end, "://");
+			for (char *c = end; *c && (!next || c < next); c++)
+				if (*c == '@')
+					at = c;
+			if (at)
+				end = at + 1 + strcspn(at + 1, "/?#");
+		}
 		if (at)
 			any |= apply ? mask(auth, at) : true;
 		if (*end == '/')

@@ -37,6 +37,10 @@ clear(); path = only requests for that path):
                    Content-Encoding: gzip, its other headers (the
                    Content-Range too) as they were: a server or proxy
                    that ignores Accept-Encoding: identity
+    "extra_bytes"  a 2xx answer's body sent chunked, without
+                   Content-Length, with `extra` bytes (default 4096)
+                   more than its Content-Range announced: their own
+                   chunk, or with joined=True in the body's last one
 Each injected fault is counted in injected[kind]; requests counts every
 request, bytes every body byte sent, accept_encoding the requests by
 their Accept-Encoding header ("" none).
@@ -71,7 +75,7 @@ import urllib.parse
 
 KINDS = ("503", "status", "reset", "truncate", "stall", "short_range",
          "wrong_range", "ignore_range", "open_range", "ignore_conditions",
-         "drop_etag", "gzip")
+         "drop_etag", "gzip", "extra_bytes")
 IO_TIMEOUT = 30  # every socket operation of the proxy is bounded
 CHUNK = 256 * 1024  # bytes of a body read from upstream, sent, paced
 BURST = 0.002  # seconds the link's schedule may lag (see _pace)
@@ -515,6 +519,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if 200 <= r.status < 300 and n and self.command != "HEAD" and \
                 p._take(path, ("gzip",)):
             return self._gzipped(r, data, out)
+        if 200 <= r.status < 300 and n and self.command != "HEAD":
+            f = p._take(path, ("extra_bytes",))
+            if f:
+                return self._extra(r, data, out, f.params)
         self.send_response_only(r.status, r.reason)
         for k, v in out:
             self.send_header(k, v)
@@ -562,6 +570,33 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         for i in range(0, len(z), CHUNK):
             part = z[i:i + CHUNK]
+            self.proxy._pace(len(part))
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(part), part))
+            with self.proxy.lock:
+                self.proxy.bytes += len(part)
+        self.wfile.write(b"0\r\n\r\n")
+        self.wfile.flush()
+
+    def _extra(self, r, data, headers, params):
+        """The answer's body and `extra` bytes more, chunked (fault
+        "extra_bytes"): more than its Content-Range says."""
+        try:
+            data = r.read() if data is None else data
+        except (OSError, http.client.HTTPException):
+            self._drop_upstream()
+            raise
+        extra = b"\x5a" * params.get("extra", 4096)
+        parts = [data[i:i + CHUNK] for i in range(0, len(data), CHUNK)]
+        if params.get("joined"):
+            parts[-1] += extra
+        else:
+            parts.append(extra)
+        self.send_response_only(r.status, r.reason)
+        for k, v in headers:
+            self.send_header(k, v)
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        for part in parts:
             self.proxy._pace(len(part))
             self.wfile.write(b"%x\r\n%s\r\n" % (len(part), part))
             with self.proxy.lock:

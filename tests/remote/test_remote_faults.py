@@ -12,6 +12,10 @@ errors are counted by kind:
   (short_range: the rest is asked for again); a wrong Content-Range; a 200
   with the whole object to a range request; a stall shorter than the
   deadline (the stall limit cuts it, the retry succeeds).
+A body longer than its Content-Range (extra_bytes: chunked, no
+Content-Length, the excess in a chunk of its own or in the body's last),
+on every answer: each range lands exact at its first try, the excess cut,
+no retry and no error counted.
 Persistent (until cleared), --timeout 3:
   a stall: every range fails with ETIMEDOUT within the bound; 503s and
   truncated bodies: "gave up after N tries", EIO (ETIMEDOUT where the
@@ -76,6 +80,30 @@ def transient(fp, p, oid, data, failures):
                                 f"retries: {after}")
 
 
+def extra_bytes(fp, p, oid, data, failures):
+    ranges = rl.random_ranges(len(data), 40, seed=11, max_len=128 * 1024)
+    for joined in (False, True):
+        name = f"extra_bytes(joined={joined})"
+        before, injected = p.stats(), fp.stats()["injected"]["extra_bytes"]
+        fp.fail("extra_bytes", joined=joined)
+        r, got = run(p, oid, data, ranges, name)
+        fp.clear()
+        after = p.stats()
+        if fp.stats()["injected"]["extra_bytes"] - injected < len(ranges):
+            failures.append(f"{name}: not injected: {fp.stats()}")
+        if r["failed"]:
+            failures.append(f"{name}: {r['failed']} ranges failed: {r}")
+            continue
+        try:
+            rl.check_exact(data, got, ranges)
+        except AssertionError as e:
+            failures.append(f"{name}: {e}")
+        if after["retries"] != before["retries"] or \
+                after["errors"] != before["errors"]:
+            failures.append(f"{name}: retried or counted as errors: "
+                            f"{before} -> {after}")
+
+
 def persistent(fp, ng, p, oid, data, failures):
     ranges = rl.random_ranges(len(data), 20, seed=5, max_len=64 * 1024)
 
@@ -138,6 +166,7 @@ def main():
                       log=log) as p:
             o = p.open(fp.url("/obj.bin"))
             transient(fp, p, o["id"], data, failures)
+            extra_bytes(fp, p, o["id"], data, failures)
         # Retry-After: the wait before the retry of a 503 is its value.
         with open(log) as f:
             waits = [float(m.group(1)) for m in re.finditer(

@@ -88,9 +88,25 @@ static void test_url_display_drops_query_and_userinfo(void **state)
 	assert_string_equal(
 	    bfs_remote_url_display(out, sizeof(out), "http://h/a@b/c?x"),
 	    "http://h/a@b/c");
+	/* a password with an unencoded '/', '?' or '#': all before the
+	 * last '@' masked, and the rest of a query */
+	assert_string_equal(
+	    bfs_remote_url_display(out, sizeof(out),
+				   "https://user:pa/ss?w#rd@h:81/x.pt?sig=S"),
+	    "https://***@h:81/x.pt");
+	assert_string_equal(
+	    bfs_remote_url_display(out, sizeof(out), "http://bob:12/34@h/x"),
+	    "http://***@h/x");
+	assert_string_equal(
+	    bfs_remote_url_display(out, sizeof(out),
+				   "http://h:80/x?cred=a@b.example/d&sig=S"),
+	    "http://***@b.example/d");
 	assert_string_equal(
 	    bfs_remote_url_display(out, sizeof(out), "s3://bucket/k ey?x"),
 	    "s3://bucket/k ey");
+	assert_string_equal(
+	    bfs_remote_url_display(out, sizeof(out), "s3://b:x/u:p/w@k"),
+	    "s3://b:x/u:p/w@k");
 	assert_string_equal(
 	    bfs_remote_url_display(out, 12, "https://host/long/path?sig"),
 	    "https://...");
@@ -338,6 +354,7 @@ static int silent_port(int *fd, bool close_it)
 
 static void test_client_refusals(void **state)
 {
+	static const char *const pieces[] = {"USR", "PW1", "PW2", "PW3", "PW4"};
 	struct bfs_remote *r = client(1.0);
 	struct bfs_remote_obj *o = (void *)1;
 	struct bfs_remote_stats st;
@@ -350,6 +367,20 @@ static void test_client_refusals(void **state)
 	memset(&err, 0, sizeof(err));
 	assert_int_equal(bfs_remote_open(r, "s3://onlybucket", &o, &err),
 			 -EINVAL);
+	/* a password with an unencoded '/', '?', '#': refused, masked */
+	memset(&err, 0, sizeof(err));
+	assert_int_equal(
+	    bfs_remote_open(r, "http://USR:PW1/PW2?PW3#PW4@h/x", &o, &err),
+	    -EINVAL);
+	assert_null(o);
+	assert_non_null(strstr(err.msg, "http://***@h/x: "));
+	assert_non_null(strstr(err.msg, "percent-encode"));
+	for (size_t i = 0; i < sizeof(pieces) / sizeof(pieces[0]); i++)
+		assert_null(strstr(err.msg, pieces[i]));
+	assert_int_equal(bfs_remote_url_check("http://h/a@b/c", NULL), 0);
+	assert_int_equal(bfs_remote_url_check("s3://b/u:p/w@k", NULL), 0);
+	assert_int_equal(bfs_remote_url_check("http://u:p%2Fw@h:1/x", NULL), 0);
+	assert_int_equal(bfs_remote_url_check("http://h:1/a@b", NULL), -EINVAL);
 	memset(&err, 0, sizeof(err));
 	snprintf(url, sizeof(url), "http://127.0.0.1:%d/x?sig=SECRETSIG", port);
 	assert_int_equal(bfs_remote_open(r, url, &o, &err), -EIO);
