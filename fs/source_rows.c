@@ -1,11 +1,13 @@
 /* fs/source_rows: a source's sample count, and its tensors of another
  * first dimension as metadata (fs/README.md: the sample count).
  *
- * The count is the first dimension shared by the most fields (a ragged
- * pair NAME.values + NAME.offsets is one field of len(offsets) - 1
- * samples). When several counts tie, the one whose fields hold a tensor
- * too large to be metadata wins if it is the only such one; otherwise the
- * source is refused, naming every field, its first dimension and the
+ * The count is the first dimension shared by the most fields but the
+ * ragged pairs NAME.values + NAME.offsets: those are fields whatever
+ * their length (fs/dataset checks their offsets against the count), and
+ * the count of fields all ragged is len(offsets) - 1 of the first. When several
+ * counts tie, the one whose fields hold a tensor too large to be metadata wins
+ * if it is the only such one; otherwise the source is refused, naming every
+ * field, its first dimension and the
  * --fields that serves each count. A tensor of another first dimension
  * (a mean of 3 channels, class weights) is metadata: its values as nested
  * lists, read when it has at most META_NUMEL elements within META_SPAN
@@ -31,11 +33,12 @@
 #define TIE_NAMES  300
 #define TIE_ADVICE 160
 
-/* What a tensor counts as: its field's samples, and whether it votes
- * (the .values of a ragged pair does not: its offsets count for it). */
+/* What a tensor counts as: its field's samples, whether it votes (a
+ * ragged pair's tensors do not: they are always fields), and whether it
+ * is too large to be metadata. */
 struct count {
 	uint64_t n;
-	bool votes, big;
+	bool votes, ragged, big;
 };
 
 /* The tensor 'name' with 'from' replaced by 'to' (".values" for
@@ -74,12 +77,12 @@ static void count_all(const struct bfs_source *s, struct count *c)
 		size_t v = partner(s, i, ".offsets", ".values");
 
 		c[i].n = (uint64_t)t->size[0];
-		c[i].votes = partner(s, i, ".values", ".offsets") == SIZE_MAX;
+		c[i].ragged = v != SIZE_MAX ||
+			      partner(s, i, ".values", ".offsets") != SIZE_MAX;
+		c[i].votes = !c[i].ragged;
 		c[i].big = too_big(t);
-		if (v != SIZE_MAX) {
+		if (v != SIZE_MAX)
 			c[i].n = t->size[0] > 0 ? (uint64_t)t->size[0] - 1 : 0;
-			c[i].big |= too_big(&s->tensors[v]);
-		}
 	}
 	for (size_t i = 0; i < s->ntensors; i++) {
 		size_t o = partner(s, i, ".values", ".offsets");
@@ -94,17 +97,6 @@ static int by_u64(const void *a, const void *b)
 	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
 
 	return x < y ? -1 : x > y;
-}
-
-/* The field name of voter i: a ragged pair's stem. */
-static int field_name(const struct bfs_source *s, size_t i)
-{
-	const char *name = s->tensors[i].name;
-	size_t n = strlen(name);
-
-	return partner(s, i, ".offsets", ".values") != SIZE_MAX
-		   ? (int)(n - strlen(".offsets"))
-		   : (int)n;
 }
 
 /* The --fields ITEM list serving the voters of count n: "P" when they
@@ -141,9 +133,8 @@ static void advice(const struct bfs_source *s, const struct count *c,
 
 		if (t->left_out || !c[i].votes || c[i].n != n)
 			continue;
-		k = snprintf(buf + at, len - at, "%s%.*s",
-			     buf[at - 1] == ' ' ? "" : ",", field_name(s, i),
-			     t->name);
+		k = snprintf(buf + at, len - at, "%s%s",
+			     buf[at - 1] == ' ' ? "" : ",", t->name);
 		if (k < 0 || (size_t)k >= len - at) {
 			snprintf(buf + at, len - at, ",...");
 			return;
@@ -179,8 +170,8 @@ static int tie_refused(const struct bfs_source *s, const struct count *c,
 			continue;
 		voters++;
 		k = snprintf(names + at, sizeof(names) - at,
-			     "%sfield '%.*s' has %" PRIu64 " samples",
-			     at ? ", " : "", field_name(s, i), t->name, c[i].n);
+			     "%sfield '%s' has %" PRIu64 " samples",
+			     at ? ", " : "", t->name, c[i].n);
 		if (k < 0 || at + (size_t)k + 16 >= sizeof(names)) {
 			names[at] = 0;
 			continue;
@@ -229,6 +220,11 @@ static int vote(const struct bfs_source *s, const struct count *c,
 			tied[ntied++] = v[i];
 	}
 	*n = ntied ? tied[0] : 0;
+	for (size_t i = 0; !nv && i < s->ntensors; i++)
+		if (!s->tensors[i].left_out) { /* all ragged */
+			*n = c[i].n;
+			break;
+		}
 	for (size_t k = 0; ntied > 1 && k < ntied; k++) {
 		bool big = false;
 
@@ -442,11 +438,12 @@ int bfs_source_rows(struct bfs_source *s, struct bfs_error *err)
 	for (size_t i = 0; i < n; i++) {
 		struct bfs_source_tensor *t = &s->tensors[i];
 
-		if (!rc && !t->left_out && c[i].n == s->samples) {
+		if (!rc && !t->left_out &&
+		    (c[i].ragged || c[i].n == s->samples)) {
 			s->tensors[kept++] = *t;
 			continue;
 		}
-		if (!rc && c[i].n != s->samples) {
+		if (!rc && !c[i].ragged && c[i].n != s->samples) {
 			rc = tensor_meta(s, t, &json_used, err);
 			s->nmeta_tensors++;
 		}
