@@ -229,8 +229,8 @@ static int vote(const struct bfs_source *s, const struct count *c,
 		bool big = false;
 
 		for (size_t i = 0; i < s->ntensors; i++)
-			big |= !s->tensors[i].left_out && c[i].n == tied[k] &&
-			       c[i].big;
+			big |= !s->tensors[i].left_out && c[i].votes &&
+			       c[i].n == tied[k] && c[i].big;
 		if (big) {
 			nbig++;
 			*n = tied[k];
@@ -366,10 +366,10 @@ static int tensor_meta(struct bfs_source *s, const struct bfs_source_tensor *t,
 
 	bfs_size_shape_str(shape, sizeof(shape), t->size, t->ndim);
 	if (!di || bfs_size_prod(t->size, t->ndim, &numel) ||
-	    (numel &&
-	     (last_element(t, &last) ||
-	      bfs_size_mul(t->offset, di->size, &lo) ||
-	      bfs_size_mul(last + 1, di->size, &hi) || hi > t->data_bytes)))
+	    (numel && (last_element(t, &last) ||
+		       bfs_size_mul(t->offset, di->size, &lo) ||
+		       bfs_size_add(last, 1, &hi) ||
+		       bfs_size_mul(hi, di->size, &hi) || hi > t->data_bytes)))
 		return bfs_error_set(err, -EINVAL, f->path, t->store_off,
 				     "tensor '%s' %s: its elements (offset "
 				     "%" PRIu64 ") lie outside %s",
