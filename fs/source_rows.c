@@ -1,18 +1,17 @@
 /* fs/source_rows: a source's sample count, and its tensors of another
  * first dimension as metadata (fs/README.md: the sample count).
  *
- * The count is the first dimension shared by the most fields but the
- * ragged pairs NAME.values + NAME.offsets: those are fields whatever
- * their length (fs/dataset checks their offsets against the count), and
- * the count of fields all ragged is len(offsets) - 1 of the first. When several
- * counts tie, the one whose fields hold a tensor too large to be metadata wins
- * if it is the only such one; otherwise the source is refused, naming every
- * field, its first dimension and the
- * --fields that serves each count. A tensor of another first dimension
- * (a mean of 3 channels, class weights) is metadata: its values as nested
- * lists, read when it has at most META_NUMEL elements within META_SPAN
- * bytes of its storage and the source's tensors' JSON stays within
- * META_JSON; else its dtype and shape, the warning saying why. Its view
+ * The count is the first dimension shared by the most fields too large
+ * to be metadata (more than META_NUMEL elements), then by the most
+ * fields; two counts alike in both are a tie, refused naming every field,
+ * its first dimension and the --fields that serves each count. A ragged
+ * pair NAME.values + NAME.offsets does not count: it is a field whatever
+ * its length (fs/dataset checks its offsets against the count), and the
+ * count of fields all ragged is len(offsets) - 1 of the first. A tensor of
+ * another first dimension (a mean of 3 channels, class weights) is metadata:
+ * its values as nested lists, read when it has at most META_NUMEL elements
+ * within META_SPAN bytes of its storage and the source's tensors' JSON stays
+ * within META_JSON; else its dtype and shape, the warning saying why. Its view
  * must lie inside its storage either way, as a field's must. */
 #include <errno.h>
 #include <inttypes.h>
@@ -143,7 +142,7 @@ static void advice(const struct bfs_source *s, const struct count *c,
 	}
 }
 
-/* Counts tied[0..ntied) are shared by the most fields: refused naming
+/* Counts tied[0..ntied) have the best score alike: refused naming
  * every field's count and the --fields serving each. -EINVAL. */
 static int tie_refused(const struct bfs_source *s, const struct count *c,
 		       const uint64_t *tied, size_t ntied, bool selected,
@@ -192,12 +191,28 @@ static int tie_refused(const struct bfs_source *s, const struct count *c,
 			     adv);
 }
 
-/* The sample count of the voters not left out into *n, or a refusal. */
+/* The score of the voters of count n: the fields too large to be
+ * metadata first, then all fields (at most BFS_MAX_FIELDS each). */
+static uint64_t score(const struct bfs_source *s, const struct count *c,
+		      uint64_t n)
+{
+	uint64_t large = 0, all = 0;
+
+	for (size_t i = 0; i < s->ntensors; i++)
+		if (!s->tensors[i].left_out && c[i].votes && c[i].n == n) {
+			large += c[i].big;
+			all++;
+		}
+	return large << 32 | all;
+}
+
+/* The sample count of the voters not left out into *n (the count of the
+ * best score), or a refusal when two counts share the best score. */
 static int vote(const struct bfs_source *s, const struct count *c,
 		bool selected, uint64_t *n, struct bfs_error *err)
 {
-	uint64_t *v = malloc((s->ntensors + 1) * sizeof(*v)), *tied;
-	size_t nv = 0, best = 0, ntied = 0, nbig = 0;
+	uint64_t *v = malloc((s->ntensors + 1) * sizeof(*v)), best = 0;
+	size_t nv = 0, ntied = 0;
 	int rc = 0;
 
 	if (!v)
@@ -206,38 +221,25 @@ static int vote(const struct bfs_source *s, const struct count *c,
 		if (!s->tensors[i].left_out && c[i].votes)
 			v[nv++] = c[i].n;
 	qsort(v, nv, sizeof(*v), by_u64);
-	for (size_t i = 0, run; i < nv; i += run) {
-		for (run = 1; i + run < nv && v[i + run] == v[i]; run++)
-			;
-		if (run > best)
-			best = run;
-	}
-	tied = v; /* the tied counts, written over the sorted ones */
-	for (size_t i = 0, run; i < nv; i += run) {
-		for (run = 1; i + run < nv && v[i + run] == v[i]; run++)
-			;
-		if (run == best)
-			tied[ntied++] = v[i];
-	}
-	*n = ntied ? tied[0] : 0;
-	for (size_t i = 0; !nv && i < s->ntensors; i++)
+	for (size_t i = 0; i < nv; i++) /* v[..ntied): the distinct counts */
+		if (!i || v[i] != v[i - 1])
+			v[ntied++] = v[i];
+	for (size_t k = 0; k < ntied; k++)
+		if (score(s, c, v[k]) > best)
+			best = score(s, c, v[k]);
+	nv = ntied;
+	ntied = 0;
+	for (size_t k = 0; k < nv; k++) /* v[..ntied): the best ones */
+		if (score(s, c, v[k]) == best)
+			v[ntied++] = v[k];
+	*n = ntied ? v[0] : 0;
+	for (size_t i = 0; !ntied && i < s->ntensors; i++)
 		if (!s->tensors[i].left_out) { /* all ragged */
 			*n = c[i].n;
 			break;
 		}
-	for (size_t k = 0; ntied > 1 && k < ntied; k++) {
-		bool big = false;
-
-		for (size_t i = 0; i < s->ntensors; i++)
-			big |= !s->tensors[i].left_out && c[i].votes &&
-			       c[i].n == tied[k] && c[i].big;
-		if (big) {
-			nbig++;
-			*n = tied[k];
-		}
-	}
-	if (ntied > 1 && nbig != 1)
-		rc = tie_refused(s, c, tied, ntied, selected, err);
+	if (ntied > 1)
+		rc = tie_refused(s, c, v, ntied, selected, err);
 	free(v);
 	return rc;
 }

@@ -2,13 +2,17 @@
 """An archive as people save it (real torch, real mounts): CIFAR's
 {'data': N x 3 x 32 x 32 uint8, 'targets': N int64, 'classes': [...],
 'mean': a tensor of 3 floats} is served. The sample count is the first
-dimension shared by the most fields (fs/README.md: the sample count);
+dimension shared by the most fields too large to be metadata, then by the
+most fields (fs/README.md: the sample count);
 a tensor of another first dimension (the mean) is metadata:
 - mount serves data and targets, the batches equal torch's rows;
   dataset.json's "metadata" has classes and the mean's values; the
   warning names 'mean';
 - inspect describes the same fields, and --fields as mount has it;
 - --fields data,targets keeps the mean in dataset.json;
+- statistics that outnumber the fields (a mean, std, min and max of 3
+  beside data and targets) do not outvote them: only data is too large
+  to be metadata;
 - a tie (two fields of 100 samples and two of 50; one of 3 and one of 5)
   is refused by mount and inspect, naming the fields, their first
   dimensions and the --fields to give.
@@ -116,15 +120,15 @@ def cifar(g):
     expect("inspect --fields targets",
            rc == 0 and [f["name"] for f in desc["fields"]] == ["targets"],
            (rc, err, desc))
-    # a std beside the mean: 2 fields of N and 2 of 3; N's holds a tensor
-    # too large to be metadata, so N is the count
-    std = torch.tensor([0.247, 0.243, 0.261])
-    path = save("cifar_std", {"data": data, "targets": targets,
-                              "mean": mean, "std": std})
-    _, info = served("mean and std", path, data, targets)
+    # statistics outnumber the fields: 2 fields of N and 4 of 3; only N's
+    # hold a tensor too large to be metadata, so N is the count
+    stats = {"mean": mean, "std": torch.tensor([0.247, 0.243, 0.261]),
+             "min": torch.zeros(3), "max": torch.ones(3)}
+    path = save("cifar_stats", dict(data=data, targets=targets, **stats))
+    _, info = served("mean, std, min and max", path, data, targets)
     meta = info.get("metadata", {})
-    expect("mean and std: their values", meta.get("std") == std.tolist() and
-           meta.get("mean") == mean.tolist(), meta)
+    expect("mean, std, min and max: their values",
+           meta == {k: t.tolist() for k, t in stats.items()}, meta)
 
 
 def refused(what, path, words, *opts):

@@ -334,11 +334,13 @@ static void a_0_dim_tensor_is_metadata_with_its_value(void **state)
 
 /* A tensor whose first dimension is not the sample count (a mean per
  * channel) is metadata: its view's values as nested lists; one too large
- * its dtype and shape; one outside its storage is refused. */
+ * its dtype and shape (the count: that of the most large fields, then of
+ * the most fields); one outside its storage is refused. */
 static void a_tensor_of_another_first_dim_is_metadata(void **state)
 {
 	struct ta_tensor ts[] = {
-	    {"x", BFS_DT_FLOAT32, "0", 15, 0, 2, {5, 3}, {3, 1}},
+	    /* 1500 elements: too large to be metadata, as big is */
+	    {"x", BFS_DT_FLOAT32, "0", 15, 0, 2, {5, 300}, {3, 0}},
 	    {"y", BFS_DT_INT64, "1", 5, 0, 1, {5}, {1}},
 	    /* column 1 of rows 1..2, transposed: [[11.0], [21.0]] */
 	    {"col", BFS_DT_FLOAT32, "0", 15, 4, 2, {2, 1}, {3, 1}},
