@@ -131,9 +131,10 @@ struct bfs_source {
  * safetensors file or a directory must be the only part; several parts
  * must all be .npy files. Tensor names must be unique. 0-dim tensors
  * become metadata (their value read); so do tensors whose first dimension
- * is not the sample count (the first dimension shared by the most fields;
- * a tie is refused naming the fields and the --fields to give:
- * fs/README.md, the sample count), their values read when small. The
+ * is not the sample count (the first dimension shared by the most fields
+ * too large to be metadata, then by the most fields; a tie is refused
+ * naming the fields and the --fields to give: fs/README.md, the sample
+ * count), their values read when small. The
  * metadata is named in one warning line. 'mem_limit' bounds the metadata
  * (pickle VM, tables) this source may allocate.
  * Returns 0 and *out, or -errno with 'err' naming the file, offset and
