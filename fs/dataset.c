@@ -542,10 +542,9 @@ static int open_shard(struct bfs_dataset *ds, struct shard *sh,
 	size_t *map;
 	int rc;
 
-	rc = bfs_source_open_in(&sh->src, parts, nparts,
-				META_BUDGET - ds->meta_bytes, ds->objects, err);
-	if (!rc && ds->select)
-		rc = bfs_source_select(sh->src, ds->select, err);
+	rc = bfs_source_open_select(&sh->src, parts, nparts,
+				    META_BUDGET - ds->meta_bytes, ds->objects,
+				    ds->select, err);
 	if (rc)
 		return rc;
 	rc = charge(ds, sh->src->path, sh->src->meta_bytes, err);

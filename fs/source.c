@@ -15,6 +15,7 @@
 #include "fs/source.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -392,7 +393,7 @@ static void warn_meta(const struct bfs_source *s)
 {
 	size_t n = s->nmeta + s->nmeta_dropped, at = 0, shown = 0;
 	const char *foreign = s->pk.foreign;
-	char list[META_NAMES] = "";
+	char list[META_NAMES] = "", tensors[128] = "";
 
 	for (size_t i = 0; i < s->nmeta; i++) {
 		const struct bfs_source_meta *m = &s->meta[i];
@@ -409,11 +410,17 @@ static void warn_meta(const struct bfs_source *s)
 	if (shown < n)
 		snprintf(list + at, sizeof(list) - at, "%sand %zu more",
 			 at ? ", " : "", n - shown);
+	if (s->nmeta_tensors)
+		snprintf(tensors, sizeof(tensors),
+			 "; of them, %zu tensor%s whose first dimension is "
+			 "not the %" PRIu64 " samples of the fields",
+			 s->nmeta_tensors, s->nmeta_tensors > 1 ? "s" : "",
+			 s->samples);
 	if (n)
 		bfs_log(BFS_LOG_WARN, "source",
 			"%s: %zu value%s beside the tensors, not served "
-			"(metadata, in dataset.json): %s%s%s%s",
-			s->path, n, n > 1 ? "s" : "", list,
+			"(metadata, in dataset.json): %s%s%s%s%s",
+			s->path, n, n > 1 ? "s" : "", list, tensors,
 			foreign ? "; kept inert, never called: globals "
 				  "outside the allowlist "
 				: "",
@@ -500,14 +507,20 @@ static struct bfs_source *source_new(const char *path)
 }
 
 /* Common tail of both opens: 0-dim tensors to metadata, uniqueness,
- * the metadata's warning, then *out or a cleanup. */
+ * the fields selected (NULL: all), the sample count (tensors of another
+ * first dimension to metadata), the metadata's warning, then *out or a
+ * cleanup. */
 static int finish(struct bfs_source **out, struct bfs_source *s, int rc,
-		  struct bfs_error *err)
+		  const char *fields, struct bfs_error *err)
 {
 	if (rc == 0)
 		rc = scalars_to_meta(s, err);
 	if (rc == 0)
 		rc = check_unique(s, err);
+	if (rc == 0 && fields)
+		rc = bfs_source_select(s, fields, err);
+	if (rc == 0)
+		rc = bfs_source_rows(s, err);
 	if (rc == 0)
 		warn_meta(s);
 	if (rc == -ENOMEM)
@@ -532,6 +545,15 @@ int bfs_source_open_in(struct bfs_source **out,
 		       uint64_t mem_limit, struct bfs_objects *objects,
 		       struct bfs_error *err)
 {
+	return bfs_source_open_select(out, parts, n, mem_limit, objects, NULL,
+				      err);
+}
+
+int bfs_source_open_select(struct bfs_source **out,
+			   const struct bfs_source_part *parts, size_t n,
+			   uint64_t mem_limit, struct bfs_objects *objects,
+			   const char *fields, struct bfs_error *err)
+{
 	struct bfs_source *s;
 	char shown[1024];
 
@@ -553,7 +575,7 @@ int bfs_source_open_in(struct bfs_source **out,
 	return finish(out, s,
 		      n == 1 ? load_one(s, parts, mem_limit, err)
 			     : load_group(s, parts, n, err),
-		      err);
+		      fields, err);
 }
 
 int bfs_source_open_mem(struct bfs_source **out, const uint8_t *buf,
@@ -582,7 +604,7 @@ int bfs_source_open_mem(struct bfs_source **out, const uint8_t *buf,
 		rc = bfs_source_load_torch(s, label, buf, size, mem_limit, err);
 		break;
 	}
-	return finish(out, s, rc, err);
+	return finish(out, s, rc, NULL, err);
 }
 
 /* How 'want' (length n) selects tensor name 'name': 0 not at all, 1 as
@@ -730,7 +752,7 @@ static int select_names(const struct bfs_source *s, const char *fields,
 int bfs_source_select(struct bfs_source *s, const char *fields,
 		      struct bfs_error *err)
 {
-	size_t nt = s->ntensors, kept = 0;
+	size_t nt = s->ntensors;
 	char **name = calloc(nt + 1, sizeof(*name));
 	size_t *item = calloc(nt + 1, sizeof(*item));
 	int rc =
@@ -739,19 +761,15 @@ int bfs_source_select(struct bfs_source *s, const char *fields,
 	for (size_t i = 0; i < nt && !rc; i++) {
 		struct bfs_source_tensor *t = &s->tensors[i];
 
-		if (name[i] && strlen(name[i]) > strlen(t->name))
+		t->left_out = !name[i];
+		if (t->left_out)
+			continue;
+		if (strlen(name[i]) > strlen(t->name))
 			s->meta_bytes += strlen(name[i]) - strlen(t->name);
 		free(t->name);
 		t->name = name[i];
 		name[i] = NULL;
-		if (!t->name) {
-			free(t->store);
-			continue;
-		}
-		s->tensors[kept++] = *t;
 	}
-	if (!rc)
-		s->ntensors = kept;
 	for (size_t i = 0; name && i < nt; i++)
 		free(name[i]); /* NULL but after an error */
 	free(name);

@@ -88,11 +88,14 @@ struct bfs_source_tensor {
 	bool big_endian;	      /* elements stored big-endian */
 	char *store; /* the storage as named in refusals ("record 'x'") */
 	uint64_t store_off; /* file offset of its description */
+	bool left_out;	    /* while --fields is applied: not selected */
 };
 
 /* A value of a source that is not served (metadata; fs/README.md:
- * metadata): a torch archive's values beside its tensors, and a 0-dim
- * tensor of any kind (it has no sample dimension). */
+ * metadata): a torch archive's values beside its tensors, a 0-dim tensor
+ * of any kind (it has no sample dimension), and a tensor whose first
+ * dimension is not the source's sample count (fs/README.md: the sample
+ * count). */
 struct bfs_source_meta {
 	char *key;  /* key path ("classes", "train.info") or tensor name */
 	char *json; /* its value as JSON ("[\"a\", \"b\"]", "0.5") */
@@ -107,7 +110,9 @@ struct bfs_source {
 	struct bfs_source_tensor *tensors; /* [ntensors], source order;
 					    * none 0-dim (metadata) */
 	size_t ntensors;
-	uint64_t meta_bytes; /* heap held: charged to a dataset's budget */
+	uint64_t samples;     /* the first dimension its fields share */
+	size_t nmeta_tensors; /* tensors of another first dim: metadata */
+	uint64_t meta_bytes;  /* heap held: charged to a dataset's budget */
 	struct bfs_source_meta *meta; /* [nmeta], source order */
 	size_t nmeta;
 	size_t nmeta_dropped; /* more, past BFS_PICKLE_META_MAX: counted */
@@ -125,9 +130,13 @@ struct bfs_source {
 /* Open the 'n' parts of one source. A torch archive, an npz, a
  * safetensors file or a directory must be the only part; several parts
  * must all be .npy files. Tensor names must be unique. 0-dim tensors
- * become metadata (their value read); the metadata is named in one
- * warning line. 'mem_limit' bounds the metadata (pickle VM, tables) this
- * source may allocate.
+ * become metadata (their value read); so do tensors whose first dimension
+ * is not the sample count (the first dimension shared by the most fields
+ * too large to be metadata, then by the most fields; a tie is refused
+ * naming the fields and the --fields to give: fs/README.md, the sample
+ * count), their values read when small. The
+ * metadata is named in one warning line. 'mem_limit' bounds the metadata
+ * (pickle VM, tables) this source may allocate.
  * Returns 0 and *out, or -errno with 'err' naming the file, offset and
  * reason. Cost: maps each file, parses its headers; reads the element of
  * each 0-dim tensor, no other data. */
@@ -144,6 +153,16 @@ int bfs_source_open_in(struct bfs_source **out,
 		       const struct bfs_source_part *parts, size_t n,
 		       uint64_t mem_limit, struct bfs_objects *objects,
 		       struct bfs_error *err);
+
+/* bfs_source_open_in with only the fields 'fields' selects served (NULL:
+ * all; bfs_source_select says how): the sample count is the one the
+ * selected fields share, and the tensors left out whose first dimension
+ * is not it are metadata as above (a mean stays in dataset.json); those
+ * of the sample count are fields left out, not served. */
+int bfs_source_open_select(struct bfs_source **out,
+			   const struct bfs_source_part *parts, size_t n,
+			   uint64_t mem_limit, struct bfs_objects *objects,
+			   const char *fields, struct bfs_error *err);
 
 /* Make bytes [off, off + len) of file 'file' of s readable: for a remote
  * file, fetched (if absent) and kept in the cache while the source is
@@ -165,12 +184,14 @@ int bfs_source_open_mem(struct bfs_source **out, const uint8_t *buf,
 			uint64_t size, const char *label, uint64_t mem_limit,
 			struct bfs_error *err);
 
-/* Keep only the tensors that 'fields' (ITEM[,ITEM...], ITEM = NAME or
+/* Select the tensors that 'fields' (ITEM[,ITEM...], ITEM = NAME or
  * NAME=NEWNAME) selects: a tensor named NAME, or a ragged pair
  * NAME.values + NAME.offsets, keeps its name; the tensors under NAME
  * (named NAME.REST: a nested dict of a torch archive, a dotted
  * safetensors name) are kept as REST. With =NEWNAME, NEWNAME replaces
- * NAME instead (NEWNAME, NEWNAME.values, NEWNAME.REST). 0, or -EINVAL
+ * NAME instead (NEWNAME, NEWNAME.values, NEWNAME.REST); the others are
+ * marked left_out (bfs_source_open_select then drops them or makes them
+ * metadata). 0, or -EINVAL
  * with 'err' when a NAME selects nothing (naming what there is, or what
  * the metadata NAME is) or two selected tensors would share a name
  * (naming both ITEMs). */

@@ -69,6 +69,14 @@ int bfs_source_tensor_new(struct bfs_source *s, const char *name,
 int bfs_source_meta_add(struct bfs_source *s, const char *key, const char *json,
 			const char *what);
 
+/* source_rows.c: the sample count of s (its fields' most shared first
+ * dimension, among the tensors not left_out) into s->samples; every
+ * tensor of another first dimension, and every left_out one, leaves
+ * s->tensors: the first as metadata (its values read when small), the
+ * others dropped. 0 or -errno with 'err' (a tie: naming the fields and
+ * the --fields that picks each). */
+int bfs_source_rows(struct bfs_source *s, struct bfs_error *err);
+
 /* C-order (fortran 0) or Fortran-order strides, in elements, of a tensor
  * of sizes t->size[0..ndim); strides of an empty tensor are 0 (never
  * used). 0 or -EOVERFLOW (a non-empty tensor's strides past 2^63 - 1:

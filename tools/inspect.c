@@ -36,6 +36,7 @@
 
 struct opts {
 	int verbose, verify, json;
+	const char *fields; /* --fields: NULL for all */
 };
 
 /* Print 's' as a JSON string literal. */
@@ -292,7 +293,8 @@ static int inspect_archives(char **paths, size_t n, const struct opts *o)
 	struct bfs_error err = {{0}};
 	int bad = 0;
 
-	if (bfs_dataset_open(&ds, (const char *const *)paths, n, &err)) {
+	if (bfs_dataset_open_select(&ds, (const char *const *)paths, n,
+				    o->fields, &err)) {
 		fprintf(stderr, "batchfs inspect: %s\n",
 			err.msg[0] ? err.msg : "cannot open");
 		return 1;
@@ -498,7 +500,8 @@ static void usage(FILE *f)
 {
 	fprintf(
 	    f,
-	    "usage: batchfs inspect [-v] [--verify] [--json] FILE...\n"
+	    "usage: batchfs inspect [-v] [--verify] [--json] [--fields LIST]\n"
+	    "                       FILE...\n"
 	    "\n"
 	    "Describe a dataset or safetensors batch files. A dataset is made\n"
 	    "of sources, as `batchfs mount` takes them: torch.save archives,\n"
@@ -526,6 +529,9 @@ static void usage(FILE *f)
 	    "                 ragged field: [N, null, ...], \"ragged\": true,\n"
 	    "                 \"values_rows\", \"max_length\");\n"
 	    "                 for one batch file its header with torch names\n"
+	    "      --fields NAME[=NEWNAME][,...]\n"
+	    "                 describe the dataset with only these fields, as\n"
+	    "                 `batchfs mount --fields` serves it\n"
 	    "  -h, --help     this help\n"
 	    "\n"
 	    "Exit status: 0 ok, 1 bad or unreadable input (the reason, file\n"
@@ -538,6 +544,7 @@ int bfs_cmd_inspect(int argc, char **argv)
 	    {"verbose", no_argument, NULL, 'v'},
 	    {"verify", no_argument, NULL, 'V'},
 	    {"json", no_argument, NULL, 'j'},
+	    {"fields", required_argument, NULL, 'f'},
 	    {"help", no_argument, NULL, 'h'},
 	    {0},
 	};
@@ -559,6 +566,9 @@ int bfs_cmd_inspect(int argc, char **argv)
 			break;
 		case 'j':
 			o.json = 1;
+			break;
+		case 'f':
+			o.fields = optarg;
 			break;
 		case 'h':
 			usage(stdout);

@@ -5,8 +5,10 @@
  * a zero size, or a numel above 2^63 - 1, is refused; a view's storage
  * need is (offset + 1 + sum (size - 1) x stride) x elsize, 0 when a size
  * is 0, and at most 2^63 - 1; batchfs: a sample's bytes, all fields'
- * bytes per sample, and a batch file of 'batch' rows fit 2^63 - 1; every
- * field shares dim 0; complex32/complex128 cannot be served), not
+ * bytes per sample, and a batch file of 'batch' rows fit 2^63 - 1; the
+ * sample count is the dim 0 of the most tensors of more than 1024
+ * elements, then of the most tensors, a tie refused, the other tensors
+ * metadata; complex32/complex128 cannot be served), not
  * fs/size's helpers, so a bug in those shows up as a disagreement. */
 #include "tests/lib/geometry.h"
 
@@ -168,6 +170,7 @@ struct model {
 	bool accept;
 	const char *why;
 	u128 row[GEO_FIELDS];
+	size_t nkept, field[GEO_FIELDS]; /* the case's tensor of field k */
 };
 
 static bool numel_ok(const struct ta_tensor *t)
@@ -183,15 +186,35 @@ static bool numel_ok(const struct ta_tensor *t)
 	return !wrapped && p <= LIM;
 }
 
+/* The score of dim 0 'n': tensors of more than 1024 elements, then all
+ * (fs/README.md: the sample count). */
+static u128 score(const struct geo_case *c, int64_t n)
+{
+	u128 large = 0, all = 0;
+
+	for (size_t f = 0; f < c->nfields; f++) {
+		u128 p = 1;
+
+		if (c->t[f].size[0] != n)
+			continue;
+		for (int d = 0; d < c->t[f].ndim; d++)
+			p *= (u128)c->t[f].size[d]; /* numel_ok: no wrap */
+		large += p > 1024;
+		all++;
+	}
+	return large << 32 | all;
+}
+
 static void judge(const struct geo_case *c, struct model *m)
 {
-	u128 sample = 0;
+	u128 sample = 0, best = 0;
+	int64_t rows = 0;
+	size_t tied = 0;
 
 	m->accept = false;
 	for (size_t f = 0; f < c->nfields; f++) {
 		const struct ta_tensor *t = &c->t[f];
 		size_t es = bfs_dtype_info(t->dtype)->size;
-		u128 elems = 1;
 
 		if (model_need(t, es) > (u128)t->numel * es) {
 			m->why = "view outside its storage (or negative)";
@@ -201,10 +224,33 @@ static void judge(const struct geo_case *c, struct model *m)
 			m->why = "numel";
 			return;
 		}
-		if (t->size[0] != c->t[0].size[0]) {
-			m->why = "fields disagree on dim 0";
-			return;
-		}
+	}
+	for (size_t f = 0; f < c->nfields; f++) {
+		u128 sc = score(c, c->t[f].size[0]);
+		bool seen = false;
+
+		for (size_t g = 0; g < f; g++)
+			seen |= c->t[g].size[0] == c->t[f].size[0];
+		if (seen || sc < best)
+			continue;
+		tied = sc > best ? 1 : tied + 1;
+		best = sc;
+		rows = c->t[f].size[0];
+	}
+	if (tied > 1) {
+		m->why = "no sample count shared by the most fields";
+		return;
+	}
+	m->nkept = 0;
+	for (size_t f = 0; f < c->nfields; f++) /* the others: metadata */
+		if (c->t[f].size[0] == rows)
+			m->field[m->nkept++] = f;
+	for (size_t k = 0; k < m->nkept; k++) {
+		size_t f = m->field[k];
+		const struct ta_tensor *t = &c->t[f];
+		size_t es = bfs_dtype_info(t->dtype)->size;
+		u128 elems = 1;
+
 		for (int d = 1; d < t->ndim; d++)
 			if (t->size[d] == 0)
 				elems = 0;
@@ -222,8 +268,8 @@ static void judge(const struct geo_case *c, struct model *m)
 			return;
 		}
 	}
-	for (size_t f = 0; f < c->nfields; f++) {
-		const struct ta_tensor *t = &c->t[f];
+	for (size_t k = 0; k < m->nkept; k++) {
+		const struct ta_tensor *t = &c->t[m->field[k]];
 		u128 run = (u128)bfs_dtype_info(t->dtype)->size * c->batch;
 
 		if (!bfs_dtype_info(t->dtype)->st_name) {
@@ -322,7 +368,7 @@ static void check_batch(const struct geo_case *c, const struct model *m,
 	bfs_st_free(h);
 	p = buf + data;
 	for (size_t i = 0; i < l->nfields; i++) {
-		size_t f = l->fields[i].ds_index;
+		size_t f = m->field[l->fields[i].ds_index];
 		size_t es = bfs_dtype_info(c->t[f].dtype)->size;
 
 		if (i && bfs_dtype_info(l->fields[i - 1].f->dtype)->size < es)
@@ -365,10 +411,15 @@ int geo_check(const struct geo_case *c, const char *path)
 	if ((rc == 0) != m.accept)
 		die(c, m.accept ? "refused, the model accepts" : m.why,
 		    err.msg);
-	for (size_t f = 0; rc == 0 && f < c->nfields; f++)
-		if (bfs_dataset_field(ds, f)->row_bytes != m.row[f])
+	if (rc == 0 && bfs_dataset_nfields(ds) != m.nkept)
+		die(c, "fields differ from the model", "");
+	for (size_t k = 0; rc == 0 && k < m.nkept; k++)
+		if (bfs_dataset_field(ds, k)->row_bytes != m.row[m.field[k]])
 			die(c, "row bytes differ from the model", "");
-	if (rc == 0)
+	for (size_t r = 0; rc == 0 && r < c->nidx; r++)
+		if (c->idx[r] >= bfs_dataset_samples(ds))
+			m.accept = false; /* drawn for a's rows: not gathered */
+	if (rc == 0 && m.accept)
 		check_batch(c, &m, ds, &l);
 	bfs_layout_fini(&l);
 	bfs_dataset_close(ds);

@@ -283,8 +283,10 @@ static void shard_fields_match_by_name_in_any_order(void **state)
 	    {"y", BFS_DT_INT64, "1", 5, 0, 1, {5}, {1}},
 	    {"x", BFS_DT_FLOAT32, "0", 15, 0, 2, {5, 3}, {3, 1}},
 	};
+	/* y of x's 3 samples: a shard of 5 and 3 would be refused alone
+	 * (no sample count shared by the most fields) */
 	struct ta_tensor wide[] = {
-	    {"y", BFS_DT_INT64, "1", 5, 0, 1, {5}, {1}},
+	    {"y", BFS_DT_INT64, "1", 5, 0, 1, {3}, {1}},
 	    {"x", BFS_DT_FLOAT32, "0", 15, 0, 2, {3, 5}, {5, 1}},
 	};
 	struct ta_storage st[] = {{"0", xf, sizeof(xf)}, {"1", yl, sizeof(yl)}};
@@ -328,6 +330,48 @@ static void a_0_dim_tensor_is_metadata_with_its_value(void **state)
 	assert_string_equal(sh.source->meta[0].json, "11.0"); /* xf[1][1] */
 	assert_string_equal(sh.source->meta[0].what, "a 0-dim tensor");
 	bfs_dataset_close(ds);
+}
+
+/* A tensor whose first dimension is not the sample count (a mean per
+ * channel) is metadata: its view's values as nested lists; one too large
+ * its dtype and shape (the count: that of the most large fields, then of
+ * the most fields); one outside its storage is refused. */
+static void a_tensor_of_another_first_dim_is_metadata(void **state)
+{
+	struct ta_tensor ts[] = {
+	    /* 1500 elements: too large to be metadata, as big is */
+	    {"x", BFS_DT_FLOAT32, "0", 15, 0, 2, {5, 300}, {3, 0}},
+	    {"y", BFS_DT_INT64, "1", 5, 0, 1, {5}, {1}},
+	    /* column 1 of rows 1..2, transposed: [[11.0], [21.0]] */
+	    {"col", BFS_DT_FLOAT32, "0", 15, 4, 2, {2, 1}, {3, 1}},
+	    {"big", BFS_DT_INT64, "1", 5, 0, 2, {4, 2000}, {0, 0}},
+	};
+	struct ta_tensor outside[] = {
+	    {"x", BFS_DT_FLOAT32, "0", 15, 0, 2, {5, 3}, {3, 1}},
+	    {"y", BFS_DT_INT64, "1", 5, 0, 1, {5}, {1}},
+	    {"w", BFS_DT_FLOAT32, "0", 15, 14, 1, {2}, {1}},
+	};
+	struct ta_storage st[] = {{"0", xf, sizeof(xf)}, {"1", yl, sizeof(yl)}};
+	const char *p = make_archive("col.pt", ts, 4, st, 2, "3\n", NULL, NULL);
+	struct bfs_dataset *ds = open1(p);
+	struct bfs_shard_info sh;
+
+	assert_int_equal(bfs_dataset_samples(ds), 5);
+	assert_int_equal(bfs_dataset_nfields(ds), 2);
+	bfs_dataset_shard(ds, 0, &sh);
+	assert_int_equal(sh.source->nmeta, 2);
+	assert_string_equal(sh.source->meta[0].key, "col");
+	assert_string_equal(sh.source->meta[0].json, "[[11.0], [21.0]]");
+	assert_string_equal(sh.source->meta[0].what, "a float32 tensor [2, 1]");
+	assert_string_equal(sh.source->meta[1].key, "big");
+	assert_string_equal(sh.source->meta[1].json,
+			    "{\"__type__\": \"torch.Tensor\", \"dtype\": "
+			    "\"int64\", \"shape\": [4, 2000], \"__omitted__\": "
+			    "\"more than 1024 elements\"}");
+	bfs_dataset_close(ds);
+	p = make_archive("wout.pt", outside, 3, st, 2, "3\n", NULL, NULL);
+	expect_refusal(&p, 1, "wout.pt",
+		       "tensor extent (offset 14, 1 dims) exceeds storage");
 }
 
 static void refusals_name_the_file_and_the_field(void **state)
@@ -778,6 +822,7 @@ int main(void)
 	    cmocka_unit_test(shards_concatenate_along_dim0),
 	    cmocka_unit_test(shard_fields_match_by_name_in_any_order),
 	    cmocka_unit_test(a_0_dim_tensor_is_metadata_with_its_value),
+	    cmocka_unit_test(a_tensor_of_another_first_dim_is_metadata),
 	    cmocka_unit_test(refusals_name_the_file_and_the_field),
 	    cmocka_unit_test(truncated_archive_gives_eio_and_names_the_sample),
 	    cmocka_unit_test(archive_truncated_during_gather_never_crashes),
