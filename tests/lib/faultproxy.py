@@ -568,8 +568,11 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.send_header("Content-Encoding", "gzip")
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
-        for i in range(0, len(z), CHUNK):
-            part = z[i:i + CHUNK]
+        self._chunks([z[i:i + CHUNK] for i in range(0, len(z), CHUNK)])
+
+    def _chunks(self, parts):
+        """parts as the chunks of a chunked body, paced and counted."""
+        for part in parts:
             self.proxy._pace(len(part))
             self.wfile.write(b"%x\r\n%s\r\n" % (len(part), part))
             with self.proxy.lock:
@@ -596,13 +599,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.send_header(k, v)
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
-        for part in parts:
-            self.proxy._pace(len(part))
-            self.wfile.write(b"%x\r\n%s\r\n" % (len(part), part))
-            with self.proxy.lock:
-                self.proxy.bytes += len(part)
-        self.wfile.write(b"0\r\n\r\n")
-        self.wfile.flush()
+        self._chunks(parts)
 
     def _body(self, r, data, n):
         """The first n body bytes: of data (read whole) or streamed from
