@@ -228,9 +228,9 @@ int bfs_npy_parse(const uint8_t *buf, size_t len, const char *label,
 	}
 	if (hlen > BFS_NPY_MAX_HEADER)
 		return bfs_error_set(err, -EINVAL, label, 8,
-				     "npy header of %" PRIu64 " bytes is too "
-				     "long",
-				     hlen);
+				     "npy header of %" PRIu64
+				     " bytes exceeds the limit of %u bytes",
+				     hlen, BFS_NPY_MAX_HEADER);
 	out->data_off = pre + hlen;
 	if (len < out->data_off)
 		return -EAGAIN;

@@ -34,9 +34,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MAX_PICKLE (64u << 20)
-#define MAX_STACK  (1u << 20)
-#define MAX_MEMO   (1u << 20)
+#define MAX_STACK (1u << 20)
+#define MAX_MEMO  (1u << 20)
 /* Heap budget: torch pickles need ~30 bytes of heap per pickle byte (a
  * ~76-byte tensor entry makes ~2.3 KiB of objects and result); crafted
  * ones hit -E2BIG instead of exhausting memory. */
@@ -686,12 +685,12 @@ int bfs_pickle_load(const uint8_t *buf, size_t len, const char *label,
 	int rc;
 
 	memset(out, 0, sizeof(*out));
-	if (len > MAX_PICKLE)
+	if (len > BFS_PICKLE_MAX)
 		return bfs_error_set(
 		    vm.err, -E2BIG, label, BFS_NO_OFFSET,
-		    "data.pkl of %zu bytes exceeds the %u-byte "
-		    "limit",
-		    len, MAX_PICKLE);
+		    "data.pkl of %zu bytes exceeds the limit of %u "
+		    "bytes",
+		    len, BFS_PICKLE_MAX);
 	if (!mem_limit)
 		mem_limit = BFS_PICKLE_MEM_DEFAULT;
 	vm.mem_limit = MEM_LIMIT(len) < mem_limit ? MEM_LIMIT(len) : mem_limit;

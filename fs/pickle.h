@@ -76,6 +76,9 @@ struct bfs_pickle_result {
 	char *foreign;
 };
 
+/* The largest data.pkl a load takes (refused above, with its size). */
+#define BFS_PICKLE_MAX (64u << 20)
+
 /* Heap a load may spend when the caller sets no limit (mem_limit 0). */
 #define BFS_PICKLE_MEM_DEFAULT ((size_t)256 << 20)
 

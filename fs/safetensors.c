@@ -669,13 +669,17 @@ int bfs_st_header_len(const void *first8, uint64_t file_size, uint64_t *hlen,
 			       (unsigned long long)file_size);
 	for (int k = 7; k >= 0; k--)
 		n = n << 8 | b[k];
-	if (n < 2 || n > BFS_ST_MAX_HEADER || n > file_size - 8)
+	if (n > BFS_ST_MAX_HEADER)
+		return fail_at(&p, 0, NULL,
+			       "header length: a header of %llu bytes "
+			       "exceeds the limit of %llu bytes",
+			       (unsigned long long)n, BFS_ST_MAX_HEADER);
+	if (n < 2 || n > file_size - 8)
 		return fail_at(&p, 0, NULL,
 			       "header length %llu invalid for a file of %llu "
-			       "bytes (limit %llu)",
+			       "bytes (a header takes 2 to file size - 8)",
 			       (unsigned long long)n,
-			       (unsigned long long)file_size,
-			       BFS_ST_MAX_HEADER);
+			       (unsigned long long)file_size);
 	*hlen = n;
 	return 0;
 }

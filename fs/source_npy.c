@@ -71,8 +71,10 @@ static int npy_tensor(struct bfs_source *s, size_t file, const uint8_t *p,
 
 /* The .npy headers of n arrays of file f (array i: bytes [r[i].off, +
  * r[i].len)) readable, for a remote file fetched together: their fixed
- * part (magic, version, header length), then each whole header. Nothing
- * of the data. 0 or -errno with 'err'. */
+ * part (magic, version, header length), then each whole header, unless
+ * its length is past BFS_NPY_MAX_HEADER (fs/npy refuses it then, with
+ * the offset: nothing of its size is fetched). Nothing of the data. 0 or
+ * -errno with 'err'. */
 static int need_headers(struct bfs_source *s, size_t f,
 			const struct bfs_zip_range *r, size_t n,
 			struct bfs_error *err)
@@ -96,6 +98,8 @@ static int need_headers(struct bfs_source *s, size_t f,
 			end = 12 + ((uint64_t)p[8] | (uint64_t)p[9] << 8 |
 				    (uint64_t)p[10] << 16 |
 				    (uint64_t)p[11] << 24);
+		if (end > 12 + (uint64_t)BFS_NPY_MAX_HEADER)
+			end = 12;
 		h[i].len = end < r[i].len ? end : r[i].len;
 	}
 	if (rc == 0)

@@ -69,18 +69,20 @@ int bfs_source_load_safetensors(struct bfs_source *s, const char *path,
 	if (f < 0)
 		return f;
 	fl = &s->files[f];
-	/* its length, then its header (fetched, for a remote file) */
+	/* its length, checked before anything of its size is fetched or
+	 * allocated, then its header (fetched, for a remote file) */
 	rc = bfs_source_ensure(s, (size_t)f, 0, 8, err);
 	if (rc == 0 && fl->size >= 8) {
 		uint64_t n = 0;
 
-		for (int i = 7; i >= 0; i--)
-			n = n << 8 | fl->map[i];
-		rc = bfs_source_ensure(
-		    s, (size_t)f, 0, n < fl->size - 8 ? 8 + n : fl->size, err);
+		if (bfs_st_header_len(fl->map, fl->size, &n, &e) == 0)
+			rc = bfs_source_ensure(s, (size_t)f, 0, 8 + n, err);
 	}
 	if (rc)
 		return rc;
+	if (e.reason[0]) /* the length's refusal */
+		return bfs_error_set(err, -EINVAL, path, e.offset, "%s",
+				     e.reason);
 	rc = bfs_st_parse(fl->map, (size_t)fl->size, fl->size, 0, &h, &e);
 	if (rc == -ENOMEM)
 		return rc;

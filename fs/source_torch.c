@@ -166,7 +166,8 @@ static int bind_storage(struct bfs_source *s, const struct bfs_pickle_tensor *t,
 }
 
 /* The records read here (the version and byteorder records, data.pkl)
- * readable in file f (fetched at once, for a remote archive). */
+ * readable in file f (fetched at once, for a remote archive); a data.pkl
+ * past BFS_PICKLE_MAX is not fetched (bfs_pickle_load refuses it). */
 static int need_records(struct bfs_source *s, size_t f, struct bfs_error *err)
 {
 	static const char *const rels[] = {"version", ".data/version",
@@ -177,7 +178,7 @@ static int need_records(struct bfs_source *s, size_t f, struct bfs_error *err)
 	for (size_t i = 0; i < 4; i++) {
 		const struct bfs_zip_entry *e = bfs_zip_find(s->zip, rels[i]);
 
-		if (e)
+		if (e && (i < 3 || e->size <= BFS_PICKLE_MAX))
 			r[n++] = (struct bfs_zip_range){e->data_off, e->size};
 	}
 	return bfs_source_ensure_many(s, f, r, n, err);

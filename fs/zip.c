@@ -263,6 +263,16 @@ static int read_end(struct ctx *c, struct cd_geom *g)
 			    (unsigned long long)g->n);
 	if (g->n == 0)
 		return FAIL(c, eocd, "empty archive: no records");
+	/* a record's name, extra field and comment take 65535 bytes each at
+	 * most: nothing larger is fetched or read */
+	if (g->size > g->n * (CDH_LEN + 3 * 0xFFFFull))
+		return FAIL(
+		    c, eocd,
+		    "central directory of %llu bytes exceeds the "
+		    "limit of %llu bytes for %llu records",
+		    (unsigned long long)g->size,
+		    (unsigned long long)(g->n * (CDH_LEN + 3 * 0xFFFFull)),
+		    (unsigned long long)g->n);
 	return 0;
 }
 
