@@ -105,6 +105,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -415,15 +416,45 @@ static bool evictable(const struct bfs_pool *p, const struct bfs_batch *b,
 	}
 }
 
-/* Whether 'need' more bytes and 'batches' more batches fit: the byte
- * budget, and in memfd mode the descriptors (a batch each). [L] */
-static bool fds_fit(const struct bfs_pool *p, uint64_t batches)
+/* How many memfd batches the descriptor limit leaves room for: the soft
+ * RLIMIT_NOFILE less a quarter of it, 256 at most, for the sources, the
+ * session, the log and the gathers' own reads; 0 (no bound) when it
+ * cannot be read. One getrlimit: cheap enough to call again whenever the
+ * bound is hit. */
+static uint64_t fds_of_limit(void)
 {
-	return !p->o.memfd || !p->o.max_fds ||
-	       p->st.cache_batches + batches <= p->o.max_fds;
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
+		return 0;
+	if (rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur > (1u << 30))
+		return 1u << 30;
+	return rl.rlim_cur - (rl.rlim_cur / 4 < 256 ? rl.rlim_cur / 4 : 256);
 }
 
-static bool fits(const struct bfs_pool *p, uint64_t need, uint64_t batches)
+/* The descriptor bound read again from the limit, which may have moved
+ * since (prlimit --nofile on the daemon). [L] */
+static void fds_refresh(struct bfs_pool *p)
+{
+	if (p->o.memfd && p->o.fds_bounded)
+		p->st.max_fds = fds_of_limit();
+}
+
+/* Whether 'batches' more batches fit the descriptors in memfd mode (a
+ * batch each); the bound is read again before saying no. [L] */
+static bool fds_fit(struct bfs_pool *p, uint64_t batches)
+{
+	if (!p->o.memfd || !p->o.fds_bounded)
+		return true;
+	if (p->st.max_fds && p->st.cache_batches + batches <= p->st.max_fds)
+		return true;
+	fds_refresh(p);
+	return !p->st.max_fds || p->st.cache_batches + batches <= p->st.max_fds;
+}
+
+/* Whether 'need' more bytes and 'batches' more batches fit: the byte
+ * budget, and in memfd mode the descriptors. [L] */
+static bool fits(struct bfs_pool *p, uint64_t need, uint64_t batches)
 {
 	return p->st.cache_bytes + need <= p->o.budget_bytes &&
 	       fds_fit(p, batches);
@@ -626,6 +657,7 @@ static void finish(struct bfs_pool *p, struct bfs_batch *b, int rc, uint64_t ns)
 
 		if (rc == -ENFILE || rc == -EMFILE) { /* not the data's */
 			p->st.fd_limit_hits++;
+			fds_refresh(p); /* a limit lowered under us */
 			rc = -ENFILE;
 			snprintf(
 			    why, sizeof(why),
@@ -635,7 +667,7 @@ static void finish(struct bfs_pool *p, struct bfs_batch *b, int rc, uint64_t ns)
 			    "close batch files, or raise the daemon's "
 			    "limit (ulimit -Hn)",
 			    (unsigned long long)p->st.cache_batches,
-			    (unsigned long long)p->o.max_fds);
+			    (unsigned long long)p->st.max_fds);
 		} else if (rc == -EIO && bfs_dataset_fault(&f) == 0) {
 			/* an archive that could not be read: where */
 			if (f.offset != BFS_NO_OFFSET)
@@ -894,7 +926,7 @@ int bfs_pool_create(struct bfs_pool **out, const struct bfs_dataset *ds,
 	p->rows_max = bfs_order_batch_rows(order, 0);
 
 	p->st.cache_budget_bytes = o->budget_bytes;
-	p->st.max_fds = o->memfd ? o->max_fds : 0;
+	fds_refresh(p); /* st.max_fds: 0 unless bounded */
 	p->st.workers = p->o.workers;
 	p->st.prefetch_depth = o->prefetch;
 	pthread_mutex_init(&p->lock, NULL);
@@ -1203,6 +1235,7 @@ uint64_t bfs_batch_size(const struct bfs_batch *b)
 void bfs_pool_stats(struct bfs_pool *p, struct bfs_pool_stats *out)
 {
 	pthread_mutex_lock(&p->lock);
+	fds_refresh(p); /* the limit now, not at start */
 	*out = p->st;
 	pthread_mutex_unlock(&p->lock);
 	bfs_readahead_stats(p->ra, &out->ra);

@@ -32,11 +32,14 @@ struct bfs_pool_opts {
 	 * reader's mapping of one outlives it (passthrough). Otherwise in
 	 * anonymous memory (bfs_batch_data), reused through spares. */
 	bool memfd;
-	/* memfd batches: the most held at once (each is a descriptor of the
-	 * daemon's; 0: no bound). Idle ones are evicted for room, a prefetch
-	 * past it is dropped; a demand past it (readers hold every one
-	 * open) fails with -ENFILE, said in the log and last_error. */
-	uint64_t max_fds;
+	/* memfd batches: bound the most held at once (each is a descriptor
+	 * of the daemon's) by its RLIMIT_NOFILE less a reserve (stats:
+	 * max_fds), read again when stats are read and when the bound is
+	 * hit, so that a limit changed under the daemon (prlimit) is
+	 * followed. Idle ones are evicted for room, a prefetch past it is
+	 * dropped; a demand past it (readers hold every one open) fails with
+	 * -ENFILE, said in the log and last_error. */
+	bool fds_bounded;
 	/* How a memfd batch is written (fs/layout_fd). */
 	enum bfs_layout_fd_how memfd_write;
 	/* Cold data (fs/README.md), made by the composition root, borrowed
@@ -89,7 +92,7 @@ struct bfs_pool_stats {
 	uint64_t cache_batches;	       /* batches held now */
 	uint64_t cache_budget_bytes;   /* --cache-mb */
 	uint64_t shmem_bytes;	       /* of cache_bytes, in memfds */
-	uint64_t max_fds;	       /* opts.max_fds */
+	uint64_t max_fds; /* the descriptor bound (opts.fds_bounded), 0: none */
 	uint64_t fd_limit_hits;	       /* gathers refused: no descriptor */
 	uint64_t worker_busy_ns;       /* time spent gathering */
 	uint64_t read_wait_ns;	       /* time acquires waited */

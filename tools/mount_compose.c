@@ -492,16 +492,16 @@ static void summarize(struct mount_opts *m, const struct model *mt,
 }
 
 /* The daemon's descriptors: its soft limit raised to the hard one, as
- * servers do (passthrough holds a memfd per batch). Returns how many
- * batches may hold one: the limit less a reserve for the sources, the
- * session, the log and the gathers' own reads. */
-static uint64_t batch_fds(void)
+ * servers do (passthrough holds a memfd per batch; the pool bounds them
+ * by the limit, read again as it moves: fs/pool.h). Returns true, for
+ * the pool's option. */
+static bool raise_fd_limit(void)
 {
 	struct rlimit rl;
 	rlim_t was;
 
 	if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
-		return 0;
+		return true;
 	was = rl.rlim_cur;
 	if (rl.rlim_cur < rl.rlim_max) {
 		rl.rlim_cur = rl.rlim_max;
@@ -513,9 +513,7 @@ static uint64_t batch_fds(void)
 				(unsigned long long)was,
 				(unsigned long long)rl.rlim_cur);
 	}
-	if (rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur > (1u << 30))
-		return 1u << 30;
-	return rl.rlim_cur - (rl.rlim_cur / 4 < 256 ? rl.rlim_cur / 4 : 256);
+	return true;
 }
 
 /* What the namespace says of the mount (dataset.json, README), served
@@ -562,7 +560,7 @@ static int start(void *arg, enum bfs_serve_mode mode, const char *why,
 	    .prefetch = m->prefetch,
 	    .budget_bytes = m->cache_mb << 20,
 	    .timeout_ms = m->timeout_s * 1000u,
-	    .max_fds = batch_fds(),
+	    .fds_bounded = raise_fd_limit(),
 	};
 	struct bfs_serve_opts so = {
 	    .mode = mode,
