@@ -247,11 +247,21 @@ static int ragged_opt(struct mount_opts *m, int c, const char *arg)
 	return 0;
 }
 
+/* FUSE option 'o' (as libfuse reads it: unescaped) appended to the -o
+ * list passed on, its commas and backslashes escaped again ("\\,",
+ * "\\\\") so that libfuse reads back 'o' itself. */
 static void append_o(struct mount_opts *m, const char *o)
 {
-	size_t n = strlen(m->fuse_o);
+	size_t n = strlen(m->fuse_o), cap = sizeof(m->fuse_o) - 1;
 
-	snprintf(m->fuse_o + n, sizeof(m->fuse_o) - n, "%s%s", n ? "," : "", o);
+	if (n && n < cap)
+		m->fuse_o[n++] = ',';
+	for (; *o && n < cap; o++) {
+		if ((*o == ',' || *o == '\\') && n + 1 < cap)
+			m->fuse_o[n++] = '\\';
+		m->fuse_o[n++] = *o;
+	}
+	m->fuse_o[n] = '\0';
 }
 
 /* mount(8)'s own options, which an fstab line, `mount -t` and
@@ -349,12 +359,13 @@ static int o_item(struct mount_opts *m, char *o)
 	return one_opt(l->val, eq ? eq + 1 : NULL, m);
 }
 
-/* -o OPT[,OPT...], each OPT through o_item: a copy of 'arg' cut at its
- * commas, kept in m as long as m (the options point into it). Returns
- * as one_opt, or 1 out of memory. */
+/* -o OPT[,OPT...], each OPT through o_item as libfuse will read it: a
+ * copy of 'arg' cut at its unescaped commas and unescaped, kept in m as
+ * long as m (the options point into it). Returns as one_opt, or 1 out of
+ * memory. */
 static int o_opts(struct mount_opts *m, const char *arg)
 {
-	char *copy, *save = NULL;
+	char *copy;
 	int rc = 0;
 
 	if (m->no_copies == MAX_O_ARGS)
@@ -364,9 +375,33 @@ static int o_opts(struct mount_opts *m, const char *arg)
 	if (!copy)
 		return 1;
 	m->o_copies[m->no_copies++] = copy;
-	for (char *o = strtok_r(copy, ",", &save); o && rc == 0;
-	     o = strtok_r(NULL, ",", &save))
-		rc = o_item(m, o);
+	/* split and unescaped as libfuse's option parser does (fuse_opt.c):
+	 * "\\," is a comma within an item, "\\NNN" (octal, NNN <= 377)
+	 * that byte, "\\C" any other C itself; in place (items only
+	 * shrink) */
+	for (char *s = copy, *d = copy, *item = copy; rc == 0; s++) {
+		if (*s == ',' || !*s) {
+			bool last = !*s;
+
+			*d = '\0';
+			rc = o_item(m, item);
+			if (last)
+				break;
+			item = d = s + 1;
+		} else if (s[0] == '\\' && s[1]) {
+			s++;
+			if (s[0] >= '0' && s[0] <= '3' && s[1] >= '0' &&
+			    s[1] <= '7' && s[2] >= '0' && s[2] <= '7') {
+				*d++ = (char)((s[0] - '0') * 64 +
+					      (s[1] - '0') * 8 + (s[2] - '0'));
+				s += 2;
+			} else {
+				*d++ = *s;
+			}
+		} else {
+			*d++ = *s;
+		}
+	}
 	return rc;
 }
 
