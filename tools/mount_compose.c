@@ -754,6 +754,29 @@ static void warn_cache(const struct mount_opts *m, const struct model *mt)
 		     (double)need / 1e9);
 }
 
+/* The options for remote sources given to a mount that has none (or,
+ * --s3-endpoint, no s3:// one): they change nothing, said as the order's
+ * options that change nothing are. */
+static void warn_remote_only(const struct mount_opts *m)
+{
+	bool url = false, s3 = false;
+
+	for (size_t i = 0; i < m->nsources; i++) {
+		url = url || bfs_remote_is_url(m->sources[i]);
+		s3 = s3 || !strncmp(m->sources[i], "s3://", 5);
+	}
+	if (m->s3_endpoint && !s3)
+		warn(m, "--s3-endpoint: no effect: no source is s3://");
+	if (url)
+		return;
+	if (m->cache_dir)
+		warn(m, "--cache-dir: no effect: every source is local (it "
+			"holds what is fetched of remote ones)");
+	if (m->cache_bytes)
+		warn(m, "--cache-gb: no effect: every source is local (it "
+			"bounds the cache of remote ones)");
+}
+
 /* Right before the mount is reported ready: the warnings (options that
  * change nothing, a budget too small for --prefetch, files the mount
  * hides) and the summary line, while the caller's terminal is still
@@ -767,6 +790,7 @@ static void ready(void *arg)
 
 	for (size_t i = 0; i < n; i++)
 		warn(sa->m, "%s", unused[i]);
+	warn_remote_only(sa->m);
 	warn_budget(sa->m, sa->model);
 	warn_cache(sa->m, sa->model);
 	if (sa->m->hidden)

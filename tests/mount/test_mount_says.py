@@ -9,7 +9,8 @@
   DistributedSampler) or beside --generator-state, --shuffle beside
   --subset or --weights, --replacement beside --weights, --torch-compat
   for a sequential order (not --torch-version: the torch at hand is no
-  choice); none for options that matter;
+  choice); none for options that matter; --cache-gb, --cache-dir and
+  --s3-endpoint (options of remote sources) on a local source;
 - a warning that a mountpoint that is not empty has its files hidden;
 - a warning when --cache-mb holds fewer batches than --prefetch asks to
   prepare (none ahead: also without --prefetch);
@@ -95,6 +96,12 @@ def options_without_effect_warn(path):
         (["--weights", weights, "--replacement"],
          ["--replacement: no effect: WeightedRandomSampler"]),
         (["--torch-compat", "2.7"], ["--torch-compat: no effect"]),
+        (["--cache-gb", "0.05"],
+         ["--cache-gb: no effect: every source is local"]),
+        (["--cache-dir", os.path.join(TMP, "cache")],
+         ["--cache-dir: no effect: every source is local"]),
+        (["--s3-endpoint", "http://127.0.0.1:9"],
+         ["--s3-endpoint: no effect: no source is s3://"]),
         # the torch at hand (batchfs.mount() passes it): never warned of
         (["--torch-version", "2.13.0"], []),
         (["--shuffle", "--seed", 3], []),
