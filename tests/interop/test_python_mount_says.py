@@ -12,7 +12,8 @@
   with --ranks all", which it is);
 - a batch whose source changed under the mount raises BatchReadError (an
   OSError, EIO) that carries the reason the mount gives (stats:
-  last_error: the source changed), not a bare EIO."""
+  last_error: the source changed), not a bare EIO: from Batches.read and
+  from read_batch alike (read_batch raised the bare OSError)."""
 import errno
 import os
 import sys
@@ -118,6 +119,15 @@ def changed_source_says_why(path):
             assert "epoch/5/batch_1" in text, text
             assert ex.last_error["last_error_epoch"] == "5", ex.last_error
             assert ex.filename.endswith("epoch/5/batch_1"), ex.filename
+        for zero_copy in (True, False):
+            path = "%s/epoch/6/batch_%d" % (m.path, 2 + zero_copy)
+            try:
+                batchfs.read_batch(path, zero_copy=zero_copy)
+                raise AssertionError("read_batch of %s read" % path)
+            except batchfs.BatchReadError as ex:
+                assert isinstance(ex, OSError) and ex.errno == errno.EIO
+                assert "changed under the mount" in str(ex), str(ex)
+                assert ex.filename == path, (ex.filename, path)
     finally:
         m.umount()
 

@@ -38,7 +38,8 @@ Python. Pure Python over the mount (numpy; torch optional):
 - MountGoneError (an OSError): a mount gone while reading from it (its
   daemon exited); it names the mount and the daemon's log.
 - BatchReadError (an OSError, EIO): a batch the mount could not serve,
-  with the reason it gives (stats: last_error, e.g. a source changed).
+  with the reason it gives (stats: last_error, e.g. a source changed),
+  from Batches and read_batch alike.
 - Loader: the GPU loader (libbatchfs_loader through ctypes; pinned ring,
   asynchronous copies), batchfs_loader.Loader (needs torch).
 

@@ -26,6 +26,8 @@ import threading
 
 import numpy as np
 
+from ._paths import check_read_error
+
 # Every dtype a batchfs mount serves, as numpy reads it. numpy has no
 # bfloat16 or float8: those come as their raw bits (uint16 / uint8); with
 # torch (device=...) they are torch.bfloat16 / torch.float8_*.
@@ -357,13 +359,18 @@ def read_batch(path, device=None, zero_copy=True):
 
     A file that is not a batch file (safetensors) is a ValueError that
     says what is wrong with it; so is a directory (an epoch's: read
-    'DIR/batch_0', or all of them with batchfs.Batches)."""
+    'DIR/batch_0', or all of them with batchfs.Batches). A batch its
+    mount could not serve (EIO, with a reason in stats: last_error) is a
+    BatchReadError carrying that reason, as from Batches."""
     try:
         buf = load(path, zero_copy, on_fuse(path))[0]
     except IsADirectoryError:
         raise ValueError("%s is a directory: read_batch reads one batch "
                          "file, e.g. %s" % (path, os.path.join(
                              path, "batch_0"))) from None
+    except OSError as err:
+        check_read_error(err, path)
+        raise
     return parse_batch(buf, device, path)
 
 

@@ -141,6 +141,31 @@ class MountWatch:
                                      path, le) from err
 
 
+def root_above(path):
+    """The root of the mount batch file 'path' is in (root/epoch/N/batch_K
+    or root/rank/R/epoch/N/batch_K), or None."""
+    d = os.path.dirname(os.path.abspath(path))
+    for _ in range(5):
+        if _is_root(d):
+            return d
+        d = os.path.dirname(d)
+    return None
+
+
+def check_read_error(err, path):
+    """Raise BatchReadError from 'err' (an OSError of a read of batch file
+    'path', found without a MountWatch: read_batch) when it is an EIO and
+    the mount the file is in says why (stats: last_error), as Batches
+    does; return when not (the caller raises err)."""
+    if err.errno != errno.EIO:
+        return
+    root = root_above(path)
+    le = last_error(root) if root else {}
+    if le:
+        raise BatchReadError(read_error_message(path, err, le), path,
+                             le) from err
+
+
 def read_dataset(path):
     """dataset.json of the mount whose root is 'path' as a dict; None when
     'path' holds none, or one that is not batchfs's. ENOTCONN (a dead
