@@ -5,8 +5,10 @@
   text is the error, not the warning printed before it (.warnings has
   the warning);
 - batchfs.mount() that works emits `batchfs mount`'s warnings (the
-  metadata, --seed without --shuffle) with warnings.warn, and keeps them
-  in Mount.warnings;
+  metadata, --seed without --shuffle) with warnings.warn, each with one
+  prefix ("batchfs mount: --seed: ...", "batchfs[source]: ...: values
+  beside the tensors", not "batchfs mount: batchfs[source]: ..."), and
+  keeps them in Mount.warnings;
 - RANK=3 WORLD_SIZE=2 on a mount `--world-size 2 --ranks all` is a
   ValueError saying that RANK is not below the world size (not "mount
   with --ranks all", which it is);
@@ -16,6 +18,7 @@
   from read_batch alike (read_batch raised the bare OSError)."""
 import errno
 import os
+import re
 import sys
 import time
 import warnings
@@ -72,6 +75,9 @@ def mount_warnings_are_python_warnings(path):
         said = [str(w.message) for w in caught]
         assert any("--seed" in w and "shuffle" in w for w in said), said
         assert any("not served (metadata" in w for w in said), said
+        for w in said:   # one prefix each: "batchfs mount: " or a module's
+            assert re.match(r"batchfs( mount|\[\w+\]): ", w), w
+            assert not re.match(r"batchfs[^:]*: (warning: )?batchfs", w), w
         assert len(m.warnings) == 2, m.warnings
         assert any("--seed" in w for w in m.warnings), m.warnings
         assert all(w.category is UserWarning for w in caught)

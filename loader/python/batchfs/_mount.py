@@ -227,6 +227,7 @@ def mount(archive, mountpoint, **options):
         raise MountError(_error_of(p.stderr, p.returncode), p.returncode,
                          p.stderr)
     said = _warnings_of(p.stderr)
-    for w in said:
-        warnings.warn("batchfs mount: " + w, stacklevel=2)
+    for w in said:  # a module's line has its prefix ("batchfs[source]: ")
+        warnings.warn(w if w.startswith("batchfs[") else
+                      "batchfs mount: " + w, stacklevel=2)
     return Mount(os.path.realpath(mountpoint), said)
