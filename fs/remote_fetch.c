@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "fs/log.h"
+#include "fs/size.h"
 
 #define MOD "remote"
 
@@ -271,7 +272,7 @@ int bfs_remote_fetch_backend(struct bfs_fetch_backend **out,
 {
 	struct backend *b = calloc(1, sizeof(*b));
 	uint64_t limit = bfs_objects_limit(objects);
-	char bound[64] = "no bound";
+	char bound[64] = "no bound", gb[32];
 
 	*out = NULL;
 	if (b)
@@ -297,8 +298,8 @@ int bfs_remote_fetch_backend(struct bfs_fetch_backend **out,
 	b->be.rows = local && local->rows; /* local fields only */
 	b->be.ahead = true;		   /* remote ranges always */
 	if (limit)
-		snprintf(bound, sizeof(bound), "at most %.3g GB",
-			 (double)limit / 1e9);
+		snprintf(bound, sizeof(bound), "at most %s GB",
+			 bfs_size_gb_str(gb, sizeof(gb), limit));
 	if (snprintf(b->be.why, sizeof(b->be.why),
 		     "remote objects: rows fetched ahead in the sampler's "
 		     "order into the cache %.60s (%s)%s%.80s",

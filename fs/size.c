@@ -84,3 +84,22 @@ const char *bfs_size_shape_str(char *buf, size_t len, const int64_t *size,
 	buf[pos] = 0;
 	return buf;
 }
+
+const char *bfs_size_gb_str(char *buf, size_t len, uint64_t bytes)
+{
+	uint64_t frac = bytes % 1000000000u;
+	int n;
+
+	if (!frac) {
+		snprintf(buf, len, "%llu",
+			 (unsigned long long)(bytes / 1000000000u));
+		return buf;
+	}
+	n = snprintf(buf, len, "%llu.%09llu",
+		     (unsigned long long)(bytes / 1000000000u),
+		     (unsigned long long)frac);
+	if (n > 0 && (size_t)n < len)
+		while (buf[n - 1] == '0')
+			buf[--n] = '\0';
+	return buf;
+}

@@ -66,4 +66,9 @@ int bfs_size_extent(const int64_t *size, const int64_t *stride, int ndim,
 const char *bfs_size_shape_str(char *buf, size_t len, const int64_t *size,
 			       int ndim);
 
+/* 'bytes' as GB (10^9 bytes) in exact decimal, no trailing zeros:
+ * "0.05", "1", "1.234567891" (what --cache-gb reads back as the same
+ * byte count), into buf (always NUL-terminated). Returns buf. */
+const char *bfs_size_gb_str(char *buf, size_t len, uint64_t bytes);
+
 #endif

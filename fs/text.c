@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "fs/remote.h"
+#include "fs/size.h"
 
 /* What the renderers read. */
 struct text {
@@ -419,7 +420,7 @@ static void render_readme(const struct text *t, const struct bfs_text_info *in,
 {
 	bool ranked = bfs_order_ranked(t->order);
 	const char *R = ranked ? "rank/R/" : "", *pad = ranked ? "       " : "";
-	char first_rank[32];
+	char first_rank[32], gb[32];
 
 	snprintf(first_rank, sizeof(first_rank), "rank/%u/",
 		 bfs_order_rank_of_lane(t->order, 0));
@@ -448,12 +449,14 @@ static void render_readme(const struct text *t, const struct bfs_text_info *in,
 	render_ranks(t, b, n, pos);
 	render_ragged(t, b, n, pos);
 	if (in->cache_dir && in->cache_bytes)
-		bfs_layout_append(b, n, pos,
-				  "Remote sources are fetched ahead of the "
-				  "readers, in the sampler's order, into\n%s "
-				  "(at most %.1f GB, what is needed furthest "
-				  "ahead evicted first).\n\n",
-				  in->cache_dir, (double)in->cache_bytes / 1e9);
+		bfs_layout_append(
+		    b, n, pos,
+		    "Remote sources are fetched ahead of the "
+		    "readers, in the sampler's order, into\n%s "
+		    "(at most %s GB, what is needed furthest "
+		    "ahead evicted first).\n\n",
+		    in->cache_dir,
+		    bfs_size_gb_str(gb, sizeof(gb), in->cache_bytes));
 	else if (in->cache_dir)
 		bfs_layout_append(b, n, pos,
 				  "Remote sources are fetched ahead of the "

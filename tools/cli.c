@@ -7,6 +7,7 @@
 #include "tools/cli.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -57,6 +58,6 @@ int bfs_cli_parse_gb(const char *s, uint64_t *bytes)
 	gb = strtod(s, &end);
 	if (errno || end == s || *end || !(gb >= 1e-6 && gb <= 1e6))
 		return -1;
-	*bytes = (uint64_t)(gb * 1e9);
+	*bytes = (uint64_t)llround(gb * 1e9); /* 0.3: 300000000, not 1 less */
 	return 0;
 }

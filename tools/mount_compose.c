@@ -45,6 +45,7 @@
 #include "fs/reader.h"
 #include "fs/remote.h"
 #include "fs/remote_fetch.h"
+#include "fs/size.h"
 #include "mount/mount.h"
 #include "mount/postmortem.h"
 #include "tools/cli.h"
@@ -728,6 +729,7 @@ static void warn_cache(const struct mount_opts *m, const struct model *mt)
 {
 	uint64_t limit = mt->objects ? bfs_objects_limit(mt->objects) : 0;
 	uint64_t chunk = BFS_CACHE_CHUNK_DEFAULT, row = 0, remote = 0, need;
+	char has[32], gb[32];
 
 	if (!limit)
 		return;
@@ -746,12 +748,12 @@ static void warn_cache(const struct mount_opts *m, const struct model *mt)
 		need = remote;
 	if (limit < need)
 		warn(m,
-		     "--cache-gb %.6g may not hold the 64 KiB chunks that %u "
+		     "--cache-gb %s may not hold the 64 KiB chunks that %u "
 		     "workers' batches pin at once (up to %.1f MB): a batch "
-		     "that finds no room fails with EIO (use --cache-gb %.6g "
+		     "that finds no room fails with EIO (use --cache-gb %s "
 		     "or more, or fewer --workers)",
-		     (double)limit / 1e9, m->workers, (double)need / 1e6,
-		     (double)need / 1e9);
+		     bfs_size_gb_str(has, sizeof(has), limit), m->workers,
+		     (double)need / 1e6, bfs_size_gb_str(gb, sizeof(gb), need));
 }
 
 /* The options for remote sources given to a mount that has none (or,

@@ -124,11 +124,24 @@ def bounded(ng, root):
           "the cache files never held more than the bound (peak %d of %d)"
           % (peak[0], limit))
     mr.unmount(rm, lm)
-    # a bound smaller than one batch's chunks: warned, then EIO saying so
-    p, rm = mr.mount(ng.url("b.pt"), *opts, "--cache-gb", "0.0001",
+    # a bound smaller than one batch's chunks: warned, then EIO saying so;
+    # 0.00013 GB is 130000 bytes (x 1e9 in double: 129999.99...), said
+    # as given wherever the bound is shown
+    p, rm = mr.mount(ng.url("b.pt"), *opts, "--cache-gb", "0.00013",
                      cache=os.path.join(mr.TMP, "tiny-cache"))
-    check("may not hold" in p.stderr, "a bound too small is warned about "
-          "at mount (%s)" % p.stderr.strip())
+    check("--cache-gb 0.00013 may not hold" in p.stderr, "a bound too "
+          "small is warned about at mount (%s)" % p.stderr.strip())
+    d = mr.info(rm)
+    with open(os.path.join(rm, "README")) as f:
+        readme = f.read()
+    check(d["cache"]["limit_bytes"] == 130000 and
+          "(at most 0.00013 GB," in readme and
+          "(at most 0.00013 GB)" in d["reader_why"],
+          "--cache-gb 0.00013: 130000 bytes, shown as 0.00013 GB (%d; "
+          "README: %s; reader_why: %s)"
+          % (d["cache"]["limit_bytes"],
+             [x for x in readme.splitlines() if "at most" in x],
+             d["reader_why"]))
     got = mr.read_all(rm, ["epoch/0/batch_0"])
     check(got["epoch/0/batch_0"] == "EIO" and
           "--cache-gb" in ml.stats(rm)["last_error"],

@@ -107,6 +107,19 @@ static void shapes_and_bytes_are_shown_safely(void **state)
 	assert_string_equal(bfs_error_quote(small, 3, "0123", 4), "");
 }
 
+static void gb_are_shown_exactly(void **state)
+{
+	char b[32];
+
+	(void)state;
+	assert_string_equal(bfs_size_gb_str(b, sizeof(b), 50000000), "0.05");
+	assert_string_equal(bfs_size_gb_str(b, sizeof(b), 130000), "0.00013");
+	assert_string_equal(bfs_size_gb_str(b, sizeof(b), 2000000000), "2");
+	assert_string_equal(bfs_size_gb_str(b, sizeof(b), 1234567891),
+			    "1.234567891");
+	assert_string_equal(bfs_size_gb_str(b, sizeof(b), 0), "0");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -114,6 +127,7 @@ int main(void)
 	    cmocka_unit_test(numel_is_refused_exactly_when_torch_refuses_it),
 	    cmocka_unit_test(extent_is_the_storage_a_view_needs),
 	    cmocka_unit_test(shapes_and_bytes_are_shown_safely),
+	    cmocka_unit_test(gb_are_shown_exactly),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
