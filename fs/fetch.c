@@ -25,6 +25,8 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include "fs/log.h"
+
 #define FETCH_MIN ((uint64_t)32 << 10) /* rows the gathers read */
 
 struct bfs_fetch {
@@ -187,7 +189,7 @@ void bfs_fetch_now(struct bfs_fetch *f, uint64_t when)
 		f->be->ops->now(f->be, when);
 }
 
-/* Append to why[BFS_FETCH_WHY], cut to fit. */
+/* Append to why[BFS_FETCH_WHY], cut visibly to fit. */
 static void append(char *why, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
@@ -195,10 +197,13 @@ static void append(char *why, const char *fmt, ...)
 {
 	size_t n = strlen(why);
 	va_list ap;
+	int k;
 
 	va_start(ap, fmt);
-	vsnprintf(why + n, BFS_FETCH_WHY - n, fmt, ap);
+	k = vsnprintf(why + n, BFS_FETCH_WHY - n, fmt, ap);
 	va_end(ap);
+	if (k > 0 && (size_t)k >= BFS_FETCH_WHY - n)
+		bfs_log_ellipsize(why, BFS_FETCH_WHY);
 }
 
 void bfs_fetch_stats(struct bfs_fetch *f, struct bfs_fetch_stats *out)

@@ -32,6 +32,7 @@
 #ifndef BFS_FETCH_H
 #define BFS_FETCH_H
 
+#include <limits.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -59,7 +60,7 @@ struct bfs_fetch_backend_stats {
 /* A backend: where the bytes of a dataset's files come from. Its maker
  * fills this in (embedded first in a struct of its own) and hands it to
  * bfs_fetch_create, which owns it from then on. */
-#define BFS_FETCH_WHY 200
+#define BFS_FETCH_WHY (PATH_MAX + 512) /* a cache directory's path and more */
 struct bfs_fetch_backend {
 	const struct bfs_fetch_ops *ops;
 	/* read_all reads rows past the page cache (data that does not fit:

@@ -97,6 +97,18 @@ char *bfs_log_escape(char *dst, size_t len, const char *src)
 	return dst;
 }
 
+void bfs_log_ellipsize(char *buf, size_t size)
+{
+	size_t n;
+
+	if (size < 4)
+		return;
+	n = size - 4; /* the first byte dropped, unless it continues one */
+	while (n > 0 && ((unsigned char)buf[n] & 0xc0) == 0x80)
+		n--;
+	memcpy(buf + n, "...", 4);
+}
+
 void bfs_log(enum bfs_log_level level, const char *module, const char *fmt, ...)
 {
 	char msg[1024], line[1024];

@@ -40,6 +40,11 @@ void bfs_log(enum bfs_log_level level, const char *module, const char *fmt, ...)
  * are. Returns dst. */
 char *bfs_log_escape(char *dst, size_t len, const char *src);
 
+/* A reason too long for its buffer buf[size] (snprintf cut it at size - 1
+ * bytes) ended visibly: "..." after the last whole UTF-8 character that
+ * leaves room for it, never half a character. No-op when size < 4. */
+void bfs_log_ellipsize(char *buf, size_t size);
+
 /* The message of the last BFS_LOG_ERR line this thread logged since its
  * last bfs_log_err_reset() (without the "batchfs[module]: " prefix), or
  * "" when none: lets a caller up the stack quote the reason a callee

@@ -47,6 +47,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "fs/log.h"
+
 #define CHUNK	  ((uint64_t)2 << 20)
 #define TICK_NS	  125000000ull /* 1/8 s */
 #define TICK_MASK 0x7fffffffu
@@ -672,7 +674,7 @@ void bfs_readahead_stats(struct bfs_readahead *ra,
 	out->objects = f.objects;
 	if (snprintf(out->reader_why, sizeof(out->reader_why), "%s%s", f.why,
 		     ra->why) >= (int)sizeof(out->reader_why))
-		memcpy(out->reader_why + sizeof(out->reader_why) - 4, "...", 4);
+		bfs_log_ellipsize(out->reader_why, sizeof(out->reader_why));
 	if (ra->ahead_up) {
 		pthread_mutex_lock(&ra->lock);
 		for (size_t l = 0; l < ra->lanes; l++)

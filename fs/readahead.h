@@ -73,7 +73,7 @@ struct bfs_readahead_opts {
 
 /* Counters since creation: the read-in (fs/memory), the advice and the
  * read-ahead (here) and fs/fetch's reads. */
-#define BFS_READAHEAD_WHY 200
+#define BFS_READAHEAD_WHY (BFS_FETCH_WHY + 256) /* fs/fetch's, and ours */
 struct bfs_readahead_stats {
 	uint64_t warm_bytes;	  /* read in at creation (data that fits) */
 	uint64_t rows_resident;	  /* rows found in memory when advised or

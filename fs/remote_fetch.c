@@ -302,11 +302,11 @@ int bfs_remote_fetch_backend(struct bfs_fetch_backend **out,
 			 bfs_size_gb_str(gb, sizeof(gb), limit));
 	if (snprintf(b->be.why, sizeof(b->be.why),
 		     "remote objects: rows fetched ahead in the sampler's "
-		     "order into the cache %.60s (%s)%s%.80s",
+		     "order into the cache %s (%s)%s%s",
 		     bfs_objects_dir(objects), bound,
 		     local ? "; local files: " : "",
 		     local ? local->why : "") >= (int)sizeof(b->be.why))
-		memcpy(b->be.why + sizeof(b->be.why) - 4, "...", 4);
+		bfs_log_ellipsize(b->be.why, sizeof(b->be.why));
 	b->be.no_ahead = local && !local->ahead ? local->no_ahead : NULL;
 	*out = &b->be;
 	return 0;

@@ -74,6 +74,29 @@ static void a_log_line_is_one_line(void **state)
 			    captured + strlen("batchfs[mount]: "));
 }
 
+/* The first size - 1 bytes of s in b, as snprintf leaves a cut one. */
+static void cut(char *b, size_t size, const char *s)
+{
+	memcpy(b, s, size - 1);
+	b[size - 1] = '\0';
+}
+
+/* A reason cut by snprintf ends in "..." after a whole character. */
+static void a_cut_reason_ends_visibly_on_a_character(void **state)
+{
+	char b[9];
+
+	(void)state;
+	for (size_t size = 8; size <= 9; size++) { /* cut in, after an e' */
+		cut(b, size, "ab\u00e9\u00e9\u00e9\u00e9");
+		bfs_log_ellipsize(b, size);
+		assert_string_equal(b, "ab\u00e9...");
+	}
+	cut(b, sizeof(b), "abcdefghij");
+	bfs_log_ellipsize(b, sizeof(b));
+	assert_string_equal(b, "abcde...");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -81,6 +104,7 @@ int main(void)
 	    cmocka_unit_test(text_and_utf8_are_kept),
 	    cmocka_unit_test(escapes_are_never_cut),
 	    cmocka_unit_test(a_log_line_is_one_line),
+	    cmocka_unit_test(a_cut_reason_ends_visibly_on_a_character),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
