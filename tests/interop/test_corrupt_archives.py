@@ -8,7 +8,8 @@ Cases: truncation at several offsets, a flipped central-directory
 signature, two overlapping records, a deflated record, an encrypted record,
 a duplicate name, a '../' name, a data.pkl that calls os.system (plain
 Python pickle), a data.pkl with a global outside the allowlist, the legacy
-pre-1.6 format and a non-zip file. The intact archive must pass both."""
+pre-1.6 format, a non-zip file and a central directory larger than its
+records can be (refused by that limit). The intact archive must pass both."""
 
 import os
 import pickle
@@ -151,6 +152,20 @@ def main():
                    "refused global 'builtins eval'")
     if os.path.exists(os.path.join(TMP, "PWNED")):
         failures.append("a pickle executed os.system")
+
+    # A central directory larger than its records can be (46 bytes and 3
+    # fields of at most 65535 each): refused by that limit, not read.
+    b = bytearray(open(replace_pickle(good, "plain.pt", pickle.dumps(
+        None)), "rb").read())
+    eocd = b.rindex(b"PK\x05\x06")
+    n, size = struct.unpack_from("<HI", b, eocd + 10)
+    pad = n * (46 + 3 * 65535) + 1 - size
+    struct.pack_into("<I", b, eocd + 12, size + pad)
+    b[eocd:eocd] = bytes(pad)
+    expect_refused(write("cd_huge.pt", b),
+                   "central directory of %d bytes exceeds the limit of %d "
+                   "bytes for %d records" % (size + pad, n * (46 + 3 * 65535),
+                                             n))
 
     legacy = os.path.join(TMP, "legacy.pt")
     torch.save({"x": torch.ones(3)}, legacy,
