@@ -248,8 +248,8 @@ static int ragged_opt(struct mount_opts *m, int c, const char *arg)
 }
 
 /* FUSE option 'o' (as libfuse reads it: unescaped) appended to the -o
- * list passed on, its commas and backslashes escaped again ("\\,",
- * "\\\\") so that libfuse reads back 'o' itself. */
+ * list passed on, its commas and backslashes escaped again (as "\," and
+ * "\\") so that libfuse reads back 'o' itself. */
 static void append_o(struct mount_opts *m, const char *o)
 {
 	size_t n = strlen(m->fuse_o), cap = sizeof(m->fuse_o) - 1;
@@ -376,9 +376,8 @@ static int o_opts(struct mount_opts *m, const char *arg)
 		return 1;
 	m->o_copies[m->no_copies++] = copy;
 	/* split and unescaped as libfuse's option parser does (fuse_opt.c):
-	 * "\\," is a comma within an item, "\\NNN" (octal, NNN <= 377)
-	 * that byte, "\\C" any other C itself; in place (items only
-	 * shrink) */
+	 * "\," is a comma within an item, "\NNN" (octal, NNN <= 377) that
+	 * byte, "\C" any other C itself; in place (items only shrink) */
 	for (char *s = copy, *d = copy, *item = copy; rc == 0; s++) {
 		if (*s == ',' || !*s) {
 			bool last = !*s;
