@@ -15,10 +15,13 @@
 - a batch whose source changed under the mount raises BatchReadError (an
   OSError, EIO) that carries the reason the mount gives (stats:
   last_error: the source changed), not a bare EIO: from Batches.read and
-  from read_batch alike (read_batch raised the bare OSError)."""
+  from read_batch alike (read_batch raised the bare OSError);
+- a stream whose next batch declares a header past the limit (2^40
+  bytes) is an OSError naming the file, the byte and the limit."""
 import errno
 import os
 import re
+import struct
 import sys
 import time
 import warnings
@@ -138,12 +141,30 @@ def changed_source_says_why(path):
         m.umount()
 
 
+def stream_header_past_the_limit_says_so():
+    """A stream whose next batch declares a header of 2^40 bytes is an
+    OSError naming the file, the byte and the limit (it was a
+    MemoryError: the header was allocated before it was checked)."""
+    from batchfs._stream import StreamReader
+    path = os.path.join(TMP, "stream0")
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", 1 << 40) + b'{"x":')
+    try:
+        StreamReader(path).next()
+        raise AssertionError("a header of 2^40 bytes read")
+    except OSError as ex:
+        want = "%s: byte 0: a batch header of %d bytes exceeds the limit " \
+            "of 100000000 bytes" % (path, 1 << 40)
+        assert str(ex) == want, (str(ex), want)
+
+
 def main():
     path = archive("meta.pt")
     mount_error_is_the_error_not_a_warning(path)
     mount_warnings_are_python_warnings(path)
     rank_not_below_world_size(archive("plain.pt", meta=False))
     changed_source_says_why(archive("changes.pt", 1))
+    stream_header_past_the_limit_says_so()
     print("ok")
 
 

@@ -11,6 +11,9 @@ from ._batchfile import aligned, check_header
 CHUNK = 8 << 20
 # Read past a batch so that the next one's header comes with it.
 LOOKAHEAD = 64 << 10
+# The longest header read (safetensors', fs/safetensors.h's
+# BFS_ST_MAX_HEADER): a longer one is refused before it is read.
+MAX_HEADER = 100000000
 
 
 class StreamReader:
@@ -89,7 +92,8 @@ class StreamReader:
         """The next batch file's bytes (a numpy uint8 view) and its header
         checked (read_header's answer, for parse_batch's header=), or
         (None, None) at the end of the stream. A stream that ends inside
-        a batch is an OSError."""
+        a batch, or whose next header would be longer than MAX_HEADER, is
+        an OSError."""
         if not self._need(8):
             if self._hi > self._lo:
                 raise OSError("%s: %d bytes after the last batch"
@@ -97,6 +101,11 @@ class StreamReader:
             return None, None
         lo = self._lo
         n = int.from_bytes(bytes(self._buf[lo:lo + 8]), "little")
+        if n > MAX_HEADER:
+            raise OSError("%s: byte %d: a batch header of %d bytes exceeds "
+                          "the limit of %d bytes" % (
+                              self.path, self._pos - self._hi + lo, n,
+                              MAX_HEADER))
         if not self._need(8 + n):
             raise OSError("%s ends inside a batch header" % self.path)
         header, size = self._header(self._lo, n)
