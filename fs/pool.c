@@ -1066,6 +1066,35 @@ static void note_demand(struct bfs_pool *p, struct bfs_batch *b)
 	}
 }
 
+/* The flag of the request this thread serves (bfs_cancel_enter), or
+ * NULL: thread-local, so that no call between the adapter and acquire
+ * carries it (fs/pool.h: interrupts). */
+static _Thread_local struct bfs_cancel *thread_cancel;
+
+void bfs_cancel_enter(struct bfs_cancel *c)
+{
+	thread_cancel = c;
+}
+
+void bfs_cancel_leave(void)
+{
+	thread_cancel = NULL;
+}
+
+static bool cancelled(void)
+{
+	return thread_cancel && atomic_load(&thread_cancel->set);
+}
+
+void bfs_pool_interrupt(struct bfs_pool *p)
+{
+	/* under the lock: a waiter looks at its flag, then waits, without
+	 * letting go of it in between, so the wake-up cannot fall there */
+	pthread_mutex_lock(&p->lock);
+	pthread_cond_broadcast(&p->ready);
+	pthread_mutex_unlock(&p->lock);
+}
+
 static int acquire(struct bfs_pool *p, const struct bfs_batch_loc *at,
 		   bool prefetch, struct bfs_batch **out)
 {
@@ -1101,7 +1130,7 @@ static int acquire(struct bfs_pool *p, const struct bfs_batch_loc *at,
 		goto out_unlock;
 	}
 	b->refs++;
-	while (b->state == B_QUEUED || b->state == B_BUSY) {
+	while ((b->state == B_QUEUED || b->state == B_BUSY) && !cancelled()) {
 		if (pthread_cond_timedwait(&p->ready, &p->lock, &dl) ==
 		    ETIMEDOUT)
 			break;
@@ -1113,7 +1142,11 @@ static int acquire(struct bfs_pool *p, const struct bfs_batch_loc *at,
 		}
 		*out = b;
 	} else {
-		rc = b->state == B_FAILED ? b->err : -ETIMEDOUT;
+		/* interrupted: b stays queued or gathering, for later
+		 * readers (a demand still: it keeps its place) */
+		rc = b->state == B_FAILED ? b->err
+		     : cancelled()	  ? -EINTR
+					  : -ETIMEDOUT;
 		if (rc == -ETIMEDOUT)
 			p->st.timeouts++;
 		if (--b->refs == 0 && !b->in_table && b->state != B_BUSY)
