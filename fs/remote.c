@@ -488,6 +488,15 @@ err_free:
 	return rc;
 }
 
+void bfs_remote_cancel(struct bfs_remote *r)
+{
+	/* the thread leaves its loop and cancels all; submit refuses */
+	pthread_mutex_lock(&r->lock);
+	r->stopping = true;
+	pthread_mutex_unlock(&r->lock);
+	curl_multi_wakeup(r->multi);
+}
+
 void bfs_remote_destroy(struct bfs_remote *r)
 {
 	if (!r)
