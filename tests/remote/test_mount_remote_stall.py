@@ -15,13 +15,21 @@ does may have to wait for that deadline.
     to do: interrupt it or batchfs umount --lazy;
   lazy umount while a reader waits, then the reader interrupted: the
     daemon is gone well within the bound (its fetch in flight, still
-    stalled, is cancelled when the session ends).
+    stalled, is cancelled when the session ends);
+  an unreachable endpoint at mount: nothing listens on the port
+    (connection refused): the mount fails well within the bound, after
+    one line naming host:port, the error and until when it retries, and
+    its message says the connection was refused; a server that accepts
+    and never answers: that line comes within the bound, while the
+    mount still waits (it then is stopped).
 
 Every wait is bounded (a liveness bound of 20 s, far below the 120 s
 deadline: not a timing measurement); a state is waited for (the proxy
 stalls a request, the reader sleeps in a FUSE request), never slept."""
 import os
+import select
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -202,6 +210,68 @@ def lazy_umount(fp, paths):
         cat.kill()
 
 
+def mount_lines(url, until):
+    """Start batchfs mount of url (--timeout TIMEOUT) and collect its
+    stderr lines until until(lines) holds, it exits, or BOUND seconds
+    pass. (process, lines, seconds)."""
+    mnt = os.path.join(mr.TMP, "unreachable")
+    os.makedirs(mnt, exist_ok=True)
+    t0 = time.monotonic()
+    p = subprocess.Popen([ml.BATCHFS, "mount", "--cache-dir",
+                          os.path.join(mr.TMP, "ucache"), "--timeout",
+                          str(TIMEOUT), url, mnt],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                         text=True, env=mr.env_without_aws())
+    lines = []
+    while not until(lines) and time.monotonic() - t0 < BOUND:
+        r, _, _ = select.select([p.stderr], [], [], 0.2)
+        if r:
+            line = p.stderr.readline()
+            if not line:  # it exited
+                break
+            lines.append(line.strip())
+    return p, lines, time.monotonic() - t0
+
+
+def unreachable():
+    port = servers.free_port()  # nothing listens there
+    where = "127.0.0.1:%d" % port
+    url = "http://%s/data.pt" % where
+    p, lines, took = mount_lines(url, lambda ls: False)
+    ended_ = ended(p, 1)
+    print("\n".join(lines))
+    check(ended_ and p.returncode == 1,
+          "refused: the mount fails within %d s, not at --timeout %d s "
+          "(%.1f s, status %s)" % (BOUND, TIMEOUT, took, p.returncode))
+    said = [x for x in lines if where in x and "retrying until" in x]
+    check(len(said) == 1 and "refused" in said[0],
+          "refused: one line names %s, the error and until when it "
+          "retries" % where)
+    check(lines and "connection refused" in lines[-1],
+          "refused: the mount's message says the connection was refused")
+    if p.poll() is None:
+        p.kill()
+        p.wait()
+
+    # a server that accepts and never answers
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(16)
+    where = "127.0.0.1:%d" % srv.getsockname()[1]
+    p, lines, took = mount_lines(
+        "http://%s/data.pt" % where,
+        lambda ls: any(where in x and "retrying until" in x for x in ls))
+    print("\n".join(lines))
+    check(p.poll() is None and any(where in x and "retrying until" in x
+                                   for x in lines),
+          "silent server: while the mount waits, a line names %s and "
+          "until when it retries, within %d s (%.1f s)"
+          % (where, BOUND, took))
+    p.terminate()
+    check(ended(p), "silent server: the waiting mount ends at SIGTERM")
+    srv.close()
+
+
 def main():
     root = os.path.join(mr.TMP, "www")
     os.makedirs(root, exist_ok=True)
@@ -216,6 +286,7 @@ def main():
         interrupt(fp, local, paths)
         plain_umount(fp, paths)
         lazy_umount(fp, paths)
+    unreachable()
     mr.unmount(lm)
     return ml.finish(failures)
 
