@@ -34,10 +34,13 @@ static void usage(FILE *f)
 {
 	fputs("usage: batchfs umount [--lazy] MOUNTPOINT\n"
 	      "Unmount a batchfs mount (fusermount3 -u). When it is busy, the\n"
-	      "processes that hold it are listed and nothing is unmounted.\n\n"
+	      "processes that hold it are listed and nothing is unmounted;\n"
+	      "those waiting for a batch are marked: interrupt them (their\n"
+	      "call ends with EINTR), or use --lazy.\n\n"
 	      "  -z, --lazy   detach it now, even when busy: open and mapped\n"
 	      "               files stay readable; the daemon exits when the\n"
-	      "               last of them is closed\n"
+	      "               last of them is closed (fetches in flight\n"
+	      "               are cancelled then)\n"
 	      "  -h, --help   this text\n\n"
 	      "Exit status: 0 unmounted, 1 not a batchfs mount or busy, 2 bad\n"
 	      "usage.\n",
