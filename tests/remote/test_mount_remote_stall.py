@@ -3,13 +3,16 @@
 answers the headers, then nothing), with --timeout 120: nothing a user
 does may have to wait for that deadline.
 
-  interrupt: a reader waiting for a stalled batch is interrupted: `cat`
+  interrupt (--serve auto, push, direct: where the wait is an open's or
+    a read's): a reader waiting for a stalled batch is interrupted: `cat`
     killed by SIGTERM ends well within the bound (a fatal signal: the
     kernel waits for the daemon's answer, EINTR; in passthrough and push
     the wait is the open's); a reader of an O_DIRECT file (its READ
     waits) whose signal handler raises sees its read end (EINTR); the
-    daemon answers stats and index files, and once the server answers
-    again the batch they waited for is served, exact;
+    daemon answers stats and index files meanwhile (a batch whose rows
+    are cached cannot be had here: the read-ahead fetches the whole small
+    object), and once the server answers again the batches they waited
+    for are served, exact;
   plain umount while a reader waits: refused (busy), and the message
     names the reader, says it waits on the remote server, and says what
     to do: interrupt it or batchfs umount --lazy;
@@ -77,9 +80,10 @@ def check(ok, what):
         failures.append(what)
 
 
-def mount(fp):
+def mount(fp, serve="auto"):
     _, rm = mr.mount(fp.url("/data.pt"), "--batch-size", B, "--shuffle",
-                     "--seed", 7, "--timeout", TIMEOUT, "--workers", 2)
+                     "--seed", 7, "--timeout", TIMEOUT, "--workers", 2,
+                     "--serve", serve)
     return rm
 
 
@@ -114,40 +118,42 @@ def ended(p, timeout=BOUND):
         return False
 
 
-def interrupt(fp, lm, paths):
-    rm = mount(fp)
+def interrupt(fp, lm, paths, serve):
+    def said(ok, what):
+        check(ok, "interrupt (--serve %s): %s" % (serve, what))
+
+    rm = mount(fp, serve)
     n0 = fp.stats()["injected"]["stall"]
     fp.fail("stall", after=0)
     batch = os.path.join(rm, paths[0])
     cat, seen = start_waiting(fp, ["cat", batch], n0)
-    check(seen, "interrupt: cat waits for a stalled batch (the proxy "
-          "stalled its request, cat sleeps in a FUSE request)")
+    said(seen, "cat waits for a stalled batch (the proxy stalled its "
+         "request, cat sleeps in a FUSE request)")
     t0 = time.monotonic()
     cat.send_signal(signal.SIGTERM)
-    check(ended(cat) and cat.returncode == -signal.SIGTERM,
-          "interrupt: cat killed by SIGTERM ends within %d s, not at "
-          "--timeout %d s (%.1f s, status %s)"
-          % (BOUND, TIMEOUT, time.monotonic() - t0, cat.returncode))
+    said(ended(cat) and cat.returncode == -signal.SIGTERM,
+         "cat killed by SIGTERM ends within %d s, not at --timeout %d s "
+         "(%.1f s, status %s)"
+         % (BOUND, TIMEOUT, time.monotonic() - t0, cat.returncode))
     # its batch may be stalled already (prefetched): any stall will do
     reader, seen = start_waiting(
         fp, [sys.executable, "-c", READER, os.path.join(rm, paths[1])], 0)
-    check(seen, "interrupt: a second reader waits for a stalled batch")
+    said(seen, "a second reader waits for a stalled batch")
     t0 = time.monotonic()
     reader.send_signal(signal.SIGUSR1)
     out = reader.communicate(timeout=BOUND)[0] if ended(reader) else ""
-    check(out.strip() == "read: interrupted",
-          "interrupt: an O_DIRECT reader's read returns at its signal "
-          "(EINTR), within %d s (%.1f s: %r)"
-          % (BOUND, time.monotonic() - t0, out.strip()))
+    said(out.strip() == "read: interrupted",
+         "an O_DIRECT reader's read returns at its signal (EINTR), within "
+         "%d s (%.1f s: %r)" % (BOUND, time.monotonic() - t0, out.strip()))
     s = ml.stats(rm)
-    check(s["pid"] > 0, "interrupt: the daemon still answers stats")
-    check(len(ml.read_index(os.path.join(rm, "index/5/batch_0"))) == B,
-          "interrupt: the daemon still serves index files")
+    said(s["pid"] > 0, "the daemon still answers stats")
+    said(len(ml.read_index(os.path.join(rm, "index/5/batch_0"))) == B,
+         "the daemon still serves index files")
     fp.clear()
     got = mr.read_all(rm, paths[:2], timeout=BOUND * 3)
-    check(all(got[p] == lm[p] for p in paths[:2]),
-          "interrupt: once the server answers, the interrupted batches "
-          "are served, exact")
+    said(all(got[p] == lm[p] for p in paths[:2]),
+         "once the server answers, the interrupted batches are served, "
+         "exact")
     for p in (cat, reader):
         if p.poll() is None:
             p.kill()
@@ -283,7 +289,8 @@ def main():
     local = mr.read_all(lm, paths)
     with servers.Nginx(root) as ng, \
             FaultProxy(ng.base_url, max_stall=TIMEOUT * 3) as fp:
-        interrupt(fp, local, paths)
+        for serve in ("auto", "push", "direct"):
+            interrupt(fp, local, paths, serve)
         plain_umount(fp, paths)
         lazy_umount(fp, paths)
     unreachable()
