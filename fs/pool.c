@@ -83,6 +83,12 @@
  * other lock, so no order to respect; bfs_order and bfs_dataset calls are
  * thread-safe on their own and are made without p->lock held.
  *
+ * Interrupts (pool.h): an acquire waits for its batch until the deadline,
+ * or until the flag its thread named (bfs_cancel_enter) is set and
+ * bfs_pool_interrupt wakes the waiters: it returns -EINTR and leaves the
+ * batch as it is (still demanded, queued or being gathered), so a later
+ * acquire finds it ready; the waiters whose flag is not set wait on.
+ *
  * Errors: a failed gather and a read that timed out are logged and kept
  * as the pool's last_error (time, epoch, batch, message; stats), with the
  * reason the gathering thread logged below (bfs_log_err_last). With debug
