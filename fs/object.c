@@ -287,6 +287,14 @@ void bfs_objects_destroy(struct bfs_objects *os)
 	free(os);
 }
 
+void bfs_objects_abort(struct bfs_objects *os)
+{
+	/* os->r changes only at suspend and resume, on the mount's thread,
+	 * which is the one calling */
+	if (os && os->r)
+		bfs_remote_cancel(os->r);
+}
+
 void bfs_objects_suspend(struct bfs_objects *os)
 {
 	pthread_mutex_lock(&os->lock);

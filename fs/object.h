@@ -84,6 +84,13 @@ int bfs_objects_create(struct bfs_objects **out,
  * and the cache, free. Accepts NULL. */
 void bfs_objects_destroy(struct bfs_objects *os);
 
+/* The session ended (unmounted): cancel the fetches in flight and fail
+ * every later one at once (fs/remote's bfs_remote_cancel), so that a
+ * gather waiting on a server that does not answer ends now with
+ * -ECANCELED instead of at its deadline (--timeout, retries included).
+ * Thread-safe; does not wait. bfs_objects_destroy still follows. */
+void bfs_objects_abort(struct bfs_objects *os);
+
 /* Before a fork: wait for the fetches in flight, stop the client and the
  * store thread. Nothing may be fetched until bfs_objects_resume. */
 void bfs_objects_suspend(struct bfs_objects *os);

@@ -83,6 +83,12 @@
  * other lock, so no order to respect; bfs_order and bfs_dataset calls are
  * thread-safe on their own and are made without p->lock held.
  *
+ * Interrupts (pool.h): an acquire waits for its batch until the deadline,
+ * or until the flag its thread named (bfs_cancel_enter) is set and
+ * bfs_pool_interrupt wakes the waiters: it returns -EINTR and leaves the
+ * batch as it is (still demanded, queued or being gathered), so a later
+ * acquire finds it ready; the waiters whose flag is not set wait on.
+ *
  * Errors: a failed gather and a read that timed out are logged and kept
  * as the pool's last_error (time, epoch, batch, message; stats), with the
  * reason the gathering thread logged below (bfs_log_err_last). With debug
@@ -1098,6 +1104,35 @@ static void note_demand(struct bfs_pool *p, struct bfs_batch *b)
 	}
 }
 
+/* The flag of the request this thread serves (bfs_cancel_enter), or
+ * NULL: thread-local, so that no call between the adapter and acquire
+ * carries it (fs/pool.h: interrupts). */
+static _Thread_local struct bfs_cancel *thread_cancel;
+
+void bfs_cancel_enter(struct bfs_cancel *c)
+{
+	thread_cancel = c;
+}
+
+void bfs_cancel_leave(void)
+{
+	thread_cancel = NULL;
+}
+
+static bool cancelled(void)
+{
+	return thread_cancel && atomic_load(&thread_cancel->set);
+}
+
+void bfs_pool_interrupt(struct bfs_pool *p)
+{
+	/* under the lock: a waiter looks at its flag, then waits, without
+	 * letting go of it in between, so the wake-up cannot fall there */
+	pthread_mutex_lock(&p->lock);
+	pthread_cond_broadcast(&p->ready);
+	pthread_mutex_unlock(&p->lock);
+}
+
 static int acquire(struct bfs_pool *p, const struct bfs_batch_loc *at,
 		   bool prefetch, struct bfs_batch **out)
 {
@@ -1133,7 +1168,7 @@ static int acquire(struct bfs_pool *p, const struct bfs_batch_loc *at,
 		goto out_unlock;
 	}
 	b->refs++;
-	while (b->state == B_QUEUED || b->state == B_BUSY) {
+	while ((b->state == B_QUEUED || b->state == B_BUSY) && !cancelled()) {
 		if (pthread_cond_timedwait(&p->ready, &p->lock, &dl) ==
 		    ETIMEDOUT)
 			break;
@@ -1145,7 +1180,11 @@ static int acquire(struct bfs_pool *p, const struct bfs_batch_loc *at,
 		}
 		*out = b;
 	} else {
-		rc = b->state == B_FAILED ? b->err : -ETIMEDOUT;
+		/* interrupted: b stays queued or gathering, for later
+		 * readers (a demand still: it keeps its place) */
+		rc = b->state == B_FAILED ? b->err
+		     : cancelled()	  ? -EINTR
+					  : -ETIMEDOUT;
 		if (rc == -ETIMEDOUT)
 			p->st.timeouts++;
 		if (--b->refs == 0 && !b->in_table && b->state != B_BUSY)

@@ -10,6 +10,7 @@
 #ifndef BFS_POOL_H
 #define BFS_POOL_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -135,7 +136,8 @@ void bfs_pool_destroy(struct bfs_pool *p);
  * its lane. Waits at most timeout_ms. Returns 0 and a reference in *out,
  * or -ENOENT (no such batch), -ETIMEDOUT (not ready in time; a log line
  * names the batch and its first sample), -EIO / -ERANGE (the gather
- * failed), -ENOMEM. */
+ * failed), -EINTR (the thread's bfs_cancel flag was set: below),
+ * -ENOMEM. */
 int bfs_pool_acquire(struct bfs_pool *p, const struct bfs_batch_loc *at,
 		     struct bfs_batch **out);
 
@@ -152,6 +154,26 @@ int bfs_pool_acquire_alone(struct bfs_pool *p, const struct bfs_batch_loc *at,
  * thread. For batches served straight from the archive (zero copy). */
 void bfs_pool_advise(struct bfs_pool *p, const struct bfs_batch_loc *at,
 		     const uint64_t *idx);
+
+/* Interrupts. A reader that gives up (its FUSE request interrupted by a
+ * signal) must not wait on a worker: the thread serving it names the
+ * request's flag with bfs_cancel_enter before a call that may acquire,
+ * and bfs_cancel_leave after; whoever sets the flag then calls
+ * bfs_pool_interrupt, and an acquire of that thread waiting for its batch
+ * returns -EINTR (already set at the acquire: at once, unless the batch
+ * is ready). The batch is not touched: its gather goes on, and a later
+ * acquire finds it ready. The flag is the thread's own (thread-local,
+ * not shared state): no signature between the adapter and the acquire
+ * has to carry it, and a thread serves one request at a time. */
+struct bfs_cancel {
+	atomic_bool set;
+};
+void bfs_cancel_enter(struct bfs_cancel *c);
+void bfs_cancel_leave(void);
+
+/* Wake every acquire waiting in p, so that those whose flag is set return
+ * -EINTR (the others wait on). Thread-safe; takes the pool's lock. */
+void bfs_pool_interrupt(struct bfs_pool *p);
 
 /* Drop a reference from bfs_pool_acquire. Accepts NULL. */
 void bfs_pool_release(struct bfs_pool *p, struct bfs_batch *b);

@@ -31,6 +31,18 @@ extern char **environ;
 #define DEFAULT_IN_FLIGHT 32
 #define BACKOFF_FIRST_S	  0.05
 #define BACKOFF_MAX_S	  2.0
+/* An open (a mount's first request to its server) still unanswered after
+ * this long, or failed once, says so in one line: where, why, until when
+ * it retries. */
+#define SAY_AFTER_S 2.0
+/* An open whose every try was refused (connection refused: the host is
+ * up and nothing listens on that port) gives up after this long rather
+ * than at its deadline: a wrong endpoint or port is far likelier than a
+ * server that is starting, and a mount should not take --timeout to say
+ * so; a server starting on the same host within a few seconds is still
+ * waited for. Everything else (no route, no DNS answer, a server that
+ * accepts and stays silent) is retried until the deadline. */
+#define REFUSED_GIVEUP_S 5.0
 
 struct bfs_remote {
 	pthread_t thread;
@@ -142,6 +154,64 @@ static void complete(struct bfs_remote *r, struct xfer *x)
 	}
 }
 
+/* "host:port" of url into buf ("?" when curl cannot parse it). */
+static void host_port(const char *url, char *buf, size_t len)
+{
+	CURLU *u = curl_url();
+	char *host = NULL, *port = NULL;
+
+	snprintf(buf, len, "?");
+	if (u && curl_url_set(u, CURLUPART_URL, url, 0) == CURLUE_OK &&
+	    curl_url_get(u, CURLUPART_HOST, &host, 0) == CURLUE_OK &&
+	    curl_url_get(u, CURLUPART_PORT, &port, CURLU_DEFAULT_PORT) ==
+		CURLUE_OK)
+		snprintf(buf, len, "%s:%s", host, port);
+	curl_free(host);
+	curl_free(port);
+	curl_url_cleanup(u);
+}
+
+/* The one line of an open that waits for its server (x->said): where,
+ * why ('why': the last try's failure, or that nothing came yet), and
+ * until when it goes on (wall-clock time of its deadline). */
+static void say_waiting(struct bfs_remote *r, struct xfer *x, double now,
+			const char *why)
+{
+	char where[300], until[32];
+	double end =
+	    x->refused_only && x->started + REFUSED_GIVEUP_S < x->deadline
+		? x->started + REFUSED_GIVEUP_S
+		: x->deadline;
+	time_t t = time(NULL) + (time_t)(end - now + 0.5);
+	struct tm tm;
+
+	if (x->said)
+		return;
+	x->said = true;
+	host_port(x->req->obj->url, where, sizeof(where));
+	if (!localtime_r(&t, &tm) ||
+	    !strftime(until, sizeof(until), "%H:%M:%S", &tm))
+		snprintf(until, sizeof(until), "?");
+	if (x->refused_only)
+		bfs_log(BFS_LOG_WARN, "remote",
+			"%s (%s): connection refused (%.200s); retrying until "
+			"%s (%.0f s: nothing listens there yet)",
+			where, x->req->obj->name, why, until, end - x->started);
+	else
+		bfs_log(BFS_LOG_WARN, "remote",
+			"%s (%s): %.220s; retrying until %s (--timeout %.0f s)",
+			where, x->req->obj->name, why, until, r->timeout_s);
+}
+
+/* Opens on the wire with nothing back for SAY_AFTER_S say so. */
+static void say_slow_opens(struct bfs_remote *r, double now)
+{
+	for (struct xfer *x = r->wire; x; x = x->next)
+		if (x->kind == XFER_PROBE && !x->said &&
+		    now - x->started >= SAY_AFTER_S)
+			say_waiting(r, x, now, "nothing answered yet");
+}
+
 /* Full jitter within [d/2, d]. */
 static double jitter(struct bfs_remote *r, double d)
 {
@@ -158,8 +228,12 @@ static void try_ended(struct bfs_remote *r, struct xfer *x, CURLcode cc,
 {
 	double now, wait, backoff;
 	uint64_t before = x->got;
+	long oserr = 0;
 
+	curl_easy_getinfo(x->easy, CURLINFO_OS_ERRNO, &oserr);
 	bfs_remote_try_finish(x, cc);
+	x->refused_only = (x->tries == 1 || x->refused_only) &&
+			  cc == CURLE_COULDNT_CONNECT && oserr == ECONNREFUSED;
 	count(&r->st.bytes, (int64_t)(x->got - before) +
 				(x->kind == XFER_PROBE ? x->try_got : 0));
 	curl_easy_cleanup(x->easy);
@@ -172,7 +246,12 @@ static void try_ended(struct bfs_remote *r, struct xfer *x, CURLcode cc,
 	wait = jitter(r, backoff < BACKOFF_MAX_S ? backoff : BACKOFF_MAX_S);
 	if (x->retry_after > wait)
 		wait = x->retry_after;
+	if (x->rc && x->retry && x->kind == XFER_PROBE && x->refused_only &&
+	    now + wait - x->started > REFUSED_GIVEUP_S)
+		x->deadline = now; /* refused throughout: give up now */
 	if (x->rc && x->retry && now + wait < x->deadline) {
+		if (x->kind == XFER_PROBE)
+			say_waiting(r, x, now, x->msg);
 		bfs_log(BFS_LOG_DEBUG, "remote",
 			"%s: try %u of bytes %" PRIu64 "-%" PRIu64
 			" failed (%s); again in %.2f s",
@@ -192,10 +271,18 @@ static void try_ended(struct bfs_remote *r, struct xfer *x, CURLcode cc,
 		char last[sizeof(x->msg)];
 
 		snprintf(last, sizeof(last), "%s", x->msg);
-		snprintf(x->msg, sizeof(x->msg),
-			 "gave up after %u tries in %.1f s (timeout %.0f s): "
-			 "%.220s",
-			 x->tries, now - x->started, r->timeout_s, last);
+		if (x->refused_only)
+			snprintf(x->msg, sizeof(x->msg),
+				 "connection refused on each of %u tries in "
+				 "%.1f s (is the endpoint's address and port "
+				 "right?): %.220s",
+				 x->tries, now - x->started, last);
+		else
+			snprintf(x->msg, sizeof(x->msg),
+				 "gave up after %u tries in %.1f s (timeout "
+				 "%.0f s): %.220s",
+				 x->tries, now - x->started, r->timeout_s,
+				 last);
 		if (!x->timed_out)
 			x->rc = -EIO;
 	}
@@ -367,6 +454,7 @@ static void *loop(void *arg)
 		curl_multi_perform(r->multi, &running);
 		reap(r, &done);
 		complete_all(r, done);
+		say_slow_opens(r, now_s());
 
 		pthread_mutex_lock(&r->lock);
 		wait = move_due(r, now_s(), 1.0);
@@ -486,6 +574,15 @@ err_free:
 	pthread_mutex_destroy(&r->lock);
 	free(r);
 	return rc;
+}
+
+void bfs_remote_cancel(struct bfs_remote *r)
+{
+	/* the thread leaves its loop and cancels all; submit refuses */
+	pthread_mutex_lock(&r->lock);
+	r->stopping = true;
+	pthread_mutex_unlock(&r->lock);
+	curl_multi_wakeup(r->multi);
 }
 
 void bfs_remote_destroy(struct bfs_remote *r)

@@ -162,6 +162,13 @@ int bfs_remote_create(struct bfs_remote **out,
 		      const struct bfs_remote_opts *opts,
 		      struct bfs_error *err);
 
+/* The client's user is going away (the mount's session ended): fail
+ * every request not completed yet with -ECANCELED now (their 'done'
+ * called on the client's thread), tries on the wire cut, and every later
+ * submit at once; nothing is freed (bfs_remote_destroy does that).
+ * Thread-safe; returns without waiting. */
+void bfs_remote_cancel(struct bfs_remote *r);
+
 /* Fail every request not completed yet with -ECANCELED (their 'done'
  * called), stop the thread, free. Its objects must be closed first, or
  * moved to another client before they are used again

@@ -75,6 +75,9 @@ struct xfer {
 	/* The outcome of the last try (retried or final). */
 	int rc;
 	bool retry, timed_out;
+	bool refused_only; /* XFER_PROBE: every try so far was refused (no
+			    * server listened at the address) */
+	bool said;	   /* XFER_PROBE: the waiting line was logged */
 	enum bfs_remote_err_kind kind_of_error;
 	double retry_after;
 	char msg[400];

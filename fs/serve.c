@@ -460,6 +460,13 @@ void bfs_serve_release(struct bfs_serve *s, struct bfs_file *f)
 	file_put(s, f);
 }
 
+void bfs_serve_interrupt(struct bfs_serve *s)
+{
+	bfs_pool_interrupt(s->b.pool);
+	if (s->b.plain != s->b.pool)
+		bfs_pool_interrupt(s->b.plain);
+}
+
 /* ---- the kernel's thread, counters ------------------------------------- */
 
 void bfs_serve_stop_kernel(struct bfs_serve *s)

@@ -219,6 +219,14 @@ void bfs_serve_done(struct bfs_serve *s, struct bfs_serve_reply *r);
  * the replying thread has called bfs_serve_done). */
 void bfs_serve_release(struct bfs_serve *s, struct bfs_file *f);
 
+/* A request was interrupted (its reader got a signal): every wait of an
+ * open or a READ for a batch is woken, and the waits of threads whose
+ * bfs_cancel flag (fs/pool.h: interrupts) is set end with -EINTR, which
+ * bfs_serve_open_batch, bfs_serve_open_stream and bfs_serve_read then
+ * return. What was being gathered goes on, for later readers; no other
+ * file is disturbed. Thread-safe. */
+void bfs_serve_interrupt(struct bfs_serve *s);
+
 /* Unmounting: no call into the kernel starts any more (stores still
  * queued are dropped). One may be in flight, waiting on a READ: the
  * adapter answers requests until bfs_serve_kernel_busy says it is over,

@@ -43,6 +43,11 @@ struct bfs_mount_params {
 	/* In the serving process, right before the mount is reported ready
 	 * (the daemon detaches its standard streams here). May be NULL. */
 	void (*ready)(void *arg);
+	/* In the serving process, once the loop has ended (unmounted, or a
+	 * signal), before what is served is destroyed: end what would keep
+	 * its workers waiting (remote fetches in flight), so the daemon
+	 * exits now rather than at their deadlines. May be NULL. */
+	void (*stop)(void *arg);
 	void *arg;
 };
 

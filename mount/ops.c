@@ -171,17 +171,59 @@ static void bfs_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
 	bfs_erofs(req);
 }
 
+/* ---- interrupts ----------------------------------------------------------
+ * An open or a READ may wait for its batch (a worker gathering it, rows
+ * fetched from a remote server) up to --timeout. The kernel sends
+ * INTERRUPT for a request the daemon has when its task gets a signal
+ * (and, for a fatal one, waits for the answer all the same): the
+ * request's flag is set and the waits woken, and the handler answers
+ * EINTR at once (fs/pool.h: interrupts); the gather goes on for later
+ * readers. libfuse 3.14 calls the callback holding the request's own
+ * lock, which fuse_req_interrupt_func(req, NULL, NULL) takes too: after
+ * interruptible_end no callback runs, so the flag may live on the
+ * handler's stack. */
+struct interruptible {
+	struct bfs_cancel cancel;
+	struct bfs_mount *m;
+};
+
+static void on_interrupt(fuse_req_t req, void *arg)
+{
+	struct interruptible *w = arg;
+
+	atomic_store(&w->cancel.set, true);
+	bfs_serve_interrupt(w->m->serve);
+}
+
+static void interruptible_begin(fuse_req_t req, struct interruptible *w)
+{
+	atomic_init(&w->cancel.set, false);
+	w->m = mnt_of(req);
+	bfs_cancel_enter(&w->cancel);
+	fuse_req_interrupt_func(req, on_interrupt, w);
+}
+
+static void interruptible_end(fuse_req_t req)
+{
+	fuse_req_interrupt_func(req, NULL, NULL);
+	bfs_cancel_leave();
+}
+
 static void bfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct bfs_mount *m = mnt_of(req);
 	struct bfs_serve_how how;
 	struct bfs_file *f = NULL;
+	struct interruptible w;
 	int rc = -EROFS;
 
 	/* the open's flags choose how a batch file is served (O_DIRECT:
 	 * direct I/O in every mode, fs/serve.h) */
-	if ((fi->flags & O_ACCMODE) == O_RDONLY && !(fi->flags & O_TRUNC))
+	if ((fi->flags & O_ACCMODE) == O_RDONLY && !(fi->flags & O_TRUNC)) {
+		interruptible_begin(req, &w);
 		rc = bfs_tree_open(m->tree, ino, fi->flags, &f, &how);
+		interruptible_end(req);
+	}
 	if (rc < 0) {
 		fuse_reply_err(req, -rc);
 		return;
@@ -200,7 +242,12 @@ static void bfs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 {
 	struct bfs_mount *m = mnt_of(req);
 	struct bfs_serve_reply r;
-	int rc = bfs_serve_read(m->serve, file_of(fi), (uint64_t)off, size, &r);
+	struct interruptible w;
+	int rc;
+
+	interruptible_begin(req, &w);
+	rc = bfs_serve_read(m->serve, file_of(fi), (uint64_t)off, size, &r);
+	interruptible_end(req);
 
 	if (rc < 0)
 		fuse_reply_err(req, -rc);

@@ -5,9 +5,10 @@
  *   status message on a pipe) -> answer the kernel's INIT here, before
  *   the loop -> decide the serving mode -> p->start builds what is served
  *   (the pool's threads start after the fork: threads do not survive it)
- *   -> p->ready -> report ready -> multithreaded loop -> destroy what is
- *   served (its workers push into the session) -> unmount -> remove
- *   handlers -> destroy.
+ *   -> p->ready -> report ready -> multithreaded loop -> p->stop (remote
+ *   fetches in flight cancelled: a stalled server must not hold the exit
+ *   for --timeout) -> destroy what is served (its workers push into the
+ *   session) -> unmount -> remove handlers -> destroy.
  *
  * The mode: passthrough needs the kernel to offer it in INIT and the
  * daemon to be allowed to register backing files, which is only known
@@ -413,6 +414,8 @@ int bfs_mount_run(const struct bfs_mount_params *p)
 	if (prepare(p, &m, status_fd) == 0) {
 		rc = serve_loop(p, &m);
 		bfs_log(BFS_LOG_INFO, MOD, "unmounting %s", p->mountpoint);
+		if (p->stop)
+			p->stop(p->arg);
 		drain(&m);
 	}
 	bfs_serve_destroy(m.serve);

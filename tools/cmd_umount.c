@@ -3,13 +3,18 @@
  * MOUNTPOINT is a batchfs mount at all ("is not mounted" otherwise,
  * nothing run); only when fusermount3 finds a real mount busy are the
  * processes that hold it looked up (open files, mapped files or working
- * directory under it: /proc/PID/fd, /proc/PID/maps, /proc/PID/cwd).
+ * directory under it: /proc/PID/fd, /proc/PID/maps, /proc/PID/cwd; an
+ * open under it that waits for the daemon: /proc/PID/wchan, syscall and
+ * mem), those waiting for the daemon's answer marked so, and the message
+ * says what to do: interrupt them (the daemon answers an interrupted
+ * request with EINTR at once), or detach with --lazy.
  * fusermount3's own message is printed once, after the last try; to a
  * user who may not unmount it (neither root nor the one who mounted it,
  * user_id in mountinfo) it says who may. --lazy
  * detaches the mount at once, busy or not: what is open or mapped stays
  * readable, and the daemon exits when the last of it is gone. */
 #include <dirent.h>
+#include <fcntl.h>
 #include <stdbool.h>
 #include <errno.h>
 #include <limits.h>
@@ -17,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -28,10 +34,13 @@ static void usage(FILE *f)
 {
 	fputs("usage: batchfs umount [--lazy] MOUNTPOINT\n"
 	      "Unmount a batchfs mount (fusermount3 -u). When it is busy, the\n"
-	      "processes that hold it are listed and nothing is unmounted.\n\n"
+	      "processes that hold it are listed and nothing is unmounted;\n"
+	      "those waiting for a batch are marked: interrupt them (their\n"
+	      "call ends with EINTR), or use --lazy.\n\n"
 	      "  -z, --lazy   detach it now, even when busy: open and mapped\n"
 	      "               files stay readable; the daemon exits when the\n"
-	      "               last of them is closed\n"
+	      "               last of them is closed (fetches in flight\n"
+	      "               are cancelled then)\n"
 	      "  -h, --help   this text\n\n"
 	      "Exit status: 0 unmounted, 1 not a batchfs mount or busy, 2 bad\n"
 	      "usage.\n",
@@ -62,19 +71,43 @@ static const char *comm_of(const char *pid, char *comm, size_t len)
 	return comm;
 }
 
-/* Print "PID (comm): PATH" for a link under mnt; true if it was. */
-static bool report_link(const char *pid, const char *link, const char *mnt)
+/* Whether process 'pid' sleeps waiting for the answer to a FUSE request
+ * (its wchan, which the kernel shows to the process's owner and root):
+ * an open or a read of a batch the daemon is still gathering. */
+static bool waits_on_fuse(const char *pid)
+{
+	char path[300], wchan[128] = "";
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%s/wchan", pid);
+	f = fopen(path, "re");
+	if (!f)
+		return false;
+	if (!fgets(wchan, sizeof(wchan), f))
+		wchan[0] = '\0';
+	fclose(f);
+	return strstr(wchan, "request_wait_answer") != NULL;
+}
+
+/* Print "PID (comm): PATH" for a link under mnt; true if it was. A
+ * process waiting on the daemon counts in *waiting, once. */
+static bool report_link(const char *pid, const char *link, const char *mnt,
+			int *waiting)
 {
 	char target[PATH_MAX], comm[64];
 	ssize_t n = readlink(link, target, sizeof(target) - 1);
+	bool waits;
 
 	if (n <= 0)
 		return false;
 	target[n] = '\0';
 	if (!under(target, mnt))
 		return false;
-	fprintf(stderr, "  pid %s (%s) holds %s\n", pid,
-		comm_of(pid, comm, sizeof(comm)), target);
+	waits = waits_on_fuse(pid);
+	fprintf(stderr, "  pid %s (%s) holds %s%s\n", pid,
+		comm_of(pid, comm, sizeof(comm)), target,
+		waits ? ", waiting for the daemon's answer" : "");
+	*waiting += waits;
 	return true;
 }
 
@@ -106,8 +139,83 @@ static bool report_maps(const char *pid, const char *mnt)
 	return true;
 }
 
-/* Scan /proc for processes using mnt. Returns how many were found. */
-static int report_holders(const char *mnt)
+/* The path process 'pid' is opening, if it sleeps in open or openat
+ * (/proc/PID/syscall: its arguments; /proc/PID/mem: the path; both need
+ * the right to trace it, which its owner and root have), made absolute
+ * with its working directory or its dirfd. 0, or -1 (not opening, or
+ * not ours to see). */
+static int opening(const char *pid, char *out, size_t len)
+{
+	char path[300], line[512], name[PATH_MAX], dir[PATH_MAX];
+	unsigned long long a[6] = {0};
+	long nr = -1;
+	FILE *f;
+	int fd;
+	ssize_t n;
+
+	snprintf(path, sizeof(path), "/proc/%s/syscall", pid);
+	f = fopen(path, "re");
+	if (!f)
+		return -1;
+	if (!fgets(line, sizeof(line), f) ||
+	    sscanf(line, "%ld %llx %llx %llx", &nr, &a[0], &a[1], &a[2]) < 3)
+		nr = -1;
+	fclose(f);
+#ifdef SYS_open
+	if (nr == SYS_open) {
+		a[1] = a[0];
+		a[0] = (unsigned long long)(unsigned)AT_FDCWD;
+		nr = SYS_openat;
+	}
+#endif
+	if (nr != SYS_openat)
+		return -1;
+	snprintf(path, sizeof(path), "/proc/%s/mem", pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	n = pread(fd, name, sizeof(name) - 1, (off_t)a[1]);
+	close(fd);
+	if (n <= 0)
+		return -1;
+	name[n] = '\0';
+	if (name[0] == '/') {
+		snprintf(out, len, "%s", name);
+		return 0;
+	}
+	if ((int)a[0] == AT_FDCWD)
+		snprintf(path, sizeof(path), "/proc/%s/cwd", pid);
+	else
+		snprintf(path, sizeof(path), "/proc/%s/fd/%d", pid, (int)a[0]);
+	n = readlink(path, dir, sizeof(dir) - 1);
+	if (n <= 0)
+		return -1;
+	dir[n] = '\0';
+	/* a path too long to hold is not one under the mount we can show */
+	return snprintf(out, len, "%s/%s", dir, name) < (int)len ? 0 : -1;
+}
+
+/* Print "pid PID (comm) is opening PATH" when process 'pid' waits for
+ * the daemon's answer to an open under mnt (no descriptor yet: the
+ * descriptors' scan cannot see it); true if it does. */
+static bool report_opening(const char *pid, const char *mnt, int *waiting)
+{
+	char target[2 * PATH_MAX], comm[64];
+
+	if (!waits_on_fuse(pid) || opening(pid, target, sizeof(target)) < 0 ||
+	    !under(target, mnt))
+		return false;
+	fprintf(stderr,
+		"  pid %s (%s) is opening %s, waiting for the daemon's "
+		"answer\n",
+		pid, comm_of(pid, comm, sizeof(comm)), target);
+	(*waiting)++;
+	return true;
+}
+
+/* Scan /proc for processes using mnt. Returns how many were found;
+ * *waiting: how many of their files are waiting for the daemon. */
+static int report_holders(const char *mnt, int *waiting)
 {
 	DIR *proc = opendir("/proc");
 	struct dirent *d;
@@ -123,8 +231,9 @@ static int report_holders(const char *mnt)
 		if (d->d_name[0] < '1' || d->d_name[0] > '9')
 			continue;
 		snprintf(path, sizeof(path), "/proc/%s/cwd", d->d_name);
-		found += report_link(d->d_name, path, mnt);
+		found += report_link(d->d_name, path, mnt, waiting);
 		found += report_maps(d->d_name, mnt);
+		found += report_opening(d->d_name, mnt, waiting);
 		snprintf(path, sizeof(path), "/proc/%s/fd", d->d_name);
 		fds = opendir(path);
 		if (!fds)
@@ -135,7 +244,7 @@ static int report_holders(const char *mnt)
 			if (fd->d_name[0] == '.')
 				continue;
 			snprintf(link, sizeof(link), "%s/%s", path, fd->d_name);
-			found += report_link(d->d_name, link, mnt);
+			found += report_link(d->d_name, link, mnt, waiting);
 		}
 		closedir(fds);
 	}
@@ -243,6 +352,32 @@ static int not_the_mounter(const char *arg, const char *mnt, long user_id,
 	return 1;
 }
 
+/* The mount is busy with the processes listed; 'waiting' of them wait for
+ * the daemon (a batch being gathered: its rows fetched from a remote
+ * server that may be slow or not answering, for up to --timeout). What
+ * to do: a waiting reader ends at a signal (the daemon answers its
+ * interrupted request with EINTR), then the mount can go. */
+static void busy(const char *mnt, int waiting)
+{
+	if (waiting)
+		fprintf(stderr,
+			"batchfs umount: %s is busy: the processes above use "
+			"it, and %d of them %s waiting for a batch "
+			"(an open or read waiting on its worker, or on the "
+			"remote server for a remote source, up to --timeout). "
+			"Interrupt them (Ctrl-C, kill PID: the waiting call "
+			"ends with EINTR) or close them, then unmount; or "
+			"detach it now with batchfs umount --lazy %s (the "
+			"daemon exits once they are gone)\n",
+			mnt, waiting, waiting == 1 ? "is" : "are", mnt);
+	else
+		fprintf(stderr,
+			"batchfs umount: %s is busy (processes above); close "
+			"them, or detach it now with batchfs umount --lazy "
+			"%s\n",
+			mnt, mnt);
+}
+
 /* Contract: see tools/cmd.h. 0 unmounted, 1 failed (not a batchfs
  * mount, or busy: holders listed), 2 bad usage. */
 int bfs_cmd_umount(int argc, char **argv)
@@ -251,6 +386,7 @@ int bfs_cmd_umount(int argc, char **argv)
 	struct bfs_mountinfo now;
 	const char *arg;
 	bool lazy = false;
+	int waiting;
 	long user_id;
 	int rc;
 
@@ -299,12 +435,9 @@ int bfs_cmd_umount(int argc, char **argv)
 		if (fusermount_u(mnt, false, msg, sizeof(msg)) == 0 ||
 		    bfs_mountinfo_find(mnt, &now) == 0) /* gone meanwhile */
 			return 0;
-		if (report_holders(mnt) > 0) {
-			fprintf(stderr,
-				"batchfs umount: %s is busy (processes above); "
-				"close them, or detach it now with "
-				"batchfs umount --lazy %s\n",
-				mnt, mnt);
+		waiting = 0;
+		if (report_holders(mnt, &waiting) > 0) {
+			busy(mnt, waiting);
 			return 1;
 		}
 		usleep(50000);
@@ -316,8 +449,10 @@ int bfs_cmd_umount(int argc, char **argv)
 		fprintf(stderr,
 			"batchfs umount: %s is busy: no process has a file or "
 			"directory open under it, so a request is in flight "
-			"(an open or read waiting for a batch); try again when "
-			"it is answered, or detach it now with batchfs umount "
+			"(an open or read waiting for a batch, perhaps on a "
+			"remote server); interrupt the process that waits "
+			"(its call ends with EINTR) or try again when it is "
+			"answered, or detach it now with batchfs umount "
 			"--lazy %s\n",
 			mnt, mnt);
 		return 1;

@@ -810,6 +810,16 @@ static void ready(void *arg)
 						  : STDERR_FILENO);
 }
 
+/* The session ended: the fetches in flight are cancelled (a worker
+ * waiting on a server that does not answer must not hold the daemon's
+ * exit for --timeout). */
+static void stop(void *arg)
+{
+	struct session_arg *sa = arg;
+
+	bfs_objects_abort(sa->model->objects);
+}
+
 /* Mount and serve the model (mount/mount.h). */
 static int run(struct mount_opts *m, struct model *mt)
 {
@@ -824,6 +834,7 @@ static int run(struct mount_opts *m, struct model *mt)
 	    .serve = m->serve,
 	    .start = start,
 	    .ready = ready,
+	    .stop = stop,
 	    .arg = &sa,
 	};
 	int rc = bfs_mount_run(&p);

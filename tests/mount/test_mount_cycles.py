@@ -10,8 +10,8 @@ serve mode rotating through ml.serve_modes()):
   left), and the next cycle mounts on the same mountpoint;
 - `batchfs umount` while a reader waits for a slow batch
   (BATCHFS_DEBUG_GATHER_DELAY_MS): it answers, while the reader is still
-  waiting, that the mount is busy with a request in flight; the reader
-  then gets its whole batch, and the next `batchfs umount` succeeds.
+  waiting, that the mount is busy, names the reader as waiting for a
+  batch and says to interrupt it; the reader then gets its whole batch, and the next `batchfs umount` succeeds.
 
 CYCLES (default 10; `make soak` runs 100) cycles of each kind. The
 dataset is written with numpy and `batchfs pack`, so readers are forked
@@ -182,10 +182,13 @@ def umount_while_blocked(src):
                        text=True, timeout=BOUND_S)
     done, st = os.waitpid(child, os.WNOHANG)
     waiting = done == 0
-    check(p.returncode == 1 and "request is in flight" in p.stderr and
-          waiting, "slow: batchfs umount answers, while the reader still "
-          "waits, that a request is in flight (rc %d, reader waiting: %s):"
-          " %s" % (p.returncode, waiting, p.stderr.strip()[-200:]))
+    said = ("pid %d " % child in p.stderr and "waiting for a batch" in
+            p.stderr and "Interrupt" in p.stderr)
+    check(p.returncode == 1 and said and waiting,
+          "slow: batchfs umount answers, while the reader still waits, "
+          "that it is busy with that reader waiting for a batch (rc %d, "
+          "reader waiting: %s): %s"
+          % (p.returncode, waiting, p.stderr.strip()[-300:]))
     if waiting:
         _, st = os.waitpid(child, 0)
     check(os.WIFEXITED(st) and os.WEXITSTATUS(st) == 0,

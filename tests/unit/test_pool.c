@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <unistd.h>
 #include <setjmp.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -486,6 +487,69 @@ static void a_slow_batch_times_out(void **state)
 	bfs_pool_destroy(p); /* joins the worker still gathering */
 }
 
+/* A reader waiting for batch (0, k) under its own cancel flag. */
+struct waiter {
+	struct bfs_pool *p;
+	uint64_t k;
+	struct bfs_cancel *cancel; /* NULL: none */
+	atomic_bool waiting;	   /* about to acquire */
+	int rc;
+	struct bfs_batch *b;
+};
+
+static void *wait_batch(void *arg)
+{
+	struct waiter *w = arg;
+
+	if (w->cancel)
+		bfs_cancel_enter(w->cancel);
+	atomic_store(&w->waiting, true);
+	w->rc = get(w->p, 0, w->k, &w->b);
+	bfs_cancel_leave();
+	return NULL;
+}
+
+static void
+an_interrupted_acquire_returns_eintr_and_keeps_the_batch(void **state)
+{
+	/* gathers take 300 ms; a read would wait 20 s (the bound if the
+	 * interrupt were lost: -ETIMEDOUT, not -EINTR) */
+	struct bfs_pool *p = pool(64 << 20, 0, 300, 20000);
+	struct bfs_cancel set = {true}, flag = {false};
+	struct waiter a = {.p = p, .k = 5, .cancel = &flag},
+		      other = {.p = p, .k = 6};
+	struct timespec pause = {0, 20 * 1000 * 1000};
+	pthread_t ta, to;
+	struct bfs_batch *b;
+
+	/* already interrupted: at once, the batch not ready yet */
+	bfs_cancel_enter(&set);
+	assert_int_equal(get(p, 0, 3, &b), -EINTR);
+	assert_null(b);
+	bfs_cancel_leave();
+	/* interrupted while it waits; a reader of another batch, and one
+	 * without a flag, is not disturbed */
+	pthread_create(&ta, NULL, wait_batch, &a);
+	pthread_create(&to, NULL, wait_batch, &other);
+	while (!atomic_load(&a.waiting) || !atomic_load(&other.waiting))
+		nanosleep(&pause, NULL);
+	nanosleep(&pause, NULL);
+	atomic_store(&flag.set, true);
+	bfs_pool_interrupt(p);
+	pthread_join(ta, NULL);
+	pthread_join(to, NULL);
+	assert_int_equal(a.rc, -EINTR);
+	assert_null(a.b);
+	assert_int_equal(other.rc, 0);
+	bfs_pool_release(p, other.b);
+	/* the interrupted batches were still gathered, for later readers */
+	assert_int_equal(get(p, 0, 3, &b), 0);
+	bfs_pool_release(p, b);
+	assert_int_equal(get(p, 0, 5, &b), 0);
+	bfs_pool_release(p, b);
+	bfs_pool_destroy(p);
+}
+
 static void *hammer(void *arg)
 {
 	struct bfs_pool *p = arg;
@@ -607,6 +671,8 @@ int main(void)
 	    cmocka_unit_test(windows_left_by_peeks_do_not_starve_the_prefetch),
 	    cmocka_unit_test(a_fast_rank_does_not_evict_a_slow_ranks_window),
 	    cmocka_unit_test(a_slow_batch_times_out),
+	    cmocka_unit_test(
+		an_interrupted_acquire_returns_eintr_and_keeps_the_batch),
 	    cmocka_unit_test(
 		concurrent_readers_under_a_small_budget_get_right_bytes),
 	    cmocka_unit_test(archive_shrinking_under_worker_gathers_gives_eio),
