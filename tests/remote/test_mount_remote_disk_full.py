@@ -85,7 +85,7 @@ def epochs_exact(ng, url, lm, cache, *opts):
           "%d bytes served from memory"
           % (sent, s["remote_fetches"], s["remote_fetch_failures"],
              s["remote_cache_evictions"], s["remote_cache_limit"],
-             s["remote_memory_bytes"]))
+             s.get("remote_memory_bytes", 0)))
     return p, bad, sent, s
 
 
@@ -142,9 +142,9 @@ def main():
                                            "--cache-gb", 1)
             check(not bad, "a disk full before the mount: %d epochs exact "
                   "(%d batches differ)" % (EPOCHS, len(bad)))
-            check(s["remote_memory_bytes"] > 0,
+            check(s.get("remote_memory_bytes", 0) > 0,
                   "a disk full before the mount: rows served from memory "
-                  "(%d bytes)" % s["remote_memory_bytes"])
+                  "(%d bytes)" % s.get("remote_memory_bytes", 0))
             check(sent <= 2 * EPOCHS * size,
                   "a disk full before the mount: %d bytes sent for %d "
                   "epochs of a %d-byte object (at most twice what they "
