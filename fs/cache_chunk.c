@@ -28,7 +28,13 @@
  * the best victims, at least opts.evict_bytes: by next use (the
  * furthest first; stale or unknown ones before any known one, least
  * recently used first among them), never one needed as soon as or sooner
- * than the chunks written; or by least recent use. */
+ * than the chunks written; or by least recent use.
+ *
+ * A full disk. The bound is bytes, the disk may hold fewer: where a
+ * write's bytes would not fit its free space, the bound in force is
+ * lowered to what the disk holds (disk_check); a write that finds it
+ * full even so (ENOSPC, EDQUOT) lowers it to the bytes present, evicts
+ * as for room and writes again (write_all). Never raised again. */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>

@@ -21,6 +21,15 @@
  * is never in flight, and a fetch again clears the failure of a fetch
  * that is over, never of one that is running.
  *
+ * A full disk. Bytes that cannot be stored where the bound in force is
+ * the disk's (fs/cache: bfs_cache_bound_by_disk) are not thrown away
+ * when a gather pins their chunks: they are laid over the readers'
+ * mapping (anonymous memory, bounded by mem_max) and marked in memory
+ * (o->mem), the waiters woken; a wait takes such a chunk for present, a
+ * fetch never claims it, and the last unpin maps the cache file back
+ * over it. Fetches ahead are sent only where the cache can make room
+ * for them beside what is in flight (room_ahead).
+ *
  * Lock order: os->lock, then o->lock (object_impl.h says what each
  * guards). */
 #include <errno.h>
