@@ -299,8 +299,7 @@ static void store(struct bfs_objects *os, struct job *j)
 
 	if (rc == 0)
 		rc = put(o, j, q->off, q->buf, q->len);
-	if ((rc == -ENOBUFS || rc == -ENOSPC || rc == -EDQUOT) &&
-	    q->len > o->chunk)
+	if (no_room(rc) && q->len > o->chunk)
 		rc = store_chunks(o, j);
 	pthread_mutex_lock(&o->lock);
 	if (rc && q->result == 0) { /* the store's */
