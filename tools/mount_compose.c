@@ -476,8 +476,10 @@ static const char *size_text(char *out, size_t len, uint64_t n)
 static void cache_said(const struct model *mt, char *out, size_t len)
 {
 	uint64_t limit = mt->objects ? bfs_objects_limit(mt->objects) : 0;
-	char size[32];
+	char size[32], share[16];
 
+	snprintf(share, sizeof(share), "%d/%d ", BFS_CACHE_FREE_SHARE_NUM,
+		 BFS_CACHE_FREE_SHARE_DEN);
 	out[0] = 0;
 	if (!mt->objects)
 		return;
@@ -485,11 +487,12 @@ static void cache_said(const struct model *mt, char *out, size_t len)
 		snprintf(out, len, ", cache %.900s (no bound)",
 			 bfs_objects_dir(mt->objects));
 	else
-		snprintf(out, len, ", cache %.900s (at most %s, %s)",
+		snprintf(out, len, ", cache %.900s (at most %s, %s%s)",
 			 bfs_objects_dir(mt->objects),
 			 size_text(size, sizeof(size), limit),
+			 bfs_objects_limit_from_free(mt->objects) ? share : "",
 			 bfs_objects_limit_from_free(mt->objects)
-			     ? "4/5 of its filesystem's free space: --cache-gb "
+			     ? "of its filesystem's free space: --cache-gb "
 			       "sets it"
 			     : "--cache-gb");
 }
@@ -759,6 +762,39 @@ static void warn_budget(const struct mount_opts *m, const struct model *mt)
 		    lanes > 1 ? "s" : "", mb);
 }
 
+/* A warning when the remote objects ('remote' bytes) exceed the cache's
+ * bound ('limit'): they are fetched again as batches need them. What to
+ * do: room on the directory's filesystem for a bound from its free
+ * space, else a larger --cache-gb. */
+static void warn_past_bound(const struct mount_opts *m, const struct model *mt,
+			    uint64_t remote, uint64_t limit)
+{
+	const char *dir = bfs_objects_dir(mt->objects);
+	char have[32], bound[32], want[32];
+
+	size_text(have, sizeof(have), remote);
+	size_text(bound, sizeof(bound), limit);
+	if (bfs_objects_limit_from_free(mt->objects))
+		warn(m,
+		     "the remote objects (%s) exceed the cache's bound (%s, "
+		     "%d/%d of the free space of the filesystem of %s): "
+		     "chunks are evicted and fetched again as the batches "
+		     "need them; to fetch each byte once, make room there "
+		     "or choose a --cache-dir with %s free or more",
+		     have, bound, BFS_CACHE_FREE_SHARE_NUM,
+		     BFS_CACHE_FREE_SHARE_DEN, dir,
+		     size_text(want, sizeof(want),
+			       remote / BFS_CACHE_FREE_SHARE_NUM *
+				   BFS_CACHE_FREE_SHARE_DEN));
+	else
+		warn(m,
+		     "the remote objects (%s) exceed the cache's bound (%s, "
+		     "--cache-gb): chunks are evicted and fetched again as "
+		     "the batches need them; to fetch each byte once, use "
+		     "--cache-gb %.6g or more (with that much free in %s)",
+		     have, bound, (double)remote / 1e9, dir);
+}
+
 /* A warning when --cache-gb may not hold the chunks that the batches
  * being gathered pin at once: each worker pins every chunk its batch's
  * rows touch (up to 1 + a row's chunks a row), all of them at most the
@@ -768,30 +804,13 @@ static void warn_cache(const struct mount_opts *m, const struct model *mt)
 	uint64_t limit = mt->objects ? bfs_objects_limit(mt->objects) : 0;
 	uint64_t chunk = BFS_CACHE_CHUNK_DEFAULT, row = 0, remote = 0, need;
 
-	char have[32], bound[32], want[32];
-
 	if (!limit)
 		return;
 	for (size_t i = 0; i < bfs_dataset_nfiles(mt->ds); i++)
 		if (bfs_dataset_file(mt->ds, i)->remote)
 			remote += bfs_dataset_file(mt->ds, i)->size;
 	if (remote > limit)
-		warn(m,
-		     "the remote objects (%s) exceed the cache's bound (%s, "
-		     "%s): chunks are evicted and fetched again as the "
-		     "batches need them; to fetch each byte once, make "
-		     "room on the filesystem of %s or choose a --cache-dir "
-		     "with %s free or more",
-		     size_text(have, sizeof(have), remote),
-		     size_text(bound, sizeof(bound), limit),
-		     bfs_objects_limit_from_free(mt->objects)
-			 ? "4/5 of the free space of its directory's "
-			   "filesystem"
-			 : "--cache-gb",
-		     bfs_objects_dir(mt->objects),
-		     size_text(want, sizeof(want),
-			       remote / BFS_CACHE_FREE_SHARE_NUM *
-				   BFS_CACHE_FREE_SHARE_DEN));
+		warn_past_bound(m, mt, remote, limit);
 	for (size_t f = 0; f < bfs_dataset_nfields(mt->ds); f++) {
 		const struct bfs_field *fl = bfs_dataset_field(mt->ds, f);
 		uint64_t b =
