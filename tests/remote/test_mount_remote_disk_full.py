@@ -118,10 +118,12 @@ def main():
             subprocess.run(["rm", "-rf", cache], timeout=60)
             # no --cache-gb: the bound from the free space, said
             cache = os.path.join(tmpfs, "default")
-            p, bad, sent, _ = epochs_exact(ng, url, lm, cache)
+            p, bad, sent, s = epochs_exact(ng, url, lm, cache)
             line = p.stdout.strip()
-            check("cache %s (at most " % cache in line and
-                  "free space" in line,
+            bound = "cache %s (at most %.3g MB, 4/5 of its filesystem's " \
+                "free space" % (cache, s["remote_cache_limit"] / 1e6)
+            check(bound in line and
+                  s["remote_cache_limit"] <= TMPFS_BYTES * 4 // 5,
                   "the mount's line names the bound from the free space "
                   "(%s)" % line)
             check("exceed the cache's bound" in p.stderr and
