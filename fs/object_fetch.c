@@ -152,6 +152,36 @@ static bool mem_take(struct bfs_objects *os, uint64_t n)
 	return true;
 }
 
+/* Chunk [at, at + n) of o, bytes 'buf', that could not be stored (rc):
+ * laid over the mapping, marked in memory, its waiters woken. 0, or
+ * -ENOMEM (the memory bound reached: o->last says so) or lay_over's
+ * error. [o->lock] */
+static int spill(struct bfs_object *o, uint64_t at, const void *buf, uint64_t n,
+		 int rc)
+{
+	struct bfs_objects *os = o->os;
+	int e;
+
+	if (!mem_take(os, n)) {
+		bfs_error_set(&o->last, rc, o->name, BFS_NO_OFFSET,
+			      "bytes %" PRIu64 "-%" PRIu64
+			      ": no room in the cache's filesystem, and the "
+			      "%" PRIu64 " MiB for bytes served from memory "
+			      "are in use",
+			      at, at + n - 1, os->mem_max >> 20);
+		return -ENOMEM;
+	}
+	e = lay_over(o, at, buf, n);
+	if (e < 0) {
+		atomic_fetch_sub(&os->mem_bytes, n);
+		return e;
+	}
+	__atomic_store_n(&o->mem[at >> o->shift], 1, __ATOMIC_RELEASE);
+	bfs_object_count(&os->mem_served, n);
+	bfs_cache_fail(o->e, at, n, ENOSPC); /* wakes the waiters */
+	return 0;
+}
+
 /* The chunks of [off, off + len) of job j that could not be stored (rc)
  * and are not in the cache: those a gather pins (waits for), where the
  * disk is what has no room and the memory bound allows, laid over the
@@ -175,18 +205,10 @@ static void spill_or_fail(struct bfs_object *o, const struct job *j,
 
 		if (o->mem[c] || bfs_cache_present(o->e, at, n))
 			continue;
-		if (may && bfs_cache_pinned(o->e, at, n) && mem_take(os, n)) {
-			if (lay_over(o, at,
-				     (const char *)q->buf + (at - q->off),
-				     n) == 0) {
-				__atomic_store_n(&o->mem[c], 1,
-						 __ATOMIC_RELEASE);
-				bfs_object_count(&os->mem_served, n);
-				bfs_cache_fail(o->e, at, n, ENOSPC); /* wake */
-				continue;
-			}
-			atomic_fetch_sub(&os->mem_bytes, n);
-		}
+		if (may && bfs_cache_pinned(o->e, at, n) &&
+		    spill(o, at, (const char *)q->buf + (at - q->off), n, rc) ==
+			0)
+			continue;
 		bfs_cache_fail(o->e, at, n, -rc);
 	}
 	if (may && !atomic_exchange(&os->said_mem, true))
