@@ -689,9 +689,14 @@ static int entry_attach(struct bfs_cache_entry *e, const uint8_t raw[32],
 		}
 		rc = valid ? 0 : entry_init(e, raw);
 		if (rc < 0)
-			return bfs_error_set(err, rc, e->data_path,
-					     BFS_NO_OFFSET, "%s",
-					     strerror(-rc));
+			return bfs_error_set(
+			    err, rc, e->data_path, BFS_NO_OFFSET, "%s%s",
+			    strerror(-rc),
+			    rc == -ENOSPC || rc == -EDQUOT
+				? ": the cache directory's filesystem is "
+				  "full (make room on it, or choose another "
+				  "--cache-dir)"
+				: "");
 	} else if (!valid) {
 		return bfs_error_set(err, -EIO, e->data_path, BFS_NO_OFFSET,
 				     "cache entry damaged while another "
