@@ -76,8 +76,12 @@ static void unstored(struct bfs_object *o, uint64_t off, uint64_t len, int rc)
 		      "bytes %" PRIu64 "-%" PRIu64
 		      ": cannot be stored in the cache: %s",
 		      off, off + len - 1,
-		      rc == -ENOBUFS ? "its bound (--cache-gb) is full of "
-				       "bytes needed sooner or in use"
+		      rc == -ENOBUFS && bfs_cache_bound_by_disk(o->os->cache)
+			  ? "its bound (what its filesystem's free space "
+			    "holds) is full of bytes needed sooner or in use: "
+			    "make room on it, or choose another --cache-dir"
+		      : rc == -ENOBUFS ? "its bound (--cache-gb) is full of "
+					 "bytes needed sooner or in use"
 		      : rc == -ENOSPC || rc == -EDQUOT
 			  ? "the cache directory's filesystem is full, and "
 			    "what is in the cache is in use or needed sooner"

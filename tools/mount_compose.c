@@ -795,10 +795,12 @@ static void warn_past_bound(const struct mount_opts *m, const struct model *mt,
 		     have, bound, (double)remote / 1e9, dir);
 }
 
-/* A warning when --cache-gb may not hold the chunks that the batches
- * being gathered pin at once: each worker pins every chunk its batch's
- * rows touch (up to 1 + a row's chunks a row), all of them at most the
- * remote sources' bytes; a batch that finds no room fails with EIO. */
+/* A warning when the remote sources exceed the cache's bound; and when
+ * --cache-gb may not hold the chunks that the batches being gathered pin
+ * at once: each worker pins every chunk its batch's rows touch (up to
+ * 1 + a row's chunks a row), all of them at most the remote sources'
+ * bytes; a batch that finds no room fails with EIO (with a bound taken
+ * from the free space its rows are served from memory instead). */
 static void warn_cache(const struct mount_opts *m, const struct model *mt)
 {
 	uint64_t limit = mt->objects ? bfs_objects_limit(mt->objects) : 0;
@@ -821,7 +823,8 @@ static void warn_cache(const struct mount_opts *m, const struct model *mt)
 	need = row * m->batch_size * m->workers;
 	if (need > remote)
 		need = remote;
-	if (limit < need)
+	/* a bound from the free space: such rows are served from memory */
+	if (limit < need && !bfs_objects_limit_from_free(mt->objects))
 		warn(m,
 		     "--cache-gb %.6g may not hold the 64 KiB chunks that %u "
 		     "workers' batches pin at once (up to %.1f MB): a batch "
