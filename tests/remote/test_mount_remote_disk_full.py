@@ -13,7 +13,8 @@ than the object nginx serves.
 - A tmpfs already full before the mount (room for the archive's
   structure, not for a row): the batches are served exact all the same,
   from the bytes fetched, kept in memory while the gather reads them,
-  within the same 2x of bytes sent."""
+  within the same 2x of bytes sent; also without --cache-gb (then no
+  warning says batches will fail)."""
 import os
 import subprocess
 import sys
@@ -151,6 +152,19 @@ def main():
                   "a disk full before the mount: %d bytes sent for %d "
                   "epochs of a %d-byte object (at most twice what they "
                   "read)" % (sent, EPOCHS, size))
+            subprocess.run(["rm", "-rf", cache], timeout=60)
+            # the same without --cache-gb: a bound of what little is free
+            cache = os.path.join(tmpfs, "full-default")
+            p, bad, sent, s = epochs_exact(ng, url, lm, cache)
+            check(not bad and s.get("remote_memory_bytes", 0) > 0 and
+                  "may not hold" not in p.stderr,
+                  "a disk full before the mount, no --cache-gb: %d epochs "
+                  "exact, from memory, no EIO foretold (%d differ; %s)"
+                  % (EPOCHS, len(bad), p.stderr.strip()))
+            check(sent <= 2 * EPOCHS * size,
+                  "a disk full before the mount, no --cache-gb: %d bytes "
+                  "sent for %d epochs of a %d-byte object" % (sent, EPOCHS,
+                                                              size))
             os.unlink(filler)
             mr.unmount(lm)
     finally:
