@@ -54,6 +54,7 @@
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -292,6 +293,33 @@ static int open_file(struct bfs_cache *c, const char *name, bool *made)
 	return -EEXIST;
 }
 
+/* The bound from the free space of the directory's filesystem
+ * (opts.limit_from_free): BFS_CACHE_FREE_SHARE of what is free, plus what
+ * the cache's files take already, in whole chunks, at least one. 0 or
+ * -errno (fstatvfs). */
+static int limit_from_free(struct bfs_cache *c, struct bfs_error *err)
+{
+	struct statvfs sv;
+	uint64_t free_b, held, bound;
+
+	if (fstatvfs(c->dir_fd, &sv) < 0)
+		return bfs_error_set(err, -errno, c->dir, BFS_NO_OFFSET,
+				     "its free space: %s", strerror(errno));
+	free_b = (uint64_t)sv.f_bavail * sv.f_frsize;
+	held = bfs_cache_dir_bytes(c);
+	bound =
+	    free_b / BFS_CACHE_FREE_SHARE_DEN * BFS_CACHE_FREE_SHARE_NUM + held;
+	bound &= ~(uint64_t)(c->o.chunk_size - 1);
+	c->o.limit_bytes = bound > c->o.chunk_size ? bound : c->o.chunk_size;
+	bfs_log(BFS_LOG_DEBUG, "cache",
+		"%s: bound %llu bytes: %d/%d of the %llu bytes free on its "
+		"filesystem, and the %llu its files take",
+		c->dir, (unsigned long long)c->o.limit_bytes,
+		BFS_CACHE_FREE_SHARE_NUM, BFS_CACHE_FREE_SHARE_DEN,
+		(unsigned long long)free_b, (unsigned long long)held);
+	return 0;
+}
+
 int bfs_cache_create(struct bfs_cache **out, const char *dir,
 		     const struct bfs_cache_opts *o, struct bfs_error *err)
 {
@@ -328,10 +356,7 @@ int bfs_cache_create(struct bfs_cache **out, const char *dir,
 				   c->o.chunk_size);
 		goto err_free;
 	}
-	if (!c->o.evict_bytes)
-		c->o.evict_bytes = c->o.limit_bytes / 64;
 	read_boot_id(c->boot_id, sizeof(c->boot_id), c->o.boot_id);
-	c->st.limit_bytes = c->o.limit_bytes;
 	c->dir = strdup(dir);
 	rc = c->dir ? mkdirs(dir) : -ENOMEM;
 	if (rc < 0) {
@@ -356,6 +381,15 @@ int bfs_cache_create(struct bfs_cache **out, const char *dir,
 				   ".lock: %s", strerror(-c->lock_fd));
 		goto err_free;
 	}
+	c->o.limit_from_free = c->o.limit_from_free && !c->o.limit_bytes;
+	if (c->o.limit_from_free) {
+		rc = limit_from_free(c, err);
+		if (rc < 0)
+			goto err_free;
+	}
+	if (!c->o.evict_bytes)
+		c->o.evict_bytes = c->o.limit_bytes / 64;
+	c->st.limit_bytes = c->o.limit_bytes;
 	rc = bfs_cache_gc(c);
 	if (rc < 0) {
 		bfs_error_set(err, rc, dir, BFS_NO_OFFSET,
@@ -367,6 +401,14 @@ int bfs_cache_create(struct bfs_cache **out, const char *dir,
 err_free:
 	bfs_cache_destroy(c);
 	return rc;
+}
+
+uint64_t bfs_cache_limit(struct bfs_cache *c)
+{
+	struct bfs_cache_stats st;
+
+	bfs_cache_stats(c, &st);
+	return st.limit_bytes;
 }
 
 void bfs_cache_destroy(struct bfs_cache *c)
@@ -647,9 +689,14 @@ static int entry_attach(struct bfs_cache_entry *e, const uint8_t raw[32],
 		}
 		rc = valid ? 0 : entry_init(e, raw);
 		if (rc < 0)
-			return bfs_error_set(err, rc, e->data_path,
-					     BFS_NO_OFFSET, "%s",
-					     strerror(-rc));
+			return bfs_error_set(
+			    err, rc, e->data_path, BFS_NO_OFFSET, "%s%s",
+			    strerror(-rc),
+			    rc == -ENOSPC || rc == -EDQUOT
+				? ": the cache directory's filesystem is "
+				  "full (make room on it, or choose another "
+				  "--cache-dir)"
+				: "");
 	} else if (!valid) {
 		return bfs_error_set(err, -EIO, e->data_path, BFS_NO_OFFSET,
 				     "cache entry damaged while another "

@@ -42,6 +42,11 @@
 #define BFS_CACHE_CHUNK_MIN	(4u << 10)
 #define BFS_CACHE_CHUNK_MAX	(64u << 20)
 
+/* The share of the free space a bound taken from it (limit_from_free)
+ * may fill: the rest is left to whatever else writes there. */
+#define BFS_CACHE_FREE_SHARE_NUM 4
+#define BFS_CACHE_FREE_SHARE_DEN 5
+
 /* Most processes (handles) that may have one entry open at once. */
 #define BFS_CACHE_USERS_MAX 64
 
@@ -59,6 +64,12 @@ struct bfs_cache_opts {
 	 * process has open are removed, oldest first, while the directory
 	 * holds more (bfs_cache_gc). At least one chunk when set. */
 	uint64_t limit_bytes;
+	/* With limit_bytes 0: the bound taken from the directory's
+	 * filesystem at creation instead of none: BFS_CACHE_FREE_SHARE of its
+	 * free space (statvfs's f_bavail: what an unprivileged user may
+	 * take), plus what the cache's files take there already (they may be
+	 * reused or collected), rounded down to a chunk, at least one. */
+	bool limit_from_free;
 	/* Chunk size of entries this handle creates (an existing entry keeps
 	 * its own); 0: BFS_CACHE_CHUNK_DEFAULT. */
 	uint32_t chunk_size;
@@ -146,6 +157,17 @@ bool bfs_cache_query_signing(const char *name, size_t n);
 int bfs_cache_create(struct bfs_cache **out, const char *dir,
 		     const struct bfs_cache_opts *o, struct bfs_error *err);
 
+/* The bound in force (bytes; 0: none): opts.limit_bytes, or the one
+ * taken from the free space (limit_from_free), lowered where a write
+ * found the filesystem full (ENOSPC, EDQUOT: then the bytes present at
+ * that time, said in the log). */
+uint64_t bfs_cache_limit(struct bfs_cache *c);
+
+/* Whether the bound in force is the disk's: taken from the free space
+ * (limit_from_free) or lowered where a write found the filesystem full;
+ * not one the caller chose. */
+bool bfs_cache_bound_by_disk(struct bfs_cache *c);
+
 /* Close the entries still open and free. Accepts NULL. */
 void bfs_cache_destroy(struct bfs_cache *c);
 
@@ -190,9 +212,12 @@ int64_t bfs_cache_missing(struct bfs_cache_entry *e, uint64_t off, uint64_t len,
  * the file before any of its chunks is marked present; then waiters are
  * woken and a failure recorded for these chunks (bfs_cache_fail) is
  * cleared. Bounded, it first makes room (bfs_cache_make_room, at the
- * earliest next use of these chunks). Returns 0 or -errno: -EINVAL,
- * -ENOBUFS (no room: everything else is pinned or needed sooner),
- * -ENOSPC and other errors of pwrite. */
+ * earliest next use of these chunks). A filesystem found full (ENOSPC,
+ * EDQUOT) lowers the bound to the bytes present (bfs_cache_limit) and
+ * evicts as for room, then writes again, while a round evicts anything.
+ * Returns 0 or -errno: -EINVAL, -ENOBUFS (no room: everything else is
+ * pinned or needed sooner), -ENOSPC, -EDQUOT (full, and nothing more
+ * could go) and other errors of pwrite. */
 int bfs_cache_write(struct bfs_cache_entry *e, uint64_t off, const void *buf,
 		    uint64_t len);
 
@@ -224,6 +249,9 @@ void bfs_cache_fail(struct bfs_cache_entry *e, uint64_t off, uint64_t len,
  * on a chunk: none taken) or -EINVAL. */
 int bfs_cache_pin(struct bfs_cache_entry *e, uint64_t off, uint64_t len);
 void bfs_cache_unpin(struct bfs_cache_entry *e, uint64_t off, uint64_t len);
+
+/* Whether some chunk of [off, off+len) is pinned (by any process). */
+bool bfs_cache_pinned(struct bfs_cache_entry *e, uint64_t off, uint64_t len);
 
 /* Evict the present, unpinned chunks of [off, off+len): each is marked
  * absent first, then its bytes are punched out of the file. Returns the

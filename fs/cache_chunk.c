@@ -28,13 +28,20 @@
  * the best victims, at least opts.evict_bytes: by next use (the
  * furthest first; stale or unknown ones before any known one, least
  * recently used first among them), never one needed as soon as or sooner
- * than the chunks written; or by least recent use. */
+ * than the chunks written; or by least recent use.
+ *
+ * A full disk. The bound is bytes, the disk may hold fewer: where a
+ * write's bytes would not fit its free space, the bound in force is
+ * lowered to what the disk holds (disk_check); a write that finds it
+ * full even so (ENOSPC, EDQUOT) lowers it to the bytes present, evicts
+ * as for room and writes again (write_all). Never raised again. */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <linux/futex.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -220,6 +227,18 @@ static void unpin_chunk(struct bfs_cache_entry *e, uint64_t c)
 			return;
 		}
 	} while (!wcas(&e->words[c], &w, w - 1));
+}
+
+bool bfs_cache_pinned(struct bfs_cache_entry *e, uint64_t off, uint64_t len)
+{
+	uint64_t c, end;
+
+	if (chunks_of(e, off, len, &c, &end) < 0)
+		return false;
+	for (; c < end; c++)
+		if (wload(&e->words[c]) & W_PINS)
+			return true;
+	return false;
 }
 
 bool bfs_cache_present(struct bfs_cache_entry *e, uint64_t off, uint64_t len)
@@ -547,11 +566,52 @@ static uint64_t present_total(struct bfs_cache *ca)
 	return t;
 }
 
+/* The bound in force: opts.limit_bytes, or what the disk was found to
+ * hold when a write found it full, whichever is smaller; 0: none.
+ * [ca->lock] */
+static uint64_t limit_locked(const struct bfs_cache *ca)
+{
+	uint64_t limit = ca->o.limit_bytes, disk = ca->disk_limit;
+
+	return disk && (!limit || disk < limit) ? disk : limit;
+}
+
+/* Where 'need' more bytes would not fit on the cache's filesystem now,
+ * the bound lowered to what it can hold (the bytes present and being
+ * written, plus its free space: statvfs's f_bavail), if that is less: a
+ * disk smaller than the bound, or filled by others, is evicted for
+ * before a write finds it full. Never raised again (a quota, EDQUOT, is
+ * not in f_bavail: a bound learned from one must stay). Said in the log
+ * the first time. [ca->lock] */
+static void disk_check(struct bfs_cache *ca, uint64_t need)
+{
+	struct statvfs sv;
+	uint64_t used = present_total(ca) + ca->reserved, room;
+	uint64_t limit = limit_locked(ca);
+
+	if (fstatvfs(ca->dir_fd, &sv) < 0)
+		return;
+	room = used + (uint64_t)sv.f_bavail * sv.f_frsize;
+	if (used + need <= room || (limit && room >= limit))
+		return;
+	if (!ca->disk_limit)
+		bfs_log(BFS_LOG_WARN, "cache",
+			"%s: its filesystem holds %llu bytes of the cache "
+			"at most now (its free space and what the cache "
+			"holds), %s: that is its bound from now on (make "
+			"room on it, or choose another --cache-dir)",
+			ca->dir, (unsigned long long)room,
+			limit ? "less than its bound" : "and it has none");
+	ca->disk_limit = room ? room : 1;
+}
+
 /* Room for 'need' more bytes next needed at 'pos', under ca->lock. */
 static int room_locked(struct bfs_cache *ca, uint64_t need, uint64_t pos)
 {
-	uint64_t limit = ca->o.limit_bytes;
+	uint64_t limit;
 
+	disk_check(ca, need);
+	limit = limit_locked(ca);
 	if (!limit)
 		return 0;
 	if (need > limit)
@@ -579,6 +639,69 @@ int bfs_cache_make_room(struct bfs_cache *ca, uint64_t bytes, uint64_t pos)
 	return rc;
 }
 
+static bool disk_full(int rc)
+{
+	return rc == -ENOSPC || rc == -EDQUOT;
+}
+
+/* A write of e found its filesystem full ('rc' at offset 'at', with
+ * 'left' bytes of it still to write, next needed at 'pos'): the bound lowered
+ * to the bytes present now (the disk holds no more: later writes make room
+ * before they write), said once per lowering, then victims evicted by the
+ * policy for at least 'left' bytes. The bytes evicted: 0, nothing could
+ * go (all else pinned or needed sooner). */
+static uint64_t room_on_disk(struct bfs_cache_entry *e, int rc, uint64_t at,
+			     uint64_t left, uint64_t pos)
+{
+	struct bfs_cache *ca = e->cache;
+	uint64_t present, freed, target = left;
+
+	pthread_mutex_lock(&ca->lock);
+	present = present_total(ca);
+	if (!ca->disk_limit || present < ca->disk_limit) {
+		ca->disk_limit = present ? present : 1;
+		bfs_log(BFS_LOG_WARN, "cache",
+			"%s: offset %llu: cannot be written: %s: the cache "
+			"directory's filesystem is full with %llu bytes of "
+			"this mount's cache in it: its bound is now %llu "
+			"bytes (make room on it, or choose another "
+			"--cache-dir)",
+			e->data_path, (unsigned long long)at, strerror(-rc),
+			(unsigned long long)present,
+			(unsigned long long)ca->disk_limit);
+	}
+	if (target < ca->o.evict_bytes)
+		target = ca->o.evict_bytes;
+	freed = evict_round(ca, target, pos);
+	pthread_mutex_unlock(&ca->lock);
+	return freed;
+}
+
+/* pwrite all of [off, off + len) from buf. A full filesystem (ENOSPC,
+ * EDQUOT) makes room by eviction and tries again, as long as a round
+ * evicts something. 0 or -errno. */
+static int write_all(struct bfs_cache_entry *e, uint64_t off, const void *buf,
+		     uint64_t len, uint64_t pos)
+{
+	uint64_t done = 0;
+
+	while (done < len) {
+		ssize_t n = pwrite(e->data_fd, (const char *)buf + done,
+				   len - done, (off_t)(off + done));
+		int rc = n < 0 ? -errno : n == 0 ? -EIO : 0;
+
+		if (rc == -EINTR)
+			continue;
+		if (disk_full(rc) &&
+		    room_on_disk(e, rc, off + done, len - done, pos))
+			continue;
+		if (rc)
+			return rc;
+		done += (uint64_t)n;
+	}
+	return 0;
+}
+
 static void unpin_chunks(struct bfs_cache_entry *e, uint64_t c, uint64_t end)
 {
 	for (; c < end; c++)
@@ -595,7 +718,7 @@ int bfs_cache_write_for(struct bfs_cache_entry *e, uint64_t off,
 			const void *buf, uint64_t len, uint64_t pos)
 {
 	struct bfs_cache *ca = e->cache;
-	uint64_t first, end, need = 0, done = 0;
+	uint64_t first, end, need = 0;
 	uint64_t now = __atomic_load_n(&ca->now, __ATOMIC_RELAXED), stamp;
 	int rc = 0;
 
@@ -623,18 +746,7 @@ int bfs_cache_write_for(struct bfs_cache_entry *e, uint64_t off,
 		if (rc < 0)
 			goto out_unpin;
 	}
-	while (done < len) {
-		ssize_t n = pwrite(e->data_fd, (const char *)buf + done,
-				   len - done, (off_t)(off + done));
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0) {
-			rc = n < 0 ? -errno : -EIO;
-			break;
-		}
-		done += (uint64_t)n;
-	}
+	rc = write_all(e, off, buf, len, pos);
 	if (rc == 0 && ca->o.after_data)
 		ca->o.after_data(ca->o.hook_arg, off, len);
 	stamp = __atomic_add_fetch(&ca->clock, 1, __ATOMIC_RELAXED);
@@ -656,6 +768,17 @@ out_unpin:
 	return rc;
 }
 
+bool bfs_cache_bound_by_disk(struct bfs_cache *ca)
+{
+	bool disk;
+
+	pthread_mutex_lock(&ca->lock);
+	disk = ca->o.limit_from_free ||
+	       (ca->disk_limit && limit_locked(ca) == ca->disk_limit);
+	pthread_mutex_unlock(&ca->lock);
+	return disk;
+}
+
 #define LOAD(f) __atomic_load_n(&ca->st.f, __ATOMIC_RELAXED)
 
 void bfs_cache_stats(struct bfs_cache *ca, struct bfs_cache_stats *st)
@@ -663,8 +786,8 @@ void bfs_cache_stats(struct bfs_cache *ca, struct bfs_cache_stats *st)
 	pthread_mutex_lock(&ca->lock);
 	st->entries = ca->st.entries;
 	st->present_bytes = present_total(ca);
+	st->limit_bytes = limit_locked(ca);
 	pthread_mutex_unlock(&ca->lock);
-	st->limit_bytes = ca->o.limit_bytes;
 	st->written_bytes = LOAD(written_bytes);
 	st->hit_chunks = LOAD(hit_chunks);
 	st->miss_chunks = LOAD(miss_chunks);

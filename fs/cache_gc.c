@@ -245,6 +245,20 @@ int bfs_cache_gc_locked(struct bfs_cache *c, const char *url, const char *query,
 	return removed;
 }
 
+uint64_t bfs_cache_dir_bytes(struct bfs_cache *c)
+{
+	struct gc_item *v = NULL;
+	uint64_t total = 0;
+	size_t n = 0;
+
+	if (gc_list(c, &v, &n) < 0)
+		return 0;
+	for (size_t i = 0; i < n; i++)
+		total += entry_bytes(c, v[i].name, &v[i].mtime);
+	free(v);
+	return total;
+}
+
 int bfs_cache_gc(struct bfs_cache *c)
 {
 	int rc = bfs_cache_dir_lock(c);

@@ -106,7 +106,11 @@ struct bfs_cache {
 	char boot_id[44];
 	pthread_mutex_t lock; /* entries, reserved, eviction rounds */
 	struct bfs_cache_entry *entries;
-	uint64_t reserved;	   /* bytes being written (lock) */
+	uint64_t reserved; /* bytes being written (lock) */
+	/* The bytes present when a write last found the filesystem full
+	 * (ENOSPC, EDQUOT): a bound learned from the disk, below o.limit_bytes
+	 * or where there is none (lock; 0: not learned). */
+	uint64_t disk_limit;
 	uint64_t now;		   /* bfs_cache_set_now (atomic) */
 	uint64_t clock;		   /* LRU stamps (atomic) */
 	struct bfs_cache_stats st; /* counters: atomic adds */
@@ -123,6 +127,10 @@ void bfs_cache_dir_unlock(struct bfs_cache *c);
  * entries removed or -errno. */
 int bfs_cache_gc_locked(struct bfs_cache *c, const char *url, const char *query,
 			const char *keep);
+
+/* cache_gc.c: the bytes the entries' files take on disk (0 when the
+ * directory cannot be read). */
+uint64_t bfs_cache_dir_bytes(struct bfs_cache *c);
 
 /* cache_plan.c: the earliest planned use of chunk c not before 'now'
  * (BFS_CACHE_NEVER: none), the earlier ones dropped; freeing an entry's

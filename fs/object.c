@@ -37,6 +37,15 @@ int bfs_object_fd(const struct bfs_object *o)
 	return bfs_cache_fd(o->e);
 }
 
+void bfs_object_map(struct bfs_object *o, const void *map)
+{
+	pthread_mutex_lock(&o->lock);
+	if (o->map && o->map != map)
+		o->maps_many = true;
+	o->map = (char *)map;
+	pthread_mutex_unlock(&o->lock);
+}
+
 static void object_close(struct bfs_object *o)
 {
 	if (!o)
@@ -50,6 +59,7 @@ static void object_close(struct bfs_object *o)
 		free(o->url);
 	}
 	free(o->flight);
+	free(o->mem);
 	free(o->kept);
 	pthread_mutex_destroy(&o->lock);
 	free(o);
@@ -85,7 +95,8 @@ static int open_entry(struct bfs_objects *os, struct bfs_object *o,
 	o->shift = (unsigned)__builtin_ctz(o->chunk);
 	o->nchunks = (o->size + o->chunk - 1) >> o->shift;
 	o->flight = calloc(o->nchunks, 1);
-	return o->flight ? 0 : -ENOMEM;
+	o->mem = calloc(o->nchunks, 1);
+	return o->flight && o->mem ? 0 : -ENOMEM;
 }
 
 int bfs_objects_open(struct bfs_objects *os, const char *url,
@@ -208,6 +219,7 @@ int bfs_objects_create(struct bfs_objects **out,
 {
 	struct bfs_objects *os = calloc(1, sizeof(*os));
 	const struct bfs_cache_opts co = {.limit_bytes = o->cache_bytes,
+					  .limit_from_free = o->cache_from_free,
 					  .chunk_size = o->chunk};
 	char dir[4096];
 	bool oom = false;
@@ -231,10 +243,11 @@ int bfs_objects_create(struct bfs_objects **out,
 	os->ropt.envp = (const char *const *)os->envp;
 	if (os->ropt.timeout_s <= 0)
 		os->ropt.timeout_s = 60;
-	os->limit = o->cache_bytes;
+	os->limit_free = !o->cache_bytes && o->cache_from_free;
 	os->request_max = o->request_max ? o->request_max : REQUEST_MAX;
 	os->merge_gap = o->merge_gap ? o->merge_gap : MERGE_GAP;
 	os->flight_max = o->flight_max ? o->flight_max : FLIGHT_MAX;
+	os->mem_max = 2 * os->flight_max;
 	rc = oom || !os->envp ? -ENOMEM : 0;
 	if (rc == 0 && o->cache_dir)
 		snprintf(dir, sizeof(dir), "%s", o->cache_dir);
@@ -322,7 +335,12 @@ const char *bfs_objects_dir(const struct bfs_objects *os)
 
 uint64_t bfs_objects_limit(const struct bfs_objects *os)
 {
-	return os->limit;
+	return bfs_cache_limit(os->cache);
+}
+
+bool bfs_objects_limit_from_free(const struct bfs_objects *os)
+{
+	return os->limit_free;
 }
 
 void bfs_objects_far_gap(struct bfs_objects *os, uint64_t gap, uint64_t after)
@@ -362,6 +380,7 @@ void bfs_objects_stats(struct bfs_objects *os, struct bfs_objects_stats *out)
 	out->fetch_bytes = atomic_load(&os->fetch_bytes);
 	out->fetch_failed = atomic_load(&os->fetch_failed);
 	out->held_bytes = atomic_load(&os->held_bytes);
+	out->mem_bytes = atomic_load(&os->mem_served);
 	out->waits = atomic_load(&os->waits);
 	pthread_mutex_lock(&os->lock);
 	out->flight_bytes = os->flight_bytes;

@@ -62,7 +62,9 @@
 struct bfs_objects_opts {
 	struct bfs_remote_opts remote; /* timeout_s: a request's deadline */
 	const char *cache_dir; /* NULL: bfs_cache_default_dir(remote.envp) */
-	uint64_t cache_bytes;  /* the bound (--cache-gb); 0: none */
+	uint64_t cache_bytes;  /* the bound (--cache-gb); 0: none, or: */
+	bool cache_from_free;  /* 0: one from the free space (fs/cache.h:
+				* limit_from_free) */
 	uint32_t chunk;	       /* of new entries; 0: fs/cache's default */
 	uint64_t request_max;  /* bytes of one request; 0: 8 MiB */
 	uint64_t merge_gap;    /* absent bytes fetched between two runs to
@@ -109,9 +111,12 @@ int bfs_objects_resume(struct bfs_objects *os, struct bfs_error *err);
 int bfs_objects_open(struct bfs_objects *os, const char *url,
 		     struct bfs_object **out, struct bfs_error *err);
 
-/* The cache directory and bound, for the user. */
+/* The cache directory and bound (bfs_cache_limit: 0 none; lowered where
+ * the filesystem was found full), for the user; whether the bound was
+ * taken from the free space. */
 const char *bfs_objects_dir(const struct bfs_objects *os);
 uint64_t bfs_objects_limit(const struct bfs_objects *os);
+bool bfs_objects_limit_from_free(const struct bfs_objects *os);
 
 /* Fetches ahead of what is needed more than 'after' past the readers
  * (on their clock, bfs_objects_set_now) merge runs over gaps of up to
@@ -133,6 +138,20 @@ void bfs_objects_set_now(struct bfs_objects *os, uint64_t when);
 const char *bfs_object_name(const struct bfs_object *o);
 uint64_t bfs_object_size(const struct bfs_object *o);
 int bfs_object_fd(const struct bfs_object *o);
+
+/* The readers' mapping of the object's cache file (whole, read-only,
+ * MAP_SHARED; at the mount's end the caller unmaps it): where the disk
+ * holds no room for bytes a gather waits for, they are laid over their
+ * pages in memory instead (fs/README.md: remote sources) until the last
+ * pin of them goes. Without it (or with two mappings of one object)
+ * such bytes fail their gathers. Call before serving. */
+void bfs_object_map(struct bfs_object *o, const void *map);
+
+/* Bytes [off, off + len) of the pinned, waited-for range into buf: from
+ * the cache file, or from the mapping where some are in memory. 0 or
+ * -EIO. */
+int bfs_object_read(struct bfs_object *o, void *buf, uint64_t off,
+		    uint64_t len);
 
 /* Structure: bytes r[0..n) (each within the object) present now, and kept
  * so (pinned) while the object is open. Waits for the fetches, bounded
@@ -185,6 +204,8 @@ struct bfs_objects_stats {
 	uint64_t fetch_failed; /* ranges whose fetch failed */
 	uint64_t flight_bytes; /* bytes being fetched now */
 	uint64_t held_bytes;   /* bytes of rows pinned for gathers */
+	uint64_t mem_bytes;    /* bytes served from memory, uncached (the
+				* disk full), since creation */
 	uint64_t waits;	       /* pins that found bytes absent */
 	/* fs/cache's */
 	uint64_t hit_chunks, miss_chunks, evicted_chunks, evicted_bytes;

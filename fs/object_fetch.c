@@ -21,6 +21,15 @@
  * is never in flight, and a fetch again clears the failure of a fetch
  * that is over, never of one that is running.
  *
+ * A full disk. Bytes that cannot be stored where the bound in force is
+ * the disk's (fs/cache: bfs_cache_bound_by_disk) are not thrown away
+ * when a gather pins their chunks: they are laid over the readers'
+ * mapping (anonymous memory, bounded by mem_max) and marked in memory
+ * (o->mem), the waiters woken; a wait takes such a chunk for present, a
+ * fetch never claims it, and the last unpin maps the cache file back
+ * over it. Fetches ahead are sent only where the cache can make room
+ * for them beside what is in flight (room_ahead).
+ *
  * Lock order: os->lock, then o->lock (object_impl.h says what each
  * guards). */
 #include <errno.h>
@@ -29,6 +38,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "fs/log.h"
 #include "fs/object_impl.h"
@@ -65,10 +76,202 @@ static void unstored(struct bfs_object *o, uint64_t off, uint64_t len, int rc)
 		      "bytes %" PRIu64 "-%" PRIu64
 		      ": cannot be stored in the cache: %s",
 		      off, off + len - 1,
-		      rc == -ENOBUFS ? "its bound (--cache-gb) is full of "
-				       "bytes needed sooner or in use"
-				     : strerror(-rc));
+		      rc == -ENOBUFS && bfs_cache_bound_by_disk(o->os->cache)
+			  ? "its bound (what its filesystem's free space "
+			    "holds) is full of bytes needed sooner or in use: "
+			    "make room on it, or choose another --cache-dir"
+		      : rc == -ENOBUFS ? "its bound (--cache-gb) is full of "
+					 "bytes needed sooner or in use"
+		      : rc == -ENOSPC || rc == -EDQUOT
+			  ? "the cache directory's filesystem is full, and "
+			    "what is in the cache is in use or needed sooner"
+			  : strerror(-rc));
 }
+
+/* ---- bytes served from memory (the disk full) ------------------------ */
+
+/* Errors of a store that say there is no room (on the disk, or in a
+ * bound taken from it). */
+static bool no_room(int rc)
+{
+	return rc == -ENOSPC || rc == -EDQUOT || rc == -ENOBUFS;
+}
+
+static uint64_t page_up(uint64_t n)
+{
+	long pg = sysconf(_SC_PAGESIZE);
+	uint64_t p = pg > 0 ? (uint64_t)pg : 4096;
+
+	return (n + p - 1) & ~(p - 1);
+}
+
+/* The cache file mapped again over chunk [off, off + len) of o's
+ * mapping (what it showed before lay_over). 0 or -errno. */
+static int lift(struct bfs_object *o, uint64_t off, uint64_t len)
+{
+	if (mmap(o->map + off, (size_t)page_up(len), PROT_READ,
+		 MAP_SHARED | MAP_FIXED, bfs_cache_fd(o->e),
+		 (off_t)off) != MAP_FAILED)
+		return 0;
+	bfs_log(BFS_LOG_ERR, MOD,
+		"%s: bytes %" PRIu64 "-%" PRIu64
+		": cannot map its cache file again: %s (kept in memory)",
+		o->name, off, off + len - 1, strerror(errno));
+	return -errno;
+}
+
+/* Bytes 'buf' of chunk [off, off + len) laid over o's mapping: anonymous
+ * memory, read-only once filled. No reader reads the chunk meanwhile (it
+ * is absent: nobody has seen it there). 0 or -errno. */
+static int lay_over(struct bfs_object *o, uint64_t off, const void *buf,
+		    uint64_t len)
+{
+	size_t n = (size_t)page_up(len);
+	void *m = mmap(o->map + off, n, PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+	int rc;
+
+	if (m == MAP_FAILED) {
+		rc = -errno;
+		lift(o, off, len);
+		return rc;
+	}
+	memcpy(m, buf, (size_t)len);
+	if (mprotect(m, n, PROT_READ) == 0)
+		return 0;
+	rc = -errno;
+	lift(o, off, len);
+	return rc;
+}
+
+/* n more bytes in memory, within os->mem_max: whether taken. */
+static bool mem_take(struct bfs_objects *os, uint64_t n)
+{
+	uint64_t was = atomic_load(&os->mem_bytes);
+
+	do {
+		if (was + n > os->mem_max)
+			return false;
+	} while (!atomic_compare_exchange_weak(&os->mem_bytes, &was, was + n));
+	return true;
+}
+
+/* Chunk [at, at + n) of o, bytes 'buf', that could not be stored (rc):
+ * laid over the mapping, marked in memory, its waiters woken. 0, or
+ * -ENOMEM (the memory bound reached: o->last says so) or lay_over's
+ * error. [o->lock] */
+static int spill(struct bfs_object *o, uint64_t at, const void *buf, uint64_t n,
+		 int rc)
+{
+	struct bfs_objects *os = o->os;
+	int e;
+
+	if (!mem_take(os, n)) {
+		bfs_error_set(&o->last, rc, o->name, BFS_NO_OFFSET,
+			      "bytes %" PRIu64 "-%" PRIu64
+			      ": no room in the cache's filesystem, and the "
+			      "%" PRIu64 " MiB for bytes served from memory "
+			      "are in use",
+			      at, at + n - 1, os->mem_max >> 20);
+		return -ENOMEM;
+	}
+	e = lay_over(o, at, buf, n);
+	if (e < 0) {
+		atomic_fetch_sub(&os->mem_bytes, n);
+		return e;
+	}
+	__atomic_store_n(&o->mem[at >> o->shift], 1, __ATOMIC_RELEASE);
+	bfs_object_count(&os->mem_served, n);
+	bfs_cache_fail(o->e, at, n, ENOSPC); /* wakes the waiters */
+	return 0;
+}
+
+/* The chunks of [off, off + len) of job j that could not be stored (rc)
+ * and are not in the cache: those a gather pins (waits for), where the
+ * disk is what has no room and the memory bound allows, laid over the
+ * readers' mapping, marked in memory and their waiters woken to read
+ * them there (bfs_object_wait: a chunk in memory counts as there); the
+ * rest failed with rc. Nothing else is kept: chunks nobody pins now are
+ * fetched again by whoever needs them. [o->lock] */
+static void spill_or_fail(struct bfs_object *o, const struct job *j,
+			  uint64_t off, uint64_t len, int rc)
+{
+	struct bfs_objects *os = o->os;
+	const struct bfs_remote_req *q = &j->req;
+	bool may = no_room(rc) && o->map && !o->maps_many &&
+		   page_up(o->chunk) == o->chunk &&
+		   bfs_cache_bound_by_disk(os->cache);
+
+	for (uint64_t c = off >> o->shift;
+	     c < o->nchunks && (c << o->shift) < off + len; c++) {
+		uint64_t at = c << o->shift;
+		uint64_t n = o->size - at < o->chunk ? o->size - at : o->chunk;
+
+		if (o->mem[c] || bfs_cache_present(o->e, at, n))
+			continue;
+		if (may && bfs_cache_pinned(o->e, at, n) &&
+		    spill(o, at, (const char *)q->buf + (at - q->off), n, rc) ==
+			0)
+			continue;
+		bfs_cache_fail(o->e, at, n, -rc);
+	}
+	if (may && !atomic_exchange(&os->said_mem, true))
+		bfs_log(BFS_LOG_WARN, MOD,
+			"%s: the cache directory's filesystem has no room: "
+			"bytes a gather waits for are served from memory "
+			"without being cached (at most %" PRIu64
+			" MiB at once)",
+			o->name, os->mem_max >> 20);
+}
+
+/* After an unpin of r[0..n): its chunks in memory that nobody pins any
+ * more get their cache file's pages back, their memory freed (a pin
+ * taken meanwhile finds them absent and fetches them: claims take
+ * o->lock too). */
+static void drop_unpinned(struct bfs_object *o, const struct bfs_cache_range *r,
+			  size_t n)
+{
+	if (!atomic_load(&o->os->mem_bytes))
+		return;
+	pthread_mutex_lock(&o->lock);
+	for (size_t i = 0; i < n; i++) {
+		uint64_t end = r[i].off + r[i].len;
+
+		for (uint64_t c = r[i].off >> o->shift;
+		     c < o->nchunks && (c << o->shift) < end; c++) {
+			uint64_t at = c << o->shift;
+			uint64_t len =
+			    o->size - at < o->chunk ? o->size - at : o->chunk;
+
+			if (!o->mem[c] || bfs_cache_pinned(o->e, at, len) ||
+			    lift(o, at, len) < 0)
+				continue;
+			__atomic_store_n(&o->mem[c], 0, __ATOMIC_RELEASE);
+			atomic_fetch_sub(&o->os->mem_bytes, len);
+		}
+	}
+	pthread_mutex_unlock(&o->lock);
+}
+
+int bfs_object_read(struct bfs_object *o, void *buf, uint64_t off, uint64_t len)
+{
+	bool mem = false;
+
+	if (atomic_load(&o->os->mem_bytes))
+		for (uint64_t c = off >> o->shift;
+		     !mem && c < o->nchunks && (c << o->shift) < off + len; c++)
+			mem = __atomic_load_n(&o->mem[c], __ATOMIC_ACQUIRE);
+	if (mem) {
+		memcpy(buf, o->map + off, (size_t)len);
+		return 0;
+	}
+	return pread(bfs_cache_fd(o->e), buf, (size_t)len, (off_t)off) ==
+		       (ssize_t)len
+		   ? 0
+		   : -EIO;
+}
+
+/* ---- storing, continued ---------------------------------------------- */
 
 /* Bytes of job j into the cache: a gather's as needed now (room is made
  * at the expense of whatever is needed later), the read-ahead's at their
@@ -82,14 +285,15 @@ static int put(struct bfs_object *o, const struct job *j, uint64_t off,
 			 : bfs_cache_write(o->e, off, buf, len);
 }
 
-/* A request whose bytes do not fit the cache's bound at once: its chunks
- * stored one by one, each that does not fit failed (and unmarked) on its
- * own: a gather's chunks usually fit where the neighbours merged with
- * them do not. 0 when some were stored, else -ENOBUFS. */
+/* A request whose bytes do not fit the cache's bound or its disk at
+ * once: its chunks stored one by one, each that does not fit failed (and
+ * unmarked) on its own: a gather's chunks usually fit where the
+ * neighbours merged with them do not. 0 when some were stored, else the
+ * last chunk's error. */
 static int store_chunks(struct bfs_object *o, const struct job *j)
 {
 	const struct bfs_remote_req *q = &j->req;
-	int stored = 0;
+	int stored = 0, last = -ENOBUFS;
 
 	for (uint64_t off = q->off; off < q->off + q->len; off += o->chunk) {
 		uint64_t n = q->off + q->len - off < o->chunk
@@ -101,13 +305,14 @@ static int store_chunks(struct bfs_object *o, const struct job *j)
 		stored += rc == 0;
 		if (rc == 0)
 			continue;
+		last = rc;
 		pthread_mutex_lock(&o->lock);
 		unstored(o, off, n, rc);
-		bfs_cache_fail(o->e, off, n, -rc);
+		spill_or_fail(o, j, off, n, rc);
 		unmark(o, off, n);
 		pthread_mutex_unlock(&o->lock);
 	}
-	return stored ? 0 : -ENOBUFS;
+	return stored ? 0 : last;
 }
 
 /* Store job j (landed): its bytes into the cache, or its chunks failed;
@@ -120,14 +325,14 @@ static void store(struct bfs_objects *os, struct job *j)
 
 	if (rc == 0)
 		rc = put(o, j, q->off, q->buf, q->len);
-	if (rc == -ENOBUFS && q->len > o->chunk)
+	if (no_room(rc) && q->len > o->chunk)
 		rc = store_chunks(o, j);
 	pthread_mutex_lock(&o->lock);
-	if (rc) {
-		if (q->result == 0) /* the store's */
-			unstored(o, q->off, q->len, rc);
-		else
-			o->last = q->err;
+	if (rc && q->result == 0) { /* the store's */
+		unstored(o, q->off, q->len, rc);
+		spill_or_fail(o, j, q->off, q->len, rc);
+	} else if (rc) {
+		o->last = q->err;
 		bfs_cache_fail(o->e, q->off, q->len, -rc);
 	}
 	unmark(o, q->off, q->len);
@@ -262,7 +467,7 @@ static bool claim(struct bfs_object *o, uint64_t c)
 	uint64_t off = c << o->shift;
 	uint64_t len = o->size - off < o->chunk ? o->size - off : o->chunk;
 
-	if (o->flight[c] || bfs_cache_present(o->e, off, len))
+	if (o->flight[c] || o->mem[c] || bfs_cache_present(o->e, off, len))
 		return false;
 	o->flight[c] = 1;
 	bfs_cache_fail(o->e, off, len, 0);
@@ -276,7 +481,7 @@ static bool claimable(struct bfs_object *o, uint64_t a, uint64_t b)
 	for (uint64_t c = a; c < b; c++) {
 		uint64_t off = c << o->shift;
 
-		if (o->flight[c] ||
+		if (o->flight[c] || o->mem[c] ||
 		    bfs_cache_present(o->e, off,
 				      o->size - off < o->chunk ? o->size - off
 							       : o->chunk))
@@ -383,6 +588,7 @@ void bfs_object_unpin(struct bfs_object *o, const struct bfs_cache_range *r,
 {
 	for (size_t i = 0; i < n; i++)
 		bfs_cache_unpin(o->e, r[i].off, r[i].len);
+	drop_unpinned(o, r, n);
 }
 
 /* Why the wait for [off, off + len) of o ended with rc: the last
@@ -410,12 +616,37 @@ static void explain(struct bfs_object *o, int rc, bool late, uint64_t off,
 		      last.msg[0] ? ")" : "");
 }
 
+/* bfs_cache_wait of pinned range r, where a chunk in memory counts as
+ * there (its failure, ENOSPC, only woke the waiters). */
+static int wait_range(struct bfs_object *o, const struct bfs_cache_range *r,
+		      uint64_t deadline_ns)
+{
+	uint64_t end = r->off + r->len;
+	int rc = bfs_cache_wait(o->e, r->off, r->len, deadline_ns);
+
+	if (rc == 0 || !atomic_load(&o->os->mem_bytes))
+		return rc;
+	for (uint64_t at = r->off; at < end;) { /* chunk by chunk */
+		uint64_t c = at >> o->shift;
+		uint64_t next =
+		    (c + 1) << o->shift < end ? (c + 1) << o->shift : end;
+
+		rc = bfs_cache_wait(o->e, at, next - at, deadline_ns);
+		if (rc && __atomic_load_n(&o->mem[c], __ATOMIC_ACQUIRE))
+			rc = 0;
+		if (rc)
+			return rc;
+		at = next;
+	}
+	return 0;
+}
+
 /* Wait for one pinned range. */
 static int wait_one(struct bfs_object *o, const struct bfs_cache_range *r,
 		    uint64_t deadline_ns, struct bfs_error *err)
 {
 	for (int again = 0;; again++) {
-		int rc = bfs_cache_wait(o->e, r->off, r->len, deadline_ns);
+		int rc = wait_range(o, r, deadline_ns);
 		bool late;
 
 		if (rc == 0)
@@ -464,11 +695,59 @@ static size_t widen(const struct bfs_cache_range *r, size_t n, uint64_t gap,
 	return m;
 }
 
+/* Whether the cache has room for the absent chunks of r[0..n), next
+ * needed at 'when', beside the bytes in flight (they all land there),
+ * made now by its policy without pushing out anything needed at or
+ * before 'when' (bfs_cache_make_room). Else a fetch ahead of them would
+ * only be thrown away when it lands (its store finds no room: a disk
+ * found full lowers the bound far below the window the read-ahead was
+ * given), and fetched again by the gather that needs them. */
+static bool room_ahead(struct bfs_object *o, const struct bfs_cache_range *r,
+		       size_t n, uint64_t when)
+{
+	struct bfs_objects *os = o->os;
+	uint64_t absent = 0, flight;
+
+	for (size_t i = 0; i < n; i++) {
+		uint64_t c = r[i].off >> o->shift;
+		uint64_t end =
+		    r[i].len ? ((r[i].off + r[i].len - 1) >> o->shift) + 1 : c;
+
+		for (; c < end && c < o->nchunks; c++) {
+			uint64_t off = c << o->shift;
+			uint64_t len =
+			    o->size - off < o->chunk ? o->size - off : o->chunk;
+
+			if (!bfs_cache_present(o->e, off, len))
+				absent += len;
+		}
+	}
+	pthread_mutex_lock(&os->lock);
+	flight = os->flight_bytes;
+	pthread_mutex_unlock(&os->lock);
+	return bfs_cache_make_room(os->cache, flight + absent, when) == 0;
+}
+
+/* Whether the cache's bound (as it is now: a disk found full lowers it)
+ * holds every object of the set: wide gaps far ahead only then. */
+static bool cache_holds_all(struct bfs_objects *os)
+{
+	uint64_t limit = bfs_cache_limit(os->cache), total = 0;
+
+	if (!limit)
+		return true;
+	pthread_mutex_lock(&os->lock);
+	for (struct bfs_object *x = os->objects; x; x = x->next)
+		total += x->size;
+	pthread_mutex_unlock(&os->lock);
+	return total <= limit;
+}
+
 void bfs_object_ahead(struct bfs_object *o, const struct bfs_cache_range *r,
 		      size_t n, uint64_t when)
 {
 	struct bfs_objects *os = o->os;
-	struct bfs_cache_range *wide;
+	struct bfs_cache_range *wide = NULL;
 	bool all = true;
 	uint64_t now;
 
@@ -482,13 +761,13 @@ void bfs_object_ahead(struct bfs_object *o, const struct bfs_cache_range *r,
 		return;
 	now = atomic_load_explicit(&os->now, memory_order_relaxed);
 	if (os->far_gap && when != BFS_CACHE_NEVER && when > now + os->far &&
-	    (wide = malloc(n * sizeof(*wide)))) {
-		fetch(o, wide, widen(r, n, os->far_gap, wide), false,
-		      os->merge_gap);
-		free(wide);
-		return;
+	    cache_holds_all(os) && (wide = malloc(n * sizeof(*wide)))) {
+		n = widen(r, n, os->far_gap, wide);
+		r = wide;
 	}
-	fetch(o, r, n, false, os->merge_gap);
+	if (room_ahead(o, r, n, when))
+		fetch(o, r, n, false, os->merge_gap);
+	free(wide);
 }
 
 void bfs_object_plan(struct bfs_object *o, const struct bfs_cache_range *r,

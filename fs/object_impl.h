@@ -26,7 +26,15 @@ struct bfs_object {
 	struct bfs_cache_range *kept; /* lock: pinned while open */
 	size_t nkept, kept_cap;	      /* lock */
 	struct bfs_error last;	      /* lock: the last fetch failed so */
-	atomic_bool said_stale;	      /* its replacement was logged */
+	/* Bytes served without being cached (the disk full): per chunk,
+	 * whether its bytes are in memory, an anonymous mapping laid over
+	 * its pages of 'map' (set under lock, read atomically by waiters);
+	 * 'map' the readers' mapping of the cache file (bfs_object_map;
+	 * NULL: none, or more than one: nothing is laid over). */
+	uint8_t *mem;
+	char *map;
+	bool maps_many;
+	atomic_bool said_stale; /* its replacement was logged */
 };
 
 /* One request: its bytes, then the store. */
@@ -44,7 +52,8 @@ struct bfs_objects {
 	struct bfs_remote *r;		/* NULL while suspended */
 	struct bfs_remote_stats before; /* clients stopped so far */
 	struct bfs_cache *cache;
-	uint64_t limit, request_max, merge_gap, flight_max;
+	bool limit_free; /* the cache's bound is from the free space */
+	uint64_t request_max, merge_gap, flight_max;
 	uint64_t far_gap, far; /* bfs_objects_far_gap; 0: none */
 	pthread_mutex_t lock;
 	pthread_cond_t room;	    /* lock: bytes in flight went down */
@@ -58,6 +67,11 @@ struct bfs_objects {
 	_Atomic uint64_t now;
 	_Atomic uint64_t nobjects, fetches, fetch_bytes, fetch_failed;
 	_Atomic uint64_t held_bytes, waits;
+	/* bytes of chunks in memory now (object_fetch.c: spill), at most
+	 * mem_max; bytes served so since creation */
+	_Atomic uint64_t mem_bytes, mem_served;
+	uint64_t mem_max;
+	atomic_bool said_mem;
 };
 
 static inline uint64_t bfs_object_now_ns(void)

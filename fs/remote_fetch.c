@@ -88,10 +88,8 @@ static int rf_read_all(struct bfs_fetch_backend *be,
 		if (rc)
 			continue;
 		rc = bfs_object_wait(o, &cr, 1, UINT64_MAX, NULL);
-		if (rc == 0 &&
-		    pread(bfs_object_fd(o), r[i].buf, (size_t)r[i].len,
-			  (off_t)r[i].off) != (ssize_t)r[i].len)
-			rc = -EIO;
+		if (rc == 0)
+			rc = bfs_object_read(o, r[i].buf, r[i].off, r[i].len);
 		bfs_object_unpin(o, &cr, 1);
 	}
 	return rc < 0 ? -EIO : 0;

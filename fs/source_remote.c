@@ -139,6 +139,8 @@ void bfs_source_unguard(struct bfs_source *s)
 		if (f->guarded &&
 		    mprotect((void *)f->map, (size_t)f->size, PROT_READ) == 0)
 			f->guarded = false;
+		if (f->remote && !f->guarded) /* bytes in memory go there */
+			bfs_object_map(f->remote, f->map);
 	}
 }
 

@@ -226,6 +226,7 @@ static int open_objects(const struct mount_opts *m, struct model *mt,
 		       .timeout_s = m->timeout_s},
 	    .cache_dir = m->cache_dir,
 	    .cache_bytes = m->cache_bytes,
+	    .cache_from_free = true, /* without --cache-gb */
 	    .merge_gap = env_bytes("BATCHFS_DEBUG_MERGE_GAP"),
 	    .request_max = env_bytes("BATCHFS_DEBUG_REQUEST_MAX"),
 	    .flight_max = env_bytes("BATCHFS_DEBUG_FLIGHT_MAX"),
@@ -459,14 +460,52 @@ static void stop_cold(struct cold *c)
 
 static void describe_opts(struct mount_opts *m, enum bfs_serve_mode mode);
 
+/* 'n' bytes for people: "6.7 MB", "1.2 GB". */
+static const char *size_text(char *out, size_t len, uint64_t n)
+{
+	if (n >= 1000000000)
+		snprintf(out, len, "%.3g GB", (double)n / 1e9);
+	else if (n >= 1000000)
+		snprintf(out, len, "%.3g MB", (double)n / 1e6);
+	else
+		snprintf(out, len, "%" PRIu64 " bytes", n);
+	return out;
+}
+
+/* The remote objects' cache, for the mount's line: ", cache DIR (at most
+ * SIZE, WHERE FROM)"; "" without remote sources. */
+static void cache_said(const struct model *mt, char *out, size_t len)
+{
+	uint64_t limit = mt->objects ? bfs_objects_limit(mt->objects) : 0;
+	char size[32], share[16];
+
+	snprintf(share, sizeof(share), "%d/%d ", BFS_CACHE_FREE_SHARE_NUM,
+		 BFS_CACHE_FREE_SHARE_DEN);
+	out[0] = 0;
+	if (!mt->objects)
+		return;
+	if (!limit)
+		snprintf(out, len, ", cache %.900s (no bound)",
+			 bfs_objects_dir(mt->objects));
+	else
+		snprintf(out, len, ", cache %.900s (at most %s, %s%s)",
+			 bfs_objects_dir(mt->objects),
+			 size_text(size, sizeof(size), limit),
+			 bfs_objects_limit_from_free(mt->objects) ? share : "",
+			 bfs_objects_limit_from_free(mt->objects)
+			     ? "of its filesystem's free space: --cache-gb "
+			       "sets it"
+			     : "--cache-gb");
+}
+
 /* The line `batchfs mount` prints once mounted, into m->summary: where,
  * batches per epoch, the serve mode, the seed the order was drawn with,
- * the log. */
+ * the remote objects' cache and its bound, the log. */
 static void summarize(struct mount_opts *m, const struct model *mt,
 		      enum bfs_serve_mode mode)
 {
 	const char *src = m->seed_source;
-	char seed[160], ranks[96] = "";
+	char seed[160], ranks[96] = "", cache[1024];
 
 	if (!strcmp(src, "--seed"))
 		snprintf(seed, sizeof(seed), "seed %" PRIu64, m->seed);
@@ -485,11 +524,12 @@ static void summarize(struct mount_opts *m, const struct model *mt,
 	if (m->nranks)
 		snprintf(ranks, sizeof(ranks), " per rank (ranks %.40s of %u)",
 			 m->ranks_arg, m->world_size);
+	cache_said(mt, cache, sizeof(cache));
 	snprintf(m->summary, sizeof(m->summary),
 		 "batchfs: mounted %s: %" PRIu64
-		 " batches per epoch%s, serve mode %s, %s, log %s",
+		 " batches per epoch%s, serve mode %s, %s%s, log %s",
 		 m->mountpoint, bfs_order_len(mt->order), ranks,
-		 bfs_serve_mode_name(mode), seed, m->log.path);
+		 bfs_serve_mode_name(mode), seed, cache, m->log.path);
 }
 
 /* The daemon's descriptors: its soft limit raised to the hard one, as
@@ -721,10 +761,45 @@ static void warn_budget(const struct mount_opts *m, const struct model *mt)
 		    lanes > 1 ? "s" : "", mb);
 }
 
-/* A warning when --cache-gb may not hold the chunks that the batches
- * being gathered pin at once: each worker pins every chunk its batch's
- * rows touch (up to 1 + a row's chunks a row), all of them at most the
- * remote sources' bytes; a batch that finds no room fails with EIO. */
+/* A warning when the remote objects ('remote' bytes) exceed the cache's
+ * bound ('limit'): they are fetched again as batches need them. What to
+ * do: room on the directory's filesystem for a bound from its free
+ * space, else a larger --cache-gb. */
+static void warn_past_bound(const struct mount_opts *m, const struct model *mt,
+			    uint64_t remote, uint64_t limit)
+{
+	const char *dir = bfs_objects_dir(mt->objects);
+	char have[32], bound[32], want[32];
+
+	size_text(have, sizeof(have), remote);
+	size_text(bound, sizeof(bound), limit);
+	if (bfs_objects_limit_from_free(mt->objects))
+		warn(m,
+		     "the remote objects (%s) exceed the cache's bound (%s, "
+		     "%d/%d of the free space of the filesystem of %s): "
+		     "chunks are evicted and fetched again as the batches "
+		     "need them; to fetch each byte once, make room there "
+		     "or choose a --cache-dir with %s free or more",
+		     have, bound, BFS_CACHE_FREE_SHARE_NUM,
+		     BFS_CACHE_FREE_SHARE_DEN, dir,
+		     size_text(want, sizeof(want),
+			       remote / BFS_CACHE_FREE_SHARE_NUM *
+				   BFS_CACHE_FREE_SHARE_DEN));
+	else
+		warn(m,
+		     "the remote objects (%s) exceed the cache's bound (%s, "
+		     "--cache-gb): chunks are evicted and fetched again as "
+		     "the batches need them; to fetch each byte once, use "
+		     "--cache-gb %.6g or more (with that much free in %s)",
+		     have, bound, (double)remote / 1e9, dir);
+}
+
+/* A warning when the remote sources exceed the cache's bound; and when
+ * --cache-gb may not hold the chunks that the batches being gathered pin
+ * at once: each worker pins every chunk its batch's rows touch (up to
+ * 1 + a row's chunks a row), all of them at most the remote sources'
+ * bytes; a batch that finds no room fails with EIO (with a bound taken
+ * from the free space its rows are served from memory instead). */
 static void warn_cache(const struct mount_opts *m, const struct model *mt)
 {
 	uint64_t limit = mt->objects ? bfs_objects_limit(mt->objects) : 0;
@@ -736,6 +811,8 @@ static void warn_cache(const struct mount_opts *m, const struct model *mt)
 	for (size_t i = 0; i < bfs_dataset_nfiles(mt->ds); i++)
 		if (bfs_dataset_file(mt->ds, i)->remote)
 			remote += bfs_dataset_file(mt->ds, i)->size;
+	if (remote > limit)
+		warn_past_bound(m, mt, remote, limit);
 	for (size_t f = 0; f < bfs_dataset_nfields(mt->ds); f++) {
 		const struct bfs_field *fl = bfs_dataset_field(mt->ds, f);
 		uint64_t b =
@@ -746,7 +823,8 @@ static void warn_cache(const struct mount_opts *m, const struct model *mt)
 	need = row * m->batch_size * m->workers;
 	if (need > remote)
 		need = remote;
-	if (limit < need)
+	/* a bound from the free space: such rows are served from memory */
+	if (limit < need && !bfs_objects_limit_from_free(mt->objects))
 		warn(m,
 		     "--cache-gb %s may not hold the 64 KiB chunks that %u "
 		     "workers' batches pin at once (up to %.1f MB): a batch "

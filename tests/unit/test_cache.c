@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -471,6 +472,38 @@ static void the_bound_holds_and_pinned_chunks_refuse_room(void **state)
 	assert_int_equal(st.evicted_chunks, 32 - 8 + 1);
 	bfs_cache_close(e);
 	bfs_cache_destroy(c);
+}
+
+/* A cache on a tmpfs of 64 pages, unbounded, under an object twice its
+ * size: every write finds room (the bound follows the disk, evicting),
+ * the disk never holds more than it can, what was written last reads
+ * back, and the bound in force says the disk's. Needs root (skipped
+ * where a tmpfs cannot be mounted). */
+static void a_full_disk_is_evicted_for_and_the_bound_follows_it(void **state)
+{
+	const char *dir = test_dir("full");
+	struct bfs_cache *c;
+	struct bfs_cache_entry *e;
+	struct bfs_cache_stats st;
+
+	mkdir(dir, 0700);
+	if (mount("tmpfs", dir, "tmpfs", 0, "size=262144,mode=0700") < 0) {
+		print_message("cannot mount a tmpfs: %s\n", strerror(errno));
+		skip();
+	}
+	c = cache_new(dir, 0, SMALL, BFS_CACHE_LRU);
+	e = entry_new(c, "https://h/full", "\"f\"", 128 * SMALL);
+	for (uint64_t i = 0; i < 128; i++)
+		assert_int_equal(put(e, i * SMALL, SMALL), 0);
+	assert_true(mapped_equal(e, 120 * SMALL, 8 * SMALL));
+	bfs_cache_stats(c, &st);
+	assert_true(st.evicted_chunks > 0);
+	assert_true(st.limit_bytes > 0 && st.limit_bytes <= 64 * SMALL);
+	assert_true(st.present_bytes <= st.limit_bytes);
+	assert_true(bfs_cache_bound_by_disk(c));
+	bfs_cache_close(e);
+	bfs_cache_destroy(c);
+	umount2(dir, MNT_DETACH);
 }
 
 static void a_write_never_evicts_what_is_needed_sooner(void **state)
@@ -1337,6 +1370,8 @@ int main(void)
 	    cmocka_unit_test(eviction_punches_holes_but_never_a_pinned_chunk),
 	    cmocka_unit_test(the_bound_holds_and_pinned_chunks_refuse_room),
 	    cmocka_unit_test(a_write_never_evicts_what_is_needed_sooner),
+	    cmocka_unit_test(
+		a_full_disk_is_evicted_for_and_the_bound_follows_it),
 	    cmocka_unit_test(
 		a_readers_write_makes_room_and_keeps_the_planned_use),
 	    cmocka_unit_test(next_use_and_lru_choose_different_victims),
