@@ -591,7 +591,8 @@ static void setup_draws(struct bfs_order *o)
 		o->epoch_words = o->gumbel_w ? 2 * n : 2 * p->num_samples;
 		break;
 	case BFS_SAMPLER_DISTRIBUTED:
-		o->samples = dist_per_rank(n, p->world_size, p->sampler_drop_last);
+		o->samples =
+		    dist_per_rank(n, p->world_size, p->sampler_drop_last);
 		o->kind = p->shuffle ? K_PERM : K_NONE;
 		o->perm_n = o->cap = n;
 		if (p->resume)

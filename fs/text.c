@@ -193,6 +193,24 @@ static void json_torch(const struct text *t, const struct bfs_text_info *in,
 			  bfs_order_torch_differs(t->order) ? "true" : "false");
 }
 
+/* An elastic resume (fs/order.h: opts.resume): the epoch, the position
+ * it resumes from, what is left of its list and its batches; null when
+ * the mount resumes nothing. */
+static void json_resume(const struct text *t, char *b, size_t n, size_t *pos)
+{
+	uint64_t e, left;
+
+	if (!bfs_order_resumes(t->order, &e, &left)) {
+		bfs_layout_append(b, n, pos, ",\n  \"resume\": null");
+		return;
+	}
+	bfs_layout_append(b, n, pos,
+			  ",\n  \"resume\": {\"epoch\": %" PRIu64
+			  ", \"samples_left\": %" PRIu64
+			  ", \"batches\": %" PRIu64 "}",
+			  e, left, bfs_order_epoch_len(t->order, e));
+}
+
 /* dataset.json: everything a program needs to read the batches. */
 static void render_json(const struct text *t, const struct bfs_text_info *in,
 			const char *torch, char *b, size_t n, size_t *pos)
@@ -231,6 +249,7 @@ static void render_json(const struct text *t, const struct bfs_text_info *in,
 				  bfs_order_rank_of_lane(t->order, l));
 	bfs_layout_append(b, n, pos, "],\n  \"rank_dirs\": %s",
 			  bfs_order_ranked(t->order) ? "true" : "false");
+	json_resume(t, b, n, pos);
 	bfs_layout_append(b, n, pos, ",\n  \"serve_mode\": ");
 	bfs_layout_json_str(b, n, pos, in->serve_mode ? in->serve_mode : "-");
 	bfs_layout_append(b, n, pos, ",\n  \"serve_mode_why\": ");
