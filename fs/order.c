@@ -836,12 +836,23 @@ uint64_t bfs_order_epoch_len(const struct bfs_order *o, uint64_t e)
 	return resumed_epoch(o, e) ? o->resume_batches : o->batches;
 }
 
-bool bfs_order_resumes(const struct bfs_order *o, uint64_t *epoch,
-		       uint64_t *left)
+bool bfs_order_resumes(const struct bfs_order *o, struct bfs_order_resume *r)
 {
-	*epoch = o->opt.resume_epoch;
-	*left = o->resume_left;
-	return o->opt.resume;
+	const struct bfs_order_opts *p = &o->opt;
+
+	*r = (struct bfs_order_resume){
+	    .epoch = p->resume_epoch,
+	    .pos = p->resume_pos,
+	    .left = o->resume_left,
+	    .world = p->resume_world ? p->resume_world : p->world_size,
+	};
+	return p->resume;
+}
+
+bool bfs_order_sampler_drop_last(const struct bfs_order *o)
+{
+	return o->opt.sampler == BFS_SAMPLER_DISTRIBUTED &&
+	       o->opt.sampler_drop_last;
 }
 
 /* The snapshot of the latest epoch <= e, NULL if none. [snap_lock] */

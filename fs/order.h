@@ -303,10 +303,20 @@ uint64_t bfs_order_len(const struct bfs_order *o);
  * bfs_order_len are holes in the positions, which no one has. */
 uint64_t bfs_order_epoch_len(const struct bfs_order *o, uint64_t e);
 
-/* Whether o resumes an epoch (opts.resume), which one into *epoch, and
- * the samples of that epoch left to it (what the world size splits). */
-bool bfs_order_resumes(const struct bfs_order *o, uint64_t *epoch,
-		       uint64_t *left);
+/* An elastic resume, as dataset.json says it: the epoch, the position it
+ * goes on from, the world size whose list that is (opts.resume_world, or
+ * the world size), the samples of the epoch left (what the world size
+ * splits). */
+struct bfs_order_resume {
+	uint64_t epoch, pos, left;
+	uint32_t world;
+};
+
+/* Whether o resumes an epoch (opts.resume), and how into *r. */
+bool bfs_order_resumes(const struct bfs_order *o, struct bfs_order_resume *r);
+
+/* DistributedSampler's drop_last (false for the other samplers). */
+bool bfs_order_sampler_drop_last(const struct bfs_order *o);
 
 /* Whether o's generator also gives DataLoader's base seed, so that
  * persistent workers change its epochs after the first (as

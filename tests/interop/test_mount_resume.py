@@ -16,17 +16,27 @@ DistributedSampler(W') epochs. Checked against real torch:
   padding DistributedSampler(3) adds to the rest; epoch E+1 equal to
   DistributedSampler(3); the namespace (ls, index/, stream/, offsets,
   dataset.json's "resume") saying the same, in every serve mode;
+- the Python package: each rank's Batches.state_dict() says where it is
+  in the epoch's list; ranks that got unequally far resume where all
+  were (batchfs.resume_state); load_state_dict() on a mount of another
+  world size without the resume is a ValueError giving the mount command,
+  and that command, run, resumes it: every rank's Batches and a
+  batchfs.DataLoader with workers read the rest, then the next epoch;
 - refusals: --resume-at without --world-size, a position past the epoch,
   an epoch past --epochs, malformed values."""
 import json
 import os
 import random
+import shlex
 import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "mount"))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "loader", "python"))
 import mountlib as ml  # noqa: E402
+
+import batchfs  # noqa: E402
 
 import torch  # noqa: E402
 from torch.utils.data import DataLoader, DistributedSampler  # noqa: E402
@@ -208,6 +218,81 @@ def mounts(epoch, k, shuffle, sdl, dl):
     print("ok: %s" % what)
 
 
+def python_resume():
+    """Batches' states on W=4 (rank 2 one batch further), the resume
+    command load_state_dict() gives on a plain W'=3 mount, run."""
+    epoch, k = 1, 2
+    src = os.path.join(TMP, "r.pt")
+    common = ["--batch-size", B, "--seed", SEED, "--epochs", 3, "--ranks",
+              "all", "--shuffle"]
+    states, seen = [], []
+    _, mnt = ml.mount(src, None, "--world-size", 4, *common)
+    try:
+        for r in range(4):
+            b = batchfs.Batches(mnt, epoch=epoch, rank=r)
+            it = iter(b)
+            for _ in range(k + (r == 2)):
+                seen.append((r, next(it)["v"].tolist()))
+            it.close()   # a pass broken off: its stream closed
+            states.append(b.state_dict())
+    finally:
+        assert ml.umount(mnt).returncode == 0
+    state = batchfs.resume_state(states)
+    pos = 4 * k * B
+    assert state["epoch"] == epoch and state["samples_seen"] == pos, state
+    assert state["list_world_size"] == 4 and state["resume_at"] is None
+    assert states[2]["samples_seen"] == 4 * (k + 1) * B, states[2]
+    _, mnt = ml.mount(src, None, "--world-size", 3, *common)
+    try:
+        b = batchfs.Batches(mnt, rank=0)
+        try:
+            b.load_state_dict(state)
+            raise AssertionError("loaded a W=4 state on a W'=3 mount")
+        except ValueError as ex:
+            msg = str(ex)
+        assert "--resume-at %d:%d:4" % (epoch, pos) in msg, msg
+        cmd = shlex.split(msg.splitlines()[-1])
+    finally:
+        assert ml.umount(mnt).returncode == 0
+    assert cmd[:2] == ["batchfs", "mount"], cmd
+    new = os.path.join(TMP, "resumed")
+    os.makedirs(new, exist_ok=True)
+    cmd = [ml.BATCHFS] + cmd[1:]
+    cmd[cmd.index(mnt)] = new
+    subprocess.run(cmd, check=True, timeout=120)
+    try:
+        rest = rest_of(N, 4, epoch, SEED, True, False, pos)
+        got_rest = []
+        for r in range(3):
+            b = batchfs.Batches(new, rank=r)
+            b.load_state_dict(state)
+            assert b.state_dict()["epoch"] == epoch and len(b) == \
+                len(resumed(rest, 3, r, B, False, False)), b.state_dict()
+            got = [x["v"].tolist() for x in b]
+            want = resumed(rest, 3, r, B, False, False)
+            assert got == [[i * 7 for i in w] for w in want], (r, got)
+            got_rest += [i // 7 for g in got for i in g]
+            nxt = [x["v"].tolist() for x in b]   # the next epoch: plain
+            assert nxt == [[i * 7 for i in w] for w in batches(
+                dist(N, 3, r, epoch + 1, SEED, True, False), B, False)], r
+        ds = batchfs.IterableDataset(new, rank=1)
+        ds.load_state_dict(state)
+        loader = batchfs.DataLoader(ds, num_workers=2)
+        got = [x["v"].tolist() for x in loader]
+        want = resumed(rest, 3, 1, B, False, False)
+        assert got == [[i * 7 for i in w] for w in want], got
+        assert loader.state_dict()["epoch"] == epoch + 1, loader.state_dict()
+        # every sample once (rank 2's extra batch is read again)
+        before = [i // 7 for r in range(4)
+                  for v in [v for q, v in seen if q == r][:k] for i in v]
+        pad = [rest[j % len(rest)] for j in
+               range(len(rest), -(-len(rest) // 3) * 3)]
+        assert sorted(before + got_rest) == sorted(list(range(N)) + pad)
+    finally:
+        assert ml.umount(new).returncode == 0
+    print("ok: Batches, resume_state, the command load_state_dict() gives")
+
+
 def refused(opts, says):
     out = subprocess.run([ml.BATCHFS, "mount", os.path.join(TMP, "r.pt"),
                           os.path.join(TMP, "never")] + [str(o) for o in
@@ -234,6 +319,7 @@ def main():
                                        (0, 0, True, False, False),
                                        (2, 5, True, False, False)]:
         mounts(epoch, k, shuffle, sdl, dl)
+    python_resume()
     refused(["--resume-at", "0:8"], "--resume-at")
     refused(["--world-size", 3, "--resume-at", "0:99:4"], "past the end")
     refused(["--world-size", 3, "--epochs", 2, "--resume-at", "2:0"],
