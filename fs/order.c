@@ -315,6 +315,43 @@ static uint64_t perm_words(const struct bfs_order *o, uint64_t n)
 	return n - 1;
 }
 
+/* DistributedSampler's num_samples: a list of N split among R ranks,
+ * padded to a multiple of R from its head, or cut to one (drop_last). */
+static uint64_t dist_per_rank(uint64_t N, uint64_t R, bool drop_last)
+{
+	if (drop_last && N % R)
+		/* ceil((N - R) / R), which Python makes 0 for N < R */
+		return N < R ? 0 : (N - R) / R + ((N - R) % R != 0);
+	return N / R + (N % R != 0);
+}
+
+/* An elastic resume's epoch and position (DistributedSampler's). */
+static int validate_resume(const struct bfs_order_opts *p,
+			   struct bfs_error *err)
+{
+	uint32_t w = p->resume_world ? p->resume_world : p->world_size;
+	uint64_t whole;
+
+	if (!p->resume)
+		return 0;
+	if (p->epochs && p->resume_epoch >= p->epochs)
+		return bfs_error_set(err, -EINVAL, "--resume-at", BFS_NO_OFFSET,
+				     "epoch %" PRIu64 " is past the mount's "
+				     "%" PRIu64 " epochs (--epochs)",
+				     p->resume_epoch, p->epochs);
+	whole = dist_per_rank(p->n, w, p->sampler_drop_last) * w;
+	if (p->resume_pos > whole)
+		return bfs_error_set(
+		    err, -EINVAL, "--resume-at", BFS_NO_OFFSET,
+		    "position %" PRIu64 " is past the end of epoch %" PRIu64
+		    ": DistributedSampler gives %u ranks %" PRIu64
+		    " positions in all (%" PRIu64 " samples%s)",
+		    p->resume_pos, p->resume_epoch, w, whole, p->n,
+		    p->sampler_drop_last ? ", --sampler-drop-last"
+					 : " with padding");
+	return 0;
+}
+
 static int validate(const struct bfs_order_opts *p, struct bfs_error *err)
 {
 	const char *sampler = bfs_order_sampler_name(p->sampler);
@@ -334,6 +371,13 @@ static int validate(const struct bfs_order_opts *p, struct bfs_error *err)
 			       "%" PRIu64 " ranks need DistributedSampler "
 			       "(--world-size)",
 			       (uint64_t)p->nranks);
+	if (p->resume && p->sampler != BFS_SAMPLER_DISTRIBUTED)
+		return bfs_error_set(err, -EINVAL, "--resume-at", BFS_NO_OFFSET,
+				     "an elastic resume continues "
+				     "DistributedSampler's epoch: give "
+				     "--world-size (the %s sampler has no "
+				     "ranks to resume)",
+				     sampler);
 	if (p->global_generator && p->sampler != BFS_SAMPLER_RANDOM)
 		return bfs_error_set(err, -EINVAL, "--rng-state", BFS_NO_OFFSET,
 				     "torch's global generator is modelled "
@@ -409,7 +453,7 @@ static int validate(const struct bfs_order_opts *p, struct bfs_error *err)
 			return invalid(err, "--epochs",
 				       "%" PRIu64 " ranks need their epochs",
 				       (uint64_t)p->nranks);
-		return 0;
+		return validate_resume(p, err);
 	}
 	return invalid(err, "sampler", "unknown sampler %" PRIu64,
 		       (uint64_t)p->sampler);
@@ -476,12 +520,41 @@ static int setup_weights(struct bfs_order *o, const double *weights,
 	return 0;
 }
 
+/* The list an elastic resume continues: DistributedSampler's for
+ * resume_world ranks, without its padding (fs/order.h: opts.resume). */
+static uint64_t resume_list(const struct bfs_order_opts *p)
+{
+	uint32_t w = p->resume_world ? p->resume_world : p->world_size;
+	uint64_t whole = dist_per_rank(p->n, w, p->sampler_drop_last) * w;
+
+	return whole < p->n ? whole : p->n;
+}
+
+/* The resumed epoch: what world_size ranks split of its list's rest. */
+static void setup_resume(struct bfs_order *o)
+{
+	const struct bfs_order_opts *p = &o->opt;
+	uint64_t list = resume_list(p);
+
+	o->resume_left = p->resume_pos < list ? list - p->resume_pos : 0;
+	o->resume_samples =
+	    dist_per_rank(o->resume_left, p->world_size, p->sampler_drop_last);
+}
+
+/* DataLoader's len() over 'samples' samples. */
+static uint64_t batches_of(const struct bfs_order *o, uint64_t samples)
+{
+	uint64_t bs = o->opt.batch_size;
+
+	return samples / bs + (!o->opt.drop_last && samples % bs != 0);
+}
+
 /* Draws' shape, words per epoch and len() for the validated options. */
 static void setup_draws(struct bfs_order *o)
 {
 	const struct bfs_order_opts *p = &o->opt;
 	uint64_t n = p->n, m = p->num_samples ? p->num_samples : p->n;
-	uint64_t big = n >= (1ull << 32) ? 2 : 1, N, R, per_rank;
+	uint64_t big = n >= (1ull << 32) ? 2 : 1;
 
 	o->narrow = n < (1ull << 32);
 	switch (p->sampler) {
@@ -518,16 +591,12 @@ static void setup_draws(struct bfs_order *o)
 		o->epoch_words = o->gumbel_w ? 2 * n : 2 * p->num_samples;
 		break;
 	case BFS_SAMPLER_DISTRIBUTED:
-		N = n;
-		R = p->world_size;
-		if (p->sampler_drop_last && N % R)
-			/* ceil((N - R) / R), which Python makes 0 for N < R */
-			per_rank = N < R ? 0 : (N - R) / R + ((N - R) % R != 0);
-		else
-			per_rank = N / R + (N % R != 0);
-		o->samples = per_rank;
+		o->samples =
+		    dist_per_rank(n, p->world_size, p->sampler_drop_last);
 		o->kind = p->shuffle ? K_PERM : K_NONE;
-		o->perm_n = o->cap = N;
+		o->perm_n = o->cap = n;
+		if (p->resume)
+			setup_resume(o);
 		break;
 	}
 	if (p->global_generator) { /* base seed + the sampler's seed */
@@ -539,11 +608,8 @@ static void setup_draws(struct bfs_order *o)
 		o->epoch_words -= o->pre_words;
 		o->pre_words = 0;
 	}
-	if (p->drop_last)
-		o->batches = o->samples / p->batch_size;
-	else
-		o->batches = o->samples / p->batch_size +
-			     (o->samples % p->batch_size != 0);
+	o->batches = batches_of(o, o->samples);
+	o->resume_batches = batches_of(o, o->resume_samples);
 }
 
 /* Epochs of each lane: opt.epochs, whose positions (lanes x epochs x
@@ -732,15 +798,61 @@ uint64_t bfs_order_len(const struct bfs_order *o)
 	return o->batches;
 }
 
-uint64_t bfs_order_batch_rows(const struct bfs_order *o, uint64_t k)
+/* Rows of batch k of an epoch of 'samples' in 'batches'. */
+static uint64_t rows_of(const struct bfs_order *o, uint64_t samples,
+			uint64_t batches, uint64_t k)
 {
 	uint64_t bs = o->opt.batch_size;
 
-	if (k >= o->batches)
+	if (k >= batches)
 		return 0;
-	if (o->samples - k * bs < bs)
-		return o->samples - k * bs;
+	if (samples - k * bs < bs)
+		return samples - k * bs;
 	return bs;
+}
+
+static bool resumed_epoch(const struct bfs_order *o, uint64_t e)
+{
+	return o->opt.resume && e == o->opt.resume_epoch;
+}
+
+uint64_t bfs_order_batch_rows(const struct bfs_order *o, uint64_t k)
+{
+	return rows_of(o, o->samples, o->batches, k);
+}
+
+uint64_t bfs_order_rows(const struct bfs_order *o, struct bfs_batch_id id)
+{
+	if (!bfs_order_has(o, id))
+		return 0;
+	if (resumed_epoch(o, id.epoch))
+		return rows_of(o, o->resume_samples, o->resume_batches,
+			       id.batch);
+	return rows_of(o, o->samples, o->batches, id.batch);
+}
+
+uint64_t bfs_order_epoch_len(const struct bfs_order *o, uint64_t e)
+{
+	return resumed_epoch(o, e) ? o->resume_batches : o->batches;
+}
+
+bool bfs_order_resumes(const struct bfs_order *o, struct bfs_order_resume *r)
+{
+	const struct bfs_order_opts *p = &o->opt;
+
+	*r = (struct bfs_order_resume){
+	    .epoch = p->resume_epoch,
+	    .pos = p->resume_pos,
+	    .left = o->resume_left,
+	    .world = p->resume_world ? p->resume_world : p->world_size,
+	};
+	return p->resume;
+}
+
+bool bfs_order_sampler_drop_last(const struct bfs_order *o)
+{
+	return o->opt.sampler == BFS_SAMPLER_DISTRIBUTED &&
+	       o->opt.sampler_drop_last;
 }
 
 /* The snapshot of the latest epoch <= e, NULL if none. [snap_lock] */
@@ -1057,15 +1169,19 @@ static int slot_prepare(struct bfs_order *o, struct slot *sl)
 	return 0;
 }
 
-/* The draw of row r of batch k (DistributedSampler: the rank's
- * stride over the padded list; padding repeats the list from its head). */
-static uint64_t draw_of(const struct bfs_order *o, uint32_t rank, uint64_t k,
-			uint64_t r)
+/* The draw of row r of batch id.batch (DistributedSampler: the rank's
+ * stride over the padded list; padding repeats the list from its head;
+ * a resumed epoch's list is the rest of the epoch's, from resume_pos). */
+static uint64_t draw_of(const struct bfs_order *o, uint32_t rank,
+			struct bfs_batch_id id, uint64_t r)
 {
-	uint64_t i = k * o->opt.batch_size + r;
+	uint64_t i = id.batch * o->opt.batch_size + r;
 
 	if (o->opt.sampler != BFS_SAMPLER_DISTRIBUTED)
 		return i;
+	if (resumed_epoch(o, id.epoch))
+		return o->opt.resume_pos +
+		       (rank + i * o->opt.world_size) % o->resume_left;
 	return (rank + i * o->opt.world_size) % o->opt.n;
 }
 
@@ -1088,8 +1204,7 @@ uint32_t bfs_order_world_size(const struct bfs_order *o)
 
 int bfs_order_batch(struct bfs_order *o, struct bfs_batch_id id, uint64_t *idx)
 {
-	uint64_t rows = bfs_order_batch_rows(o, id.batch), need = 0;
-	uint64_t k = id.batch;
+	uint64_t rows = bfs_order_rows(o, id), need = 0;
 	struct slot *sl;
 	uint32_t rank;
 	int rc;
@@ -1099,11 +1214,11 @@ int bfs_order_batch(struct bfs_order *o, struct bfs_batch_id id, uint64_t *idx)
 	rank = bfs_order_rank_of_lane(o, id.lane);
 	if (o->kind == K_NONE) {
 		for (uint64_t r = 0; r < rows; r++)
-			idx[r] = draw_of(o, rank, k, r);
+			idx[r] = draw_of(o, rank, id, r);
 		return 0;
 	}
 	for (uint64_t r = 0; r < rows; r++) {
-		uint64_t p = draw_of(o, rank, k, r) + 1;
+		uint64_t p = draw_of(o, rank, id, r) + 1;
 
 		need = p > need ? p : need;
 	}
@@ -1114,7 +1229,7 @@ int bfs_order_batch(struct bfs_order *o, struct bfs_batch_id id, uint64_t *idx)
 		fill_to(o, sl, id.epoch, need);
 		for (uint64_t r = 0; r < rows; r++)
 			idx[r] =
-			    draw_value(o, sl->vals, draw_of(o, rank, k, r));
+			    draw_value(o, sl->vals, draw_of(o, rank, id, r));
 	}
 	pthread_mutex_unlock(&sl->lock);
 	slot_release(o, sl, rc != 0);

@@ -72,6 +72,20 @@ struct bfs_order_opts {
 	 * bfs_batch_id). nranks 0: one lane, serving 'rank'. */
 	const uint32_t *ranks;
 	size_t nranks;
+	/* DISTRIBUTED, an elastic resume (--resume-at E:S): epoch
+	 * resume_epoch holds only what the ranks had not read of it. Its
+	 * list is DistributedSampler's for resume_world ranks (0: world_size)
+	 * without the padding: the epoch's permutation, cut to a multiple of
+	 * resume_world under sampler_drop_last. Positions 0 .. resume_pos of
+	 * it were read; the rest is split among world_size ranks as
+	 * DistributedSampler splits a list (rank r takes every world_size-th,
+	 * padding from the head of the rest unless sampler_drop_last), then
+	 * batched as usual. Every other epoch is plain. The resumed epoch
+	 * has fewer batches (bfs_order_epoch_len): the ones past it are not
+	 * there (bfs_order_has). */
+	bool resume;
+	uint64_t resume_epoch, resume_pos;
+	uint32_t resume_world;
 	/* Epochs 0 .. epochs-1 of every lane exist (--epochs): the one
 	 * place the mount's epoch count enters the core; the pool, the
 	 * read-ahead, serve and the namespace ask bfs_order_epochs. 0: as
@@ -232,7 +246,7 @@ struct bfs_batch_id {
 struct bfs_batch_loc {
 	struct bfs_batch_id id;
 	uint64_t pos;  /* bfs_order_pos(id) */
-	uint64_t rows; /* bfs_order_batch_rows(id.batch) */
+	uint64_t rows; /* bfs_order_rows(id) */
 };
 
 /* Epochs of each lane (opts.epochs, or what positions hold). */
@@ -241,7 +255,8 @@ uint64_t bfs_order_epochs(const struct bfs_order *o);
 /* Positions of o: lanes x epochs x len (a batch's position is below). */
 uint64_t bfs_order_positions(const struct bfs_order *o);
 
-/* Whether o has batch id (lane, epoch and batch in range). */
+/* Whether o has batch id (lane, epoch and batch in range: below
+ * bfs_order_epoch_len of its epoch). */
 bool bfs_order_has(const struct bfs_order *o, struct bfs_batch_id id);
 
 /* The position of batch id, or UINT64_MAX when o has no such batch. */
@@ -280,8 +295,28 @@ void bfs_order_batch_name(const struct bfs_order *o, struct bfs_batch_id id,
 			  char *buf, size_t len);
 
 /* Batches per epoch = len(DataLoader) for this rank (every rank of a
- * multi-rank engine has as many). */
+ * multi-rank engine has as many): what positions count per epoch. */
 uint64_t bfs_order_len(const struct bfs_order *o);
+
+/* Batches of epoch e: bfs_order_len, or fewer for the epoch an elastic
+ * resume starts in (opts.resume): its batches from here to
+ * bfs_order_len are holes in the positions, which no one has. */
+uint64_t bfs_order_epoch_len(const struct bfs_order *o, uint64_t e);
+
+/* An elastic resume, as dataset.json says it: the epoch, the position it
+ * goes on from, the world size whose list that is (opts.resume_world, or
+ * the world size), the samples of the epoch left (what the world size
+ * splits). */
+struct bfs_order_resume {
+	uint64_t epoch, pos, left;
+	uint32_t world;
+};
+
+/* Whether o resumes an epoch (opts.resume), and how into *r. */
+bool bfs_order_resumes(const struct bfs_order *o, struct bfs_order_resume *r);
+
+/* DistributedSampler's drop_last (false for the other samplers). */
+bool bfs_order_sampler_drop_last(const struct bfs_order *o);
 
 /* Whether o's generator also gives DataLoader's base seed, so that
  * persistent workers change its epochs after the first (as
@@ -290,12 +325,16 @@ uint64_t bfs_order_len(const struct bfs_order *o);
 bool bfs_order_draws_base_seed(const struct bfs_order *o);
 bool bfs_order_persistent(const struct bfs_order *o);
 
-/* Samples in batch k (batch_size, or fewer for the last batch when
- * drop_last is off); 0 when k >= len. */
+/* Samples in batch k of a plain epoch (batch_size, or fewer for the
+ * last batch when drop_last is off); 0 when k >= len. */
 uint64_t bfs_order_batch_rows(const struct bfs_order *o, uint64_t k);
 
+/* Samples in batch id, its epoch's own count (a resumed epoch's last
+ * batch may be shorter); 0 when o has no such batch. */
+uint64_t bfs_order_rows(const struct bfs_order *o, struct bfs_batch_id id);
+
 /* Fill idx[0 .. rows) with the dataset indices of batch id (rows:
- * bfs_order_batch_rows(id.batch)). Thread-safe. The first call for an
+ * bfs_order_rows(id)). Thread-safe. The first call for an
  * epoch computes (and caches) that epoch's order; it returns as soon as
  * the batch is known (forward Fisher-Yates fixes a[i] after step i).
  * Returns 0, -ENOENT when o has no such batch, -ENOMEM. */

@@ -73,7 +73,7 @@ uint64_t bfs_order_positions(const struct bfs_order *o)
 bool bfs_order_has(const struct bfs_order *o, struct bfs_batch_id id)
 {
 	return id.lane < bfs_order_lanes(o) && id.epoch < o->epochs &&
-	       id.batch < o->batches;
+	       id.batch < bfs_order_epoch_len(o, id.epoch);
 }
 
 uint64_t bfs_order_pos(const struct bfs_order *o, struct bfs_batch_id id)
@@ -101,7 +101,7 @@ int bfs_order_locate(const struct bfs_order *o, struct bfs_batch_id id,
 		return -ENOENT;
 	at->id = id;
 	at->pos = bfs_order_epoch_serial(o, id) * o->batches + id.batch;
-	at->rows = bfs_order_batch_rows(o, id.batch);
+	at->rows = bfs_order_rows(o, id);
 	return 0;
 }
 
@@ -111,8 +111,10 @@ int bfs_order_locate_pos(const struct bfs_order *o, uint64_t pos,
 	if (pos >= bfs_order_positions(o))
 		return -ENOENT;
 	at->id = bfs_order_id(o, pos);
+	if (!bfs_order_has(o, at->id)) /* a hole: past a resumed epoch */
+		return -ENOENT;
 	at->pos = pos;
-	at->rows = bfs_order_batch_rows(o, at->id.batch);
+	at->rows = bfs_order_rows(o, at->id);
 	return 0;
 }
 

@@ -45,6 +45,9 @@ struct bfs_order {
 	int narrow;	  /* drawn values < 2^32 */
 	uint64_t samples; /* len(sampler) for this rank */
 	uint64_t batches;
+	/* opt.resume: the resumed epoch's samples left (what world_size
+	 * splits), its samples per rank and its batches */
+	uint64_t resume_left, resume_samples, resume_batches;
 	uint64_t epochs; /* of each lane: opt.epochs, or what positions hold */
 	uint64_t perm_n; /* K_PERM block size */
 	uint64_t cap;	 /* draws computed per epoch */

@@ -1032,11 +1032,12 @@ static void schedule(struct bfs_pool *p, const struct bfs_batch_loc *at)
 	uint64_t from, to;
 
 	window(p, at, &from, &to);
-	for (uint64_t pos = from; pos < to; pos++)
-		if (!find(p, pos) &&
-		    (bfs_order_locate_pos(p->order, pos, &q) < 0 ||
-		     !batch_new(p, &q, false)))
+	for (uint64_t pos = from; pos < to; pos++) {
+		if (find(p, pos) || bfs_order_locate_pos(p->order, pos, &q) < 0)
+			continue; /* held, or a hole (a resumed epoch's end) */
+		if (!batch_new(p, &q, false))
 			break;
+	}
 }
 
 /* Whether 'at' names a batch of the pool's order (one it located). */

@@ -31,7 +31,8 @@ static int stream_open(struct bfs_serve_way *w, struct bfs_file *f,
 	struct bfs_batch_id end = f->at.id;
 	int rc;
 
-	end.batch = bfs_order_len(w->base->order); /* the stream's size */
+	/* the stream's size */
+	end.batch = bfs_order_epoch_len(w->base->order, end.epoch);
 	rc = bfs_stream_offset(w->base->streams, end, &f->size);
 	if (rc < 0)
 		return rc;
@@ -150,9 +151,11 @@ static int offsets_open(struct bfs_serve_way *w, struct bfs_file *f,
 {
 	struct bfs_order *order = w->base->order;
 
-	if (!bfs_order_has(order, f->at.id))
+	if (f->at.id.lane >= bfs_order_lanes(order) ||
+	    f->at.id.epoch >= bfs_order_epochs(order))
 		return -ENOENT;
-	f->size = (bfs_order_len(order) + 1) * BFS_SERVE_OFFSET_LINE;
+	f->size = (bfs_order_epoch_len(order, f->at.id.epoch) + 1) *
+		  BFS_SERVE_OFFSET_LINE;
 	how->keep_cache = true; /* it never changes */
 	return 0;
 }

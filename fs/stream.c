@@ -37,10 +37,8 @@ struct slot {
 struct bfs_streams {
 	const struct bfs_layout *l;
 	struct bfs_order *order;
-	uint64_t len;	/* batches per epoch */
-	uint64_t first; /* fixed layouts: the size of every batch but the
-			 * last */
-	uint64_t last;	/* ... and of the last */
+	uint64_t first; /* fixed layouts: the size of every batch but an
+			 * epoch's last */
 	bool fixed;
 	size_t nslots; /* ragged: 2 per lane + 2 */
 	pthread_mutex_t lock;
@@ -51,21 +49,25 @@ struct bfs_streams {
 	uint64_t measured;    /* [lock] tables measured, for tests */
 };
 
-/* Fixed layouts: the sizes of every batch but the last, and of the last,
- * from the layout. */
-static void fixed_sizes(struct bfs_streams *s)
-{
-	s->first = bfs_layout_size(s->l, bfs_order_batch_rows(s->order, 0));
-	s->last =
-	    bfs_layout_size(s->l, bfs_order_batch_rows(s->order, s->len - 1));
-}
-
-/* The epoch of id (lane and epoch: batch 0), when the order has it. */
+/* The epoch of id (lane and epoch: batch 0), when the order has it (an
+ * epoch an elastic resume left without batches too: its stream is
+ * empty), and its batches into *len. */
 static bool epoch_of(const struct bfs_streams *s, struct bfs_batch_id id,
-		     struct bfs_batch_id *e)
+		     struct bfs_batch_id *e, uint64_t *len)
 {
 	*e = (struct bfs_batch_id){.lane = id.lane, .epoch = id.epoch};
-	return bfs_order_has(s->order, *e);
+	*len = bfs_order_epoch_len(s->order, id.epoch);
+	return id.lane < bfs_order_lanes(s->order) &&
+	       id.epoch < bfs_order_epochs(s->order);
+}
+
+/* Fixed layouts: the size of epoch e's last batch (of len), which may
+ * have fewer rows than the others. */
+static uint64_t fixed_last(const struct bfs_streams *s, struct bfs_batch_id e,
+			   uint64_t len)
+{
+	e.batch = len - 1;
+	return bfs_layout_size(s->l, bfs_order_rows(s->order, e));
 }
 
 int bfs_streams_create(struct bfs_streams **out, const struct bfs_layout *l,
@@ -78,11 +80,10 @@ int bfs_streams_create(struct bfs_streams **out, const struct bfs_layout *l,
 		return -ENOMEM;
 	s->l = l;
 	s->order = order;
-	s->len = bfs_order_len(order);
 	s->fixed = l->nragged == 0;
 	s->nslots = 2 * bfs_order_lanes(order) + 2;
-	if (s->fixed && s->len)
-		fixed_sizes(s);
+	if (s->fixed)
+		s->first = bfs_layout_size(l, bfs_order_batch_rows(order, 0));
 	pthread_mutex_init(&s->lock, NULL);
 	pthread_cond_init(&s->ready, NULL);
 	*out = s;
@@ -111,17 +112,19 @@ uint64_t bfs_streams_measured(struct bfs_streams *s)
 	return n;
 }
 
-/* Epoch e's offsets, measured: a fresh table of len + 1. 0 or -errno. */
+/* Epoch e's offsets, measured: a fresh table of its len + 1. 0 or
+ * -errno. */
 static int measure(struct bfs_streams *s, struct bfs_batch_id e, uint64_t **out)
 {
-	uint64_t *off = malloc((s->len + 1) * sizeof(*off));
+	uint64_t len = bfs_order_epoch_len(s->order, e.epoch);
+	uint64_t *off = malloc((len + 1) * sizeof(*off));
 	struct bfs_batch_loc at;
 	int rc = 0;
 
 	if (!off)
 		return -ENOMEM;
 	off[0] = 0;
-	for (uint64_t k = 0; k < s->len && !rc; k++) {
+	for (uint64_t k = 0; k < len && !rc; k++) {
 		uint64_t size = 0;
 
 		e.batch = k;
@@ -217,15 +220,15 @@ int bfs_stream_offset(struct bfs_streams *s, struct bfs_batch_id id,
 {
 	const struct slot *t = NULL;
 	struct bfs_batch_id e;
-	uint64_t k = id.batch;
+	uint64_t k = id.batch, len;
 	int rc;
 
-	if (k > s->len || !epoch_of(s, id, &e))
+	if (!epoch_of(s, id, &e, &len) || k > len)
 		return -ENOENT;
 	if (s->fixed) {
-		*off = k < s->len ? k * s->first
-				  : (s->len - 1) * s->first + s->last;
-		if (!s->len)
+		*off = k < len ? k * s->first
+			       : (len - 1) * s->first + fixed_last(s, e, len);
+		if (!len)
 			*off = 0;
 		return 0;
 	}
@@ -241,30 +244,32 @@ int bfs_stream_locate(struct bfs_streams *s, struct bfs_batch_id *id,
 		      uint64_t x, uint64_t *start, uint64_t *end)
 {
 	const struct slot *t = NULL;
-	uint64_t lo = 0, hi = s->len, *k = &id->batch;
+	uint64_t lo = 0, hi, len, *k = &id->batch;
 	struct bfs_batch_id e;
 	int rc;
 
-	if (!epoch_of(s, *id, &e))
+	if (!epoch_of(s, *id, &e, &len))
 		return -ENOENT;
+	hi = len;
 	if (s->fixed) {
-		uint64_t size;
+		uint64_t size, last;
 
-		if (!s->len)
+		if (!len)
 			return -ENOENT;
-		size = (s->len - 1) * s->first + s->last;
+		last = fixed_last(s, e, len);
+		size = (len - 1) * s->first + last;
 		if (x >= size)
 			return -ENOENT;
 		*k = s->first ? x / s->first : 0;
-		if (*k >= s->len)
-			*k = s->len - 1;
+		if (*k >= len)
+			*k = len - 1;
 		*start = *k * s->first;
-		*end = *start + (*k + 1 < s->len ? s->first : s->last);
+		*end = *start + (*k + 1 < len ? s->first : last);
 		return 0;
 	}
 	pthread_mutex_lock(&s->lock);
 	rc = table(s, e, &t);
-	if (!rc && x >= t->off[s->len])
+	if (!rc && x >= t->off[len])
 		rc = -ENOENT;
 	while (!rc && hi - lo > 1) { /* the last k with off[k] <= x */
 		uint64_t mid = lo + (hi - lo) / 2;

@@ -194,6 +194,29 @@ static void json_torch(const struct text *t, const struct bfs_text_info *in,
 			  bfs_order_torch_differs(t->order) ? "true" : "false");
 }
 
+/* DistributedSampler's drop_last, and an elastic resume (fs/order.h:
+ * opts.resume): the epoch, the position it resumes from, whose list, what
+ * is left of it and its batches; null when the mount resumes nothing. */
+static void json_resume(const struct text *t, char *b, size_t n, size_t *pos)
+{
+	struct bfs_order_resume r;
+
+	bfs_layout_append(b, n, pos, ",\n  \"sampler_drop_last\": %s",
+			  bfs_order_sampler_drop_last(t->order) ? "true"
+								: "false");
+	if (!bfs_order_resumes(t->order, &r)) {
+		bfs_layout_append(b, n, pos, ",\n  \"resume\": null");
+		return;
+	}
+	bfs_layout_append(b, n, pos,
+			  ",\n  \"resume\": {\"epoch\": %" PRIu64
+			  ", \"position\": %" PRIu64
+			  ", \"world_size\": %u, \"samples_left\": %" PRIu64
+			  ", \"batches\": %" PRIu64 "}",
+			  r.epoch, r.pos, r.world, r.left,
+			  bfs_order_epoch_len(t->order, r.epoch));
+}
+
 /* dataset.json: everything a program needs to read the batches. */
 static void render_json(const struct text *t, const struct bfs_text_info *in,
 			const char *torch, char *b, size_t n, size_t *pos)
@@ -224,6 +247,8 @@ static void render_json(const struct text *t, const struct bfs_text_info *in,
 	    in->drop_last ? "true" : "false", in->sampler,
 	    in->shuffle ? "true" : "false", in->seed, in->seed_source);
 	bfs_layout_json_str(b, n, pos, torch);
+	bfs_layout_append(b, n, pos, ",\n  \"options\": ");
+	bfs_layout_json_str(b, n, pos, in->options ? in->options : "");
 	json_torch(t, in, b, n, pos);
 	bfs_layout_append(b, n, pos, ",\n  \"world_size\": %u,\n  \"ranks\": [",
 			  bfs_order_world_size(t->order));
@@ -232,6 +257,7 @@ static void render_json(const struct text *t, const struct bfs_text_info *in,
 				  bfs_order_rank_of_lane(t->order, l));
 	bfs_layout_append(b, n, pos, "],\n  \"rank_dirs\": %s",
 			  bfs_order_ranked(t->order) ? "true" : "false");
+	json_resume(t, b, n, pos);
 	bfs_layout_append(b, n, pos, ",\n  \"serve_mode\": ");
 	bfs_layout_json_str(b, n, pos, in->serve_mode ? in->serve_mode : "-");
 	bfs_layout_append(b, n, pos, ",\n  \"serve_mode_why\": ");

@@ -112,8 +112,8 @@ int bfs_tree_decode(const struct bfs_tree *t, uint64_t ino,
 			   : 0;
 	case BFS_NODE_BATCH:
 	case BFS_NODE_INDEXFILE:
-		if (batch >= t->len ||
-		    bfs_order_epoch_of_serial(t->order, serial, &out->id) < 0)
+		if (bfs_order_epoch_of_serial(t->order, serial, &out->id) < 0 ||
+		    batch >= bfs_order_epoch_len(t->order, out->id.epoch))
 			return -ENOENT;
 		out->id.batch = batch;
 		return 0;
@@ -144,7 +144,7 @@ uint64_t bfs_tree_shown_ino(const struct bfs_tree *t, uint64_t ino)
 static int render_index(const struct bfs_tree *t, struct bfs_batch_id id,
 			char *buf, size_t len, size_t *pos)
 {
-	uint64_t rows = bfs_order_batch_rows(t->order, id.batch);
+	uint64_t rows = bfs_order_rows(t->order, id);
 	uint64_t *idx = malloc((rows ? rows : 1) * sizeof(*idx));
 	int rc;
 
@@ -307,12 +307,15 @@ static int node_stat(const struct bfs_tree *t, const struct bfs_node *n,
 		size = (size_t)bytes;
 		break;
 	case BFS_NODE_STREAM:
-		end.batch = t->len; /* where the stream ends: its size */
+		/* where the stream ends: its size */
+		end.batch = bfs_order_epoch_len(t->order, end.epoch);
 		rc = bfs_stream_offset(t->streams, end, &bytes);
 		size = (size_t)bytes;
 		break;
 	case BFS_NODE_OFFSETS: /* fixed width: rendered per READ */
-		size = (size_t)(t->len + 1) * BFS_SERVE_OFFSET_LINE;
+		size =
+		    (size_t)(bfs_order_epoch_len(t->order, n->id.epoch) + 1) *
+		    BFS_SERVE_OFFSET_LINE;
 		break;
 	case BFS_NODE_README:
 	case BFS_NODE_DATASET:
@@ -443,7 +446,7 @@ static int child(const struct bfs_tree *t, const struct bfs_node *p,
 		/* fall through */
 	case BFS_NODE_EPOCH:
 		if (strncmp(name, "batch_", 6) || parse_num(name + 6, &v) < 0 ||
-		    v >= t->len)
+		    v >= bfs_order_epoch_len(t->order, p->id.epoch))
 			return -ENOENT;
 		c->kind = p->kind == BFS_NODE_EPOCH ? BFS_NODE_BATCH
 						    : BFS_NODE_INDEXFILE;
@@ -556,13 +559,14 @@ int bfs_tree_dirent(const struct bfs_tree *t, uint64_t ino, uint64_t off,
 		snprintf(name, name_len, "%" PRIu64, i);
 		break;
 	default: /* EPOCH, INDEX */
-		if (d.kind == BFS_NODE_INDEX && i == t->len) {
+		if (d.kind == BFS_NODE_INDEX &&
+		    i == bfs_order_epoch_len(t->order, d.id.epoch)) {
 			c.kind = BFS_NODE_OFFSETS;
 			c.id = d.id;
 			snprintf(name, name_len, "offsets");
 			break;
 		}
-		if (i >= t->len)
+		if (i >= bfs_order_epoch_len(t->order, d.id.epoch))
 			return 0;
 		c.kind = d.kind == BFS_NODE_EPOCH ? BFS_NODE_BATCH
 						  : BFS_NODE_INDEXFILE;

@@ -35,7 +35,8 @@ TORCH_ORDER_TESTS := tests/interop/test_order_golden.py \
 	tests/interop/test_mount_samplers.py \
 	tests/interop/test_mount_torch_parity.py \
 	tests/interop/test_mount_ranks.py tests/interop/test_ddp.py \
-	tests/interop/test_python_workers.py tests/interop/test_global_seed.py
+	tests/interop/test_python_workers.py tests/interop/test_global_seed.py \
+	tests/interop/test_mount_resume.py
 TEST_SCRIPTS += $(foreach v,$(TORCH_VERSIONS),\
 	$(TORCH_ORDER_TESTS:%=%@torch-$(v)))
 # Remote objects (fs/remote) against nginx, moto's S3 server (its venv:

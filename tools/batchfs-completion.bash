@@ -89,7 +89,7 @@ _batchfs() {
 		compopt -o filenames 2>/dev/null
 		mapfile -t COMPREPLY < <(compgen -d -- "$cur")
 		return ;;
-	--cache-gb | --s3-endpoint) # a number, a URL: nothing to offer
+	--cache-gb | --s3-endpoint | --resume-at) # nothing to offer
 		compopt +o default 2>/dev/null
 		return ;;
 	--timeout | -t)

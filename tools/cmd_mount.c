@@ -86,6 +86,7 @@ enum {
 	OPT_FIELDS,
 	OPT_PERSIST,
 	OPT_SDROP,
+	OPT_RESUME,
 	OPT_S3EP,
 	OPT_CACHEDIR,
 	OPT_CACHEGB,
@@ -124,6 +125,7 @@ static const struct option long_opts[] = {
     {"fields", required_argument, NULL, OPT_FIELDS},
     {"persistent-workers", no_argument, NULL, OPT_PERSIST},
     {"sampler-drop-last", no_argument, NULL, OPT_SDROP},
+    {"resume-at", required_argument, NULL, OPT_RESUME},
     {"s3-endpoint", required_argument, NULL, OPT_S3EP},
     {"cache-dir", required_argument, NULL, OPT_CACHEDIR},
     {"cache-gb", required_argument, NULL, OPT_CACHEGB},
@@ -484,6 +486,32 @@ static const char **kept_as_given(int c, struct mount_opts *m)
 
 /* One option that takes a value but no number (numeric() has those).
  * Returns 0 or 2 (bad usage, printed). */
+/* --resume-at E:S[:W]: epoch E from position S of the list W ranks
+ * read (fs/order.h: opts.resume). Returns 0 or 2 (bad usage, printed). */
+static int resume_opt(struct mount_opts *m, const char *arg)
+{
+	char e[24] = "", pos[24] = "", w[24] = "";
+	uint64_t world = 0;
+	int n = sscanf(arg, "%23[0-9]:%23[0-9]%*[:]%23[0-9]", e, pos, w);
+
+	if (n < 2 ||
+	    strlen(arg) !=
+		strlen(e) + strlen(pos) + 1 + (n == 3 ? strlen(w) + 1 : 0) ||
+	    parse_u64(e, 0, UINT64_MAX, &m->resume_epoch) ||
+	    parse_u64(pos, 0, UINT64_MAX, &m->resume_pos) ||
+	    (n == 3 && parse_u64(w, 1, UINT32_MAX, &world)))
+		return bfs_cli_bad_usage(
+		    "mount", usage,
+		    "--resume-at: not EPOCH:POSITION or EPOCH:POSITION:WORLD "
+		    "(the epoch, the samples every rank had read in all, and "
+		    "the world size that read them)",
+		    arg);
+	m->resume = true;
+	m->resume_world = (uint32_t)world;
+	m->resume_arg = arg;
+	return 0;
+}
+
 static int value_opt(int c, char *arg, struct mount_opts *m)
 {
 	const char **kept = kept_as_given(c, m);
@@ -521,6 +549,8 @@ static int value_opt(int c, char *arg, struct mount_opts *m)
 		return compat_opt(m, arg);
 	case OPT_TORCHVER:
 		return torch_version_opt(m, arg);
+	case OPT_RESUME:
+		return resume_opt(m, arg);
 	case OPT_CACHEGB:
 		if (bfs_cli_parse_gb(arg, &m->cache_bytes) == 0)
 			return 0;
@@ -700,6 +730,12 @@ static int operands(int argc, char **argv, struct mount_opts *m)
 	}
 	if (m->ranks_arg && (rc = expand_ranks(m)) != 0)
 		return rc;
+	if (m->resume && !m->have_world)
+		return bfs_cli_bad_usage(
+		    "mount", usage,
+		    "--resume-at: resumes DistributedSampler's "
+		    "epoch: needs --world-size",
+		    NULL);
 	if (!m->have_prefetch)
 		m->prefetch = 2 * m->workers;
 	if (!m->have_pc)

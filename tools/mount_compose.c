@@ -166,6 +166,10 @@ static int make_order(struct mount_opts *m, struct model *mt,
 	o.ranks = m->ranks;
 	o.nranks = m->nranks;
 	o.epochs = m->epochs; /* --epochs enters the core here, once */
+	o.resume = m->resume;
+	o.resume_epoch = m->resume_epoch;
+	o.resume_pos = m->resume_pos;
+	o.resume_world = m->resume_world;
 	o.shuffle = m->shuffle;
 	o.compat = m->compat;
 	o.generator_state = in.state;
@@ -680,9 +684,11 @@ static void describe_opts(struct mount_opts *m, enum bfs_serve_mode mode)
 		snprintf(ranks, sizeof(ranks), " --world-size %u --rank %u",
 			 m->world_size, m->rank);
 	r = strlen(ranks); /* the sampler's drop_last, DataLoader's workers */
-	snprintf(ranks + r, sizeof(ranks) - r, "%s%s",
+	snprintf(ranks + r, sizeof(ranks) - r, "%s%s%s%.60s",
 		 m->sampler_drop_last ? " --sampler-drop-last" : "",
-		 m->persistent_workers ? " --persistent-workers" : "");
+		 m->persistent_workers ? " --persistent-workers" : "",
+		 m->resume ? " --resume-at " : "",
+		 m->resume ? m->resume_arg : "");
 	snprintf(m->line, sizeof(m->line),
 		 "%s%.1024s%s--batch-size %" PRIu64 "%s%s%s%s --epochs %" PRIu64
 		 " --workers %u --prefetch %u --cache-mb %" PRIu64

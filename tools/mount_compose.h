@@ -48,6 +48,11 @@ struct mount_opts {
 	bool torch_verified; /* the orders of torch_version were checked */
 	const char *torch_version; /* --torch-version (NULL: not given) */
 	bool sampler_drop_last, persistent_workers;
+	/* --resume-at E:S[:W] (fs/order.h: opts.resume) */
+	bool resume;
+	uint64_t resume_epoch, resume_pos;
+	uint32_t resume_world;
+	const char *resume_arg;
 	enum bfs_serve_mode serve;
 	enum bfs_reader_kind reader; /* --reader */
 	enum bfs_torch_compat compat;

@@ -6,7 +6,7 @@
  *              [--subset FILE] [--weights FILE] [--world-size W --rank R]
  *              [--torch-compat 1.13|2.1|2.7 | --torch-version V]
  *              [--generator-state FILE] [--only E K] [--describe]
- *              [--sha256]
+ *              [--sha256] [--resume-at E:S[:W]]
  *
  * Options mirror `batchfs mount`. The sampler is chosen as the mount does:
  * --subset → SubsetRandomSampler, --weights → WeightedRandomSampler,
@@ -18,7 +18,9 @@
  * --sha256 prints, instead of the batches, one line per epoch "epoch E
  * SHA256" of its indices as little-endian int64 (what hashlib gives for
  * torch.cat(batches).numpy().astype("<i8").tobytes()): for orders too big
- * to print, such as randperm(214748364).
+ * to print, such as randperm(214748364). --resume-at: an elastic resume of
+ * epoch E from position S of the list W ranks read (fs/order.h:
+ * opts.resume); its epoch prints only the batches it has.
  * Exit 0, or 2 with the error message on stderr. */
 #include <endian.h>
 #include <errno.h>
@@ -95,6 +97,18 @@ static int parse(struct args *a, int argc, char **argv)
 
 			if (bfs_torch_compat_of(v, &a->o.compat, &verified))
 				return usage("--torch-version: not modelled");
+		} else if (!strcmp(k, "--resume-at")) {
+			char *end;
+
+			a->o.resume = true;
+			a->o.resume_epoch = strtoull(v, &end, 0);
+			if (*end == ':')
+				a->o.resume_pos = strtoull(end + 1, &end, 0);
+			if (*end == ':')
+				a->o.resume_world =
+				    (uint32_t)strtoul(end + 1, &end, 0);
+			if (*end)
+				return usage("--resume-at: E:S[:W]");
 		} else if (!strcmp(k, "--subset"))
 			a->subset = v;
 		else if (!strcmp(k, "--weights"))
@@ -155,11 +169,11 @@ static int print_sha256(struct bfs_order *ord, uint64_t e, uint64_t *idx)
 	unsigned len = 0;
 	int rc = ctx && EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) ? 0 : 2;
 
-	for (uint64_t k = 0; k < bfs_order_len(ord) && !rc; k++) {
-		uint64_t rows = bfs_order_batch_rows(ord, k);
+	for (uint64_t k = 0; k < bfs_order_epoch_len(ord, e) && !rc; k++) {
+		struct bfs_batch_id id = {.epoch = e, .batch = k};
+		uint64_t rows = bfs_order_rows(ord, id);
 
-		rc = bfs_order_batch(
-		    ord, (struct bfs_batch_id){.epoch = e, .batch = k}, idx);
+		rc = bfs_order_batch(ord, id, idx);
 		for (uint64_t r = 0; r < rows; r++)
 			idx[r] = htole64(idx[r]);
 		if (!rc && !EVP_DigestUpdate(ctx, idx, rows * sizeof(*idx)))
@@ -178,9 +192,9 @@ static int print_sha256(struct bfs_order *ord, uint64_t e, uint64_t *idx)
 static int print_batch(struct bfs_order *ord, uint64_t e, uint64_t k,
 		       uint64_t *idx)
 {
-	uint64_t rows = bfs_order_batch_rows(ord, k);
-	int rc = bfs_order_batch(
-	    ord, (struct bfs_batch_id){.epoch = e, .batch = k}, idx);
+	struct bfs_batch_id id = {.epoch = e, .batch = k};
+	uint64_t rows = bfs_order_rows(ord, id);
+	int rc = bfs_order_batch(ord, id, idx);
 
 	if (rc)
 		return rc;
@@ -227,7 +241,8 @@ int main(int argc, char **argv)
 		rc = print_sha256(ord, e, idx);
 	for (uint64_t e = 0; e < a.epochs && !rc && !a.sha256; e++) {
 		printf("epoch %" PRIu64 "\n", e);
-		for (uint64_t k = 0; k < bfs_order_len(ord) && !rc; k++)
+		for (uint64_t k = 0; k < bfs_order_epoch_len(ord, e) && !rc;
+		     k++)
 			rc = print_batch(ord, e, k, idx) ? 2 : 0;
 	}
 out:

@@ -82,14 +82,14 @@ def free_port():
         return s.getsockname()[1]
 
 
-def _wait_port(port, proc, timeout=START_TIMEOUT):
-    """True once 127.0.0.1:port accepts; False when proc exited first."""
+def _wait_port(port, proc, timeout=START_TIMEOUT, host="127.0.0.1"):
+    """True once host:port accepts; False when proc exited first."""
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         if proc.poll() is not None:
             return False
         try:
-            with socket.create_connection(("127.0.0.1", port), 0.5):
+            with socket.create_connection((host, port), 0.5):
                 return True
         except OSError:
             time.sleep(0.05)
@@ -281,10 +281,13 @@ class S3Server:
     """moto's S3 server with buckets, behind a SigV4-checking proxy
     (verify=True). keys: access key -> secret accepted by the proxy (moto
     takes any key and any signature; the proxy forwards what it
-    accepts)."""
+    accepts). host, run_args: where moto listens, and a prefix for its
+    command (tests/lib/netns.py: a host of the test's own; verify=False
+    there, the proxy listens on this machine's 127.0.0.1)."""
 
     def __init__(self, workdir, buckets=("data",), verify=True,
-                 region=S3_REGION, token=None, keys=None):
+                 region=S3_REGION, token=None, keys=None, host="127.0.0.1",
+                 run_args=()):
         self.dir = os.path.abspath(workdir)
         self.buckets = list(buckets)
         self.verify = verify
@@ -293,6 +296,7 @@ class S3Server:
         self.keys = keys or {S3_ACCESS: S3_SECRET}
         self.proc = None
         self.proxy = None
+        self.host, self.run_args = host, list(run_args)
 
     def _env(self):
         """moto's environment: nothing of the machine's (no AWS settings,
@@ -310,17 +314,17 @@ class S3Server:
         for attempt in range(5):
             self.port = free_port()
             self.proc = subprocess.Popen(
-                [exe, "-H", "127.0.0.1", "-p", str(self.port)],
+                self.run_args + [exe, "-H", self.host, "-p", str(self.port)],
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                 stderr=open(os.path.join(self.dir, "moto.stderr"), "w"),
                 env=self._env(), cwd=self.dir)
             _children.append(self.proc)
-            if _wait_port(self.port, self.proc):
+            if _wait_port(self.port, self.proc, host=self.host):
                 break
             _stop(self.proc)
         else:
             raise RuntimeError("moto did not start: " + self._stderr())
-        self.direct_url = f"http://127.0.0.1:{self.port}"
+        self.direct_url = f"http://{self.host}:{self.port}"
         self.endpoint = self.direct_url
         for b in self.buckets:
             self._request("PUT", f"/{b}", b"")

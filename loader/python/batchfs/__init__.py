@@ -33,6 +33,9 @@ Python. Pure Python over the mount (numpy; torch optional):
 - DataLoader(ds, **DataLoader options): torch's DataLoader for an
   IterableDataset, whose state_dict() / load_state_dict() / set_epoch()
   are exact with workers too: it counts the batches the loop receives.
+- resume_state(states): of every rank's state_dict(), the one all ranks
+  reached; a job restarted on another number of GPUs loads it on a mount
+  made with --resume-at (load_state_dict() says the command otherwise).
 - read_batch(path, device=None, zero_copy=True): one batch file (a file
   that is not one is a ValueError saying so).
 - MountGoneError (an OSError): a mount gone while reading from it (its
@@ -47,6 +50,7 @@ loader/python/batchfs/README.md says why the package lives there.
 """
 from ._batchfile import NP, read_batch
 from ._batches import Batches
+from ._elastic import resume_state
 from ._mount import Mount, MountError, find_batchfs, mount
 from ._paths import BatchReadError, MountGoneError
 
@@ -82,7 +86,7 @@ __version__ = _version()
 __all__ = ["mount", "Mount", "MountError", "MountGoneError",
            "BatchReadError", "Batches",
            "IterableDataset", "DataLoader", "read_batch", "find_batchfs",
-           "Loader", "LoaderError", "NP"]
+           "Loader", "LoaderError", "NP", "resume_state"]
 
 
 def __getattr__(name):

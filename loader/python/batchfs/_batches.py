@@ -3,6 +3,7 @@ import os
 import sys
 
 from ._batchfile import Buffers, load, parse_batch
+from ._elastic import Elastic
 from ._paths import MountWatch, dataset_of_root
 from ._stream import StreamReader, stream_offset
 
@@ -247,6 +248,7 @@ class Batches:
         self._dir = self.path if not info.get("rank_dirs") else \
             "%s/rank/%d" % (self.path, self.rank)
         self._len = info["batches_per_epoch"]
+        self._elastic = Elastic(info, self.path)
         self._epochs = info["epochs"]
         self.zero_copy = bool(zero_copy) and \
             info.get("serve_mode") != "direct"
@@ -277,7 +279,12 @@ class Batches:
         return bool(stream)
 
     def __len__(self):
-        return self._len
+        """Batches of the current epoch (DataLoader's len(); the epoch an
+        elastic resume starts in has fewer)."""
+        return self._len_of(self._epoch)
+
+    def _len_of(self, epoch):
+        return self._elastic.len_of(epoch)
 
     @property
     def epoch(self):
@@ -286,7 +293,7 @@ class Batches:
         return self._epoch
 
     def _roll(self):
-        if self._next >= self._len:
+        if self._next >= self._len_of(self._epoch):
             self._epoch, self._next = self._epoch + 1, 0
 
     def _check_epoch(self, epoch):
@@ -311,17 +318,30 @@ class Batches:
 
     def state_dict(self):
         """{"epoch": E, "batch": K}: the next iteration yields batch K of
-        epoch E first."""
+        epoch E first. A --world-size mount adds where that is in the
+        epoch's DistributedSampler list, for a restart on another number
+        of ranks: "samples_seen" (what every rank has read when each read
+        K batches), "list_world_size" (whose list), "world_size" and
+        "resume_at" (the mount's --resume-at, or None)."""
         self._roll()
-        return {"epoch": self._epoch, "batch": self._next}
+        state = {"epoch": self._epoch, "batch": self._next}
+        if self._elastic.distributed:
+            state.update(self._elastic.position(self._epoch, self._next))
+        return state
 
     def load_state_dict(self, state):
         """Go on from state_dict()'s {"epoch": E, "batch": K}; a negative
-        E, or a K outside 0..len(), is a ValueError."""
+        E, or a K outside 0..len(), is a ValueError. A state saved on a
+        mount of another world size goes on from the start of this one's
+        epoch E when this mount resumes E where the state stopped
+        (--resume-at E:S:W, S its "samples_seen"; or S = 0); otherwise a
+        ValueError gives the mount command that does. batchfs.resume_state
+        picks, of every rank's state, the one all reached."""
         e, k = self._check_epoch(state["epoch"]), int(state["batch"])
-        if not 0 <= k <= self._len:
-            raise ValueError("batch %d: an epoch has %d batches (0..%d)"
-                             % (k, self._len, self._len - 1))
+        e, k = self._elastic.start_of(state, e, k)
+        if not 0 <= k <= self._len_of(e):
+            raise ValueError("batch %d: epoch %d has %d batches (0..%d)"
+                             % (k, e, self._len_of(e), self._len_of(e) - 1))
         self._epoch, self._next = e, k
         self._roll()
 
@@ -339,9 +359,9 @@ class Batches:
         if e >= self._epochs:
             raise ValueError("epoch %d: the mount has epochs 0..%d (mount "
                              "with a larger --epochs)" % (e, self._epochs - 1))
-        if not 0 <= k < self._len:
-            raise ValueError("batch %d: an epoch has %d batches (0..%d)"
-                             % (k, self._len, self._len - 1))
+        if not 0 <= k < self._len_of(e):
+            raise ValueError("batch %d: epoch %d has %d batches (0..%d)"
+                             % (k, e, self._len_of(e), self._len_of(e) - 1))
         path = self.batch_path(e, k)
         try:
             buf, self._direct = load(path, self.zero_copy, self._direct,
@@ -354,7 +374,7 @@ class Batches:
     def _indices(self, k):
         """The batch numbers an iteration from batch k yields (a
         DataLoader worker's share: batchfs.IterableDataset)."""
-        return range(k, self._len)
+        return range(k, self._len_of(self._epoch))
 
     def _stream_batches(self, e, k):
         """Batches k, k+1, ... of epoch e from its stream file."""
@@ -366,7 +386,7 @@ class Batches:
             self._watch.check(err, path)
             raise
         try:
-            for k in range(k, self._len):
+            for k in range(k, self._len_of(e)):
                 try:
                     buf, head = reader.next()
                 except OSError as err:
@@ -392,7 +412,7 @@ class Batches:
                     self._next = k + 1
                 yield batch
             if self._epoch == e:
-                self._next = self._len
+                self._next = self._len_of(e)
                 self._roll()
             return
         # From batch 0 only: from k, the listing would first list 0..k.
@@ -410,5 +430,5 @@ class Batches:
             if listing:
                 listing.close()
         if self._epoch == e:
-            self._next = self._len
+            self._next = self._len_of(e)
             self._roll()

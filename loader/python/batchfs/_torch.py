@@ -90,7 +90,7 @@ class _Record:
     def unknown(self):
         return self._a[_UNKNOWN] != 0
 
-    def join(self, key, worker, length):
+    def join(self, key, worker, len_of):
         """Worker 'worker' starts an iteration: (generation, epoch, first
         batch). The first worker of a generation to arrive decides its
         start (_start); the others take the same. A worker that already
@@ -105,7 +105,7 @@ class _Record:
             same = (a[_GEN] > 0 and a[_ARRIVED + worker] != a[_GEN] and
                     tuple(a[_GEN_SEED:_GEN_WORKERS + 1]) == key)
             if not same:
-                epoch, start = self._start(length)
+                epoch, start = self._start(len_of)
                 a[_GEN] += 1
                 a[_GEN_SEED:_GEN_WORKERS + 1] = key
                 a[_GEN_SERIAL] = a[_SERIAL]
@@ -116,7 +116,7 @@ class _Record:
             a[_ARRIVED + worker] = a[_GEN]
             return a[_GEN], a[_GEN_EPOCH], a[_GEN_START]
 
-    def _start(self, length):
+    def _start(self, len_of):
         """A new generation's start (under the lock): the published
         position if the main process published since the last generation
         started; else the next epoch if every worker of the last one
@@ -126,7 +126,7 @@ class _Record:
         on) an error."""
         a = self._a
         if a[_GEN] == 0 or a[_SERIAL] != a[_GEN_SERIAL]:
-            if a[_NEXT] >= length:
+            if a[_NEXT] >= len_of(a[_EPOCH]):
                 return a[_EPOCH] + 1, 0
             return a[_EPOCH], a[_NEXT]
         if a[_GEN_DONE] == a[_GEN_WORKERS]:
@@ -162,7 +162,8 @@ class _WorkerShare(Batches):
         self._epoch, self._next = epoch, start
 
     def _indices(self, k):
-        return range(k + self._worker, self._len, self._workers)
+        return range(k + self._worker, self._len_of(self._epoch),
+                     self._workers)
 
 
 class IterableDataset(torch.utils.data.IterableDataset):
@@ -266,7 +267,8 @@ class IterableDataset(torch.utils.data.IterableDataset):
         """A worker's share of the generation's pass. Joins at the first
         batch: an error raised here reaches the training loop (one raised
         by iter() in a persistent worker would kill it)."""
-        gen, epoch, start = self._record.join(key, info.id, len(self))
+        gen, epoch, start = self._record.join(key, info.id,
+                                              self.batches._len_of)
         yield from _WorkerShare(self.batches, info.id, info.num_workers,
                                 epoch, start)
         self._record.finish(gen)
@@ -332,7 +334,7 @@ class DataLoader(torch.utils.data.DataLoader):
             k += 1
             ds._received(epoch, k)
             yield batch
-        ds._received(epoch, len(ds))
+        ds._received(epoch, ds.batches._len_of(epoch))
 
     def set_epoch(self, epoch):
         self.dataset.set_epoch(epoch)
