@@ -9,7 +9,13 @@ the mountpoint, on a 10,000-sample cifar.pt as README's walkthrough packs:
   epoch 2 or later is there leaves a checkpoint torch.load reads (the
   recipe writes a temporary file and renames it); run again, it resumes
   from it, finishes, and ends with the weights and optimizer state of the
-  run that was not killed, bit for bit."""
+  run that was not killed, bit for bit;
+- README's restart on another number of GPUs ("Many nodes, and a restart
+  ..."), its four commands with 3 GPUs for its 6: a run killed after a
+  checkpoint mid-epoch 2 or later, the position printed from that
+  checkpoint, the mount unmounted and made again with --world-size 3
+  --resume-at that position, torchrun of 3 ranks: the same train_ddp.py
+  loads the checkpoint of 2 ranks and runs to its end."""
 import os
 import re
 import signal
@@ -38,6 +44,26 @@ def recipe():
     cmds = [line[2:].split("  #")[0].strip()
             for line in shell.splitlines() if line.startswith("$ ")]
     return cmds, python
+
+
+def restart_recipe():
+    """The shell commands of README's restart, and the position its
+    example prints."""
+    text = open(os.path.join(SRC, "README.md")).read()
+    rest = text[text.index("### Many nodes, and a restart"):]
+    shell = re.findall(r"^```\n(.*?)^```$", rest, re.S | re.M)[0]
+    lines = shell.splitlines()
+    cmds = [line[2:] for line in lines if line.startswith("$ ")]
+    return cmds, lines[1]
+
+
+def mid_checkpoint(d):
+    """A checkpoint within epoch 2 or later (not at its start)."""
+    try:
+        at = checkpoint(d)["loader"]
+        return at["epoch"] >= 2 and at["batch"] > 0
+    except (OSError, EOFError, RuntimeError, KeyError):
+        return False
 
 
 def free_port():
@@ -72,6 +98,37 @@ def torchrun(cmd, cwd, env, kill_when=None):
         except ProcessLookupError:
             pass
     return rc
+
+
+def restart(run_cmd, d, mnt, env, tmp):
+    """README's restart on 3 GPUs of a run of 2 killed mid-epoch."""
+    cmds, example = restart_recipe()
+    assert len(cmds) == 4 and cmds[0].startswith("python3 -c ") and \
+        cmds[1].startswith("batchfs umount ") and \
+        cmds[2].startswith("batchfs mount ") and \
+        cmds[3].startswith("torchrun "), cmds
+    rc = torchrun(run_cmd, d, env, kill_when=lambda: mid_checkpoint(d))
+    assert rc != 0, "the run to kill ended before it was killed"
+    at = subprocess.run(["bash", "-c", cmds[0]], cwd=d, env=env,
+                        capture_output=True, text=True, timeout=120)
+    assert at.returncode == 0 and re.fullmatch(r"\d+:\d+:%d\n" % NODE,
+                                               at.stdout), at
+    at = at.stdout.strip()
+    print("ok: killed at %s (epoch:samples_seen:world_size)" % at)
+    three = lambda c: c.replace(" 6", " 3").replace(example, at) \
+        .replace("/mnt/cifar", mnt)  # noqa: E731
+    for c in cmds[1:3]:
+        p = subprocess.run(["bash", "-c", three(c)], cwd=tmp, env=env,
+                           capture_output=True, text=True, timeout=120)
+        assert p.returncode == 0, (three(c), p.stderr)
+    assert "--resume-at %s" % at in three(cmds[2]) and \
+        "--world-size 3" in three(cmds[2]), three(cmds[2])
+    rc = torchrun(three(cmds[3]), d, env)
+    assert rc == 0, "restarted on 3: exit %d\n%s" % (rc, log_tail(d))
+    end = checkpoint(d)["loader"]
+    assert end["epoch"] == 10 and end["world_size"] == 3, end
+    print("ok: restarted on 3 ranks with --resume-at %s, ran to its end: "
+          "%r" % (at, end))
 
 
 def checkpoint(d):
@@ -132,7 +189,7 @@ def main():
     failures = []
     runs = {}
     try:
-        for name in ("whole", "killed"):
+        for name in ("whole", "killed", "restart"):
             runs[name] = os.path.join(tmp, name)
             os.makedirs(runs[name])
             with open(os.path.join(runs[name], "train_ddp.py"), "w") as f:
@@ -171,6 +228,7 @@ def main():
             else:
                 print("ok: resumed to the end: the weights and optimizer "
                       "state of the whole run, bit for bit")
+        restart(run_cmd, runs["restart"], mnt, env, tmp)
     finally:
         assert ml.umount(mnt).returncode == 0
     return ml.finish(failures)
