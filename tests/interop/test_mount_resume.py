@@ -15,7 +15,9 @@ DistributedSampler(W') epochs. Checked against real torch:
   of epoch E read exactly once between the two, the repeats being the
   padding DistributedSampler(3) adds to the rest; epoch E+1 equal to
   DistributedSampler(3); the namespace (ls, index/, stream/, offsets,
-  dataset.json's "resume") saying the same, in every serve mode;
+  dataset.json's "resume") saying the same, in every serve mode, also
+  with a ragged field (--pad, --pack: batch files of many sizes, the
+  stream's offsets measured per epoch);
 - the Python package: each rank's Batches.state_dict() says where it is
   in the epoch's list; ranks that got unequally far resume where all
   were (batchfs.resume_state); load_state_dict() on a mount of another
@@ -157,15 +159,15 @@ def stream_matches(mnt, rank, epoch):
     assert [int(x) for x in lines] == starts, (rank, epoch, lines, starts)
 
 
-def mounts(epoch, k, shuffle, sdl, dl):
+def mounts(epoch, k, shuffle, sdl, dl, src="r.pt", extra=()):
     """W=4 reads k batches per rank of 'epoch'; W'=3 resumes it."""
     mode = ml.next_mode()
     common = ["--batch-size", B, "--seed", SEED, "--epochs", epoch + 2,
-              "--ranks", "all", "--serve", mode]
+              "--ranks", "all", "--serve", mode] + list(extra)
     common += ["--shuffle"] * shuffle + ["--drop-last"] * dl
     common += ["--sampler-drop-last"] * sdl
     what = "epoch %d k %d %s" % (epoch, k, " ".join(map(str, common)))
-    src = os.path.join(TMP, "r.pt")
+    src = os.path.join(TMP, src)
     seen = []
     _, mnt = ml.mount(src, None, "--world-size", 4, *common)
     try:
@@ -312,6 +314,13 @@ def main():
     torch.save({"v": torch.arange(N) * 7,
                 "x": torch.arange(N * 5, dtype=torch.float32)
                 .reshape(N, 5)}, os.path.join(TMP, "r.pt"))
+    lens = torch.arange(N) % 6          # a ragged field: batch sizes vary
+    offs = torch.cat([torch.zeros(1, dtype=torch.int64), lens.cumsum(0)])
+    torch.save({"v": torch.arange(N) * 7,
+                "tok.values": torch.arange(int(offs[-1]) * 2,
+                                           dtype=torch.float32)
+                .reshape(-1, 2), "tok.offsets": offs},
+               os.path.join(TMP, "ragged.pt"))
     os.makedirs(os.path.join(TMP, "never"), exist_ok=True)
     for epoch, k, shuffle, sdl, dl in [(0, 2, True, False, False),
                                        (1, 1, True, True, False),
@@ -319,6 +328,8 @@ def main():
                                        (0, 0, True, False, False),
                                        (2, 5, True, False, False)]:
         mounts(epoch, k, shuffle, sdl, dl)
+    mounts(1, 2, True, False, False, "ragged.pt", ["--pad", "tok"])
+    mounts(1, 3, True, True, True, "ragged.pt", ["--pack", "tok"])
     python_resume()
     refused(["--resume-at", "0:8"], "--resume-at")
     refused(["--world-size", 3, "--resume-at", "0:99:4"], "past the end")
