@@ -509,7 +509,9 @@ static void summarize(struct mount_opts *m, const struct model *mt,
 		      enum bfs_serve_mode mode)
 {
 	const char *src = m->seed_source;
-	char seed[160], ranks[96] = "", cache[1024];
+	char seed[160], ranks[224] = "", cache[1024];
+	struct bfs_order_resume r;
+	size_t n;
 
 	if (!strcmp(src, "--seed"))
 		snprintf(seed, sizeof(seed), "seed %" PRIu64, m->seed);
@@ -528,6 +530,14 @@ static void summarize(struct mount_opts *m, const struct model *mt,
 	if (m->nranks)
 		snprintf(ranks, sizeof(ranks), " per rank (ranks %.40s of %u)",
 			 m->ranks_arg, m->world_size);
+	n = strlen(ranks);
+	if (bfs_order_resumes(mt->order, &r))
+		snprintf(ranks + n, sizeof(ranks) - n,
+			 " (epoch %" PRIu64 ": %" PRIu64
+			 ", the rest after position %" PRIu64 " of %u ranks' "
+			 "list)",
+			 r.epoch, bfs_order_epoch_len(mt->order, r.epoch),
+			 r.pos, r.world);
 	cache_said(mt, cache, sizeof(cache));
 	snprintf(m->summary, sizeof(m->summary),
 		 "batchfs: mounted %s: %" PRIu64

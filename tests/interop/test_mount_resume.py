@@ -178,11 +178,14 @@ def mounts(epoch, k, shuffle, sdl, dl, src="r.pt", extra=()):
         assert ml.umount(mnt).returncode == 0
     # S: what every rank completed (a short last batch ends the list)
     pos = min(4 * k * B, len(padded_list(N, 4, epoch, SEED, shuffle, sdl)))
-    _, mnt = ml.mount(src, None, "--world-size", 3, "--resume-at",
-                      "%d:%d:4" % (epoch, pos), *common)
+    said, mnt = ml.mount(src, None, "--world-size", 3, "--resume-at",
+                         "%d:%d:4" % (epoch, pos), *common)
     try:
         info = json.load(open(mnt + "/dataset.json"))
         rest = rest_of(N, 4, epoch, SEED, shuffle, sdl, pos)
+        line = "(epoch %d: %d, the rest after position %d of 4 ranks' " \
+            "list)" % (epoch, info["resume"]["batches"], pos)
+        assert line in said.stdout + said.stderr, (said.stdout, line)
         got_rest = []
         for r in range(3):
             got = read_epoch(mnt, r, epoch)
