@@ -81,6 +81,11 @@ def epochs_exact(ng, url, lm, cache, *opts):
     bad = mr.same_batches(rm, lm, EPOCHS)
     s = ml.stats(rm)
     mr.unmount(rm)
+    # gone, and its cache files closed: the tmpfs's space is what the next
+    # case finds free (a daemon still exiting would free it later)
+    if not ml.wait_pid_exit(s["pid"]):
+        raise AssertionError("the daemon of %s still runs %d s after its "
+                             "unmount" % (rm, ml.LIVENESS_S))
     sent = sent_since(ng, before)
     print("  sent %d bytes, %d fetches, %d failed, %d evictions, limit %d, "
           "%d bytes served from memory"
