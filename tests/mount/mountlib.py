@@ -173,6 +173,17 @@ def _passthrough_works():
 LIVENESS_S = 60.0
 
 
+def wait_for(ok, timeout=LIVENESS_S, every=0.02):
+    """True once ok() holds, polled every 'every' seconds; False after
+    timeout seconds."""
+    end = time.monotonic() + timeout
+    while not ok():
+        if time.monotonic() > end:
+            return False
+        time.sleep(every)
+    return True
+
+
 def wait_stats(mnt, ok, timeout=LIVENESS_S):
     """The stats once ok(stats) holds, polled: RELEASE is asynchronous
     (close() returns before the daemon hears of it). Fails after

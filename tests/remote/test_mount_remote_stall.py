@@ -88,24 +88,15 @@ def mount(fp, serve="auto"):
     return rm
 
 
-def wait_for(ok, timeout=BOUND):
-    """True once ok() holds, polled; False after timeout seconds."""
-    end = time.monotonic() + timeout
-    while not ok():
-        if time.monotonic() > end:
-            return False
-        time.sleep(0.02)
-    return True
-
-
 def start_waiting(fp, argv, injected_before):
     """Start argv (a reader of a stalled batch) and wait until the proxy
     stalled a request and the reader sleeps in a FUSE request. The
     process, and whether both were seen."""
     p = subprocess.Popen(argv, stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True)
-    seen = wait_for(lambda: fp.stats()["injected"]["stall"] > injected_before
-                    and p.poll() is None) and ml.wait_blocked(p.pid, BOUND)
+    seen = ml.wait_for(lambda: fp.stats()["injected"]["stall"] >
+                       injected_before and p.poll() is None, BOUND) and \
+        ml.wait_blocked(p.pid, BOUND)
     return p, seen
 
 

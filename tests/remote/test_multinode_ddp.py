@@ -26,7 +26,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "mount"))
@@ -132,16 +131,6 @@ def finish_job(procs, what):
     return out
 
 
-def wait_for(ok, timeout):
-    """Whether ok() became true within timeout seconds (polled)."""
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if ok():
-            return True
-        time.sleep(0.2)
-    return ok()
-
-
 def steps(out, rank):
     path = os.path.join(out, "steps.%d" % rank)
     if not os.path.exists(path):
@@ -176,8 +165,9 @@ def first_job(hosts, s3, env, tmp, out):
         # node B at its exit barrier (torchrun's 300 s): stop it once its
         # ranks are gone, as a job scheduler would
         log_a = os.path.join(tmp, "torchrun-a-2.log")
-        if not wait_for(lambda: jobs[0].poll() is not None or
-                        "failed (exitcode" in open(log_a).read(), RUN_S):
+        if not ml.wait_for(lambda: jobs[0].poll() is not None or
+                           "failed (exitcode" in open(log_a).read(), RUN_S,
+                           every=0.2):
             failures.append("node A's ranks still running %d s after "
                             "node B died" % RUN_S)
         if jobs[0].poll() is None:
