@@ -40,7 +40,7 @@ $(BENCH_CACHE_SIM): $(BUILD)/obj/tools/bench/cache_sim.o \
 check-build: $(BENCH_CACHE_SIM)
 
 bench: deps-torch
-	@case ",$(BENCH_ONLY)," in *remote*) tools/scripts/deps.sh bench && \
+	@case ",$(BENCH_ONLY)," in *remote*|*ranks*|,,) tools/scripts/deps.sh bench && \
 		tools/scripts/venv.sh s3 ;; esac
 	@$(MAKE) --no-print-directory $(BUILD)/batchfs $(BENCH_NULLFS) \
 		$(BENCH_CACHE_SIM)

@@ -42,7 +42,13 @@ MEASURED = {
         "no-read-in": [{"GB/s": 0.25}, {"GB/s": 1.0}, {"GB/s": 1.0}]}),
     "small rows cold": ("cold", {"dd": 2.0, "default": 1.0,
                                  "no-read-in": 0.5}),
-    "small rows ranks": ("ranks", {"one": 1.0, "two": 1.5}),
+    "small rows ranks": ("ranks", {
+        "world size": 8,
+        "warm": {"1": {"GB/s": 1.0, "vs R x one": 1.0},
+                 "2": {"GB/s": 1.5, "vs R x one": 0.75},
+                 "4": {"GB/s": 2.0, "vs R x one": 0.5},
+                 "8": {"GB/s": 2.0, "vs R x one": 0.25}},
+        "cold remote": {"skipped": "nginx is not installed"}}),
     "small rows notfit": ("notfit", {
         "batchfs": 100.0, "pread 16 threads": 80.0, "pread 64 threads": 100.0,
         "DataLoader pread, 0 workers": 10.0,
@@ -74,7 +80,8 @@ WANT = {
         "read in at mount (default)": 0.5, "without the read-in": 0.25}},
     "small rows cold": {"dd bs=1M of the archive": {
         "read in at mount (default)": 0.5, "without the read-in": 0.25}},
-    "small rows ranks": {"one reader alone": {"both at once, total": 1.5}},
+    "small rows ranks": {"R times one rank alone, warm": {
+        "R = 2": 0.75, "R = 4": 0.5, "R = 8": 0.25}},
     "small rows notfit": {
         "random pread, 16 threads": {"batchfs": 1.25},
         "random pread, 64 threads": {"batchfs": 1.0},

@@ -67,9 +67,11 @@ GB/s, daemon CPU s/GB and page faults, with and without the read-in of the
 archive at mount (BATCHFS_DEBUG_NO_WARM=1: the version before it); "cold",
 `batchfs mount` + a shuffled epoch 0 with the page cache dropped first
 (root: /proc/sys/vm/drop_caches; skipped for other users), beside `dd
-bs=1M` of the archive, cold, again with and without the read-in; "ranks", two mounts of the archive
-(--world-size 2, ranks 0 and 1) read at once by two C readers, beside one
-alone; "notfit" (root and a memory cgroup controller, else skipped), the
+bs=1M` of the archive, cold, again with and without the read-in; "ranks",
+one mount (--world-size 8 --ranks all) read by 1, 2, 4 and 8 processes at
+once, each batchfs.Batches() over its own rank, against that many times
+one rank alone, warm and cold remote (nginx behind the remote part's link:
+bench_ranks says how); "notfit" (root and a memory cgroup controller, else skipped), the
 daemon and every reader in a BENCH_NOTFIT_MB memory cgroup, the page cache
 dropped before each pass: a shuffled epoch through batchfs against random
 preads of the same rows (`batchfs bench --rows`, 16 and 64 threads) and
@@ -156,9 +158,9 @@ RAGGED_LENGTHS = (16, 2048)
 # The parts of each workload: "modes" (every serve mode beside the
 # baselines), "readers" (the readers batchfs ships against the gather
 # and DataLoader), "epochs" (first epoch against later ones), "cold" (a cold
-# epoch against dd), "ranks" (two mounts at once), "notfit" (the data in
-# a memory cgroup too small for it, against random preads of its rows and
-# a DataLoader reading them with pread).
+# epoch against dd), "ranks" (one mount read by 1 to 8 ranks at once),
+# "notfit" (the data in a memory cgroup too small for it, against random
+# preads of its rows and a DataLoader reading them with pread).
 PARTS = ("modes", "readers", "epochs", "cold", "ranks", "notfit")
 NOTFIT_MB = int(os.environ.get("BENCH_NOTFIT_MB", "384"))
 
@@ -847,47 +849,150 @@ def c_read(proc):
     return int(m.group(1)), float(m.group(2))
 
 
-def bench_ranks(work, arch, batch, n, row):
-    """Two mounts of one archive, --world-size 2 --rank 0 and 1 (each
-    half of every epoch), default serve mode, read by two C readers
-    (`batchfs bench --read`, 1 MiB) at once, against one of them alone.
-    Both alone and together, a fresh epoch each pass; with the CPU the
-    readers and daemons used per second of it (cores busy: the bound on a
-    machine with few cores)."""
-    mnts = [work.mountpoint("rank%d" % r) for r in (0, 1)]
-    got = {"one": [], "two": [], "one cores": [], "two cores": []}
+# One reader process of the "ranks" part: batchfs.Batches() over its own
+# rank of a --ranks mount. argv: the mount, the rank, the epoch. It says
+# "ready" once imported, starts at the line its parent sends, and prints
+# the payload bytes it read, CLOCK_MONOTONIC at its end and the CPU
+# seconds it used from the start on.
+RANK_READER = r"""
+import os, sys, time
+mnt, rank, epoch = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+import torch, batchfs
+print("ready", flush=True)
+sys.stdin.readline()
+nbytes, c0 = 0, time.process_time()
+for b in batchfs.Batches(mnt, epoch=epoch, rank=rank, device="cpu"):
+    for t in (b.values() if isinstance(b, dict) else b):
+        nbytes += t.numel() * t.element_size()
+print("%d %.6f %.6f" % (nbytes, time.monotonic(), time.process_time() - c0),
+      flush=True)
+"""
+RANK_COUNTS = (1, 2, 4, 8)
+RANKS_WORLD = max(RANK_COUNTS)
 
-    def cpu():
-        ru = resource.getrusage(resource.RUSAGE_CHILDREN)
-        return ru.ru_utime + ru.ru_stime + sum(daemon_cpu(m) for m in mnts)
 
-    for r, m in enumerate(mnts):
-        mount_batchfs(work, arch, batch, m, "default",
-                      ["--world-size", "2", "--rank", str(r)])
+def rank_pass(mnt, epoch, r):
+    """r reader processes at once (ranks 0..r-1 of mount mnt, each its
+    rank's whole epoch 'epoch' through batchfs.Batches()), released
+    together once imported: (GB/s of their payload together from the
+    release to the last one's end, cores busy meanwhile: the readers'
+    CPU seconds and the daemon's per second)."""
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "loader", "python"))
+    procs = [subprocess.Popen([sys.executable, "-c", RANK_READER, mnt,
+                               str(k), str(epoch)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True, env=env)
+             for k in range(r)]
     try:
+        for p in procs:
+            if p.stdout.readline().strip() != "ready":
+                raise Failed("ranks: a reader of %s did not start" % mnt)
+        d0, t0 = daemon_cpu(mnt), time.monotonic()
+        for p in procs:
+            p.stdin.write("go\n")
+            p.stdin.flush()
+        total, end, used = 0, t0, 0.0
+        for k, p in enumerate(procs):
+            out, _ = p.communicate(timeout=600)
+            if p.returncode != 0 or not out.split():
+                raise Failed("ranks: rank %d of %s, epoch %d: exit %d"
+                             % (k, mnt, epoch, p.returncode))
+            b, t, c = out.split()[:3]
+            total, end = total + int(b), max(end, float(t))
+            used += float(c)
+        cores = (used + daemon_cpu(mnt) - d0) / (end - t0)
+        return total / (end - t0) / 1e9, cores
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+
+def bench_ranks(work, arch, batch, n, row):
+    """One mount for many ranks: one mount of the archive with
+    --world-size 8 --ranks all, read by R = 1, 2, 4, 8 processes at once,
+    each batchfs.Batches() over its own rank (ranks 0..R-1), against R
+    times one rank alone (the R = 1 pass of the same round). Warm: the
+    archive local and in the page cache, a fresh epoch each pass, with
+    the cores the readers and the daemon kept busy. Cold remote (when
+    nginx is installed: tools/scripts/deps.sh bench): the archive on
+    nginx behind the remote part's link (BENCH_REMOTE_LATENCY_MS,
+    BENCH_REMOTE_MBPS), a fresh mount with an emptied --cache-dir each
+    pass, epoch 0."""
+    opts = ["--world-size", str(RANKS_WORLD), "--ranks", "all"]
+    res = {"world size": RANKS_WORLD, "warm": {}, "cold remote": {}}
+    mnt = work.mountpoint("ranks")
+    got = {}
+    mount_batchfs(work, arch, batch, mnt, "default", opts)
+    try:
+        e = 0
         for rep in range(REPS):
-            e = 2 * rep
-            for key, which in (("one", mnts[:1]), ("two", mnts)):
-                c0, t0 = cpu(), time.perf_counter()
-                procs = [read_c("%s/epoch/%d" % (m, e)) for m in which]
-                b = sum(c_read(p)[0] for p in procs)
-                t = time.perf_counter() - t0
-                got[key].append(b / t / 1e9)
-                got[key + " cores"].append((cpu() - c0) / t)
+            for r in RANK_COUNTS:
+                got.setdefault(r, []).append(rank_pass(mnt, e, r))
                 e += 1
     finally:
-        for m in mnts:
-            work.unmount(m)
-    res = {k: statistics.median(v) for k, v in got.items()}
-    log("\n  two mounts (ranks 0 and 1 of 2) read at once by two C readers, "
-        "1 MiB reads (median of %d; %s)" % (REPS, loadavg()))
-    log("  %-52s %8.3f GB/s, %.2f cores busy"
-        % ("one reader (rank 0) alone", res["one"], res["one cores"]))
-    log("  %-52s %8.3f GB/s, %.2f cores busy, %.2fx one  [target >= 1.6x "
-        "%s]" % ("both at once, total", res["two"], res["two cores"],
-                 res["two"] / res["one"],
-                 "MET" if res["two"] >= 1.6 * res["one"] else "MISSED"))
+        work.unmount(mnt)
+    res["warm"] = rank_figures(got)
+    if not (shutil.which("nginx") or os.path.exists("/usr/sbin/nginx")):
+        res["cold remote"] = {"skipped": "nginx is not installed "
+                              "(tools/scripts/deps.sh bench)"}
+    else:
+        res["cold remote"] = ranks_cold(work, arch, batch, opts)
+    log("\n  one mount, --world-size %d --ranks all: R processes at once, "
+        "each Batches() over its own rank (median of %d; %s)"
+        % (RANKS_WORLD, REPS, loadavg()))
+    for how in ("warm", "cold remote"):
+        f = res[how]
+        if "skipped" in f:
+            log("  %-12s skipped: %s" % (how, f["skipped"]))
+            continue
+        for r in RANK_COUNTS:
+            x = f[str(r)]
+            log("  %-12s R=%d %8.3f GB/s together, %.2fx R times one rank, "
+                "%.2f cores busy" % (how, r, x["GB/s"], x["vs R x one"],
+                                     x["cores"]))
     return res
+
+
+def rank_figures(got):
+    """{R: {"GB/s", "vs R x one", "cores"}} (medians over the rounds) of
+    got {R: [(GB/s, cores) per round]}; a round's ratio is its R-rank
+    figure over R times its own one-rank figure."""
+    out = {}
+    for r in RANK_COUNTS:
+        rates = [g[0] for g in got[r]]
+        ratios = [g[0] / (r * one[0]) for g, one in zip(got[r], got[1])]
+        out[str(r)] = {"GB/s": statistics.median(rates),
+                       "vs R x one": statistics.median(ratios),
+                       "cores": statistics.median(g[1] for g in got[r])}
+    return out
+
+
+def ranks_cold(work, arch, batch, opts):
+    """The cold remote passes of the ranks part (bench_ranks)."""
+    import bench_remote
+    www = work.path("ranks-www")
+    os.makedirs(www, exist_ok=True)
+    name = os.path.basename(arch)
+    os.link(arch, os.path.join(www, name))
+    srv = bench_remote.Servers(sys.modules[__name__], work, www)
+    mnt = work.mountpoint("ranks-remote")
+    cache = work.path("ranks-cache")
+    got = {}
+    try:
+        for rep in range(REPS):
+            for r in RANK_COUNTS:
+                bench_remote.empty(cache)
+                mount_batchfs(work, srv.url(name), batch, mnt, "default",
+                              list(opts) + ["--cache-dir", cache])
+                try:
+                    got.setdefault(r, []).append(rank_pass(mnt, 0, r))
+                finally:
+                    work.unmount(mnt)
+    finally:
+        srv.close()
+        os.unlink(os.path.join(www, name))
+    return rank_figures(got)
 
 
 def gather_rows(arch, n, row):

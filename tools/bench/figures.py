@@ -50,8 +50,12 @@ FIGURES = [
     ("cold", "fig-cold.png", "A cold epoch, from batchfs mount",
      "batchfs: mount + a shuffled epoch 0, page cache dropped first, "
      "against `dd bs=1M` of the archive, cold"),
-    ("ranks", "fig-ranks.png", "Two mounts (ranks 0 and 1) read at once",
-     "batchfs: two C readers, one per rank, their total against one alone"),
+    ("ranks", "fig-ranks.png", "One mount for many ranks (--world-size 8 "
+     "--ranks all)",
+     "batchfs: R processes at once, each Batches() over its own rank of "
+     "one mount, their total against R times one rank alone; warm (local, "
+     "page cache) and cold (http:// through a 20 ms, 200 MB/s link, cache "
+     "emptied)"),
     ("notfit", "fig-notfit.png", "Data that does not fit in memory",
      "batchfs: a shuffled epoch (samples/s), everything in a memory cgroup "
      "too small for the archive, page cache dropped first"),
@@ -128,8 +132,12 @@ def ratios(part, e):
                                ("no-read-in", "without the read-in")):
             put("dd bs=1M of the archive", label, e.get(variant), e.get("dd"))
     elif part == "ranks":
-        put("one reader alone", "both at once, total", e.get("two"),
-            e.get("one"))
+        for how in ("warm", "cold remote"):
+            per = e.get(how) or {}
+            for r in ("2", "4", "8"):
+                x = per.get(r) or {}
+                put("R times one rank alone, " + how, "R = " + r,
+                    x.get("vs R x one"), 1)
     elif part == "notfit":
         dls = [v for k, v in e.items() if k.startswith("DataLoader")]
         for baseline, den in (
