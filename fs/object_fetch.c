@@ -19,7 +19,9 @@
  * chunks (bfs_cache_fail), then lifts their in-flight marks under the
  * object's lock (claims take the same lock): so a chunk that has failed
  * is never in flight, and a fetch again clears the failure of a fetch
- * that is over, never of one that is running.
+ * that is over, never of one that is running. A chunk evicted before
+ * its mark came off is failed with AGAIN as the mark comes off (unmark):
+ * its waiters fetch it again.
  *
  * A full disk. Bytes that cannot be stored where the bound in force is
  * the disk's (fs/cache: bfs_cache_bound_by_disk) are not thrown away
@@ -46,14 +48,29 @@
 
 #define MOD "object"
 
+/* A chunk's failure that only says "fetch it again": its request is
+ * over and it is absent (unmark). No request fails with it (store). */
+#define AGAIN EAGAIN
+
 /* ---- storing --------------------------------------------------------- */
 
-/* Lift the in-flight marks of [off, off + len) of o. [o->lock] */
+/* Lift the in-flight marks of [off, off + len) of o, its request over.
+ * A chunk that is then neither present, nor in memory, nor failed was
+ * stored and evicted before the mark came off (nothing pinned it yet):
+ * a gather that pinned it meanwhile saw it in flight and sent nothing,
+ * so it is failed with AGAIN, which sends its waiters to fetch it
+ * (wait_one); a later fetch clears that. [o->lock] */
 static void unmark(struct bfs_object *o, uint64_t off, uint64_t len)
 {
 	for (uint64_t c = off >> o->shift;
-	     c < o->nchunks && (c << o->shift) < off + len; c++)
+	     c < o->nchunks && (c << o->shift) < off + len; c++) {
+		uint64_t at = c << o->shift;
+		uint64_t n = o->size - at < o->chunk ? o->size - at : o->chunk;
+
 		o->flight[c] = 0;
+		if (!o->mem[c] && bfs_cache_wait(o->e, at, n, 0) == -ETIMEDOUT)
+			bfs_cache_fail(o->e, at, n, AGAIN);
+	}
 }
 
 /* The log line of a replaced object, once. */
@@ -286,10 +303,11 @@ static int put(struct bfs_object *o, const struct job *j, uint64_t off,
 }
 
 /* A request whose bytes do not fit the cache's bound or its disk at
- * once: its chunks stored one by one, each that does not fit failed (and
- * unmarked) on its own: a gather's chunks usually fit where the
- * neighbours merged with them do not. 0 when some were stored, else the
- * last chunk's error. */
+ * once: its chunks stored one by one, each that does not fit failed on
+ * its own (a gather's chunks usually fit where the neighbours merged with
+ * them do not), and each unmarked as soon as it is done with: a gather
+ * may claim it again then, so nothing after may touch it. 0 when some
+ * were stored, else the last chunk's error. */
 static int store_chunks(struct bfs_object *o, const struct job *j)
 {
 	const struct bfs_remote_req *q = &j->req;
@@ -303,12 +321,12 @@ static int store_chunks(struct bfs_object *o, const struct job *j)
 		    put(o, j, off, (const char *)q->buf + (off - q->off), n);
 
 		stored += rc == 0;
-		if (rc == 0)
-			continue;
-		last = rc;
 		pthread_mutex_lock(&o->lock);
-		unstored(o, off, n, rc);
-		spill_or_fail(o, j, off, n, rc);
+		if (rc) {
+			last = rc;
+			unstored(o, off, n, rc);
+			spill_or_fail(o, j, off, n, rc);
+		}
 		unmark(o, off, n);
 		pthread_mutex_unlock(&o->lock);
 	}
@@ -321,22 +339,24 @@ static void store(struct bfs_objects *os, struct job *j)
 {
 	struct bfs_object *o = j->o;
 	struct bfs_remote_req *q = &j->req;
-	int rc = q->result;
+	int rc = q->result == -AGAIN ? -EIO : q->result;
 
 	if (rc == 0)
 		rc = put(o, j, q->off, q->buf, q->len);
-	if (no_room(rc) && q->len > o->chunk)
-		rc = store_chunks(o, j);
-	pthread_mutex_lock(&o->lock);
-	if (rc && q->result == 0) { /* the store's */
-		unstored(o, q->off, q->len, rc);
-		spill_or_fail(o, j, q->off, q->len, rc);
-	} else if (rc) {
-		o->last = q->err;
-		bfs_cache_fail(o->e, q->off, q->len, -rc);
+	if (no_room(rc) && q->len > o->chunk) {
+		rc = store_chunks(o, j); /* each chunk done with */
+	} else {
+		pthread_mutex_lock(&o->lock);
+		if (rc && q->result == 0) { /* the store's */
+			unstored(o, q->off, q->len, rc);
+			spill_or_fail(o, j, q->off, q->len, rc);
+		} else if (rc) {
+			o->last = q->err;
+			bfs_cache_fail(o->e, q->off, q->len, -rc);
+		}
+		unmark(o, q->off, q->len);
+		pthread_mutex_unlock(&o->lock);
 	}
-	unmark(o, q->off, q->len);
-	pthread_mutex_unlock(&o->lock);
 	if (rc == -ESTALE)
 		say_stale(o, &q->err);
 	else if (rc && q->result)
@@ -591,12 +611,41 @@ void bfs_object_unpin(struct bfs_object *o, const struct bfs_cache_range *r,
 	drop_unpinned(o, r, n);
 }
 
+/* For a wait of [off, off + len) of o that ran out: the first chunk
+ * of it still missing and why, into out ("" when none is). */
+static void missing(struct bfs_object *o, uint64_t off, uint64_t len, char *out,
+		    size_t size)
+{
+	out[0] = 0;
+	for (uint64_t c = off >> o->shift;
+	     c < o->nchunks && (c << o->shift) < off + len; c++) {
+		uint64_t at = c << o->shift;
+		uint64_t n = o->size - at < o->chunk ? o->size - at : o->chunk;
+		int rc = __atomic_load_n(&o->mem[c], __ATOMIC_ACQUIRE)
+			     ? 0
+			     : bfs_cache_wait(o->e, at, n, 0);
+		bool flying;
+
+		if (rc == 0)
+			continue;
+		pthread_mutex_lock(&o->lock);
+		flying = o->flight[c];
+		pthread_mutex_unlock(&o->lock);
+		snprintf(out, size, "; chunk at byte %" PRIu64 ": %s", at,
+			 flying		    ? "its request still in flight"
+			 : rc == -ETIMEDOUT ? "absent, and no request for it"
+					    : strerror(-rc));
+		return;
+	}
+}
+
 /* Why the wait for [off, off + len) of o ended with rc: the last
  * failure of a fetch of o, or that the deadline passed ('late'). */
 static void explain(struct bfs_object *o, int rc, bool late, uint64_t off,
 		    uint64_t len, struct bfs_error *err)
 {
 	struct bfs_error last;
+	char which[96] = "";
 
 	if (!err)
 		return;
@@ -607,12 +656,14 @@ static void explain(struct bfs_object *o, int rc, bool late, uint64_t off,
 		*err = last;
 		return;
 	}
+	if (late)
+		missing(o, off, len, which, sizeof(which));
 	bfs_error_set(err, rc, o->name, BFS_NO_OFFSET,
-		      "bytes %" PRIu64 "-%" PRIu64 " %s%s%s%s", off,
+		      "bytes %" PRIu64 "-%" PRIu64 " %s%s%s%s%s", off,
 		      off + len - 1,
 		      late ? "not fetched within the read's deadline"
 			   : "could not be fetched",
-		      last.msg[0] ? " (last failure: " : "", last.msg,
+		      which, last.msg[0] ? " (last failure: " : "", last.msg,
 		      last.msg[0] ? ")" : "");
 }
 
@@ -641,18 +692,24 @@ static int wait_range(struct bfs_object *o, const struct bfs_cache_range *r,
 	return 0;
 }
 
-/* Wait for one pinned range. */
+/* Wait for one pinned range: a chunk failed with AGAIN (unmark) is
+ * fetched again, as often as that happens; one that failed otherwise,
+ * once more. */
 static int wait_one(struct bfs_object *o, const struct bfs_cache_range *r,
 		    uint64_t deadline_ns, struct bfs_error *err)
 {
-	for (int again = 0;; again++) {
+	for (int again = 0;;) {
 		int rc = wait_range(o, r, deadline_ns);
 		bool late;
 
 		if (rc == 0)
 			return 0;
 		late = bfs_object_now_ns() >= deadline_ns;
-		if (rc != -ESTALE && !again && !late) {
+		if (rc == -AGAIN && !late) {
+			fetch(o, r, 1, true, o->os->merge_gap);
+			continue;
+		}
+		if (rc != -ESTALE && !again++ && !late) {
 			fetch(o, r, 1, true, o->os->merge_gap); /* once more */
 			continue;
 		}
@@ -811,7 +868,7 @@ int bfs_object_keep(struct bfs_object *o, const struct bfs_cache_range *r,
 		rc = bfs_cache_pin(o->e, r[pinned].off, r[pinned].len);
 		rc = rc < 0 ? rc : 0;
 	}
-	if (rc)
+	if (rc && pinned)
 		pinned--; /* the one that failed took none */
 	if (rc == 0) {	  /* in order: neighbours merge */
 		struct bfs_cache_range *sorted = malloc(n * sizeof(*r));
