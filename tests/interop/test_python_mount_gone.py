@@ -2,7 +2,8 @@
 """A mount whose daemon dies under a training loop is named in the error,
 not left to a bare FileNotFoundError of some epoch/0/batch_K. After a
 batch was read and the daemon killed (SIGKILL), going on with the
-iteration raises batchfs.MountGoneError (an OSError) from batchfs.Batches,
+iteration raises batchfs.MountGoneError (an OSError) from batchfs.Batches
+(with its reader threads, and with readers=1: one batch at a time),
 from batchfs.IterableDataset in torch's DataLoader with 0 and 2 workers
 and from batchfs.DataLoader with 2 workers, and a LoaderError from
 batchfs_loader.Loader; each message names the mountpoint and the daemon's
@@ -33,10 +34,11 @@ import loader_testlib  # noqa: E402,F401
 import batchfs_loader  # noqa: E402
 
 TMP = ml.TMP
-# 200 batches: more than DataLoader workers read ahead; 13.6 MB an epoch:
-# more than one read of a stream (batchfs.Batches reads 8 MiB at once,
-# and reads these small batches from the stream by default)
-N, B = 800, 4
+# 3200 batches: more than DataLoader workers or Batches' reader threads
+# read ahead; 54 MB an epoch: more than one read of a stream, and more
+# than 4 reader threads read ahead of the loop (batchfs.Batches reads a
+# stream 8 MiB at once, readers=4 such reads at once)
+N, B = 3200, 4
 
 
 def dataset():
@@ -68,18 +70,18 @@ def kill_daemon(mnt, attached):
     assert ml.is_mounted(mnt) == attached, (mnt, attached)
 
 
-def batches(mnt):
-    return iter(batchfs.Batches(mnt, stream=True))
+def batches(readers=None):
+    def start(mnt):
+        return iter(batchfs.Batches(mnt, stream=True, readers=readers))
+    start.__name__ = "batchfs.Batches(stream=True, readers=%s)" % readers
+    return start
 
 
-batches.__name__ = "batchfs.Batches(stream=True)"
-
-
-def batch_files(mnt):
-    return iter(batchfs.Batches(mnt, stream=False))
-
-
-batch_files.__name__ = "batchfs.Batches(stream=False)"
+def batch_files(readers=None):
+    def start(mnt):
+        return iter(batchfs.Batches(mnt, stream=False, readers=readers))
+    start.__name__ = "batchfs.Batches(stream=False, readers=%s)" % readers
+    return start
 
 
 def dataset_in_dataloader(workers):
@@ -146,8 +148,10 @@ def main():
     # A DataLoader whose worker raised takes 10 s to shut its workers
     # down (torch's own timeouts): the worker cases try one state each.
     both = (True, False)
-    cases = [(batches, batchfs.MountGoneError, both),
-             (batch_files, batchfs.MountGoneError, both),
+    cases = [(batches(4), batchfs.MountGoneError, both),
+             (batches(1), batchfs.MountGoneError, both),
+             (batch_files(4), batchfs.MountGoneError, both),
+             (batch_files(1), batchfs.MountGoneError, both),
              (dataset_in_dataloader(0), batchfs.MountGoneError, both),
              (dataset_in_dataloader(2), batchfs.MountGoneError, (True,)),
              (batchfs_dataloader, batchfs.MountGoneError, (False,)),

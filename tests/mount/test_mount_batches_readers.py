@@ -3,11 +3,20 @@
 the batch files' bytes. On real mounts, in every serve mode:
 - every reader, batchfs.Batches() (its defaults: the stream or the batch
   files by batch size), Batches(stream=False), Batches(stream=True),
-  read_batch (read, and mapped), batchfs.DataLoader over an
-  IterableDataset (no workers, and two in the default mode) and the C
-  loader (host mode), yields for each batch exactly the bytes of that
-  batch file read plainly, for fixed fields, a ragged field and each rank
-  of a multi-rank mount, over two epochs;
+  Batches(zero_copy=True), each with one reader (readers=1: one batch
+  at a time, no thread) and with 4 reader threads (and the stream read
+  in ranges of one batch each), read_batch (read, and mapped),
+  batchfs.DataLoader over an IterableDataset (no workers with 1 and 4
+  readers, and two workers in the default mode) and the C loader (host
+  mode), yields for each batch exactly the bytes of that batch file read
+  plainly, for fixed fields, a ragged field and each rank of a
+  multi-rank mount, over two epochs;
+- an iteration with reader threads broken off mid-epoch leaves no reader
+  thread running (Batches' three ways, IterableDataset under
+  DataLoader), nor does a whole one; its state_dict() counts the
+  batches yielded, not those read ahead, and a state_dict() /
+  load_state_dict() / start_batch round trip with 4 readers gives the
+  batches of one reader;
 - the readers that read batch files open them with O_DIRECT and the mount
   serves those opens with direct I/O (stats: direct_opens counts them;
   the C loader counts its own), and in passthrough mode registers no
@@ -29,6 +38,8 @@ the batch files' bytes. On real mounts, in every serve mode:
 import errno
 import os
 import sys
+import threading
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import mountlib as ml  # noqa: E402
@@ -37,7 +48,9 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 import batchfs  # noqa: E402  (mountlib put loader/python on the path)
+from batchfs import _batches  # noqa: E402
 from batchfs._batchfile import parse_batch  # noqa: E402
+from batchfs._readers import THREAD_PREFIX  # noqa: E402
 
 ml.require_fuse()
 TMP = ml.TMP
@@ -102,23 +115,47 @@ def readers(mnt, root, rank, workers):
         return lambda e: [as_bytes(b) for b in batchfs.Batches(
             mnt, epoch=e, rank=rank, device="cpu", **kw)]
 
-    def loader(e):
-        ds = batchfs.IterableDataset(mnt, epoch=e, rank=rank)
-        return [as_bytes(b) for b in batchfs.DataLoader(
-            ds, num_workers=workers)]
+    def one_batch_ranges(e):
+        """Batches(stream=True, readers=4) with a stream range per
+        batch: many ranges in flight, each handed over in order."""
+        old, _batches.RANGE_BYTES = _batches.RANGE_BYTES, 1
+        try:
+            return batches(stream=True, readers=4)(e)
+        finally:
+            _batches.RANGE_BYTES = old
+
+    def loader(workers, **kw):
+        def run(e):
+            ds = batchfs.IterableDataset(mnt, epoch=e, rank=rank, **kw)
+            return [as_bytes(b) for b in batchfs.DataLoader(
+                ds, num_workers=workers)]
+        return run
 
     def read_batch(zero_copy):
         return lambda e: [as_bytes(batchfs.read_batch(
             "%s/epoch/%d/batch_%d" % (root, e, k), zero_copy=zero_copy))
             for k in range(len(os.listdir("%s/epoch/%d" % (root, e))))]
 
-    return [("Batches()", batches()),
-            ("Batches(stream=False)", batches(stream=False)),
-            ("Batches(stream=True)", batches(stream=True)),
+    out = []
+    for n in (1, 4):
+        out += [("Batches(readers=%d)" % n, batches(readers=n)),
+                ("Batches(stream=False, readers=%d)" % n,
+                 batches(stream=False, readers=n)),
+                ("Batches(stream=True, readers=%d)" % n,
+                 batches(stream=True, readers=n)),
+                ("Batches(zero_copy=True, readers=%d)" % n,
+                 batches(zero_copy=True, readers=n)),
+                ("DataLoader(IterableDataset(readers=%d)), 0 workers" % n,
+                 loader(0, readers=n))]
+    out += [("Batches(stream=True, readers=4), a range per batch",
+             one_batch_ranges),
             ("read_batch", read_batch(False)),
             ("read_batch(zero_copy=True)", read_batch(True)),
-            ("DataLoader(IterableDataset), %d workers" % workers, loader),
             ("C loader", lambda e: loader_batches(root, e)[0])]
+    if workers:
+        out.append(("DataLoader(IterableDataset), %d workers" % workers,
+                    loader(workers)))
+    return out
 
 
 def every_reader_gives_the_batch_files(kind, mode, env=None):
@@ -151,9 +188,9 @@ def every_reader_gives_the_batch_files(kind, mode, env=None):
                 files = sum(len(w) for w in want.values())
                 opened = after.get("direct_opens", 0) - \
                     before.get("direct_opens", 0)
-                reads_files = name in ("Batches(stream=False)", "read_batch",
-                                       "C loader") or \
-                    (name.startswith("DataLoader") and workers)
+                reads_files = name.startswith("Batches(stream=False") or \
+                    name in ("read_batch", "C loader") or \
+                    name.endswith("%d workers" % workers) and workers
                 if refused:
                     assert opened == 0, (name, opened)
                 elif reads_files:
@@ -296,6 +333,116 @@ def held_batches_stay_unchanged():
             ml.umount(mnt)
 
 
+def reader_threads():
+    return [t.name for t in threading.enumerate()
+            if t.name.startswith(THREAD_PREFIX)]
+
+
+def no_reader_threads(what):
+    """Wait (at most 10 s) for every reader thread to be gone; an
+    AssertionError naming those left."""
+    end = time.monotonic() + 10
+    while reader_threads() and time.monotonic() < end:
+        time.sleep(0.05)
+    left = reader_threads()
+    assert not left, "%s: reader threads left running: %r" % (what, left)
+
+
+def readers_stop_and_resume():
+    """Reader threads end with their iteration, whole or broken off (no
+    thread left), a break leaves state_dict() at the batches yielded, and
+    resuming with 4 readers (state_dict / load_state_dict, start_batch)
+    gives the batches of one reader."""
+    path, _ = dataset("ragged")
+    _, mnt = ml.mount(path, None, "--batch-size", BATCH, "--shuffle",
+                      "--epochs", 3, "--pad", "tok")
+    try:
+        def run():
+            want = want_of(mnt, [0, 1, 2])
+            n = len(want[0])
+            assert not reader_threads(), reader_threads()
+            for kw in (dict(stream=False), dict(stream=True),
+                       dict(zero_copy=True)):
+                what = "Batches(%r, readers=4)" % kw
+                bs = batchfs.Batches(mnt, readers=4, **kw)
+                for k, b in enumerate(bs):
+                    assert as_bytes(b) == want[0][k], (what, k)
+                    if k == 2:
+                        assert reader_threads(), "%s: no reader thread" \
+                            % what
+                        break
+                del b
+                no_reader_threads(what + ", broken off at batch 2")
+                state = bs.state_dict()
+                assert state == {"epoch": 0, "batch": 3}, (what, state)
+                # the rest of epoch 0, then epoch 1, whole
+                got = [as_bytes(b) for b in bs] + [as_bytes(b) for b in bs]
+                assert got == want[0][3:] + want[1], what
+                no_reader_threads(what + ", whole epochs")
+                # a round trip mid-epoch: 4 readers give 1 reader's
+                for state in ({"epoch": 1, "batch": 4},
+                              {"epoch": 2, "batch": n - 2},
+                              {"epoch": 2, "batch": 0}):
+                    runs = []
+                    for r in (1, 4):
+                        b1 = batchfs.Batches(mnt, readers=r, **kw)
+                        b1.load_state_dict(state)
+                        it = iter(b1)
+                        first = as_bytes(next(it))
+                        saved = b1.state_dict()
+                        del it
+                        b2 = batchfs.Batches(mnt, readers=r, **kw)
+                        b2.load_state_dict(saved)
+                        rest = [as_bytes(b) for b in b2]
+                        b3 = batchfs.Batches(mnt, epoch=state["epoch"],
+                                             start_batch=state["batch"],
+                                             readers=r, **kw)
+                        runs.append((first, saved, rest,
+                                     [as_bytes(b) for b in b3]))
+                    e, k = state["epoch"], state["batch"]
+                    assert runs[0] == runs[1], (what, state)
+                    assert runs[1][0] == want[e][k], (what, state)
+                    assert runs[1][2] == want[e][k + 1:], (what, state)
+                    assert runs[1][3] == want[e][k:], (what, state)
+                no_reader_threads(what + ", resumed")
+            # IterableDataset under DataLoader (no workers), broken off
+            ds = batchfs.IterableDataset(mnt, readers=4)
+            loader = batchfs.DataLoader(ds)
+            for k, b in enumerate(loader):
+                assert as_bytes(b) == want[0][k], k
+                if k == 1:
+                    break
+            del b
+            no_reader_threads("DataLoader(IterableDataset(readers=4))")
+            assert loader.state_dict() == {"epoch": 0, "batch": 2}, \
+                loader.state_dict()
+            assert [as_bytes(b) for b in loader] == want[0][2:]
+            no_reader_threads("DataLoader(IterableDataset(readers=4)), "
+                              "whole")
+            # readers=1 starts no thread
+            for b in batchfs.Batches(mnt, readers=1, stream=False):
+                assert not reader_threads(), reader_threads()
+                break
+            assert batchfs.Batches(mnt).readers == max(4, min(8, os.sysconf(
+                "SC_NPROCESSORS_ONLN") // 2))
+            for bad in (0, -1, "4", 2.5):
+                try:
+                    batchfs.Batches(mnt, readers=bad)
+                    raise AssertionError("readers=%r taken" % (bad,))
+                except ValueError as ex:
+                    assert "readers=" in str(ex), ex
+        err = ml.bounded(mnt, [run])[0]
+        if err is not None:
+            raise err
+        print("ok: reader threads end with their iteration; resuming with "
+              "4 readers gives 1 reader's batches")
+    except AssertionError as ex:
+        failures.append("readers stop and resume: %r" % (ex,))
+    finally:
+        if ml.is_mounted(mnt):
+            ml.umount(mnt)
+
+
 def o_direct_refused_is_einval():
     path, _ = dataset("fixed")
     _, mnt = ml.mount(path, None, "--batch-size", BATCH,
@@ -376,6 +523,7 @@ def main():
             kind, modes[0], env={"BATCHFS_DEBUG_NO_DIRECT_OPEN": "1"})
     memmap_on_a_default_mount()
     held_batches_stay_unchanged()
+    readers_stop_and_resume()
     copies_on_disk_are_opened_plainly()
     return ml.finish(failures)
 

@@ -1068,8 +1068,12 @@ def dataloader_epoch(mnt, e):
 
 
 # The readers part's contenders: label -> (mount, how one epoch is read).
+# Batches() reads ahead with reader threads (half the online CPUs, 4 to
+# 8); Batches(readers=1) is the one-at-a-time path beside it.
 READERS = [
     ("Batches()", "default", lambda m, e: batches_epoch(m, e)),
+    ("Batches(readers=1)", "default",
+     lambda m, e: batches_epoch(m, e, readers=1)),
     ("Batches(stream=False)", "default",
      lambda m, e: batches_epoch(m, e, stream=False)),
     ("Batches(stream=True)", "default",

@@ -19,11 +19,13 @@ Python. Pure Python over the mount (numpy; torch optional):
 - mount(archive, mountpoint, **options) -> Mount: `batchfs mount` (a
   context manager; .umount(), .dataset, .stats(), .log, .batches()).
 - Batches(mountpoint, epoch=0, start_batch=0, device=None, rank=None,
-  stream=None, zero_copy=False, whole_dataset=False): the batches, epoch
-  after epoch, as dicts of numpy arrays or torch tensors (read into memory
-  of their own, the fastest way the mount has: small batches from the
-  epoch's stream, others with one O_DIRECT read per batch file;
-  zero_copy=True: mapped); len(), set_epoch(), state_dict()
+  stream=None, zero_copy=False, whole_dataset=False, readers=None): the
+  batches, epoch after epoch, as dicts of numpy arrays or torch tensors
+  (read into memory of their own, the fastest way the mount has: small
+  batches from the epoch's stream, others with one O_DIRECT read per
+  batch file; zero_copy=True: mapped), read ahead by 'readers' threads
+  (half the online CPUs, 4 to 8; 1: none) and handed out in order;
+  len(), set_epoch(), state_dict()
   / load_state_dict(). Under torchrun (WORLD_SIZE > 1) a mount without
   ranks is a ValueError naming the options that split it, unless
   whole_dataset=True.

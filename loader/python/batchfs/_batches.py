@@ -5,7 +5,8 @@ import sys
 from ._batchfile import Buffers, load, parse_batch
 from ._elastic import Elastic
 from ._paths import MountWatch, dataset_of_root
-from ._stream import StreamReader, stream_offset
+from ._readers import check_readers, in_order
+from ._stream import CHUNK, StreamReader, stream_offset, stream_offsets
 
 # Entries of the epoch's directory listed ahead of the batch being opened.
 LIST_AHEAD = 64
@@ -50,6 +51,10 @@ class _Listing:
 # loader/python/batchfs/README.md (streams or batch files).
 STREAM_MAX_BYTES = 1 << 20
 ZERO_COPY_ROW = 4096
+
+# With reader threads a stream is read in ranges of whole batches of at
+# most this many bytes (or one batch, when larger), one preadv each.
+RANGE_BYTES = CHUNK
 
 
 def batch_bytes(info):
@@ -229,6 +234,20 @@ class Batches:
     when most of each batch is never read. Either way a batch stays valid
     and unchanged for as long as you hold it.
 
+    An iteration reads ahead with 'readers' threads (None: half the
+    online CPUs, 4 to 8, as the C loader's readers): that many batch
+    files (read or mapped), or ranges of the stream (whole batches, 8
+    MiB at most, where index/N/offsets says), are read at once, each
+    into a buffer of its own, and the batches come out in order, exactly
+    those and the bytes that readers=1 gives, which reads one batch at a
+    time in the iterating thread and starts no thread. The threads are
+    started when an iteration starts, in the process that iterates, and
+    are gone when it ends or is abandoned (a break: the reads running
+    finish, the others are never made). A read that fails raises in the
+    iterating thread when its batch's turn comes, as it would have
+    without threads; state_dict() counts the batches yielded, not those
+    read ahead. read() always reads in the calling thread.
+
     'mountpoint' is the mount's root (where dataset.json is): another
     path (an epoch's directory, rank/R/, a directory that is no mount) is
     a ValueError that names the path it wants, e.g. Batches('/mnt/data',
@@ -240,7 +259,8 @@ class Batches:
 
     def __init__(self, mountpoint, epoch=0, start_batch=0, device=None,
                  zero_copy=False, rank=None, stream=None,
-                 whole_dataset=False):
+                 whole_dataset=False, readers=None):
+        self.readers = check_readers(readers)
         self.path = os.fspath(mountpoint)
         info = dataset_of_root(self.path, self._API)
         self._watch = MountWatch(self.path, info.get("log"))
@@ -256,7 +276,8 @@ class Batches:
         self.stream = self._pick_stream(info, stream)
         self._direct = True      # ask for O_DIRECT (until refused)
         self._heads = {}         # headers parsed (parse_batch's cache)
-        self._bufs = Buffers()   # buffers of batches nobody holds
+        # buffers of batches nobody holds; one more per read in flight
+        self._bufs = Buffers(Buffers.KEEP + self.readers)
         self.load_state_dict({"epoch": epoch, "batch": start_batch})
 
     def _pick_stream(self, info, stream):
@@ -362,10 +383,24 @@ class Batches:
         if not 0 <= k < self._len_of(e):
             raise ValueError("batch %d: epoch %d has %d batches (0..%d)"
                              % (k, e, self._len_of(e), self._len_of(e) - 1))
+        return self._parse(e, k, lambda: self._load(e, k))
+
+    def _load(self, e, k):
+        """Batch file k of epoch e's bytes, read (or mapped), and whether
+        to ask for O_DIRECT next time: the I/O alone, which a reader
+        thread does."""
+        return load(self.batch_path(e, k), self.zero_copy, self._direct,
+                    self._bufs)
+
+    def _parse(self, e, k, got):
+        """The batch whose bytes got() returns (_load's answer: read here,
+        or a reader thread's future.result()), in the caller's thread: a
+        read that failed raises here as it would have read here
+        (MountGoneError, BatchReadError, the OSError), and so does a file
+        that is no batch file (ValueError)."""
         path = self.batch_path(e, k)
         try:
-            buf, self._direct = load(path, self.zero_copy, self._direct,
-                                     self._bufs)
+            buf, self._direct = got()
         except OSError as err:
             self._watch.check(err, path)
             raise
@@ -400,6 +435,83 @@ class Batches:
         finally:
             reader.close()
 
+    def _stream_ahead(self, e, k):
+        """_stream_batches with reader threads: the epoch cut into ranges
+        of whole batches of at most RANGE_BYTES (index/N/offsets says where
+        each batch starts), self.readers ranges read at once, each with
+        one preadv into a kept buffer, their batches handed out in
+        order by one StreamReader (preload), which checks each header as
+        it does its own reads. An offsets file that does not list the
+        epoch's batches falls back to _stream_batches."""
+        n = self._len_of(e)
+        if k >= n:
+            return
+        path, index = ("%s/stream/%d" % (self._dir, e),
+                       "%s/index/%d" % (self._dir, e))
+        try:
+            offs = stream_offsets(index, k, n)
+        except (OSError, ValueError):
+            offs = []
+        if len(offs) != n - k + 1:
+            yield from self._stream_batches(e, k)
+            return
+        try:
+            reader = StreamReader(path, offs[0], self._bufs)
+        except OSError as err:
+            self._watch.check(err, path)
+            raise
+        try:
+            ranges, i = [], k
+            while i < n:
+                j = i + 1
+                while j < n and \
+                        offs[j + 1 - k] - offs[i - k] <= RANGE_BYTES:
+                    j += 1
+                ranges.append((i, j))
+                i = j
+            fd = reader._fd
+
+            def read(r):
+                lo, hi = offs[r[0] - k], offs[r[1] - k]
+                buf, got = self._bufs(hi - lo), 0
+                while got < hi - lo:
+                    m = os.preadv(fd, [buf[got:]], lo + got)
+                    if not m:
+                        break
+                    got += m
+                return buf, got
+            gen = in_order(ranges, read, self.readers)
+            try:
+                for (i, j), fut in gen:
+                    try:
+                        buf, got = fut.result()
+                        del fut
+                        reader.preload(buf, got, offs[i - k])
+                        del buf
+                    except OSError as err:
+                        self._watch.check(err, "%s (batch %d)" % (path, i))
+                        raise
+                    for b in range(i, j):
+                        try:
+                            bb, head = reader.next()
+                        except OSError as err:
+                            self._watch.check(err, "%s (batch %d)"
+                                              % (path, b))
+                            raise
+                        if bb is None:
+                            raise OSError("%s ended before batch %d"
+                                          % (path, b))
+                        batch = parse_batch(bb, self.device,
+                                            "%s (batch %d)" % (path, b),
+                                            header=head)
+                        del bb
+                        yield b, batch
+                        del batch
+            finally:
+                gen.close()
+        finally:
+            reader.close()
+
     def __iter__(self):
         self._roll()
         e = self._epoch
@@ -407,10 +519,16 @@ class Batches:
             raise ValueError("epoch %d: the mount has epochs 0..%d (mount "
                              "with a larger --epochs)" % (e, self._epochs - 1))
         if self.stream and type(self)._indices is Batches._indices:
-            for k, batch in self._stream_batches(e, self._next):
-                if self._epoch == e:   # set_epoch() meanwhile: theirs wins
-                    self._next = k + 1
-                yield batch
+            gen = (self._stream_batches if self.readers == 1 else
+                   self._stream_ahead)(e, self._next)
+            try:
+                for k, batch in gen:
+                    if self._epoch == e:   # set_epoch() meanwhile: theirs
+                        self._next = k + 1
+                    yield batch
+                    del batch
+            finally:
+                gen.close()
             if self._epoch == e:
                 self._next = self._len_of(e)
                 self._roll()
@@ -418,15 +536,26 @@ class Batches:
         # From batch 0 only: from k, the listing would first list 0..k.
         listing = (_Listing("%s/epoch/%d" % (self._dir, e))
                    if self._next == 0 else None)
+        gen = (((k, None) for k in self._indices(self._next))
+               if self.readers == 1 else
+               in_order(self._indices(self._next),
+                        lambda k: self._load(e, k), self.readers,
+                        listing.past if listing else None))
         try:
-            for k in self._indices(self._next):
-                if listing:
-                    listing.past(k)
-                batch = self.read(e, k)
+            for k, fut in gen:
+                if fut is None:        # readers=1: one at a time, here
+                    if listing:
+                        listing.past(k)
+                    batch = self.read(e, k)
+                else:
+                    batch = self._parse(e, k, fut.result)
+                    del fut
                 if self._epoch == e:   # set_epoch() meanwhile: theirs wins
                     self._next = k + 1
                 yield batch
+                del batch
         finally:
+            gen.close()
             if listing:
                 listing.close()
         if self._epoch == e:

@@ -71,22 +71,27 @@ class Buffers:
     both see a buffer free and read two batches into it. A buffer is
     handed out as a view made under the lock (a reference to its memory,
     which a new buffer kept would otherwise lack until its batch's arrays
-    view it). The allocation of a new buffer is outside the lock."""
+    view it). The allocation of a new buffer is outside the lock.
+
+    It keeps 'keep' buffers (KEEP by default): Batches with N reader
+    threads asks for KEEP + N, one per read in flight besides the
+    batches the caller holds."""
 
     KEEP = 4
 
-    def __init__(self):
+    def __init__(self, keep=KEEP):
+        self.keep = max(1, int(keep))
         self._kept = []
         self._lock = threading.Lock()
 
     def __getstate__(self):
         """Pickled (a DataLoader worker started by spawn, or forkserver,
-        gets its reader so): empty, the buffers and the lock are this
-        process's own."""
-        return {}
+        gets its reader so): how many to keep, no more; the buffers and
+        the lock are this process's own."""
+        return {"keep": self.keep}
 
     def __setstate__(self, state):
-        self.__init__()
+        self.__init__(state.get("keep", self.KEEP))
 
     def __call__(self, size):
         """A page-aligned uint8 array of 'size' bytes nobody else uses."""
@@ -97,10 +102,10 @@ class Buffers:
         b = aligned(size)
         out = b[:]
         with self._lock:
-            if len(self._kept) < self.KEEP:
+            if len(self._kept) < self.keep:
                 self._kept.append(b)
             else:  # keep the larger ones, which serve any size
-                i = min(range(self.KEEP), key=lambda j: len(self._kept[j]))
+                i = min(range(self.keep), key=lambda j: len(self._kept[j]))
                 if len(self._kept[i]) < size and \
                         sys.getrefcount(self._kept[i].base) == 2:
                     self._kept[i] = b

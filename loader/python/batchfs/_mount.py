@@ -169,7 +169,7 @@ class Mount:
     def batches(self, epoch=0, start_batch=0, device=None, zero_copy=False,
                 **options):
         """batchfs.Batches over this mount; 'options' are Batches' others
-        (rank=, stream=, whole_dataset=)."""
+        (rank=, stream=, whole_dataset=, readers=)."""
         from ._batches import Batches
         return Batches(self.path, epoch, start_batch, device, zero_copy,
                        **options)

@@ -61,6 +61,19 @@ class StreamReader:
         self._buf, self._lo, self._hi = new, 0, have
         return have >= m
 
+    def preload(self, buf, n, at):
+        """The next batches come from the first n bytes of 'buf': the
+        stream's bytes from byte 'at' on, read by someone else (a reader
+        thread of Batches: a range of whole batches, index/N/offsets
+        says where they start); past them, reads go on from at + n. The
+        batches before must have ended at 'at', else an OSError (the
+        stream and its offsets disagree)."""
+        if self._hi > self._lo or self._pos != at:
+            raise OSError("%s: the batches before byte %d end at byte %d "
+                          "(the stream and its index/N/offsets disagree)"
+                          % (self.path, at, self._pos - self._hi + self._lo))
+        self._buf, self._lo, self._hi, self._pos = buf, 0, n, at + n
+
     def _header(self, lo, n):
         """The checked header of the batch whose JSON is the n bytes at
         lo + 8, and the batch's size."""
@@ -114,6 +127,17 @@ class StreamReader:
         lo = self._lo
         self._lo = lo + size
         return self._buf[lo:lo + size], header
+
+
+def stream_offsets(index_dir, k, n):
+    """Where batches k..n-1 start in the stream of the epoch whose index
+    directory is 'index_dir', and where batch n-1 ends (its 'offsets'
+    file: line K is where batch K starts, the last line the stream's
+    size): n - k + 1 numbers, or fewer when the file has fewer lines."""
+    with open(index_dir + "/offsets", "rb") as f:
+        f.seek(21 * k)
+        text = f.read(21 * (n - k + 1))
+    return [int(text[i:i + 20]) for i in range(0, len(text) - 19, 21)]
 
 
 def stream_offset(index_dir, k):

@@ -157,7 +157,7 @@ class _WorkerShare(Batches):
 
     def __init__(self, parent, worker, workers, epoch, start):
         self.__dict__.update(parent.__dict__)
-        self._bufs = Buffers()   # its own: never the parent's
+        self._bufs = Buffers(parent._bufs.keep)   # never the parent's
         self._worker, self._workers = worker, workers
         self._epoch, self._next = epoch, start
 
@@ -177,7 +177,11 @@ class IterableDataset(torch.utils.data.IterableDataset):
     each pass goes on from where the last stopped, the next epoch after a
     whole one; with num_workers=0 small batches come from the epoch's
     stream (stream=None: batchfs.Batches picks by batch size), each batch
-    file otherwise read with O_DIRECT, the mount's fastest path.
+    file otherwise read with O_DIRECT, the mount's fastest path. Each
+    iteration (in the main process, or in each worker) reads ahead with
+    'readers' threads as batchfs.Batches does (None: half the online
+    CPUs, 4 to 8; 1: one batch at a time, no thread), made in the process
+    that iterates and gone when its iteration ends or is abandoned.
 
     With num_workers > 0 worker k reads batches k, k + N, ... from the
     start, as batch files (the order stays the epoch's; keep device="cpu":
@@ -201,11 +205,12 @@ class IterableDataset(torch.utils.data.IterableDataset):
 
     def __init__(self, mountpoint, epoch=0, start_batch=0, device="cpu",
                  zero_copy=False, rank=None, whole_dataset=False,
-                 stream=None):
+                 stream=None, readers=None):
         super().__init__()
         self.batches = _DatasetBatches(mountpoint, epoch, start_batch,
                                        device, zero_copy, rank, stream,
-                                       whole_dataset=whole_dataset)
+                                       whole_dataset=whole_dataset,
+                                       readers=readers)
         self.rank = self.batches.rank
         self._record = _Record(self.batches._epoch, self.batches._next)
         self._iters = (None, 0)   # (pid, iterations in that process)
@@ -245,10 +250,16 @@ class IterableDataset(torch.utils.data.IterableDataset):
 
     def _in_process(self):
         """The main process's iteration (num_workers=0): Batches'
-        position is exact; published for workers to come."""
-        for batch in self.batches:
-            self._publish()
-            yield batch
+        position is exact; published for workers to come. Closed (a
+        break), it closes Batches' iteration: its reader threads end."""
+        it = iter(self.batches)
+        try:
+            for batch in it:
+                self._publish()
+                yield batch
+                del batch
+        finally:
+            it.close()
         self._publish()
 
     def _worker_key(self, info):
@@ -269,8 +280,12 @@ class IterableDataset(torch.utils.data.IterableDataset):
         by iter() in a persistent worker would kill it)."""
         gen, epoch, start = self._record.join(key, info.id,
                                               self.batches._len_of)
-        yield from _WorkerShare(self.batches, info.id, info.num_workers,
-                                epoch, start)
+        it = iter(_WorkerShare(self.batches, info.id, info.num_workers,
+                               epoch, start))
+        try:
+            yield from it
+        finally:
+            it.close()
         self._record.finish(gen)
 
     def _drive(self):
