@@ -5,7 +5,7 @@ import sys
 from ._batchfile import Buffers, load, parse_batch
 from ._elastic import Elastic
 from ._paths import MountWatch, dataset_of_root
-from ._readers import check_readers, in_order
+from ._readers import check_readers, in_order, stream_readers
 from ._stream import CHUNK, StreamReader, stream_offset, stream_offsets
 
 # Entries of the epoch's directory listed ahead of the batch being opened.
@@ -235,7 +235,8 @@ class Batches:
     and unchanged for as long as you hold it.
 
     An iteration reads ahead with 'readers' threads (None: half the
-    online CPUs, 4 to 8, as the C loader's readers): that many batch
+    online CPUs, 4 to 8, as the C loader's readers; for the stream, at
+    most half the online CPUs, so one on 2 cores): that many batch
     files (read or mapped), or ranges of the stream (whole batches, 8
     MiB at most, where index/N/offsets says), are read at once, each
     into a buffer of its own, and the batches come out in order, exactly
@@ -261,6 +262,8 @@ class Batches:
                  zero_copy=False, rank=None, stream=None,
                  whole_dataset=False, readers=None):
         self.readers = check_readers(readers)
+        self._stream_readers = stream_readers(self.readers,
+                                              readers is not None)
         self.path = os.fspath(mountpoint)
         info = dataset_of_root(self.path, self._API)
         self._watch = MountWatch(self.path, info.get("log"))
@@ -480,7 +483,7 @@ class Batches:
                         break
                     got += m
                 return buf, got
-            gen = in_order(ranges, read, self.readers)
+            gen = in_order(ranges, read, self._stream_readers)
             try:
                 for (i, j), fut in gen:
                     try:
@@ -519,7 +522,7 @@ class Batches:
             raise ValueError("epoch %d: the mount has epochs 0..%d (mount "
                              "with a larger --epochs)" % (e, self._epochs - 1))
         if self.stream and type(self)._indices is Batches._indices:
-            gen = (self._stream_batches if self.readers == 1 else
+            gen = (self._stream_batches if self._stream_readers == 1 else
                    self._stream_ahead)(e, self._next)
             try:
                 for k, batch in gen:

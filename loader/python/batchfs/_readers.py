@@ -28,6 +28,21 @@ def default_readers():
     return max(4, min(8, n))
 
 
+def stream_readers(readers, asked):
+    """Reader threads of a stream iteration: 'readers' when the caller
+    asked for them (asked), else at most half the online CPUs (1 on 2
+    cores: there, reading a small-row stream in one thread was faster,
+    1.28 against 0.98 GB/s with 4 threads, the parsing and the daemon
+    sharing the two cores; tools/bench/RESULTS.md)."""
+    if asked:
+        return readers
+    try:
+        half = os.sysconf("SC_NPROCESSORS_ONLN") // 2
+    except (ValueError, OSError):
+        half = 1
+    return max(1, min(readers, half))
+
+
 def check_readers(readers):
     """readers= of Batches and IterableDataset: None is the default
     (default_readers()); otherwise an int of at least 1 (1: one batch at
