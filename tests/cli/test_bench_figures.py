@@ -37,6 +37,13 @@ MEASURED = {
         "GB/s": {"numpy gather": 4.0, "Batches()": 2.0,
                  "DataLoader(IterableDataset)": 1.0, "C loader, host": 3.0},
         "dl0": 0.25, "dl2": 0.125}),
+    "small rows compare": ("compare", {
+        "warm bound": 8.0, "cold bound": 2.0,
+        "warm": {"Batches()": 2.0, "DataLoader, in memory, 0 workers": 0.5,
+                 "DataLoader, from the file, 4 workers": 0.25},
+        "cold": {"Batches()": 0.5,
+                 "DataLoader, from the file, 0 workers": float("nan"),
+                 "DataLoader, from the file, 8 workers": 0.125}}),
     "small rows epochs": ("epochs", {
         "default": [{"GB/s": 0.5}, {"GB/s": 1.0}, {"GB/s": 1.0}],
         "no-read-in": [{"GB/s": 0.25}, {"GB/s": 1.0}, {"GB/s": 1.0}]}),
@@ -76,6 +83,11 @@ WANT = {
         "best DataLoader, tensors in RAM": {
             "Batches()": 8.0, "DataLoader(IterableDataset)": 4.0,
             "C loader, host": 12.0}},
+    "small rows compare": {
+        "best DataLoader, warm": {"Batches()": 4.0},
+        "the bound, warm": {"Batches()": 0.25},
+        "best DataLoader, cold": {"Batches()": 4.0},
+        "the bound, cold": {"Batches()": 0.25}},
     "small rows epochs": {"its third epoch": {
         "read in at mount (default)": 0.5, "without the read-in": 0.25}},
     "small rows cold": {"dd bs=1M of the archive": {

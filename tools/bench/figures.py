@@ -44,6 +44,18 @@ FIGURES = [
     ("readers", "fig-readers.png", "The readers batchfs ships",
      "batchfs: a shuffled epoch through each reader on a default mount "
      "(torch tensors), archive in the page cache"),
+    ("compare", "fig-compare.png", "batchfs against the DataLoader you "
+     "would write",
+     "GB/s of payload (images and labels as torch tensors in the training "
+     "process), higher is better, log scale. batchfs: batchfs.Batches() "
+     "with its defaults on a default mount. DataLoader: shuffle=True, 0, 4 "
+     "or 8 workers, over the archive's tensors in memory (torch.load, a "
+     "TensorDataset; cold: torch.load of the cold archive plus an epoch) "
+     "or over the archive file (a Dataset that preads each sample's rows). "
+     "Warm: the archive in the page cache; cold: the page cache dropped "
+     "before each pass, batchfs timed from `batchfs mount` on. The dashed "
+     "line is what reading the archive itself gives: the page cache's read "
+     "of it (warm), `dd bs=1M` of it (cold)"),
     ("epochs", "fig-epochs.png", "The first epoch of a fresh mount",
      "batchfs: epoch 0 of a fresh mount against its third epoch, archive "
      "in the page cache, Python readinto 1 MiB"),
@@ -127,6 +139,14 @@ def ratios(part, e):
             if len(per) == 3:
                 put("its third epoch", label, per[0].get("GB/s"),
                     per[2].get("GB/s"))
+    elif part == "compare":
+        for how in ("warm", "cold"):
+            g = e.get(how) or {}
+            dls = [v for k, v in g.items() if k.startswith("DataLoader")]
+            put("best DataLoader, " + how, "Batches()", g.get("Batches()"),
+                best(*dls))
+            put("the bound, " + how, "Batches()", g.get("Batches()"),
+                e.get(how + " bound"))
     elif part == "cold":
         for variant, label in (("default", "read in at mount (default)"),
                                ("no-read-in", "without the read-in")):
@@ -312,6 +332,72 @@ def draw(plt, part, title, what, ents, path):
     plt.close(fig)
 
 
+def draw_compare(plt, title, what, ents, path):
+    """The compare part's figure: a panel per workload, a group per
+    condition (warm, cold), a bar per reader in GB/s (log scale, each
+    labelled), the condition's bound as a dashed line across its group."""
+    fig, axes = plt.subplots(1, len(ents), figsize=(8, 4.5), dpi=100,
+                             squeeze=False)
+    readers = []
+    for _, e in ents:
+        for how in ("warm", "cold"):
+            readers += [k for k in (e.get(how) or {}) if k not in readers]
+    cmap = plt.get_cmap("tab10")
+    colors = {r: cmap(i % 10) for i, r in enumerate(readers)}
+    vals = [v for _, e in ents for how in ("warm", "cold")
+            for v in list((e.get(how) or {}).values()) +
+            [e.get(how + " bound")] if number(v)]
+    lo, hi = min(vals) / 2.5, max(vals) * 2.5
+    width = 0.8 / max(1, len(readers))
+    for ax, (key, e) in zip(axes.ravel(), ents):
+        hows = [h for h in ("warm", "cold") if e.get(h)]
+        for j, how in enumerate(hows):
+            for i, r in enumerate(readers):
+                v = number((e.get(how) or {}).get(r))
+                x = j + width * (i - (len(readers) - 1) / 2)
+                if v is None:
+                    continue
+                ax.bar(x, v, width=width * 0.9, color=colors[r])
+                ax.annotate("%.2f" % v if v >= 0.1 else "%.3f" % v, (x, v),
+                            xytext=(0, 2), textcoords="offset points",
+                            ha="center", va="bottom", fontsize=5.5)
+            b = number(e.get(how + " bound"))
+            if b:
+                ax.hlines(b, j - 0.45, j + 0.45, colors="black",
+                          linestyles="dashed", linewidth=0.9)
+                ax.annotate("bound %.2f" % b, (j + 0.45, b), xytext=(0, 2),
+                            textcoords="offset points", ha="right",
+                            va="bottom", fontsize=6)
+        ax.set_yscale("log")
+        ax.set_ylim(lo, hi)
+        at, labels = ticks(lo, hi)
+        ax.set_yticks(at, [t.replace("\u00d7", "") for t in labels])
+        ax.minorticks_off()
+        ax.set_xticks(range(len(hows)))
+        ax.set_xticklabels(hows, fontsize=8)
+        ax.set_xlim(-0.6, len(hows) - 0.4)
+        ax.tick_params(axis="y", labelsize=7)
+        ax.set_title("%s\n%s" % (workload_label(key, "compare",
+                                                 e.get("run", {})),
+                                  when(e.get("run", {}))), fontsize=7)
+        ax.grid(axis="y", linewidth=0.3, alpha=0.5)
+        ax.set_axisbelow(True)
+    axes.ravel()[0].set_ylabel("GB/s of payload (log)", fontsize=8)
+    handles = [plt.Rectangle((0, 0), 1, 1, color=colors[r]) for r in readers]
+    fig.legend(handles, readers, loc="upper center", fontsize=6.5, ncol=4,
+               frameon=False, bbox_to_anchor=(0.5, 0.955))
+    fig.suptitle(title, x=0.01, y=0.995, ha="left", fontsize=10,
+                 fontweight="bold")
+    caption = what + ". Machine: " + \
+        ("; ".join(unique(ents, "machine")) or "not recorded") + "."
+    lines = textwrap.wrap(caption, 165)
+    fig.text(0.01, 0.005, "\n".join(lines), fontsize=6.5, ha="left",
+             va="bottom")
+    fig.tight_layout(rect=(0, 0.02 + 0.025 * len(lines), 1, 0.87))
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
 def main(argv):
     src = argv[1] if len(argv) > 1 else os.path.join(HERE, "results.json")
     out = argv[2] if len(argv) > 2 else \
@@ -335,7 +421,10 @@ def main(argv):
         if not ents:
             continue
         path = os.path.join(out, name)
-        draw(plt, part, title, what, ents, path)
+        if part == "compare":
+            draw_compare(plt, title, what, ents, path)
+        else:
+            draw(plt, part, title, what, ents, path)
         print("figures: %s (%s)" % (path, ", ".join(k for k, _ in ents)))
         drawn += 1
     if not drawn:
