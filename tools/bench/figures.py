@@ -314,8 +314,6 @@ def draw(plt, part, title, what, ents, path):
     fig.legend(handles, variants, loc="upper right", fontsize=7,
                ncol=min(len(variants), 4), frameon=False,
                bbox_to_anchor=(0.99, 0.995))
-    fig.suptitle(title, x=0.01, y=0.995, ha="left", fontsize=10,
-                 fontweight="bold")
     caption = what + ". Above 1\u00d7: batchfs is faster. Machine: " + \
         ("; ".join(unique(ents, "machine")) or "not recorded") + "."
     for src in unique(ents, "from"):
@@ -324,10 +322,18 @@ def draw(plt, part, title, what, ents, path):
         whose = "" if len(names) == len(ents) or not all(names) else \
             " (%s)" % ", ".join(names)
         caption += " Copied from %s%s." % (src, whose)
+    finish(plt, fig, title, caption, 0.95, path)
+
+
+def finish(plt, fig, title, caption, top, path):
+    """A figure's title and caption (wrapped under the panels, which end
+    at 'top' of its height), saved to path and closed."""
+    fig.suptitle(title, x=0.01, y=0.995, ha="left", fontsize=10,
+                 fontweight="bold")
     lines = textwrap.wrap(caption, 165)
     fig.text(0.01, 0.005, "\n".join(lines), fontsize=6.5, ha="left",
              va="bottom")
-    fig.tight_layout(rect=(0, 0.02 + 0.025 * len(lines), 1, 0.95))
+    fig.tight_layout(rect=(0, 0.02 + 0.025 * len(lines), 1, top))
     fig.savefig(path, dpi=100)
     plt.close(fig)
 
@@ -386,16 +392,9 @@ def draw_compare(plt, title, what, ents, path):
     handles = [plt.Rectangle((0, 0), 1, 1, color=colors[r]) for r in readers]
     fig.legend(handles, readers, loc="upper center", fontsize=6.5, ncol=4,
                frameon=False, bbox_to_anchor=(0.5, 0.955))
-    fig.suptitle(title, x=0.01, y=0.995, ha="left", fontsize=10,
-                 fontweight="bold")
-    caption = what + ". Machine: " + \
-        ("; ".join(unique(ents, "machine")) or "not recorded") + "."
-    lines = textwrap.wrap(caption, 165)
-    fig.text(0.01, 0.005, "\n".join(lines), fontsize=6.5, ha="left",
-             va="bottom")
-    fig.tight_layout(rect=(0, 0.02 + 0.025 * len(lines), 1, 0.87))
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    finish(plt, fig, title, what + ". Machine: " +
+           ("; ".join(unique(ents, "machine")) or "not recorded") + ".",
+           0.87, path)
 
 
 def main(argv):
