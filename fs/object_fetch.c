@@ -52,6 +52,14 @@
  * over and it is absent (unmark). No request fails with it (store). */
 #define AGAIN EAGAIN
 
+/* Bytes of chunk c of o (the last one may be short). */
+static uint64_t chunk_len(const struct bfs_object *o, uint64_t c)
+{
+	uint64_t at = c << o->shift;
+
+	return o->size - at < o->chunk ? o->size - at : o->chunk;
+}
+
 /* ---- storing --------------------------------------------------------- */
 
 /* Lift the in-flight marks of [off, off + len) of o, its request over.
@@ -65,7 +73,7 @@ static void unmark(struct bfs_object *o, uint64_t off, uint64_t len)
 	for (uint64_t c = off >> o->shift;
 	     c < o->nchunks && (c << o->shift) < off + len; c++) {
 		uint64_t at = c << o->shift;
-		uint64_t n = o->size - at < o->chunk ? o->size - at : o->chunk;
+		uint64_t n = chunk_len(o, c);
 
 		o->flight[c] = 0;
 		if (!o->mem[c] && bfs_cache_wait(o->e, at, n, 0) == -ETIMEDOUT)
@@ -222,7 +230,7 @@ static void spill_or_fail(struct bfs_object *o, const struct job *j,
 	for (uint64_t c = off >> o->shift;
 	     c < o->nchunks && (c << o->shift) < off + len; c++) {
 		uint64_t at = c << o->shift;
-		uint64_t n = o->size - at < o->chunk ? o->size - at : o->chunk;
+		uint64_t n = chunk_len(o, c);
 
 		if (o->mem[c] || bfs_cache_present(o->e, at, n))
 			continue;
@@ -257,8 +265,7 @@ static void drop_unpinned(struct bfs_object *o, const struct bfs_cache_range *r,
 		for (uint64_t c = r[i].off >> o->shift;
 		     c < o->nchunks && (c << o->shift) < end; c++) {
 			uint64_t at = c << o->shift;
-			uint64_t len =
-			    o->size - at < o->chunk ? o->size - at : o->chunk;
+			uint64_t len = chunk_len(o, c);
 
 			if (!o->mem[c] || bfs_cache_pinned(o->e, at, len) ||
 			    lift(o, at, len) < 0)
@@ -485,7 +492,7 @@ static void request(struct bfs_object *o, uint64_t off, uint64_t len,
 static bool claim(struct bfs_object *o, uint64_t c)
 {
 	uint64_t off = c << o->shift;
-	uint64_t len = o->size - off < o->chunk ? o->size - off : o->chunk;
+	uint64_t len = chunk_len(o, c);
 
 	if (o->flight[c] || o->mem[c] || bfs_cache_present(o->e, off, len))
 		return false;
@@ -498,15 +505,10 @@ static bool claim(struct bfs_object *o, uint64_t c)
  * [o->lock] */
 static bool claimable(struct bfs_object *o, uint64_t a, uint64_t b)
 {
-	for (uint64_t c = a; c < b; c++) {
-		uint64_t off = c << o->shift;
-
+	for (uint64_t c = a; c < b; c++)
 		if (o->flight[c] || o->mem[c] ||
-		    bfs_cache_present(o->e, off,
-				      o->size - off < o->chunk ? o->size - off
-							       : o->chunk))
+		    bfs_cache_present(o->e, c << o->shift, chunk_len(o, c)))
 			return false;
-	}
 	return true;
 }
 
@@ -620,7 +622,7 @@ static void missing(struct bfs_object *o, uint64_t off, uint64_t len, char *out,
 	for (uint64_t c = off >> o->shift;
 	     c < o->nchunks && (c << o->shift) < off + len; c++) {
 		uint64_t at = c << o->shift;
-		uint64_t n = o->size - at < o->chunk ? o->size - at : o->chunk;
+		uint64_t n = chunk_len(o, c);
 		int rc = __atomic_load_n(&o->mem[c], __ATOMIC_ACQUIRE)
 			     ? 0
 			     : bfs_cache_wait(o->e, at, n, 0);
@@ -705,12 +707,8 @@ static int wait_one(struct bfs_object *o, const struct bfs_cache_range *r,
 		if (rc == 0)
 			return 0;
 		late = bfs_object_now_ns() >= deadline_ns;
-		if (rc == -AGAIN && !late) {
+		if (!late && (rc == -AGAIN || (rc != -ESTALE && !again++))) {
 			fetch(o, r, 1, true, o->os->merge_gap);
-			continue;
-		}
-		if (rc != -ESTALE && !again++ && !late) {
-			fetch(o, r, 1, true, o->os->merge_gap); /* once more */
 			continue;
 		}
 		explain(o, rc, late, r->off, r->len, err);
@@ -771,11 +769,9 @@ static bool room_ahead(struct bfs_object *o, const struct bfs_cache_range *r,
 		    r[i].len ? ((r[i].off + r[i].len - 1) >> o->shift) + 1 : c;
 
 		for (; c < end && c < o->nchunks; c++) {
-			uint64_t off = c << o->shift;
-			uint64_t len =
-			    o->size - off < o->chunk ? o->size - off : o->chunk;
+			uint64_t len = chunk_len(o, c);
 
-			if (!bfs_cache_present(o->e, off, len))
+			if (!bfs_cache_present(o->e, c << o->shift, len))
 				absent += len;
 		}
 	}
