@@ -414,27 +414,34 @@ class Batches:
         DataLoader worker's share: batchfs.IterableDataset)."""
         return range(k, self._len_of(self._epoch))
 
-    def _stream_batches(self, e, k):
-        """Batches k, k+1, ... of epoch e from its stream file."""
-        path = "%s/stream/%d" % (self._dir, e)
+    def _open_stream(self, path, at):
+        """A StreamReader of the stream at path from byte 'at' on."""
         try:
-            reader = StreamReader(path, stream_offset(
-                "%s/index/%d" % (self._dir, e), k) if k else 0, self._bufs)
+            return StreamReader(path, at, self._bufs)
         except OSError as err:
             self._watch.check(err, path)
             raise
+
+    def _stream_batch(self, reader, path, k):
+        """Batch k, the next of reader's stream (at path), parsed."""
+        try:
+            buf, head = reader.next()
+        except OSError as err:
+            self._watch.check(err, "%s (batch %d)" % (path, k))
+            raise
+        if buf is None:
+            raise OSError("%s ended before batch %d" % (path, k))
+        return parse_batch(buf, self.device, "%s (batch %d)" % (path, k),
+                           header=head)
+
+    def _stream_batches(self, e, k):
+        """Batches k, k+1, ... of epoch e from its stream file."""
+        path = "%s/stream/%d" % (self._dir, e)
+        reader = self._open_stream(path, stream_offset(
+            "%s/index/%d" % (self._dir, e), k) if k else 0)
         try:
             for k in range(k, self._len_of(e)):
-                try:
-                    buf, head = reader.next()
-                except OSError as err:
-                    self._watch.check(err, "%s (batch %d)" % (path, k))
-                    raise
-                if buf is None:
-                    raise OSError("%s ended before batch %d" % (path, k))
-                yield k, parse_batch(buf, self.device,
-                                     "%s (batch %d)" % (path, k),
-                                     header=head)
+                yield k, self._stream_batch(reader, path, k)
         finally:
             reader.close()
 
@@ -458,11 +465,7 @@ class Batches:
         if len(offs) != n - k + 1:
             yield from self._stream_batches(e, k)
             return
-        try:
-            reader = StreamReader(path, offs[0], self._bufs)
-        except OSError as err:
-            self._watch.check(err, path)
-            raise
+        reader = self._open_stream(path, offs[0])
         try:
             ranges, i = [], k
             while i < n:
@@ -495,19 +498,7 @@ class Batches:
                         self._watch.check(err, "%s (batch %d)" % (path, i))
                         raise
                     for b in range(i, j):
-                        try:
-                            bb, head = reader.next()
-                        except OSError as err:
-                            self._watch.check(err, "%s (batch %d)"
-                                              % (path, b))
-                            raise
-                        if bb is None:
-                            raise OSError("%s ended before batch %d"
-                                          % (path, b))
-                        batch = parse_batch(bb, self.device,
-                                            "%s (batch %d)" % (path, b),
-                                            header=head)
-                        del bb
+                        batch = self._stream_batch(reader, path, b)
                         yield b, batch
                         del batch
             finally:
