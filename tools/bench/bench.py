@@ -741,6 +741,23 @@ os._exit(0)  # workers blocked in a slow read must not hold the exit
 """
 
 
+def dl_pread(arch, n, row, img, lab, batch, workers, preexec_fn=None,
+             hint=""):
+    """Samples/s of DL_PREAD (a DataLoader whose Dataset preads each
+    sample's rows from the archive file) with 'workers' workers, capped
+    at DL_SECONDS, its process started with preexec_fn; NaN when it
+    failed (logged, with 'hint' on what its exit status may mean)."""
+    out = subprocess.run(
+        [sys.executable, "-c", DL_PREAD, arch, str(n), str(row), str(img),
+         str(lab), str(batch), str(workers), str(DL_SECONDS)],
+        capture_output=True, text=True, preexec_fn=preexec_fn, timeout=600)
+    m = re.search(r"samples/s=([\d.]+)", out.stdout)
+    if not m:
+        log("    DataLoader pread, %d workers failed (exit %d%s): %s"
+            % (workers, out.returncode, hint, out.stderr.strip()[-200:]))
+    return float(m.group(1)) if m else float("nan")
+
+
 def bench_notfit(work, arch, batch, n, row):
     """Data that does not fit: everything in a memory cgroup of NOTFIT_MB
     MiB, the page cache dropped before each pass. batchfs (mount, then
@@ -795,18 +812,9 @@ def bench_notfit(work, arch, batch, n, row):
                 work.unmount(mnt)
             for w in (0, 2, 4):
                 drop_caches()
-                out = subprocess.run(
-                    [sys.executable, "-c", DL_PREAD, arch, str(n), str(row),
-                     str(img), str(lab), str(batch), str(w), str(DL_SECONDS)],
-                    capture_output=True, text=True, preexec_fn=join,
-                    timeout=600)
-                m = re.search(r"samples/s=([\d.]+)", out.stdout)
                 got.setdefault("DataLoader pread, %d workers" % w, []).append(
-                    float(m.group(1)) if m else float("nan"))
-                if not m:
-                    log("    DataLoader %d workers failed (exit %d; -9: "
-                        "killed, the cgroup too small?): %s"
-                        % (w, out.returncode, out.stderr.strip()[-200:]))
+                    dl_pread(arch, n, row, img, lab, batch, w, join,
+                             "; -9: killed, the cgroup too small?"))
     finally:
         memcg.remove(cg)
     reader = got.pop("batchfs reader")[-1]
@@ -831,21 +839,6 @@ def bench_notfit(work, arch, batch, n, row):
 
 
 COMPARE_WORKERS = (0, 4, 8)
-
-
-def dl_pread(arch, n, row, img, lab, batch, workers):
-    """Samples/s of DL_PREAD (a DataLoader whose Dataset preads each
-    sample's rows from the archive file) with 'workers' workers, capped
-    at DL_SECONDS; NaN when it failed."""
-    out = subprocess.run(
-        [sys.executable, "-c", DL_PREAD, arch, str(n), str(row), str(img),
-         str(lab), str(batch), str(workers), str(DL_SECONDS)],
-        capture_output=True, text=True, timeout=600)
-    m = re.search(r"samples/s=([\d.]+)", out.stdout)
-    if not m:
-        log("    DataLoader pread, %d workers failed (exit %d): %s"
-            % (workers, out.returncode, out.stderr.strip()[-200:]))
-    return float(m.group(1)) if m else float("nan")
 
 
 def bench_compare(work, arch, batch, n, row):
