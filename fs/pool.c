@@ -83,9 +83,15 @@
  * other lock, so no order to respect; bfs_order and bfs_dataset calls are
  * thread-safe on their own and are made without p->lock held.
  *
+ * Wake-ups: an acquire waits for its batch on a condition of its own,
+ * listed on p->waiters (with the batch's count of waiters), so a batch
+ * done wakes only the acquires waiting for it, and a batch nobody waits
+ * for (prefetched) wakes nobody; a worker waits on p->work, signalled
+ * once per batch queued.
+ *
  * Interrupts (pool.h): an acquire waits for its batch until the deadline,
  * or until the flag its thread named (bfs_cancel_enter) is set and
- * bfs_pool_interrupt wakes the waiters: it returns -EINTR and leaves the
+ * bfs_pool_interrupt wakes every waiter: it returns -EINTR and leaves the
  * batch as it is (still demanded, queued or being gathered), so a later
  * acquire finds it ready; the waiters whose flag is not set wait on.
  *
@@ -138,12 +144,21 @@ struct bfs_batch {
 	unsigned refs;		 /* [L] acquirers waiting or reading */
 	bool in_table;		 /* [L] */
 	bool demanded;		 /* [L] a reader asked for it (else prefetch) */
+	unsigned waiting;	 /* [L] acquires waiting for it */
 	struct bfs_batch *hnext; /* [L] hash chain */
 	struct bfs_batch *prev, *next; /* [L] queue (QUEUED) or LRU (READY) */
 };
 
 struct list {
 	struct bfs_batch *head, *tail;
+};
+
+/* An acquire waiting for its batch: woken alone when that batch is done
+ * (on p->waiters while it waits). */
+struct waiter {
+	pthread_cond_t cond;	    /* p->clock's clock */
+	struct bfs_batch *b;	    /* the batch it waits for */
+	struct waiter *prev, *next; /* [L] */
 };
 
 struct bfs_pool {
@@ -156,9 +171,11 @@ struct bfs_pool {
 	uint64_t rows_max;  /* samples of the largest batch */
 
 	pthread_mutex_t lock;
-	pthread_cond_t work;  /* [L] queue not empty or stop */
-	pthread_cond_t ready; /* [L] some batch became READY/FAILED, or stop */
-	bool stop;	      /* [L] */
+	pthread_cond_t work;	  /* [L] queue not empty or stop */
+	pthread_cond_t stopping;  /* [L] stop (cuts debug_delay short) */
+	pthread_condattr_t clock; /* the waits' clock: CLOCK_MONOTONIC */
+	struct waiter *waiters;	  /* [L] acquires waiting, each for one batch */
+	bool stop;		  /* [L] */
 	struct bfs_batch *table[NBUCKETS]; /* [L] */
 	struct list queue;		   /* [L] QUEUED batches */
 	struct list lru;		   /* [L] READY in table, MRU at head */
@@ -184,7 +201,7 @@ static uint64_t now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-/* CLOCK_MONOTONIC 'ms' milliseconds from now (p->ready's clock). */
+/* CLOCK_MONOTONIC 'ms' milliseconds from now (the waits' clock). */
 static struct timespec deadline_in(unsigned ms)
 {
 	struct timespec dl;
@@ -574,7 +591,7 @@ static void debug_delay(struct bfs_pool *p)
 
 	pthread_mutex_lock(&p->lock);
 	while (!p->stop &&
-	       pthread_cond_timedwait(&p->ready, &p->lock, &dl) != ETIMEDOUT)
+	       pthread_cond_timedwait(&p->stopping, &p->lock, &dl) != ETIMEDOUT)
 		;
 	pthread_mutex_unlock(&p->lock);
 }
@@ -633,8 +650,17 @@ static int gather_sealed(struct bfs_pool *p, struct bfs_batch *b,
 	return rc;
 }
 
+/* Wake the acquires waiting for b (every waiting acquire: b NULL). [L] */
+static void wake(struct bfs_pool *p, const struct bfs_batch *b)
+{
+	for (struct waiter *w = p->waiters; w; w = w->next)
+		if (!b || w->b == b)
+			pthread_cond_signal(&w->cond);
+}
+
 /* The end of a gather of b that took 'ns': READY (the ready hook ran
- * already) or FAILED, waiters woken. [L] */
+ * already) or FAILED, its waiters woken (only they: a batch done wakes
+ * no acquire that waits for another). [L] */
 static void finish(struct bfs_pool *p, struct bfs_batch *b, int rc, uint64_t ns)
 {
 	char why[700], name[80];
@@ -698,7 +724,8 @@ static void finish(struct bfs_pool *p, struct bfs_batch *b, int rc, uint64_t ns)
 		else if (b->refs == 0)
 			batch_free(p, b);
 	}
-	pthread_cond_broadcast(&p->ready);
+	if (b->waiting)
+		wake(p, b);
 }
 
 /* b's plan into w: its samples (w->idx) and its file size (a ragged
@@ -916,7 +943,6 @@ int bfs_pool_create(struct bfs_pool **out, const struct bfs_dataset *ds,
 		    const struct bfs_pool_opts *o)
 {
 	struct bfs_pool *p = calloc(1, sizeof(*p));
-	pthread_condattr_t ca;
 	int rc = 0;
 
 	*out = NULL;
@@ -937,10 +963,9 @@ int bfs_pool_create(struct bfs_pool **out, const struct bfs_dataset *ds,
 	p->st.prefetch_depth = o->prefetch;
 	pthread_mutex_init(&p->lock, NULL);
 	pthread_cond_init(&p->work, NULL);
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&p->ready, &ca);
-	pthread_condattr_destroy(&ca);
+	pthread_condattr_init(&p->clock);
+	pthread_condattr_setclock(&p->clock, CLOCK_MONOTONIC);
+	pthread_cond_init(&p->stopping, &p->clock);
 	p->threads = calloc(p->o.workers, sizeof(*p->threads));
 	p->pf_upto = calloc(p->lanes, sizeof(*p->pf_upto));
 	p->recent = calloc(p->lanes * RECENT, sizeof(*p->recent));
@@ -976,7 +1001,7 @@ void bfs_pool_destroy(struct bfs_pool *p)
 	pthread_mutex_lock(&p->lock);
 	p->stop = true;
 	pthread_cond_broadcast(&p->work);
-	pthread_cond_broadcast(&p->ready); /* cuts debug_delay short */
+	pthread_cond_broadcast(&p->stopping);
 	pthread_mutex_unlock(&p->lock);
 	for (unsigned i = 0; i < p->nthreads; i++)
 		pthread_join(p->threads[i], NULL);
@@ -997,8 +1022,9 @@ void bfs_pool_destroy(struct bfs_pool *p)
 	free(p->recent);
 	free(p->recent_at);
 	free(p->lane_end);
-	pthread_cond_destroy(&p->ready);
+	pthread_cond_destroy(&p->stopping);
 	pthread_cond_destroy(&p->work);
+	pthread_condattr_destroy(&p->clock);
 	pthread_mutex_destroy(&p->lock);
 	free(p);
 }
@@ -1130,8 +1156,36 @@ void bfs_pool_interrupt(struct bfs_pool *p)
 	/* under the lock: a waiter looks at its flag, then waits, without
 	 * letting go of it in between, so the wake-up cannot fall there */
 	pthread_mutex_lock(&p->lock);
-	pthread_cond_broadcast(&p->ready);
+	wake(p, NULL);
 	pthread_mutex_unlock(&p->lock);
+}
+
+/* Wait until b is READY or FAILED, the deadline dl passed or this
+ * thread's request was interrupted: on a condition of its own, on
+ * p->waiters meanwhile. [L] */
+static void wait_for(struct bfs_pool *p, struct bfs_batch *b,
+		     const struct timespec *dl)
+{
+	struct waiter w = {.b = b, .next = p->waiters};
+
+	if (b->state != B_QUEUED && b->state != B_BUSY)
+		return;
+	pthread_cond_init(&w.cond, &p->clock);
+	if (w.next)
+		w.next->prev = &w;
+	p->waiters = &w;
+	b->waiting++;
+	while ((b->state == B_QUEUED || b->state == B_BUSY) && !cancelled() &&
+	       pthread_cond_timedwait(&w.cond, &p->lock, dl) != ETIMEDOUT)
+		;
+	b->waiting--;
+	if (w.prev)
+		w.prev->next = w.next;
+	else
+		p->waiters = w.next;
+	if (w.next)
+		w.next->prev = w.prev;
+	pthread_cond_destroy(&w.cond);
 }
 
 static int acquire(struct bfs_pool *p, const struct bfs_batch_loc *at,
@@ -1169,11 +1223,7 @@ static int acquire(struct bfs_pool *p, const struct bfs_batch_loc *at,
 		goto out_unlock;
 	}
 	b->refs++;
-	while ((b->state == B_QUEUED || b->state == B_BUSY) && !cancelled()) {
-		if (pthread_cond_timedwait(&p->ready, &p->lock, &dl) ==
-		    ETIMEDOUT)
-			break;
-	}
+	wait_for(p, b, &dl);
 	if (b->state == B_READY) {
 		if (b->in_table) { /* most recently used */
 			list_del(&p->lru, b);
