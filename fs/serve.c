@@ -1,13 +1,16 @@
 /* fs/serve: open files and how their bytes reach readers (serve.h): the
  * core. The ways of serving live in files of their own behind a table of
  * operations (serve_impl.h has the map, and which way calls go); this
- * file owns the files and dispatches to their ways, and knows no mode.
+ * file owns the files and dispatches to their ways. The one mode it
+ * names is direct, whose way also serves O_DIRECT opens in every mode.
  *
  * Ways. Every kind of file has a way, set up at create: batch files the
- * mode's (its table from serve_ways.c: the one place a mode is looked
- * at), and direct mode's for batch files opened with O_DIRECT (the
- * readers batchfs ships open them so: batch_way), stream/N and
- * index/N/offsets theirs (serve_stream.c), texts the one below. Each open
+ * mode's (its table from serve_ways.c), and direct mode's for batch files
+ * opened with O_DIRECT (the readers batchfs ships open them so:
+ * batch_way), unless the mode's way holds the batch open (then the
+ * mode's) or no_direct_open refuses such opens (a test's); in direct mode
+ * the two are one way. stream/N and index/N/offsets have theirs
+ * (serve_stream.c), texts the one below. Each open
  * sets the file's way, and every later call of that file goes through it:
  * read, done (after the reply), release, free. The mount-wide calls
  * (create, stop, destroy, the kernel's thread) go to every way that has
