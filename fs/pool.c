@@ -50,7 +50,10 @@
  * counted in cache_bytes) and reused for batches of the same size or
  * smaller; they are the first thing dropped for room. A fresh buffer costs
  * a page fault and a zeroed page per 4 KiB on its first gather
- * (buffers_mapped counts them).
+ * (buffers_mapped counts them). Memfd batches are descriptors too: with
+ * opts.fds_bounded the batches held are bounded by the descriptor limit
+ * (max_fds, read again when hit): idle ones are evicted for room, a
+ * prefetch past it is dropped, a demand past it fails with -ENFILE.
  *
  * Prefetch. Each acquire of position pos queues pos+1 .. pos+prefetch
  * (across epochs, up to its lane's end), skipping what the table already
@@ -63,7 +66,12 @@
  * batches after it. Before a gather, the worker advises its batch's rows
  * and, for data that does not fit in memory, reads the rows of big
  * fields itself with O_DIRECT (bfs_fetch_rows, on a struct
- * bfs_fetch_rows of its own). While the read-ahead thread
+ * bfs_fetch_rows of its own; never with opts.rows_in_place, which the
+ * pool tells the fetch at create: bfs_fetch_serve_mapped). The rows a
+ * gather reads in remote files are held around it (bfs_fetch_hold:
+ * fetched where absent and waited for, within the read's deadline;
+ * bfs_fetch_release after), on a struct bfs_fetch_hold per worker; a
+ * hold that fails fails the batch. While the read-ahead thread
  * does not run (no reader, or the read-in of data that fits has ended),
  * a worker that gathered batch q advises the rows of batch
  * q + prefetch + 1, one window further. bfs_pool_advise, for batches
