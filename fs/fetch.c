@@ -2,19 +2,31 @@
  * fs/README.md: cold data).
  *
  * The backend is the composition root's choice (fs/reader's, on local
- * files); its name is the reader of stats and dataset.json, and its
- * 'why', with what this room adds, says how rows are read.
+ * files; fs/remote_fetch's where a file is remote, over a local one); its
+ * name is the reader of stats and dataset.json, and its 'why', with what
+ * this room adds, says how rows are read. Reads ahead, planned uses
+ * (bfs_fetch_plan_ranges), the readers' clock (bfs_fetch_now) and the
+ * remote counters go to the backend as they are, where it has them.
+ *
+ * Holds (files whose bytes are not always there: the backend's held,
+ * remote files): bfs_fetch_hold lists, in the thread's struct
+ * bfs_fetch_hold, the byte ranges a gather's rows touch in those files
+ * (every field, ragged ones by their spans), sorts and merges them, and
+ * has the backend make them present and keep them so until
+ * bfs_fetch_release.
  *
  * Rows read by the gathers (data that does not fit, a backend that reads
  * rows: be->rows): fields of rows of FETCH_MIN bytes or more, stored as
  * served in every shard. Each read covers the pages a row touches (so a
  * backend may read them with O_DIRECT), into page-aligned memory of the
  * thread's (struct bfs_fetch_rows, reused by its next batch), and the row
- * is found at its offset within them.
+ * is found at its offset within them. None once bfs_fetch_serve_mapped
+ * said batches are served from the mappings.
  *
  * Thread-safety: rows, bytes and mapped are atomics; a struct
- * bfs_fetch_rows is its thread's own; the backend's operations are
- * thread-safe (fetch.h); the rest is immutable after creation. */
+ * bfs_fetch_rows or bfs_fetch_hold is its thread's own; the backend's
+ * operations are thread-safe (fetch.h); the rest is immutable after
+ * creation. */
 #include "fs/fetch.h"
 
 #include <errno.h>
