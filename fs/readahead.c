@@ -23,17 +23,28 @@
  * ranges sorted by file and offset and merged where they touch, handed
  * to fs/fetch (bfs_fetch_ahead). It sleeps until a stream moves so far
  * that its lead is down to half the window. Once the read-in of fs/memory
- * has ended it reads nothing more: it checks before each batch, and
- * follow no longer wakes it (it sleeps until destroy).
+ * has ended it reads nothing more (unless some file is remote): it checks
+ * before each batch, and follow no longer wakes it (it sleeps until
+ * destroy).
+ *
+ * Remote files (those fs/fetch holds: bfs_fetch_held) have no residency
+ * words and are never advised: the thread hands each batch's ranges in
+ * them (ragged fields' too, by their spans) to the fetch at once
+ * (bfs_fetch_ahead_ranges) with when the batch is next needed, on a
+ * clock of batches the readers moved to (ra->clock, told to the fetch by
+ * bfs_fetch_now). The window is then at most an epoch. Where the fetch
+ * plans (bfs_fetch_plans, opts.plan_bytes), batches up to a horizon past
+ * the window are planned first (bfs_fetch_plan_ranges: uses told,
+ * nothing read).
  *
  * The fields whose rows the gathers read themselves (fs/fetch:
  * bfs_fetch_field) are neither advised nor read ahead.
  *
  * Thread-safety: the words and counters are relaxed atomics (hints and
  * statistics; threads racing on one chunk store the same kind of
- * answer); follow, next and turn are under ra->lock (the thread waits on
- * 'moved'), never held across a read; the rest is immutable after
- * creation. */
+ * answer); follow, next, planned, turn and clock are under ra->lock (the
+ * thread waits on 'moved'), never held across a read; the rest is
+ * immutable after creation. */
 #include "fs/readahead.h"
 
 #include <errno.h>
