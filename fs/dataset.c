@@ -6,7 +6,12 @@
  * first shard's tensors name the fields: a pair NAME.values + NAME.offsets
  * is one ragged field NAME, every other tensor a fixed field. Shards must
  * have the same fields (by name, in any order), dtypes and per-row shapes;
- * they are concatenated along dim 0, whatever their kinds.
+ * they are concatenated along dim 0, whatever their kinds. A path may be
+ * a URL, opened in the mount's objects (bfs_dataset_open_in;
+ * fs/source_remote); once every shard is open and checked, each source's
+ * mappings are made readable whole (bfs_source_unguard), and a remote
+ * file's rows are read from then on only while a gather holds them
+ * (fs/fetch).
  *
  * Binding: a row is addressed as  base + (offset + s * stride0) * elsize
  * plus the per-row strides. The view must lie inside its storage (torch's
@@ -15,7 +20,8 @@
  * memcpy; anything else (a strided view, a Fortran-order .npy) is walked
  * by the gather (fs/gather.c).
  *
- * Ragged offsets are read once at open, under the SIGBUS guard: they must
+ * Ragged offsets are read once at open (a remote file's made present
+ * first: bfs_source_ensure), under the SIGBUS guard: they must
  * be int64 [n + 1], start at 0, never decrease, stay within the values'
  * rows and end at them; a refusal names the field, the first bad index
  * and its value. The longest sample (max_len) bounds every batch file's
