@@ -11,6 +11,13 @@
  * where "no limit" is written as about 2^63), the tightest of the cgroup
  * and its ancestors up to the mount point.
  *
+ * The policy (apply): the dataset's files are read in when they fit in
+ * half the memory available; else (or when opts.assume_cold,
+ * BATCHFS_DEBUG_COLD, says they do not) their mappings are marked
+ * MADV_RANDOM. Remote files (their own cache) are neither counted, read
+ * in nor advised; files in memory (fd < 0) are counted, never read in
+ * nor advised.
+ *
  * The read-in reads whole files, in order and in 32 MiB windows, with
  * MADV_POPULATE_READ: the kernel reads them sequentially (so a cold epoch
  * can run at the device's sequential rate rather than its random-read
