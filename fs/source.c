@@ -1,6 +1,7 @@
 /* fs/source: kinds of sources, recognised by their first bytes, and what
  * every kind shares (see source.h; the loaders are source_torch.c,
- * source_npy.c and source_safetensors.c).
+ * source_npy.c and source_safetensors.c; source_rows.c finds the sample
+ * count, source_remote.c maps a URL's object).
  *
  * Recognition (sniff): "\x93NUMPY" is a .npy file; "PK\3\4" is a ZIP,
  * an npz when its first member's name ends in ".npy" (numpy.savez names
@@ -8,10 +9,21 @@
  * torch archive otherwise; '{' after an 8-byte length is a safetensors
  * file. Anything else goes to fs/zip, which names what it is instead (a
  * legacy torch.save file, not a ZIP at all). A directory holds .npy files.
+ * A URL is sniffed from its object's first bytes (fs/source_remote, in
+ * the objects the open was given; none: refused), and the loaders map
+ * the object's cache file where they would map a path. Paths grouped
+ * (bfs_source_group_in): a run of .npy paths whose tensor names differ
+ * is one source.
+ *
+ * Every open ends alike (finish): 0-dim tensors become metadata (a
+ * remote file's element made present first: bfs_source_ensure), names
+ * must be unique, the fields asked for are selected (bfs_source_select),
+ * the sample count is found, and one warning names the metadata.
  *
  * Memory: a source owns its files' mappings (or its zip, which owns the
- * archive's), its tensor table and names; meta_bytes counts that heap so
- * a dataset can bound the metadata of all its shards together. */
+ * archive's; bytes in memory are their owner's), its tensor table and
+ * names; meta_bytes counts that heap so a dataset can bound the metadata
+ * of all its shards together. */
 #include "fs/source.h"
 
 #include <errno.h>

@@ -10,9 +10,12 @@
  * for ragged offsets), a few ranges at a time, so a mount fetches its
  * structure in a few requests; a parser that reads a byte nobody asked
  * for faults (the mount fails, loudly) instead of reading a hole's zeros
- * as data. Once the source is open and checked, bfs_source_unguard makes
- * the whole mapping readable: from then on a row is read only while
- * fs/fetch holds it. */
+ * as data. A URL's kind is read from its object's first bytes, kept
+ * like the rest (bfs_source_sniff_url; without objects a URL is
+ * refused). Once the source is open and checked, bfs_source_unguard makes
+ * the whole mapping readable and hands it to its object (bfs_object_map:
+ * bytes served from memory, a full disk, are laid over it): from then on
+ * a row is read only while fs/fetch holds it. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
