@@ -45,6 +45,11 @@
  * place, truncated) fails every copy that reads it, checked with the same
  * statx before and after each copy, so no batch mixes two versions of a
  * file (fs/README.md: a source that changes).
+ * Remote files and bytes in memory are not checked so: a remote file is
+ * its object's cache file, written as fetched (its mtime moves), its
+ * version pinned by fs/remote. Its rows are in the mapping only while a
+ * gather holds them (fs/fetch), so bfs_dataset_row refuses them: nothing
+ * serves a remote row from the mapping itself.
  * Every -EIO of a gather or check leaves, for the calling thread, the
  * file, sample and offset that could not be read (bfs_dataset_fault), for
  * the caller's log line.
