@@ -12,7 +12,11 @@
  * randomly (rfd: a file position and read-ahead state of their own,
  * apart from the mapping's) for the reads ahead, which one reader of the
  * backend's keeps in flight; and, for data that does not fit, with
- * O_DIRECT (dfd) for the gathers' reads of rows.
+ * O_DIRECT (dfd) for the gathers' reads of rows. Bytes in memory (fd < 0)
+ * get none. Where a file refuses O_DIRECT the gathers read no rows
+ * (be.rows false); where a source lies on a FUSE or network file system
+ * (bfs_source_fs_remote) nothing is read ahead (be.ahead false, said in
+ * no_ahead): a read answered short there would leave zero-filled pages.
  *
  * Gatherers: a group of reads is waited for together on a reader that
  * nobody else uses meanwhile (reader.h: not mixed with reads ahead, and
