@@ -3,8 +3,14 @@
  * open) or fs/serve (read, release), and sends exactly one reply at its end;
  * how batch bytes reach a reader is fs/serve's business (mount/README.md).
  *
- * Names and attributes never change during a mount: entries and attributes
- * get a day of validity, unknown names are cached as negative entries. */
+ * Names never change during a mount, nor do attributes but those of a
+ * file whose content changes (stats: bfs_tree_changes), which are never
+ * cached: entries and other attributes get a day of validity, unknown
+ * names are cached as negative entries. Every call that writes answers
+ * EROFS. An open or a READ may wait (a batch gathered, rows fetched from
+ * a remote server): the kernel's INTERRUPT of one wakes it (below). An
+ * open's reply goes through mount/passthrough.c (bfs_pt_reply_open),
+ * which hands the kernel a backing file where the way has one. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
