@@ -7,7 +7,9 @@
  *   (the pool's threads start after the fork: threads do not survive it)
  *   -> p->ready -> report ready -> multithreaded loop -> p->stop (remote
  *   fetches in flight cancelled: a stalled server must not hold the exit
- *   for --timeout) -> destroy what is served (its workers push into the
+ *   for --timeout) -> drain (fs/serve's kernel thread stopped, the
+ *   kernel's requests answered here until its store is out, at most
+ *   DRAIN_S) -> destroy what is served (its workers push into the
  *   session) -> unmount -> remove handlers -> destroy.
  *
  * The mode: passthrough needs the kernel to offer it in INIT and the
