@@ -3,8 +3,9 @@
  * (tools/mount_compose.h is the interface between them).
  *
  * It owns what a mount is made of and the order it is made in. Before
- * any mount it builds the model (dataset, layout, order: a bad archive or
- * option exits 1 or 2 in the foreground), decides who may read the mount
+ * any mount it builds the model (the remote objects when a source is a
+ * URL, then dataset, layout, order: a bad archive or option exits 1 or 2
+ * in the foreground), decides who may read the mount
  * (tools/mount_perm.c), checks that /dev/fuse can be opened and only then
  * opens the daemon's log (a mount refused before creates none); then
  * mount/session.c runs the session (mount, fork, INIT, serving mode, the
@@ -12,10 +13,19 @@
  * (the rooms of cold data: memory policy, fetch and read-ahead; the
  * serve with its pool options, handed those; the namespace), once the
  * mode is known, in the daemon, and ready() to print the warnings and the
- * summary line while the caller's terminal is there. The rooms of cold
- * data outlive the serve: run() destroys them once the session has
- * destroyed it. The BATCHFS_DEBUG_* switches of the serve, the pool and
- * the memory policy are read here (debug_opts, start_cold).
+ * summary line while the caller's terminal is there, and stop() after
+ * the loop. The rooms of cold data outlive the serve: run() destroys them
+ * once the session has destroyed it. The BATCHFS_DEBUG_* switches of the
+ * serve, the pool, the memory policy and the fetcher's sizes are read
+ * here (debug_opts, start_cold, open_objects).
+ *
+ * Remote sources: the objects' threads stop before the fork
+ * (bfs_objects_suspend) and start again in the daemon, in start()
+ * (bfs_objects_resume); start_cold wraps fs/reader's backend in
+ * fs/remote_fetch's and sizes the read-ahead by the cache's bound (half
+ * of it ahead; planned uses where the objects pass it; wide gaps far
+ * ahead where it holds them all and an epoch reads nearly every chunk);
+ * stop() cancels the fetches in flight (bfs_objects_abort).
  *
  * `ls epoch` lists every epoch below --epochs (default 1000): each one can
  * be opened; epoch >= --epochs is ENOENT. */
