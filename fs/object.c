@@ -2,9 +2,16 @@
  * set, its client and store thread, the objects (object.h; fetching and
  * storing: object_fetch.c; fs/README.md: remote sources).
  *
+ * Fork: threads do not survive it, so bfs_objects_suspend waits for the
+ * fetches in flight and stops the client and the store thread, and
+ * bfs_objects_resume starts them again in the daemon and moves every
+ * object to the new client (its pinned version kept). bfs_objects_abort
+ * cancels the requests in flight (at unmount).
+ *
  * Lock order: os->lock, then o->lock. os->lock guards the job list, the
- * bytes in flight and the objects; o->lock the in-flight marks and the
- * kept ranges. Counters are atomics. */
+ * bytes in flight and the objects; o->lock the in-flight marks, the kept
+ * ranges, the last failure and the chunks in memory. Counters are
+ * atomics. */
 #include "fs/object.h"
 
 #include <errno.h>
