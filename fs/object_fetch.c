@@ -29,8 +29,20 @@
  * mapping (anonymous memory, bounded by mem_max) and marked in memory
  * (o->mem), the waiters woken; a wait takes such a chunk for present, a
  * fetch never claims it, and the last unpin maps the cache file back
- * over it. Fetches ahead are sent only where the cache can make room
- * for them beside what is in flight (room_ahead).
+ * over it.
+ *
+ * Fetching ahead (bfs_object_ahead). Each range's chunks are told their
+ * next use first (bfs_cache_next_use_sooner); what is absent is fetched
+ * only where the cache can make room for it beside what is in flight
+ * (room_ahead). Ranges needed more than 'far' from now (the readers'
+ * clock) are joined over gaps of up to far_gap (widen, set by
+ * bfs_objects_far_gap) while the cache's bound holds every object.
+ * bfs_object_plan only tells the cache a later use, fetching nothing.
+ *
+ * Waits (bfs_object_wait): a chunk failed with AGAIN is fetched again as
+ * often as that happens, one that failed otherwise once more (not a
+ * replaced object's -ESTALE), within the deadline; then the reason is
+ * explained in the error.
  *
  * Lock order: os->lock, then o->lock (object_impl.h says what each
  * guards). */
