@@ -25,10 +25,12 @@
  * (room_locked): while the bytes present in the handle's entries, plus
  * those being written, plus these would pass the bound, a round scans
  * every chunk of the open entries for unpinned present ones and evicts
- * the best victims, at least opts.evict_bytes: by next use (the
- * furthest first; stale or unknown ones before any known one, least
- * recently used first among them), never one needed as soon as or sooner
- * than the chunks written; or by least recent use.
+ * the best victims, at least opts.evict_bytes: by next use (the earlier
+ * of the use told and the first use planned, cache_plan.c; the furthest
+ * first; stale or unknown ones before any known one, least recently used
+ * first among them), never one needed as soon as or sooner than the
+ * chunks written; or by least recent use. bfs_cache_make_room makes the
+ * same room for a fetch ahead before it is sent.
  *
  * A full disk. The bound is bytes, the disk may hold fewer: where a
  * write's bytes would not fit its free space, the bound in force is
