@@ -8,10 +8,14 @@
  * At most 'max_in_flight' transfers are on the wire; the multi handle
  * keeps their connections for the next ones. A request's deadline starts
  * at its first try, not at submit: a long queue does not eat it.
+ * Stopping (bfs_remote_cancel, bfs_remote_destroy): the thread leaves
+ * its loop and fails every request, on the wire or waiting, with
+ * -ECANCELED; a submit after is refused so. An object moves to another
+ * client with bfs_remote_obj_move (a new client after the mount's fork).
  *
- * Lock order: r->lock, then a group's lock (never the other way). The
- * thread calls 'done' callbacks and signals groups without r->lock.
- * Counters are atomic (read by bfs_remote_stats without the lock). */
+ * Locks: r->lock and a group's lock are never held together. The thread
+ * calls 'done' callbacks and signals groups without r->lock. Counters
+ * are atomic (read by bfs_remote_stats without the lock). */
 #include "fs/remote_impl.h"
 
 #include <errno.h>
