@@ -16,7 +16,9 @@
  * its descriptor, the directories above it by a walk from "/" that opens
  * each one (O_PATH, O_NOFOLLOW) and ends at that very file, so a symlink
  * or directory swapped between the open and this walk cannot stand in
- * for the ones the file was reached through.
+ * for the ones the file was reached through. Files in memory and remote
+ * files are skipped: who may read a remote one is the mount's to say
+ * (tools/mount_perm.c), not its cache file's.
  *
  * No state: everything is computed from the objects at mount time. */
 #include "fs/perm.h"
