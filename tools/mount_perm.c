@@ -1,4 +1,10 @@
-/* tools/mount_perm: who may read a mount (mount_perm.h). */
+/* tools/mount_perm: who may read a mount (mount_perm.h).
+ *
+ * The mount's owner is --owner's user, else the mounter (root: the first
+ * source file's owner); its read bits are those fs/perm finds every
+ * source allows. A remote source has no mode bits (it is read with the
+ * mounter's credentials), so a mount with one is its owner's only, and
+ * its group's too when --owner names one. */
 #include "tools/mount_perm.h"
 
 #include <errno.h>
