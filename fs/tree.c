@@ -3,7 +3,9 @@
  * Everything is computed, nothing is stored per file: an inode number is
  * kind << 60 | serial << 36 | batch (tree.h: the node's batch id, its
  * epoch numbered by fs/order), a directory entry number is the batch
- * number + 2, a batch file's size comes from fs/layout. README and
+ * number + 2, a batch file's size comes from fs/layout. Programs are
+ * shown another number, below 2^32 where the mount's nodes fit
+ * (bfs_tree_shown_ino: 32-bit programs can stat them). README and
  * dataset.json are rendered once at creation by fs/text (they never
  * change); stats is rendered by fs/serve, the counters' owner, on each
  * request with fixed-width counters, so its size changes only with its
