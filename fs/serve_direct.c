@@ -9,9 +9,10 @@
  * zero-copy reply is its 'done'.
  *
  * Zero copy. When every row of every field is stored as served
- * (C-contiguous, little-endian: bfs_dataset_row), a READ of [off, off+n) of
- * a batch is a list of slices: the file's rendered header and the rows in
- * the archive's read-only mapping. The kernel's copy into the reader's
+ * (C-contiguous, little-endian, in no remote file: bfs_dataset_row), a
+ * READ of [off, off+n) of a batch is a list of slices: the file's
+ * rendered header and the rows in the archive's read-only mapping. The
+ * kernel's copy into the reader's
  * pages is the only copy (no gather into a pool buffer). Slices adjacent in
  * memory merge (sequential order: one slice per field). A file is served
  * this way when a READ of ZC_READ_MAX bytes cannot need more than
