@@ -7,7 +7,10 @@
  * Fortran strides (dim 0 fastest), so the gather reads it transposed into
  * C order; a '>' descr marks the tensor big-endian (swapped on gather).
  * npz members are found through fs/zip in its npz mode: stored only (a
- * savez_compressed file is refused with advice), ZIP64 or not. */
+ * savez_compressed file is refused with advice), ZIP64 or not. For a
+ * remote file, the headers are made present before they are parsed, all
+ * of an npz's at once: their fixed parts, then the whole headers
+ * (need_headers; fs/source_remote). */
 #include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>

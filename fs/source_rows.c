@@ -12,7 +12,9 @@
  * its values as nested lists, read when it has at most META_NUMEL elements
  * within META_SPAN bytes of its storage and the source's tensors' JSON stays
  * within META_JSON; else its dtype and shape, the warning saying why. Its view
- * must lie inside its storage either way, as a field's must. */
+ * must lie inside its storage either way, as a field's must. Values are
+ * read with pread, or from the mapping for bytes in memory and a remote
+ * file (made present first: bfs_source_ensure). */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>

@@ -6,7 +6,9 @@
  * the exact file size). Each entry is a C-contiguous little-endian tensor
  * whose storage is its [begin, end) of the data. A dtype code torch has no
  * dtype for (F8_E8M0, C32, C128 ...) is refused naming the tensor; so is a
- * size that does not fit an int64 (possible only beside a zero size). */
+ * size that does not fit an int64 (possible only beside a zero size). For
+ * a remote file, the length and then the header are made present before
+ * they are read (bfs_source_ensure; fs/source_remote). */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>

@@ -6,7 +6,9 @@
  * run through the restricted VM of fs/pickle, and every tensor is bound to
  * its storage record "<prefix>/data/<key>", whose size must equal numel x
  * elsize of the storage type exactly (as torch checks). The view's extent
- * within that storage is checked by fs/dataset, for every kind alike. */
+ * within that storage is checked by fs/dataset, for every kind alike. For
+ * a remote archive, the records read here (version, byteorder, data.pkl)
+ * are made present together first (need_records; fs/source_remote). */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
