@@ -4,7 +4,11 @@
  *
  * Design. The archive is mapped read-only once; everything here reads the
  * mapping through rd16/rd32/rd64 after a bounds check written with
- * overflow-safe arithmetic (in_range()). The central directory is the only
+ * overflow-safe arithmetic (in_range()). Opened with an io
+ * (bfs_zip_open_io: a remote archive, whose bytes are there only where
+ * they were fetched), every range is asked for before it is read (need):
+ * the first bytes and the end records, then the central directory, then
+ * every local header at once. The central directory is the only
  * source of truth for names, sizes, CRCs and local-header offsets; the local
  * header only gives the data offset (lfh + 30 + its name length + its extra
  * length, exactly torch's getRecordOffset) and must repeat the name. Local
