@@ -3,7 +3,8 @@
  * and safetensors batch files.
  *
  * Sources are read through fs/dataset exactly as `batchfs mount` reads
- * them, so what inspect prints is what a mount would serve. --verify reads
+ * them, so what inspect prints is what a mount would serve; a remote
+ * source (a URL) is refused: inspect reads local files. --verify reads
  * every record of a ZIP (torch, npz) through libzip (zip_fread to the end
  * checks the CRC), which is independent of our own ZIP parser; its record
  * list is also compared with ours. A batch file is a safetensors file whose
