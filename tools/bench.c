@@ -18,7 +18,8 @@
  * (GB = 10^9 bytes), which tools/bench/bench.py parses. Timed regions
  * include open() and close() but not directory listing or allocation.
  *
- * Everything here is single-threaded and owns no state beyond one call. */
+ * Everything here is single-threaded (--rows' threads are
+ * tools/bench_rows.c's) and owns no state beyond one call. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
