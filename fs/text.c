@@ -2,10 +2,10 @@
  * once at mount: what is mounted, how to read it, and the DataLoader it
  * equals. Two passes each (measure, then write) through
  * bfs_layout_append's snprintf semantics. The README's numpy reader takes
- * its table of dtypes from fs/dtype.c's. A local source is named by its
- * absolute path, a remote one by its URL as its source shows it (without
- * secrets); with remote sources both say where the cache is and its
- * bound. No state. */
+ * its table of dtypes from fs/dtype.c's. dataset.json names a local
+ * source by its absolute path, a remote one by its URL as its source
+ * shows it (without secrets); with remote sources both files say where
+ * the cache is and its bound. No state. */
 #include "fs/text.h"
 
 #include <errno.h>
