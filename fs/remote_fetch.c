@@ -1,7 +1,7 @@
 /* fs/remote_fetch: fs/fetch's backend for remote sources, wrapping the
  * local one (remote_fetch.h).
  *
- * Thread-safety: immutable after creation; fs/object and the local
+ * Thread-safety: immutable after creation; fs/remote/object and the local
  * backend are thread-safe. */
 #include "fs/remote_fetch.h"
 

@@ -25,8 +25,8 @@
 #include <unistd.h>
 
 #include "fs/log.h"
-#include "fs/object.h"
-#include "fs/remote.h"
+#include "fs/remote/object.h"
+#include "fs/remote/remote.h"
 #include "fs/size.h"
 #include "fs/source_impl.h"
 #include "fs/zip.h"

@@ -145,7 +145,7 @@ int bfs_source_open(struct bfs_source **out,
 		    uint64_t mem_limit, struct bfs_error *err);
 
 /* bfs_source_open where a part may be a URL (s3://, http://, https://):
- * its object opened in 'objects' (fs/object; NULL: a URL is refused),
+ * its object opened in 'objects' (fs/remote/object; NULL: a URL is refused),
  * only its structure fetched: the first bytes, the ZIP end records and
  * central directory, the local headers, data.pkl and the small records,
  * each .npy and safetensors header, 0-dim tensors. No row. */

@@ -13,7 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "fs/remote.h"
+#include "fs/remote/remote.h"
 #include "fs/size.h"
 
 /* What the renderers read. */

@@ -39,11 +39,11 @@
 #include "fs/fetch.h"
 #include "fs/log.h"
 #include "fs/memory.h"
-#include "fs/object.h"
+#include "fs/remote/object.h"
 #include "fs/order_input.h"
 #include "fs/readahead.h"
 #include "fs/reader.h"
-#include "fs/remote.h"
+#include "fs/remote/remote.h"
 #include "fs/remote_fetch.h"
 #include "fs/size.h"
 #include "mount/mount.h"
@@ -188,7 +188,7 @@ static int make_order(struct mount_opts *m, struct model *mt,
 }
 
 /* A size in bytes from the environment variable 'name' (digits, then K,
- * M or G for KiB, MiB, GiB), 0 (fs/object's default) when unset or not
+ * M or G for KiB, MiB, GiB), 0 (fs/remote/object's default) when unset or not
  * such a size. */
 static uint64_t env_bytes(const char *name)
 {
@@ -214,10 +214,10 @@ static uint64_t env_bytes(const char *name)
 	return *end ? 0 : n;
 }
 
-/* The remote sources' objects (fs/object), when a source is a URL: the
+/* The remote sources' objects (fs/remote/object), when a source is a URL: the
  * cache directory (--cache-dir, else the default under HOME), its bound
  * (--cache-gb), the S3 endpoint (--s3-endpoint, else the AWS settings'),
- * requests bounded by --timeout. The fetcher's sizes are fs/object's
+ * requests bounded by --timeout. The fetcher's sizes are fs/remote/object's
  * defaults unless the benchmark's sweep sets them:
  * BATCHFS_DEBUG_MERGE_GAP, BATCHFS_DEBUG_REQUEST_MAX and
  * BATCHFS_DEBUG_FLIGHT_MAX (bytes, or with K, M, G). 0 or -errno with

@@ -1,9 +1,9 @@
-/* fs/object: a mount's remote objects (s3://, http://, https://), each
+/* fs/remote/object: a mount's remote objects (s3://, http://, https://), each
  * behind its entry in the local disk cache (fs/README.md: remote
  * sources).
  *
  * A set (struct bfs_objects) holds one client of fs/remote, one handle on
- * fs/cache and what moves bytes from the one into the other:
+ * fs/remote/cache and what moves bytes from the one into the other:
  *
  *   fetch   the absent chunks of a few ranges, each claimed by one
  *           request at a time (an in-flight mark per chunk), runs of
@@ -55,21 +55,21 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "fs/cache.h"
+#include "fs/remote/cache.h"
 #include "fs/error.h"
-#include "fs/remote.h"
+#include "fs/remote/remote.h"
 
 struct bfs_objects_opts {
 	struct bfs_remote_opts remote; /* timeout_s: a request's deadline */
 	const char *cache_dir; /* NULL: bfs_cache_default_dir(remote.envp) */
 	uint64_t cache_bytes;  /* the bound (--cache-gb); 0: none, or: */
-	bool cache_from_free;  /* 0: one from the free space (fs/cache.h:
+	bool cache_from_free;  /* 0: one from the free space (fs/remote/cache.h:
 				* limit_from_free) */
-	uint32_t chunk;	       /* of new entries; 0: fs/cache's default */
-	uint64_t request_max;  /* bytes of one request; 0: 8 MiB */
-	uint64_t merge_gap;    /* absent bytes fetched between two runs to
-				* make one request of them; 0: 256 KiB */
-	uint64_t flight_max;   /* bytes in flight; 0: 128 MiB */
+	uint32_t chunk;	      /* of new entries; 0: fs/remote/cache's default */
+	uint64_t request_max; /* bytes of one request; 0: 8 MiB */
+	uint64_t merge_gap;   /* absent bytes fetched between two runs to
+			       * make one request of them; 0: 256 KiB */
+	uint64_t flight_max;  /* bytes in flight; 0: 128 MiB */
 };
 
 struct bfs_objects;
@@ -107,7 +107,7 @@ int bfs_objects_resume(struct bfs_objects *os, struct bfs_error *err);
  * same URL. Owned by the set. 0, or -errno with 'err' naming the object:
  * fs/remote's (-ENOENT no such bucket or key, -EACCES credentials
  * refused, ...), -EINVAL an empty object or one whose version cannot be
- * pinned (neither ETag nor Last-Modified), fs/cache's. */
+ * pinned (neither ETag nor Last-Modified), fs/remote/cache's. */
 int bfs_objects_open(struct bfs_objects *os, const char *url,
 		     struct bfs_object **out, struct bfs_error *err);
 
@@ -207,7 +207,7 @@ struct bfs_objects_stats {
 	uint64_t mem_bytes;    /* bytes served from memory, uncached (the
 				* disk full), since creation */
 	uint64_t waits;	       /* pins that found bytes absent */
-	/* fs/cache's */
+	/* fs/remote/cache's */
 	uint64_t hit_chunks, miss_chunks, evicted_chunks, evicted_bytes;
 	uint64_t present_bytes, limit_bytes;
 };
