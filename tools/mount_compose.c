@@ -44,7 +44,7 @@
 #include "fs/readahead.h"
 #include "fs/reader.h"
 #include "fs/remote/remote.h"
-#include "fs/remote_fetch.h"
+#include "fs/fetch_remote.h"
 #include "fs/size.h"
 #include "mount/mount.h"
 #include "mount/postmortem.h"
@@ -427,7 +427,7 @@ static int start_cold(struct cold *c, const struct mount_opts *m,
 	if (rc == 0 && mt->objects) { /* remote files: fetched, wrapping be */
 		uint64_t limit = bfs_objects_limit(mt->objects);
 
-		rc = bfs_remote_fetch_backend(&be, mt->ds, mt->objects, be);
+		rc = bfs_fetch_remote_backend(&be, mt->ds, mt->objects, be);
 		/* ahead as far as half the cache's bound holds */
 		ro.bytes = limit ? limit / 2 : (uint64_t)4 << 30;
 		ro.granule = BFS_CACHE_CHUNK_DEFAULT;

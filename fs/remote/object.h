@@ -23,7 +23,7 @@
  *           parsers read (the structure) and pins them while the object
  *           is open, so they are never evicted (ragged offsets are read
  *           at every batch);
- *   the fetch room's backend (fs/remote_fetch): a gather pins the ranges
+ *   the fetch room's backend (fs/fetch_remote): a gather pins the ranges
  *           of its rows (bfs_object_pin, which fetches what is absent at
  *           once), waits for them (bfs_object_wait, bounded, with one
  *           fetch again after a failure), reads the mapping, unpins; the
