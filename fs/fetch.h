@@ -39,7 +39,7 @@
 
 #include "fs/dataset.h"
 #include "fs/layout.h"
-#include "fs/remote/object.h"
+#include "fs/remote/object_stats.h"
 
 /* ---- backends ------------------------------------------------------------ */
 

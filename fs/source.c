@@ -815,6 +815,11 @@ int bfs_source_group(const char *const *paths, size_t n,
 	return bfs_source_group_in(paths, n, NULL, parts, first, nsources, err);
 }
 
+bool bfs_source_path_is_url(const char *path)
+{
+	return bfs_remote_is_url(path);
+}
+
 /* The tensor name a .npy path gives (a URL's: from its name for users,
  * without its query). */
 static const char *npy_name(const char *path, char *buf, size_t len)

@@ -201,6 +201,11 @@ int bfs_source_select(struct bfs_source *s, const char *fields,
 /* Unmap and free; accepts NULL and half-built sources. */
 void bfs_source_close(struct bfs_source *s);
 
+/* Whether a source path names a remote object (s3://, http://, https://:
+ * fs/remote/remote.h's bfs_remote_is_url), for the rooms above that name
+ * sources without the wing's headers (fs/text). */
+bool bfs_source_path_is_url(const char *path);
+
 /* Whether a file system of type 'f_type' (statfs) has a server of its
  * own, which may refuse a read the local mode bits allow, or answer a
  * read short in the middle of a file (a FUSE server: the kernel then

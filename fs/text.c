@@ -13,8 +13,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "fs/remote/remote.h"
 #include "fs/size.h"
+#include "fs/source.h"
 
 /* What the renderers read. */
 struct text {
@@ -156,7 +156,7 @@ static void absolute(const char *path, char *out, size_t len)
 
 	int k = -1;
 
-	if (bfs_remote_is_url(path)) { /* a remote source's name */
+	if (bfs_source_path_is_url(path)) { /* a remote source's name */
 		snprintf(out, len, "%s", path);
 		return;
 	}

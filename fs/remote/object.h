@@ -55,8 +55,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "fs/remote/cache.h"
 #include "fs/error.h"
+#include "fs/remote/cache.h"
+#include "fs/remote/object_stats.h"
 #include "fs/remote/remote.h"
 
 struct bfs_objects_opts {
@@ -194,23 +195,7 @@ void bfs_object_plan(struct bfs_object *o, const struct bfs_cache_range *r,
 
 /* ---- counters ------------------------------------------------------ */
 
-struct bfs_objects_stats {
-	uint64_t objects;
-	/* fs/remote's client: HTTP requests sent (tries and opens), body
-	 * bytes received, transfers on the wire, tries retried */
-	uint64_t requests, bytes, in_flight, retries;
-	uint64_t fetches;      /* ranges fetched into the cache */
-	uint64_t fetch_bytes;  /* ... their bytes */
-	uint64_t fetch_failed; /* ranges whose fetch failed */
-	uint64_t flight_bytes; /* bytes being fetched now */
-	uint64_t held_bytes;   /* bytes of rows pinned for gathers */
-	uint64_t mem_bytes;    /* bytes served from memory, uncached (the
-				* disk full), since creation */
-	uint64_t waits;	       /* pins that found bytes absent */
-	/* fs/remote/cache's */
-	uint64_t hit_chunks, miss_chunks, evicted_chunks, evicted_bytes;
-	uint64_t present_bytes, limit_bytes;
-};
+/* struct bfs_objects_stats: object_stats.h. */
 void bfs_objects_stats(struct bfs_objects *os, struct bfs_objects_stats *out);
 
 /* The held bytes, counted by the caller (a gather's rows). */
