@@ -2,7 +2,7 @@
  * (object.h: bfs_objects_stats), alone: the engine's stats carry them by
  * value (fs/fetch.h: the remote backend's counters, fs/readahead.h, the
  * stats file: fs/serve_stats.c) without the rest of the wing
- * (fs/README.md: the rooms). Plain counters, no functions. */
+ * (fs/README.md: the remote wing). Plain counters, no functions. */
 #ifndef BFS_OBJECT_STATS_H
 #define BFS_OBJECT_STATS_H
 
