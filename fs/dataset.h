@@ -82,7 +82,7 @@ int bfs_dataset_open_select(struct bfs_dataset **out, const char *const *paths,
 			    struct bfs_error *err);
 
 /* bfs_dataset_open_select where a path may be a URL (s3://, http://,
- * https://), opened in 'objects' (fs/object; NULL: refused): only the
+ * https://), opened in 'objects' (fs/remote/object; NULL: refused): only the
  * structure of each is fetched, and kept (fs/source). A remote file's
  * rows are there only while fs/fetch holds them: bfs_dataset_row
  * refuses them (-ENOTSUP), and the gathers' size and mtime checks

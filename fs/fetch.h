@@ -16,7 +16,7 @@
  * composition root and handed in: fs/reader's io_uring and reader
  * threads are two (reader.h: bfs_reader_backend, local files read with
  * O_DIRECT for the gathers). Another source of bytes is one more
- * backend (fs/remote_fetch: remote objects behind their cache files,
+ * backend (fs/fetch_remote: remote objects behind their cache files,
  * dispatching local files to a local backend); this room and the rooms
  * above it do not change.
  *
@@ -39,7 +39,7 @@
 
 #include "fs/dataset.h"
 #include "fs/layout.h"
-#include "fs/object.h"
+#include "fs/remote/object_stats.h"
 
 /* ---- backends ------------------------------------------------------------ */
 

@@ -16,7 +16,7 @@
  * process's memory cgroups (v1 or v2, the cgroup and each ancestor) leave
  * under their limits: in a container the page cache counts against the
  * container's limit, and an archive read in past it would only evict
- * itself. Remote files (a remote object's cache file, fs/object) are
+ * itself. Remote files (a remote object's cache file, fs/remote/object) are
  * neither counted, read in nor advised: only fetched bytes are there.
  * The probe reads its files from paths that tests may replace
  * (struct bfs_memory_files).

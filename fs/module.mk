@@ -1,2 +1,3 @@
-# fs/: the core library (no FUSE headers, no printing, no exit).
-CORE_SRCS += $(sort $(wildcard fs/*.c))
+# fs/: the core library (no FUSE headers, no printing, no exit), with its
+# wing fs/remote/ (remote objects: client, objects, cache; fs/README.md).
+CORE_SRCS += $(sort $(wildcard fs/*.c fs/remote/*.c))

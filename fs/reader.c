@@ -1,6 +1,6 @@
 /* fs/reader: reads of file ranges, many in flight (reader.h): reads ahead
  * into the page cache, and groups of reads into their caller's buffers
- * (the fetch backends made of them: reader_backend.c).
+ * (the fetch backends made of them: fetch_local.c).
  *
  * A read ahead lands in one shared scratch buffer whose contents nobody
  * looks at (reads racing into it are harmless): the point is the pages

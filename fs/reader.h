@@ -13,7 +13,7 @@
  * thread), or, where io_uring cannot be set up (a seccomp filter, the
  * io_uring_disabled sysctl, an old kernel), a pool of threads each doing
  * one pread at a time. fs/fetch sees them as two backends
- * (bfs_reader_backend, in reader_backend.c: two tables of struct
+ * (bfs_reader_backend, in fetch_local.c: two tables of struct
  * bfs_fetch_ops over a dataset's files opened again), which the
  * composition root makes and hands to it.
  *

@@ -1,5 +1,5 @@
 /* fs/reader_impl.h: private to the reader room (reader.c, the engine;
- * reader_backend.c, the fetch backends made of it): each way of reading
+ * fetch_local.c, the fetch backends made of it): each way of reading
  * on its own, for backends that pick theirs once, at creation. Same
  * contracts as bfs_reader_submit and bfs_reader_read_all (reader.h), on a
  * reader of that kind. */

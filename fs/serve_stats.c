@@ -96,7 +96,7 @@ static void render_last_error(const struct bfs_pool_error *le, bool ranked,
 			  BFS_POOL_ERROR_MAX, le->time_ns ? le->msg : "-");
 }
 
-/* Remote sources' counters (fs/object), when the mount has any. */
+/* Remote sources' counters (fs/remote/object), when the mount has any. */
 static void render_remote(const struct bfs_objects_stats *o, char *buf,
 			  size_t len, size_t *pos)
 {

@@ -37,8 +37,8 @@
 #include <unistd.h>
 
 #include "fs/log.h"
-#include "fs/object.h"
-#include "fs/remote.h"
+#include "fs/remote/object.h"
+#include "fs/remote/remote.h"
 #include "fs/size.h"
 #include "fs/source_impl.h"
 #include "fs/zip.h"
@@ -825,6 +825,11 @@ int bfs_source_group(const char *const *paths, size_t n,
 		     size_t *nsources, struct bfs_error *err)
 {
 	return bfs_source_group_in(paths, n, NULL, parts, first, nsources, err);
+}
+
+bool bfs_source_path_is_url(const char *path)
+{
+	return bfs_remote_is_url(path);
 }
 
 /* The tensor name a .npy path gives (a URL's: from its name for users,

@@ -145,7 +145,7 @@ int bfs_source_open(struct bfs_source **out,
 		    uint64_t mem_limit, struct bfs_error *err);
 
 /* bfs_source_open where a part may be a URL (s3://, http://, https://):
- * its object opened in 'objects' (fs/object; NULL: a URL is refused),
+ * its object opened in 'objects' (fs/remote/object; NULL: a URL is refused),
  * only its structure fetched: the first bytes, the ZIP end records and
  * central directory, the local headers, data.pkl and the small records,
  * each .npy and safetensors header, 0-dim tensors. No row. */
@@ -200,6 +200,11 @@ int bfs_source_select(struct bfs_source *s, const char *fields,
 
 /* Unmap and free; accepts NULL and half-built sources. */
 void bfs_source_close(struct bfs_source *s);
+
+/* Whether a source path names a remote object (s3://, http://, https://:
+ * fs/remote/remote.h's bfs_remote_is_url), for the rooms above that name
+ * sources without the wing's headers (fs/text). */
+bool bfs_source_path_is_url(const char *path);
 
 /* Whether a file system of type 'f_type' (statfs) has a server of its
  * own, which may refuse a read the local mode bits allow, or answer a

@@ -1,7 +1,7 @@
 /* fs/source_remote: remote sources (s3://, http://, https://) as files
  * of a source (source.h; fs/README.md: remote sources).
  *
- * A remote file is its object's cache file (fs/object), mapped like a
+ * A remote file is its object's cache file (fs/remote/object), mapped like a
  * local archive but PROT_NONE: only where bfs_source_ensure fetched the
  * bytes (and keeps them, pinned, while the source is open) is the
  * mapping made readable, page by page. The parsers ask for what they are
@@ -24,8 +24,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "fs/object.h"
-#include "fs/remote.h"
+#include "fs/remote/object.h"
+#include "fs/remote/remote.h"
 #include "fs/source_impl.h"
 
 int bfs_source_sniff_url(struct bfs_objects *os, const char *url,

@@ -16,8 +16,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "fs/remote.h"
 #include "fs/size.h"
+#include "fs/source.h"
 
 /* What the renderers read. */
 struct text {
@@ -159,7 +159,7 @@ static void absolute(const char *path, char *out, size_t len)
 
 	int k = -1;
 
-	if (bfs_remote_is_url(path)) { /* a remote source's name */
+	if (bfs_source_path_is_url(path)) { /* a remote source's name */
 		snprintf(out, len, "%s", path);
 		return;
 	}

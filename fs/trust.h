@@ -1,7 +1,7 @@
 /* fs/trust: whether a directory or a file is this user's alone, so what
  * it holds can be relied on (fs/README.md: remote objects: the cache).
  * The daemon's log directory (tools/mount_log.c) and the cache directory
- * and its entries (fs/cache.c) are checked so, on their descriptors
+ * and its entries (fs/remote/cache.c) are checked so, on their descriptors
  * (fstat of what was opened without following a symlink), never by path:
  * a swap after the check cannot lead elsewhere. */
 #ifndef BFS_TRUST_H

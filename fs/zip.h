@@ -63,7 +63,7 @@ int bfs_zip_open_mem_kind(struct bfs_zip **out, const uint8_t *buf,
 			  enum bfs_zip_kind kind, struct bfs_error *err);
 
 /* Where the archive's bytes are not all there until asked for (a remote
- * object's cache: fs/object), the parser asks for what it is about to
+ * object's cache: fs/remote/object), the parser asks for what it is about to
  * read: ensure(arg, r, n) makes bytes r[0..n) (within the archive)
  * readable, or fails with -errno and a message in err. It asks for the
  * first bytes and the end records from the tail, then the central

@@ -43,7 +43,8 @@ TEST_SCRIPTS += $(foreach v,$(TORCH_VERSIONS),\
 # tools/scripts/venv.sh s3) and the fault proxy.
 TEST_SCRIPTS += $(sort $(wildcard tests/remote/test_*.py))
 TEST_SCRIPTS += $(sort $(wildcard tests/gpu/test_*.sh tests/gpu/test_*.py))
-# The command line, its documentation and make install.
+# The command line, its documentation and make install; the layout of the
+# source tree (test_layout_includes.sh: the remote wing's include rule).
 TEST_SCRIPTS += $(sort $(wildcard tests/cli/test_*.sh tests/cli/test_*.py))
 
 # Fuzz targets: tests/fuzz/fuzz_<name>.c, built with clang -fsanitize=fuzzer.
@@ -52,7 +53,7 @@ FUZZ_SECONDS ?= 60
 FUZZ_CC ?= clang
 FUZZ_SRCS := $(sort $(wildcard tests/fuzz/fuzz_*.c))
 FUZZ_BINS := $(FUZZ_SRCS:tests/fuzz/%.c=$(BUILD)/fuzz/%)
-FUZZ_CORE := $(filter-out fs/log.c,$(sort $(wildcard fs/*.c))) fs/log.c
+FUZZ_CORE := $(filter-out fs/log.c,$(sort $(wildcard fs/*.c fs/remote/*.c))) fs/log.c
 
 $(BUILD)/fuzz/%: tests/fuzz/%.c $(FUZZ_CORE) $(TEST_LIB_SRCS)
 	@mkdir -p $(@D)

@@ -29,7 +29,7 @@
 
 #include "fs/dataset.h"
 #include "fs/layout.h"
-#include "fs/remote.h"
+#include "fs/remote/remote.h"
 #include "fs/safetensors.h"
 #include "fs/zip.h"
 #include "tools/cli.h"

@@ -49,12 +49,12 @@
 #include "fs/fetch.h"
 #include "fs/log.h"
 #include "fs/memory.h"
-#include "fs/object.h"
+#include "fs/remote/object.h"
 #include "fs/order_input.h"
 #include "fs/readahead.h"
 #include "fs/reader.h"
-#include "fs/remote.h"
-#include "fs/remote_fetch.h"
+#include "fs/remote/remote.h"
+#include "fs/fetch_remote.h"
 #include "fs/size.h"
 #include "mount/mount.h"
 #include "mount/postmortem.h"
@@ -198,7 +198,7 @@ static int make_order(struct mount_opts *m, struct model *mt,
 }
 
 /* A size in bytes from the environment variable 'name' (digits, then K,
- * M or G for KiB, MiB, GiB), 0 (fs/object's default) when unset or not
+ * M or G for KiB, MiB, GiB), 0 (fs/remote/object's default) when unset or not
  * such a size. */
 static uint64_t env_bytes(const char *name)
 {
@@ -224,10 +224,10 @@ static uint64_t env_bytes(const char *name)
 	return *end ? 0 : n;
 }
 
-/* The remote sources' objects (fs/object), when a source is a URL: the
+/* The remote sources' objects (fs/remote/object), when a source is a URL: the
  * cache directory (--cache-dir, else the default under HOME), its bound
  * (--cache-gb), the S3 endpoint (--s3-endpoint, else the AWS settings'),
- * requests bounded by --timeout. The fetcher's sizes are fs/object's
+ * requests bounded by --timeout. The fetcher's sizes are fs/remote/object's
  * defaults unless the benchmark's sweep sets them:
  * BATCHFS_DEBUG_MERGE_GAP, BATCHFS_DEBUG_REQUEST_MAX and
  * BATCHFS_DEBUG_FLIGHT_MAX (bytes, or with K, M, G). 0 or -errno with
@@ -437,7 +437,7 @@ static int start_cold(struct cold *c, const struct mount_opts *m,
 	if (rc == 0 && mt->objects) { /* remote files: fetched, wrapping be */
 		uint64_t limit = bfs_objects_limit(mt->objects);
 
-		rc = bfs_remote_fetch_backend(&be, mt->ds, mt->objects, be);
+		rc = bfs_fetch_remote_backend(&be, mt->ds, mt->objects, be);
 		/* ahead as far as half the cache's bound holds */
 		ro.bytes = limit ? limit / 2 : (uint64_t)4 << 30;
 		ro.granule = BFS_CACHE_CHUNK_DEFAULT;

@@ -28,7 +28,7 @@
 #include <unistd.h>
 
 #include "fs/log.h"
-#include "fs/remote.h"
+#include "fs/remote/remote.h"
 
 #define MAX_OBJS 64
 

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Where the cache holds a remote object and an epoch reads nearly every
 chunk of it (small rows, shuffled), the read-ahead of batches past the
-first few merges over wide gaps (fs/object: bfs_objects_far_gap): the
+first few merges over wide gaps (fs/remote/object: bfs_objects_far_gap): the
 object comes in fewer, larger requests instead of one per row, while the
 mount fetches structure only and every batch stays exact. Elsewhere the
 gaps stay narrow.

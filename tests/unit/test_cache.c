@@ -25,8 +25,8 @@
 #include <dirent.h>
 #include <cmocka.h>
 
-#include "fs/cache.h"
-#include "fs/cache_impl.h"
+#include "fs/remote/cache.h"
+#include "fs/remote/cache_impl.h"
 
 #define SMALL 4096u /* chunk of most tests */
 

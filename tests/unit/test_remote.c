@@ -21,8 +21,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "fs/remote.h"
-#include "fs/remote_impl.h"
+#include "fs/remote/remote.h"
+#include "fs/remote/remote_impl.h"
 
 static char home[512];
 

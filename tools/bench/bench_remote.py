@@ -38,7 +38,7 @@ peers; default all):
             2 pin; neither: the step is left out, at too small a
             BENCH_SCALE), beside the hits of evicting by next use
             (Belady's bound) and of LRU on the same sequence
-            (build/bench/cache_sim: fs/cache's
+            (build/bench/cache_sim: fs/remote/cache's
             bfs_cache_simulate), and of next use known only K batches
             ahead (the read-ahead's window, and more: cache_sim's own)
   peers     `rclone mount` (its HTTP backend on the same nginx and proxy,
@@ -89,7 +89,7 @@ SWEEP = [s.split("/") for s in os.environ.get(
     "256K/1M,256K/2M,256K/4M,256K/16M,256K/32M").split(",") if s]
 CURL_PARALLEL = 16
 CURL_RANGE = 8 << 20
-CHUNK = 64 << 10  # fs/cache's chunk (BFS_CACHE_CHUNK_DEFAULT)
+CHUNK = 64 << 10  # fs/remote/cache's chunk (BFS_CACHE_CHUNK_DEFAULT)
 BUCKET = "bench"
 CACHE_SIM = os.environ.get("CACHE_SIM") or os.path.join(
     os.path.dirname(os.path.dirname(HERE)), "build", "bench", "cache_sim")

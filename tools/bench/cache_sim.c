@@ -1,5 +1,5 @@
 /* cache_sim: the hits a cache of a given size can reach on a sequence of
- * chunk accesses, by fs/cache's own simulation (bfs_cache_simulate):
+ * chunk accesses, by fs/remote/cache's own simulation (bfs_cache_simulate):
  * evicting by next use (Belady's optimum, knowing the whole sequence) and
  * the least recently used, each a miss always inserted.
  *
@@ -12,11 +12,11 @@
  *     accesses=N distinct=D next_use=H lru=H [horizon_K=H ...]
  *
  * Each HORIZON K adds the hits of next use known only K accesses ahead,
- * as fs/cache evicts when its caller tells next uses that far (the
+ * as fs/remote/cache evicts when its caller tells next uses that far (the
  * read-ahead's window): a chunk whose next use is further (or never) is
  * unknown, and unknown chunks go first, least recently used first; then
- * the known one needed furthest ahead. This one is ours, not fs/cache's
- * (O(n log n), as fs/cache's own).
+ * the known one needed furthest ahead. This one is ours, not fs/remote/cache's
+ * (O(n log n), as fs/remote/cache's own).
  *
  * The remote part of `make bench` feeds it the chunks the batches of the
  * mount's order touch (from its index files) and compares the cache's
@@ -27,7 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fs/cache.h"
+#include "fs/remote/cache.h"
 
 #define NONE UINT64_MAX
 

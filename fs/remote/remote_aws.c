@@ -1,5 +1,5 @@
-/* fs/remote_aws: S3 credentials, region and endpoint, found the way the
- * AWS CLI finds them (bfs_remote_aws_load in fs/remote.h), from an
+/* fs/remote/remote_aws: S3 credentials, region and endpoint, found the way the
+ * AWS CLI finds them (bfs_remote_aws_load in fs/remote/remote.h), from an
  * environment and a home directory handed in: nothing global is read, so
  * tests give their own.
  *
@@ -8,7 +8,7 @@
  * nests under the key above it (an "s3 =" block of the config file) and
  * is not a key of the profile. Messages name the file and the profile,
  * never a value. */
-#include "fs/remote.h"
+#include "fs/remote/remote.h"
 
 #include <errno.h>
 #include <fcntl.h>

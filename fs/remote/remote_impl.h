@@ -5,7 +5,7 @@
 
 #include <curl/curl.h>
 
-#include "fs/remote.h"
+#include "fs/remote/remote.h"
 
 struct bfs_remote_obj {
 	struct bfs_remote *r;

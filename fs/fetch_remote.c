@@ -1,9 +1,9 @@
-/* fs/remote_fetch: fs/fetch's backend for remote sources, wrapping the
- * local one (remote_fetch.h).
+/* fs/fetch_remote: fs/fetch's backend for remote sources, wrapping the
+ * local one (fetch_remote.h).
  *
- * Thread-safety: immutable after creation; fs/object and the local
+ * Thread-safety: immutable after creation; fs/remote/object and the local
  * backend are thread-safe. */
-#include "fs/remote_fetch.h"
+#include "fs/fetch_remote.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -35,7 +35,7 @@ static struct bfs_object *obj_of(struct backend *b, size_t file)
 	return file < b->nfiles ? b->obj[file] : NULL;
 }
 
-bool bfs_remote_fetch_any(const struct bfs_dataset *ds)
+bool bfs_fetch_remote_any(const struct bfs_dataset *ds)
 {
 	for (size_t i = 0; i < bfs_dataset_nfiles(ds); i++)
 		if (bfs_dataset_file(ds, i)->remote)
@@ -263,7 +263,7 @@ static const struct bfs_fetch_ops remote_ops = {
     .destroy = rf_destroy,
 };
 
-int bfs_remote_fetch_backend(struct bfs_fetch_backend **out,
+int bfs_fetch_remote_backend(struct bfs_fetch_backend **out,
 			     const struct bfs_dataset *ds,
 			     struct bfs_objects *objects,
 			     struct bfs_fetch_backend *local)

@@ -1,4 +1,4 @@
-/* fs/object_fetch: fetching a remote object's chunks into its cache
+/* fs/remote/object_fetch: fetching a remote object's chunks into its cache
  * entry, and the pins and waits of its users (object.h; fs/README.md:
  * remote sources).
  *
@@ -24,7 +24,7 @@
  * its waiters fetch it again.
  *
  * A full disk. Bytes that cannot be stored where the bound in force is
- * the disk's (fs/cache: bfs_cache_bound_by_disk) are not thrown away
+ * the disk's (fs/remote/cache: bfs_cache_bound_by_disk) are not thrown away
  * when a gather pins their chunks: they are laid over the readers'
  * mapping (anonymous memory, bounded by mem_max) and marked in memory
  * (o->mem), the waiters woken; a wait takes such a chunk for present, a
@@ -56,7 +56,7 @@
 #include <unistd.h>
 
 #include "fs/log.h"
-#include "fs/object_impl.h"
+#include "fs/remote/object_impl.h"
 
 #define MOD "object"
 

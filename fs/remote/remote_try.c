@@ -1,5 +1,5 @@
-/* fs/remote_try: one HTTP request of a remote object and what its answer
- * means (fs/remote.h has the rules; remote.c drives the requests).
+/* fs/remote/remote_try: one HTTP request of a remote object and what its answer
+ * means (fs/remote/remote.h has the rules; remote.c drives the requests).
  *
  * A try is a GET of bytes [try_start, end) of the range still missing,
  * conditional on the pinned version. Its answer is checked when its
@@ -19,7 +19,7 @@
  *
  * Everything here runs on the client's thread; messages are scrubbed of
  * the object's secrets (bfs_remote_scrub) before they are kept. */
-#include "fs/remote_impl.h"
+#include "fs/remote/remote_impl.h"
 #include "fs/log.h"
 
 #include <ctype.h>

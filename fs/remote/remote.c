@@ -1,4 +1,4 @@
-/* fs/remote: the client (fs/remote.h): one thread drives a curl multi
+/* fs/remote: the client (fs/remote/remote.h): one thread drives a curl multi
  * handle; requests wait on two lists until they go on the wire.
  *
  *   ready   FIFO of requests to start now (a retry goes to the front: its
@@ -16,7 +16,7 @@
  * Locks: r->lock and a group's lock are never held together. The thread
  * calls 'done' callbacks and signals groups without r->lock. Counters
  * are atomic (read by bfs_remote_stats without the lock). */
-#include "fs/remote_impl.h"
+#include "fs/remote/remote_impl.h"
 
 #include <errno.h>
 #include <inttypes.h>

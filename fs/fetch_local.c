@@ -1,4 +1,4 @@
-/* fs/reader_backend: fs/reader's fetch backends (reader.h:
+/* fs/fetch_local: fs/reader's fetch backends (reader.h:
  * bfs_reader_backend; fs/fetch.h: the table of operations) over a
  * dataset's local files.
  *

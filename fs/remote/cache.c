@@ -1,4 +1,4 @@
-/* fs/cache: the cache directory, its entries and their files (chunks:
+/* fs/remote/cache: the cache directory, its entries and their files (chunks:
  * cache_chunk.c; fs/README.md: remote objects: the cache).
  *
  * Files. An entry is three files in the directory, named by the SHA-256
@@ -41,7 +41,7 @@
  * once, at the last close.
  *
  * Lock order: cache->lock, then the directory lock. */
-#include "fs/cache.h"
+#include "fs/remote/cache.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -58,7 +58,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "fs/cache_impl.h"
+#include "fs/remote/cache_impl.h"
 #include "fs/log.h"
 #include "fs/trust.h"
 

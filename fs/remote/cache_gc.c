@@ -1,4 +1,4 @@
-/* fs/cache: collecting the cache directory's garbage (the directory and
+/* fs/remote/cache: collecting the cache directory's garbage (the directory and
  * entries: cache.c; fs/README.md: remote objects: the cache).
  *
  * Under the directory lock (no process can open or close an entry
@@ -22,8 +22,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "fs/cache.h"
-#include "fs/cache_impl.h"
+#include "fs/remote/cache.h"
+#include "fs/remote/cache_impl.h"
 
 /* The "url" line of NAME.meta, escaped, into out, and its
  * "query-sha256" line into q ("" where none): 0 or -errno. */

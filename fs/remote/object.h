@@ -1,9 +1,9 @@
-/* fs/object: a mount's remote objects (s3://, http://, https://), each
+/* fs/remote/object: a mount's remote objects (s3://, http://, https://), each
  * behind its entry in the local disk cache (fs/README.md: remote
  * sources).
  *
  * A set (struct bfs_objects) holds one client of fs/remote, one handle on
- * fs/cache and what moves bytes from the one into the other:
+ * fs/remote/cache and what moves bytes from the one into the other:
  *
  *   fetch   the absent chunks of a few ranges, each claimed by one
  *           request at a time (an in-flight mark per chunk), runs of
@@ -23,7 +23,7 @@
  *           parsers read (the structure) and pins them while the object
  *           is open, so they are never evicted (ragged offsets are read
  *           at every batch);
- *   the fetch room's backend (fs/remote_fetch): a gather pins the ranges
+ *   the fetch room's backend (fs/fetch_remote): a gather pins the ranges
  *           of its rows (bfs_object_pin, which fetches what is absent at
  *           once), waits for them (bfs_object_wait, bounded, with one
  *           fetch again after a failure), reads the mapping, unpins; the
@@ -55,21 +55,22 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "fs/cache.h"
 #include "fs/error.h"
-#include "fs/remote.h"
+#include "fs/remote/cache.h"
+#include "fs/remote/object_stats.h"
+#include "fs/remote/remote.h"
 
 struct bfs_objects_opts {
 	struct bfs_remote_opts remote; /* timeout_s: a request's deadline */
 	const char *cache_dir; /* NULL: bfs_cache_default_dir(remote.envp) */
 	uint64_t cache_bytes;  /* the bound (--cache-gb); 0: none, or: */
-	bool cache_from_free;  /* 0: one from the free space (fs/cache.h:
+	bool cache_from_free;  /* 0: one from the free space (fs/remote/cache.h:
 				* limit_from_free) */
-	uint32_t chunk;	       /* of new entries; 0: fs/cache's default */
-	uint64_t request_max;  /* bytes of one request; 0: 8 MiB */
-	uint64_t merge_gap;    /* absent bytes fetched between two runs to
-				* make one request of them; 0: 256 KiB */
-	uint64_t flight_max;   /* bytes in flight; 0: 128 MiB */
+	uint32_t chunk;	      /* of new entries; 0: fs/remote/cache's default */
+	uint64_t request_max; /* bytes of one request; 0: 8 MiB */
+	uint64_t merge_gap;   /* absent bytes fetched between two runs to
+			       * make one request of them; 0: 256 KiB */
+	uint64_t flight_max;  /* bytes in flight; 0: 128 MiB */
 };
 
 struct bfs_objects;
@@ -107,7 +108,7 @@ int bfs_objects_resume(struct bfs_objects *os, struct bfs_error *err);
  * same URL. Owned by the set. 0, or -errno with 'err' naming the object:
  * fs/remote's (-ENOENT no such bucket or key, -EACCES credentials
  * refused, ...), -EINVAL an empty object or one whose version cannot be
- * pinned (neither ETag nor Last-Modified), fs/cache's. */
+ * pinned (neither ETag nor Last-Modified), fs/remote/cache's. */
 int bfs_objects_open(struct bfs_objects *os, const char *url,
 		     struct bfs_object **out, struct bfs_error *err);
 
@@ -194,23 +195,7 @@ void bfs_object_plan(struct bfs_object *o, const struct bfs_cache_range *r,
 
 /* ---- counters ------------------------------------------------------ */
 
-struct bfs_objects_stats {
-	uint64_t objects;
-	/* fs/remote's client: HTTP requests sent (tries and opens), body
-	 * bytes received, transfers on the wire, tries retried */
-	uint64_t requests, bytes, in_flight, retries;
-	uint64_t fetches;      /* ranges fetched into the cache */
-	uint64_t fetch_bytes;  /* ... their bytes */
-	uint64_t fetch_failed; /* ranges whose fetch failed */
-	uint64_t flight_bytes; /* bytes being fetched now */
-	uint64_t held_bytes;   /* bytes of rows pinned for gathers */
-	uint64_t mem_bytes;    /* bytes served from memory, uncached (the
-				* disk full), since creation */
-	uint64_t waits;	       /* pins that found bytes absent */
-	/* fs/cache's */
-	uint64_t hit_chunks, miss_chunks, evicted_chunks, evicted_bytes;
-	uint64_t present_bytes, limit_bytes;
-};
+/* struct bfs_objects_stats: object_stats.h. */
 void bfs_objects_stats(struct bfs_objects *os, struct bfs_objects_stats *out);
 
 /* The held bytes, counted by the caller (a gather's rows). */

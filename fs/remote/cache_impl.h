@@ -1,4 +1,4 @@
-/* fs/cache: what cache.c (the directory, entries, their files) and
+/* fs/remote/cache: what cache.c (the directory, entries, their files) and
  * cache_chunk.c (chunks: presence, pins, writes, waits, eviction) share.
  * Private to the room. */
 #ifndef BFS_CACHE_IMPL_H
@@ -8,7 +8,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "fs/cache.h"
+#include "fs/remote/cache.h"
 
 /* The map file: a header page, then one 32-bit word per chunk, shared
  * (MAP_SHARED) by every process that has the entry open. A word:

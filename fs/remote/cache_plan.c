@@ -1,5 +1,5 @@
-/* fs/cache: a chunk's planned uses (cache.h: bfs_cache_plan; fs/README.md:
- * remote objects: the cache).
+/* fs/remote/cache: a chunk's planned uses (cache.h: bfs_cache_plan;
+ * fs/README.md: remote objects: the cache).
  *
  * Next use (bfs_cache_next_use, one position per chunk) knows only the
  * earliest use told: once it passes, the chunk looks not needed again,
@@ -21,8 +21,8 @@
 #include <errno.h>
 #include <stdlib.h>
 
-#include "fs/cache.h"
-#include "fs/cache_impl.h"
+#include "fs/remote/cache.h"
+#include "fs/remote/cache_impl.h"
 
 /* Drop the uses of chunk c before 'now'. [plan_lock] */
 static void drop_stale(struct bfs_cache_entry *e, uint64_t c, uint64_t now)

@@ -1,4 +1,4 @@
-/* fs/object: what object.c (the set, its objects, their client and
+/* fs/remote/object: what object.c (the set, its objects, their client and
  * store thread) and object_fetch.c (fetching, storing, pins, waits)
  * share. Private to the room. */
 #ifndef BFS_OBJECT_IMPL_H
@@ -9,7 +9,7 @@
 #include <stdbool.h>
 #include <time.h>
 
-#include "fs/object.h"
+#include "fs/remote/object.h"
 
 struct bfs_object {
 	struct bfs_objects *os;

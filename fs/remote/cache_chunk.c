@@ -1,4 +1,4 @@
-/* fs/cache: chunks (the directory and entries: cache.c; fs/README.md:
+/* fs/remote/cache: chunks (the directory and entries: cache.c; fs/README.md:
  * remote objects: the cache).
  *
  * A chunk's state is one word in the entry's shared map (cache_impl.h),
@@ -48,8 +48,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "fs/cache.h"
-#include "fs/cache_impl.h"
+#include "fs/remote/cache.h"
+#include "fs/remote/cache_impl.h"
 #include "fs/log.h"
 
 static uint32_t wload(const uint32_t *w)

@@ -1,4 +1,4 @@
-/* fs/cache: the local disk cache of remote objects (fs/README.md: remote
+/* fs/remote/cache: the local disk cache of remote objects (fs/README.md: remote
  * objects: the cache).
  *
  * A remote object (s3://, https://) is read like a local archive: its bytes

@@ -1,8 +1,8 @@
-/* fs/remote_url: the URLs of remote objects (fs/remote.h), pure string
- * work: which strings are remote, s3:// to path-style HTTP, the
+/* fs/remote/remote_url: the URLs of remote objects (fs/remote/remote.h), pure
+ * string work: which strings are remote, s3:// to path-style HTTP, the
  * percent-encoding of keys, and a URL made fit for messages (no query
  * string, no user:password: they may be secrets). */
-#include "fs/remote.h"
+#include "fs/remote/remote.h"
 
 #include <errno.h>
 #include <stdio.h>

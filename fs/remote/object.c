@@ -1,4 +1,4 @@
-/* fs/object: a mount's remote objects behind their cache entries: the
+/* fs/remote/object: a mount's remote objects behind their cache entries: the
  * set, its client and store thread, the objects (object.h; fetching and
  * storing: object_fetch.c; fs/README.md: remote sources).
  *
@@ -12,7 +12,7 @@
  * bytes in flight and the objects; o->lock the in-flight marks, the kept
  * ranges, the last failure and the chunks in memory. Counters are
  * atomics. */
-#include "fs/object.h"
+#include "fs/remote/object.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -21,7 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fs/object_impl.h"
+#include "fs/remote/object_impl.h"
 
 #define REQUEST_MAX ((uint64_t)8 << 20)
 #define MERGE_GAP   ((uint64_t)256 << 10)
