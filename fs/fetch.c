@@ -2,7 +2,7 @@
  * fs/README.md: cold data).
  *
  * The backend is the composition root's choice (fs/reader's, on local
- * files; fs/remote_fetch's where a file is remote, over a local one); its
+ * files; fs/fetch_remote's where a file is remote, over a local one); its
  * name is the reader of stats and dataset.json, and its 'why', with what
  * this room adds, says how rows are read. Reads ahead, planned uses
  * (bfs_fetch_plan_ranges), the readers' clock (bfs_fetch_now) and the

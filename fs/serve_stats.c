@@ -1,7 +1,7 @@
 /* fs/serve_stats: a mount's counters (struct bfs_stats) and the stats
  * file that shows them (serve.h): one "name value" line per counter,
  * fixed width, so the file's size stays the same while the counters
- * change (the remote_* lines, fs/object's, only in a mount with remote
+ * change (the remote_* lines, fs/remote/object's, only in a mount with remote
  * sources); the pool's last error comes last, in four lines, the message
  * as it is (no padding). So the size changes when the last error does:
  * the file is read with direct I/O (a read is not cut at a size seen

@@ -22,7 +22,7 @@
  * Remote sources: the objects' threads stop before the fork
  * (bfs_objects_suspend) and start again in the daemon, in start()
  * (bfs_objects_resume); start_cold wraps fs/reader's backend in
- * fs/remote_fetch's and sizes the read-ahead by the cache's bound (half
+ * fs/fetch_remote's and sizes the read-ahead by the cache's bound (half
  * of it ahead; planned uses where the objects pass it; wide gaps far
  * ahead where it holds them all and an epoch reads nearly every chunk);
  * stop() cancels the fetches in flight (bfs_objects_abort).
