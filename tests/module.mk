@@ -1,7 +1,8 @@
 # tests/: unit tests (cmocka, one program per tests/unit/test_*.c), mount,
 # interop, remote-object and command-line tests (scripts), fuzz targets.
 # tests/lib/ holds shared helpers (and the test servers: servers.py,
-# faultproxy.py).
+# faultproxy.py); tests/run.sh puts it, tests/mount (mountlib),
+# tests/loader (loader_testlib) and loader/python on PYTHONPATH.
 #
 # Unit tests link the core library plus cmocka, libzip and libfuse.
 UNIT_SRCS := $(sort $(wildcard tests/unit/test_*.c))
@@ -98,13 +99,17 @@ $(BUILD)/tests/bin/crash_probe: $(CRASH_PROBE_OBJS) $(BUILD)/libbatchfs_core.a
 # open fds grow more than 2 % after the warm-up (a tenth of the run).
 SOAK_SECONDS ?= 600
 SOAK_CYCLES ?= 100
+# soak runs the scripts without tests/run.sh: the PYTHONPATH it sets
+SOAK_PYTHONPATH := $(CURDIR)/tests/lib:$(CURDIR)/tests/mount
+SOAK_PYTHONPATH := $(SOAK_PYTHONPATH):$(CURDIR)/tests/loader:$(CURDIR)/loader/python
+SOAK_ENV = BATCHFS=$(abspath $(BUILD)/batchfs) PYTHONPATH=$(SOAK_PYTHONPATH)
 .PHONY: soak
 soak: deps-torch
 	@$(MAKE) --no-print-directory check-build
 	@rm -rf $(BUILD)/soak && mkdir -p $(BUILD)/soak
-	BATCHFS=$(abspath $(BUILD)/batchfs) nice $(PYTHON) \
-		tests/mount/fuzz_mount.py --seconds $(SOAK_SECONDS) --readers 8 \
+	$(SOAK_ENV) nice $(PYTHON) tests/mount/fuzz_mount.py \
+		--seconds $(SOAK_SECONDS) --readers 8 \
 		--work $(abspath $(BUILD)/soak) \
 		--report $(abspath $(BUILD)/soak/fuzz.json) --flat
-	BATCHFS=$(abspath $(BUILD)/batchfs) BFS_TEST_TMP=$(abspath $(BUILD)/soak) \
+	$(SOAK_ENV) BFS_TEST_TMP=$(abspath $(BUILD)/soak) \
 		CYCLES=$(SOAK_CYCLES) nice $(PYTHON) tests/mount/test_mount_cycles.py

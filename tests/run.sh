@@ -12,6 +12,15 @@
 # unless it failed; also its $XDG_RUNTIME_DIR, so the daemons' default log
 # files land there) and finds the binaries through $BUILD / $BATCHFS.
 # TESTS_FILTER=regex runs only the tests whose path matches.
+# Python (each test and what it starts, venv pythons too) finds the tests'
+# shared modules and this tree's batchfs package on PYTHONPATH, set here
+# ahead of the caller's: tests/lib (fixtures, servers, memcg, ...),
+# tests/mount (mountlib), tests/loader (loader_testlib), loader/python
+# (batchfs, batchfs_loader). One test by hand: tests/run.sh FILE; a .py
+# run directly (from the source tree) needs that PYTHONPATH,
+#   PYTHONPATH=$PWD/tests/lib:$PWD/tests/mount:$PWD/tests/loader:$PWD/loader/python
+# The tests of an installed package (test_pip_install.py,
+# tests/cli/test_install*.sh, test_readme.py) run it without this path.
 # Sanitizer reports (SANITIZE= builds) are written into the work directory,
 # also those of daemons whose stderr is gone; any report fails the test.
 set -u
@@ -21,6 +30,8 @@ export BUILD PYTHON
 export BATCHFS="$(cd "$BUILD" && pwd)/batchfs"
 export BFS_SRC="$(pwd)"
 export BFS_VENVS="${BFS_VENVS:-$BFS_SRC/build/venv}"
+pypath=$BFS_SRC/tests/lib:$BFS_SRC/tests/mount:$BFS_SRC/tests/loader
+export PYTHONPATH="$pypath:$BFS_SRC/loader/python${PYTHONPATH:+:$PYTHONPATH}"
 logdir="$BUILD/test-logs"
 mkdir -p "$logdir"
 pass=0 fail=0 skip=0 failed=""

@@ -4,11 +4,8 @@ filesystem that calls itself batchfs (tests/bin/fakebatchfs)."""
 import os
 import select
 import subprocess
-import sys
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "mount"))
-import mountlib as ml  # noqa: E402
+import mountlib as ml
 
 FAKEBATCHFS = os.path.join(os.environ.get("BFS_SRC", "."),
                            os.environ.get("BUILD", "build"), "tests", "bin",

@@ -15,7 +15,6 @@ import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "mount"))
 import mountlib as ml  # noqa: E402
 
 import numpy as np  # noqa: E402

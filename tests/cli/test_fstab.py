@@ -31,11 +31,9 @@ import shutil
 import subprocess
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                                "..", "mount"))
-import mountlib as ml  # noqa: E402
+import mountlib as ml
 
-import numpy as np  # noqa: E402
+import numpy as np
 
 NS = "BFS_FSTAB_NAMESPACE"
 HELPER_DIR = "/usr/local/sbin"   # first in /bin/sh's default PATH
@@ -133,8 +131,6 @@ def as_nobody(*cmd):
 
 def remote_secrets():
     """A mount(8) of URLs with secrets: none in the daemon's /proc."""
-    sys.path.insert(0, os.path.join(os.path.dirname(
-        os.path.abspath(__file__)), "..", "lib"))
     import servers
     if not (shutil.which("nginx") or os.path.exists("/usr/sbin/nginx")):
         print("skip: the remote case (nginx is not installed)")

@@ -8,17 +8,15 @@ Batch.use_on; zero-copy batches beyond the slots are refused and the held
 ones stay intact; list() of copies is right; one loader reopened on a
 second epoch pins once. Prints the copy thread's CPU time. Skips (77)
 without a GPU."""
-import os
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "loader"))
-from loader_testlib import (check_equal, hold_every_slot, simple,  # noqa: E402
+from loader_testlib import (check_equal, hold_every_slot, simple,
                             torch, write_epoch)
 
 if not torch.cuda.is_available():
     print("skip: torch has no CUDA device")
     sys.exit(77)
-from batchfs_loader import Loader  # noqa: E402
+from batchfs_loader import Loader
 
 many = [simple(100000, k) for k in range(8)]      # ~5 MiB batches
 d0 = write_epoch("g0", many)

@@ -19,8 +19,7 @@ import subprocess
 import sys
 import zipfile
 
-sys.path.insert(0, os.path.join(os.environ["BFS_SRC"], "tests", "lib"))
-from corrupt_zip import write_torch_layout  # noqa: E402
+from corrupt_zip import write_torch_layout
 
 TMP = os.environ["BFS_TEST_TMP"]
 BATCHFS = os.environ["BATCHFS"]

@@ -21,7 +21,6 @@ import zipfile
 import torch
 
 SRC = os.environ.get("BFS_SRC", os.getcwd())
-sys.path.insert(0, os.path.join(SRC, "tests/lib"))
 import corrupt_zip  # noqa: E402
 
 TMP = os.environ["BFS_TEST_TMP"]

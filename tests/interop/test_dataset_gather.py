@@ -6,11 +6,9 @@ bytes of torch's t[i].contiguous() for each field, in field order."""
 import os
 import random
 import subprocess
-import sys
 
-sys.path.insert(0, os.path.join(os.environ["BFS_SRC"], "tests", "lib"))
-import fixtures  # noqa: E402
-import torch  # noqa: E402
+import fixtures
+import torch
 
 TMP = os.environ["BFS_TEST_TMP"]
 GATHER = os.path.join(os.environ.get("BUILD", "build"), "tests", "bin", "gather")

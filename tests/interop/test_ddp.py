@@ -17,20 +17,16 @@ import signal
 import socket
 import sys
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "mount"))
-sys.path.insert(0, os.path.join(HERE, "..", "..", "loader", "python"))
-import mountlib as ml  # noqa: E402
-sys.path.insert(0, os.path.join(HERE, "..", "lib"))
-from fixtures import DictDataset as Dict  # noqa: E402
+import mountlib as ml
+from fixtures import DictDataset as Dict
 
-import torch  # noqa: E402
-import torch.distributed as dist  # noqa: E402
-import torch.multiprocessing as mp  # noqa: E402
-from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
-from torch.utils.data import DataLoader, DistributedSampler  # noqa: E402
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, DistributedSampler
 
-import batchfs  # noqa: E402
+import batchfs
 
 WORLD, B, SEED, EPOCHS, N = 2, 8, 11, 2, 203
 KILL_AT = (1, 5)   # the checkpoint after batch 5 of epoch 1, then SIGKILL

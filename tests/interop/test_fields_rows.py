@@ -22,12 +22,10 @@ import os
 import subprocess
 import sys
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "mount"))
-import mountlib as ml  # noqa: E402
+import mountlib as ml
 
 try:
-    import torch  # noqa: E402
+    import torch
 except ImportError:
     ml.skip("torch is not installed")
 

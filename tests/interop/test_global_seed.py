@@ -14,14 +14,11 @@ each later epoch draws only the sampler's seed). --rng-state needs
 import json
 import os
 import subprocess
-import sys
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "mount"))
-import mountlib as ml  # noqa: E402
+import mountlib as ml
 
-import torch  # noqa: E402
-from torch.utils.data import DataLoader, RandomSampler  # noqa: E402
+import torch
+from torch.utils.data import DataLoader, RandomSampler
 
 ml.require_fuse()
 TMP = ml.TMP

@@ -27,11 +27,8 @@ import sys
 import numpy as np
 import torch
 
-SRC = os.environ.get("BFS_SRC", os.getcwd())
-sys.path.insert(0, os.path.join(SRC, "tests/lib"))
-sys.path.insert(0, os.path.join(SRC, "tests/mount"))
-import hostile  # noqa: E402
-import mountlib as ml  # noqa: E402
+import hostile
+import mountlib as ml
 
 TMP = os.environ["BFS_TEST_TMP"]
 failures = []

@@ -14,11 +14,9 @@ import json
 import os
 import struct
 import subprocess
-import sys
 
-sys.path.insert(0, os.path.join(os.environ["BFS_SRC"], "tests", "lib"))
-import corrupt_zip  # noqa: E402
-import fixtures  # noqa: E402
+import corrupt_zip
+import fixtures
 
 TMP = os.environ["BFS_TEST_TMP"]
 BATCHFS = os.environ["BATCHFS"]

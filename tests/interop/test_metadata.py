@@ -30,15 +30,12 @@ import os
 import pathlib
 import sys
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "mount"))
-import mountlib as ml  # noqa: E402
-sys.path.insert(0, os.path.join(HERE, "..", "lib"))
-from fixtures import DictDataset as Dict  # noqa: E402
+import mountlib as ml
+from fixtures import DictDataset as Dict
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-from torch.utils.data import DataLoader  # noqa: E402
+import numpy as np
+import torch
+from torch.utils.data import DataLoader
 
 ml.require_fuse()
 TMP = ml.TMP

@@ -17,16 +17,13 @@ bad index."""
 import json
 import os
 import subprocess
-import sys
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "mount"))
-import mountlib as ml  # noqa: E402
+import mountlib as ml
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-from torch.nn.utils.rnn import pad_sequence  # noqa: E402
-from torch.utils.data import (DataLoader, DistributedSampler,  # noqa: E402
+import numpy as np
+import torch
+from torch.nn.utils.rnn import pad_sequence
+from torch.utils.data import (DataLoader, DistributedSampler,
                               RandomSampler, SubsetRandomSampler,
                               WeightedRandomSampler)
 

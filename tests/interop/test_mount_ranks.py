@@ -27,15 +27,12 @@ import os
 import sys
 import threading
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "mount"))
-sys.path.insert(0, os.path.join(HERE, "..", "..", "loader", "python"))
-import mountlib as ml  # noqa: E402
+import mountlib as ml
 
-import torch  # noqa: E402
-from torch.utils.data import DataLoader, DistributedSampler  # noqa: E402
+import torch
+from torch.utils.data import DataLoader, DistributedSampler
 
-import batchfs  # noqa: E402
+import batchfs
 
 ml.require_fuse()
 TMP = ml.TMP

@@ -31,17 +31,13 @@ import os
 import random
 import shlex
 import subprocess
-import sys
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "mount"))
-sys.path.insert(0, os.path.join(HERE, "..", "..", "loader", "python"))
-import mountlib as ml  # noqa: E402
+import mountlib as ml
 
-import batchfs  # noqa: E402
+import batchfs
 
-import torch  # noqa: E402
-from torch.utils.data import DataLoader, DistributedSampler  # noqa: E402
+import torch
+from torch.utils.data import DataLoader, DistributedSampler
 
 SRC = os.environ.get("BFS_SRC", os.getcwd())
 BUILD = os.environ.get("BUILD", "build")

@@ -10,14 +10,11 @@ workers for persistent ones). The mount's README says when persistent
 workers change the order."""
 import json
 import os
-import sys
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "mount"))
-import mountlib as ml  # noqa: E402
+import mountlib as ml
 
-import torch  # noqa: E402
-from torch.utils.data import (DataLoader, DistributedSampler,  # noqa: E402
+import torch
+from torch.utils.data import (DataLoader, DistributedSampler,
                               RandomSampler, SubsetRandomSampler,
                               WeightedRandomSampler)
 

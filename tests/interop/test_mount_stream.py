@@ -24,16 +24,13 @@ import random
 import subprocess
 import sys
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "mount"))
-sys.path.insert(0, os.path.join(HERE, "..", "..", "loader", "python"))
-import mountlib as ml  # noqa: E402
+import mountlib as ml
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-from torch.utils.data import DataLoader  # noqa: E402
+import numpy as np
+import torch
+from torch.utils.data import DataLoader
 
-import batchfs  # noqa: E402
+import batchfs
 
 ml.require_fuse()
 TMP = ml.TMP

@@ -18,15 +18,12 @@ import os
 import random
 import sys
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "mount"))
-sys.path.insert(0, os.path.join(HERE, "..", "..", "loader", "python"))
-import mountlib as ml  # noqa: E402
+import mountlib as ml
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
+import numpy as np
+import torch
 
-import batchfs  # noqa: E402
+import batchfs
 
 ml.require_fuse()
 TMP = ml.TMP

@@ -9,14 +9,11 @@ samples (stack per field), iterated once per epoch (a fresh iterator each
 epoch, as a training loop does). The configurations take the serve modes
 (passthrough where available, push, cache, direct) in turn."""
 import os
-import sys
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "mount"))
-import mountlib as ml  # noqa: E402
+import mountlib as ml
 
-import torch  # noqa: E402
-from torch.utils.data import DataLoader  # noqa: E402
+import torch
+from torch.utils.data import DataLoader
 
 ml.require_fuse()
 TMP = ml.TMP

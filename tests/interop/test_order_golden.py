@@ -323,7 +323,6 @@ def mount_part(cfgs, per_kind=5):
         print("mount part skipped: no build/batchfs")
         return None
     os.environ["BATCHFS"] = batchfs
-    sys.path.insert(0, os.path.join(SRC, "tests", "mount"))
     import mountlib as ml
     if not os.access("/dev/fuse", os.R_OK | os.W_OK):
         print("mount part skipped: /dev/fuse is not usable")

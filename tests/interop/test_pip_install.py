@@ -150,7 +150,6 @@ def in_venv(src, mnt, version):
 # ---- the test (Debian's python3) ----
 
 def main():
-    sys.path.insert(0, os.path.join(HERE, "..", "mount"))
     import mountlib as ml
 
     src = os.environ.get("BFS_SRC") or os.path.abspath(

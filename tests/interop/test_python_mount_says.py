@@ -22,18 +22,14 @@ import errno
 import os
 import re
 import struct
-import sys
 import time
 import warnings
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "mount"))
-sys.path.insert(0, os.path.join(HERE, "..", "..", "loader", "python"))
-import mountlib as ml  # noqa: E402
+import mountlib as ml
 
-import torch  # noqa: E402
+import torch
 
-import batchfs  # noqa: E402
+import batchfs
 
 ml.require_fuse()
 TMP = ml.TMP

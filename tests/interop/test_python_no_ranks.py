@@ -12,14 +12,11 @@ mount of several ranks read under torchrun are as before."""
 import os
 import sys
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "mount"))
-sys.path.insert(0, os.path.join(HERE, "..", "..", "loader", "python"))
-import mountlib as ml  # noqa: E402
+import mountlib as ml
 
-import torch  # noqa: E402
+import torch
 
-import batchfs  # noqa: E402
+import batchfs
 
 ml.require_fuse()
 N, B = 22, 4

@@ -19,13 +19,9 @@ build tree, over real mounts and real torch:
 import json
 import os
 import re
-import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "mount"))
-sys.path.insert(0, os.path.join(HERE, "..", "..", "loader", "python"))
 import mountlib as ml  # noqa: E402
-sys.path.insert(0, os.path.join(HERE, "..", "lib"))
 from fixtures import DictDataset as Dict  # noqa: E402
 
 import numpy as np  # noqa: E402

@@ -18,19 +18,14 @@ import copy
 import gc
 import json
 import os
-import sys
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "mount"))
-sys.path.insert(0, os.path.join(HERE, "..", "..", "loader", "python"))
-import mountlib as ml  # noqa: E402
-sys.path.insert(0, os.path.join(HERE, "..", "lib"))
-from fixtures import DictDataset as Dict  # noqa: E402
+import mountlib as ml
+from fixtures import DictDataset as Dict
 
-import torch  # noqa: E402
-from torch.utils.data import DataLoader  # noqa: E402
+import torch
+from torch.utils.data import DataLoader
 
-import batchfs  # noqa: E402
+import batchfs
 
 N, B, SEED, EPOCHS = 203, 8, 11, 3     # 26 batches an epoch, the last of 3
 BREAK = 7                               # not a multiple of 2 or 4 workers

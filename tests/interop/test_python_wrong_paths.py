@@ -23,20 +23,16 @@ import os
 import re
 import sys
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "mount"))
-sys.path.insert(0, os.path.join(HERE, "..", "..", "loader", "python"))
-import mountlib as ml  # noqa: E402
+import mountlib as ml
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
+import numpy as np
+import torch
 
-import batchfs  # noqa: E402
+import batchfs
 
 ml.require_fuse()
 # the built library (BATCHFS_LOADER_LIB), re-executed with the sanitizer
 # runtimes preloaded under a SANITIZE= build
-sys.path.insert(0, os.path.join(HERE, "..", "loader"))
 import loader_testlib  # noqa: E402,F401
 import batchfs_loader  # noqa: E402
 

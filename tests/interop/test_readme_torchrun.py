@@ -26,7 +26,6 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = os.path.abspath(os.path.join(HERE, "..", ".."))
-sys.path.insert(0, os.path.join(HERE, "..", "mount"))
 import mountlib as ml  # noqa: E402
 
 import torch  # noqa: E402

@@ -19,14 +19,11 @@ import json
 import os
 import struct
 import subprocess
-import sys
 import zipfile
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "mount"))
-import mountlib as ml  # noqa: E402
+import mountlib as ml
 
-import numpy as np  # noqa: E402
+import numpy as np
 
 ml.require_fuse()
 TMP = ml.TMP

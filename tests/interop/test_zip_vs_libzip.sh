@@ -51,7 +51,6 @@ done
 #    reports the same zero CRCs.
 "$PYTHON" - "$fx/dict.pt" "$BFS_TEST_TMP/crc0.pt" <<'PY'
 import struct, sys
-sys.path.insert(0, "tests/lib")
 import corrupt_zip
 buf = bytearray(open(sys.argv[1], "rb").read())
 for r in corrupt_zip.records(bytes(buf)):

@@ -2,7 +2,7 @@
 """Torch fixture archives shared by every batchfs test.
 
 Usage:  /usr/bin/python3 tests/lib/fixtures.py OUTDIR
-   or:  sys.path.insert(0, os.path.join(BFS_SRC, "tests/lib"))
+   or, with tests/lib on PYTHONPATH (tests/run.sh puts it there):
         import fixtures; fixtures.write_all(outdir)
 
 Writes, with real torch.save (torch 1.13, deterministic: fixed seeds, and

@@ -25,12 +25,10 @@ archives.py.
 import collections
 import os
 import pickle
-import sys
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import corrupt_zip  # noqa: E402
+import corrupt_zip
 
 
 class _Storage:

@@ -45,8 +45,7 @@ import time
 import urllib.parse
 import urllib.request
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from faultproxy import FaultProxy, sigv4_headers  # noqa: E402
+from faultproxy import FaultProxy, sigv4_headers
 
 START_TIMEOUT = 20
 S3_ACCESS = "BATCHFSTESTACCESSKEY"  # what S3Server's proxy accepts

@@ -1,7 +1,8 @@
 """Helpers of the Python loader tests (test_loader_python*.py): torch or a
 skip, the built library (re-executing the test with the sanitizer runtimes
-preloaded under a SANITIZE= build), the binding on sys.path, batch files
-written as batchfs serves them, and comparisons."""
+preloaded under a SANITIZE= build), batch files written as batchfs serves
+them, and comparisons. The binding (loader/python) comes from PYTHONPATH,
+as tests/run.sh sets it."""
 import errno
 import json
 import os
@@ -47,7 +48,6 @@ if not os.path.exists(LIB):
     sys.exit(1)
 os.environ["BATCHFS_LOADER_LIB"] = LIB
 _preload_sanitizers()
-sys.path.insert(0, os.path.join(SRC, "loader", "python"))
 
 CODES = {torch.bool: "BOOL", torch.uint8: "U8", torch.int8: "I8",
          torch.int16: "I16", torch.int32: "I32", torch.int64: "I64",

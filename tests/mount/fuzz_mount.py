@@ -37,8 +37,7 @@ import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import mountlib as ml  # noqa: E402
+import mountlib as ml
 
 N, B, EPOCHS, ROW = 700, 32, 6, 300
 NB = (N + B - 1) // B

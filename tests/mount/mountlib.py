@@ -16,13 +16,9 @@ import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                                "..", "lib"))
-import memcg  # noqa: E402  (tests/lib)
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                                "..", "..", "loader", "python"))
+import memcg  # (tests/lib)
 # safetensors dtype -> numpy dtype (BF16 / F8 as raw bits): the package's
-from batchfs import NP  # noqa: E402,F401
+from batchfs import NP  # noqa: F401
 
 BATCHFS = os.environ.get("BATCHFS") or os.path.abspath("build/batchfs")
 TMP = os.environ.get("BFS_TEST_TMP") or "/tmp"

@@ -9,14 +9,12 @@ import errno
 import json
 import mmap
 import os
-import sys
 import threading
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import mountlib as ml  # noqa: E402
+import mountlib as ml
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
+import numpy as np
+import torch
 
 ml.require_fuse()
 TMP = ml.TMP

@@ -41,16 +41,15 @@ import sys
 import threading
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import mountlib as ml  # noqa: E402
+import mountlib as ml
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
+import numpy as np
+import torch
 
-import batchfs  # noqa: E402  (mountlib put loader/python on the path)
-from batchfs import _batches  # noqa: E402
-from batchfs._batchfile import parse_batch  # noqa: E402
-from batchfs._readers import THREAD_PREFIX  # noqa: E402
+import batchfs
+from batchfs import _batches
+from batchfs._batchfile import parse_batch
+from batchfs._readers import THREAD_PREFIX
 
 ml.require_fuse()
 TMP = ml.TMP

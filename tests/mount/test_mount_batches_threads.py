@@ -14,14 +14,13 @@ import sys
 import threading
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import mountlib as ml  # noqa: E402
+import mountlib as ml
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
+import numpy as np
+import torch
 
-import batchfs  # noqa: E402  (mountlib put loader/python on the path)
-from batchfs._batchfile import parse_batch  # noqa: E402
+import batchfs
+from batchfs._batchfile import parse_batch
 
 ml.require_fuse()
 TMP = ml.TMP

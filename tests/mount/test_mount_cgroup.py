@@ -19,10 +19,8 @@ runtime alone outgrows 96 MiB: the daemon was killed there)."""
 import json
 import os
 import subprocess
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import mountlib as ml  # noqa: E402
+import mountlib as ml
 
 LIMIT = 96 << 20
 SAMPLES = 21000  # the demo's 3080-byte samples: 64.7 MB

@@ -32,8 +32,7 @@ import sys
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import mountlib as ml  # noqa: E402
+import mountlib as ml
 
 ROW = 48 << 10  # bytes per sample of x: read with O_DIRECT (>= 32 KiB)
 B = 16

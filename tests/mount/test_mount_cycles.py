@@ -28,8 +28,7 @@ import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import mountlib as ml  # noqa: E402
+import mountlib as ml
 
 N, B, E, READERS, BOUND_S = 4000, 64, 4, 4, ml.LIVENESS_S
 SLOW_MS = 8000  # the slow batch: umount answers long before it is ready

@@ -36,8 +36,7 @@ import sys
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import mountlib as ml  # noqa: E402
+import mountlib as ml
 
 N, ROW, B, PAGE = 1200, 6000, 40, 4096
 TIMEOUT_S, STALL_S = 3, 8  # --timeout; the stall, well past it

@@ -24,8 +24,7 @@ import resource
 import subprocess
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import mountlib as ml  # noqa: E402
+import mountlib as ml
 
 N, B = 16000, 4
 failures = []

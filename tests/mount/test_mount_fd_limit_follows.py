@@ -13,8 +13,7 @@ import os
 import resource
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import mountlib as ml  # noqa: E402
+import mountlib as ml
 
 N, B = 400, 4
 failures = []

@@ -9,9 +9,8 @@ import json
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import mountlib as ml  # noqa: E402
-import fuzz_mount  # noqa: E402
+import mountlib as ml
+import fuzz_mount
 
 
 def main():

@@ -8,12 +8,10 @@ bigger than it still serves correct bytes; a batch not ready within
 import os
 import signal
 import subprocess
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import mountlib as ml  # noqa: E402
+import mountlib as ml
 
-import torch  # noqa: E402
+import torch
 
 ml.require_fuse()
 TMP = ml.TMP

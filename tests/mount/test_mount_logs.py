@@ -18,13 +18,11 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import mountlib as ml  # noqa: E402
+import mountlib as ml
 
-import torch  # noqa: E402
+import torch
 
 ml.require_fuse()
 TMP = ml.TMP

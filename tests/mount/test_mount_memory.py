@@ -14,10 +14,8 @@ the last three epochs read, fully, whenever RssAnon is read (with prefetch,
 whether the next epoch has taken the oldest table yet is a race worth one
 table, 2 MB)."""
 import os
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import mountlib as ml  # noqa: E402
+import mountlib as ml
 
 N, B, EPOCHS, SLACK_KB = 500000, 4096, 200, 2048
 

@@ -14,8 +14,7 @@ size."""
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import mountlib as ml  # noqa: E402
+import mountlib as ml
 
 N, SLACK_KB = 2000000, 16 * 1024
 

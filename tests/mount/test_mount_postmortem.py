@@ -21,8 +21,7 @@ import signal
 import subprocess
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import mountlib as ml  # noqa: E402
+import mountlib as ml
 
 BUILD = os.environ.get("BUILD", "build")
 PROBE = os.path.join(os.environ.get("BFS_SRC", "."), BUILD, "tests", "bin",

@@ -13,13 +13,11 @@ daemon must drop old batches from the page cache:
 - --serve cache and --serve direct serve the same bytes."""
 import mmap
 import os
-import sys
 import threading
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import mountlib as ml  # noqa: E402
+import mountlib as ml
 
-import torch  # noqa: E402
+import torch
 
 ml.require_fuse()
 TMP = ml.TMP

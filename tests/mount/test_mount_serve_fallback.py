@@ -12,12 +12,10 @@ CAP_SYS_ADMIN would):
   '--serve MODE'; --serve bogus is bad usage (exit 2)."""
 import json
 import os
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import mountlib as ml  # noqa: E402
+import mountlib as ml
 
-import torch  # noqa: E402
+import torch
 
 ml.require_fuse()
 TMP = ml.TMP

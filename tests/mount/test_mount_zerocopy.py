@@ -22,12 +22,10 @@ mapping (fuse_reply_iov), with no gather. Checks, on real mounts, in
   README, and unmounts cleanly."""
 import errno
 import os
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import mountlib as ml  # noqa: E402
+import mountlib as ml
 
-import torch  # noqa: E402
+import torch
 
 ml.require_fuse()
 TMP = ml.TMP

@@ -6,16 +6,12 @@ import errno
 import json
 import os
 import subprocess
-import sys
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "mount"))
-sys.path.insert(0, os.path.join(HERE, "..", "lib"))
-import mountlib as ml  # noqa: E402
-import servers  # noqa: E402,F401
-from faultproxy import FaultProxy  # noqa: E402,F401
+import mountlib as ml
+import servers  # noqa: F401
+from faultproxy import FaultProxy  # noqa: F401
 
-import numpy as np  # noqa: E402
+import numpy as np
 
 TMP = ml.TMP
 _n = 0

@@ -10,7 +10,6 @@ import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "lib"))
 import servers  # noqa: E402,F401  (tests/lib)
 from faultproxy import FaultProxy  # noqa: E402,F401
 

@@ -27,18 +27,14 @@ import signal
 import subprocess
 import sys
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "mount"))
-sys.path.insert(0, os.path.join(HERE, "..", "lib"))
-sys.path.insert(0, os.path.join(HERE, "..", "..", "loader", "python"))
-import mountlib as ml  # noqa: E402
-import netns  # noqa: E402
-import servers  # noqa: E402
+import mountlib as ml
+import netns
+import servers
 
-import torch  # noqa: E402
-from torch.utils.data import DataLoader, DistributedSampler  # noqa: E402
+import torch
+from torch.utils.data import DataLoader, DistributedSampler
 
-import batchfs  # noqa: E402
+import batchfs
 
 N, B, SEED, EPOCHS = 203, 8, 11, 3
 KILL_AT = (1, 3)      # node B dies after the step that leaves this state
@@ -46,13 +42,12 @@ PORT = 29517
 RUN_S = 300           # the most a torchrun job may take here
 TRAIN = r'''
 import datetime, json, os, signal, sys
-sys.path.insert(0, sys.argv[4])
 import torch, torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 import batchfs
 
 mnt, out, kill_at = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
-resume = sys.argv[5] if len(sys.argv) > 5 else None
+resume = sys.argv[4] if len(sys.argv) > 4 else None
 rank = int(os.environ["RANK"])
 dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
 torch.manual_seed(0)
@@ -158,7 +153,7 @@ def first_job(hosts, s3, env, tmp, out):
                   "--world-size", 4, "--ranks", "2-3")]
     try:
         jobs = [torchrun(hosts, h, tmp, env, 2, 2, i,
-                         [mnt, out, json.dumps(list(KILL_AT)), PYPKG])
+                         [mnt, out, json.dumps(list(KILL_AT))])
                 for i, (h, mnt) in enumerate(zip("ab", mnts))]
         rc_b = finish_job(jobs[1:], "node B")[0]
         # node A's ranks fail on their next step; its agent then waits for
@@ -204,7 +199,7 @@ def second_job(hosts, s3, env, tmp, out, state):
                 "--world-size", 3, "--ranks", "all", "--resume-at", at)
     try:
         job = torchrun(hosts, "a", tmp, env, 1, 3, 0,
-                       [mnt, out, "null", PYPKG, path])
+                       [mnt, out, "null", path])
         rc = finish_job([job], "the restarted job")
         if rc != [0]:
             failures.append("the restarted job: exit %r" % rc)
@@ -231,6 +226,7 @@ def main():
     torch.save({"x": torch.randn(N, 5, generator=g),
                 "y": torch.randint(0, 3, (N,), generator=g),
                 "i": torch.arange(N)}, buf)
+    # (the ranks import batchfs through PYTHONPATH, tests/run.sh's)
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
     env.update(AWS_ACCESS_KEY_ID=servers.S3_ACCESS,
                AWS_SECRET_ACCESS_KEY=servers.S3_SECRET,
@@ -282,8 +278,6 @@ def main():
               "epoch %d DistributedSampler(3)'s" % (e, N, pad, e + 1))
     return ml.finish(failures)
 
-
-PYPKG = os.path.join(HERE, "..", "..", "loader", "python")
 
 if __name__ == "__main__":
     sys.exit(main())
