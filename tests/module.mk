@@ -27,7 +27,9 @@ LDFLAGS_test_serve_ways := -Wl,--wrap=bfs_serve_ops_of
 # transport.
 FAKE_REMOTE := -Wl,--wrap=bfs_remote_open -Wl,--wrap=bfs_remote_submit \
 	-Wl,--wrap=bfs_remote_destroy
-LDFLAGS_test_object := $(FAKE_REMOTE)
+# test_object also evicts what the store wrote before it lifts the
+# in-flight marks (fs/object_fetch.c: unmark).
+LDFLAGS_test_object := $(FAKE_REMOTE) -Wl,--wrap=bfs_cache_write
 LDFLAGS_test_source_file := $(FAKE_REMOTE)
 
 TEST_PROGS += $(UNIT_PROGS)

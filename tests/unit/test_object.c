@@ -2,12 +2,12 @@
  * their cache entries are real (a cache directory under $BFS_TEST_TMP),
  * but no request reaches a network. The program is linked with ld
  * --wrap=bfs_remote_open, --wrap=bfs_remote_submit and
- * --wrap=bfs_remote_destroy: an open makes an object of the size and
- * version the test says without a request, a range request is queued in
- * the fake, and the test answers it (its bytes, or an error) when it
- * chooses, calling the request's 'done' as fs/remote's thread would; a
- * client destroyed fails what is still queued with ECANCELED, as fs/remote
- * does.
+ * --wrap=bfs_remote_destroy (and --wrap=bfs_cache_write, below): an open makes
+ * an object of the size and version the test says without a request, a range
+ * request is queued in the fake, and the test answers it (its bytes, or an
+ * error) when it chooses, calling the request's 'done' as fs/remote's thread
+ * would; a client destroyed fails what is still queued with ECANCELED, as
+ * fs/remote does.
  * - claims: two gathers of one chunk send one request and both read its
  *   bytes; a gather whose chunks overlap another's asks only for the rest
  *   and waits for the other's request;
@@ -18,7 +18,10 @@
  *   bytes, the read-ahead's never more than flight_max (both reached);
  * - the store thread: bytes that landed are in the cache file, and a set
  *   opened later over the same directory serves them without a request
- *   (but not to another version of the object);
+ *   (but not to another version of the object); a chunk stored and
+ *   evicted before its in-flight mark came off (--wrap=bfs_cache_write
+ *   evicts it there) is fetched again by the gather that pinned it
+ *   meanwhile (fs/object_fetch.c: unmark);
  * - failures: a request that fails is fetched once more, then fails its
  *   waiters with its error; a later read fetches again; a replaced object
  *   (ESTALE) is not fetched again; EAGAIN from the transport is stored as
@@ -110,6 +113,12 @@ static struct {
 	struct bfs_remote_req *pending[FAKE_MAX];
 	size_t npending, max_pending;
 	uint64_t pending_bytes, max_pending_bytes;
+	/* Armed: the next bfs_cache_write of fs/object (the store of a
+	 * fetch ahead) has its bytes evicted at once ('evicted' of them) and
+	 * holds the store there ('held'), before it lifts the in-flight
+	 * marks, until 'let_go'. */
+	bool evict_armed, held, let_go;
+	int64_t evicted;
 } fake = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
 
 int __wrap_bfs_remote_submit(struct bfs_remote_req *req);
@@ -117,6 +126,10 @@ int __wrap_bfs_remote_open(struct bfs_remote *r, const char *url,
 			   struct bfs_remote_obj **out, struct bfs_error *err);
 void __real_bfs_remote_destroy(struct bfs_remote *r);
 void __wrap_bfs_remote_destroy(struct bfs_remote *r);
+int __real_bfs_cache_write(struct bfs_cache_entry *e, uint64_t off,
+			   const void *buf, uint64_t len);
+int __wrap_bfs_cache_write(struct bfs_cache_entry *e, uint64_t off,
+			   const void *buf, uint64_t len);
 
 /* An object of the size and version the test set, pinned without a
  * request (freed by the real bfs_remote_close). */
@@ -235,6 +248,39 @@ static bool wait_for(bool (*ok)(void *), void *arg)
 	return true;
 }
 
+static bool let_go(void *arg)
+{
+	return fake.let_go;
+}
+
+/* The store's write; armed, its chunks evicted as soon as written (as a
+ * write of another object making room could), and the store held there
+ * until the test lets it go. */
+int __wrap_bfs_cache_write(struct bfs_cache_entry *e, uint64_t off,
+			   const void *buf, uint64_t len)
+{
+	int rc = __real_bfs_cache_write(e, off, buf, len);
+	int64_t n;
+	bool armed;
+
+	pthread_mutex_lock(&fake.lock);
+	armed = fake.evict_armed && rc == 0;
+	fake.evict_armed = fake.evict_armed && !armed;
+	pthread_mutex_unlock(&fake.lock);
+	if (!armed)
+		return rc;
+	n = bfs_cache_evict(e, off, len);
+
+	pthread_mutex_lock(&fake.lock);
+	fake.evicted = n;
+	fake.held = true;
+	pthread_cond_broadcast(&fake.cond);
+	wait_for(let_go, NULL); /* the test fails on its own bound */
+	fake.held = false;
+	pthread_mutex_unlock(&fake.lock);
+	return rc;
+}
+
 static bool pending_at(void *arg)
 {
 	uint64_t off = *(uint64_t *)arg;
@@ -329,6 +375,10 @@ static int fake_reset(void **state)
 	fake.max_pending = 0;
 	fake.pending_bytes = 0;
 	fake.max_pending_bytes = 0;
+	fake.evict_armed = false;
+	fake.held = false;
+	fake.let_go = false;
+	fake.evicted = 0;
 	pthread_mutex_unlock(&fake.lock);
 	return 0;
 }
@@ -782,6 +832,50 @@ static void fetched_chunks_are_in_the_cache_for_a_later_set(void **state)
 	set_end(os);
 }
 
+static bool store_held(void *arg)
+{
+	return fake.held;
+}
+
+static void
+a_chunk_evicted_before_its_mark_came_off_is_fetched_again(void **state)
+{
+	struct bfs_objects *os = set_new("evicted", (struct set_opts){0});
+	struct bfs_object *o = obj_open(os, URL, 4 * CHUNK, "\"v1\"");
+	const struct bfs_cache_range r = {CHUNK + 10, 100};
+	struct waiter w;
+	bool held;
+
+	pthread_mutex_lock(&fake.lock);
+	fake.evict_armed = true;
+	pthread_mutex_unlock(&fake.lock);
+	bfs_object_ahead(o, &r, 1, 1);
+	assert_sent((struct sent[]){{CHUNK, CHUNK}}, 1);
+	answer(CHUNK, 0);
+	/* stored, evicted, its in-flight mark still on */
+	pthread_mutex_lock(&fake.lock);
+	held = wait_for(store_held, NULL);
+	pthread_mutex_unlock(&fake.lock);
+	if (!held)
+		fail_msg("the store did not write within %d s", LIVENESS_S);
+	assert_int_equal(fake.evicted, CHUNK);
+	/* a gather pins it now: absent but in flight, it asks for nothing */
+	assert_int_equal(bfs_object_pin(o, &r, 1), 0);
+	assert_int_equal(nsent(), 1);
+	waiter_start(&w, o, r);
+	pthread_mutex_lock(&fake.lock);
+	fake.let_go = true;
+	pthread_cond_broadcast(&fake.cond);
+	pthread_mutex_unlock(&fake.lock);
+	/* the mark comes off: the waiter fetches it again */
+	serve_until(&w, 0);
+	assert_int_equal(w.rc, 0);
+	assert_true(w.right);
+	assert_sent((struct sent[]){{CHUNK, CHUNK}, {CHUNK, CHUNK}}, 2);
+	bfs_object_unpin(o, &r, 1);
+	set_end(os);
+}
+
 /* ---- failures -------------------------------------------------------- */
 
 static void
@@ -919,6 +1013,9 @@ int main(void)
 				   fake_reset),
 	    cmocka_unit_test_setup(
 		fetched_chunks_are_in_the_cache_for_a_later_set, fake_reset),
+	    cmocka_unit_test_setup(
+		a_chunk_evicted_before_its_mark_came_off_is_fetched_again,
+		fake_reset),
 	    cmocka_unit_test_setup(
 		a_failed_request_is_fetched_once_more_then_fails_its_waiters,
 		fake_reset),
