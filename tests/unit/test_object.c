@@ -22,6 +22,8 @@
  *   evicted before its in-flight mark came off (--wrap=bfs_cache_write
  *   evicts it there) is fetched again by the gather that pinned it
  *   meanwhile (fs/object_fetch.c: unmark);
+ * - keep: the structure's ranges fetched in order of offset, and kept
+ *   (pinned: never evicted) while the object is open;
  * - failures: a request that fails is fetched once more, then fails its
  *   waiters with its error; a later read fetches again; a replaced object
  *   (ESTALE) is not fetched again; EAGAIN from the transport is stored as
@@ -45,6 +47,7 @@
 #include <unistd.h>
 
 #include "fs/object.h"
+#include "fs/object_impl.h"
 #include "fs/remote.h"
 #include "fs/remote_impl.h"
 
@@ -512,18 +515,19 @@ static void waiter_join(struct waiter *w)
 
 static bool pending_or_done(void *arg)
 {
-	return fake.npending || ((struct waiter *)arg)->done;
+	return fake.npending || *(const bool *)arg;
 }
 
-/* Answer each request with 'result' as it comes, until w ended; joined. */
-static void serve_until(struct waiter *w, int result)
+/* Answer each request with 'result' as it comes, until *done (a flag of
+ * a thread of the test, under fake.lock) and none is queued. */
+static void serve_while_not(const bool *done, int result)
 {
 	for (;;) {
 		struct bfs_remote_req *q = NULL;
 		bool ok;
 
 		pthread_mutex_lock(&fake.lock);
-		ok = wait_for(pending_or_done, w);
+		ok = wait_for(pending_or_done, (void *)done);
 		if (ok && fake.npending)
 			q = take(0);
 		pthread_mutex_unlock(&fake.lock);
@@ -535,6 +539,12 @@ static void serve_until(struct waiter *w, int result)
 			break;
 		complete(q, result);
 	}
+}
+
+/* Answer each request with 'result' as it comes, until w ended; joined. */
+static void serve_until(struct waiter *w, int result)
+{
+	serve_while_not(&w->done, result);
 	pthread_join(w->t, NULL);
 }
 
@@ -605,7 +615,24 @@ an_overlapping_gather_asks_for_the_rest_and_waits_for_the_first(void **state)
 
 /* ---- runs ------------------------------------------------------------ */
 
-/* Pin r[0..n) of o (all absent), answer what was sent, wait, unpin. */
+/* Nothing in flight in os: every request's store is over (its writes'
+ * own pins of the chunks let go, its in-flight marks lifted), which is
+ * after its waiters woke. Bounded polling of that state. */
+static void wait_stored(struct bfs_objects *os)
+{
+	struct bfs_objects_stats st;
+
+	for (int i = 0; i < LIVENESS_S * 1000; i++) {
+		bfs_objects_stats(os, &st);
+		if (!st.flight_bytes)
+			return;
+		usleep(1000);
+	}
+	fail_msg("bytes still in flight after %d s", LIVENESS_S);
+}
+
+/* Pin r[0..n) of o (all absent), answer what was sent, wait, unpin; then
+ * wait for the stores to be over. */
 static void fetch_all(struct bfs_object *o, const struct bfs_cache_range *r,
 		      size_t n)
 {
@@ -616,6 +643,7 @@ static void fetch_all(struct bfs_object *o, const struct bfs_cache_range *r,
 	for (size_t i = 0; i < n; i++)
 		assert_reads_right(o, r[i]);
 	bfs_object_unpin(o, r, n);
+	wait_stored(o->os);
 }
 
 static void close_runs_merge_over_a_small_gap_far_ones_do_not(void **state)
@@ -876,6 +904,56 @@ a_chunk_evicted_before_its_mark_came_off_is_fetched_again(void **state)
 	set_end(os);
 }
 
+/* A thread that keeps ranges of an object (bfs_object_keep waits). */
+struct keeper {
+	struct bfs_object *o;
+	struct bfs_cache_range r[2];
+	pthread_t t;
+	bool done; /* fake.lock */
+	int rc;
+	struct bfs_error err;
+};
+
+static void *keeper_main(void *arg)
+{
+	struct keeper *k = arg;
+
+	k->rc = bfs_object_keep(k->o, k->r, 2, &k->err);
+	pthread_mutex_lock(&fake.lock);
+	k->done = true;
+	pthread_cond_broadcast(&fake.cond);
+	pthread_mutex_unlock(&fake.lock);
+	return NULL;
+}
+
+static void kept_structure_is_fetched_in_order_and_never_evicted(void **state)
+{
+	struct bfs_objects *os =
+	    set_new("keep", (struct set_opts){.merge_gap = 2 * CHUNK});
+	struct bfs_object *o = obj_open(os, URL, 16 * CHUNK, "\"v1\"");
+	/* the end records first, as a parser asks for them */
+	struct keeper k = {.o = o, .r = {{5 * CHUNK + 7, 10}, {0, 100}}};
+	const struct bfs_cache_range row = {8 * CHUNK, CHUNK};
+
+	assert_int_equal(pthread_create(&k.t, NULL, keeper_main, &k), 0);
+	serve_while_not(&k.done, 0);
+	pthread_join(k.t, NULL);
+	if (k.rc)
+		fail_msg("keep: %s", k.err.msg);
+	/* in order of offset; four absent chunks between: two requests */
+	assert_sent((struct sent[]){{0, CHUNK}, {5 * CHUNK, CHUNK}}, 2);
+	assert_reads_right(o, k.r[0]);
+	assert_reads_right(o, k.r[1]);
+	/* a row fetched, read and let go may be evicted; the kept chunks
+	 * stay pinned while the object is open */
+	fetch_all(o, &row, 1);
+	assert_int_equal(bfs_cache_evict(o->e, 0, 16 * CHUNK), CHUNK);
+	assert_true(bfs_cache_present(o->e, 0, CHUNK));
+	assert_true(bfs_cache_present(o->e, 5 * CHUNK, CHUNK));
+	assert_false(bfs_cache_present(o->e, 8 * CHUNK, CHUNK));
+	set_end(os);
+}
+
 /* ---- failures -------------------------------------------------------- */
 
 static void
@@ -1015,6 +1093,9 @@ int main(void)
 		fetched_chunks_are_in_the_cache_for_a_later_set, fake_reset),
 	    cmocka_unit_test_setup(
 		a_chunk_evicted_before_its_mark_came_off_is_fetched_again,
+		fake_reset),
+	    cmocka_unit_test_setup(
+		kept_structure_is_fetched_in_order_and_never_evicted,
 		fake_reset),
 	    cmocka_unit_test_setup(
 		a_failed_request_is_fetched_once_more_then_fails_its_waiters,
