@@ -1,4 +1,4 @@
-/* fs/object over a transport of the test's own: the set, its objects and
+/* fs/remote/object over a transport of the test's own: the set, its objects and
  * their cache entries are real (a cache directory under $BFS_TEST_TMP),
  * but no request reaches a network. The program is linked with ld
  * --wrap=bfs_remote_open, --wrap=bfs_remote_submit and
@@ -21,7 +21,7 @@
  *   (but not to another version of the object); a chunk stored and
  *   evicted before its in-flight mark came off (--wrap=bfs_cache_write
  *   evicts it there) is fetched again by the gather that pinned it
- *   meanwhile (fs/object_fetch.c: unmark);
+ *   meanwhile (fs/remote/object_fetch.c: unmark);
  * - keep: the structure's ranges fetched in order of offset, and kept
  *   (pinned: never evicted) while the object is open;
  * - failures: a request that fails is fetched once more, then fails its
@@ -46,10 +46,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "fs/object.h"
-#include "fs/object_impl.h"
-#include "fs/remote.h"
-#include "fs/remote_impl.h"
+#include "fs/remote/object.h"
+#include "fs/remote/object_impl.h"
+#include "fs/remote/remote.h"
+#include "fs/remote/remote_impl.h"
 
 #define CHUNK	   4096u /* of every entry here */
 #define LIVENESS_S 30	 /* a bound on waits, not a measure */

@@ -31,9 +31,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "fs/object.h"
-#include "fs/remote.h"
-#include "fs/remote_impl.h"
+#include "fs/remote/object.h"
+#include "fs/remote/remote.h"
+#include "fs/remote/remote_impl.h"
 #include "fs/source.h"
 #include "tests/lib/npy_header.h"
 
