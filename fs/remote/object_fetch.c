@@ -362,7 +362,9 @@ static void store(struct bfs_objects *os, struct job *j)
 
 	if (rc == 0)
 		rc = put(o, j, q->off, q->buf, q->len);
-	if (no_room(rc) && q->len > o->chunk) {
+	/* only the store's want of room (the transport's ENOSPC is its
+	 * failure: the buffer holds nothing) */
+	if (q->result == 0 && no_room(rc) && q->len > o->chunk) {
 		rc = store_chunks(o, j); /* each chunk done with */
 	} else {
 		pthread_mutex_lock(&o->lock);

@@ -1046,6 +1046,24 @@ static void eagain_from_the_transport_is_stored_as_eio(void **state)
 	set_end(os);
 }
 
+static void a_request_failed_for_want_of_room_stores_nothing(void **state)
+{
+	struct bfs_objects *os = set_new("enospc", (struct set_opts){0});
+	struct bfs_object *o = obj_open(os, URL, 4 * CHUNK, "\"v1\"");
+	const struct bfs_cache_range r = {0, 2 * CHUNK};
+	struct waiter w;
+
+	assert_int_equal(bfs_object_pin(o, &r, 1), 0);
+	waiter_start(&w, o, r);
+	/* the transport's ENOSPC is its failure, not the cache's: the
+	 * request's buffer (never filled) is not stored chunk by chunk */
+	serve_until(&w, -ENOSPC);
+	assert_int_equal(w.rc, -ENOSPC);
+	assert_int_equal(nsent(), 2); /* fetched once more, as failures are */
+	bfs_object_unpin(o, &r, 1);
+	set_end(os);
+}
+
 static void a_request_the_transport_refuses_fails_its_waiters(void **state)
 {
 	struct bfs_objects *os = set_new("refused", (struct set_opts){0});
@@ -1107,6 +1125,8 @@ int main(void)
 				   fake_reset),
 	    cmocka_unit_test_setup(eagain_from_the_transport_is_stored_as_eio,
 				   fake_reset),
+	    cmocka_unit_test_setup(
+		a_request_failed_for_want_of_room_stores_nothing, fake_reset),
 	    cmocka_unit_test_setup(
 		a_request_the_transport_refuses_fails_its_waiters, fake_reset),
 	};
