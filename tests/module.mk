@@ -23,11 +23,14 @@ ORDER_WRAPPED := lanes ranked world_size rank_of_lane lane_of_rank epochs \
 LDFLAGS_test_order_calls := $(foreach f,$(ORDER_WRAPPED),-Wl,--wrap=bfs_order_$(f))
 # test_serve_ways hands fs/serve a counting table of each way of serving.
 LDFLAGS_test_serve_ways := -Wl,--wrap=bfs_serve_ops_of
-# test_object and test_source_file answer fs/object's requests themselves:
-# opens, range requests and the client's end go through the test's fake
-# transport.
+# test_object and test_source_file answer fs/remote/object's requests
+# themselves: opens, range requests and the client's end go through the
+# fake transport of tests/unit/fake_remote.c, linked into those two only
+# (the object rides on their link flags; it defines the wrappers).
+FAKE_REMOTE_OBJ := $(BUILD)/obj/tests/unit/fake_remote.o
 FAKE_REMOTE := -Wl,--wrap=bfs_remote_open -Wl,--wrap=bfs_remote_submit \
-	-Wl,--wrap=bfs_remote_destroy
+	-Wl,--wrap=bfs_remote_destroy $(FAKE_REMOTE_OBJ)
+$(BUILD)/tests/test_object $(BUILD)/tests/test_source_file: $(FAKE_REMOTE_OBJ)
 # test_object also evicts what the store wrote before it lifts the
 # in-flight marks (fs/object_fetch.c: unmark).
 LDFLAGS_test_object := $(FAKE_REMOTE) -Wl,--wrap=bfs_cache_write

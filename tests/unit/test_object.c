@@ -1,13 +1,12 @@
-/* fs/remote/object over a transport of the test's own: the set, its objects and
- * their cache entries are real (a cache directory under $BFS_TEST_TMP),
- * but no request reaches a network. The program is linked with ld
- * --wrap=bfs_remote_open, --wrap=bfs_remote_submit and
- * --wrap=bfs_remote_destroy (and --wrap=bfs_cache_write, below): an open makes
- * an object of the size and version the test says without a request, a range
- * request is queued in the fake, and the test answers it (its bytes, or an
- * error) when it chooses, calling the request's 'done' as fs/remote's thread
- * would; a client destroyed fails what is still queued with ECANCELED, as
- * fs/remote does.
+/* fs/remote/object over a transport of the test's own: the set, its
+ * objects and their cache entries are real (a cache directory under
+ * $BFS_TEST_TMP), but no request reaches a network. The fake transport
+ * (fake_remote.h) makes an object of the size and version the test says
+ * without a request and queues each range request; the test answers it
+ * (its bytes, or an error) when it chooses, calling the request's 'done'
+ * as fs/remote's thread would; a client destroyed fails what is still
+ * queued with ECANCELED, as fs/remote does. The store's cache writes go
+ * through --wrap=bfs_cache_write too (below).
  * - claims: two gathers of one chunk send one request and both read its
  *   bytes; a gather whose chunks overlap another's asks only for the rest
  *   and waits for the other's request;
@@ -50,10 +49,10 @@
 #include "fs/remote/object_impl.h"
 #include "fs/remote/remote.h"
 #include "fs/remote/remote_impl.h"
+#include "tests/unit/fake_remote.h"
 
 #define CHUNK	   4096u /* of every entry here */
 #define LIVENESS_S 30	 /* a bound on waits, not a measure */
-#define FAKE_MAX   256
 #define URL	   "https://fake.example/data/obj.bin"
 
 static char base[512];
@@ -93,150 +92,23 @@ static uint64_t liveness_deadline(void)
 	return now_ns() + (uint64_t)LIVENESS_S * 1000000000u;
 }
 
-/* ---- the fake transport ---------------------------------------------- */
+/* ---- the fake transport (fake_remote.h) and the store's write -------- */
 
-struct sent {
-	uint64_t off, len;
-};
-
+/* Armed: the next bfs_cache_write of fs/remote/object (the store of a
+ * fetch ahead) has its bytes evicted at once ('evicted' of them) and
+ * holds the store there ('held'), before it lifts the in-flight marks,
+ * until 'let_go'. [fake_remote.lock] */
 static struct {
-	pthread_mutex_t lock;
-	pthread_cond_t cond; /* a request came or was answered, a thread
-			      * of the test ended */
-	/* Objects opened next: their size and ETag. */
-	uint64_t size;
-	const char *etag;
-	/* Non-zero: submit refuses with it (nothing queued). */
-	int refuse;
-	/* Requests submitted (refused ones too), in order: the first
-	 * FAKE_MAX of them; how many. */
-	struct sent sent[FAKE_MAX];
-	size_t nsent;
-	/* Queued, not answered yet, in order; the most at once. */
-	struct bfs_remote_req *pending[FAKE_MAX];
-	size_t npending, max_pending;
-	uint64_t pending_bytes, max_pending_bytes;
-	/* Armed: the next bfs_cache_write of fs/object (the store of a
-	 * fetch ahead) has its bytes evicted at once ('evicted' of them) and
-	 * holds the store there ('held'), before it lifts the in-flight
-	 * marks, until 'let_go'. */
-	bool evict_armed, held, let_go;
+	bool armed, held, let_go;
 	int64_t evicted;
-} fake = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
+} evict;
 
-int __wrap_bfs_remote_submit(struct bfs_remote_req *req);
-int __wrap_bfs_remote_open(struct bfs_remote *r, const char *url,
-			   struct bfs_remote_obj **out, struct bfs_error *err);
-void __real_bfs_remote_destroy(struct bfs_remote *r);
-void __wrap_bfs_remote_destroy(struct bfs_remote *r);
 int __real_bfs_cache_write(struct bfs_cache_entry *e, uint64_t off,
 			   const void *buf, uint64_t len);
 int __wrap_bfs_cache_write(struct bfs_cache_entry *e, uint64_t off,
 			   const void *buf, uint64_t len);
 
-/* An object of the size and version the test set, pinned without a
- * request (freed by the real bfs_remote_close). */
-int __wrap_bfs_remote_open(struct bfs_remote *r, const char *url,
-			   struct bfs_remote_obj **out, struct bfs_error *err)
-{
-	struct bfs_remote_obj *o = calloc(1, sizeof(*o));
-
-	*out = NULL;
-	if (!o || !(o->url = strdup(url))) {
-		free(o);
-		return -ENOMEM;
-	}
-	o->r = r;
-	bfs_remote_url_display(o->name, sizeof(o->name), url);
-	bfs_remote_url_display(o->where, sizeof(o->where), url);
-	pthread_mutex_lock(&fake.lock);
-	o->size = fake.size;
-	snprintf(o->etag, sizeof(o->etag), "%s", fake.etag);
-	pthread_mutex_unlock(&fake.lock);
-	o->etag_strong = true;
-	*out = o;
-	return 0;
-}
-
-/* Queued for the test to answer; checked as fs/remote checks it. */
-int __wrap_bfs_remote_submit(struct bfs_remote_req *req)
-{
-	const struct bfs_remote_obj *o = req->obj;
-	int rc = 0;
-
-	if (!o || !req->buf || !req->len || req->off > o->size ||
-	    req->len > o->size - req->off)
-		return -EINVAL;
-	pthread_mutex_lock(&fake.lock);
-	if (fake.nsent < FAKE_MAX)
-		fake.sent[fake.nsent] = (struct sent){req->off, req->len};
-	fake.nsent++;
-	if (fake.refuse)
-		rc = fake.refuse;
-	else if (fake.npending == FAKE_MAX)
-		rc = -ENOMEM;
-	if (rc == 0) {
-		fake.pending[fake.npending++] = req;
-		fake.pending_bytes += req->len;
-		if (fake.npending > fake.max_pending)
-			fake.max_pending = fake.npending;
-		if (fake.pending_bytes > fake.max_pending_bytes)
-			fake.max_pending_bytes = fake.pending_bytes;
-	}
-	pthread_cond_broadcast(&fake.cond);
-	pthread_mutex_unlock(&fake.lock);
-	return rc;
-}
-
-/* Request q (taken off the queue) answered: its bytes, or 'result'. */
-static void complete(struct bfs_remote_req *q, int result)
-{
-	if (result == 0)
-		obj_fill(q->buf, q->off, q->len);
-	else
-		bfs_error_set(&q->err, result, q->obj->name, BFS_NO_OFFSET,
-			      "bytes %" PRIu64 "-%" PRIu64
-			      ": the fake transport fails them: %s",
-			      q->off, q->off + q->len - 1, strerror(-result));
-	q->result = result;
-	q->tries = 1;
-	if (q->done)
-		q->done(q); /* q may be gone after this */
-}
-
-/* Pending request i off the queue. [fake.lock] */
-static struct bfs_remote_req *take(size_t i)
-{
-	struct bfs_remote_req *q = fake.pending[i];
-
-	memmove(&fake.pending[i], &fake.pending[i + 1],
-		(fake.npending - i - 1) * sizeof(fake.pending[0]));
-	fake.npending--;
-	fake.pending_bytes -= q->len;
-	pthread_cond_broadcast(&fake.cond);
-	return q;
-}
-
-/* As fs/remote: what is still queued fails with ECANCELED ('done'
- * called), then the client goes. */
-void __wrap_bfs_remote_destroy(struct bfs_remote *r)
-{
-	for (;;) {
-		struct bfs_remote_req *q = NULL;
-
-		pthread_mutex_lock(&fake.lock);
-		for (size_t i = 0; !q && i < fake.npending; i++)
-			if (fake.pending[i]->obj->r == r)
-				q = take(i);
-		pthread_mutex_unlock(&fake.lock);
-		if (!q)
-			break;
-		complete(q, -ECANCELED);
-	}
-	__real_bfs_remote_destroy(r);
-}
-
-/* Wait (fake.lock held) until ok(arg), within the liveness bound:
+/* Wait (fake_remote.lock held) until ok(arg), within the liveness bound:
  * whether it came. */
 static bool wait_for(bool (*ok)(void *), void *arg)
 {
@@ -245,15 +117,15 @@ static bool wait_for(bool (*ok)(void *), void *arg)
 	clock_gettime(CLOCK_REALTIME, &until);
 	until.tv_sec += LIVENESS_S;
 	while (!ok(arg))
-		if (pthread_cond_timedwait(&fake.cond, &fake.lock, &until) ==
-		    ETIMEDOUT)
+		if (pthread_cond_timedwait(&fake_remote.cond, &fake_remote.lock,
+					   &until) == ETIMEDOUT)
 			return ok(arg);
 	return true;
 }
 
 static bool let_go(void *arg)
 {
-	return fake.let_go;
+	return evict.let_go;
 }
 
 /* The store's write; armed, its chunks evicted as soon as written (as a
@@ -266,21 +138,21 @@ int __wrap_bfs_cache_write(struct bfs_cache_entry *e, uint64_t off,
 	int64_t n;
 	bool armed;
 
-	pthread_mutex_lock(&fake.lock);
-	armed = fake.evict_armed && rc == 0;
-	fake.evict_armed = fake.evict_armed && !armed;
-	pthread_mutex_unlock(&fake.lock);
+	pthread_mutex_lock(&fake_remote.lock);
+	armed = evict.armed && rc == 0;
+	evict.armed = evict.armed && !armed;
+	pthread_mutex_unlock(&fake_remote.lock);
 	if (!armed)
 		return rc;
 	n = bfs_cache_evict(e, off, len);
 
-	pthread_mutex_lock(&fake.lock);
-	fake.evicted = n;
-	fake.held = true;
-	pthread_cond_broadcast(&fake.cond);
+	pthread_mutex_lock(&fake_remote.lock);
+	evict.evicted = n;
+	evict.held = true;
+	pthread_cond_broadcast(&fake_remote.cond);
 	wait_for(let_go, NULL); /* the test fails on its own bound */
-	fake.held = false;
-	pthread_mutex_unlock(&fake.lock);
+	evict.held = false;
+	pthread_mutex_unlock(&fake_remote.lock);
 	return rc;
 }
 
@@ -288,8 +160,8 @@ static bool pending_at(void *arg)
 {
 	uint64_t off = *(uint64_t *)arg;
 
-	for (size_t i = 0; i < fake.npending; i++)
-		if (fake.pending[i]->off == off)
+	for (size_t i = 0; i < fake_remote.npending; i++)
+		if (fake_remote.pending[i]->off == off)
 			return true;
 	return false;
 }
@@ -300,16 +172,16 @@ static void answer(uint64_t off, int result)
 {
 	struct bfs_remote_req *q = NULL;
 
-	pthread_mutex_lock(&fake.lock);
+	pthread_mutex_lock(&fake_remote.lock);
 	if (wait_for(pending_at, &off))
-		for (size_t i = 0; !q && i < fake.npending; i++)
-			if (fake.pending[i]->off == off)
-				q = take(i);
-	pthread_mutex_unlock(&fake.lock);
+		for (size_t i = 0; !q && i < fake_remote.npending; i++)
+			if (fake_remote.pending[i]->off == off)
+				q = fake_remote_take(i);
+	pthread_mutex_unlock(&fake_remote.lock);
 	if (!q)
 		fail_msg("no request for byte %" PRIu64 " within %d s", off,
 			 LIVENESS_S);
-	complete(q, result);
+	fake_remote_complete(q, result);
 }
 
 /* Answer every request queued now with 'result'. */
@@ -318,13 +190,13 @@ static void answer_all(int result)
 	for (;;) {
 		struct bfs_remote_req *q = NULL;
 
-		pthread_mutex_lock(&fake.lock);
-		if (fake.npending)
-			q = take(0);
-		pthread_mutex_unlock(&fake.lock);
+		pthread_mutex_lock(&fake_remote.lock);
+		if (fake_remote.npending)
+			q = fake_remote_take(0);
+		pthread_mutex_unlock(&fake_remote.lock);
 		if (!q)
 			return;
-		complete(q, result);
+		fake_remote_complete(q, result);
 	}
 }
 
@@ -332,27 +204,27 @@ static size_t nsent(void)
 {
 	size_t n;
 
-	pthread_mutex_lock(&fake.lock);
-	n = fake.nsent;
-	pthread_mutex_unlock(&fake.lock);
+	pthread_mutex_lock(&fake_remote.lock);
+	n = fake_remote.nsent;
+	pthread_mutex_unlock(&fake_remote.lock);
 	return n;
 }
 
 /* The requests sent were exactly want[0..n), in order. */
-static void assert_sent(const struct sent *want, size_t n)
+static void assert_sent(const struct fake_sent *want, size_t n)
 {
-	pthread_mutex_lock(&fake.lock);
-	for (size_t i = 0; i < n && i < fake.nsent; i++)
-		if (fake.sent[i].off != want[i].off ||
-		    fake.sent[i].len != want[i].len) {
-			struct sent got = fake.sent[i];
+	pthread_mutex_lock(&fake_remote.lock);
+	for (size_t i = 0; i < n && i < fake_remote.nsent; i++)
+		if (fake_remote.sent[i].off != want[i].off ||
+		    fake_remote.sent[i].len != want[i].len) {
+			struct fake_sent got = fake_remote.sent[i];
 
-			pthread_mutex_unlock(&fake.lock);
+			pthread_mutex_unlock(&fake_remote.lock);
 			fail_msg("request %zu: bytes %" PRIu64 "+%" PRIu64
 				 ", want %" PRIu64 "+%" PRIu64,
 				 i, got.off, got.len, want[i].off, want[i].len);
 		}
-	pthread_mutex_unlock(&fake.lock);
+	pthread_mutex_unlock(&fake_remote.lock);
 	assert_int_equal(nsent(), n);
 }
 
@@ -369,20 +241,16 @@ static int setup(void **state)
 /* A clean fake before each test. */
 static int fake_reset(void **state)
 {
-	pthread_mutex_lock(&fake.lock);
-	fake.size = 0;
-	fake.etag = "\"v1\"";
-	fake.refuse = 0;
-	fake.nsent = 0;
-	fake.npending = 0;
-	fake.max_pending = 0;
-	fake.pending_bytes = 0;
-	fake.max_pending_bytes = 0;
-	fake.evict_armed = false;
-	fake.held = false;
-	fake.let_go = false;
-	fake.evicted = 0;
-	pthread_mutex_unlock(&fake.lock);
+	fake_remote_reset();
+	pthread_mutex_lock(&fake_remote.lock);
+	fake_remote.size = 0;
+	fake_remote.etag = "\"v1\"";
+	fake_remote.fill = obj_fill;
+	evict.armed = false;
+	evict.held = false;
+	evict.let_go = false;
+	evict.evicted = 0;
+	pthread_mutex_unlock(&fake_remote.lock);
 	return 0;
 }
 
@@ -408,12 +276,12 @@ static struct bfs_objects *set_new(const char *name, struct set_opts so)
 	return os;
 }
 
-/* The set destroyed, nothing left queued in the fake. */
+/* The set destroyed, nothing left queued in the fake_remote. */
 static void set_end(struct bfs_objects *os)
 {
-	pthread_mutex_lock(&fake.lock);
-	assert_int_equal(fake.npending, 0);
-	pthread_mutex_unlock(&fake.lock);
+	pthread_mutex_lock(&fake_remote.lock);
+	assert_int_equal(fake_remote.npending, 0);
+	pthread_mutex_unlock(&fake_remote.lock);
 	bfs_objects_destroy(os);
 }
 
@@ -424,10 +292,10 @@ static struct bfs_object *obj_open(struct bfs_objects *os, const char *url,
 	struct bfs_object *o = NULL;
 	struct bfs_error err = {{0}};
 
-	pthread_mutex_lock(&fake.lock);
-	fake.size = size;
-	fake.etag = etag;
-	pthread_mutex_unlock(&fake.lock);
+	pthread_mutex_lock(&fake_remote.lock);
+	fake_remote.size = size;
+	fake_remote.etag = etag;
+	pthread_mutex_unlock(&fake_remote.lock);
 	if (bfs_objects_open(os, url, &o, &err))
 		fail_msg("bfs_objects_open: %s", err.msg);
 	assert_int_equal(bfs_object_size(o), size);
@@ -463,7 +331,7 @@ struct waiter {
 	struct bfs_object *o;
 	struct bfs_cache_range r;
 	pthread_t t;
-	bool done; /* fake.lock */
+	bool done; /* fake_remote.lock */
 	int rc, read_rc;
 	bool right; /* the bytes read are the object's */
 	struct bfs_error err;
@@ -481,10 +349,10 @@ static void *waiter_main(void *arg)
 		    w->read_rc == 0 && obj_equal(buf, w->r.off, w->r.len);
 		free(buf);
 	}
-	pthread_mutex_lock(&fake.lock);
+	pthread_mutex_lock(&fake_remote.lock);
 	w->done = true;
-	pthread_cond_broadcast(&fake.cond);
-	pthread_mutex_unlock(&fake.lock);
+	pthread_cond_broadcast(&fake_remote.cond);
+	pthread_mutex_unlock(&fake_remote.lock);
 	return NULL;
 }
 
@@ -505,9 +373,9 @@ static void waiter_join(struct waiter *w)
 {
 	bool done;
 
-	pthread_mutex_lock(&fake.lock);
+	pthread_mutex_lock(&fake_remote.lock);
 	done = wait_for(waiter_done, w);
-	pthread_mutex_unlock(&fake.lock);
+	pthread_mutex_unlock(&fake_remote.lock);
 	if (!done)
 		fail_msg("a wait did not end within %d s", LIVENESS_S);
 	pthread_join(w->t, NULL);
@@ -515,29 +383,29 @@ static void waiter_join(struct waiter *w)
 
 static bool pending_or_done(void *arg)
 {
-	return fake.npending || *(const bool *)arg;
+	return fake_remote.npending || *(const bool *)arg;
 }
 
 /* Answer each request with 'result' as it comes, until *done (a flag of
- * a thread of the test, under fake.lock) and none is queued. */
+ * a thread of the test, under fake_remote.lock) and none is queued. */
 static void serve_while_not(const bool *done, int result)
 {
 	for (;;) {
 		struct bfs_remote_req *q = NULL;
 		bool ok;
 
-		pthread_mutex_lock(&fake.lock);
+		pthread_mutex_lock(&fake_remote.lock);
 		ok = wait_for(pending_or_done, (void *)done);
-		if (ok && fake.npending)
-			q = take(0);
-		pthread_mutex_unlock(&fake.lock);
+		if (ok && fake_remote.npending)
+			q = fake_remote_take(0);
+		pthread_mutex_unlock(&fake_remote.lock);
 		if (!ok)
 			fail_msg("neither a request nor the wait's end within "
 				 "%d s",
 				 LIVENESS_S);
 		if (!q)
 			break;
-		complete(q, result);
+		fake_remote_complete(q, result);
 	}
 }
 
@@ -550,6 +418,17 @@ static void serve_until(struct waiter *w, int result)
 
 /* ---- claims ---------------------------------------------------------- */
 
+/* Waiters a and b ended, and both read the object's bytes. */
+static void both_read_right(struct waiter *a, struct waiter *b)
+{
+	waiter_join(a);
+	waiter_join(b);
+	assert_int_equal(a->rc, 0);
+	assert_int_equal(b->rc, 0);
+	assert_true(a->right);
+	assert_true(b->right);
+}
+
 static void
 two_gathers_of_one_chunk_send_one_request_and_both_read_it(void **state)
 {
@@ -561,16 +440,11 @@ two_gathers_of_one_chunk_send_one_request_and_both_read_it(void **state)
 	assert_int_equal(bfs_object_pin(o, &r, 1), 0);
 	assert_int_equal(bfs_object_pin(o, &r, 1), 0);
 	/* the second found the chunk claimed by the first's request */
-	assert_sent((struct sent[]){{CHUNK, CHUNK}}, 1);
+	assert_sent((struct fake_sent[]){{CHUNK, CHUNK}}, 1);
 	waiter_start(&a, o, r);
 	waiter_start(&b, o, r);
 	answer(CHUNK, 0);
-	waiter_join(&a);
-	waiter_join(&b);
-	assert_int_equal(a.rc, 0);
-	assert_int_equal(b.rc, 0);
-	assert_true(a.right);
-	assert_true(b.right);
+	both_read_right(&a, &b);
 	assert_int_equal(nsent(), 1);
 	bfs_object_unpin(o, &r, 1);
 	bfs_object_unpin(o, &r, 1);
@@ -589,7 +463,8 @@ an_overlapping_gather_asks_for_the_rest_and_waits_for_the_first(void **state)
 
 	assert_int_equal(bfs_object_pin(o, &ra, 1), 0);
 	assert_int_equal(bfs_object_pin(o, &rb, 1), 0);
-	assert_sent((struct sent[]){{0, 2 * CHUNK}, {2 * CHUNK, CHUNK}}, 2);
+	assert_sent((struct fake_sent[]){{0, 2 * CHUNK}, {2 * CHUNK, CHUNK}},
+		    2);
 	/* b's own chunk lands; its other one is still a's to fetch */
 	answer(2 * CHUNK, 0);
 	assert_int_equal(
@@ -601,12 +476,7 @@ an_overlapping_gather_asks_for_the_rest_and_waits_for_the_first(void **state)
 	waiter_start(&a, o, ra);
 	waiter_start(&b, o, rb);
 	answer(0, 0);
-	waiter_join(&a);
-	waiter_join(&b);
-	assert_int_equal(a.rc, 0);
-	assert_int_equal(b.rc, 0);
-	assert_true(a.right);
-	assert_true(b.right);
+	both_read_right(&a, &b);
 	assert_int_equal(nsent(), 2);
 	bfs_object_unpin(o, &ra, 1);
 	bfs_object_unpin(o, &rb, 1);
@@ -660,7 +530,8 @@ static void close_runs_merge_over_a_small_gap_far_ones_do_not(void **state)
 					    {10 * CHUNK, 1}};
 
 	fetch_all(o, r, 4);
-	assert_sent((struct sent[]){{0, 4 * CHUNK}, {7 * CHUNK, 4 * CHUNK}}, 2);
+	assert_sent(
+	    (struct fake_sent[]){{0, 4 * CHUNK}, {7 * CHUNK, 4 * CHUNK}}, 2);
 	set_end(os);
 }
 
@@ -674,8 +545,10 @@ static void a_gap_holding_a_present_chunk_is_not_fetched_again(void **state)
 
 	fetch_all(o, &one, 1);
 	fetch_all(o, r, 2);
-	assert_sent(
-	    (struct sent[]){{CHUNK, CHUNK}, {0, CHUNK}, {2 * CHUNK, CHUNK}}, 3);
+	assert_sent((struct fake_sent[]){{CHUNK, CHUNK},
+					 {0, CHUNK},
+					 {2 * CHUNK, CHUNK}},
+		    3);
 	set_end(os);
 }
 
@@ -688,9 +561,9 @@ static void a_run_longer_than_request_max_is_cut_into_requests(void **state)
 	const struct bfs_cache_range r = {5, 10 * CHUNK + 100};
 
 	fetch_all(o, &r, 1);
-	assert_sent((struct sent[]){{0, 4 * CHUNK},
-				    {4 * CHUNK, 4 * CHUNK},
-				    {8 * CHUNK, 2 * CHUNK + 123}},
+	assert_sent((struct fake_sent[]){{0, 4 * CHUNK},
+					 {4 * CHUNK, 4 * CHUNK},
+					 {8 * CHUNK, 2 * CHUNK + 123}},
 		    3);
 	set_end(os);
 }
@@ -704,7 +577,7 @@ struct fetcher {
 	struct bfs_cache_range r;
 	bool ahead;
 	pthread_t t;
-	bool done; /* fake.lock */
+	bool done; /* fake_remote.lock */
 	int rc;
 };
 
@@ -716,10 +589,10 @@ static void *fetcher_main(void *arg)
 		bfs_object_ahead(f->o, &f->r, 1, 1);
 	else
 		f->rc = bfs_object_pin(f->o, &f->r, 1);
-	pthread_mutex_lock(&fake.lock);
+	pthread_mutex_lock(&fake_remote.lock);
 	f->done = true;
-	pthread_cond_broadcast(&fake.cond);
-	pthread_mutex_unlock(&fake.lock);
+	pthread_cond_broadcast(&fake_remote.cond);
+	pthread_mutex_unlock(&fake_remote.lock);
 	return NULL;
 }
 
@@ -737,8 +610,8 @@ static bool full_or_all_sent(void *arg)
 {
 	const struct full *f = arg;
 
-	return fake.npending &&
-	       (fake.npending >= f->bound || fake.nsent >= f->total);
+	return fake_remote.npending && (fake_remote.npending >= f->bound ||
+					fake_remote.nsent >= f->total);
 }
 
 /* Fetch all of o through a fetcher ('ahead' or a gather) while the fake
@@ -752,35 +625,35 @@ static void fetch_bounded(struct bfs_object *o, bool ahead, size_t bound,
 	    .o = o, .r = {0, bfs_object_size(o)}, .ahead = ahead};
 	struct full want = {bound, total};
 
-	pthread_mutex_lock(&fake.lock);
-	fake.nsent = 0;
-	fake.max_pending = 0;
-	fake.max_pending_bytes = 0;
-	pthread_mutex_unlock(&fake.lock);
+	pthread_mutex_lock(&fake_remote.lock);
+	fake_remote.nsent = 0;
+	fake_remote.max_pending = 0;
+	fake_remote.max_pending_bytes = 0;
+	pthread_mutex_unlock(&fake_remote.lock);
 	assert_int_equal(pthread_create(&f.t, NULL, fetcher_main, &f), 0);
 	for (size_t i = 0; i < total; i++) {
 		struct bfs_remote_req *q = NULL;
 
-		pthread_mutex_lock(&fake.lock);
+		pthread_mutex_lock(&fake_remote.lock);
 		if (wait_for(full_or_all_sent, &want))
-			q = take(0);
-		pthread_mutex_unlock(&fake.lock);
+			q = fake_remote_take(0);
+		pthread_mutex_unlock(&fake_remote.lock);
 		if (!q)
 			fail_msg("request %zu of %zu: not %zu queued within "
 				 "%d s",
 				 i, total, bound, LIVENESS_S);
-		complete(q, 0);
+		fake_remote_complete(q, 0);
 	}
-	pthread_mutex_lock(&fake.lock);
+	pthread_mutex_lock(&fake_remote.lock);
 	if (!wait_for(fetcher_done, &f))
 		fail_msg("the fetch did not end within %d s", LIVENESS_S);
-	pthread_mutex_unlock(&fake.lock);
+	pthread_mutex_unlock(&fake_remote.lock);
 	pthread_join(f.t, NULL);
 	assert_int_equal(f.rc, 0);
-	pthread_mutex_lock(&fake.lock);
-	assert_int_equal(fake.nsent, total);
-	assert_int_equal(fake.max_pending, bound);
-	pthread_mutex_unlock(&fake.lock);
+	pthread_mutex_lock(&fake_remote.lock);
+	assert_int_equal(fake_remote.nsent, total);
+	assert_int_equal(fake_remote.max_pending, bound);
+	pthread_mutex_unlock(&fake_remote.lock);
 }
 
 static void requests_in_flight_never_pass_the_bound(void **state)
@@ -795,14 +668,14 @@ static void requests_in_flight_never_pass_the_bound(void **state)
 	const struct bfs_cache_range all = {0, 64 * CHUNK};
 
 	fetch_bounded(g, false, 4, 16); /* twice flight_max */
-	assert_int_equal(fake.max_pending_bytes, 16 * CHUNK);
+	assert_int_equal(fake_remote.max_pending_bytes, 16 * CHUNK);
 	assert_int_equal(bfs_object_wait(g, &all, 1, liveness_deadline(), NULL),
 			 0);
 	assert_reads_right(g, all);
 	bfs_object_unpin(g, &all, 1);
 
 	fetch_bounded(a, true, 2, 16); /* flight_max */
-	assert_int_equal(fake.max_pending_bytes, 8 * CHUNK);
+	assert_int_equal(fake_remote.max_pending_bytes, 8 * CHUNK);
 	/* what the read-ahead fetched is there: a gather sends nothing */
 	assert_int_equal(bfs_object_pin(a, &all, 1), 0);
 	assert_int_equal(bfs_object_wait(a, &all, 1, liveness_deadline(), NULL),
@@ -862,7 +735,7 @@ static void fetched_chunks_are_in_the_cache_for_a_later_set(void **state)
 
 static bool store_held(void *arg)
 {
-	return fake.held;
+	return evict.held;
 }
 
 static void
@@ -874,32 +747,32 @@ a_chunk_evicted_before_its_mark_came_off_is_fetched_again(void **state)
 	struct waiter w;
 	bool held;
 
-	pthread_mutex_lock(&fake.lock);
-	fake.evict_armed = true;
-	pthread_mutex_unlock(&fake.lock);
+	pthread_mutex_lock(&fake_remote.lock);
+	evict.armed = true;
+	pthread_mutex_unlock(&fake_remote.lock);
 	bfs_object_ahead(o, &r, 1, 1);
-	assert_sent((struct sent[]){{CHUNK, CHUNK}}, 1);
+	assert_sent((struct fake_sent[]){{CHUNK, CHUNK}}, 1);
 	answer(CHUNK, 0);
 	/* stored, evicted, its in-flight mark still on */
-	pthread_mutex_lock(&fake.lock);
+	pthread_mutex_lock(&fake_remote.lock);
 	held = wait_for(store_held, NULL);
-	pthread_mutex_unlock(&fake.lock);
+	pthread_mutex_unlock(&fake_remote.lock);
 	if (!held)
 		fail_msg("the store did not write within %d s", LIVENESS_S);
-	assert_int_equal(fake.evicted, CHUNK);
+	assert_int_equal(evict.evicted, CHUNK);
 	/* a gather pins it now: absent but in flight, it asks for nothing */
 	assert_int_equal(bfs_object_pin(o, &r, 1), 0);
 	assert_int_equal(nsent(), 1);
 	waiter_start(&w, o, r);
-	pthread_mutex_lock(&fake.lock);
-	fake.let_go = true;
-	pthread_cond_broadcast(&fake.cond);
-	pthread_mutex_unlock(&fake.lock);
+	pthread_mutex_lock(&fake_remote.lock);
+	evict.let_go = true;
+	pthread_cond_broadcast(&fake_remote.cond);
+	pthread_mutex_unlock(&fake_remote.lock);
 	/* the mark comes off: the waiter fetches it again */
 	serve_until(&w, 0);
 	assert_int_equal(w.rc, 0);
 	assert_true(w.right);
-	assert_sent((struct sent[]){{CHUNK, CHUNK}, {CHUNK, CHUNK}}, 2);
+	assert_sent((struct fake_sent[]){{CHUNK, CHUNK}, {CHUNK, CHUNK}}, 2);
 	bfs_object_unpin(o, &r, 1);
 	set_end(os);
 }
@@ -909,7 +782,7 @@ struct keeper {
 	struct bfs_object *o;
 	struct bfs_cache_range r[2];
 	pthread_t t;
-	bool done; /* fake.lock */
+	bool done; /* fake_remote.lock */
 	int rc;
 	struct bfs_error err;
 };
@@ -919,10 +792,10 @@ static void *keeper_main(void *arg)
 	struct keeper *k = arg;
 
 	k->rc = bfs_object_keep(k->o, k->r, 2, &k->err);
-	pthread_mutex_lock(&fake.lock);
+	pthread_mutex_lock(&fake_remote.lock);
 	k->done = true;
-	pthread_cond_broadcast(&fake.cond);
-	pthread_mutex_unlock(&fake.lock);
+	pthread_cond_broadcast(&fake_remote.cond);
+	pthread_mutex_unlock(&fake_remote.lock);
 	return NULL;
 }
 
@@ -941,7 +814,7 @@ static void kept_structure_is_fetched_in_order_and_never_evicted(void **state)
 	if (k.rc)
 		fail_msg("keep: %s", k.err.msg);
 	/* in order of offset; four absent chunks between: two requests */
-	assert_sent((struct sent[]){{0, CHUNK}, {5 * CHUNK, CHUNK}}, 2);
+	assert_sent((struct fake_sent[]){{0, CHUNK}, {5 * CHUNK, CHUNK}}, 2);
 	assert_reads_right(o, k.r[0]);
 	assert_reads_right(o, k.r[1]);
 	/* a row fetched, read and let go may be evicted; the kept chunks
@@ -1008,60 +881,49 @@ a_wait_after_one_failure_gets_the_bytes_of_the_second_fetch(void **state)
 	serve_until(&w, 0);
 	assert_int_equal(w.rc, 0);
 	assert_true(w.right);
-	assert_sent((struct sent[]){{CHUNK, 2 * CHUNK}, {CHUNK, 2 * CHUNK}}, 2);
+	assert_sent(
+	    (struct fake_sent[]){{CHUNK, 2 * CHUNK}, {CHUNK, 2 * CHUNK}}, 2);
+	bfs_object_unpin(o, &r, 1);
+	set_end(os);
+}
+
+/* A wait for bytes [0, len) of an object in cache directory 'name',
+ * every request answered with 'result': the wait's error is 'want', after
+ * 'requests' requests. */
+static void answered_with(const char *name, uint64_t len, int result, int want,
+			  size_t requests)
+{
+	struct bfs_objects *os = set_new(name, (struct set_opts){0});
+	struct bfs_object *o = obj_open(os, URL, 4 * CHUNK, "\"v1\"");
+	const struct bfs_cache_range r = {0, len};
+	struct waiter w;
+
+	assert_int_equal(bfs_object_pin(o, &r, 1), 0);
+	waiter_start(&w, o, r);
+	serve_until(&w, result);
+	assert_int_equal(w.rc, want);
+	assert_int_equal(nsent(), requests);
 	bfs_object_unpin(o, &r, 1);
 	set_end(os);
 }
 
 static void a_replaced_object_is_not_fetched_again(void **state)
 {
-	struct bfs_objects *os = set_new("stale", (struct set_opts){0});
-	struct bfs_object *o = obj_open(os, URL, 4 * CHUNK, "\"v1\"");
-	const struct bfs_cache_range r = {0, CHUNK};
-	struct waiter w;
-
-	assert_int_equal(bfs_object_pin(o, &r, 1), 0);
-	waiter_start(&w, o, r);
-	serve_until(&w, -ESTALE);
-	assert_int_equal(w.rc, -ESTALE);
-	assert_int_equal(nsent(), 1);
-	bfs_object_unpin(o, &r, 1);
-	set_end(os);
+	answered_with("stale", CHUNK, -ESTALE, -ESTALE, 1);
 }
 
+/* Stored as EAGAIN, the wait would fetch again until its deadline. */
 static void eagain_from_the_transport_is_stored_as_eio(void **state)
 {
-	struct bfs_objects *os = set_new("eagain", (struct set_opts){0});
-	struct bfs_object *o = obj_open(os, URL, 4 * CHUNK, "\"v1\"");
-	const struct bfs_cache_range r = {0, CHUNK};
-	struct waiter w;
-
-	assert_int_equal(bfs_object_pin(o, &r, 1), 0);
-	waiter_start(&w, o, r);
-	/* stored as EAGAIN, the wait would fetch again until its deadline */
-	serve_until(&w, -EAGAIN);
-	assert_int_equal(w.rc, -EIO);
-	assert_int_equal(nsent(), 2);
-	bfs_object_unpin(o, &r, 1);
-	set_end(os);
+	answered_with("eagain", CHUNK, -EAGAIN, -EIO, 2);
 }
 
+/* The transport's ENOSPC is its failure, not the cache's want of room:
+ * the request's buffer (never filled) is not stored chunk by chunk. It
+ * is fetched once more, as failures are. */
 static void a_request_failed_for_want_of_room_stores_nothing(void **state)
 {
-	struct bfs_objects *os = set_new("enospc", (struct set_opts){0});
-	struct bfs_object *o = obj_open(os, URL, 4 * CHUNK, "\"v1\"");
-	const struct bfs_cache_range r = {0, 2 * CHUNK};
-	struct waiter w;
-
-	assert_int_equal(bfs_object_pin(o, &r, 1), 0);
-	waiter_start(&w, o, r);
-	/* the transport's ENOSPC is its failure, not the cache's: the
-	 * request's buffer (never filled) is not stored chunk by chunk */
-	serve_until(&w, -ENOSPC);
-	assert_int_equal(w.rc, -ENOSPC);
-	assert_int_equal(nsent(), 2); /* fetched once more, as failures are */
-	bfs_object_unpin(o, &r, 1);
-	set_end(os);
+	answered_with("enospc", 2 * CHUNK, -ENOSPC, -ENOSPC, 2);
 }
 
 static void a_request_the_transport_refuses_fails_its_waiters(void **state)
@@ -1071,17 +933,17 @@ static void a_request_the_transport_refuses_fails_its_waiters(void **state)
 	const struct bfs_cache_range r = {0, CHUNK};
 	struct bfs_error err = {{0}};
 
-	pthread_mutex_lock(&fake.lock);
-	fake.refuse = -ENOMEM;
-	pthread_mutex_unlock(&fake.lock);
+	pthread_mutex_lock(&fake_remote.lock);
+	fake_remote.refuse = -ENOMEM;
+	pthread_mutex_unlock(&fake_remote.lock);
 	assert_int_equal(bfs_object_pin(o, &r, 1), 0);
 	assert_int_equal(bfs_object_wait(o, &r, 1, liveness_deadline(), &err),
 			 -ENOMEM);
 	assert_non_null(strstr(err.msg, "cannot request bytes 0-4095"));
 	assert_int_equal(nsent(), 2); /* tried once more */
-	pthread_mutex_lock(&fake.lock);
-	fake.refuse = 0;
-	pthread_mutex_unlock(&fake.lock);
+	pthread_mutex_lock(&fake_remote.lock);
+	fake_remote.refuse = 0;
+	pthread_mutex_unlock(&fake_remote.lock);
 	bfs_object_unpin(o, &r, 1);
 
 	/* once the transport takes requests again, a read gets its bytes */

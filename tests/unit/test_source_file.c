@@ -11,9 +11,8 @@
  *   fetched at open and readable in the mapping, a row's page faults
  *   (read(2) of it: EFAULT) until it is ensured, and the whole mapping is
  *   readable once unguarded.
- * The object's requests go to a fake transport (ld --wrap of
- * bfs_remote_open, bfs_remote_submit and bfs_remote_destroy, as in
- * test_object.c): a thread of the test answers each with the bytes of a
+ * The object's requests go to the fake transport of fake_remote.h (as
+ * test_object's): a thread of the test answers each with the bytes of a
  * .npy file it holds in memory. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -36,6 +35,7 @@
 #include "fs/remote/remote_impl.h"
 #include "fs/source.h"
 #include "tests/lib/npy_header.h"
+#include "tests/unit/fake_remote.h"
 
 #define ROWS	  64
 #define ROW	  4096u /* bytes of a row of x: uint8 [ROWS, ROW] */
@@ -43,7 +43,6 @@
 #define MEM_LIMIT ((uint64_t)64 << 20)
 #define URL	  "https://fake.example/d/x.npy"
 #define SECRET	  "X-Amz-Signature=S3CR3T"
-#define FAKE_MAX  64
 
 static char dir[512];
 
@@ -56,86 +55,14 @@ static uint8_t row_byte(uint64_t i, uint64_t j)
 	return (uint8_t)(i * 37 + j * 11 + 1);
 }
 
-/* ---- the fake transport: every request answered by a thread ---------- */
+/* ---- the fake transport (fake_remote.h): a thread answers ------------ */
 
-struct sent {
-	uint64_t off, len;
-};
+static pthread_t server;
 
-static struct {
-	pthread_mutex_t lock;
-	pthread_cond_t cond;
-	struct bfs_remote_req *queue[FAKE_MAX];
-	size_t nqueue;
-	struct sent sent[FAKE_MAX];
-	size_t nsent;
-	bool stop;
-	pthread_t server;
-} fake = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
-
-int __wrap_bfs_remote_submit(struct bfs_remote_req *req);
-int __wrap_bfs_remote_open(struct bfs_remote *r, const char *url,
-			   struct bfs_remote_obj **out, struct bfs_error *err);
-void __real_bfs_remote_destroy(struct bfs_remote *r);
-void __wrap_bfs_remote_destroy(struct bfs_remote *r);
-
-/* x.npy, pinned without a request. */
-int __wrap_bfs_remote_open(struct bfs_remote *r, const char *url,
-			   struct bfs_remote_obj **out, struct bfs_error *err)
+/* Bytes of x.npy, for an answer. */
+static void npy_fill(uint8_t *buf, uint64_t off, uint64_t len)
 {
-	struct bfs_remote_obj *o = calloc(1, sizeof(*o));
-
-	*out = NULL;
-	if (!o || !(o->url = strdup(url))) {
-		free(o);
-		return -ENOMEM;
-	}
-	o->r = r;
-	bfs_remote_url_display(o->name, sizeof(o->name), url);
-	bfs_remote_url_display(o->where, sizeof(o->where), url);
-	o->size = npy_size;
-	snprintf(o->etag, sizeof(o->etag), "\"v1\"");
-	o->etag_strong = true;
-	*out = o;
-	return 0;
-}
-
-int __wrap_bfs_remote_submit(struct bfs_remote_req *req)
-{
-	const struct bfs_remote_obj *o = req->obj;
-	int rc = 0;
-
-	if (!o || !req->buf || !req->len || req->off > o->size ||
-	    req->len > o->size - req->off)
-		return -EINVAL;
-	pthread_mutex_lock(&fake.lock);
-	if (fake.nsent < FAKE_MAX)
-		fake.sent[fake.nsent] = (struct sent){req->off, req->len};
-	fake.nsent++;
-	if (fake.nqueue == FAKE_MAX)
-		rc = -ENOMEM;
-	else
-		fake.queue[fake.nqueue++] = req;
-	pthread_cond_broadcast(&fake.cond);
-	pthread_mutex_unlock(&fake.lock);
-	return rc;
-}
-
-/* The first request queued, or NULL once stopped and none is. */
-static struct bfs_remote_req *next_request(void)
-{
-	struct bfs_remote_req *q = NULL;
-
-	pthread_mutex_lock(&fake.lock);
-	while (!fake.nqueue && !fake.stop)
-		pthread_cond_wait(&fake.cond, &fake.lock);
-	if (fake.nqueue) {
-		q = fake.queue[0];
-		memmove(&fake.queue[0], &fake.queue[1],
-			--fake.nqueue * sizeof(fake.queue[0]));
-	}
-	pthread_mutex_unlock(&fake.lock);
-	return q;
+	memcpy(buf, npy + off, len);
 }
 
 /* The server: each request gets its bytes of x.npy. */
@@ -143,23 +70,9 @@ static void *server_main(void *arg)
 {
 	struct bfs_remote_req *q;
 
-	while ((q = next_request())) {
-		memcpy(q->buf, npy + q->off, q->len);
-		q->result = 0;
-		q->tries = 1;
-		q->done(q);
-	}
+	while ((q = fake_remote_next()))
+		fake_remote_complete(q, 0);
 	return NULL;
-}
-
-/* The server answers everything before the client goes. */
-void __wrap_bfs_remote_destroy(struct bfs_remote *r)
-{
-	pthread_mutex_lock(&fake.lock);
-	while (fake.nqueue)
-		pthread_cond_wait(&fake.cond, &fake.lock);
-	pthread_mutex_unlock(&fake.lock);
-	__real_bfs_remote_destroy(r);
 }
 
 /* ---- the files ------------------------------------------------------- */
@@ -190,16 +103,18 @@ static int setup(void **state)
 	f = fopen(path, "wb");
 	if (!f || fwrite(npy, 1, npy_size, f) != npy_size || fclose(f))
 		return -1;
-	return pthread_create(&fake.server, NULL, server_main, NULL) ? -1 : 0;
+	fake_remote.size = npy_size;
+	fake_remote.fill = npy_fill;
+	return pthread_create(&server, NULL, server_main, NULL) ? -1 : 0;
 }
 
 static int teardown(void **state)
 {
-	pthread_mutex_lock(&fake.lock);
-	fake.stop = true;
-	pthread_cond_broadcast(&fake.cond);
-	pthread_mutex_unlock(&fake.lock);
-	pthread_join(fake.server, NULL);
+	pthread_mutex_lock(&fake_remote.lock);
+	fake_remote.stop = true;
+	pthread_cond_broadcast(&fake_remote.cond);
+	pthread_mutex_unlock(&fake_remote.lock);
+	pthread_join(server, NULL);
 	free(npy);
 	return 0;
 }
@@ -330,11 +245,12 @@ a_url_file_is_its_objects_cache_file_guarded_but_its_structure(void **state)
 	assert_ptr_equal(s->tensors[0].data, f->map + npy_hdr);
 	assert_int_equal(s->samples, ROWS);
 	/* only the structure was fetched, and is readable */
-	pthread_mutex_lock(&fake.lock);
-	assert_true(fake.nsent >= 1);
-	for (size_t i = 0; i < fake.nsent && i < FAKE_MAX; i++)
-		assert_true(fake.sent[i].off + fake.sent[i].len <= CHUNK);
-	pthread_mutex_unlock(&fake.lock);
+	pthread_mutex_lock(&fake_remote.lock);
+	assert_true(fake_remote.nsent >= 1);
+	for (size_t i = 0; i < fake_remote.nsent && i < FAKE_REMOTE_MAX; i++)
+		assert_true(fake_remote.sent[i].off + fake_remote.sent[i].len <=
+			    CHUNK);
+	pthread_mutex_unlock(&fake_remote.lock);
 	assert_true(f->guarded);
 	assert_true(readable(f->map));
 	assert_memory_equal(f->map, npy, npy_hdr);
