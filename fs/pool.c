@@ -671,6 +671,9 @@ static void wake(struct bfs_pool *p, const struct bfs_batch *b)
  * no acquire that waits for another). [L] */
 static void finish(struct bfs_pool *p, struct bfs_batch *b, int rc, uint64_t ns)
 {
+	/* read now: b may be freed below (never while an acquire waits for
+	 * it: a waiter holds a reference) */
+	bool waited = b->waiting > 0;
 	char why[700], name[80];
 
 	if (rc == 0) {
@@ -732,7 +735,7 @@ static void finish(struct bfs_pool *p, struct bfs_batch *b, int rc, uint64_t ns)
 		else if (b->refs == 0)
 			batch_free(p, b);
 	}
-	if (b->waiting)
+	if (waited)
 		wake(p, b);
 }
 
