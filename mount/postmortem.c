@@ -13,8 +13,9 @@
  * the line the handler restores it and returns: a fault (si_code > 0)
  * happens again at once and meets that action (a sanitizer's SEGV report,
  * or the default: death with a core dump); a signal sent by kill(2) or
- * abort(3) (si_code <= 0) is raised again. fs/dataset's SIGBUS guard is
- * installed by the first gather, after us: it keeps our handler as the
+ * abort(3) (si_code <= 0) is raised again. fs/gather's SIGBUS guard is
+ * installed by its first guarded copy (a ragged field's offsets read at
+ * open, or the first gather), after us: it keeps our handler as the
  * one it chains to for faults outside a guarded copy, and calls it as a
  * function; then the same restore-and-return ends the process.
  *
