@@ -92,7 +92,7 @@
  * thread-safe on their own and are made without p->lock held.
  *
  * Wake-ups: an acquire waits for its batch on a condition of its own,
- * listed on p->waiters (with the batch's count of waiters), so a batch
+ * listed on p->waiters (a few: one per request waiting), so a batch
  * done wakes only the acquires waiting for it, and a batch nobody waits
  * for (prefetched) wakes nobody; a worker waits on p->work, signalled
  * once per batch queued.
@@ -152,7 +152,6 @@ struct bfs_batch {
 	unsigned refs;		 /* [L] acquirers waiting or reading */
 	bool in_table;		 /* [L] */
 	bool demanded;		 /* [L] a reader asked for it (else prefetch) */
-	unsigned waiting;	 /* [L] acquires waiting for it */
 	struct bfs_batch *hnext; /* [L] hash chain */
 	struct bfs_batch *prev, *next; /* [L] queue (QUEUED) or LRU (READY) */
 };
@@ -671,10 +670,11 @@ static void wake(struct bfs_pool *p, const struct bfs_batch *b)
  * no acquire that waits for another). [L] */
 static void finish(struct bfs_pool *p, struct bfs_batch *b, int rc, uint64_t ns)
 {
-	/* read now: b may be freed below (never while an acquire waits for
-	 * it: a waiter holds a reference) */
-	bool waited = b->waiting > 0;
 	char why[700], name[80];
+
+	/* now, as b may be freed below; they run once the lock is let go,
+	 * and see b's state then */
+	wake(p, b);
 
 	if (rc == 0) {
 		if (bfs_log_wants(BFS_LOG_DEBUG)) {
@@ -735,8 +735,6 @@ static void finish(struct bfs_pool *p, struct bfs_batch *b, int rc, uint64_t ns)
 		else if (b->refs == 0)
 			batch_free(p, b);
 	}
-	if (waited)
-		wake(p, b);
 }
 
 /* b's plan into w: its samples (w->idx) and its file size (a ragged
@@ -1185,11 +1183,9 @@ static void wait_for(struct bfs_pool *p, struct bfs_batch *b,
 	if (w.next)
 		w.next->prev = &w;
 	p->waiters = &w;
-	b->waiting++;
 	while ((b->state == B_QUEUED || b->state == B_BUSY) && !cancelled() &&
 	       pthread_cond_timedwait(&w.cond, &p->lock, dl) != ETIMEDOUT)
 		;
-	b->waiting--;
 	if (w.prev)
 		w.prev->next = w.next;
 	else
