@@ -21,7 +21,7 @@
 #include <string.h>
 
 #include "fs/serve_impl.h"
-#include "tests/lib/archive.h"
+#include "tests/lib/fixture.h"
 
 enum { N = 16, ROW = 8192, B = 4, EPOCHS = 2 };
 
@@ -46,9 +46,7 @@ enum op {
 const struct bfs_serve_ops *__real_bfs_serve_ops_of(enum bfs_serve_mode m);
 
 static struct {
-	struct bfs_dataset *ds;
-	struct bfs_order *order;
-	struct bfs_layout layout;
+	struct tf_fixture tf; /* the mount's data set */
 	/* the counting tables handed to the core, the real ones under them */
 	struct bfs_serve_ops fake[MODES];
 	const struct bfs_serve_ops *real[MODES];
@@ -202,48 +200,41 @@ static const struct bfs_serve_kernel fake_kernel = {
     .backing_close = k_backing_close,
 };
 
+static void fill_rows(void *x, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		((uint8_t *)x)[i] = (uint8_t)(i * 17 + i / ROW);
+}
+
+static void fill_labels(void *y, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		((int64_t *)y)[i] = 100 + (int64_t)i;
+}
+
+/* x: uint8 [N, ROW], y: int64 [N], shuffled (seed 7) into batches of B. */
 static int setup(void **state)
 {
-	const char *tmp = getenv("BFS_TEST_TMP");
-	char path[512];
-	const char *paths[1] = {path};
-	uint8_t *rows = malloc((size_t)N * ROW), *ar;
-	int64_t labels[N];
-	struct ta_tensor ts[] = {
-	    {"x", BFS_DT_UINT8, "0", N * ROW, 0, 2, {N, ROW}, {ROW, 1}},
-	    {"y", BFS_DT_INT64, "1", N, 0, 1, {N}, {1}},
+	const struct tf_field fields[] = {
+	    {"x", BFS_DT_UINT8, 2, {N, ROW}, .fill = fill_rows},
+	    {"y", BFS_DT_INT64, 1, {N}, .fill = fill_labels},
 	};
-	struct bfs_order_opts o = {.sampler = BFS_SAMPLER_RANDOM,
-				   .n = N,
-				   .batch_size = B,
-				   .seed = 7,
-				   .compat = BFS_TORCH_1_13,
-				   .epochs = EPOCHS};
-	size_t n;
+	const struct tf_spec spec = {.name = "ways.pt",
+				     .fields = fields,
+				     .nfields = 2,
+				     .order = {.sampler = BFS_SAMPLER_RANDOM,
+					       .n = N,
+					       .batch_size = B,
+					       .seed = 7,
+					       .compat = BFS_TORCH_1_13,
+					       .epochs = EPOCHS}};
 
-	for (size_t i = 0; i < (size_t)N * ROW; i++)
-		rows[i] = (uint8_t)(i * 17 + i / ROW);
-	for (int i = 0; i < N; i++)
-		labels[i] = 100 + i;
-	struct ta_storage st[] = {{"0", rows, (size_t)N * ROW},
-				  {"1", labels, sizeof(labels)}};
-	n = ta_build(&ar, ts, 2, st, 2, "3\n", NULL, NULL);
-	snprintf(path, sizeof(path), "%s/ways.pt", tmp ? tmp : "/tmp");
-	if (ta_write(path, ar, n) < 0 ||
-	    bfs_dataset_open(&fx.ds, paths, 1, NULL) < 0 ||
-	    bfs_layout_init(&fx.layout, fx.ds, B, NULL) < 0)
-		return -1;
-	free(ar);
-	free(rows);
-	return bfs_order_create(&fx.order, &o, NULL);
+	return tf_setup(&fx.tf, &spec);
 }
 
 static int teardown(void **state)
 {
-	bfs_order_destroy(fx.order);
-	bfs_layout_fini(&fx.layout);
-	bfs_dataset_close(fx.ds);
-	return 0;
+	return tf_teardown(&fx.tf);
 }
 
 /* Every mode but auto has a way: open and read at least, named as the
@@ -271,8 +262,9 @@ static void every_mode_has_a_way_named_as_the_mode(void **state)
 	assert_string_equal(bfs_serve_mode_name(BFS_SERVE_AUTO), "auto");
 	assert_int_equal(
 	    bfs_serve_mode_parse("zero", &(enum bfs_serve_mode){0}), -EINVAL);
-	assert_int_equal(bfs_serve_create(&s, fx.ds, fx.order, &fx.layout, &po,
-					  &so, &fake_kernel),
+	assert_int_equal(bfs_serve_create(&s, fx.tf.ds, fx.tf.order,
+					  &fx.tf.layout, &po, &so,
+					  &fake_kernel),
 			 -EINVAL);
 	assert_null(s);
 }
@@ -284,14 +276,14 @@ static uint8_t *expected(struct bfs_batch_id id, uint64_t *size)
 	struct bfs_batch_loc at;
 	uint8_t *buf;
 
-	assert_int_equal(bfs_order_locate(fx.order, id, &at), 0);
-	assert_int_equal(bfs_order_batch(fx.order, id, idx), 0);
-	assert_int_equal(bfs_layout_file_size(&fx.layout, fx.order, &at, size),
-			 0);
-	buf = malloc(*size);
+	assert_int_equal(bfs_order_locate(fx.tf.order, id, &at), 0);
+	assert_int_equal(bfs_order_batch(fx.tf.order, id, idx), 0);
 	assert_int_equal(
-	    bfs_layout_fill(&fx.layout, fx.ds, id, idx, at.rows, *size, buf),
-	    0);
+	    bfs_layout_file_size(&fx.tf.layout, fx.tf.order, &at, size), 0);
+	buf = malloc(*size);
+	assert_int_equal(bfs_layout_fill(&fx.tf.layout, fx.tf.ds, id, idx,
+					 at.rows, *size, buf),
+			 0);
 	return buf;
 }
 
@@ -353,8 +345,9 @@ static void serve_through_the_table(enum bfs_serve_mode m)
 	struct bfs_serve *s;
 
 	memset(fx.calls[m], 0, sizeof(fx.calls[m]));
-	assert_int_equal(bfs_serve_create(&s, fx.ds, fx.order, &fx.layout, &po,
-					  &so, &fake_kernel),
+	assert_int_equal(bfs_serve_create(&s, fx.tf.ds, fx.tf.order,
+					  &fx.tf.layout, &po, &so,
+					  &fake_kernel),
 			 0);
 	assert_int_equal(bfs_serve_mode(s), m);
 	assert_int_equal(calls(m, OP_CREATE), 1);
