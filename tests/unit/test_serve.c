@@ -27,15 +27,13 @@
 #include <unistd.h>
 
 #include "fs/serve.h"
-#include "tests/lib/archive.h"
+#include "tests/lib/fixture.h"
 
 enum { N = 40, ROW = 8192, B = 8, EPOCHS = 4, MAXPOS = EPOCHS * (N / B) };
 
 static struct {
-	struct bfs_dataset *ds;
-	struct bfs_order *order;
-	struct bfs_layout layout;
-	const uint8_t *map; /* the archive's mapping */
+	struct tf_fixture tf; /* the archive, open */
+	const uint8_t *map;   /* the archive's mapping */
 	uint64_t map_size;
 } fx;
 
@@ -70,14 +68,14 @@ static uint8_t *expected_id(struct bfs_batch_id id, uint64_t *size)
 	struct bfs_batch_loc at;
 	uint8_t *buf;
 
-	assert_int_equal(bfs_order_locate(fx.order, id, &at), 0);
-	assert_int_equal(bfs_order_batch(fx.order, id, idx), 0);
-	assert_int_equal(bfs_layout_file_size(&fx.layout, fx.order, &at, size),
-			 0);
-	buf = malloc(*size);
+	assert_int_equal(bfs_order_locate(fx.tf.order, id, &at), 0);
+	assert_int_equal(bfs_order_batch(fx.tf.order, id, idx), 0);
 	assert_int_equal(
-	    bfs_layout_fill(&fx.layout, fx.ds, id, idx, at.rows, *size, buf),
-	    0);
+	    bfs_layout_file_size(&fx.tf.layout, fx.tf.order, &at, size), 0);
+	buf = malloc(*size);
+	assert_int_equal(bfs_layout_fill(&fx.tf.layout, fx.tf.ds, id, idx,
+					 at.rows, *size, buf),
+			 0);
 	return buf;
 }
 
@@ -88,7 +86,7 @@ static uint8_t *expected(uint64_t e, uint64_t k, uint64_t *size)
 
 static uint64_t pos(uint64_t e, uint64_t k)
 {
-	return bfs_order_pos(fx.order, ID(e, k));
+	return bfs_order_pos(fx.tf.order, ID(e, k));
 }
 
 static int k_store(void *arg, struct bfs_batch_id id, uint64_t off,
@@ -110,7 +108,7 @@ static int k_store(void *arg, struct bfs_batch_id id, uint64_t off,
 			;
 		kern.store_gave_up |= !kern.answered;
 	}
-	kern.stored[bfs_order_pos(fx.order, id)] += len;
+	kern.stored[bfs_order_pos(fx.tf.order, id)] += len;
 	kern.wrong_bytes += off + len > size || memcmp(want + off, buf, len);
 	pthread_mutex_unlock(&kern.lock);
 	free(want);
@@ -121,7 +119,7 @@ static int k_inval(void *arg, struct bfs_batch_id id)
 {
 	pthread_mutex_lock(&kern.lock);
 	kern.handler_calls += pthread_equal(pthread_self(), kern.handler);
-	kern.invals[bfs_order_pos(fx.order, id)]++;
+	kern.invals[bfs_order_pos(fx.tf.order, id)]++;
 	pthread_mutex_unlock(&kern.lock);
 	return 0;
 }
@@ -168,52 +166,49 @@ static const struct bfs_serve_kernel fake = {
     .backing_close = k_backing_close,
 };
 
+static void fill_rows(void *x, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		((uint8_t *)x)[i] = (uint8_t)(i * 31 + i / ROW);
+}
+
+static void fill_labels(void *y, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		((int64_t *)y)[i] = 1000 + (int64_t)i;
+}
+
+/* "serve.pt": x uint8 [N, ROW], y int64 [N], shuffled (seed 3) into
+ * batches of B. */
 static int setup(void **state)
 {
-	const char *tmp = getenv("BFS_TEST_TMP");
-	char path[512];
-	const char *paths[1] = {path};
-	uint8_t *rows = malloc((size_t)N * ROW), *ar;
-	int64_t labels[N];
-	struct ta_tensor ts[] = {
-	    {"x", BFS_DT_UINT8, "0", N * ROW, 0, 2, {N, ROW}, {ROW, 1}},
-	    {"y", BFS_DT_INT64, "1", N, 0, 1, {N}, {1}},
+	const struct tf_field fields[] = {
+	    {"x", BFS_DT_UINT8, 2, {N, ROW}, .fill = fill_rows},
+	    {"y", BFS_DT_INT64, 1, {N}, .fill = fill_labels},
 	};
-	struct bfs_order_opts o = {.sampler = BFS_SAMPLER_RANDOM,
-				   .batch_size = B,
-				   .seed = 3,
-				   .compat = BFS_TORCH_1_13,
-				   .epochs = EPOCHS};
+	const struct tf_spec spec = {.name = "serve.pt",
+				     .fields = fields,
+				     .nfields = 2,
+				     .order = {.sampler = BFS_SAMPLER_RANDOM,
+					       .n = N,
+					       .batch_size = B,
+					       .seed = 3,
+					       .compat = BFS_TORCH_1_13,
+					       .epochs = EPOCHS}};
 	struct bfs_shard_info si;
-	size_t n;
+	int rc = tf_setup(&fx.tf, &spec);
 
-	for (size_t i = 0; i < (size_t)N * ROW; i++)
-		rows[i] = (uint8_t)(i * 31 + i / ROW);
-	for (int i = 0; i < N; i++)
-		labels[i] = 1000 + i;
-	struct ta_storage st[] = {{"0", rows, (size_t)N * ROW},
-				  {"1", labels, sizeof(labels)}};
-	n = ta_build(&ar, ts, 2, st, 2, "3\n", NULL, NULL);
-	snprintf(path, sizeof(path), "%s/serve.pt", tmp ? tmp : "/tmp");
-	if (ta_write(path, ar, n) < 0 ||
-	    bfs_dataset_open(&fx.ds, paths, 1, NULL) < 0 ||
-	    bfs_layout_init(&fx.layout, fx.ds, B, NULL) < 0)
-		return -1;
-	free(ar);
-	free(rows);
-	o.n = N;
-	bfs_dataset_shard(fx.ds, 0, &si);
+	if (rc)
+		return rc;
+	bfs_dataset_shard(fx.tf.ds, 0, &si);
 	fx.map = si.source->files[0].map;
 	fx.map_size = si.source->files[0].size;
-	return bfs_order_create(&fx.order, &o, NULL);
+	return 0;
 }
 
 static int teardown(void **state)
 {
-	bfs_order_destroy(fx.order);
-	bfs_layout_fini(&fx.layout);
-	bfs_dataset_close(fx.ds);
-	return 0;
+	return tf_teardown(&fx.tf);
 }
 
 /* A serve of the fixture with options so, the fake kernel reset. */
@@ -234,9 +229,9 @@ static struct bfs_serve *serve_with(const struct bfs_serve_opts *so)
 	kern.handler_calls = 0;
 	kern.store_waits = kern.answered = kern.store_gave_up = false;
 	pthread_mutex_unlock(&kern.lock);
-	assert_int_equal(
-	    bfs_serve_create(&s, fx.ds, fx.order, &fx.layout, &po, so, &fake),
-	    0);
+	assert_int_equal(bfs_serve_create(&s, fx.tf.ds, fx.tf.order,
+					  &fx.tf.layout, &po, so, &fake),
+			 0);
 	return s;
 }
 
@@ -611,44 +606,21 @@ static void o_direct_opens_refused_fail_with_einval(void **state)
 /* ---- streams and their offsets ----------------------------------------- */
 
 /* A dataset, an order and a layout to serve: the fixture's (fixed fields),
- * or one made here. */
-struct mount {
-	struct bfs_dataset *ds;
-	struct bfs_order *order;
-	struct bfs_layout layout;
-	bool own; /* made here: mount_close closes it */
-};
+ * or one made here (a tests/lib/fixture of its own, torn down after). */
 
 #define RN   50	 /* ragged mount: samples */
 #define RB   6	 /* ... batch size: 9 batches, the last of 2 */
 #define RROW 512 /* ... int16 elements per row of t (1 KiB) */
 
-/* The fixture's archive, already open. */
-static struct mount fixed_mount(void)
-{
-	return (struct mount){fx.ds, fx.order, fx.layout, false};
-}
-
 /* "serve_ragged.pt": t.values int16 [total, RROW] (0 .. 63 rows per
  * sample, so an epoch's stream is over 1 MiB), t.offsets, label int64,
  * shuffled (seed 5) into batches of RB, t padded. */
-static struct mount ragged_mount(void)
+static void ragged_mount(struct tf_fixture *m)
 {
-	const char *tmp = getenv("BFS_TEST_TMP");
-	static char path[512];
-	const char *paths[1] = {path};
 	int64_t offs[RN + 1] = {0}, label[RN];
-	struct bfs_order_opts o = {.sampler = BFS_SAMPLER_RANDOM,
-				   .n = RN,
-				   .batch_size = RB,
-				   .seed = 5,
-				   .compat = BFS_TORCH_1_13,
-				   .epochs = EPOCHS};
-	struct mount m = {.own = true};
 	uint32_t x = 99;
 	int16_t *vals;
-	uint8_t *ar;
-	size_t n;
+	int rc;
 
 	for (int i = 0; i < RN; i++) {
 		x = x * 1103515245u + 12345u;
@@ -660,55 +632,36 @@ static struct mount ragged_mount(void)
 	for (int64_t i = 0; i < offs[RN] * RROW; i++)
 		vals[i] = (int16_t)(i * 13);
 	{
-		struct ta_tensor ts[] = {
+		const struct tf_field fields[] = {
 		    {"t.values",
 		     BFS_DT_INT16,
-		     "0",
-		     offs[RN] * RROW,
-		     0,
 		     2,
 		     {offs[RN], RROW},
-		     {RROW, 1}},
-		    {"t.offsets",
-		     BFS_DT_INT64,
-		     "1",
-		     RN + 1,
-		     0,
-		     1,
-		     {RN + 1},
-		     {1}},
-		    {"label", BFS_DT_INT64, "2", RN, 0, 1, {RN}, {1}},
+		     .data = vals},
+		    {"t.offsets", BFS_DT_INT64, 1, {RN + 1}, .data = offs},
+		    {"label", BFS_DT_INT64, 1, {RN}, .data = label},
 		};
-		struct ta_storage st[] = {
-		    {"0", vals, (size_t)offs[RN] * RROW * sizeof(*vals)},
-		    {"1", offs, sizeof(offs)},
-		    {"2", label, sizeof(label)},
-		};
+		const struct tf_spec spec = {
+		    .name = "serve_ragged.pt",
+		    .fields = fields,
+		    .nfields = 3,
+		    .order = {.sampler = BFS_SAMPLER_RANDOM,
+			      .n = RN,
+			      .batch_size = RB,
+			      .seed = 5,
+			      .compat = BFS_TORCH_1_13,
+			      .epochs = EPOCHS}};
 
-		n = ta_build(&ar, ts, 3, st, 3, "3\n", NULL, NULL);
+		rc = tf_setup(m, &spec);
 	}
-	snprintf(path, sizeof(path), "%s/serve_ragged.pt", tmp ? tmp : "/tmp");
-	assert_int_equal(ta_write(path, ar, n), 0);
-	free(ar);
 	free(vals);
-	assert_int_equal(bfs_dataset_open(&m.ds, paths, 1, NULL), 0);
-	assert_int_equal(bfs_layout_init(&m.layout, m.ds, RB, NULL), 0);
-	o.n = RN;
-	assert_int_equal(bfs_order_create(&m.order, &o, NULL), 0);
-	return m;
-}
-
-static void mount_close(struct mount *m)
-{
-	if (!m->own)
-		return;
-	bfs_order_destroy(m->order);
-	bfs_layout_fini(&m->layout);
-	bfs_dataset_close(m->ds);
+	if (rc)
+		fail_msg("ragged mount: %s", m->err.msg);
 }
 
 /* A serve of m in 'mode' over the fake kernel, with no prefetch. */
-static struct bfs_serve *serve_mount(struct mount *m, enum bfs_serve_mode mode)
+static struct bfs_serve *serve_mount(struct tf_fixture *m,
+				     enum bfs_serve_mode mode)
 {
 	const struct bfs_pool_opts po = {.workers = 2,
 					 .prefetch = 0,
@@ -731,7 +684,7 @@ static struct bfs_serve *serve_mount(struct mount *m, enum bfs_serve_mode mode)
 /* Epoch e of m as its batch files back to back, each written by the
  * layout on its own (malloc'd); *size, and where batch k starts in
  * starts[0 .. len] (starts[len] = *size). */
-static uint8_t *stream_of(struct mount *m, uint64_t e, uint64_t *starts,
+static uint8_t *stream_of(struct tf_fixture *m, uint64_t e, uint64_t *starts,
 			  uint64_t *size)
 {
 	uint64_t len = bfs_order_len(m->order), at = 0;
@@ -792,7 +745,7 @@ static void read_is(struct bfs_serve *s, struct bfs_file *f, uint64_t off,
  * always the batch files' bytes back to back; the open says direct I/O
  * (no page cache, no backing file), and a stream past the epochs is
  * -ENOENT. */
-static void stream_reads_are_the_batch_files(struct mount *m, uint64_t e)
+static void stream_reads_are_the_batch_files(struct tf_fixture *m, uint64_t e)
 {
 	static const enum bfs_serve_mode modes[] = {
 	    BFS_SERVE_CACHE, BFS_SERVE_PUSH, BFS_SERVE_DIRECT,
@@ -841,27 +794,26 @@ static void stream_reads_are_the_batch_files(struct mount *m, uint64_t e)
 
 static void fixed_stream_reads_are_the_batch_files(void **state)
 {
-	struct mount m = fixed_mount();
-
-	stream_reads_are_the_batch_files(&m, 2);
+	stream_reads_are_the_batch_files(&fx.tf, 2);
 }
 
 static void ragged_stream_reads_are_the_batch_files(void **state)
 {
-	struct mount m = ragged_mount();
+	struct tf_fixture m;
 	uint64_t starts[64], total;
 
+	ragged_mount(&m);
 	free(stream_of(&m, 1, starts, &total));
 	assert_true(total > (1 << 20)); /* 1 MiB reads are whole */
 	assert_true(starts[2] - starts[1] != starts[1] - starts[0] ||
 		    starts[3] - starts[2] != starts[1] - starts[0]);
 	stream_reads_are_the_batch_files(&m, 1);
-	mount_close(&m);
+	tf_teardown(&m);
 }
 
 /* Reading stream/e of m from start to end in 'chunk'-byte READs
  * gathers each batch once and leaves none in the pool. */
-static void stream_read_through_leaves_nothing(struct mount *m, uint64_t e,
+static void stream_read_through_leaves_nothing(struct tf_fixture *m, uint64_t e,
 					       uint64_t chunk)
 {
 	uint64_t len = bfs_order_len(m->order), starts[64], total;
@@ -888,21 +840,21 @@ static void stream_read_through_leaves_nothing(struct mount *m, uint64_t e,
 
 static void each_batch_read_through_a_stream_leaves_the_pool(void **state)
 {
-	struct mount f = fixed_mount(), r = ragged_mount();
+	struct tf_fixture r;
 
-	stream_read_through_leaves_nothing(&f, 3, 5000);
+	ragged_mount(&r);
+	stream_read_through_leaves_nothing(&fx.tf, 3, 5000);
 	stream_read_through_leaves_nothing(&r, 2, 5000);
 	stream_read_through_leaves_nothing(&r, 0, 1 << 20);
-	mount_close(&r);
+	tf_teardown(&r);
 }
 
 /* Streams come from the plain pool in every mode: reading one through a
  * passthrough mount registers no backing file (no memfd, no hook). */
 static void a_stream_registers_no_backing_file(void **state)
 {
-	struct mount m = fixed_mount();
 	uint64_t starts[64], total;
-	uint8_t *want = stream_of(&m, 1, starts, &total);
+	uint8_t *want = stream_of(&fx.tf, 1, starts, &total);
 	struct bfs_serve *s = serve(BFS_SERVE_PASSTHROUGH, 0, 0);
 	struct bfs_serve_how how;
 	struct bfs_file *f;
@@ -929,35 +881,27 @@ static void a_stream_registers_no_backing_file(void **state)
  * copied; READs at every offset within such a span too. */
 static void a_stream_read_over_many_batches_is_whole(void **state)
 {
-	const char *tmp = getenv("BFS_TEST_TMP");
-	static char path[512];
-	const char *paths[1] = {path};
-	uint8_t rows[TN * TROW], *ar, *want = NULL;
-	struct ta_tensor ts[] = {
-	    {"x", BFS_DT_UINT8, "0", TN * TROW, 0, 2, {TN, TROW}, {TROW, 1}}};
-	struct ta_storage st[] = {{"0", rows, sizeof(rows)}};
-	struct bfs_order_opts o = {.sampler = BFS_SAMPLER_RANDOM,
-				   .n = TN,
-				   .batch_size = 1,
-				   .seed = 8,
-				   .compat = BFS_TORCH_1_13,
-				   .epochs = 2};
-	struct mount m = {.own = true};
+	uint8_t rows[TN * TROW], *want = NULL;
+	const struct tf_field fields[] = {
+	    {"x", BFS_DT_UINT8, 2, {TN, TROW}, .data = rows}};
+	const struct tf_spec spec = {.name = "serve_tiny.pt",
+				     .fields = fields,
+				     .nfields = 1,
+				     .order = {.sampler = BFS_SAMPLER_RANDOM,
+					       .n = TN,
+					       .batch_size = 1,
+					       .seed = 8,
+					       .compat = BFS_TORCH_1_13,
+					       .epochs = 2}};
+	struct tf_fixture m;
 	uint64_t total = 0, idx[1];
 	struct bfs_serve_how how;
 	struct bfs_file *f;
 	struct bfs_serve *s;
-	size_t n;
 
 	for (size_t i = 0; i < sizeof(rows); i++)
 		rows[i] = (uint8_t)(i * 7 + i / TROW);
-	n = ta_build(&ar, ts, 1, st, 1, "3\n", NULL, NULL);
-	snprintf(path, sizeof(path), "%s/serve_tiny.pt", tmp ? tmp : "/tmp");
-	assert_int_equal(ta_write(path, ar, n), 0);
-	free(ar);
-	assert_int_equal(bfs_dataset_open(&m.ds, paths, 1, NULL), 0);
-	assert_int_equal(bfs_layout_init(&m.layout, m.ds, 1, NULL), 0);
-	assert_int_equal(bfs_order_create(&m.order, &o, NULL), 0);
+	assert_int_equal(tf_setup(&m, &spec), 0);
 	for (uint64_t k = 0; k < TN; k++) { /* the batch files, end to end */
 		struct bfs_batch_loc at;
 		uint64_t bs;
@@ -982,7 +926,7 @@ static void a_stream_read_over_many_batches_is_whole(void **state)
 	read_is(s, f, 100, 300000, want, total);
 	bfs_serve_release(s, f);
 	bfs_serve_destroy(s);
-	mount_close(&m);
+	tf_teardown(&m);
 	free(want);
 }
 
@@ -990,7 +934,8 @@ static void a_stream_read_over_many_batches_is_whole(void **state)
  * sum of the batch files before it), 20 digits and a newline, the last
  * line the stream's size; READs at any offset and of any size give those
  * bytes; past the end, none; past the epochs, -ENOENT. */
-static void offsets_lines_are_where_batches_start(struct mount *m, uint64_t e)
+static void offsets_lines_are_where_batches_start(struct tf_fixture *m,
+						  uint64_t e)
 {
 	uint64_t len = bfs_order_len(m->order), starts[64], total;
 	uint8_t *want = stream_of(m, e, starts, &total);
@@ -1024,11 +969,12 @@ static void offsets_lines_are_where_batches_start(struct mount *m, uint64_t e)
 
 static void offsets_lines_are_where_batches_start_in_streams(void **state)
 {
-	struct mount f = fixed_mount(), r = ragged_mount();
+	struct tf_fixture r;
 
-	offsets_lines_are_where_batches_start(&f, 1);
+	ragged_mount(&r);
+	offsets_lines_are_where_batches_start(&fx.tf, 1);
 	offsets_lines_are_where_batches_start(&r, 3);
-	mount_close(&r);
+	tf_teardown(&r);
 }
 
 int main(void)
