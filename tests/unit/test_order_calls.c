@@ -22,7 +22,7 @@
 #include <string.h>
 
 #include "fs/serve.h"
-#include "tests/lib/archive.h"
+#include "tests/lib/fixture.h"
 
 enum { N = 40, ROW = 8192, B = 8, EPOCHS = 3 };
 
@@ -106,7 +106,7 @@ void __wrap_bfs_order_batch_name(const struct bfs_order *o,
 
 /* ---- a dataset and the serve of it ---- */
 
-static struct bfs_dataset *fixed_ds, *ragged_ds;
+static struct tf_fixture fixed_fx, ragged_fx; /* datasets only: no order */
 
 static int k_store(void *arg, struct bfs_batch_id id, uint64_t off,
 		   const void *buf, uint64_t len)
@@ -137,57 +137,44 @@ static const struct bfs_serve_kernel kernel = {
 
 /* x: uint8 [N, ROW] (rows big enough for zero copy), y: int64 [N]; with
  * 'ragged', t: a ragged int16 field of lengths 0 .. 4. */
-static struct bfs_dataset *dataset(const char *name, bool ragged)
+static int dataset(struct tf_fixture *fx, const char *name, bool ragged)
 {
-	const char *tmp = getenv("BFS_TEST_TMP");
 	static uint8_t rows[N * ROW];
 	static int64_t labels[N], offs[N + 1];
 	static int16_t vals[N * 4];
-	struct ta_tensor ts[] = {
-	    {"x", BFS_DT_UINT8, "0", N * ROW, 0, 2, {N, ROW}, {ROW, 1}},
-	    {"y", BFS_DT_INT64, "1", N, 0, 1, {N}, {1}},
-	    {"t.values", BFS_DT_INT16, "2", N * 4, 0, 1, {N * 4}, {1}},
-	    {"t.offsets", BFS_DT_INT64, "3", N + 1, 0, 1, {N + 1}, {1}},
+	struct tf_field fields[] = {
+	    {"x", BFS_DT_UINT8, 2, {N, ROW}, .data = rows},
+	    {"y", BFS_DT_INT64, 1, {N}, .data = labels},
+	    {"t.values", BFS_DT_INT16, 1, {N * 4}, .data = vals},
+	    {"t.offsets", BFS_DT_INT64, 1, {N + 1}, .data = offs},
 	};
-	struct ta_storage st[] = {{"0", rows, sizeof(rows)},
-				  {"1", labels, sizeof(labels)},
-				  {"2", vals, sizeof(vals)},
-				  {"3", offs, sizeof(offs)}};
-	struct bfs_dataset *ds = NULL;
-	struct bfs_error err = {{0}};
-	char path[512];
-	const char *p = path;
-	uint8_t *ar;
-	size_t n;
+	const struct tf_spec spec = {
+	    .name = name, .fields = fields, .nfields = ragged ? 4 : 2};
+	int rc;
 
 	for (int i = 0; i < N; i++) {
 		labels[i] = i;
 		offs[i + 1] = offs[i] + i % 5;
 	}
-	ts[2].numel = ts[2].size[0] = offs[N];
-	st[2].size = (size_t)offs[N] * sizeof(*vals);
-	n = ta_build(&ar, ts, ragged ? 4 : 2, st, ragged ? 4 : 2, "3\n", NULL,
-		     NULL);
-	snprintf(path, sizeof(path), "%s/%s", tmp ? tmp : "/tmp", name);
-	if (ta_write(path, ar, n) < 0 || bfs_dataset_open(&ds, &p, 1, &err)) {
-		print_error("%s: %s\n", name, err.msg);
-		ds = NULL;
-	}
-	free(ar);
-	return ds;
+	fields[2].shape[0] = offs[N];
+	rc = tf_setup(fx, &spec);
+	if (rc)
+		print_error("%s: %s\n", name, fx->err.msg);
+	return rc;
 }
 
 static int setup(void **state)
 {
-	fixed_ds = dataset("calls_fixed.pt", false);
-	ragged_ds = dataset("calls_ragged.pt", true);
-	return fixed_ds && ragged_ds ? 0 : -1;
+	if (dataset(&fixed_fx, "calls_fixed.pt", false) ||
+	    dataset(&ragged_fx, "calls_ragged.pt", true))
+		return -1;
+	return 0;
 }
 
 static int teardown(void **state)
 {
-	bfs_dataset_close(fixed_ds);
-	bfs_dataset_close(ragged_ds);
+	tf_teardown(&fixed_fx);
+	tf_teardown(&ragged_fx);
 	return 0;
 }
 
@@ -255,8 +242,8 @@ static void opening_a_batch_asks_the_order_twice(void **state)
 					  .batch = N / B - 1};
 
 	for (size_t i = 0; i < sizeof(modes) / sizeof(modes[0]); i++) {
-		int fixed = calls_to_open(fixed_ds, modes[i], last);
-		int ragged = calls_to_open(ragged_ds, modes[i], last);
+		int fixed = calls_to_open(fixed_fx.ds, modes[i], last);
+		int ragged = calls_to_open(ragged_fx.ds, modes[i], last);
 
 		print_message("--serve %s: %d calls into fs/order (fixed), "
 			      "%d (ragged)\n",
