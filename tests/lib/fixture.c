@@ -35,15 +35,15 @@ static size_t bytes(const struct tf_field *f)
 	return numel(f) * bfs_dtype_info(f->dtype)->size;
 }
 
-/* The elements of f: its data, or *owned, malloc'd and filled (NULL on
+/* The elements of f: its data, or *owned, calloc'd and filled (NULL on
  * -ENOMEM). */
 static const void *elems(const struct tf_field *f, void **owned)
 {
 	*owned = NULL;
-	if (f->data || !f->fill)
+	if (f->data)
 		return f->data;
-	*owned = malloc(bytes(f) + 1);
-	if (*owned)
+	*owned = calloc(1, bytes(f) + 1);
+	if (*owned && f->fill)
 		f->fill(*owned, numel(f));
 	return *owned;
 }

@@ -33,7 +33,8 @@ enum tf_format {
 /* One field: a C-contiguous tensor of 'shape', dim 0 its rows (a ragged
  * field is two of these, "<f>.values" and "<f>.offsets"). Its elements
  * come from 'data' (numel x element size bytes, borrowed), or when that is
- * NULL from 'fill', called on a buffer of numel elements. */
+ * NULL from 'fill', called on a zeroed buffer of numel elements (no fill:
+ * zeros). */
 struct tf_field {
 	const char *name;
 	enum bfs_dtype dtype;
