@@ -17,47 +17,29 @@
 
 #include "fs/log.h"
 #include "fs/pool.h"
-#include "tests/lib/archive.h"
+#include "tests/lib/fixture.h"
 
-struct fix {
-	struct bfs_dataset *ds;
-	struct bfs_order *order;
-	struct bfs_layout layout;
-};
+static struct tf_fixture fx;
 
-static struct fix fx;
-
-/* A demo archive of n samples (labels i64, images u8 [3,32,32]) written by
- * batchfs pack, opened as dataset with a shuffled order of batch 'bs'. */
+/* A demo archive of 300 samples (labels i64, images u8 [3,32,32]) written
+ * by batchfs pack, opened as dataset with a shuffled order of batch 32. */
 static int setup(void **state)
 {
-	const char *bin = getenv("BATCHFS"), *tmp = getenv("BFS_TEST_TMP");
-	char path[512], cmd[1200];
-	const char *paths[1] = {path};
-	struct bfs_order_opts o = {.sampler = BFS_SAMPLER_RANDOM,
-				   .batch_size = 32,
-				   .seed = 5,
-				   .compat = BFS_TORCH_1_13,
-				   .epochs = 4};
+	const struct tf_spec spec = {.format = TF_DEMO,
+				     .name = "pool_demo.pt",
+				     .demo_rows = 300,
+				     .order = {.sampler = BFS_SAMPLER_RANDOM,
+					       .batch_size = 32,
+					       .seed = 5,
+					       .compat = BFS_TORCH_1_13,
+					       .epochs = 4}};
 
-	snprintf(path, sizeof(path), "%s/pool_demo.pt", tmp ? tmp : "/tmp");
-	snprintf(cmd, sizeof(cmd), "'%s' pack --demo 300 -o '%s' >/dev/null",
-		 bin, path);
-	if (!bin || system(cmd) != 0)
-		return -1;
-	if (bfs_dataset_open(&fx.ds, paths, 1, NULL) < 0 ||
-	    bfs_layout_init(&fx.layout, fx.ds, o.batch_size, NULL) < 0)
-		return -1;
-	o.n = bfs_dataset_samples(fx.ds);
-	return bfs_order_create(&fx.order, &o, NULL);
+	return tf_setup(&fx, &spec);
 }
 
 static int teardown(void **state)
 {
-	bfs_order_destroy(fx.order);
-	bfs_layout_fini(&fx.layout);
-	bfs_dataset_close(fx.ds);
-	return 0;
+	return tf_teardown(&fx);
 }
 
 static struct bfs_pool *pool(uint64_t budget, unsigned prefetch,
@@ -597,39 +579,31 @@ static void count_sigbus(enum bfs_log_level level, const char *line)
 static void archive_shrinking_under_worker_gathers_gives_eio(void **state)
 {
 	enum { N = 64, ROW = 64 * 1024, ROUNDS = 3000 };
-	const char *tmp = getenv("BFS_TEST_TMP");
-	uint8_t *rows = calloc(N, ROW), *ar;
-	struct ta_tensor ts[] = {
-	    {"x", BFS_DT_UINT8, "0", N * ROW, 0, 2, {N, ROW}, {ROW, 1}}};
-	struct ta_storage st[] = {{"0", rows, (size_t)N * ROW}};
-	struct bfs_order_opts oo = {.sampler = BFS_SAMPLER_RANDOM,
-				    .n = N,
-				    .batch_size = 8,
-				    .seed = 3,
-				    .epochs = 1u << 20};
+	const struct tf_field x = {
+	    .name = "x", .dtype = BFS_DT_UINT8, .ndim = 2, .shape = {N, ROW}};
+	const struct tf_spec spec = {.name = "shrink.pt",
+				     .fields = &x,
+				     .nfields = 1,
+				     .order = {.sampler = BFS_SAMPLER_RANDOM,
+					       .n = N,
+					       .batch_size = 8,
+					       .seed = 3,
+					       .epochs = 1u << 20}};
 	struct bfs_pool_opts po = {.workers = 2,
 				   .prefetch = 8,
 				   .budget_bytes = 64 << 20,
 				   .timeout_ms = 30000};
-	const char *path_p;
-	char path[512];
-	struct bfs_dataset *ds;
+	struct tf_fixture sh; /* x: zeros */
 	struct bfs_order *order;
-	struct bfs_layout l;
 	struct bfs_pool *p;
 	struct ta_flip fl;
 	int ok = 0, eio = 0;
-	size_t n = ta_build(&ar, ts, 1, st, 1, "3\n", NULL, NULL);
 
-	snprintf(path, sizeof(path), "%s/shrink.pt", tmp ? tmp : "/tmp");
-	path_p = path;
-	assert_int_equal(ta_write(path, ar, n), 0);
-	assert_int_equal(bfs_dataset_open(&ds, &path_p, 1, NULL), 0);
-	assert_int_equal(bfs_layout_init(&l, ds, 8, NULL), 0);
-	assert_int_equal(bfs_order_create(&order, &oo, NULL), 0);
-	assert_int_equal(bfs_pool_create(&p, ds, order, &l, &po), 0);
+	assert_int_equal(tf_setup(&sh, &spec), 0);
+	order = sh.order;
+	assert_int_equal(bfs_pool_create(&p, sh.ds, order, &sh.layout, &po), 0);
 	bfs_log_setup(BFS_LOG_ERR, count_sigbus);
-	ta_flip_start(&fl, path);
+	ta_flip_start(&fl, sh.path);
 	for (uint64_t pos = 0; pos < ROUNDS; pos++) {
 		struct bfs_batch *b = NULL;
 		struct bfs_batch_loc at;
@@ -649,11 +623,7 @@ static void archive_shrinking_under_worker_gathers_gives_eio(void **state)
 	bfs_log_setup(BFS_LOG_INFO, NULL);
 	print_message("shrink: %d batches ok, %d -EIO, %d faults caught\n", ok,
 		      eio, sigbus_logs);
-	bfs_order_destroy(order);
-	bfs_layout_fini(&l);
-	bfs_dataset_close(ds);
-	free(ar);
-	free(rows);
+	tf_teardown(&sh);
 }
 
 int main(void)
