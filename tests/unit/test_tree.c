@@ -12,10 +12,9 @@
 #include <cmocka.h>
 
 #include "fs/tree.h"
+#include "tests/lib/fixture.h"
 
-static struct bfs_dataset *ds;
-static struct bfs_order *order;
-static struct bfs_layout layout;
+static struct tf_fixture fx; /* the dataset, its order and layout */
 static struct bfs_serve *serve;
 static struct bfs_tree *tree;
 
@@ -67,37 +66,27 @@ static const struct bfs_tree_info ti = {
  * drop_last: 4 batches, the last of 2 samples; 3 epochs. */
 static int setup(void **state)
 {
-	const char *bin = getenv("BATCHFS"), *tmp = getenv("BFS_TEST_TMP");
-	char path[512], cmd[1200];
-	const char *paths[1] = {path};
-	struct bfs_order_opts o = {.sampler = BFS_SAMPLER_RANDOM,
-				   .batch_size = 16,
-				   .seed = 9,
-				   .compat = BFS_TORCH_1_13,
-				   .epochs = 3};
+	const struct tf_spec spec = {.format = TF_DEMO,
+				     .name = "tree_demo.pt",
+				     .demo_rows = 50,
+				     .order = {.sampler = BFS_SAMPLER_RANDOM,
+					       .batch_size = 16,
+					       .seed = 9,
+					       .compat = BFS_TORCH_1_13,
+					       .epochs = 3}};
 
-	snprintf(path, sizeof(path), "%s/tree_demo.pt", tmp ? tmp : "/tmp");
-	snprintf(cmd, sizeof(cmd), "'%s' pack --demo 50 -o '%s' >/dev/null",
-		 bin, path);
-	if (!bin || system(cmd) != 0 ||
-	    bfs_dataset_open(&ds, paths, 1, NULL) < 0 ||
-	    bfs_layout_init(&layout, ds, o.batch_size, NULL) < 0)
+	if (tf_setup(&fx, &spec) < 0 ||
+	    bfs_serve_create(&serve, fx.ds, fx.order, &fx.layout, &po, &so,
+			     &kernel) < 0)
 		return -1;
-	o.n = bfs_dataset_samples(ds);
-	if (bfs_order_create(&order, &o, NULL) < 0 ||
-	    bfs_serve_create(&serve, ds, order, &layout, &po, &so, &kernel) < 0)
-		return -1;
-	return bfs_tree_create(&tree, ds, order, &layout, serve, &ti);
+	return bfs_tree_create(&tree, fx.ds, fx.order, &fx.layout, serve, &ti);
 }
 
 static int teardown(void **state)
 {
 	bfs_tree_destroy(tree);
 	bfs_serve_destroy(serve);
-	bfs_order_destroy(order);
-	bfs_layout_fini(&layout);
-	bfs_dataset_close(ds);
-	return 0;
+	return tf_teardown(&fx);
 }
 
 /* The inode of 'path' in tree t, or 0. */
@@ -297,7 +286,7 @@ static void index_files_list_the_batch_indices(void **state)
 	size_t len;
 
 	assert_int_equal(
-	    bfs_order_batch(order,
+	    bfs_order_batch(fx.order,
 			    (struct bfs_batch_id){.epoch = 2, .batch = 1}, idx),
 	    0);
 	assert_int_equal(
@@ -344,7 +333,7 @@ static void a_multi_rank_tree_reaches_each_rank_through_its_lane(void **st_)
 {
 	static const uint32_t ranks[] = {1, 3};
 	struct bfs_order_opts o = {.sampler = BFS_SAMPLER_DISTRIBUTED,
-				   .n = bfs_dataset_samples(ds),
+				   .n = bfs_dataset_samples(fx.ds),
 				   .batch_size = 4,
 				   .world_size = 4,
 				   .shuffle = true,
@@ -368,8 +357,10 @@ static void a_multi_rank_tree_reaches_each_rank_through_its_lane(void **st_)
 	assert_int_equal(bfs_order_create(&many, &o, NULL), 0);
 	assert_int_equal(bfs_order_create(&one, &r3, NULL), 0);
 	assert_int_equal(
-	    bfs_serve_create(&sv, ds, many, &layout, &po, &so, &kernel), 0);
-	assert_int_equal(bfs_tree_create(&t, ds, many, &layout, sv, &ti), 0);
+	    bfs_serve_create(&sv, fx.ds, many, &fx.layout, &po, &so, &kernel),
+	    0);
+	assert_int_equal(bfs_tree_create(&t, fx.ds, many, &fx.layout, sv, &ti),
+			 0);
 	assert_int_equal(bfs_order_len(many), 4); /* 13 samples per rank */
 
 	assert_true(ino_in(t, "rank/1/epoch/1/batch_3") != 0);
