@@ -4,7 +4,7 @@
  *   boundary, so that two-digit epoch and batch numbers would spill it:
  *   every batch but the last has one size, and the arithmetic offsets are
  *   the sums, for epochs 0, 9, 10, 11, 123 and on a multi-rank order;
- * - ragged layouts (an archive this test writes, tests/lib/archive),
+ * - ragged layouts (an archive this test writes, tests/lib/fixture),
  *   shuffled, over epochs that outnumber the tables kept; a measurement
  *   that fails is made again by the next caller;
  * - a multi-rank order of 6 lanes read round robin, and from 8 threads at
@@ -26,30 +26,7 @@
 
 #include "fs/layout.h"
 #include "fs/stream.h"
-#include "tests/lib/archive.h"
-
-static char tmpdir[256];
-
-static int setup(void **state)
-{
-	const char *t = getenv("BFS_TEST_TMP");
-
-	snprintf(tmpdir, sizeof(tmpdir), "%s/test_stream.%d", t ? t : "/tmp",
-		 (int)getpid());
-	if (mkdir(tmpdir, 0700) && errno != EEXIST)
-		fail_msg("mkdir %s: %s", tmpdir, strerror(errno));
-	return 0;
-}
-
-static int teardown(void **state)
-{
-	char path[300];
-
-	snprintf(path, sizeof(path), "%s/r.pt", tmpdir);
-	unlink(path);
-	rmdir(tmpdir);
-	return 0;
-}
+#include "tests/lib/fixture.h"
 
 static struct bfs_order *make_order(struct bfs_order_opts *o)
 {
@@ -219,17 +196,13 @@ static int64_t offs[N + 1];
 static int16_t vals[N * 9];
 static int64_t lab[N];
 
-/* "<tmpdir>/r.pt": t.values int16 [total] of random lengths 0..8 per
- * sample, t.offsets, label int64 [N]. Opened as a dataset. */
-static struct bfs_dataset *ragged_dataset(void)
+/* "r.pt" in a fixture of its own: t.values int16 [total] of random
+ * lengths 0..8 per sample, t.offsets, label int64 [N]. Opened as a
+ * dataset, with the layout of 'order's batch size and that order. */
+static void ragged_dataset(struct tf_fixture *fx,
+			   const struct bfs_order_opts *order)
 {
-	static char path[300];
-	const char *p = path;
 	unsigned seed = 7;
-	struct bfs_dataset *ds = NULL;
-	struct bfs_error err = {{0}};
-	uint8_t *b;
-	size_t n;
 
 	for (int i = 0; i < N; i++) {
 		seed = seed * 1103515245u + 12345u;
@@ -239,52 +212,35 @@ static struct bfs_dataset *ragged_dataset(void)
 	for (int64_t i = 0; i < offs[N]; i++)
 		vals[i] = (int16_t)i;
 	{
-		struct ta_tensor ts[] = {
-		    {"t.values",
-		     BFS_DT_INT16,
-		     "0",
-		     offs[N],
-		     0,
-		     1,
-		     {offs[N]},
-		     {1}},
-		    {"label", BFS_DT_INT64, "1", N, 0, 1, {N}, {1}},
-		    {"t.offsets", BFS_DT_INT64, "2", N + 1, 0, 1, {N + 1}, {1}},
+		const struct tf_field fields[] = {
+		    {"t.values", BFS_DT_INT16, 1, {offs[N]}, .data = vals},
+		    {"label", BFS_DT_INT64, 1, {N}, .data = lab},
+		    {"t.offsets", BFS_DT_INT64, 1, {N + 1}, .data = offs},
 		};
-		struct ta_storage st[] = {
-		    {"0", vals, (size_t)offs[N] * 2},
-		    {"1", lab, sizeof(lab)},
-		    {"2", offs, sizeof(offs)},
-		};
+		const struct tf_spec spec = {.name = "r.pt",
+					     .fields = fields,
+					     .nfields = 3,
+					     .order = *order};
 
-		n = ta_build(&b, ts, 3, st, 3, "3\n", NULL, NULL);
+		if (tf_setup(fx, &spec))
+			fail_msg("%s", fx->err.msg);
 	}
-	snprintf(path, sizeof(path), "%s/r.pt", tmpdir);
-	assert_int_equal(ta_write(path, b, n), 0);
-	free(b);
-	if (bfs_dataset_open(&ds, &p, 1, &err))
-		fail_msg("%s", err.msg);
-	return ds;
 }
 
 static void ragged_offsets_are_sums_over_more_epochs_than_tables(void **state)
 {
-	struct bfs_dataset *ds = ragged_dataset();
-	struct bfs_order_opts oo = {
+	const struct bfs_order_opts oo = {
 	    .sampler = BFS_SAMPLER_RANDOM, .n = N, .batch_size = 7, .seed = 3};
-	struct bfs_order *o = make_order(&oo);
+	struct tf_fixture fx;
 	struct bfs_streams *s;
-	struct bfs_layout l;
 
-	assert_int_equal(bfs_layout_init(&l, ds, 7, NULL), 0);
-	assert_int_equal(bfs_streams_create(&s, &l, o), 0);
+	ragged_dataset(&fx, &oo);
+	assert_int_equal(bfs_streams_create(&s, &fx.layout, fx.order), 0);
 	for (int round = 0; round < 2; round++)
 		for (uint64_t e = 0; e < 6; e++) /* 4 tables: 1 lane */
-			check_epoch(s, &l, o, 0, e);
+			check_epoch(s, &fx.layout, fx.order, 0, e);
 	bfs_streams_destroy(s);
-	bfs_layout_fini(&l);
-	bfs_order_destroy(o);
-	bfs_dataset_close(ds);
+	tf_teardown(&fx);
 }
 
 /* A measurement that fails (here: the archive's mtime moved, as a write
@@ -293,37 +249,31 @@ static void ragged_offsets_are_sums_over_more_epochs_than_tables(void **state)
  * measured anew, and right. */
 static void a_failed_measurement_is_made_again_later(void **state)
 {
-	struct bfs_dataset *ds = ragged_dataset();
-	struct bfs_order_opts oo = {
+	const struct bfs_order_opts oo = {
 	    .sampler = BFS_SAMPLER_RANDOM, .n = N, .batch_size = 7, .seed = 3};
-	struct bfs_order *o = make_order(&oo);
 	struct timespec moved[2], back[2];
+	struct tf_fixture fx;
 	struct bfs_streams *s;
-	struct bfs_layout l;
-	char path[300];
 	struct stat st;
 	uint64_t off;
 
-	snprintf(path, sizeof(path), "%s/r.pt", tmpdir);
-	assert_int_equal(stat(path, &st), 0);
+	ragged_dataset(&fx, &oo);
+	assert_int_equal(stat(fx.path, &st), 0);
 	back[0] = moved[0] = st.st_atim;
 	back[1] = moved[1] = st.st_mtim;
 	moved[1].tv_sec += 10;
-	assert_int_equal(bfs_layout_init(&l, ds, 7, NULL), 0);
-	assert_int_equal(bfs_streams_create(&s, &l, o), 0);
-	assert_int_equal(utimensat(AT_FDCWD, path, moved, 0), 0);
+	assert_int_equal(bfs_streams_create(&s, &fx.layout, fx.order), 0);
+	assert_int_equal(utimensat(AT_FDCWD, fx.path, moved, 0), 0);
 	assert_int_equal(
 	    bfs_stream_offset(s, (struct bfs_batch_id){.epoch = 2, .batch = 1},
 			      &off),
 	    -EIO);
 	assert_int_equal(bfs_streams_measured(s), 1);
-	assert_int_equal(utimensat(AT_FDCWD, path, back, 0), 0);
-	check_epoch(s, &l, o, 0, 2);
+	assert_int_equal(utimensat(AT_FDCWD, fx.path, back, 0), 0);
+	check_epoch(s, &fx.layout, fx.order, 0, 2);
 	assert_int_equal(bfs_streams_measured(s), 2);
 	bfs_streams_destroy(s);
-	bfs_layout_fini(&l);
-	bfs_order_destroy(o);
-	bfs_dataset_close(ds);
+	tf_teardown(&fx);
 }
 
 /* ---- many lanes ------------------------------------------------------- */
@@ -332,9 +282,7 @@ static void a_failed_measurement_is_made_again_later(void **state)
 #define EPOCHS 2 /* read by each lane */
 
 struct lanes {
-	struct bfs_dataset *ds;
-	struct bfs_order *o;
-	struct bfs_layout l;
+	struct tf_fixture fx; /* the ragged dataset, its layout and order */
 	struct bfs_streams *s;
 };
 
@@ -351,19 +299,16 @@ static void lanes_open(struct lanes *x)
 				    .nranks = LANES,
 				    .epochs = 5};
 
-	x->ds = ragged_dataset();
-	x->o = make_order(&oo);
-	assert_int_equal(bfs_layout_init(&x->l, x->ds, 3, NULL), 0);
-	bfs_layout_bind_order(&x->l, x->o);
-	assert_int_equal(bfs_streams_create(&x->s, &x->l, x->o), 0);
+	ragged_dataset(&x->fx, &oo);
+	bfs_layout_bind_order(&x->fx.layout, x->fx.order);
+	assert_int_equal(bfs_streams_create(&x->s, &x->fx.layout, x->fx.order),
+			 0);
 }
 
 static void lanes_close(struct lanes *x)
 {
 	bfs_streams_destroy(x->s);
-	bfs_layout_fini(&x->l);
-	bfs_order_destroy(x->o);
-	bfs_dataset_close(x->ds);
+	tf_teardown(&x->fx);
 }
 
 static void six_lanes_read_round_robin_measure_each_epoch_once(void **state)
@@ -373,7 +318,7 @@ static void six_lanes_read_round_robin_measure_each_epoch_once(void **state)
 
 	lanes_open(&x);
 	for (uint64_t e = 0; e < EPOCHS; e++)
-		for (uint64_t b = 0; b < bfs_order_len(x.o); b++)
+		for (uint64_t b = 0; b < bfs_order_len(x.fx.order); b++)
 			for (size_t lane = 0; lane < LANES; lane++) {
 				struct bfs_batch_id id = {lane, e, b},
 						    got = {lane, e, 0};
@@ -389,7 +334,7 @@ static void six_lanes_read_round_robin_measure_each_epoch_once(void **state)
 	assert_int_equal(bfs_streams_measured(x.s), LANES * EPOCHS);
 	for (size_t lane = 0; lane < LANES; lane++) /* and they are right */
 		for (uint64_t e = 0; e < EPOCHS; e++)
-			check_epoch(x.s, &x.l, x.o, lane, e);
+			check_epoch(x.s, &x.fx.layout, x.fx.order, lane, e);
 	assert_int_equal(bfs_streams_measured(x.s), LANES * EPOCHS);
 	lanes_close(&x);
 }
@@ -401,7 +346,8 @@ static void *reader(void *arg)
 
 	for (uint64_t e = 0; e < EPOCHS; e++)
 		for (size_t lane = 0; lane < LANES; lane++)
-			for (uint64_t b = 0; b <= bfs_order_len(x->o); b++)
+			for (uint64_t b = 0; b <= bfs_order_len(x->fx.order);
+			     b++)
 				if (bfs_stream_offset(
 					x->s, (struct bfs_batch_id){lane, e, b},
 					&off))
@@ -425,7 +371,7 @@ static void readers_of_one_epoch_at_once_wait_for_one_measurement(void **state)
 	assert_int_equal(bfs_streams_measured(x.s), LANES * EPOCHS);
 	for (size_t lane = 0; lane < LANES; lane++)
 		for (uint64_t e = 0; e < EPOCHS; e++)
-			check_epoch(x.s, &x.l, x.o, lane, e);
+			check_epoch(x.s, &x.fx.layout, x.fx.order, lane, e);
 	lanes_close(&x);
 }
 
@@ -443,5 +389,5 @@ int main(void)
 	    cmocka_unit_test(
 		readers_of_one_epoch_at_once_wait_for_one_measurement),
 	};
-	return cmocka_run_group_tests(tests, setup, teardown);
+	return cmocka_run_group_tests(tests, NULL, NULL);
 }
