@@ -7,7 +7,7 @@
  *   of .npy files (one a field, "<name>.npy"), or what `$BATCHFS pack
  *   --demo N` writes; or nothing (a spec of no fields: the directory
  *   alone, for tests that write their own files into it);
- * - the dataset opened over that source;
+ * - the dataset opened over that source (unless the spec is write_only);
  * - with a batch size in the spec's order options, the layout of that
  *   many rows and the order (its sample count the dataset's unless the
  *   spec gives one).
@@ -51,6 +51,7 @@ struct tf_spec {
 	const struct tf_field *fields;
 	size_t nfields;
 	int64_t demo_rows; /* TF_DEMO */
+	bool write_only;   /* write the source, open nothing */
 	/* batch_size 0: no layout and no order; n 0: the dataset's
 	 * samples. */
 	struct bfs_order_opts order;
