@@ -35,13 +35,14 @@
 #include "fs/fetch.h"
 #include "fs/pool.h"
 #include "fs/reader.h"
-#include "tests/lib/npy_header.h"
+#include "tests/lib/fixture.h"
 
 #define N	   40
 #define ROW	   ((48u << 10) + 100) /* rows not page-aligned */
 #define LIVENESS_S 30		       /* a bound on waits, not a measure */
 
-static char dir[300], short_dir[300];
+/* The same files twice: a test cuts short_fx's x.npy short. */
+static struct tf_fixture data_fx, short_fx;
 
 /* Byte j of row i of x. */
 static uint8_t xbyte(size_t i, size_t j)
@@ -49,39 +50,39 @@ static uint8_t xbyte(size_t i, size_t j)
 	return (uint8_t)(i * 131 + j * 7 + (j >> 9));
 }
 
-/* d/x.npy (uint8 [N, ROW]) and d/y.npy (int64 [N]). 0 or -1. */
-static int write_data(const char *d)
+static void fill_x(void *x, size_t n)
 {
-	uint8_t *x = malloc((size_t)N * ROW);
-	int64_t y[N], sx[2] = {N, ROW}, sy[1] = {N};
-	char p[400];
-	int rc;
-
-	if (!x)
-		return -1;
-	for (size_t i = 0; i < N; i++)
-		for (size_t j = 0; j < ROW; j++)
-			x[i * ROW + j] = xbyte(i, j);
-	for (int i = 0; i < N; i++)
-		y[i] = 1000 + i;
-	mkdir(d, 0755);
-	snprintf(p, sizeof(p), "%s/x.npy", d);
-	rc = ta_npy_write(p, BFS_DT_UINT8, 2, sx, x, (size_t)N * ROW, 64);
-	snprintf(p, sizeof(p), "%s/y.npy", d);
-	if (rc == 0)
-		rc = ta_npy_write(p, BFS_DT_INT64, 1, sy, y, sizeof(y), 64);
-	free(x);
-	return rc ? -1 : 0;
+	for (size_t k = 0; k < n; k++)
+		((uint8_t *)x)[k] = xbyte(k / ROW, k % ROW);
 }
 
+static void fill_y(void *y, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		((int64_t *)y)[i] = 1000 + (int64_t)i;
+}
+
+/* A directory of x.npy (uint8 [N, ROW]) and y.npy (int64 [N]), twice;
+ * each test opens its own datasets of them. */
 static int setup(void **state)
 {
-	const char *t = getenv("BFS_TEST_TMP");
+	const struct tf_field fields[] = {
+	    {"x", BFS_DT_UINT8, 2, {N, ROW}, .fill = fill_x},
+	    {"y", BFS_DT_INT64, 1, {N}, .fill = fill_y},
+	};
+	const struct tf_spec spec = {.format = TF_NPY,
+				     .name = "fetch",
+				     .fields = fields,
+				     .nfields = 2,
+				     .write_only = true};
 
-	snprintf(dir, sizeof(dir), "%s/fetch", t ? t : "/tmp");
-	snprintf(short_dir, sizeof(short_dir), "%s/fetch-short",
-		 t ? t : "/tmp");
-	return write_data(dir) || write_data(short_dir) ? -1 : 0;
+	return tf_setup(&data_fx, &spec) ? -1 : tf_setup(&short_fx, &spec);
+}
+
+static int teardown(void **state)
+{
+	tf_teardown(&data_fx);
+	return tf_teardown(&short_fx);
 }
 
 static struct bfs_dataset *open_dir(const char *d)
@@ -136,7 +137,7 @@ static void rows_read_direct_equal_the_bytes(enum bfs_reader_kind kind)
 	 * so that read comes back short (-EIO: gathered from the mapping) */
 	static const uint64_t idx[] = {38, 0, 17, 17, 5, 37, 1};
 	const size_t n = sizeof(idx) / sizeof(idx[0]);
-	struct bfs_dataset *ds = open_dir(dir);
+	struct bfs_dataset *ds = open_dir(data_fx.path);
 	struct bfs_fetch *f = fetch_of(ds, kind, true);
 	size_t fx = field(ds, "x"), fy = field(ds, "y");
 	struct bfs_fetch_rows *w = bfs_fetch_rows_open(f);
@@ -184,7 +185,7 @@ static void rows_read_direct_threads(void **state)
  * from the mapping: the gathers read nothing themselves. */
 static void no_rows_when_the_data_fits_or_is_served_mapped(void **state)
 {
-	struct bfs_dataset *ds = open_dir(dir);
+	struct bfs_dataset *ds = open_dir(data_fx.path);
 	struct bfs_fetch *f = fetch_of(ds, BFS_READER_THREADS, false);
 	struct bfs_fetch_stats st;
 
@@ -256,7 +257,7 @@ static const struct bfs_fetch_ops fake_ops = {
 static void a_failing_backend_gives_eio(void **state)
 {
 	static const uint64_t idx[] = {3, 4};
-	struct bfs_dataset *ds = open_dir(dir);
+	struct bfs_dataset *ds = open_dir(data_fx.path);
 	struct fake *fk = calloc(1, sizeof(*fk));
 	bool destroyed = false;
 	struct bfs_fetch_stats st;
@@ -298,17 +299,17 @@ static void a_failing_backend_gives_eio(void **state)
 static void a_file_cut_short_gives_eio(void **state)
 {
 	static const uint64_t ok[] = {0, 1}, gone[] = {2, 30};
-	struct bfs_dataset *ds = open_dir(short_dir);
+	struct bfs_dataset *ds = open_dir(short_fx.path);
 	struct bfs_fetch *f = fetch_of(ds, BFS_READER_THREADS, true);
 	struct bfs_fetch_rows *w = bfs_fetch_rows_open(f);
 	size_t fx = field(ds, "x");
 	struct bfs_extent x;
 	bfs_layout_rows have;
-	char p[400];
+	char p[sizeof(short_fx.path) + 8];
 
 	assert_non_null(w);
 	assert_int_equal(bfs_dataset_extent(ds, fx, 2, &x), 0);
-	snprintf(p, sizeof(p), "%s/x.npy", short_dir);
+	snprintf(p, sizeof(p), "%s/x.npy", short_fx.path);
 	/* rows 2.. gone, from the page row 2 starts on */
 	assert_int_equal(truncate(p, (off_t)((x.off + 4095) & ~4095ull)), 0);
 	assert_int_equal(bfs_fetch_rows(f, w, gone, 2, &have), -EIO);
@@ -352,7 +353,7 @@ static bool evict(const struct bfs_dataset *ds, size_t i, uint64_t off,
 
 static void reads_ahead_leave_pages_resident(void **state)
 {
-	struct bfs_dataset *ds = open_dir(dir);
+	struct bfs_dataset *ds = open_dir(data_fx.path);
 	struct bfs_fetch *f = fetch_of(ds, BFS_READER_THREADS, false);
 	size_t fx = field(ds, "x");
 	struct bfs_fetch_stats st;
@@ -382,7 +383,7 @@ static void reads_ahead_leave_pages_resident(void **state)
 
 static void reader_none_reads_nothing(void **state)
 {
-	struct bfs_dataset *ds = open_dir(dir);
+	struct bfs_dataset *ds = open_dir(data_fx.path);
 	struct bfs_fetch_backend *be;
 	struct bfs_fetch_stats st;
 	struct bfs_fetch *f;
@@ -408,7 +409,7 @@ static void reader_none_reads_nothing(void **state)
 
 static void pool_gathers_with_the_fetch(bool in_place)
 {
-	struct bfs_dataset *ds = open_dir(dir);
+	struct bfs_dataset *ds = open_dir(data_fx.path);
 	struct bfs_fetch *f = fetch_of(ds, BFS_READER_THREADS, true);
 	struct bfs_order_opts oo = {.sampler = BFS_SAMPLER_RANDOM,
 				    .n = N,
@@ -483,5 +484,5 @@ int main(void)
 	    cmocka_unit_test(pool_reads_big_rows_through_the_fetch),
 	    cmocka_unit_test(pool_served_in_place_reads_none),
 	};
-	return cmocka_run_group_tests(tests, setup, NULL);
+	return cmocka_run_group_tests(tests, setup, teardown);
 }
