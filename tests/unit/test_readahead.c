@@ -35,49 +35,57 @@
 #include "fs/memory.h"
 #include "fs/readahead.h"
 #include "fs/reader.h"
-#include "tests/lib/npy_header.h"
+#include "tests/lib/fixture.h"
 
 #define N	   64
 #define ROW	   (64u << 10) /* x's rows: page-aligned, 16 pages */
 #define B	   4	       /* rows a batch */
 #define LIVENESS_S 30	       /* a bound on waits, not a measurement */
 
-static char dir[300], tmp[256];
+static struct tf_fixture data_fx; /* each test opens its own dataset */
 
+static void fill_x(void *x, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		((uint8_t *)x)[i] = (uint8_t)(i * 13 + i / 4096);
+}
+
+static void fill_y(void *y, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		((int64_t *)y)[i] = (int64_t)i;
+}
+
+/* "readahead": x.npy (uint8 [N, ROW], page-aligned) and y.npy (int64
+ * [N]). */
 static int setup(void **state)
 {
-	const char *t = getenv("BFS_TEST_TMP");
-	uint8_t *x = malloc((size_t)N * ROW);
-	int64_t y[N], sx[2] = {N, ROW}, sy[1] = {N};
-	char p[400];
-	int rc;
+	const struct tf_field fields[] = {
+	    {"x", BFS_DT_UINT8, 2, {N, ROW}, .fill = fill_x, .align = 4096},
+	    {"y", BFS_DT_INT64, 1, {N}, .fill = fill_y},
+	};
+	const struct tf_spec spec = {.format = TF_NPY,
+				     .name = "readahead",
+				     .fields = fields,
+				     .nfields = 2,
+				     .write_only = true};
 
-	snprintf(tmp, sizeof(tmp), "%s", t ? t : "/tmp");
-	snprintf(dir, sizeof(dir), "%s/readahead", tmp);
-	mkdir(dir, 0755);
-	if (!x)
-		return -1;
-	for (size_t i = 0; i < (size_t)N * ROW; i++)
-		x[i] = (uint8_t)(i * 13 + i / 4096);
-	for (int i = 0; i < N; i++)
-		y[i] = i;
-	snprintf(p, sizeof(p), "%s/x.npy", dir);
-	rc = ta_npy_write(p, BFS_DT_UINT8, 2, sx, x, (size_t)N * ROW, 4096);
-	snprintf(p, sizeof(p), "%s/y.npy", dir);
-	if (rc == 0)
-		rc = ta_npy_write(p, BFS_DT_INT64, 1, sy, y, sizeof(y), 64);
-	free(x);
-	return rc ? -1 : 0;
+	return tf_setup(&data_fx, &spec);
+}
+
+static int teardown(void **state)
+{
+	return tf_teardown(&data_fx);
 }
 
 static struct bfs_dataset *open_data(void)
 {
-	const char *p = dir;
+	const char *p = data_fx.path;
 	struct bfs_dataset *ds = NULL;
 	struct bfs_error err = {{0}};
 
 	if (bfs_dataset_open(&ds, &p, 1, &err))
-		fail_msg("open %s: %s", dir, err.msg);
+		fail_msg("open %s: %s", p, err.msg);
 	return ds;
 }
 
@@ -435,7 +443,7 @@ static void nothing_is_read_once_the_read_in_ended(void **state)
 	struct rig r;
 	FILE *f;
 
-	snprintf(meminfo, sizeof(meminfo), "%s/meminfo", tmp);
+	assert_non_null(tf_path(&data_fx, "meminfo", meminfo, sizeof(meminfo)));
 	f = fopen(meminfo, "w");
 	assert_non_null(f);
 	fputs(text, f);
@@ -506,5 +514,5 @@ int main(void)
 	    cmocka_unit_test(nothing_is_read_once_the_read_in_ended),
 	    cmocka_unit_test(without_a_fetch_nothing_is_read_ahead),
 	};
-	return cmocka_run_group_tests(tests, setup, NULL);
+	return cmocka_run_group_tests(tests, setup, teardown);
 }
