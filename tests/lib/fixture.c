@@ -94,7 +94,7 @@ int tf_write_archive(const char *path, const struct tf_field *fields, size_t n)
 
 static int write_npy(const char *dir, const struct tf_field *fields, size_t n)
 {
-	char path[PATH_MAX + 300];
+	char path[sizeof(((struct tf_fixture *)0)->path) + 300];
 	int rc = mkdir(dir, 0755) ? -errno : 0;
 
 	for (size_t i = 0; rc == 0 && i < n; i++) {
@@ -115,7 +115,7 @@ static int write_npy(const char *dir, const struct tf_field *fields, size_t n)
 static int write_demo(const char *path, int64_t rows)
 {
 	const char *bin = getenv("BATCHFS");
-	char cmd[2 * PATH_MAX + 100];
+	char cmd[1024];
 
 	if (!bin)
 		return -ENOENT;
@@ -157,11 +157,15 @@ static int open_all(struct tf_fixture *fx, const struct tf_spec *spec)
 int tf_setup(struct tf_fixture *fx, const struct tf_spec *spec)
 {
 	const char *tmp = getenv("BFS_TEST_TMP");
-	int rc;
+	int rc, n;
 
 	memset(fx, 0, sizeof(*fx));
-	snprintf(fx->dir, sizeof(fx->dir), "%s/fixture.XXXXXX",
-		 tmp ? tmp : "/tmp");
+	n = snprintf(fx->dir, sizeof(fx->dir), "%s/fixture.XXXXXX",
+		     tmp ? tmp : "/tmp");
+	if (n < 0 || (size_t)n >= sizeof(fx->dir)) {
+		fx->dir[0] = '\0';
+		return -ENAMETOOLONG;
+	}
 	if (!mkdtemp(fx->dir)) {
 		rc = -errno;
 		snprintf(fx->err.msg, sizeof(fx->err.msg), "mkdtemp %.300s: %s",

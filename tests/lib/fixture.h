@@ -16,7 +16,6 @@
 #ifndef BFS_TEST_FIXTURE_H
 #define BFS_TEST_FIXTURE_H
 
-#include <limits.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -58,8 +57,10 @@ struct tf_spec {
 };
 
 struct tf_fixture {
-	char dir[PATH_MAX];  /* the test's directory ("" until made) */
-	char path[PATH_MAX]; /* the source: "<dir>/<name>" */
+	/* short enough for the tests' own path buffers: a $BFS_TEST_TMP
+	 * longer than ~230 bytes fails tf_setup with -ENAMETOOLONG */
+	char dir[256];	/* the test's directory ("" until made) */
+	char path[384]; /* the source: "<dir>/<name>" */
 	struct bfs_dataset *ds;
 	struct bfs_layout layout; /* zeroed without a batch size */
 	struct bfs_order *order;
