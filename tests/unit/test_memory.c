@@ -25,13 +25,16 @@
 
 #include "fs/dataset.h"
 #include "fs/memory.h"
-#include "tests/lib/npy_header.h"
+#include "tests/lib/fixture.h"
 
 #define N	   64
 #define ROW	   (64u << 10)
 #define LIVENESS_S 30 /* a bound on waits, not a measurement */
 
-static char tmp[256], dir[300], meminfo[300], cgroup[300], mountinfo[300];
+/* The test's directory (fx.dir, "tmp" below): the data, and the fake
+ * files the probe reads. */
+static struct tf_fixture fx;
+static char meminfo[300], cgroup[300], mountinfo[300];
 
 /* Write 'text' into tmp/name (directories made as needed). */
 static void put(const char *name, const char *text)
@@ -40,11 +43,11 @@ static void put(const char *name, const char *text)
 	FILE *f;
 
 	for (const char *s = strchr(name, '/'); s; s = strchr(s + 1, '/')) {
-		snprintf(path, sizeof(path), "%s/%.*s", tmp, (int)(s - name),
+		snprintf(path, sizeof(path), "%s/%.*s", fx.dir, (int)(s - name),
 			 name);
 		mkdir(path, 0755);
 	}
-	snprintf(path, sizeof(path), "%s/%s", tmp, name);
+	snprintf(path, sizeof(path), "%s/%s", fx.dir, name);
 	f = fopen(path, "w");
 	assert_non_null(f);
 	fputs(text, f);
@@ -64,52 +67,57 @@ static void put_mountinfo(void)
 		 "41 30 0:36 / %s/cpu rw,relatime - cgroup cgroup "
 		 "rw,cpu,cpuacct\n"
 		 "40 30 0:35 / %s/v1 rw,relatime - cgroup cgroup rw,memory\n",
-		 tmp, tmp, tmp);
+		 fx.dir, fx.dir, fx.dir);
 	put("mountinfo", text);
 }
 
+static void fill_x(void *x, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		((uint8_t *)x)[i] = (uint8_t)(i * 7 + i / ROW);
+}
+
+static void fill_y(void *y, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		((int64_t *)y)[i] = (int64_t)i;
+}
+
+/* tmp/data: x.npy (uint8 [N, ROW], page-aligned) and y.npy (int64 [N]);
+ * each test opens its own dataset of it. */
 static int setup(void **state)
 {
-	const char *t = getenv("BFS_TEST_TMP");
-	uint8_t *x = calloc(N, ROW);
-	int64_t y[N], sx[2] = {N, ROW}, sy[1] = {N};
+	const struct tf_field fields[] = {
+	    {"x", BFS_DT_UINT8, 2, {N, ROW}, .fill = fill_x, .align = 4096},
+	    {"y", BFS_DT_INT64, 1, {N}, .fill = fill_y},
+	};
+	const struct tf_spec spec = {.format = TF_NPY,
+				     .name = "data",
+				     .fields = fields,
+				     .nfields = 2,
+				     .write_only = true};
 
-	snprintf(tmp, sizeof(tmp), "%s/memory", t ? t : "/tmp");
-	snprintf(dir, sizeof(dir), "%s/data", tmp);
-	snprintf(meminfo, sizeof(meminfo), "%s/meminfo", tmp);
-	snprintf(cgroup, sizeof(cgroup), "%s/cgroup", tmp);
-	snprintf(mountinfo, sizeof(mountinfo), "%s/mountinfo", tmp);
-	mkdir(tmp, 0755);
-	mkdir(dir, 0755);
-	for (size_t i = 0; x && i < (size_t)N * ROW; i++)
-		x[i] = (uint8_t)(i * 7 + i / ROW);
-	for (int i = 0; i < N; i++)
-		y[i] = i;
-	if (!x)
+	if (tf_setup(&fx, &spec) ||
+	    !tf_path(&fx, "meminfo", meminfo, sizeof(meminfo)) ||
+	    !tf_path(&fx, "cgroup", cgroup, sizeof(cgroup)) ||
+	    !tf_path(&fx, "mountinfo", mountinfo, sizeof(mountinfo)))
 		return -1;
-	{
-		char p[400];
-
-		snprintf(p, sizeof(p), "%s/x.npy", dir);
-		if (ta_npy_write(p, BFS_DT_UINT8, 2, sx, x, (size_t)N * ROW,
-				 4096))
-			return -1;
-		snprintf(p, sizeof(p), "%s/y.npy", dir);
-		if (ta_npy_write(p, BFS_DT_INT64, 1, sy, y, sizeof(y), 64))
-			return -1;
-	}
-	free(x);
 	return 0;
+}
+
+static int teardown(void **state)
+{
+	return tf_teardown(&fx);
 }
 
 static struct bfs_dataset *open_data(void)
 {
-	const char *p = dir;
+	const char *p = fx.path;
 	struct bfs_dataset *ds = NULL;
 	struct bfs_error err = {{0}};
 
 	if (bfs_dataset_open(&ds, &p, 1, &err))
-		fail_msg("open %s: %s", dir, err.msg);
+		fail_msg("open %s: %s", p, err.msg);
 	return ds;
 }
 
@@ -182,7 +190,7 @@ static void v1_memory_hierarchy(void **state)
 		 "41 30 0:36 / %s/cpu rw,relatime - cgroup cgroup "
 		 "rw,cpu,cpuacct\n"
 		 "40 30 0:35 / %s/v1 rw,relatime - cgroup cgroup rw,memory\n",
-		 tmp, tmp);
+		 fx.dir, fx.dir);
 	put("mountinfo", text);
 	put("cpu/c/memory.limit_in_bytes", "1\n"); /* not memory's */
 	put("cpu/c/memory.usage_in_bytes", "0\n");
@@ -248,7 +256,7 @@ static bool random_access(const char *path)
 
 static void x_path(char *out, size_t len)
 {
-	snprintf(out, len, "%s/x.npy", dir);
+	snprintf(out, len, "%s/x.npy", fx.path);
 }
 
 /* 4 MiB of data, 1 GiB available: read in, every page resident. */
@@ -389,5 +397,5 @@ int main(void)
 	    cmocka_unit_test(assume_cold_is_cold),
 	    cmocka_unit_test(without_policy_nothing_is_decided),
 	};
-	return cmocka_run_group_tests(tests, setup, NULL);
+	return cmocka_run_group_tests(tests, setup, teardown);
 }
