@@ -1,5 +1,5 @@
 /* Ragged fields (fs/ragged, fs/dataset, fs/layout) over archives this test
- * writes itself (tests/lib/archive): option parsing, pad values as torch
+ * writes itself (tests/lib/fixture): option parsing, pad values as torch
  * converts them, batch sizes and bytes against an independent model for
  * random lengths (pad with multiples, pack), written between guard pages;
  * bad offsets refused at open naming the field and the first bad index;
@@ -24,19 +24,20 @@
 #include "fs/log.h"
 #include "fs/ragged.h"
 #include "fs/safetensors.h"
-#include "tests/lib/archive.h"
+#include "tests/lib/fixture.h"
 
-static char tmpdir[256];
+static struct tf_fixture fx; /* the directory the archives go in */
 
 static int setup(void **state)
 {
-	const char *t = getenv("BFS_TEST_TMP");
-
-	snprintf(tmpdir, sizeof(tmpdir), "%s/test_ragged.%d", t ? t : "/tmp",
-		 (int)getpid());
-	if (mkdir(tmpdir, 0700) && errno != EEXIST)
-		fail_msg("mkdir %s: %s", tmpdir, strerror(errno));
+	if (tf_setup(&fx, NULL))
+		fail_msg("%s", fx.err.msg);
 	return 0;
+}
+
+static int teardown(void **state)
+{
+	return tf_teardown(&fx);
 }
 
 /* ---- options and pad values ------------------------------------------- */
@@ -166,7 +167,7 @@ static int64_t offs[N + 1];
 static int16_t vals[N * 9 * ROW]; /* at most 9 rows per sample */
 static int64_t lab[N];
 
-/* "<tmpdir>/<file>": t.values int16 [total, ROW], t.offsets (the given
+/* "<fx.dir>/<file>": t.values int16 [total, ROW], t.offsets (the given
  * int64 [n+1] bytes, or offs), label int64 [N]. */
 static const char *ragged_archive(const char *file, const void *off_bytes,
 				  int64_t off_n, enum bfs_dtype off_dt)
@@ -174,31 +175,18 @@ static const char *ragged_archive(const char *file, const void *off_bytes,
 	static char paths[8][300];
 	static int next;
 	char *path = paths[next++ % 8];
-	int64_t total = offs[N];
-	size_t es = bfs_dtype_info(off_dt)->size;
-	struct ta_tensor ts[] = {
-	    {"t.values",
-	     BFS_DT_INT16,
-	     "0",
-	     total * ROW,
-	     0,
-	     2,
-	     {total, ROW},
-	     {ROW, 1}},
-	    {"label", BFS_DT_INT64, "1", N, 0, 1, {N}, {1}},
-	    {"t.offsets", off_dt, "2", off_n, 0, 1, {off_n}, {1}},
+	const struct tf_field fields[] = {
+	    {"t.values", BFS_DT_INT16, 2, {offs[N], ROW}, .data = vals},
+	    {"label", BFS_DT_INT64, 1, {N}, .data = lab},
+	    {"t.offsets",
+	     off_dt,
+	     1,
+	     {off_n},
+	     .data = off_bytes ? off_bytes : offs},
 	};
-	struct ta_storage st[] = {
-	    {"0", vals, (size_t)total * ROW * 2},
-	    {"1", lab, sizeof(lab)},
-	    {"2", off_bytes ? off_bytes : offs, (size_t)off_n * es},
-	};
-	uint8_t *b;
-	size_t n = ta_build(&b, ts, 3, st, 3, "3\n", NULL, NULL);
 
-	snprintf(path, 300, "%s/%s", tmpdir, file);
-	assert_int_equal(ta_write(path, b, n), 0);
-	free(b);
+	assert_non_null(tf_path(&fx, file, path, 300));
+	assert_int_equal(tf_write_archive(path, fields, 3), 0);
 	return path;
 }
 
@@ -565,5 +553,5 @@ int main(void)
 	    cmocka_unit_test(layout_refuses_bad_options),
 	    cmocka_unit_test(offsets_changed_under_us_give_eio),
 	};
-	return cmocka_run_group_tests(tests, setup, NULL);
+	return cmocka_run_group_tests(tests, setup, teardown);
 }
