@@ -31,49 +31,37 @@
 #include <unistd.h>
 
 #include "fs/text.h"
-#include "tests/lib/archive.h"
+#include "tests/lib/fixture.h"
 
-static char tmpdir[1024];      /* as made */
+/* The sources and what was rendered go in fx.dir (tmpdir below), kept
+ * (fx.keep) when a golden differed. */
+static struct tf_fixture fx;
 static char realdir[PATH_MAX]; /* its realpath: "@TMP@" in goldens */
-static bool keep;	       /* a golden differed: keep what was rendered */
 
 /* A quote, backslashes, a tab, a control character and DEL. */
 static const char odd_name[] = "say \"hi\"\\back\\slash\t\x01\x7f.pt";
 
 static int setup(void **state)
 {
-	const char *t = getenv("BFS_TEST_TMP");
-
-	snprintf(tmpdir, sizeof(tmpdir), "%s/test_text.%d", t ? t : "/tmp",
-		 (int)getpid());
-	if (mkdir(tmpdir, 0700) && errno != EEXIST)
+	if (tf_setup(&fx, NULL))
 		return -1;
-	return realpath(tmpdir, realdir) ? 0 : -1;
+	return realpath(fx.dir, realdir) ? 0 : -1;
 }
 
 static int teardown(void **state)
 {
-	char cmd[PATH_MAX + 16];
-
-	if (keep)
-		return 0;
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
-	return system(cmd) == 0 ? 0 : -1;
+	return tf_teardown(&fx);
 }
 
 /* ---- fixtures --------------------------------------------------------- */
 
-/* Write archive tmpdir/name of tensors ts[0..nt) over storages
- * st[0..nt) (storage i is ts[i]'s, key "i"); its path into path. */
-static void write_archive(const char *name, const struct ta_tensor *ts,
-			  const struct ta_storage *st, size_t nt, char *path)
+/* Write archive tmpdir/name of fields[0..n) (tf_write_archive: storage
+ * i is field i's, key "i"); its path into path. */
+static void write_archive(const char *name, const struct tf_field *fields,
+			  size_t n, char *path)
 {
-	uint8_t *b;
-	size_t n = ta_build(&b, ts, nt, st, nt, "3\n", NULL, NULL);
-
-	snprintf(path, PATH_MAX, "%s/%s", tmpdir, name);
-	assert_int_equal(ta_write(path, b, n), 0);
-	free(b);
+	assert_non_null(tf_path(&fx, name, path, PATH_MAX));
+	assert_int_equal(tf_write_archive(path, fields, n), 0);
 }
 
 static struct bfs_dataset *open_dataset(const char *const *paths, size_t n)
@@ -102,18 +90,16 @@ static void fixed_archive(const char *name, int64_t n, char *path)
 {
 	float *x = malloc((size_t)n * 6 * sizeof(*x));
 	int64_t *label = malloc((size_t)n * sizeof(*label));
-	struct ta_tensor ts[] = {
-	    {"x", BFS_DT_FLOAT32, "0", n * 6, 0, 3, {n, 2, 3}, {6, 3, 1}},
-	    {"label", BFS_DT_INT64, "1", n, 0, 1, {n}, {1}},
+	const struct tf_field fields[] = {
+	    {"x", BFS_DT_FLOAT32, 3, {n, 2, 3}, .data = x},
+	    {"label", BFS_DT_INT64, 1, {n}, .data = label},
 	};
-	struct ta_storage st[] = {{"0", x, (size_t)n * 6 * sizeof(*x)},
-				  {"1", label, (size_t)n * sizeof(*label)}};
 
 	for (int64_t i = 0; i < n * 6; i++)
 		x[i] = (float)i;
 	for (int64_t i = 0; i < n; i++)
 		label[i] = i;
-	write_archive(name, ts, st, 2, path);
+	write_archive(name, fields, 2, path);
 	free(x);
 	free(label);
 }
@@ -203,9 +189,9 @@ static void expect_golden(const char *name, const char *text)
 	if (strcmp(got, want)) {
 		while (got[i] && got[i] == want[i])
 			line += got[i++] == '\n';
-		snprintf(got_path, sizeof(got_path), "%s/%s", tmpdir, name);
+		snprintf(got_path, sizeof(got_path), "%s/%s", fx.dir, name);
 		spit(got_path, got);
-		keep = true;
+		fx.keep = true;
 		fail_msg("%s differs from its golden from line %zu on: "
 			 "rendered into %s",
 			 path, line, got_path);
@@ -248,8 +234,8 @@ static void python_reads(const char *json, const char *readme,
 	int status;
 	pid_t pid;
 
-	snprintf(jpath, sizeof(jpath), "%s/dataset.json", tmpdir);
-	snprintf(rpath, sizeof(rpath), "%s/README", tmpdir);
+	snprintf(jpath, sizeof(jpath), "%s/dataset.json", fx.dir);
+	snprintf(rpath, sizeof(rpath), "%s/README", fx.dir);
 	spit(jpath, json);
 	spit(rpath, readme);
 	argv[argc++] = jpath;
@@ -345,17 +331,12 @@ static void ragged_fields_in_a_shuffled_order(void **state)
 	int16_t t_val[14];
 	float u_val[9 * 2];
 	int64_t label[8];
-	struct ta_tensor ts[] = {
-	    {"t.values", BFS_DT_INT16, "0", 14, 0, 1, {14}, {1}},
-	    {"t.offsets", BFS_DT_INT64, "1", 9, 0, 1, {9}, {1}},
-	    {"u.values", BFS_DT_FLOAT32, "2", 18, 0, 2, {9, 2}, {2, 1}},
-	    {"u.offsets", BFS_DT_INT64, "3", 9, 0, 1, {9}, {1}},
-	    {"label", BFS_DT_INT64, "4", 8, 0, 1, {8}, {1}},
-	};
-	struct ta_storage st[] = {
-	    {"0", t_val, sizeof(t_val)}, {"1", t_off, sizeof(t_off)},
-	    {"2", u_val, sizeof(u_val)}, {"3", u_off, sizeof(u_off)},
-	    {"4", label, sizeof(label)},
+	const struct tf_field fields[] = {
+	    {"t.values", BFS_DT_INT16, 1, {14}, .data = t_val},
+	    {"t.offsets", BFS_DT_INT64, 1, {9}, .data = t_off},
+	    {"u.values", BFS_DT_FLOAT32, 2, {9, 2}, .data = u_val},
+	    {"u.offsets", BFS_DT_INT64, 1, {9}, .data = u_off},
+	    {"label", BFS_DT_INT64, 1, {8}, .data = label},
 	};
 	struct bfs_ragged_opt ro[2];
 	char path[PATH_MAX], why[128];
@@ -377,7 +358,7 @@ static void ragged_fields_in_a_shuffled_order(void **state)
 		u_val[i] = (float)i / 2;
 	for (int i = 0; i < 8; i++)
 		label[i] = i;
-	write_archive("ragged.pt", ts, st, 5, path);
+	write_archive("ragged.pt", fields, 5, path);
 	ds = open_dataset(paths, 1);
 	o = make_order(&oo);
 	assert_int_equal(
@@ -457,18 +438,15 @@ static void scalar_archive(const char *name, int64_t n, float mean, bool odd,
 			   char *path)
 {
 	int64_t label[8], seven = -7;
-	struct ta_tensor ts[] = {
-	    {"label", BFS_DT_INT64, "0", n, 0, 1, {n}, {1}},
-	    {"mean", BFS_DT_FLOAT32, "1", 1, 0, 0, {0}, {0}},
-	    {"k\"ey\\", BFS_DT_INT64, "2", 1, 0, 0, {0}, {0}},
+	const struct tf_field fields[] = {
+	    {"label", BFS_DT_INT64, 1, {n}, .data = label},
+	    {"mean", BFS_DT_FLOAT32, 0, {0}, .data = &mean},
+	    {"k\"ey\\", BFS_DT_INT64, 0, {0}, .data = &seven},
 	};
-	struct ta_storage st[] = {{"0", label, (size_t)n * sizeof(*label)},
-				  {"1", &mean, sizeof(mean)},
-				  {"2", &seven, sizeof(seven)}};
 
 	for (int64_t i = 0; i < n; i++)
 		label[i] = i;
-	write_archive(name, ts, st, odd ? 3 : 2, path);
+	write_archive(name, fields, odd ? 3 : 2, path);
 }
 
 /* dataset.json's "metadata": each key's value from the first shard that
