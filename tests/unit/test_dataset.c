@@ -26,7 +26,7 @@
 #include "fs/log.h"
 #include "fs/readahead.h"
 #include "fs/zip.h"
-#include "tests/lib/archive.h"
+#include "tests/lib/fixture.h"
 
 /* fs/readahead's advice on rows idx[0..n) of ds (no memory policy, no
  * fetch: every fixed field is advised). */
@@ -40,9 +40,9 @@ static void advise(const struct bfs_dataset *ds, const uint64_t *idx, size_t n)
 	bfs_readahead_destroy(ra);
 }
 
-static char tmpdir[256];
+static struct tf_fixture fx; /* the directory the archives go in */
 
-/* An archive "<tmpdir>/<file>" (tests/lib/archive: prefix "arc"): data.pkl
+/* An archive "<fx.dir>/<file>" (tests/lib/archive: prefix "arc"): data.pkl
  * for ts[], the given storages, version, optional byteorder and optional
  * extra record. Returns the path (static storage, 16 at a time). */
 static const char *make_archive(const char *file, const struct ta_tensor *ts,
@@ -56,7 +56,7 @@ static const char *make_archive(const char *file, const struct ta_tensor *ts,
 	uint8_t *b;
 	size_t n = ta_build(&b, ts, nt, st, ns, version, byteorder, extra);
 
-	snprintf(path, 300, "%s/%s", tmpdir, file);
+	assert_non_null(tf_path(&fx, file, path, 300));
 	assert_int_equal(ta_write(path, b, n), 0);
 	free(b);
 	return path;
@@ -96,13 +96,8 @@ static float base[4 * 6]; /* a 6x4 storage for strided views */
 
 static int setup(void **state)
 {
-	const char *t = getenv("BFS_TEST_TMP");
-
-	snprintf(tmpdir, sizeof(tmpdir), "%s", t ? t : "/tmp");
-	snprintf(tmpdir + strlen(tmpdir), sizeof(tmpdir) - strlen(tmpdir),
-		 "/test_dataset.%d", (int)getpid());
-	if (mkdir(tmpdir, 0700) && errno != EEXIST)
-		fail_msg("mkdir %s: %s", tmpdir, strerror(errno));
+	if (tf_setup(&fx, NULL))
+		fail_msg("%s", fx.err.msg);
 	for (int i = 0; i < 5; i++) {
 		for (int j = 0; j < 3; j++)
 			xf[i][j] = (float)(i * 10 + j);
@@ -111,6 +106,11 @@ static int setup(void **state)
 	for (int i = 0; i < 24; i++)
 		base[i] = (float)i + 0.5f;
 	return 0;
+}
+
+static int teardown(void **state)
+{
+	return tf_teardown(&fx);
 }
 
 static const char *simple_archive(const char *file, int64_t y_samples)
@@ -541,7 +541,7 @@ static void archive_truncated_during_gather_never_crashes(void **state)
 	free(dst);
 }
 
-/* A dataset over "<tmpdir>/<file>" (N rows of ROW bytes) whose copies
+/* A dataset over "<fx.dir>/<file>" (N rows of ROW bytes) whose copies
  * fault: the archive is truncated to its first page while fstat of the
  * dataset's descriptor still reports the full size (another file of that
  * size is dup2'ed over it), so the size check passes and every row past
@@ -834,5 +834,5 @@ int main(void)
 	    cmocka_unit_test(rows_served_in_place_only_when_stored_as_served),
 	    cmocka_unit_test(advise_reads_cold_rows_ahead),
 	};
-	return cmocka_run_group_tests(tests, setup, NULL);
+	return cmocka_run_group_tests(tests, setup, teardown);
 }
