@@ -34,6 +34,7 @@
 #include "fs/remote/remote.h"
 #include "fs/remote/remote_impl.h"
 #include "fs/source.h"
+#include "tests/lib/fixture.h"
 #include "tests/lib/npy_header.h"
 #include "tests/unit/fake_remote.h"
 
@@ -44,7 +45,7 @@
 #define URL	  "https://fake.example/d/x.npy"
 #define SECRET	  "X-Amz-Signature=S3CR3T"
 
-static char dir[512];
+static struct tf_fixture fx; /* the directory: x.npy, the cache */
 
 /* x.npy: its bytes (header, then rows), the header's length. */
 static uint8_t *npy;
@@ -79,14 +80,12 @@ static void *server_main(void *arg)
 
 static int setup(void **state)
 {
-	const char *tmp = getenv("BFS_TEST_TMP");
 	int64_t shape[2] = {ROWS, ROW};
 	char path[600];
 	ssize_t h;
 	FILE *f;
 
-	snprintf(dir, sizeof(dir), "%s/source-file-XXXXXX", tmp ? tmp : "/tmp");
-	if (!mkdtemp(dir))
+	if (tf_setup(&fx, NULL))
 		return -1;
 	npy = malloc(4096 + (size_t)ROWS * ROW);
 	if (!npy)
@@ -99,7 +98,7 @@ static int setup(void **state)
 		for (uint64_t j = 0; j < ROW; j++)
 			npy[npy_hdr + i * ROW + j] = row_byte(i, j);
 	npy_size = npy_hdr + (size_t)ROWS * ROW;
-	snprintf(path, sizeof(path), "%s/x.npy", dir);
+	snprintf(path, sizeof(path), "%s/x.npy", fx.dir);
 	f = fopen(path, "wb");
 	if (!f || fwrite(npy, 1, npy_size, f) != npy_size || fclose(f))
 		return -1;
@@ -116,7 +115,7 @@ static int teardown(void **state)
 	pthread_mutex_unlock(&fake_remote.lock);
 	pthread_join(server, NULL);
 	free(npy);
-	return 0;
+	return tf_teardown(&fx);
 }
 
 /* Whether read(2) may read byte p (the kernel says EFAULT where the page
@@ -148,7 +147,7 @@ static void a_local_file_is_mapped_whole_with_its_descriptor(void **state)
 	struct stat st, fst, rst;
 	int fd;
 
-	snprintf(path, sizeof(path), "%s/x.npy", dir);
+	snprintf(path, sizeof(path), "%s/x.npy", fx.dir);
 	assert_int_equal(stat(path, &st), 0);
 	if (bfs_source_open(&s, &part, 1, MEM_LIMIT, &err))
 		fail_msg("open %s: %s", path, err.msg);
@@ -219,7 +218,7 @@ a_url_file_is_its_objects_cache_file_guarded_but_its_structure(void **state)
 	const uint64_t row = 20, at = npy_hdr + row * ROW;
 	struct stat fst, ost;
 
-	snprintf(cache, sizeof(cache), "%s/cache", dir);
+	snprintf(cache, sizeof(cache), "%s/cache", fx.dir);
 	if (bfs_objects_create(&os, &oo, &err))
 		fail_msg("bfs_objects_create: %s", err.msg);
 	if (bfs_source_open_in(&s, &part, 1, MEM_LIMIT, os, &err))
