@@ -25,6 +25,8 @@
 #include <unistd.h>
 
 #include "fs/order_input.h"
+#include "tests/lib/fixture.h"
+
 /* White-box: the engine itself, to reach its static torch >= 2.7 shuffle
  * (only used for n >= 214748364, too large for a unit test through the
  * public API). The core library's copy is then not linked. */
@@ -719,13 +721,28 @@ static void describe_writes_the_pytorch_call(void **state)
 	bfs_order_destroy(ord);
 }
 
-static char *write_file(const char *name, const void *data, size_t len)
+/* The input files' directory (a test's *state). */
+static int files_setup(void **state)
 {
-	static char path[256];
-	const char *dir = getenv("BFS_TEST_TMP");
+	static struct tf_fixture fx;
+
+	*state = &fx;
+	return tf_setup(&fx, NULL);
+}
+
+static int files_teardown(void **state)
+{
+	return tf_teardown(*state);
+}
+
+/* [data, data+len) as file 'name' in fixture fx's directory. */
+static char *write_file(const struct tf_fixture *fx, const char *name,
+			const void *data, size_t len)
+{
+	static char path[400];
 	FILE *f;
 
-	snprintf(path, sizeof(path), "%s/%s", dir ? dir : "/tmp", name);
+	assert_non_null(tf_path(fx, name, path, sizeof(path)));
 	f = fopen(path, "wb");
 	assert_non_null(f);
 	assert_int_equal(fwrite(data, 1, len, f), len);
@@ -746,12 +763,12 @@ static void input_files_load_text_npy_and_state(void **state)
 	uint8_t *st;
 	size_t n;
 
-	path = write_file("i.txt", "3\n  14 \n\n15\n", 12);
+	path = write_file(*state, "i.txt", "3\n  14 \n\n15\n", 12);
 	assert_int_equal(bfs_order_load_indices(path, &idx, &n, &err), 0);
 	assert_int_equal(n, 3);
 	assert_int_equal(idx[2], 15);
 	free(idx);
-	path = write_file("bad.txt", "3\n1x\n", 5);
+	path = write_file(*state, "bad.txt", "3\n1x\n", 5);
 	assert_int_equal(bfs_order_load_indices(path, &idx, &n, &err), -EINVAL);
 	assert_non_null(strstr(err.msg, "bad.txt: line 2: '1x' is not an "
 					"integer"));
@@ -760,7 +777,7 @@ static void input_files_load_text_npy_and_state(void **state)
 	memcpy(npy, npy_hdr, sizeof(npy_hdr) - 1);
 	npy[127] = '\n';
 	memcpy(npy + 128, vals, sizeof(vals));
-	path = write_file("i.npy", npy, 128 + sizeof(vals));
+	path = write_file(*state, "i.npy", npy, 128 + sizeof(vals));
 	assert_int_equal(bfs_order_load_indices(path, &idx, &n, &err), 0);
 	assert_int_equal(n, 3);
 	assert_int_equal(idx[0], 7);
@@ -771,16 +788,17 @@ static void input_files_load_text_npy_and_state(void **state)
 	assert_non_null(strstr(err.msg, ".npy holds integers, expected "
 					"floats"));
 	memset(&err, 0, sizeof(err));
-	path = write_file("short.npy", npy, 128 + 4);
+	path = write_file(*state, "short.npy", npy, 128 + 4);
 	assert_int_equal(bfs_order_load_indices(path, &idx, &n, &err), -EINVAL);
 	assert_non_null(strstr(err.msg, "short.npy"));
-	path = write_file("w.txt", "0.5\n1e-3\n", 9);
+	path = write_file(*state, "w.txt", "0.5\n1e-3\n", 9);
 	assert_int_equal(bfs_order_load_weights(path, &w, &n, &err), 0);
 	assert_int_equal(n, 2);
 	assert_true(w[1] == 1e-3);
 	free(w);
 	memset(&err, 0, sizeof(err));
-	path = write_file("s.bin", "abc", 3); /* a state has 5056 bytes */
+	path =
+	    write_file(*state, "s.bin", "abc", 3); /* a state has 5056 bytes */
 	assert_int_equal(bfs_order_load_state(path, &st, &n, &err), -EINVAL);
 	assert_non_null(strstr(err.msg, "s.bin: 3 bytes; a generator state "
 					"is the 5056 bytes of"));
@@ -789,12 +807,12 @@ static void input_files_load_text_npy_and_state(void **state)
 		char blob[5057];
 
 		memset(blob, 'x', sizeof(blob));
-		path = write_file("s.bin", blob, 5056);
+		path = write_file(*state, "s.bin", blob, 5056);
 		assert_int_equal(bfs_order_load_state(path, &st, &n, &err), 0);
 		assert_int_equal(n, 5056);
 		assert_memory_equal(st, blob, 5056);
 		free(st);
-		path = write_file("s.bin", blob, 5057);
+		path = write_file(*state, "s.bin", blob, 5057);
 		assert_int_equal(bfs_order_load_state(path, &st, &n, &err),
 				 -EFBIG);
 		assert_non_null(strstr(err.msg, "s.bin: 5057 bytes; "));
@@ -1048,7 +1066,8 @@ int main(void)
 	    cmocka_unit_test(describe_writes_the_pytorch_call),
 	    cmocka_unit_test(the_sampler_and_seed_source_follow_torchs_rules),
 	    cmocka_unit_test(options_that_change_nothing_are_named),
-	    cmocka_unit_test(input_files_load_text_npy_and_state),
+	    cmocka_unit_test_setup_teardown(input_files_load_text_npy_and_state,
+					    files_setup, files_teardown),
 	    cmocka_unit_test(num_samples_alone_is_a_usage_error),
 	    cmocka_unit_test(the_samplers_drop_last_needs_a_world_size),
 	    cmocka_unit_test(
