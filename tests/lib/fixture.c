@@ -156,13 +156,16 @@ static int open_all(struct tf_fixture *fx, const struct tf_spec *spec)
 
 int tf_setup(struct tf_fixture *fx, const struct tf_spec *spec)
 {
-	const char *tmp = getenv("BFS_TEST_TMP");
+	const char *tmp = getenv("BFS_TEST_TMP"), *name;
 	int rc, n;
 
 	memset(fx, 0, sizeof(*fx));
 	n = snprintf(fx->dir, sizeof(fx->dir), "%s/fixture.XXXXXX",
 		     tmp ? tmp : "/tmp");
 	if (n < 0 || (size_t)n >= sizeof(fx->dir)) {
+		snprintf(fx->err.msg, sizeof(fx->err.msg),
+			 "$BFS_TEST_TMP is too long for %zu bytes",
+			 sizeof(fx->dir));
 		fx->dir[0] = '\0';
 		return -ENAMETOOLONG;
 	}
@@ -175,9 +178,13 @@ int tf_setup(struct tf_fixture *fx, const struct tf_spec *spec)
 	}
 	if (!spec || (!spec->nfields && spec->format != TF_DEMO))
 		return 0;
-	if (!tf_path(fx, spec->name ? spec->name : "data", fx->path,
-		     sizeof(fx->path)))
+	name = spec->name ? spec->name : "data";
+	if (!tf_path(fx, name, fx->path, sizeof(fx->path))) {
+		snprintf(fx->err.msg, sizeof(fx->err.msg),
+			 "%s/%.100s: too long for %zu bytes", fx->dir, name,
+			 sizeof(fx->path));
 		return -ENAMETOOLONG;
+	}
 	rc = write_source(fx, spec);
 	if (rc) {
 		snprintf(fx->err.msg, sizeof(fx->err.msg), "writing %.300s: %s",

@@ -58,7 +58,7 @@ struct tf_spec {
 
 struct tf_fixture {
 	/* short enough for the tests' own path buffers: a $BFS_TEST_TMP
-	 * longer than ~230 bytes fails tf_setup with -ENAMETOOLONG */
+	 * longer than 240 bytes fails tf_setup with -ENAMETOOLONG */
 	char dir[256];	/* the test's directory ("" until made) */
 	char path[384]; /* the source: "<dir>/<name>" */
 	struct bfs_dataset *ds;
@@ -70,7 +70,7 @@ struct tf_fixture {
 
 /* Build *fx from 'spec' (NULL: the directory alone). Returns 0 or -errno;
  * on failure fx holds what was built (tf_teardown takes it down) and
- * fx->err names the step that failed. */
+ * fx->err says which step failed and why. */
 int tf_setup(struct tf_fixture *fx, const struct tf_spec *spec);
 
 /* Close what tf_setup opened and remove the directory (unless fx->keep).
