@@ -439,7 +439,7 @@ static int check_field(const struct bfs_dataset *ds, const struct shard *sh,
 
 	/* in memory; or remote: a cache file of its object's size, written
 	 * as fetched (its mtime moves), its version pinned by fs/remote */
-	if (fl->fd < 0 || fl->remote)
+	if (!bfs_source_file_local(fl))
 		return 0;
 	need = row_end(sh, f, hi);
 	if (!need)
@@ -853,8 +853,9 @@ int bfs_dataset_row(const struct bfs_dataset *ds, size_t f, uint64_t i,
 		return -ENOTSUP;
 	row = row_at(ds, f, i, &sh);
 	if (!sh->binds[f].contiguous || sh->binds[f].swap ||
-	    file_of(sh, f)->remote) /* there only while a gather holds it */
-		return -ENOTSUP;
+	    bfs_source_file_remote(file_of(sh, f)))
+		return -ENOTSUP; /* remote: there only while a gather holds it
+				  */
 	*ptr = row;
 	return 0;
 }

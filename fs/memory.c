@@ -196,7 +196,7 @@ uint64_t bfs_memory_available(const struct bfs_memory_files *files)
  * stopped. */
 static bool warm_file(struct bfs_memory *m, const struct bfs_source_file *fl)
 {
-	for (uint64_t off = 0; fl->fd >= 0 && !fl->remote && off < fl->size;
+	for (uint64_t off = 0; bfs_source_file_local(fl) && off < fl->size;
 	     off += WARM_WINDOW) {
 		uint64_t len =
 		    fl->size - off < WARM_WINDOW ? fl->size - off : WARM_WINDOW;
@@ -236,7 +236,7 @@ static void random_access(const struct bfs_dataset *ds)
 	for (size_t i = 0; i < bfs_dataset_nfiles(ds); i++) {
 		const struct bfs_source_file *fl = bfs_dataset_file(ds, i);
 
-		if (fl->fd >= 0 && fl->size && !fl->remote)
+		if (bfs_source_file_local(fl) && fl->size)
 			madvise((void *)fl->map, (size_t)fl->size, MADV_RANDOM);
 	}
 }
@@ -247,9 +247,12 @@ static void apply(struct bfs_memory *m, bool assume_cold)
 {
 	uint64_t need = 0;
 
-	for (size_t i = 0; i < bfs_dataset_nfiles(m->ds); i++)
-		if (!bfs_dataset_file(m->ds, i)->remote) /* its own cache */
-			need += bfs_dataset_file(m->ds, i)->size;
+	for (size_t i = 0; i < bfs_dataset_nfiles(m->ds); i++) {
+		const struct bfs_source_file *fl = bfs_dataset_file(m->ds, i);
+
+		if (!bfs_source_file_remote(fl)) /* its own cache */
+			need += fl->size;
+	}
 
 	if (need > m->avail / 2 || assume_cold) {
 		bfs_log(BFS_LOG_INFO, MOD,

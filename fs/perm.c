@@ -312,8 +312,7 @@ int bfs_perm_objects(const struct bfs_dataset *ds, struct bfs_perm_obj **out,
 			/* in memory; or remote: who may read it is the
 			 * mount's to say (tools/mount_perm.c), not its
 			 * cache file's */
-			if (sh.source->files[j].fd < 0 ||
-			    sh.source->files[j].remote)
+			if (!bfs_source_file_local(&sh.source->files[j]))
 				continue;
 			rc = add_file(out, n, &sh.source->files[j], prev, now,
 				      err);

@@ -350,7 +350,7 @@ static int scalar_meta(struct bfs_source *s, const struct bfs_source_tensor *t,
 	rc = bfs_source_ensure(s, t->file, off, di->size, err);
 	if (rc)
 		return rc;
-	if (f->fd < 0 || f->remote) /* a remote one: through its guard */
+	if (!bfs_source_file_local(f)) /* a remote one: through its guard */
 		memcpy(b, f->map + off, di->size);
 	else if (pread(f->fd, b, di->size, (off_t)off) != (ssize_t)di->size)
 		return bfs_error_set(err, -EIO, f->path, off,

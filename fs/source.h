@@ -70,10 +70,30 @@ struct bfs_source_file {
 	 * fetched are there, a hole reads as zeros: at open, the parsers
 	 * read only what bfs_source_ensure made readable (the rest of the
 	 * mapping faults until bfs_source_unguard); after it, rows are read
-	 * only while fs/fetch holds them. NULL: a local file. */
+	 * only while fs/fetch holds them. NULL: a local file, or bytes in
+	 * memory. Tested by bfs_source_file_remote and _local; past the
+	 * sources, only fs/fetch_remote uses the object itself. */
 	struct bfs_object *remote;
 	bool guarded; /* mapped PROT_NONE but for what was ensured */
 };
+
+/* Whether file f is a local file, read through its own descriptor 'fd':
+ * neither bytes in memory (fd < 0) nor a remote object's cache file. Only
+ * such a file has what the rooms above look at: an owner and mode bits
+ * (fs/perm), an mtime and a size that move when it changes (fs/gather),
+ * pages the memory policy reads in or advises (fs/memory), bytes read by
+ * pread (a file cut short: an error, not a SIGBUS). */
+static inline bool bfs_source_file_local(const struct bfs_source_file *f)
+{
+	return f->fd >= 0 && !f->remote;
+}
+
+/* Whether file f is a remote object's cache file ('remote'): its rows
+ * are read only while fs/fetch holds them. */
+static inline bool bfs_source_file_remote(const struct bfs_source_file *f)
+{
+	return f->remote != NULL;
+}
 
 struct bfs_source_tensor {
 	char *name;

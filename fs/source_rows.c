@@ -388,7 +388,7 @@ static int tensor_meta(struct bfs_source *s, const struct bfs_source_tensor *t,
 		off = (uint64_t)(t->data - f->map) + lo;
 		if (!rc && numel)
 			rc = bfs_source_ensure(s, t->file, off, hi - lo, err);
-		if (!rc && numel && (f->fd < 0 || f->remote))
+		if (!rc && numel && !bfs_source_file_local(f))
 			memcpy(b, f->map + off, hi - lo);
 		else if (!rc && numel &&
 			 pread(f->fd, b, hi - lo, (off_t)off) !=
