@@ -8,7 +8,7 @@
  * have the same fields (by name, in any order), dtypes and per-row shapes;
  * they are concatenated along dim 0, whatever their kinds. A path may be
  * a URL, opened in the mount's objects (bfs_dataset_open_in;
- * fs/source_remote); once every shard is open and checked, each source's
+ * fs/source_file); once every shard is open and checked, each source's
  * mappings are made readable whole (bfs_source_unguard), and a remote
  * file's rows are read from then on only while a gather holds them
  * (fs/fetch).

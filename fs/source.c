@@ -1,19 +1,14 @@
-/* fs/source: kinds of sources, recognised by their first bytes, and what
- * every kind shares (see source.h; the loaders are source_torch.c,
- * source_npy.c and source_safetensors.c; source_rows.c finds the sample
- * count, source_remote.c maps a URL's object).
+/* fs/source: what every kind of source shares (see source.h; the files
+ * are found and opened by source_file.c, the one room of the sources
+ * that knows a URL; the loaders are source_torch.c, source_npy.c and
+ * source_safetensors.c; source_rows.c finds the sample count).
  *
- * Recognition (sniff): "\x93NUMPY" is a .npy file; "PK\3\4" is a ZIP,
- * an npz when its first member's name ends in ".npy" (numpy.savez names
- * every member so; torch.save's first record is "<stem>/data.pkl"), a
- * torch archive otherwise; '{' after an 8-byte length is a safetensors
- * file. Anything else goes to fs/zip, which names what it is instead (a
- * legacy torch.save file, not a ZIP at all). A directory holds .npy files.
- * A URL is sniffed from its object's first bytes (fs/source_remote, in
- * the objects the open was given; none: refused), and the loaders map
- * the object's cache file where they would map a path. Paths grouped
- * (bfs_source_group_in): a run of .npy paths whose tensor names differ
- * is one source.
+ * An open: each part's path is found (bfs_source_find: a directory, or a
+ * file's kind by its first bytes; a URL's object in the objects the open
+ * was given), then its file opened (bfs_source_file_open) and handed by
+ * its index to its kind's loader; a directory's .npy files are opened one
+ * by one. Paths grouped (bfs_source_group_in): a run of .npy paths whose
+ * tensor names differ is one source.
  *
  * Every open ends alike (finish): 0-dim tensors become metadata (a
  * remote file's element made present first: bfs_source_ensure), names
@@ -28,56 +23,19 @@
 
 #include <errno.h>
 #include <inttypes.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "fs/log.h"
-#include "fs/remote/object.h"
-#include "fs/remote/remote.h"
 #include "fs/size.h"
 #include "fs/source_impl.h"
 #include "fs/zip.h"
 
 /* Room for the metadata a warning line names. */
 #define META_NAMES 512
-
-bool bfs_source_fs_remote(long f_type)
-{
-	static const long types[] = {
-	    0x6969,	/* NFS */
-	    0xFF534D42, /* CIFS */
-	    0xFE534D42, /* SMB2 */
-	    0x517B,	/* SMB */
-	    0x65735546, /* FUSE */
-	    0x01021997, /* 9P */
-	    0x00C36400, /* Ceph */
-	    0x5346414F, /* AFS */
-	    0x47504653, /* GPFS */
-	    0x0BD00BD0, /* Lustre */
-	};
-
-	for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++)
-		if ((f_type & 0xFFFFFFFF) == types[i])
-			return true;
-	return false;
-}
-
-int bfs_source_reopen(int fd, int flags)
-{
-	char proc[64];
-
-	if (fd < 0) {
-		errno = EBADF;
-		return -1;
-	}
-	snprintf(proc, sizeof(proc), "/proc/self/fd/%d", fd);
-	return open(proc, O_RDONLY | O_CLOEXEC | flags);
-}
 
 const char *bfs_source_kind_name(enum bfs_source_kind k)
 {
@@ -88,146 +46,6 @@ const char *bfs_source_kind_name(enum bfs_source_kind k)
 	    [BFS_SOURCE_SAFETENSORS] = "safetensors",
 	};
 	return (unsigned)k < sizeof(names) / sizeof(names[0]) ? names[k] : "?";
-}
-
-enum bfs_source_kind bfs_source_sniff(const uint8_t *b, size_t n)
-{
-	if (n >= 6 && !memcmp(b, "\x93NUMPY", 6))
-		return BFS_SOURCE_NPY;
-	if (n >= 30 && !memcmp(b, "PK\3\4", 4)) {
-		size_t nl = (size_t)(b[26] | b[27] << 8);
-
-		if (nl >= 4 && 30 + nl <= n &&
-		    !memcmp(b + 30 + nl - 4, ".npy", 4))
-			return BFS_SOURCE_NPZ;
-		return BFS_SOURCE_TORCH;
-	}
-	if (n >= 9 && b[8] == '{')
-		return BFS_SOURCE_SAFETENSORS;
-	return BFS_SOURCE_TORCH;
-}
-
-/* What 'path' is: 1 a directory, 0 a file whose kind is *kind (a URL's
- * object in *obj, when obj is not NULL), or -errno with 'err'. */
-static int sniff_path(const char *path, struct bfs_objects *os,
-		      enum bfs_source_kind *kind, struct bfs_object **obj,
-		      struct bfs_error *err)
-{
-	uint8_t head[BFS_SOURCE_SNIFF];
-	struct bfs_object *o = NULL;
-	struct stat st;
-	ssize_t got;
-	int fd, rc;
-
-	if (bfs_remote_is_url(path)) {
-		rc = bfs_source_sniff_url(os, path, kind, &o, err);
-		if (obj)
-			*obj = o;
-		return rc;
-	}
-	if (stat(path, &st) < 0) {
-		rc = -errno;
-		return bfs_error_set(err, rc, path, BFS_NO_OFFSET,
-				     "cannot open: %s", strerror(-rc));
-	}
-	if (S_ISDIR(st.st_mode))
-		return 1;
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0) {
-		rc = -errno;
-		return bfs_error_set(err, rc, path, BFS_NO_OFFSET,
-				     "cannot open: %s", strerror(-rc));
-	}
-	got = pread(fd, head, sizeof(head), 0);
-	close(fd);
-	*kind = bfs_source_sniff(head, got > 0 ? (size_t)got : 0);
-	return 0;
-}
-
-void bfs_source_identify(struct bfs_source_file *f, const struct stat *st)
-{
-	f->mtime = st->st_mtim;
-	f->dev = (uint64_t)st->st_dev;
-	f->ino = (uint64_t)st->st_ino;
-	f->uid = st->st_uid;
-	f->gid = st->st_gid;
-	f->mode = st->st_mode & 07777;
-}
-
-int bfs_source_adopt_fd(struct bfs_source *s, size_t i, int fd,
-			struct bfs_error *err)
-{
-	struct bfs_source_file *f = &s->files[i];
-	struct stat st;
-
-	f->fd = fd;
-	if (fd < 0)
-		return 0; /* bytes in memory */
-	if (fstat(fd, &st) < 0)
-		return bfs_error_set(err, -errno, f->path, BFS_NO_OFFSET,
-				     "cannot stat: %s", strerror(errno));
-	if ((uint64_t)st.st_size != f->size)
-		return bfs_error_set(err, -EIO, f->path, BFS_NO_OFFSET,
-				     "changed size while it was opened "
-				     "(%llu bytes mapped, %llu now)",
-				     (unsigned long long)f->size,
-				     (unsigned long long)st.st_size);
-	bfs_source_identify(f, &st);
-	return 0;
-}
-
-int bfs_source_map(struct bfs_source *s, const char *path, const uint8_t *mem,
-		   uint64_t size, struct bfs_error *err)
-{
-	struct bfs_source_file *f, *nf;
-	struct stat st;
-	void *m;
-	int rc;
-
-	nf = realloc(s->files, (s->nfiles + 1) * sizeof(*nf));
-	if (!nf)
-		return -ENOMEM;
-	s->files = nf;
-	f = memset(&nf[s->nfiles], 0, sizeof(*f));
-	f->fd = -1;
-	f->path = strdup(path);
-	if (!f->path)
-		return -ENOMEM;
-	s->nfiles++;
-	s->meta_bytes += sizeof(*f) + strlen(path) + 1;
-	if (mem) {
-		f->map = mem;
-		f->size = size;
-		return (int)(s->nfiles - 1);
-	}
-	if (s->next_obj) { /* a URL's object ('path' is its name) */
-		struct bfs_object *o = s->next_obj;
-
-		s->next_obj = NULL;
-		rc = bfs_source_map_remote(f, o, err);
-		return rc ? rc : (int)(s->nfiles - 1);
-	}
-	f->fd = open(path, O_RDONLY | O_CLOEXEC);
-	f->owned = true;
-	if (f->fd < 0 || fstat(f->fd, &st) < 0) {
-		rc = -errno;
-		return bfs_error_set(err, rc, path, BFS_NO_OFFSET,
-				     "cannot open: %s", strerror(-rc));
-	}
-	if (!S_ISREG(st.st_mode) || st.st_size == 0)
-		return bfs_error_set(
-		    err, -EINVAL, path, BFS_NO_OFFSET, "%s",
-		    S_ISREG(st.st_mode) ? "empty file" : "not a regular file");
-	m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, f->fd, 0);
-	if (m == MAP_FAILED) {
-		rc = -errno;
-		return bfs_error_set(err, rc, path, BFS_NO_OFFSET,
-				     "cannot map: %s", strerror(-rc));
-	}
-	f->map = m;
-	f->size = (uint64_t)st.st_size;
-	bfs_source_identify(f, &st);
-	return (int)(s->nfiles - 1);
 }
 
 int bfs_source_tensor_new(struct bfs_source *s, const char *name,
@@ -442,39 +260,45 @@ static void warn_meta(const struct bfs_source *s)
 				: "");
 }
 
-/* One part alone: a file of any kind (a URL's object: its name is the
- * path the loaders are given, and it is the file they map), or a
- * directory. */
-static int load_one(struct bfs_source *s, const struct bfs_source_part *p,
-		    uint64_t mem_limit, struct bfs_error *err)
+/* The file 'at' opened (fs/source_file) and loaded by its kind's loader
+ * ('name': a .npy file's tensor name, NULL: from the file name). */
+static int load_file(struct bfs_source *s, const struct bfs_source_found *at,
+		     const char *name, uint64_t mem_limit,
+		     struct bfs_error *err)
 {
-	enum bfs_source_kind kind = BFS_SOURCE_TORCH;
-	struct bfs_object *o = NULL;
-	const char *path = p->path;
-	int rc = sniff_path(p->path, s->objects, &kind, &o, err);
+	int f = bfs_source_file_open(s, at, err);
 
-	if (rc < 0)
-		return rc;
-	if (rc == 1) {
-		s->kind = BFS_SOURCE_NPY;
-		return bfs_source_load_npy_dir(s, p->path, err);
-	}
-	if (o) {
-		s->next_obj = o;
-		path = bfs_object_name(o);
-	}
-	s->kind = kind;
-	switch (kind) {
+	if (f < 0)
+		return f;
+	switch (at->kind) {
 	case BFS_SOURCE_NPZ:
-		return bfs_source_load_npz(s, path, NULL, 0, err);
+		return bfs_source_load_npz(s, (size_t)f, err);
 	case BFS_SOURCE_NPY:
-		return bfs_source_load_npy(s, path, p->name, NULL, 0, err);
+		return bfs_source_load_npy(s, (size_t)f, name, err);
 	case BFS_SOURCE_SAFETENSORS:
-		return bfs_source_load_safetensors(s, path, NULL, 0, err);
+		return bfs_source_load_safetensors(s, (size_t)f, err);
 	case BFS_SOURCE_TORCH:
 		break;
 	}
-	return bfs_source_load_torch(s, path, NULL, 0, mem_limit, err);
+	return bfs_source_load_torch(s, (size_t)f, mem_limit, err);
+}
+
+/* One part alone: a file of any kind (a URL's object: its name is the
+ * file's), or a directory. */
+static int load_one(struct bfs_source *s, const struct bfs_source_part *p,
+		    uint64_t mem_limit, struct bfs_error *err)
+{
+	struct bfs_source_found at;
+	int rc = bfs_source_find(s->objects, p->path, &at, err);
+
+	if (rc)
+		return rc;
+	if (at.dir) {
+		s->kind = BFS_SOURCE_NPY;
+		return bfs_source_load_npy_dir(s, p->path, err);
+	}
+	s->kind = at.kind;
+	return load_file(s, &at, p->name, mem_limit, err);
 }
 
 /* Several parts: a group of .npy files. */
@@ -483,24 +307,19 @@ static int load_group(struct bfs_source *s, const struct bfs_source_part *p,
 {
 	s->kind = BFS_SOURCE_NPY;
 	for (size_t i = 0; i < n; i++) {
-		enum bfs_source_kind kind = BFS_SOURCE_TORCH;
-		struct bfs_object *o = NULL;
-		const char *path = p[i].path;
-		int rc = sniff_path(p[i].path, s->objects, &kind, &o, err);
+		struct bfs_source_found at;
+		int rc = bfs_source_find(s->objects, p[i].path, &at, err);
 
-		if (rc < 0)
+		if (rc)
 			return rc;
-		if (o)
-			path = bfs_object_name(o);
-		if (rc == 1 || kind != BFS_SOURCE_NPY)
+		if (at.dir || at.kind != BFS_SOURCE_NPY)
 			return bfs_error_set(
-			    err, -EINVAL, path, BFS_NO_OFFSET,
+			    err, -EINVAL, at.path, BFS_NO_OFFSET,
 			    "is %s, not a .npy file: only .npy files are "
 			    "grouped into one shard",
-			    rc == 1 ? "a directory"
-				    : bfs_source_kind_name(kind));
-		s->next_obj = o;
-		rc = bfs_source_load_npy(s, path, p[i].name, NULL, 0, err);
+			    at.dir ? "a directory"
+				   : bfs_source_kind_name(at.kind));
+		rc = load_file(s, &at, p[i].name, 0, err);
 		if (rc)
 			return rc;
 	}
@@ -578,9 +397,7 @@ int bfs_source_open_select(struct bfs_source **out,
 				     "more than %u .npy files in one shard",
 				     BFS_MAX_FIELDS);
 	s = source_new(
-	    bfs_remote_is_url(parts[0].path)
-		? bfs_remote_url_display(shown, sizeof(shown), parts[0].path)
-		: parts[0].path);
+	    bfs_source_path_shown(shown, sizeof(shown), parts[0].path));
 	if (!s)
 		return -ENOMEM;
 	s->objects = objects;
@@ -595,27 +412,15 @@ int bfs_source_open_mem(struct bfs_source **out, const uint8_t *buf,
 			struct bfs_error *err)
 {
 	struct bfs_source *s = source_new(label);
+	struct bfs_source_found at;
 	int rc;
 
 	*out = NULL;
 	if (!s)
 		return -ENOMEM;
-	s->kind = bfs_source_sniff(
-	    buf, size < BFS_SOURCE_SNIFF ? (size_t)size : BFS_SOURCE_SNIFF);
-	switch (s->kind) {
-	case BFS_SOURCE_NPZ:
-		rc = bfs_source_load_npz(s, label, buf, size, err);
-		break;
-	case BFS_SOURCE_NPY:
-		rc = bfs_source_load_npy(s, label, NULL, buf, size, err);
-		break;
-	case BFS_SOURCE_SAFETENSORS:
-		rc = bfs_source_load_safetensors(s, label, buf, size, err);
-		break;
-	default:
-		rc = bfs_source_load_torch(s, label, buf, size, mem_limit, err);
-		break;
-	}
+	bfs_source_find_mem(&at, buf, size, label);
+	s->kind = at.kind;
+	rc = load_file(s, &at, NULL, mem_limit, err);
 	return finish(out, s, rc, NULL, err);
 }
 
@@ -827,20 +632,14 @@ int bfs_source_group(const char *const *paths, size_t n,
 	return bfs_source_group_in(paths, n, NULL, parts, first, nsources, err);
 }
 
-bool bfs_source_path_is_url(const char *path)
-{
-	return bfs_remote_is_url(path);
-}
-
 /* The tensor name a .npy path gives (a URL's: from its name for users,
  * without its query). */
 static const char *npy_name(const char *path, char *buf, size_t len)
 {
 	char shown[1024];
 
-	if (bfs_remote_is_url(path))
-		path = bfs_remote_url_display(shown, sizeof(shown), path);
-	return bfs_source_npy_name(path, buf, len);
+	return bfs_source_npy_name(
+	    bfs_source_path_shown(shown, sizeof(shown), path), buf, len);
 }
 
 int bfs_source_group_in(const char *const *paths, size_t n,
@@ -858,14 +657,14 @@ int bfs_source_group_in(const char *const *paths, size_t n,
 		goto err_free;
 	}
 	for (size_t i = 0; i < n; i++) {
-		enum bfs_source_kind kind = BFS_SOURCE_TORCH;
+		struct bfs_source_found at;
 		bool again = false;
 
 		p[i].path = paths[i];
-		rc = sniff_path(paths[i], objects, &kind, NULL, err);
-		if (rc < 0)
+		rc = bfs_source_find(objects, paths[i], &at, err);
+		if (rc)
 			goto err_free;
-		if (rc == 0 && kind == BFS_SOURCE_NPY && run) {
+		if (!at.dir && at.kind == BFS_SOURCE_NPY && run) {
 			npy_name(paths[i], a, sizeof(a));
 			for (size_t j = i - run; j < i && !again; j++)
 				again = !strcmp(
@@ -876,7 +675,7 @@ int bfs_source_group_in(const char *const *paths, size_t n,
 			}
 		}
 		f[ns++] = i;
-		run = rc == 0 && kind == BFS_SOURCE_NPY ? 1 : 0;
+		run = !at.dir && at.kind == BFS_SOURCE_NPY ? 1 : 0;
 	}
 	f[ns] = n;
 	*parts = p;

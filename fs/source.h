@@ -71,8 +71,8 @@ struct bfs_source_file {
 	 * read only what bfs_source_ensure made readable (the rest of the
 	 * mapping faults until bfs_source_unguard); after it, rows are read
 	 * only while fs/fetch holds them. NULL: a local file, or bytes in
-	 * memory. Tested by bfs_source_file_remote and _local; past the
-	 * sources, only fs/fetch_remote uses the object itself. */
+	 * memory. Tested by bfs_source_file_remote and _local; past
+	 * fs/source_file, only fs/fetch_remote uses the object itself. */
 	struct bfs_object *remote;
 	bool guarded; /* mapped PROT_NONE but for what was ensured */
 };
@@ -141,10 +141,8 @@ struct bfs_source {
 	struct bfs_pickle_result pk; /* torch: the tensors as pickled */
 	int version;		     /* torch: the version record */
 	bool big_endian;	     /* torch: byteorder record "big" */
-	/* Private to fs/source: where URLs are opened (NULL: refused), and
-	 * the object the next file of a URL maps (opened when sniffed). */
+	/* Private to fs/source: where URLs are opened (NULL: refused). */
 	struct bfs_objects *objects;
-	struct bfs_object *next_obj;
 };
 
 /* Open the 'n' parts of one source. A torch archive, an npz, a
@@ -222,7 +220,7 @@ int bfs_source_select(struct bfs_source *s, const char *fields,
 void bfs_source_close(struct bfs_source *s);
 
 /* Whether a source path names a remote object (s3://, http://, https://:
- * fs/remote/remote.h's bfs_remote_is_url), for the rooms above that name
+ * the remote wing's bfs_remote_is_url), for the rooms above that name
  * sources without the wing's headers (fs/text). */
 bool bfs_source_path_is_url(const char *path);
 

@@ -1,61 +1,60 @@
-/* fs/source_impl: what fs/source.c shares with the loaders of each kind
- * (source_torch.c, source_npy.c, source_safetensors.c). Not a public
- * header: nothing outside fs/source*.c includes it. */
+/* fs/source_impl: what the rooms of the sources share: the opener
+ * (source_file.c, the one that knows a URL), what every kind shares
+ * (source.c, source_rows.c) and the loaders of each kind (source_torch.c,
+ * source_npy.c, source_safetensors.c), which take a file the opener
+ * opened. Not a public header: nothing outside fs/source*.c includes it. */
 #ifndef BFS_SOURCE_IMPL_H
 #define BFS_SOURCE_IMPL_H
-
-#include <sys/stat.h>
 
 #include "fs/source.h"
 #include "fs/zip.h"
 
-/* Bytes a source's kind is recognised by, at most. */
-#define BFS_SOURCE_SNIFF 4096
+/* ---- source_file.c: the opener, the one room of the sources that
+ * knows a URL; the loaders take the files it opened by their index. */
 
-/* The kind of a file from its first n bytes (source.c's comment). */
-enum bfs_source_kind bfs_source_sniff(const uint8_t *b, size_t n);
+/* What a part's path names, found by its first bytes (bfs_source_find),
+ * and what bfs_source_file_open opens. */
+struct bfs_source_found {
+	const char *path;	   /* its name: the path, or a URL's object's */
+	bool dir;		   /* a directory (nothing else is set) */
+	enum bfs_source_kind kind; /* by its first bytes */
+	struct bfs_object *obj;	   /* a URL's object, opened (NULL: local) */
+	const uint8_t *mem;	   /* bytes in memory (NULL: a path) */
+	uint64_t size;		   /* of them */
+};
 
-/* Record what file f is (st: its fstat): identity, times, owner, mode. */
-void bfs_source_identify(struct bfs_source_file *f, const struct stat *st);
+/* What 'path' names into *out: a directory, or a file and its kind (a
+ * URL's object opened in os, its first bytes fetched and kept; NULL os:
+ * a URL is refused, naming it). 0 or -errno with 'err' (a path that
+ * cannot be opened). */
+int bfs_source_find(struct bfs_objects *os, const char *path,
+		    struct bfs_source_found *out, struct bfs_error *err);
 
-/* source_remote.c: the object at URL 'url' (opened in os; NULL: a URL is
- * refused, naming it), its kind from its first bytes (fetched and kept).
- * 0 or -errno with 'err'. */
-int bfs_source_sniff_url(struct bfs_objects *os, const char *url,
-			 enum bfs_source_kind *kind, struct bfs_object **obj,
+/* The same for the bytes [buf, buf + size) named 'label'. */
+void bfs_source_find_mem(struct bfs_source_found *out, const uint8_t *buf,
+			 uint64_t size, const char *label);
+
+/* The file 'at' (not a directory) opened as a new file of s, named
+ * at->path and mapped read-only whole: a local file by fs/zip for a ZIP
+ * kind (torch, npz: the archive parsed as s->zip, every range it reads
+ * ensured first for a remote one), else here (an empty or non-regular
+ * file refused); a URL's object's cache file mapped PROT_NONE but for
+ * what bfs_source_ensure makes readable; bytes in memory as they are.
+ * The file's index in s->files, or -errno with 'err'. */
+int bfs_source_file_open(struct bfs_source *s,
+			 const struct bfs_source_found *at,
 			 struct bfs_error *err);
 
-/* File f (its path set) is object o's cache file, mapped PROT_NONE:
- * readable only where bfs_source_ensure made it so. 0 or -errno. */
-int bfs_source_map_remote(struct bfs_source_file *f, struct bfs_object *o,
-			  struct bfs_error *err);
-
-/* Map 'path' read-only as a new file of 's' (or, when mem is not NULL,
- * take [mem, mem+size) as its bytes). Returns the file's index or -errno
- * with 'err'. An empty or non-regular file is refused. */
-int bfs_source_map(struct bfs_source *s, const char *path, const uint8_t *mem,
-		   uint64_t size, struct bfs_error *err);
-
-/* The ZIP archive at 'path' (or in [mem, mem+size)) of 'kind' as s->zip,
- * its file one of s's (*file): a remote one (s->next_obj) parsed with
- * every range it reads ensured first (fs/zip's io), a local one mapped
- * by fs/zip. 0 or -errno with 'err'. */
-int bfs_source_open_zip(struct bfs_source *s, const char *path,
-			const uint8_t *mem, uint64_t size,
-			enum bfs_zip_kind kind, size_t *file,
-			struct bfs_error *err);
+/* The name of 'path' for users: a URL without its query and
+ * user:password (into buf), else the path itself. */
+const char *bfs_source_path_shown(char *buf, size_t len, const char *path);
 
 /* bfs_source_ensure of n ranges of one file at once (fetched together). */
 int bfs_source_ensure_many(struct bfs_source *s, size_t file,
 			   const struct bfs_zip_range *r, size_t n,
 			   struct bfs_error *err);
 
-/* Let file 'f' of 's' read through 'fd' (a mapping someone else made of
- * it, e.g. the zip's; -1: bytes in memory) and record what the file is
- * now: its identity and times (struct bfs_source_file). 0, or -errno with
- * 'err' (the file changed size since it was mapped). */
-int bfs_source_adopt_fd(struct bfs_source *s, size_t f, int fd,
-			struct bfs_error *err);
+/* ---- source.c: what every kind shares --------------------------------- */
 
 /* A zeroed new tensor at the end of s->tensors (NULL when out of memory),
  * named a copy of 'name' and whose storage is named by 'store' (both
@@ -87,23 +86,21 @@ int bfs_source_strides(struct bfs_source_tensor *t, int fortran);
  * len - 1 bytes (a file name has at most 255). Returns buf. */
 const char *bfs_source_npy_name(const char *path, char *buf, size_t len);
 
-/* The loaders: fill 's' (kind, files, tensors and the kind's own fields)
- * from 'path', or from [mem, mem+size) when mem is not NULL. */
-int bfs_source_load_torch(struct bfs_source *s, const char *path,
-			  const uint8_t *mem, uint64_t size, uint64_t mem_limit,
+/* The loaders: fill 's' (kind, tensors and the kind's own fields) from
+ * its file 'file', opened by bfs_source_file_open (a torch archive's or
+ * an npz's ZIP in s->zip); refusals name the file by its path. */
+int bfs_source_load_torch(struct bfs_source *s, size_t file, uint64_t mem_limit,
 			  struct bfs_error *err);
-int bfs_source_load_npz(struct bfs_source *s, const char *path,
-			const uint8_t *mem, uint64_t size,
+int bfs_source_load_npz(struct bfs_source *s, size_t file,
 			struct bfs_error *err);
 /* One .npy file as tensor 'name' (NULL: from the file name). */
-int bfs_source_load_npy(struct bfs_source *s, const char *path,
-			const char *name, const uint8_t *mem, uint64_t size,
+int bfs_source_load_npy(struct bfs_source *s, size_t file, const char *name,
 			struct bfs_error *err);
-/* Every *.npy file of directory 'path', in name order. */
+/* Every *.npy file of directory 'path', in name order, each opened by
+ * bfs_source_file_open. */
 int bfs_source_load_npy_dir(struct bfs_source *s, const char *path,
 			    struct bfs_error *err);
-int bfs_source_load_safetensors(struct bfs_source *s, const char *path,
-				const uint8_t *mem, uint64_t size,
+int bfs_source_load_safetensors(struct bfs_source *s, size_t file,
 				struct bfs_error *err);
 
 #endif

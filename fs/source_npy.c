@@ -7,10 +7,12 @@
  * Fortran strides (dim 0 fastest), so the gather reads it transposed into
  * C order; a '>' descr marks the tensor big-endian (swapped on gather).
  * npz members are found through fs/zip in its npz mode: stored only (a
- * savez_compressed file is refused with advice), ZIP64 or not. For a
- * remote file, the headers are made present before they are parsed, all
- * of an npz's at once: their fixed parts, then the whole headers
- * (need_headers; fs/source_remote). */
+ * savez_compressed file is refused with advice), ZIP64 or not. Each
+ * file comes opened from fs/source_file (an npz's ZIP with it), but a
+ * directory's, which are opened here one by one. For a remote file, the
+ * headers are made present before they are parsed, all of an npz's at
+ * once: their fixed parts, then the whole headers (need_headers;
+ * bfs_source_ensure). */
 #include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
@@ -111,23 +113,31 @@ static int need_headers(struct bfs_source *s, size_t f,
 	return rc;
 }
 
-int bfs_source_load_npy(struct bfs_source *s, const char *path,
-			const char *name, const uint8_t *mem, uint64_t size,
+int bfs_source_load_npy(struct bfs_source *s, size_t f, const char *name,
 			struct bfs_error *err)
 {
+	const struct bfs_source_file *fl = &s->files[f];
 	char stem[256];
-	int rc, f = bfs_source_map(s, path, mem, size, err);
+	int rc;
 
-	if (f < 0)
-		return f;
 	if (!name)
-		name = bfs_source_npy_name(path, stem, sizeof(stem));
-	rc = need_headers(s, (size_t)f,
-			  &(struct bfs_zip_range){0, s->files[f].size}, 1, err);
+		name = bfs_source_npy_name(fl->path, stem, sizeof(stem));
+	rc = need_headers(s, f, &(struct bfs_zip_range){0, fl->size}, 1, err);
 	if (rc)
 		return rc;
-	return npy_tensor(s, (size_t)f, s->files[f].map, s->files[f].size, path,
-			  name, err);
+	return npy_tensor(s, f, fl->map, fl->size, fl->path, name, err);
+}
+
+/* The local .npy file at 'path' opened and loaded, its tensor named after
+ * it. */
+static int load_npy_path(struct bfs_source *s, const char *path,
+			 struct bfs_error *err)
+{
+	const struct bfs_source_found at = {.path = path,
+					    .kind = BFS_SOURCE_NPY};
+	int f = bfs_source_file_open(s, &at, err);
+
+	return f < 0 ? f : bfs_source_load_npy(s, (size_t)f, NULL, err);
 }
 
 static int by_str(const void *a, const void *b)
@@ -180,7 +190,7 @@ int bfs_source_load_npy_dir(struct bfs_source *s, const char *path,
 			rc = -ENOMEM;
 			break;
 		}
-		rc = bfs_source_load_npy(s, full, NULL, NULL, 0, err);
+		rc = load_npy_path(s, full, err);
 		free(full);
 	}
 	for (size_t i = 0; i < n; i++)
@@ -189,16 +199,12 @@ int bfs_source_load_npy_dir(struct bfs_source *s, const char *path,
 	return rc;
 }
 
-int bfs_source_load_npz(struct bfs_source *s, const char *path,
-			const uint8_t *mem, uint64_t size,
-			struct bfs_error *err)
+int bfs_source_load_npz(struct bfs_source *s, size_t f, struct bfs_error *err)
 {
-	struct bfs_zip_range *h = NULL;
-	size_t f = 0;
-	int rc = bfs_source_open_zip(s, path, mem, size, BFS_ZIP_NPZ, &f, err);
+	const char *path = s->files[f].path;
+	struct bfs_zip_range *h = malloc(s->zip->n_entries * sizeof(*h));
+	int rc = h ? 0 : -ENOMEM;
 
-	if (rc == 0 && !(h = malloc(s->zip->n_entries * sizeof(*h))))
-		rc = -ENOMEM;
 	for (size_t i = 0; rc == 0 && i < s->zip->n_entries; i++)
 		h[i] = (struct bfs_zip_range){s->zip->entries[i].data_off,
 					      s->zip->entries[i].size};

@@ -6,9 +6,10 @@
  * the exact file size). Each entry is a C-contiguous little-endian tensor
  * whose storage is its [begin, end) of the data. A dtype code torch has no
  * dtype for (F8_E8M0, C32, C128 ...) is refused naming the tensor; so is a
- * size that does not fit an int64 (possible only beside a zero size). For
- * a remote file, the length and then the header are made present before
- * they are read (bfs_source_ensure; fs/source_remote). */
+ * size that does not fit an int64 (possible only beside a zero size). The
+ * file comes opened from fs/source_file; for a remote one, the length
+ * and then the header are made present before they are read
+ * (bfs_source_ensure). */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -59,26 +60,23 @@ static int add_tensor(struct bfs_source *s, size_t f,
 	return 0;
 }
 
-int bfs_source_load_safetensors(struct bfs_source *s, const char *path,
-				const uint8_t *mem, uint64_t size,
+int bfs_source_load_safetensors(struct bfs_source *s, size_t f,
 				struct bfs_error *err)
 {
+	const struct bfs_source_file *fl = &s->files[f];
+	const char *path = fl->path;
 	struct bfs_st_header *h = NULL;
 	struct bfs_st_error e = {0};
-	const struct bfs_source_file *fl;
-	int rc, f = bfs_source_map(s, path, mem, size, err);
+	int rc;
 
-	if (f < 0)
-		return f;
-	fl = &s->files[f];
 	/* its length, checked before anything of its size is fetched or
 	 * allocated, then its header (fetched, for a remote file) */
-	rc = bfs_source_ensure(s, (size_t)f, 0, 8, err);
+	rc = bfs_source_ensure(s, f, 0, 8, err);
 	if (rc == 0 && fl->size >= 8) {
 		uint64_t n = 0;
 
 		if (bfs_st_header_len(fl->map, fl->size, &n, &e) == 0)
-			rc = bfs_source_ensure(s, (size_t)f, 0, 8 + n, err);
+			rc = bfs_source_ensure(s, f, 0, 8 + n, err);
 	}
 	if (rc)
 		return rc;
@@ -98,7 +96,7 @@ int bfs_source_load_safetensors(struct bfs_source *s, const char *path,
 		rc = bfs_error_set(err, -EINVAL, path, BFS_NO_OFFSET,
 				   "holds no tensors");
 	for (size_t i = 0; i < h->ntensors && !rc; i++)
-		rc = add_tensor(s, (size_t)f, h, &h->tensors[i], err);
+		rc = add_tensor(s, f, h, &h->tensors[i], err);
 	bfs_st_free(h);
 	return rc;
 }

@@ -6,9 +6,10 @@
  * run through the restricted VM of fs/pickle, and every tensor is bound to
  * its storage record "<prefix>/data/<key>", whose size must equal numel x
  * elsize of the storage type exactly (as torch checks). The view's extent
- * within that storage is checked by fs/dataset, for every kind alike. For
- * a remote archive, the records read here (version, byteorder, data.pkl)
- * are made present together first (need_records; fs/source_remote). */
+ * within that storage is checked by fs/dataset, for every kind alike. The
+ * archive comes opened from fs/source_file, its ZIP parsed (s->zip); for
+ * a remote one, the records read here (version, byteorder, data.pkl) are
+ * made present together first (need_records; bfs_source_ensure). */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -186,19 +187,15 @@ static int need_records(struct bfs_source *s, size_t f, struct bfs_error *err)
 	return bfs_source_ensure_many(s, f, r, n, err);
 }
 
-int bfs_source_load_torch(struct bfs_source *s, const char *path,
-			  const uint8_t *mem, uint64_t size, uint64_t mem_limit,
+int bfs_source_load_torch(struct bfs_source *s, size_t f, uint64_t mem_limit,
 			  struct bfs_error *err)
 {
+	const char *path = s->files[f].path;
 	const struct bfs_zip_entry *pkl;
 	uint64_t zb;
 	char *label = NULL;
-	size_t f = 0;
-	int rc;
+	int rc = need_records(s, f, err);
 
-	rc = bfs_source_open_zip(s, path, mem, size, BFS_ZIP_TORCH, &f, err);
-	if (rc == 0)
-		rc = need_records(s, f, err);
 	if (rc)
 		return rc;
 	zb = zip_bytes(s->zip);

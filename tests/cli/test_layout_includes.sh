@@ -3,11 +3,13 @@
 # source tree:
 # - nothing in fs/remote/ includes an fs/ header outside the wing but the
 #   base rooms fs/size.h, fs/error.h, fs/log.h and fs/trust.h;
-# - outside the wing, only fs/fetch_remote.c/.h, fs/source_remote.c and
-#   fs/source.c include its face, fs/remote/object.h and
-#   fs/remote/remote.h; no other file outside it includes a header of the
+# - outside the wing, only its two doors include its face,
+#   fs/remote/object.h and fs/remote/remote.h: the fetch backend over
+#   remote objects (fs/fetch_remote.c/.h) and the source opener
+#   (fs/source_file.c); no other file outside it includes a header of the
 #   wing but fs/remote/object_stats.h (the counters the engine's stats
-#   carry). tests/ and tools/ may include any.
+#   carry; fs/source.c and the loaders of each kind included). tests/ and
+#   tools/ may include any.
 # Each offending line is printed (file:line: the #include). The rule is
 # then checked to catch a planted breach of each kind, so that a path
 # gone wrong here cannot pass unnoticed.
@@ -36,7 +38,7 @@ check() {
 		find fs mount loader -name '*.[ch]' -not -path 'fs/remote/*' |
 			sort | while read -r f; do
 				case "$f" in
-				fs/fetch_remote.[ch] | fs/source_remote.c | fs/source.c)
+				fs/fetch_remote.[ch] | fs/source_file.c)
 					grep -nE "$INC"'fs/remote/' "$f" |
 						grep -vE "$INCN"'fs/remote/(object|remote|object_stats)\.h"' ;;
 				*)
@@ -57,12 +59,16 @@ if [ -n "$bad" ]; then
 	fail "$(echo "$bad" | wc -l) #include line(s) across the wing's wall"
 fi
 echo "ok: fs/remote/ includes only its own headers and fs/{size,error,log,trust}.h;"
-echo "    its face only from fs/fetch_remote, fs/source_remote.c, fs/source.c"
+echo "    its face only from fs/fetch_remote and fs/source_file.c"
 
 # The check itself: a copy with one breach of each kind fails, naming each.
 t=$work/tree
 mkdir -p "$t/fs/remote" "$t/mount" "$t/loader"
 printf '#include "fs/remote/object.h"\n#include "fs/size.h"\n' >"$t/fs/source.c"
+printf '#include "fs/remote/object.h"\n#include "fs/remote/remote.h"\n' \
+	>"$t/fs/source_file.c"
+printf '#include "fs/size.h"\n#include "fs/remote/remote.h"\n' \
+	>"$t/fs/source_npy.c"
 printf '#include "fs/remote/remote.h"\n#include "fs/log.h"\n#include "fs/dataset.h"\n' \
 	>"$t/fs/remote/cache.c"
 printf '#include "fs/remote/object_stats.h"\n' >"$t/fs/fetch.h"
@@ -72,6 +78,8 @@ printf '#include "fs/remote/cache_impl.h"\n' >"$t/fs/fetch_remote.c"
 got=$(check "$t")
 want='fs/remote/cache.c:3:#include "fs/dataset.h"
 fs/fetch_remote.c:1:#include "fs/remote/cache_impl.h"
+fs/source.c:1:#include "fs/remote/object.h"
+fs/source_npy.c:2:#include "fs/remote/remote.h"
 fs/text.c:1:#include "fs/remote/object.h"
 mount/ops.c:1:#  include "fs/remote/cache.h"'
 [ "$got" = "$want" ] ||

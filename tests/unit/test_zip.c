@@ -657,8 +657,8 @@ static void io_asks_for_every_byte_read_and_no_record_data(void **state)
 	parse_asking(&w, BFS_ZIP_TORCH, 0xFF, true);
 }
 
-/* The source layer's guard (fs/source.c): a remote archive is mapped
- * PROT_NONE but for what was ensured. */
+/* The source layer's guard (fs/source_file.c): a remote archive is
+ * mapped PROT_NONE but for what was ensured. */
 struct guarded {
 	uint8_t *map;
 	size_t calls, skip; /* the ask to forget (0: none) */
