@@ -4,9 +4,19 @@
  * The backend is the composition root's choice (fs/reader's, on local
  * files; fs/fetch_remote's where a file is remote, over a local one); its
  * name is the reader of stats and dataset.json, and its 'why', with what
- * this room adds, says how rows are read. Reads ahead, planned uses
- * (bfs_fetch_plan_ranges), the readers' clock (bfs_fetch_now) and the
- * remote counters go to the backend as they are, where it has them.
+ * this room adds, says how rows are read. Advice, the readers' clock
+ * (bfs_fetch_now) and the remote counters go to the backend as they are,
+ * where it has them.
+ *
+ * Reads ahead (bfs_fetch_ahead_rows) and planned uses
+ * (bfs_fetch_plan_rows) of a batch: the pages each row touches, field by
+ * field (not those the gathers read; ragged ones by their spans, only
+ * where some file is held: elsewhere they are never read ahead), go to
+ * the backend's pick, which keeps those to read; what it keeps is sorted
+ * and merged where it touches, as a gather's holds are, then handed to
+ * the backend. Where some file is held (a remote object's cache, never
+ * read in by fs/memory), the read-ahead is told to go on after the
+ * read-in and to read at most an epoch ahead.
  *
  * Holds (files whose bytes are not always there: the backend's held,
  * remote files): bfs_fetch_hold lists, in the thread's struct
@@ -45,7 +55,11 @@ struct bfs_fetch {
 	const struct bfs_dataset *ds;
 	struct bfs_fetch_backend *be; /* NULL: none */
 	bool *direct;		      /* [nfields] read by the gathers; NULL */
-	atomic_bool mapped;	      /* bfs_fetch_serve_mapped: none is read */
+	/* [2][nfields] the fields advised: while the gathers read some
+	 * (fixed, not direct), then once served mapped (fixed) */
+	bool *advised;
+	bool held;	    /* some file is held */
+	atomic_bool mapped; /* bfs_fetch_serve_mapped: none is read */
 	_Atomic uint64_t rows, bytes;
 };
 
@@ -99,6 +113,23 @@ static int pick_direct(struct bfs_fetch *f)
 	return 0;
 }
 
+/* The fields advised, into f->advised: fixed ones, but for those the
+ * gathers read while they read them. 0 or -ENOMEM. */
+static int pick_advised(struct bfs_fetch *f)
+{
+	size_t nf = bfs_dataset_nfields(f->ds);
+
+	f->advised = calloc(nf ? 2 * nf : 1, sizeof(*f->advised));
+	if (!f->advised)
+		return -ENOMEM;
+	for (size_t i = 0; i < nf; i++) {
+		f->advised[nf + i] = !bfs_dataset_field(f->ds, i)->ragged;
+		f->advised[i] =
+		    f->advised[nf + i] && !(f->direct && f->direct[i]);
+	}
+	return 0;
+}
+
 bool bfs_fetch_field(const struct bfs_fetch *f, size_t field)
 {
 	return f && f->direct &&
@@ -134,8 +165,12 @@ int bfs_fetch_create(struct bfs_fetch **out, const struct bfs_dataset *ds,
 	}
 	f->ds = ds;
 	f->be = be;
+	for (size_t i = 0; i < bfs_dataset_nfiles(ds); i++)
+		f->held |= bfs_fetch_held(f, i);
 	if (be && be->rows)
 		rc = pick_direct(f);
+	if (rc == 0)
+		rc = pick_advised(f);
 	if (rc < 0) {
 		bfs_fetch_destroy(f);
 		return rc;
@@ -151,6 +186,7 @@ void bfs_fetch_destroy(struct bfs_fetch *f)
 	if (f->be) /* waits for the reads in flight */
 		f->be->ops->destroy(f->be);
 	free(f->direct);
+	free(f->advised);
 	free(f);
 }
 
@@ -165,28 +201,32 @@ void bfs_fetch_ahead(struct bfs_fetch *f, size_t file, uint64_t off,
 	f->be->ops->ahead(f->be, file, off, len, when);
 }
 
-void bfs_fetch_ahead_ranges(struct bfs_fetch *f,
-			    const struct bfs_fetch_range *r, size_t n,
-			    uint64_t when)
-{
-	if (f->be->ops->ahead_ranges) {
-		f->be->ops->ahead_ranges(f->be, r, n, when);
-		return;
-	}
-	for (size_t i = 0; i < n; i++)
-		f->be->ops->ahead(f->be, r[i].file, r[i].off, r[i].len, when);
-}
-
-void bfs_fetch_plan_ranges(struct bfs_fetch *f, const struct bfs_fetch_range *r,
-			   size_t n, uint64_t when)
-{
-	if (bfs_fetch_plans(f))
-		f->be->ops->plan_ranges(f->be, r, n, when);
-}
-
 bool bfs_fetch_plans(const struct bfs_fetch *f)
 {
 	return f && f->be && f->be->ops->plan_ranges;
+}
+
+bool bfs_fetch_reads_after_read_in(const struct bfs_fetch *f)
+{
+	return f && f->held;
+}
+
+uint64_t bfs_fetch_window_cap(const struct bfs_fetch *f, uint64_t epoch)
+{
+	return f && f->held ? epoch : UINT64_MAX;
+}
+
+void bfs_fetch_advise(struct bfs_fetch *f, const uint64_t *idx, size_t n,
+		      struct bfs_fetch_tally *out)
+{
+	size_t nf;
+
+	if (!f || !f->be || !f->be->ops->advise)
+		return;
+	nf = bfs_dataset_nfields(f->ds);
+	f->be->ops->advise(f->be, idx, n,
+			   f->advised + (bfs_fetch_gathers_read(f) ? 0 : nf),
+			   out);
 }
 
 bool bfs_fetch_held(const struct bfs_fetch *f, size_t file)
@@ -247,7 +287,8 @@ void bfs_fetch_stats(struct bfs_fetch *f, struct bfs_fetch_stats *out)
 
 /* ---- holds (files whose bytes are not always there) ------------------ */
 
-/* A gathering thread's holds: the ranges held now (h->n), and room. */
+/* A gathering thread's holds: the ranges held now (h->n), and room; the
+ * read-ahead's pages of a batch (one on the stack a call). */
 struct bfs_fetch_hold {
 	struct bfs_fetch_range *r;
 	size_t n, cap;
@@ -257,10 +298,7 @@ struct bfs_fetch_hold {
 
 struct bfs_fetch_hold *bfs_fetch_hold_open(struct bfs_fetch *f)
 {
-	for (size_t i = 0; f && i < bfs_dataset_nfiles(f->ds); i++)
-		if (bfs_fetch_held(f, i))
-			return calloc(1, sizeof(struct bfs_fetch_hold));
-	return NULL;
+	return f && f->held ? calloc(1, sizeof(struct bfs_fetch_hold)) : NULL;
 }
 
 void bfs_fetch_hold_close(struct bfs_fetch_hold *h)
@@ -296,6 +334,42 @@ static int hold_room(struct bfs_fetch_hold *h, size_t more)
 	return 0;
 }
 
+/* Ragged field fi's spans of idx[0..n), into h->spans. 0 or -errno. */
+static int spans_of(struct bfs_fetch *f, struct bfs_fetch_hold *h, size_t fi,
+		    const uint64_t *idx, size_t n)
+{
+	if (n > h->spans_cap) {
+		free(h->spans);
+		h->spans = malloc(n * sizeof(*h->spans));
+		h->spans_cap = h->spans ? n : 0;
+		if (!h->spans)
+			return -ENOMEM;
+	}
+	return bfs_dataset_spans(f->ds, fi, idx, n, h->spans);
+}
+
+/* r[0..n) sorted by file and offset, merged where they touch: how many
+ * are left. */
+static size_t merge(struct bfs_fetch_range *r, size_t n)
+{
+	size_t m = 0;
+
+	qsort(r, n, sizeof(*r), range_cmp);
+	for (size_t i = 0; i < n; i++) {
+		struct bfs_fetch_range *p = m ? &r[m - 1] : NULL;
+
+		if (p && p->file == r[i].file && r[i].off <= p->off + p->len) {
+			uint64_t end = r[i].off + r[i].len;
+
+			if (end > p->off + p->len)
+				p->len = end - p->off;
+			continue;
+		}
+		r[m++] = r[i];
+	}
+	return m;
+}
+
 /* The ranges field fi's rows of idx[0..n) touch in held files, into h. */
 static int field_ranges(struct bfs_fetch *f, struct bfs_fetch_hold *h,
 			size_t fi, const uint64_t *idx, size_t n)
@@ -303,14 +377,8 @@ static int field_ranges(struct bfs_fetch *f, struct bfs_fetch_hold *h,
 	bool ragged = bfs_dataset_field(f->ds, fi)->ragged;
 	int rc = hold_room(h, n);
 
-	if (rc == 0 && ragged && n > h->spans_cap) {
-		free(h->spans);
-		h->spans = malloc(n * sizeof(*h->spans));
-		h->spans_cap = h->spans ? n : 0;
-		rc = h->spans ? 0 : -ENOMEM;
-	}
 	if (rc == 0 && ragged)
-		rc = bfs_dataset_spans(f->ds, fi, idx, n, h->spans);
+		rc = spans_of(f, h, fi, idx, n);
 	for (size_t i = 0; rc == 0 && i < n; i++) {
 		struct bfs_extent x;
 
@@ -327,7 +395,6 @@ static int field_ranges(struct bfs_fetch *f, struct bfs_fetch_hold *h,
 int bfs_fetch_hold(struct bfs_fetch *f, struct bfs_fetch_hold *h,
 		   const uint64_t *idx, size_t n, uint64_t deadline_ns)
 {
-	size_t m = 0;
 	int rc = 0;
 
 	if (!h)
@@ -339,22 +406,8 @@ int bfs_fetch_hold(struct bfs_fetch *f, struct bfs_fetch_hold *h,
 		h->n = 0;
 		return rc;
 	}
-	qsort(h->r, h->n, sizeof(*h->r), range_cmp);
-	for (size_t i = 0; i < h->n; i++) { /* merged where they touch */
-		struct bfs_fetch_range *p = m ? &h->r[m - 1] : NULL;
-
-		if (p && p->file == h->r[i].file &&
-		    h->r[i].off <= p->off + p->len) {
-			uint64_t end = h->r[i].off + h->r[i].len;
-
-			if (end > p->off + p->len)
-				p->len = end - p->off;
-			continue;
-		}
-		h->r[m++] = h->r[i];
-	}
-	h->n = m;
-	rc = m ? f->be->ops->hold(f->be, h->r, m, deadline_ns) : 0;
+	h->n = merge(h->r, h->n);
+	rc = h->n ? f->be->ops->hold(f->be, h->r, h->n, deadline_ns) : 0;
 	if (rc)
 		h->n = 0;
 	return rc;
@@ -366,6 +419,93 @@ void bfs_fetch_release(struct bfs_fetch *f, struct bfs_fetch_hold *h)
 		return;
 	f->be->ops->release(f->be, h->r, h->n);
 	h->n = 0;
+}
+
+/* ---- reads ahead and plans of a batch ---------------------------------- */
+
+/* The pages row x touches: [*a, *e). */
+static void pages(const struct bfs_extent *x, uint64_t *a, uint64_t *e)
+{
+	*a = x->off & ~(uint64_t)4095;
+	*e = (x->off + x->len + 4095) & ~(uint64_t)4095;
+}
+
+/* The pages field fi's rows of idx[0..n) touch, those the backend picks,
+ * appended to h; rows left out as resident counted in *out. Not a field
+ * the gathers read; a ragged one only where some file is held. */
+static void ahead_field(struct bfs_fetch *f, struct bfs_fetch_hold *h,
+			size_t fi, const uint64_t *idx, size_t n,
+			struct bfs_fetch_tally *out)
+{
+	bool ragged = bfs_dataset_field(f->ds, fi)->ragged;
+	size_t at = h->n;
+
+	if (bfs_fetch_field(f, fi) || (ragged && !f->held) ||
+	    hold_room(h, n) < 0 || (ragged && spans_of(f, h, fi, idx, n) < 0))
+		return;
+	for (size_t i = 0; i < n; i++) {
+		struct bfs_extent x;
+		uint64_t a, e;
+
+		if ((ragged ? bfs_dataset_span_extent(f->ds, fi, idx[i],
+						      &h->spans[i], &x)
+			    : bfs_dataset_extent(f->ds, fi, idx[i], &x)) < 0 ||
+		    !x.len)
+			continue;
+		pages(&x, &a, &e);
+		h->r[h->n++] = (struct bfs_fetch_range){x.file, a, e - a, NULL};
+	}
+	if (f->be->ops->pick)
+		h->n = at + f->be->ops->pick(f->be, h->r + at, h->n - at,
+					     ragged, &out->resident);
+}
+
+/* The pages of the rows of idx[0..n) to read ahead or plan, into h,
+ * sorted and merged. */
+static void ahead_pages(struct bfs_fetch *f, struct bfs_fetch_hold *h,
+			const uint64_t *idx, size_t n,
+			struct bfs_fetch_tally *out)
+{
+	h->n = 0;
+	for (size_t fi = 0; fi < bfs_dataset_nfields(f->ds); fi++)
+		ahead_field(f, h, fi, idx, n, out);
+	h->n = merge(h->r, h->n);
+}
+
+size_t bfs_fetch_ahead_rows(struct bfs_fetch *f, const uint64_t *idx, size_t n,
+			    uint64_t when, const atomic_bool *stop,
+			    struct bfs_fetch_tally *out)
+{
+	const struct bfs_fetch_ops *ops = f->be->ops;
+	struct bfs_fetch_hold h = {0};
+	size_t m;
+
+	ahead_pages(f, &h, idx, n, out);
+	m = h.n;
+	if (ops->ahead_ranges && !(stop && atomic_load(stop)))
+		ops->ahead_ranges(f->be, h.r, m, when);
+	for (size_t i = 0; !ops->ahead_ranges && i < m; i++) {
+		if (stop && atomic_load(stop))
+			break;
+		ops->ahead(f->be, h.r[i].file, h.r[i].off, h.r[i].len, when);
+	}
+	free(h.r);
+	free(h.spans);
+	return m;
+}
+
+void bfs_fetch_plan_rows(struct bfs_fetch *f, const uint64_t *idx, size_t n,
+			 uint64_t when, struct bfs_fetch_tally *out)
+{
+	struct bfs_fetch_hold h = {0};
+
+	if (!bfs_fetch_plans(f))
+		return;
+	ahead_pages(f, &h, idx, n, out);
+	if (h.n)
+		f->be->ops->plan_ranges(f->be, h.r, h.n, when);
+	free(h.r);
+	free(h.spans);
 }
 
 /* ---- rows read by the gathers ------------------------------------------ */
@@ -413,13 +553,6 @@ static int fit(struct bfs_fetch_rows *w, size_t nf, size_t n, size_t bytes)
 		}
 	}
 	return w->rows_cap >= n && w->tab && w->cap >= bytes ? 0 : -ENOMEM;
-}
-
-/* The pages row x touches: [*a, *e). */
-static void pages(const struct bfs_extent *x, uint64_t *a, uint64_t *e)
-{
-	*a = x->off & ~(uint64_t)4095;
-	*e = (x->off + x->len + 4095) & ~(uint64_t)4095;
 }
 
 int bfs_fetch_rows(struct bfs_fetch *f, struct bfs_fetch_rows *w,

@@ -1,10 +1,16 @@
 /* fs/fetch: reads of row ranges of a dataset's files (fs/README.md: cold
  * data), for the two rooms that read rows before a gather copies them:
  *
- *   ahead    the read-ahead thread (fs/readahead) brings the ranges of the
- *            batches after the readers in (bfs_fetch_ahead): the bytes
- *            are thrown away, what counts is that they are resident when
- *            a gather copies the rows from the mapping;
+ *   ahead    the read-ahead thread (fs/readahead) hands each batch after
+ *            the readers here (bfs_fetch_ahead_rows: its samples, with
+ *            when it is next needed); the pages its rows touch are found
+ *            here, the backend picks those to read (a local file's not
+ *            known resident), and they are read in: the bytes are thrown
+ *            away, what counts is that they are resident when a gather
+ *            copies the rows from the mapping; batches further ahead
+ *            are only planned (bfs_fetch_plan_rows);
+ *   advice   the rows of a batch about to be gathered (bfs_fetch_advise):
+ *            the backend asks the kernel for those not known resident;
  *   rows     data that does not fit in memory (fs/memory): the rows of
  *            big fields (>= 32 KiB a row, stored as served) are read by
  *            each gathering thread itself into memory of its own, all the
@@ -15,24 +21,28 @@
  * (struct bfs_fetch_ops) over ranges of the dataset's files, made by the
  * composition root and handed in: fs/reader's io_uring and reader
  * threads are two (reader.h: bfs_reader_backend, local files read with
- * O_DIRECT for the gathers). Another source of bytes is one more
+ * O_DIRECT for the gathers; what of them is resident, for advice and the
+ * read-ahead, is theirs too). Another source of bytes is one more
  * backend (fs/fetch_remote: remote objects behind their cache files,
  * dispatching local files to a local backend); this room and the rooms
- * above it do not change.
+ * above it do not change: where the read-ahead should differ for such
+ * files, it asks here (bfs_fetch_reads_after_read_in,
+ * bfs_fetch_window_cap, bfs_fetch_plans).
  *
  *   hold     a remote file's bytes are in its mapping only where they
  *            were fetched (a hole reads as zeros): before a gather reads
  *            rows, bfs_fetch_hold has the backend make every range they
  *            touch present and keep it so until bfs_fetch_release.
  *
- * Thread-safe: bfs_fetch_ahead and bfs_fetch_rows from any thread (a
- * struct bfs_fetch_rows is its thread's own); counters are atomics; the
- * rest is immutable after creation but for bfs_fetch_serve_mapped, a
- * one-way switch made before any read. */
+ * Thread-safe: bfs_fetch_ahead, bfs_fetch_advise and bfs_fetch_rows from
+ * any thread (a struct bfs_fetch_rows is its thread's own); counters are
+ * atomics; the rest is immutable after creation but for
+ * bfs_fetch_serve_mapped, a one-way switch made before any read. */
 #ifndef BFS_FETCH_H
 #define BFS_FETCH_H
 
 #include <limits.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -49,6 +59,12 @@ struct bfs_fetch_range {
 	size_t file;
 	uint64_t off, len;
 	void *buf;
+};
+
+/* What advice and the read-ahead found of the rows they were handed. */
+struct bfs_fetch_tally {
+	uint64_t resident; /* rows known resident: neither advised nor read */
+	uint64_t advised;  /* rows the kernel was asked to read (advice) */
 };
 
 struct bfs_fetch_backend_stats {
@@ -94,6 +110,15 @@ struct bfs_fetch_ops {
 	void (*ahead_ranges)(struct bfs_fetch_backend *be,
 			     const struct bfs_fetch_range *r, size_t n,
 			     uint64_t when);
+	/* Of r[0..n), the pages each row of one field of a batch touches
+	 * (4096-aligned; ragged: a ragged field's rows, by their spans), the
+	 * ranges to read ahead, moved to the front: how many. Adds to
+	 * *resident the rows left out as known resident (fs/reader's:
+	 * a local file's rows not known resident, nothing of a ragged
+	 * field; fs/fetch_remote's: a remote file's all, cut at its end).
+	 * May be NULL (every range is read). Any thread. */
+	size_t (*pick)(struct bfs_fetch_backend *be, struct bfs_fetch_range *r,
+		       size_t n, bool ragged, uint64_t *resident);
 	/* The ranges of a batch further ahead, needed at 'when' (r as in
 	 * ahead_ranges): remember the use, fetch nothing (a remote
 	 * object's cache plans it: bfs_cache_plan). May be NULL (nothing
@@ -112,6 +137,14 @@ struct bfs_fetch_ops {
 		    uint64_t deadline_ns);
 	void (*release)(struct bfs_fetch_backend *be,
 			const struct bfs_fetch_range *r, size_t n);
+	/* Advice: ask the kernel to read the rows of samples idx[0..n) of
+	 * the fields 'fields' marks ([nfields]: fixed ones) that are not
+	 * known resident, counted in *out (fs/reader's: madvise WILLNEED of
+	 * a local file's mapping; a remote file's rows are never advised).
+	 * Best effort. May be NULL (nothing advised). Any thread. */
+	void (*advise)(struct bfs_fetch_backend *be, const uint64_t *idx,
+		       size_t n, const bool *fields,
+		       struct bfs_fetch_tally *out);
 	/* Which files need hold (may be NULL: none). */
 	bool (*held)(struct bfs_fetch_backend *be, size_t file);
 	/* The readers are at 'when' (may be NULL). */
@@ -150,19 +183,43 @@ bool bfs_fetch_reads_ahead(const struct bfs_fetch *f);
 void bfs_fetch_ahead(struct bfs_fetch *f, size_t file, uint64_t off,
 		     uint64_t len, uint64_t when);
 
-/* bfs_fetch_ahead of r[0..n) (sorted by file and offset; buf unused), the
- * ranges of one batch, at once. */
-void bfs_fetch_ahead_ranges(struct bfs_fetch *f,
-			    const struct bfs_fetch_range *r, size_t n,
-			    uint64_t when);
+/* The read-ahead of the batch of samples idx[0..n), next needed at
+ * 'when': the pages its rows touch (every field but those the gathers
+ * read; ragged ones by their spans where some file is held), those the
+ * backend picks (pick) sorted by file and offset, merged where they
+ * touch, and read ahead, all at once where the backend takes a batch's
+ * ranges together (ahead_ranges), else range by range until *stop is
+ * set. Returns how many ranges were handed to the backend; rows left out
+ * as known resident are counted in *out. Only when
+ * bfs_fetch_reads_ahead. */
+size_t bfs_fetch_ahead_rows(struct bfs_fetch *f, const uint64_t *idx, size_t n,
+			    uint64_t when, const atomic_bool *stop,
+			    struct bfs_fetch_tally *out);
 
-/* Tell the backend that r[0..n) (sorted by file and offset; buf unused),
- * the ranges of one batch beyond what is read ahead, is needed at 'when':
- * nothing is read. Whether the backend remembers such uses:
- * bfs_fetch_plans. Accepts NULL. */
-void bfs_fetch_plan_ranges(struct bfs_fetch *f, const struct bfs_fetch_range *r,
-			   size_t n, uint64_t when);
+/* The batch of samples idx[0..n), beyond what is read ahead, needed at
+ * 'when': its ranges found as bfs_fetch_ahead_rows finds them, told to
+ * the backend (plan_ranges), nothing read. Whether the backend
+ * remembers such uses: bfs_fetch_plans. Accepts NULL. */
+void bfs_fetch_plan_rows(struct bfs_fetch *f, const uint64_t *idx, size_t n,
+			 uint64_t when, struct bfs_fetch_tally *out);
 bool bfs_fetch_plans(const struct bfs_fetch *f);
+
+/* Whether the read-ahead should go on reading once the read-in of data
+ * that fits (fs/memory) has ended: where some file is held, as
+ * fs/memory never reads those in. Accepts NULL (false). */
+bool bfs_fetch_reads_after_read_in(const struct bfs_fetch *f);
+
+/* The most batches worth reading ahead of a lane's readers, where an
+ * epoch is 'epoch' batches: an epoch where some file is held (its
+ * batches fetch every row there is to fetch), else UINT64_MAX. */
+uint64_t bfs_fetch_window_cap(const struct bfs_fetch *f, uint64_t epoch);
+
+/* Ask the kernel to read the rows of samples idx[0..n) (every fixed
+ * field but those the gathers read; ragged ones need their offsets) that
+ * are not known resident: the backend's advise; what it found counted in
+ * *out. Best effort. Accepts NULL (nothing). */
+void bfs_fetch_advise(struct bfs_fetch *f, const uint64_t *idx, size_t n,
+		      struct bfs_fetch_tally *out);
 
 /* Whether file 'file' needs holding (a remote object's cache file: its
  * rows are read only between bfs_fetch_hold and bfs_fetch_release).

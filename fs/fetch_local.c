@@ -7,6 +7,12 @@
  * the backend is made, and a third, "none", reads nothing (--reader
  * none: rows are only advised).
  *
+ * What is resident: every kind, "none" too, keeps the residency words of
+ * the dataset's mapped local files (fetch_local_resident.c), and with
+ * them decides what to advise (advise: rows not known resident) and
+ * which of a batch's pages the read-ahead reads (pick: those not known
+ * resident, never a ragged field's).
+ *
  * Descriptors: every file is opened again (through /proc/self/fd: the
  * same file even when its path now names another), buffered and read
  * randomly (rfd: a file position and read-ahead state of their own,
@@ -56,6 +62,7 @@ struct gatherer {
 struct backend {
 	struct bfs_fetch_backend be; /* first: ops, rows, ahead, why */
 	struct bfs_reader *ahead;    /* reads ahead (buffered: rfd) */
+	struct bfs_resident *res;    /* what of the files is resident */
 	enum bfs_reader_kind kind;   /* ahead's: the gatherers' too */
 	size_t nfiles;
 	int *rfd; /* [nfiles] buffered, read randomly */
@@ -176,6 +183,18 @@ static void threads_be_ahead(struct bfs_fetch_backend *be, size_t file,
 	ahead_by(backend_of(be), file, off, len, bfs_reader_threads_submit);
 }
 
+static void be_advise(struct bfs_fetch_backend *be, const uint64_t *idx,
+		      size_t n, const bool *fields, struct bfs_fetch_tally *out)
+{
+	bfs_resident_advise(backend_of(be)->res, idx, n, fields, out);
+}
+
+static size_t be_pick(struct bfs_fetch_backend *be, struct bfs_fetch_range *r,
+		      size_t n, bool ragged, uint64_t *resident)
+{
+	return bfs_resident_pick(backend_of(be)->res, r, n, ragged, resident);
+}
+
 static void be_stats(struct bfs_fetch_backend *be,
 		     struct bfs_fetch_backend_stats *out)
 {
@@ -192,6 +211,7 @@ static void be_destroy(struct bfs_fetch_backend *be)
 	struct backend *b = backend_of(be);
 
 	bfs_reader_destroy(b->ahead); /* waits for the reads in flight */
+	bfs_resident_destroy(b->res);
 	while (b->idle) {
 		struct gatherer *g = b->idle;
 
@@ -227,6 +247,8 @@ static const struct bfs_fetch_ops uring_ops = {
     .name = "io_uring",
     .read_all = uring_be_read_all,
     .ahead = uring_be_ahead,
+    .pick = be_pick,
+    .advise = be_advise,
     .stats = be_stats,
     .destroy = be_destroy,
 };
@@ -235,6 +257,8 @@ static const struct bfs_fetch_ops threads_ops = {
     .name = "threads",
     .read_all = threads_be_read_all,
     .ahead = threads_be_ahead,
+    .pick = be_pick,
+    .advise = be_advise,
     .stats = be_stats,
     .destroy = be_destroy,
 };
@@ -244,6 +268,8 @@ static const struct bfs_fetch_ops none_ops = {
     .name = "none",
     .read_all = none_read_all,
     .ahead = none_ahead,
+    .pick = be_pick,
+    .advise = be_advise,
     .stats = be_stats,
     .destroy = be_destroy,
 };
@@ -302,6 +328,11 @@ int bfs_reader_backend(struct bfs_fetch_backend **out,
 		return -ENOMEM;
 	pthread_mutex_init(&b->lock, NULL);
 	b->be.ops = &none_ops;
+	rc = bfs_resident_create(&b->res, ds);
+	if (rc < 0) {
+		be_destroy(&b->be);
+		return rc;
+	}
 	rc = bfs_reader_create(&b->ahead, want, AHEAD_DEPTH, b->be.why,
 			       sizeof(b->be.why));
 	if (rc < 0) {

@@ -1,6 +1,14 @@
 /* fs/fetch_remote: fs/fetch's backend for remote sources, wrapping the
  * local one (fetch_remote.h).
  *
+ * What the read-ahead of fs/readahead did on its own for remote files is
+ * asked of this backend: it picks every page of a batch's rows in a
+ * remote file (ragged fields' too; none is ever known resident), cut at
+ * the file's end, and leaves local files' to the local backend, which
+ * alone advises (a remote file's rows are never advised). With no local
+ * file there are no residency words, and advice finds every row
+ * resident (as fs/reader's all-resident word, over no chunk at all).
+ *
  * Thread-safety: immutable after creation; fs/remote/object and the local
  * backend are thread-safe. */
 #include "fs/fetch_remote.h"
@@ -20,6 +28,7 @@
 struct backend {
 	struct bfs_fetch_backend be; /* first */
 	struct bfs_fetch_backend *local;
+	const struct bfs_dataset *ds;
 	struct bfs_objects *objects;
 	struct bfs_object **obj; /* [nfiles]: NULL for a local file */
 	size_t nfiles;
@@ -155,6 +164,42 @@ static void rf_plan_ranges(struct bfs_fetch_backend *be,
 	each_run(be, r, n, when, true);
 }
 
+/* A remote file's pages all (cut at its end); a local file's as the
+ * local backend picks them (none without one). */
+static size_t rf_pick(struct bfs_fetch_backend *be, struct bfs_fetch_range *r,
+		      size_t n, bool ragged, uint64_t *resident)
+{
+	struct backend *b = backend_of(be);
+	struct bfs_fetch_backend *l = b->local;
+	size_t m = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		uint64_t size = bfs_dataset_file(b->ds, r[i].file)->size;
+		struct bfs_fetch_range one = r[i];
+
+		if (obj_of(b, r[i].file) && r[i].off + r[i].len > size)
+			one.len = size - r[i].off;
+		if (obj_of(b, r[i].file) ||
+		    (l && (!l->ops->pick ||
+			   l->ops->pick(l, &one, 1, ragged, resident))))
+			r[m++] = one;
+	}
+	return m;
+}
+
+/* Local files' rows to the local backend; without one, every row is
+ * resident (no chunk of a local file to look at). */
+static void rf_advise(struct bfs_fetch_backend *be, const uint64_t *idx,
+		      size_t n, const bool *fields, struct bfs_fetch_tally *out)
+{
+	struct backend *b = backend_of(be);
+
+	if (b->local && b->local->ops->advise)
+		b->local->ops->advise(b->local, idx, n, fields, out);
+	for (size_t f = 0; !b->local && f < bfs_dataset_nfields(b->ds); f++)
+		out->resident += fields[f] ? n : 0;
+}
+
 static void rf_release(struct bfs_fetch_backend *be,
 		       const struct bfs_fetch_range *r, size_t n)
 {
@@ -253,9 +298,11 @@ static const struct bfs_fetch_ops remote_ops = {
     .read_all = rf_read_all,
     .ahead = rf_ahead,
     .ahead_ranges = rf_ahead_ranges,
+    .pick = rf_pick,
     .plan_ranges = rf_plan_ranges,
     .hold = rf_hold,
     .release = rf_release,
+    .advise = rf_advise,
     .held = rf_held,
     .now = rf_now,
     .remote_stats = rf_remote_stats,
@@ -289,6 +336,7 @@ int bfs_fetch_remote_backend(struct bfs_fetch_backend **out,
 	if (local && !b->local)
 		local->ops->destroy(local);
 	local = b->local;
+	b->ds = ds;
 	b->objects = objects;
 	b->nfiles = bfs_dataset_nfiles(ds);
 	for (size_t i = 0; i < b->nfiles; i++)
