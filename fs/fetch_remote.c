@@ -1,13 +1,12 @@
 /* fs/fetch_remote: fs/fetch's backend for remote sources, wrapping the
  * local one (fetch_remote.h).
  *
- * What the read-ahead of fs/readahead did on its own for remote files is
- * asked of this backend: it picks every page of a batch's rows in a
- * remote file (ragged fields' too; none is ever known resident), cut at
- * the file's end, and leaves local files' to the local backend, which
- * alone advises (a remote file's rows are never advised). With no local
- * file there are no residency words, and advice finds every row
- * resident (as fs/reader's all-resident word, over no chunk at all).
+ * The read-ahead's pages of a batch (pick): a remote file's all (ragged
+ * fields' too; none is known resident), cut at the file's end; a local
+ * file's as the local backend picks them. Advice is the local backend's
+ * alone (a remote file's rows are never advised); with no local file
+ * there are no residency words, and advice finds every row resident (as
+ * fs/reader's all-resident word, over no chunk at all).
  *
  * Thread-safety: immutable after creation; fs/remote/object and the local
  * backend are thread-safe. */

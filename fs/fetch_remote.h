@@ -11,9 +11,14 @@
  *            then waited for, bounded by the gather's deadline; a failure
  *            lets go of everything, is logged with its reason, and fails
  *            the batch with -EIO;
+ *   pick     of the read-ahead's pages of a batch, a remote file's all
+ *            (ragged fields' too), cut at its end; a local file's as the
+ *            local backend picks them (those not known resident);
  *   ahead    the read-ahead's ranges: a remote one is told when it is next
  *            needed and fetched if absent (fs/remote/cache evicts by
  *            next use); a local one goes to the local backend;
+ *   advise   the local backend's (a remote file's rows are never
+ *            advised);
  *   now      where the readers are, on the read-ahead's clock.
  *
  * Rows of remote files are never read with O_DIRECT by the gathers

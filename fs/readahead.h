@@ -1,35 +1,35 @@
-/* fs/readahead: what is resident, and what to read ahead of the readers
- * (fs/README.md: cold data) — between the dataset (which copies rows)
- * and the pool (which decides which batches come next), over fs/memory
- * (whether the data is being read in) and fs/fetch (which reads ranges).
+/* fs/readahead: which batches to read ahead of the readers, and when
+ * (fs/README.md: cold data) — between the pool (which decides which
+ * batches come next and where each lane's readers are) and fs/fetch
+ * (which finds a batch's rows, knows through its backend what is
+ * resident, and reads), over fs/memory (whether the data is being read
+ * in).
  *
- * Residency and advice: bfs_readahead_rows asks the kernel (madvise
- * WILLNEED) for the rows of samples that a batch will need, skipping rows
- * in 2 MiB chunks already known resident (one mincore per chunk,
- * remembered for a second), so resident data costs almost nothing.
+ * Advice: bfs_readahead_rows hands the samples of a batch about to be
+ * gathered to the fetch (bfs_fetch_advise), whose backend asks the kernel
+ * (madvise WILLNEED) for the rows not known resident (fs/reader's: one
+ * mincore per 2 MiB chunk, remembered for a second), so resident data
+ * costs almost nothing; here are the counters.
  *
  * The read-ahead thread follows the readers of each lane (rank) of the
- * order (bfs_readahead_follow: the batch they are at) and reads the rows
- * of the batches after it through fs/fetch, as many as its byte budget
- * allows: the order of every epoch is known, so reads can start long
- * before a gather needs them, sorted by offset and coalesced. It runs
- * only where fs/fetch reads ahead (a backend, no source on a FUSE or
- * network file system), and reads nothing more once the read-in of data
- * that fits (fs/memory) has ended: every row is resident then.
+ * order (bfs_readahead_follow: the batch they are at) and hands the
+ * batches after it to fs/fetch, as many as its byte budget allows, each
+ * with when it is next needed on a clock of batches read (one tick per
+ * batch a lane's readers move to; a batch d ahead in its lane is needed
+ * d x lanes ticks from now): the order of every epoch is known, so reads
+ * can start long before a gather needs them. The fetch's backend picks
+ * what to read (a local file's rows not known resident; a remote
+ * object's, ragged fields' too, all). It runs only where fs/fetch reads
+ * ahead (a backend, no source on a FUSE or network file system), and
+ * reads nothing more once the read-in of data that fits (fs/memory) has
+ * ended, when every row is resident, unless the fetch says to read on
+ * (remote files, never read in: bfs_fetch_reads_after_read_in).
  *
  * The fields whose rows the gathers read themselves (fs/fetch: data that
  * does not fit) are neither advised nor read ahead.
  *
- * Remote files (fs/fetch holds them: a remote object's cache) are never
- * advised and never looked at for residency: the rows of the batches
- * after the readers, ragged fields' too, go to the fetch with when each
- * batch is next needed, on a clock of batches read (one tick per batch a
- * lane's readers move to; a batch d ahead in its lane is needed d x
- * lanes ticks from now), and the thread keeps reading ahead after any
- * read-in, as long as readers move.
- *
- * Thread-safe: the residency words and counters are relaxed atomics; the
- * streams followed are under a mutex of their own. */
+ * Thread-safe: the counters are relaxed atomics; the streams followed
+ * are under a mutex of their own. */
 #ifndef BFS_READAHEAD_H
 #define BFS_READAHEAD_H
 
@@ -53,8 +53,10 @@ struct bfs_readahead_opts {
 	 * ended, and its budget is a share of the memory it measured. NULL:
 	 * no read-in (the memory is measured here when needed). */
 	struct bfs_memory *memory;
-	/* Reads ahead, and says which fields the gathers read themselves.
-	 * NULL: no thread, every fixed field advised. */
+	/* Advises, reads ahead, and says which fields the gathers read
+	 * themselves. NULL: no thread, every fixed field advised (through
+	 * a fetch of the read-ahead's own over fs/reader's "none"
+	 * backend). */
 	struct bfs_fetch *fetch;
 	/* At most this many bytes of pages read ahead of the readers (0: a
 	 * quarter of the memory available, 256 MiB at most). */
@@ -66,7 +68,7 @@ struct bfs_readahead_opts {
 	 * to about this many bytes (granules touched, shared between the
 	 * lanes; at least the window, at most two epochs) are planned:
 	 * their ranges told to the fetch with when they are needed, nothing
-	 * read (bfs_fetch_plan_ranges: a bounded cache then evicts by the
+	 * read (bfs_fetch_plan_rows: a bounded cache then evicts by the
 	 * order's real next uses). 0, or a fetch that plans nothing: none. */
 	uint64_t plan_bytes;
 };
@@ -91,9 +93,8 @@ struct bfs_readahead_stats {
 	struct bfs_objects_stats objects;   /* remote objects (fs/fetch's) */
 };
 
-/* The read-ahead of 'ds' (borrowed; must outlive it): residency words
- * for its files and, with o->order and a fetch that reads ahead, the
- * read-ahead thread. 0 or -errno. */
+/* The read-ahead of 'ds' (borrowed; must outlive it): with o->order and
+ * a fetch that reads ahead, the read-ahead thread. 0 or -errno. */
 int bfs_readahead_create(struct bfs_readahead **out,
 			 const struct bfs_dataset *ds,
 			 const struct bfs_readahead_opts *o);
@@ -114,8 +115,9 @@ bool bfs_readahead_reads(const struct bfs_readahead *ra);
 
 /* Ask the kernel to read the rows of samples idx[0..n) (every fixed field;
  * ragged fields are not advised: that needs their offsets) that are not
- * known resident. Best effort, never fails; an index out of range is
- * skipped. Accepts NULL (does nothing). */
+ * known resident, through the fetch (bfs_fetch_advise). Best effort,
+ * never fails; an index out of range is skipped. Accepts NULL (does
+ * nothing). */
 void bfs_readahead_rows(struct bfs_readahead *ra, const uint64_t *idx,
 			size_t n);
 

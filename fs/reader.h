@@ -14,7 +14,8 @@
  * io_uring_disabled sysctl, an old kernel), a pool of threads each doing
  * one pread at a time. fs/fetch sees them as two backends
  * (bfs_reader_backend, in fetch_local.c: two tables of struct
- * bfs_fetch_ops over a dataset's files opened again), which the
+ * bfs_fetch_ops over a dataset's files opened again, which also know
+ * what of the files is resident: fetch_local_resident.c), which the
  * composition root makes and hands to it.
  *
  * Thread-safe: bfs_reader_submit may be called from any thread; it waits
@@ -103,7 +104,10 @@ void bfs_reader_stats(struct bfs_reader *r, struct bfs_reader_stats *out);
  * 16 threads otherwise), unless a file cannot be opened so (then
  * be->rows is false). Its
  * operations are io_uring's or the threads' ("io_uring", "threads"; for
- * NONE "none", which reads nothing); 'why' says which and why, and a
+ * NONE "none", which reads nothing); every kind keeps what of the files
+ * is resident (a word per 2 MiB chunk of each mapped local file), with
+ * which it advises rows and picks the read-ahead's pages (advise,
+ * pick: those not known resident); 'why' says which and why, and a
  * source on a FUSE or network file system turns reading ahead off
  * (be->ahead false, no_ahead says why). 0, or -errno (-ENOSYS and the
  * like: the reader asked for cannot be had; logged, with the reason). */
