@@ -12,6 +12,12 @@
  *   file cut short under fs/reader's O_DIRECT reads;
  * - reads ahead go to the backend, and fs/reader's leave the pages in the
  *   page cache; --reader none reads nothing and says so;
+ * - a batch read ahead is the pages its rows touch that the backend
+ *   picks, sorted and merged where they touch, range by range until
+ *   told to stop, or all at once where the backend takes a batch's
+ *   ranges together; planned batches go to the backend's plan, nothing
+ *   read; where a file is held, the read-ahead is told to read on after
+ *   the read-in and at most an epoch ahead;
  * - a pool handed the fetch gathers batches equal to the layout's, the
  *   big rows read by the gathers (none when served from the mapping). */
 #include <setjmp.h>
@@ -405,6 +411,189 @@ static void reader_none_reads_nothing(void **state)
 	bfs_dataset_close(ds);
 }
 
+/* ---- a batch read ahead, over a backend of the test's own ------------- */
+
+/* Picks x's pages only (y's rows count as resident), records what it is
+ * handed; 'held': every file is held, batches go at once. */
+struct picky {
+	struct bfs_fetch_backend be; /* first */
+	size_t xfile;
+	struct bfs_fetch_range got[16];
+	size_t n, calls, plans;
+	uint64_t when;
+};
+
+static size_t picky_pick(struct bfs_fetch_backend *be,
+			 struct bfs_fetch_range *r, size_t n, bool ragged,
+			 uint64_t *resident)
+{
+	struct picky *pk = (struct picky *)be;
+	size_t m = 0;
+
+	for (size_t i = 0; i < n; i++)
+		if (r[i].file == pk->xfile)
+			r[m++] = r[i];
+		else
+			(*resident)++;
+	return m;
+}
+
+static void picky_ahead(struct bfs_fetch_backend *be, size_t file, uint64_t off,
+			uint64_t len, uint64_t when)
+{
+	struct picky *pk = (struct picky *)be;
+
+	if (pk->n < 16)
+		pk->got[pk->n++] =
+		    (struct bfs_fetch_range){file, off, len, NULL};
+	pk->calls++;
+	pk->when = when;
+}
+
+static void picky_ranges(struct bfs_fetch_backend *be,
+			 const struct bfs_fetch_range *r, size_t n,
+			 uint64_t when)
+{
+	struct picky *pk = (struct picky *)be;
+
+	for (size_t i = 0; i < n && pk->n < 16; i++)
+		pk->got[pk->n++] = r[i];
+	pk->calls++;
+	pk->when = when;
+}
+
+static void picky_plan(struct bfs_fetch_backend *be,
+		       const struct bfs_fetch_range *r, size_t n, uint64_t when)
+{
+	((struct picky *)be)->plans += n;
+}
+
+static int picky_hold(struct bfs_fetch_backend *be,
+		      const struct bfs_fetch_range *r, size_t n,
+		      uint64_t deadline_ns)
+{
+	return 0;
+}
+
+static bool picky_held(struct bfs_fetch_backend *be, size_t file)
+{
+	return true;
+}
+
+static void picky_destroy(struct bfs_fetch_backend *be)
+{
+	free(be);
+}
+
+static const struct bfs_fetch_ops picky_ops = {
+    .name = "picky",
+    .ahead = picky_ahead,
+    .pick = picky_pick,
+    .stats = fake_stats,
+    .destroy = picky_destroy,
+};
+
+static const struct bfs_fetch_ops picky_held_ops = {
+    .name = "picky-held",
+    .ahead = picky_ahead,
+    .ahead_ranges = picky_ranges,
+    .pick = picky_pick,
+    .plan_ranges = picky_plan,
+    .hold = picky_hold,
+    .held = picky_held,
+    .stats = fake_stats,
+    .destroy = picky_destroy,
+};
+
+static struct bfs_fetch *picky_fetch(const struct bfs_dataset *ds,
+				     const struct bfs_fetch_ops *ops,
+				     struct picky **out)
+{
+	struct picky *pk = calloc(1, sizeof(*pk));
+	struct bfs_extent x;
+	struct bfs_fetch *f;
+
+	assert_non_null(pk);
+	assert_int_equal(bfs_dataset_extent(ds, field(ds, "x"), 0, &x), 0);
+	pk->xfile = x.file;
+	pk->be = (struct bfs_fetch_backend){.ops = ops, .ahead = true};
+	assert_int_equal(bfs_fetch_create(&f, ds, &pk->be), 0);
+	*out = pk;
+	return f;
+}
+
+/* The pages x's rows i .. j touch (rows in one file, back to back). */
+static struct bfs_fetch_range x_pages(const struct bfs_dataset *ds, uint64_t i,
+				      uint64_t j)
+{
+	struct bfs_extent a, b;
+	uint64_t lo, hi;
+
+	assert_int_equal(bfs_dataset_extent(ds, field(ds, "x"), i, &a), 0);
+	assert_int_equal(bfs_dataset_extent(ds, field(ds, "x"), j, &b), 0);
+	lo = a.off & ~(uint64_t)4095;
+	hi = (b.off + b.len + 4095) & ~(uint64_t)4095;
+	return (struct bfs_fetch_range){a.file, lo, hi - lo, NULL};
+}
+
+static void a_batch_ahead_is_the_picked_pages_sorted_and_merged(void **state)
+{
+	static const uint64_t idx[] = {20, 5, 3, 4};
+	struct bfs_dataset *ds = open_dir(data_fx.path);
+	struct bfs_fetch_range one = x_pages(ds, 3, 5),
+			       two = x_pages(ds, 20, 20);
+	struct bfs_fetch_tally t = {0};
+	atomic_bool stop = false;
+	struct picky *pk;
+	struct bfs_fetch *f = picky_fetch(ds, &picky_ops, &pk);
+
+	assert_false(bfs_fetch_reads_after_read_in(f));
+	assert_int_equal(bfs_fetch_window_cap(f, 7), UINT64_MAX);
+	assert_false(bfs_fetch_plans(f));
+	assert_int_equal(bfs_fetch_ahead_rows(f, idx, 4, 9, &stop, &t), 2);
+	assert_int_equal(t.resident, 4); /* y's rows, left out */
+	assert_int_equal(pk->calls, 2);	 /* range by range */
+	assert_int_equal(pk->got[0].file, one.file);
+	assert_int_equal(pk->got[0].off, one.off);
+	assert_int_equal(pk->got[0].len, one.len);
+	assert_int_equal(pk->got[1].off, two.off);
+	assert_int_equal(pk->got[1].len, two.len);
+	assert_int_equal(pk->when, 9);
+	atomic_store(&stop, true); /* the read-ahead is being destroyed */
+	bfs_fetch_ahead_rows(f, idx, 4, 10, &stop, &t);
+	assert_int_equal(pk->calls, 2);
+	bfs_fetch_plan_rows(f, idx, 4, 11, &t); /* plans nothing */
+	assert_int_equal(pk->plans, 0);
+	bfs_fetch_destroy(f);
+	bfs_dataset_close(ds);
+}
+
+static void held_files_are_read_ahead_a_batch_at_once(void **state)
+{
+	static const uint64_t idx[] = {20, 5, 3, 4};
+	struct bfs_dataset *ds = open_dir(data_fx.path);
+	struct bfs_fetch_tally t = {0};
+	atomic_bool stop = false;
+	struct picky *pk;
+	struct bfs_fetch *f = picky_fetch(ds, &picky_held_ops, &pk);
+
+	assert_true(bfs_fetch_reads_after_read_in(f));
+	assert_int_equal(bfs_fetch_window_cap(f, 7), 7);
+	assert_true(bfs_fetch_plans(f));
+	assert_int_equal(bfs_fetch_ahead_rows(f, idx, 4, 9, &stop, &t), 2);
+	assert_int_equal(pk->calls, 1); /* all at once */
+	assert_int_equal(pk->n, 2);
+	assert_int_equal(pk->when, 9);
+	bfs_fetch_plan_rows(f, idx, 4, 11, &t);
+	assert_int_equal(pk->plans, 2);
+	assert_int_equal(pk->calls, 1); /* nothing read */
+	atomic_store(&stop, true);
+	bfs_fetch_ahead_rows(f, idx, 4, 12, &stop, &t);
+	assert_int_equal(pk->calls, 1);
+	bfs_fetch_destroy(f);
+	bfs_dataset_close(ds);
+}
+
 /* ---- a pool handed the fetch ------------------------------------------- */
 
 static void pool_gathers_with_the_fetch(bool in_place)
@@ -481,6 +670,9 @@ int main(void)
 	    cmocka_unit_test(a_file_cut_short_gives_eio),
 	    cmocka_unit_test(reads_ahead_leave_pages_resident),
 	    cmocka_unit_test(reader_none_reads_nothing),
+	    cmocka_unit_test(
+		a_batch_ahead_is_the_picked_pages_sorted_and_merged),
+	    cmocka_unit_test(held_files_are_read_ahead_a_batch_at_once),
 	    cmocka_unit_test(pool_reads_big_rows_through_the_fetch),
 	    cmocka_unit_test(pool_served_in_place_reads_none),
 	};
