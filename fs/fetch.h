@@ -112,11 +112,11 @@ struct bfs_fetch_ops {
 			     uint64_t when);
 	/* Of r[0..n), the pages each row of one field of a batch touches
 	 * (4096-aligned; ragged: a ragged field's rows, by their spans), the
-	 * ranges to read ahead, moved to the front: how many. Adds to
-	 * *resident the rows left out as known resident (fs/reader's:
-	 * a local file's rows not known resident, nothing of a ragged
-	 * field; fs/fetch_remote's: a remote file's all, cut at its end).
-	 * May be NULL (every range is read). Any thread. */
+	 * ranges to read ahead, moved to the front: how many; the rows left
+	 * out as known resident are counted in *resident. fs/reader's keeps
+	 * a local file's rows not known resident and nothing of a ragged
+	 * field; fs/fetch_remote's a remote file's all, cut at its end. May
+	 * be NULL (every range is read). Any thread. */
 	size_t (*pick)(struct bfs_fetch_backend *be, struct bfs_fetch_range *r,
 		       size_t n, bool ragged, uint64_t *resident);
 	/* The ranges of a batch further ahead, needed at 'when' (r as in
@@ -189,9 +189,9 @@ void bfs_fetch_ahead(struct bfs_fetch *f, size_t file, uint64_t off,
  * backend picks (pick) sorted by file and offset, merged where they
  * touch, and read ahead, all at once where the backend takes a batch's
  * ranges together (ahead_ranges), else range by range until *stop is
- * set. Returns how many ranges were handed to the backend; rows left out
- * as known resident are counted in *out. Only when
- * bfs_fetch_reads_ahead. */
+ * set (NULL: never; a set *stop hands nothing at once). Returns how
+ * many ranges were handed to the backend; rows left out as known
+ * resident are counted in *out. Only when bfs_fetch_reads_ahead. */
 size_t bfs_fetch_ahead_rows(struct bfs_fetch *f, const uint64_t *idx, size_t n,
 			    uint64_t when, const atomic_bool *stop,
 			    struct bfs_fetch_tally *out);
