@@ -186,8 +186,8 @@ static size_t rf_pick(struct bfs_fetch_backend *be, struct bfs_fetch_range *r,
 	return m;
 }
 
-/* Local files' rows to the local backend; without one, every row is
- * resident (no chunk of a local file to look at). */
+/* Local files' rows to the local backend; without one (no local file,
+ * or none given), every row counts as resident: no chunk to look at. */
 static void rf_advise(struct bfs_fetch_backend *be, const uint64_t *idx,
 		      size_t n, const bool *fields, struct bfs_fetch_tally *out)
 {

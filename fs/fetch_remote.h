@@ -33,7 +33,8 @@
 
 /* The backend over ds's files (borrowed; ds's remote files' objects live
  * in 'objects', borrowed too), wrapping 'local' (owned from now on, also
- * when this fails; NULL: local files are not read ahead). 0 or -ENOMEM. */
+ * when this fails; NULL: local files are neither read ahead nor
+ * advised). 0 or -ENOMEM. */
 int bfs_fetch_remote_backend(struct bfs_fetch_backend **out,
 			     const struct bfs_dataset *ds,
 			     struct bfs_objects *objects,
