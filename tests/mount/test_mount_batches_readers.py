@@ -27,7 +27,10 @@ the batch files' bytes. On real mounts, in every serve mode:
 - numpy.memmap of a batch file of a default mount works, before and
   after batchfs's own readers read that batch;
 - batches held (whole, or a single tensor or array of one) stay
-  unchanged while the reader reads on into buffers it reuses;
+  unchanged while the reader reads on into buffers it reuses, small
+  ones and huge-page mappings (which large batch files get: a buffer of
+  2 MiB or more starts on a 2 MiB boundary of a mapping advised
+  MADV_HUGEPAGE, unmapped with its last view);
 - a mount that refuses O_DIRECT (BATCHFS_DEBUG_NO_DIRECT_OPEN: the open
   fails with EINVAL, as on a file system without it) still gives every
   reader the same bytes: they fall back to plain opens (direct_opens and
@@ -47,7 +50,7 @@ import numpy as np
 import torch
 
 import batchfs
-from batchfs import _batches
+from batchfs import _batchfile, _batches
 from batchfs._batchfile import parse_batch
 from batchfs._readers import THREAD_PREFIX
 
@@ -286,10 +289,12 @@ def memmap_on_a_default_mount():
             ml.umount(mnt)
 
 
-def held_batches_stay_unchanged():
+def held_batches_stay_unchanged(huge=None):
     """Batches reuse the buffers of batches nobody holds: every batch
     kept (a whole dict, one tensor of it, a numpy array of it, a slice)
-    while the epoch is read on still has its bytes at the end."""
+    while the epoch is read on still has its bytes at the end. huge:
+    _batchfile.HUGE lowered to it, so that the buffers are huge-page
+    mappings (those of large batch files)."""
     path, _ = dataset("fixed")
     _, mnt = ml.mount(path, None, "--batch-size", BATCH, "--shuffle",
                       "--epochs", 2)
@@ -321,15 +326,62 @@ def held_batches_stay_unchanged():
                     else:
                         assert as_bytes({name: got})[name] == w[name], \
                             (kw, e, k)
-        err = ml.bounded(mnt, [run])[0]
+        old, _batchfile.HUGE = _batchfile.HUGE, huge or _batchfile.HUGE
+        try:
+            err = ml.bounded(mnt, [run])[0]
+        finally:
+            _batchfile.HUGE = old
         if err is not None:
             raise err
-        print("ok: batches held stay unchanged while reading on")
+        print("ok: batches held stay unchanged while reading on%s"
+              % (" (buffers in huge-page mappings)" if huge else ""))
     except AssertionError as ex:
-        failures.append("held batches: %r" % (ex,))
+        failures.append("held batches%s: %r"
+                        % (" (huge-page buffers)" if huge else "", ex))
     finally:
         if ml.is_mounted(mnt):
             ml.umount(mnt)
+
+
+def vm_flags(addr):
+    """The VmFlags of the mapping of this process holding addr."""
+    with open("/proc/self/smaps") as f:
+        inside = False
+        for line in f:
+            head = line.split()[0]
+            if "-" in head and ":" not in head:
+                lo, hi = (int(x, 16) for x in head.split("-"))
+                inside = lo <= addr < hi
+            elif inside and head == "VmFlags:":
+                return line.split()[1:]
+    return None
+
+
+def huge_page_buffers():
+    """_batchfile.aligned: from HUGE bytes on, a buffer starts on a 2 MiB
+    boundary in a mapping advised MADV_HUGEPAGE (VmFlags "hg"), holds
+    what is written to it, and the mapping goes once nothing views it;
+    smaller ones start on a page."""
+    try:
+        size = 2 * _batchfile.HUGE + 5
+        b = _batchfile.aligned(size)
+        addr = b.ctypes.data
+        assert len(b) == size and addr % _batchfile.HUGE == 0, \
+            (len(b), addr)
+        assert "hg" in (vm_flags(addr) or []), vm_flags(addr)
+        b[:] = np.arange(size, dtype=np.uint64).astype(np.uint8)
+        view = b[size - 10:]
+        del b
+        assert view.tolist() == [(size - 10 + i) % 256 for i in range(10)]
+        del view
+        assert vm_flags(addr) is None, "mapping left after its last view"
+        small = _batchfile.aligned(1000)
+        assert len(small) == 1000 and \
+            small.ctypes.data % _batchfile.PAGE == 0
+        print("ok: buffers of 2 MiB and more are huge-page mappings, "
+              "unmapped with their last view")
+    except AssertionError as ex:
+        failures.append("huge-page buffers: %r" % (ex,))
 
 
 def reader_threads():
@@ -469,7 +521,6 @@ def copies_on_disk_are_opened_plainly():
     these whole-page sizes would succeed and skip the page cache) is
     opened plainly, read right."""
     import shutil
-    from batchfs import _batchfile
     path, _ = dataset("fixed")
     _, mnt = ml.mount(path, None, "--batch-size", BATCH)
     copy = os.path.join(TMP, "copied-epoch")
@@ -522,6 +573,8 @@ def main():
             kind, modes[0], env={"BATCHFS_DEBUG_NO_DIRECT_OPEN": "1"})
     memmap_on_a_default_mount()
     held_batches_stay_unchanged()
+    held_batches_stay_unchanged(huge=_batchfile.PAGE)
+    huge_page_buffers()
     readers_stop_and_resume()
     copies_on_disk_are_opened_plainly()
     return ml.finish(failures)

@@ -49,9 +49,33 @@ _TORCH = {"BF16": "bfloat16", "F8_E4M3": "float8_e4m3fn",
 PAGE = mmap.PAGESIZE
 
 
+# Buffers of this size or more are whole transparent huge pages (aligned).
+HUGE = 2 << 20
+
+
 def aligned(size):
     """An uninitialised uint8 array of 'size' bytes starting on a page
-    (direct I/O pins whole pages: an aligned buffer pins the fewest)."""
+    (direct I/O pins whole pages: an aligned buffer pins the fewest).
+
+    From HUGE bytes on, an anonymous mapping starting on a 2 MiB
+    boundary whose whole 2 MiB pages are advised MADV_HUGEPAGE (the tail
+    stays in small pages: no memory is added), as the C loader's ring
+    (loader/README.md): a batchfs mount's O_DIRECT read pins the
+    buffer's pages and marks them dirty, page by page, in the reading
+    thread; huge pages make that a few steps per read instead of one per
+    4 KiB (tools/bench/RESULTS.md). The mapping goes when the last array
+    viewing it does. Where the advice is refused (no transparent huge
+    pages, a Python without madvise), the pages are small, as below."""
+    if size >= HUGE:
+        m = mmap.mmap(-1, -(-size // PAGE) * PAGE + HUGE,
+                      mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        raw = np.frombuffer(m, np.uint8)
+        off = -raw.ctypes.data % HUGE
+        try:
+            m.madvise(mmap.MADV_HUGEPAGE, off, size // HUGE * HUGE)
+        except (AttributeError, OSError, ValueError):
+            pass
+        return raw[off:off + size]
     raw = np.empty(size + PAGE, np.uint8)
     off = -raw.ctypes.data % PAGE
     return raw[off:off + size]
