@@ -72,8 +72,8 @@ int bfs_resident_create(struct bfs_resident **out, const struct bfs_dataset *ds)
 		const struct bfs_source_file *fl = bfs_dataset_file(ds, i);
 		struct chunks *m = &r->files[i];
 
-		m->remote = fl->remote != NULL;
-		if (fl->fd < 0 || m->remote)
+		m->remote = bfs_source_file_remote(fl);
+		if (!bfs_source_file_local(fl))
 			continue; /* nothing to read ahead */
 		m->n = (size_t)((fl->size + CHUNK - 1) / CHUNK);
 		m->w = calloc(m->n ? m->n : 1, sizeof(*m->w));

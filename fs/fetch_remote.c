@@ -46,7 +46,7 @@ static struct bfs_object *obj_of(struct backend *b, size_t file)
 bool bfs_fetch_remote_any(const struct bfs_dataset *ds)
 {
 	for (size_t i = 0; i < bfs_dataset_nfiles(ds); i++)
-		if (bfs_dataset_file(ds, i)->remote)
+		if (bfs_source_file_remote(bfs_dataset_file(ds, i)))
 			return true;
 	return false;
 }
@@ -330,7 +330,7 @@ int bfs_fetch_remote_backend(struct bfs_fetch_backend **out,
 	}
 	b->be.ops = &remote_ops;
 	for (size_t i = 0; local && i < bfs_dataset_nfiles(ds); i++)
-		if (!bfs_dataset_file(ds, i)->remote)
+		if (!bfs_source_file_remote(bfs_dataset_file(ds, i)))
 			b->local = local; /* a local file: it reads it */
 	if (local && !b->local)
 		local->ops->destroy(local);

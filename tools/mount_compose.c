@@ -376,7 +376,7 @@ static uint64_t remote_bytes(const struct bfs_dataset *ds)
 	uint64_t n = 0;
 
 	for (size_t i = 0; i < bfs_dataset_nfiles(ds); i++)
-		if (bfs_dataset_file(ds, i)->remote)
+		if (bfs_source_file_remote(bfs_dataset_file(ds, i)))
 			n += bfs_dataset_file(ds, i)->size;
 	return n;
 }
@@ -835,7 +835,7 @@ static void warn_cache(const struct mount_opts *m, const struct model *mt)
 	if (!limit)
 		return;
 	for (size_t i = 0; i < bfs_dataset_nfiles(mt->ds); i++)
-		if (bfs_dataset_file(mt->ds, i)->remote)
+		if (bfs_source_file_remote(bfs_dataset_file(mt->ds, i)))
 			remote += bfs_dataset_file(mt->ds, i)->size;
 	if (remote > limit)
 		warn_past_bound(m, mt, remote, limit);

@@ -232,7 +232,7 @@ static void owner_refused(const struct bfs_mount_owner *owner,
 static bool remote(const struct bfs_dataset *ds)
 {
 	for (size_t i = 0; i < bfs_dataset_nfiles(ds); i++)
-		if (bfs_dataset_file(ds, i)->remote)
+		if (bfs_source_file_remote(bfs_dataset_file(ds, i)))
 			return true;
 	return false;
 }
