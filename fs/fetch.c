@@ -354,6 +354,8 @@ static size_t merge(struct bfs_fetch_range *r, size_t n)
 {
 	size_t m = 0;
 
+	if (n < 2) /* r may be NULL when n is 0 (qsort's r must not be) */
+		return n;
 	qsort(r, n, sizeof(*r), range_cmp);
 	for (size_t i = 0; i < n; i++) {
 		struct bfs_fetch_range *p = m ? &r[m - 1] : NULL;
