@@ -49,7 +49,8 @@ _TORCH = {"BF16": "bfloat16", "F8_E4M3": "float8_e4m3fn",
 PAGE = mmap.PAGESIZE
 
 
-# Buffers of this size or more are whole transparent huge pages (aligned).
+# Buffers of this size or more start on a 2 MiB boundary, their whole 2 MiB
+# pages advised MADV_HUGEPAGE (aligned).
 HUGE = 2 << 20
 
 
