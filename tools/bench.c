@@ -10,9 +10,10 @@
  *   --memcpy BYTES      one single-threaded memcpy of BYTES between two
  *                       buffers that were touched (and copied once) before;
  *   --rows SOURCE...    every sample's rows of a dataset in a random order,
- *                       one pread each, from --threads threads
- *                       (tools/bench_rows.c): the disk's random-read limit
- *                       for those rows.
+ *                       one pread each, from --threads threads, or from
+ *                       one thread keeping --depth reads in flight on an
+ *                       io_uring (tools/bench_rows.c): the disk's
+ *                       random-read limit for those rows.
  * Each repetition prints one line of key=value pairs, e.g.
  *   read bytes=1073741824 seconds=0.161022 GB/s=6.668 files=4096 bs=1048576
  * (GB = 10^9 bytes), which tools/bench/bench.py parses. Timed regions
@@ -51,8 +52,9 @@ static void usage(FILE *f)
 	    "       batchfs bench [--bs BYTES] [--repeat N] --pagecache "
 	    "FILE...\n"
 	    "       batchfs bench [--repeat N] --memcpy BYTES\n"
-	    "       batchfs bench [--threads N] [--seed S] [--samples M] "
-	    "[--direct] --rows SOURCE...\n"
+	    "       batchfs bench [--threads N | --depth D] [--seed S] "
+	    "[--samples M] [--direct]\n"
+	    "                     --rows SOURCE...\n"
 	    "\n"
 	    "  --read PATH...   time reading files (a directory: its "
 	    "regular files)\n"
@@ -66,6 +68,9 @@ static void usage(FILE *f)
 	    "1), from\n"
 	    "                   --threads N threads (default 16), --samples M "
 	    "at most;\n"
+	    "                   --depth D: one thread keeping D reads in "
+	    "flight on an\n"
+	    "                   io_uring instead (1..4096)\n"
 	    "                   --direct: the pages holding each row with "
 	    "O_DIRECT\n"
 	    "  --bs BYTES       read size (default 1M)\n"
@@ -320,7 +325,8 @@ int bfs_cmd_bench(int argc, char **argv)
 		OPT_THREADS,
 		OPT_SEED,
 		OPT_SAMPLES,
-		OPT_DIRECT
+		OPT_DIRECT,
+		OPT_DEPTH
 	};
 	static const struct option longopts[] = {
 	    {"bs", required_argument, NULL, OPT_BS},
@@ -333,11 +339,12 @@ int bfs_cmd_bench(int argc, char **argv)
 	    {"seed", required_argument, NULL, OPT_SEED},
 	    {"samples", required_argument, NULL, OPT_SAMPLES},
 	    {"direct", no_argument, NULL, OPT_DIRECT},
+	    {"depth", required_argument, NULL, OPT_DEPTH},
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0},
 	};
 	uint64_t bs = 1u << 20, copy_bytes = 0, repeat = 1;
-	uint64_t threads = 16, seed = 1, samples = 0;
+	uint64_t threads = 16, seed = 1, samples = 0, depth = 0;
 	bool direct = false;
 	int mode = 0, c;
 
@@ -358,6 +365,11 @@ int bfs_cmd_bench(int argc, char **argv)
 		case OPT_THREADS:
 			if (parse_size(optarg, &threads) || threads == 0 ||
 			    threads > 1024)
+				goto bad_option;
+			break;
+		case OPT_DEPTH:
+			if (parse_size(optarg, &depth) || depth == 0 ||
+			    depth > 4096)
 				goto bad_option;
 			break;
 		case OPT_SEED:
@@ -393,7 +405,8 @@ int bfs_cmd_bench(int argc, char **argv)
 		return bench_memcpy(copy_bytes, (int)repeat);
 	if (mode == OPT_ROWS && optind < argc)
 		return bfs_bench_rows(argv + optind, argc - optind,
-				      (unsigned)threads, seed, samples, direct);
+				      (unsigned)threads, (unsigned)depth, seed,
+				      samples, direct);
 	if ((mode == OPT_READ || mode == OPT_PAGECACHE) && optind < argc)
 		return bench_read(mode == OPT_READ ? "read" : "pagecache",
 				  argv + optind, argc - optind, bs, (int)repeat,

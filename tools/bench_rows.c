@@ -1,13 +1,17 @@
 /* tools/bench_rows: random preads of a dataset's rows (bench_rows.h).
  *
  * The threads share one counter into a shuffled list of samples; each
- * reads its sample's rows into its own buffer with pread. Nothing here
- * touches the mappings the dataset made: it only asks fs/dataset where
- * each row lies (bfs_dataset_extent). */
+ * reads its sample's rows into its own buffer with pread. With a depth
+ * (--uring), one thread keeps that many reads in flight on an io_uring
+ * instead, each read into a slot of its own: the curve of the device's
+ * random-read rate against queue depth. Nothing here touches the
+ * mappings the dataset made: it only asks fs/dataset where each row lies
+ * (bfs_dataset_extent). */
 #include "tools/bench_rows.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <liburing.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -37,31 +41,122 @@ static double now(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* Where sample i's field f lies, as read: with O_DIRECT the aligned
+ * pages holding it. Returns the descriptor, or -1 for a ragged field
+ * (not read) or an extent that cannot be had. */
+static int row_read(const struct rows_job *j, uint64_t i, size_t f,
+		    uint64_t *off, uint64_t *len, uint64_t *payload)
+{
+	struct bfs_extent x;
+
+	if (bfs_dataset_extent(j->ds, f, i, &x) < 0 || !x.len)
+		return -1;
+	*off = x.off;
+	*len = *payload = x.len;
+	if (!j->dfd)
+		return bfs_dataset_file(j->ds, x.file)->fd;
+	*off = x.off & ~(uint64_t)4095;
+	*len = ((x.off + x.len + 4095) & ~(uint64_t)4095) - *off;
+	return j->dfd[x.file];
+}
+
 /* Sample i's rows, one pread each, into buf. */
 static int read_sample(struct rows_job *j, uint64_t i, void *buf)
 {
 	for (size_t f = 0; f < bfs_dataset_nfields(j->ds); f++) {
-		struct bfs_extent x;
-		ssize_t got;
+		uint64_t off, len, payload;
+		int fd = row_read(j, i, f, &off, &len, &payload);
 
-		if (bfs_dataset_extent(j->ds, f, i, &x) < 0 || !x.len)
+		if (fd < 0)
 			continue; /* ragged fields are not read */
-		if (j->dfd) {	  /* the aligned pages holding the row */
-			uint64_t a = x.off & ~(uint64_t)4095;
-			uint64_t e = (x.off + x.len + 4095) & ~(uint64_t)4095;
-
-			got = pread(j->dfd[x.file], buf, e - a, (off_t)a);
-			if (got > 0)
-				got = (ssize_t)x.len;
-		} else {
-			got = pread(bfs_dataset_file(j->ds, x.file)->fd, buf,
-				    x.len, (off_t)x.off);
-		}
-		if (got < 0)
+		if (pread(fd, buf, len, (off_t)off) < 0)
 			return -errno;
-		atomic_fetch_add(&j->bytes, (uint64_t)got);
+		atomic_fetch_add(&j->bytes, payload);
 	}
 	return 0;
+}
+
+/* The job's reads from this thread through one io_uring, 'depth' in
+ * flight, each into a slot of 'slot' bytes of its own. 0, or -errno. */
+static int rows_uring(struct rows_job *j, unsigned depth)
+{
+	size_t slot = (j->buf_len + 8192 + 4095) & ~(size_t)4095;
+	size_t nf = bfs_dataset_nfields(j->ds), f = 0;
+	unsigned *free_slot, nfree = depth, inflight = 0;
+	struct io_uring ring;
+	char *bufs = NULL;
+	uint64_t k = 0;
+	int rc;
+
+	rc = io_uring_queue_init(depth, &ring, 0);
+	if (rc < 0)
+		return rc;
+	free_slot = malloc(depth * sizeof(*free_slot));
+	if (!free_slot || posix_memalign((void **)&bufs, 4096, slot * depth)) {
+		free(free_slot);
+		io_uring_queue_exit(&ring);
+		return -ENOMEM;
+	}
+	for (unsigned i = 0; i < depth; i++)
+		free_slot[i] = i;
+	for (;;) {
+		struct io_uring_cqe *cqe;
+		unsigned head, seen = 0;
+
+		while (nfree && k < j->n) { /* the next row that is read */
+			uint64_t off, len, payload;
+			int fd =
+			    row_read(j, j->order[k], f, &off, &len, &payload);
+			struct io_uring_sqe *sqe;
+			unsigned s;
+
+			if (++f == nf) {
+				f = 0;
+				k++;
+			}
+			if (fd < 0)
+				continue;
+			sqe = io_uring_get_sqe(&ring);
+			s = free_slot[--nfree];
+			io_uring_prep_read(sqe, fd, bufs + (size_t)s * slot,
+					   (unsigned)len, off);
+			io_uring_sqe_set_data64(sqe, (uint64_t)s << 32 |
+							 (uint32_t)payload);
+			inflight++;
+		}
+		if (!inflight)
+			break;
+		rc = io_uring_submit_and_wait(&ring, 1);
+		if (rc < 0 && rc != -EINTR)
+			break;
+		rc = 0;
+		io_uring_for_each_cqe(&ring, head, cqe)
+		{
+			uint64_t d = io_uring_cqe_get_data64(cqe);
+
+			if (cqe->res < 0 && !rc)
+				rc = cqe->res;
+			atomic_fetch_add(&j->bytes, (uint32_t)d);
+			free_slot[nfree++] = (unsigned)(d >> 32);
+			inflight--;
+			seen++;
+		}
+		io_uring_cq_advance(&ring, seen);
+		if (rc)
+			break;
+	}
+	while (inflight) { /* a failure: the slots are still the kernel's */
+		struct io_uring_cqe *cqe;
+
+		if (io_uring_wait_cqe(&ring, &cqe) == 0) {
+			io_uring_cqe_seen(&ring, cqe);
+			inflight--;
+		}
+	}
+	io_uring_queue_exit(&ring);
+	free(bufs);
+	free(free_slot);
+	return rc;
 }
 
 static void *rows_thread(void *arg)
@@ -117,8 +212,8 @@ static uint64_t *shuffled(uint64_t n, uint64_t seed)
 	return v;
 }
 
-int bfs_bench_rows(char **paths, int n, unsigned threads, uint64_t seed,
-		   uint64_t limit, bool direct)
+int bfs_bench_rows(char **paths, int n, unsigned threads, unsigned depth,
+		   uint64_t seed, uint64_t limit, bool direct)
 {
 	struct bfs_error err = {{0}};
 	struct bfs_dataset *ds = NULL;
@@ -167,10 +262,21 @@ int bfs_bench_rows(char **paths, int n, unsigned threads, uint64_t seed,
 	j.order = order;
 	j.buf_len = widest_row(ds);
 	t0 = now();
-	for (; started < threads; started++)
+	if (depth) {
+		int e = rows_uring(&j, depth);
+
+		if (e < 0) {
+			fprintf(stderr,
+				"batchfs bench: --rows --depth %u: %s\n", depth,
+				strerror(-e));
+			goto out;
+		}
+		threads = started = 1;
+	}
+	for (; !depth && started < threads; started++)
 		if (pthread_create(&t[started], NULL, rows_thread, &j))
 			break;
-	for (unsigned i = 0; i < started; i++)
+	for (unsigned i = 0; !depth && i < started; i++)
 		pthread_join(t[i], NULL);
 	secs = now() - t0;
 	if (atomic_load(&j.failed) || started < threads) {
@@ -178,9 +284,9 @@ int bfs_bench_rows(char **paths, int n, unsigned threads, uint64_t seed,
 		goto out;
 	}
 	printf("rows samples=%llu bytes=%llu seconds=%.6f samples/s=%.1f "
-	       "threads=%u\n",
+	       "threads=%u depth=%u\n",
 	       (unsigned long long)j.n, (unsigned long long)j.bytes, secs,
-	       secs > 0 ? (double)j.n / secs : 0.0, threads);
+	       secs > 0 ? (double)j.n / secs : 0.0, threads, depth);
 	fflush(stdout);
 	rc = 0;
 out:

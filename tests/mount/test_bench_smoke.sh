@@ -31,9 +31,10 @@ out=$("$BATCHFS" bench --pagecache d/batch_0 d/batch_1)
 gbps_line pagecache "$out" 3001000
 
 # --rows reads every sample's rows once (the demo's: 3072 + 8 bytes),
-# through the page cache or with O_DIRECT, from any number of threads.
+# through the page cache or with O_DIRECT, from any number of threads or
+# from one io_uring at any depth (more in flight than there are reads, too).
 "$BATCHFS" pack --demo 100 -o demo.pt >/dev/null
-for opts in "--threads 3" "--threads 1 --direct"; do
+for opts in "--threads 3" "--threads 1 --direct" "--depth 1" "--depth 7 --direct" "--depth 512"; do
 	out=$("$BATCHFS" bench $opts --rows demo.pt)
 	printf '%s\n' "$out" | grep -qE "^rows samples=100 bytes=308000 seconds=[0-9.]+ samples/s=[0-9.]+ threads=" ||
 		fail "--rows $opts: $out"
@@ -42,6 +43,8 @@ done
 # Bad usage exits 2, a missing file exits 1.
 rc=0; "$BATCHFS" bench --read >/dev/null 2>&1 || rc=$?
 [ "$rc" -eq 2 ] || fail "no paths: exit $rc, want 2"
+rc=0; "$BATCHFS" bench --depth 0 --rows demo.pt >/dev/null 2>&1 || rc=$?
+[ "$rc" -eq 2 ] || fail "--depth 0: exit $rc, want 2"
 rc=0; "$BATCHFS" bench --read missing >/dev/null 2>&1 || rc=$?
 [ "$rc" -eq 1 ] || fail "missing file: exit $rc, want 1"
 "$BATCHFS" bench --help | grep -q -- --memcpy || fail "--help"
