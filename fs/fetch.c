@@ -23,7 +23,9 @@
  * bfs_fetch_hold, the byte ranges a gather's rows touch in those files
  * (every field, ragged ones by their spans), sorts and merges them, and
  * has the backend make them present and keep them so until
- * bfs_fetch_release.
+ * bfs_fetch_release. A file may stop needing holds (a remote object all
+ * in the cache, sealed there), never the other way: once none needs
+ * them (none_held), a hold is one atomic load.
  *
  * Rows read by the gathers (data that does not fit, a backend that reads
  * rows: be->rows): fields of rows of FETCH_MIN bytes or more, stored as
@@ -33,7 +35,7 @@
  * is found at its offset within them. None once bfs_fetch_serve_mapped
  * said batches are served from the mappings.
  *
- * Thread-safety: rows, bytes and mapped are atomics; a struct
+ * Thread-safety: rows, bytes, none_held and mapped are atomics; a struct
  * bfs_fetch_rows or bfs_fetch_hold is its thread's own; the backend's
  * operations are thread-safe (fetch.h); the rest is immutable after
  * creation. */
@@ -58,8 +60,9 @@ struct bfs_fetch {
 	/* [2][nfields] the fields advised: while the gathers read some
 	 * (fixed, not direct), then once served mapped (fixed) */
 	bool *advised;
-	bool held;	    /* some file is held */
-	atomic_bool mapped; /* bfs_fetch_serve_mapped: none is read */
+	bool held;	       /* some file is held (or was, at creation) */
+	atomic_bool none_held; /* no file is held now, nor will be again */
+	atomic_bool mapped;    /* bfs_fetch_serve_mapped: none is read */
 	_Atomic uint64_t rows, bytes;
 };
 
@@ -394,6 +397,19 @@ static int field_ranges(struct bfs_fetch *f, struct bfs_fetch_hold *h,
 	return rc;
 }
 
+/* Whether no file needs holding now (then none will again): looked up
+ * file by file until it is so, then remembered. */
+static bool none_held(struct bfs_fetch *f)
+{
+	if (atomic_load_explicit(&f->none_held, memory_order_relaxed))
+		return true;
+	for (size_t i = 0; i < bfs_dataset_nfiles(f->ds); i++)
+		if (bfs_fetch_held(f, i))
+			return false;
+	atomic_store_explicit(&f->none_held, true, memory_order_relaxed);
+	return true;
+}
+
 int bfs_fetch_hold(struct bfs_fetch *f, struct bfs_fetch_hold *h,
 		   const uint64_t *idx, size_t n, uint64_t deadline_ns)
 {
@@ -402,6 +418,8 @@ int bfs_fetch_hold(struct bfs_fetch *f, struct bfs_fetch_hold *h,
 	if (!h)
 		return 0;
 	h->n = 0;
+	if (none_held(f))
+		return 0;
 	for (size_t fi = 0; rc == 0 && fi < bfs_dataset_nfields(f->ds); fi++)
 		rc = field_ranges(f, h, fi, idx, n);
 	if (rc) {

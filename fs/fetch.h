@@ -145,7 +145,8 @@ struct bfs_fetch_ops {
 	void (*advise)(struct bfs_fetch_backend *be, const uint64_t *idx,
 		       size_t n, const bool *fields,
 		       struct bfs_fetch_tally *out);
-	/* Which files need hold (may be NULL: none). */
+	/* Which files need holds now (may be NULL: none); a file may stop
+	 * needing them, never start again. */
 	bool (*held)(struct bfs_fetch_backend *be, size_t file);
 	/* The readers are at 'when' (may be NULL). */
 	void (*now)(struct bfs_fetch_backend *be, uint64_t when);
@@ -221,9 +222,11 @@ uint64_t bfs_fetch_window_cap(const struct bfs_fetch *f, uint64_t epoch);
 void bfs_fetch_advise(struct bfs_fetch *f, const uint64_t *idx, size_t n,
 		      struct bfs_fetch_tally *out);
 
-/* Whether file 'file' needs holding (a remote object's cache file: its
- * rows are read only between bfs_fetch_hold and bfs_fetch_release).
- * Accepts NULL (false). */
+/* Whether file 'file' needs holding now (a remote object's cache file:
+ * its rows are read only between bfs_fetch_hold and bfs_fetch_release,
+ * until the object is sealed: all of it in the cache, kept there; a file
+ * that stops needing holds never needs them again). Accepts NULL
+ * (false). */
 bool bfs_fetch_held(const struct bfs_fetch *f, size_t file);
 
 /* The readers are at 'when' on the read-ahead's clock (bfs_fetch_ahead's

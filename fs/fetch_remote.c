@@ -8,6 +8,12 @@
  * there are no residency words, and advice finds every row resident (as
  * fs/reader's all-resident word, over no chunk at all).
  *
+ * Sealed objects (fs/remote/object: every byte in the cache, pinned whole
+ * until unmounted) are read as local files are: not held (rf_held), so
+ * a gather pins nothing of them, and nothing of them picked ahead (all
+ * resident). A hold that found its rows tries to seal their objects: the
+ * first one after the last byte of an object came does.
+ *
  * Thread-safety: immutable after creation; fs/remote/object and the local
  * backend are thread-safe. */
 #include "fs/fetch_remote.h"
@@ -75,7 +81,7 @@ static size_t run_of(const struct bfs_fetch_range *r, size_t n, size_t *i,
 }
 
 /* Local ranges to the local backend; remote ones pinned, waited for,
- * copied from the cache file, unpinned. */
+ * copied from the cache file, unpinned (a sealed object's only copied). */
 static int rf_read_all(struct bfs_fetch_backend *be,
 		       const struct bfs_fetch_range *r, size_t n)
 {
@@ -90,6 +96,10 @@ static int rf_read_all(struct bfs_fetch_backend *be,
 			rc = b->local
 				 ? b->local->ops->read_all(b->local, &r[i], 1)
 				 : -ENOSYS;
+			continue;
+		}
+		if (bfs_object_sealed(o)) { /* there, and kept */
+			rc = bfs_object_read(o, r[i].buf, r[i].off, r[i].len);
 			continue;
 		}
 		rc = bfs_object_pin(o, &cr, 1);
@@ -163,8 +173,9 @@ static void rf_plan_ranges(struct bfs_fetch_backend *be,
 	each_run(be, r, n, when, true);
 }
 
-/* A remote file's pages all (cut at its end); a local file's as the
- * local backend picks them (none without one). */
+/* A remote file's pages all (cut at its end), none of a sealed one's
+ * (resident); a local file's as the local backend picks them (none
+ * without one). */
 static size_t rf_pick(struct bfs_fetch_backend *be, struct bfs_fetch_range *r,
 		      size_t n, bool ragged, uint64_t *resident)
 {
@@ -174,13 +185,17 @@ static size_t rf_pick(struct bfs_fetch_backend *be, struct bfs_fetch_range *r,
 
 	for (size_t i = 0; i < n; i++) {
 		uint64_t size = bfs_dataset_file(b->ds, r[i].file)->size;
+		struct bfs_object *o = obj_of(b, r[i].file);
 		struct bfs_fetch_range one = r[i];
 
-		if (obj_of(b, r[i].file) && r[i].off + r[i].len > size)
+		if (o && bfs_object_sealed(o)) {
+			(*resident)++;
+			continue;
+		}
+		if (o && r[i].off + r[i].len > size)
 			one.len = size - r[i].off;
-		if (obj_of(b, r[i].file) ||
-		    (l && (!l->ops->pick ||
-			   l->ops->pick(l, &one, 1, ragged, resident))))
+		if (o || (l && (!l->ops->pick ||
+				l->ops->pick(l, &one, 1, ragged, resident))))
 			r[m++] = one;
 	}
 	return m;
@@ -249,6 +264,9 @@ static int rf_hold(struct bfs_fetch_backend *be,
 	free(cr);
 	if (rc == 0) {
 		bfs_objects_count_held(b->objects, bytes);
+		for (size_t i = 0; i < n; i++) /* each file once: r is sorted */
+			if (i == 0 || r[i].file != r[i - 1].file)
+				bfs_object_seal(obj_of(b, r[i].file));
 		return 0;
 	}
 	rf_release(be, r, pinned);
@@ -258,7 +276,9 @@ static int rf_hold(struct bfs_fetch_backend *be,
 
 static bool rf_held(struct bfs_fetch_backend *be, size_t file)
 {
-	return obj_of(backend_of(be), file) != NULL;
+	struct bfs_object *o = obj_of(backend_of(be), file);
+
+	return o && !bfs_object_sealed(o);
 }
 
 static void rf_now(struct bfs_fetch_backend *be, uint64_t when)

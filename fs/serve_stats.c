@@ -104,6 +104,7 @@ static void render_remote(const struct bfs_objects_stats *o, char *buf,
 		const char *name;
 		uint64_t v;
 	} rows[] = {
+	    {"remote_sealed", o->sealed},
 	    {"remote_requests", o->requests},
 	    {"remote_bytes", o->bytes},
 	    {"remote_in_flight", o->in_flight},

@@ -930,6 +930,11 @@ uint64_t bfs_cache_size(const struct bfs_cache_entry *e)
 	return e->size;
 }
 
+uint64_t bfs_cache_present_bytes(const struct bfs_cache_entry *e)
+{
+	return __atomic_load_n(&e->hdr->present, __ATOMIC_ACQUIRE);
+}
+
 uint32_t bfs_cache_chunk(const struct bfs_cache_entry *e)
 {
 	return e->chunk;

@@ -197,6 +197,9 @@ const char *bfs_cache_name(const struct bfs_cache_entry *e);
 uint64_t bfs_cache_size(const struct bfs_cache_entry *e);
 uint32_t bfs_cache_chunk(const struct bfs_cache_entry *e);
 
+/* The bytes of e present now, in every process (an atomic load). */
+uint64_t bfs_cache_present_bytes(const struct bfs_cache_entry *e);
+
 /* Whether every byte of [off, off+len) is present. */
 bool bfs_cache_present(struct bfs_cache_entry *e, uint64_t off, uint64_t len);
 

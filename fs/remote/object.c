@@ -59,6 +59,8 @@ static void object_close(struct bfs_object *o)
 		return;
 	for (size_t i = 0; o->e && i < o->nkept; i++)
 		bfs_cache_unpin(o->e, o->kept[i].off, o->kept[i].len);
+	if (o->e && atomic_load(&o->sealed))
+		bfs_cache_unpin(o->e, 0, o->size);
 	bfs_cache_close(o->e);
 	bfs_remote_close(o->ro);
 	if (o->url) {
@@ -391,6 +393,8 @@ void bfs_objects_stats(struct bfs_objects *os, struct bfs_objects_stats *out)
 	out->waits = atomic_load(&os->waits);
 	pthread_mutex_lock(&os->lock);
 	out->flight_bytes = os->flight_bytes;
+	for (struct bfs_object *o = os->objects; o; o = o->next)
+		out->sealed += bfs_object_sealed(o);
 	pthread_mutex_unlock(&os->lock);
 	out->hit_chunks = cs.hit_chunks;
 	out->miss_chunks = cs.miss_chunks;

@@ -31,7 +31,9 @@
  *           ahead (bfs_object_ahead), the uses of batches further on
  *           (bfs_object_plan: remembered, not fetched), and where the
  *           readers are (bfs_objects_set_now): the cache evicts by next
- *           use.
+ *           use. Once every byte of an object is there, a hold seals it
+ *           (bfs_object_seal: pinned whole until closed), and its rows
+ *           are read from then on with no pin of their own.
  *
  * A replaced object (412: fs/remote's requests are conditional on the
  * version pinned at open) fails the fetches of what is not in the cache
@@ -178,6 +180,18 @@ int bfs_object_wait(struct bfs_object *o, const struct bfs_cache_range *r,
 /* The gather read them: unpinned. */
 void bfs_object_unpin(struct bfs_object *o, const struct bfs_cache_range *r,
 		      size_t n);
+
+/* Seal o when every byte of it is in the cache and the cache's bound is
+ * at least twice its size (or there is none): pin it whole, once, until
+ * it is closed, so nothing of it is evicted and its rows need no pin of
+ * their own (a sealed object is read as a local file is; what is left
+ * under the bound for other objects is at least half of it). true when
+ * o is sealed, now or before. Cheap while it cannot be: one atomic load
+ * of the bytes present, or of a flag once o is found too big (the bound
+ * is never raised while the cache is open). */
+bool bfs_object_seal(struct bfs_object *o);
+/* Whether o is sealed (an atomic load: once true, true until closed). */
+bool bfs_object_sealed(struct bfs_object *o);
 
 /* The read-ahead: r[0..n) (sorted by offset) is next needed at 'when';
  * fetch what is absent and not being fetched, neighbours merged. May

@@ -627,6 +627,44 @@ void bfs_object_unpin(struct bfs_object *o, const struct bfs_cache_range *r,
 	drop_unpinned(o, r, n);
 }
 
+bool bfs_object_sealed(struct bfs_object *o)
+{
+	return atomic_load_explicit(&o->sealed, memory_order_acquire);
+}
+
+bool bfs_object_seal(struct bfs_object *o)
+{
+	const struct bfs_cache_range whole = {0, o->size};
+	uint64_t limit;
+	int rc;
+
+	if (bfs_object_sealed(o) ||
+	    atomic_load_explicit(&o->unsealable, memory_order_relaxed))
+		return bfs_object_sealed(o);
+	if (!o->size || bfs_cache_present_bytes(o->e) < o->size)
+		return false; /* a hint: the pin below decides */
+	limit = bfs_cache_limit(o->os->cache);
+	if (limit && o->size > limit / 2) {
+		atomic_store(&o->unsealable, true);
+		return false;
+	}
+	if (atomic_exchange(&o->sealing, true))
+		return bfs_object_sealed(o); /* another thread is at it */
+	rc = bfs_cache_pin(o->e, 0, o->size);
+	if (rc != 1) {
+		if (rc == 0) /* a chunk went meanwhile */
+			bfs_object_unpin(o, &whole, 1);
+		atomic_store(&o->sealing, false);
+		return false;
+	}
+	atomic_store_explicit(&o->sealed, true, memory_order_release);
+	bfs_log(BFS_LOG_INFO, MOD,
+		"%s: every byte is in the cache: kept there until unmounted, "
+		"its rows read without pins of their own",
+		o->name);
+	return true;
+}
+
 /* For a wait of [off, off + len) of o that ran out: the first chunk
  * of it still missing and why, into out ("" when none is). */
 static void missing(struct bfs_object *o, uint64_t off, uint64_t len, char *out,

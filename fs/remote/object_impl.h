@@ -35,6 +35,11 @@ struct bfs_object {
 	char *map;
 	bool maps_many;
 	atomic_bool said_stale; /* its replacement was logged */
+	/* sealed: pinned whole until closed, every byte present
+	 * (bfs_object_seal); unsealable: never to be (bigger than half the
+	 * cache's bound); sealing: a thread is trying (one at a time), or
+	 * it is done. */
+	atomic_bool sealed, unsealable, sealing;
 };
 
 /* One request: its bytes, then the store. */

@@ -10,6 +10,7 @@
 
 struct bfs_objects_stats {
 	uint64_t objects;
+	uint64_t sealed; /* of them all in the cache, kept there */
 	/* fs/remote's client: HTTP requests sent (tries and opens), body
 	 * bytes received, transfers on the wire, tries retried */
 	uint64_t requests, bytes, in_flight, retries;

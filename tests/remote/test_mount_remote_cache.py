@@ -3,13 +3,19 @@
 against nginx's access log.
 
 - A first mount reads every batch of 2 epochs (equal to a local mount's);
-  a second mount of the same object with the same --cache-dir reads them
+  then every byte of the object is in the cache and it is sealed (kept
+  there, stats remote_sealed): a third epoch is exact and its gathers
+  hold no row (remote_row_bytes does not move). A second mount of the same object with the same --cache-dir reads them
   all again and nginx sends it no byte but the first one of the object
   (the version check at open): no row is fetched again.
 - The object replaced on the server (another ETag): a third mount fetches
   it again (rows sent) and serves the new bytes.
 - A dataset four times --cache-gb: 3 epochs are served exact, chunks are
-  evicted (stats), and the cache never holds more than its bound. A
+  evicted (stats), the cache never holds more than its bound, and the
+  object is never sealed (it cannot be all there). Sealed by one mount,
+  an object is kept while a second mount of the same cache directory,
+  with it and a second object under a bound they overflow, evicts: the
+  first mount's epochs stay exact and fetch nothing again. A
   bound smaller than one batch's chunks is warned about at mount, and
   the batch fails with EIO saying why.
 - Two mounts of one object share one cache directory at once: both
@@ -54,6 +60,20 @@ def reuse(ng, root):
     _, rm = mr.mount(ng.url("a.pt"), *opts, cache=cache)
     bad = mr.same_batches(rm, lm, 2)
     check(not bad, "first mount: every batch exact (%d differ)" % len(bad))
+    s = ml.stats(rm)
+    check(s["remote_sealed"] == 1 and
+          s["remote_cache_bytes"] >= os.path.getsize(path),
+          "every byte in the cache: the object sealed (remote_sealed %d, "
+          "%d of %d bytes)" % (s["remote_sealed"], s["remote_cache_bytes"],
+                               os.path.getsize(path)))
+    paths = mr.batch_paths(lm, 3)[-(len(mr.batch_paths(lm, 1))):]
+    got, want = mr.read_all(rm, paths), mr.read_all(lm, paths)
+    s2 = ml.stats(rm)
+    check(got == want and s2["remote_row_bytes"] == s["remote_row_bytes"],
+          "sealed: epoch 2 exact (%d differ), its gathers held no row "
+          "(remote_row_bytes %d -> %d)"
+          % (sum(got[p] != want[p] for p in paths), s["remote_row_bytes"],
+             s2["remote_row_bytes"]))
     mr.unmount(rm)
     before = len(ng.wait_log(1))
     _, rm = mr.mount(ng.url("a.pt"), *opts, cache=cache)
@@ -123,7 +143,11 @@ def bounded(ng, root):
     check(peak[0] <= limit + (64 << 10),
           "the cache files never held more than the bound (peak %d of %d)"
           % (peak[0], limit))
-    mr.unmount(rm, lm)
+    check(s["remote_sealed"] == 0, "an object bigger than the bound is "
+          "never sealed (remote_sealed %d)" % s["remote_sealed"])
+    mr.unmount(rm)
+    sealed_kept(ng, root, lm, opts)
+    mr.unmount(lm)
     # a bound smaller than one batch's chunks: warned, then EIO saying so;
     # 0.00013 GB is 130000 bytes (x 1e9 in double: 129999.99...), said
     # as given wherever the bound is shown
@@ -148,6 +172,43 @@ def bounded(ng, root):
           "a batch that does not fit the bound fails with EIO, saying why "
           "(%s)" % ml.stats(rm)["last_error"])
     mr.unmount(rm)
+
+
+def sealed_kept(ng, root, lm, opts):
+    """b.pt sealed by a mount of its own; a second mount of the same cache
+    directory serves b.pt and c.pt as one dataset under a bound of 3x
+    b.pt, which c.pt's rows overflow: it evicts, but none of b.pt's
+    chunks (the first mount's seal pins them), so the first mount's
+    epochs fetch nothing again; all exact."""
+    size = os.path.getsize(os.path.join(root, "b.pt"))
+    cache = os.path.join(mr.TMP, "sealed-cache")
+    _, rm = mr.mount(ng.url("b.pt"), *opts, cache=cache)
+    bad = mr.same_batches(rm, lm, 1)
+    s = ml.stats(rm)
+    check(not bad and s["remote_sealed"] == 1,
+          "an object all in the cache: exact (%d differ), sealed "
+          "(remote_sealed %d)" % (len(bad), s["remote_sealed"]))
+    other = os.path.join(root, "c.pt")
+    mr.write("torch", other, mr.arrays(1000, 16 << 10, 6))
+    keep = os.path.join(mr.TMP, "c.pt")
+    mr.write("torch", keep, mr.arrays(1000, 16 << 10, 6))
+    _, lc = mr.mount([os.path.join(mr.TMP, "b.pt"), keep], *opts)
+    _, rc = mr.mount([ng.url("b.pt"), ng.url("c.pt")], *opts, "--cache-gb",
+                     "%.6f" % (size * 3 / 1e9), cache=cache)
+    bad = mr.same_batches(rc, lc, 2)
+    sc = ml.stats(rc)
+    check(not bad and sc["remote_cache_evictions"] > 0,
+          "a second mount of b.pt and c.pt, 3x b.pt's size its bound: "
+          "exact (%d differ), chunks evicted (%d)"
+          % (len(bad), sc["remote_cache_evictions"]))
+    before = ml.stats(rm)["remote_fetches"]
+    bad = mr.same_batches(rm, lm, 2)
+    s = ml.stats(rm)
+    check(not bad and s["remote_fetches"] == before,
+          "none of the sealed object's chunks was evicted: 2 more epochs "
+          "exact (%d differ), nothing fetched again (%d -> %d fetches)"
+          % (len(bad), before, s["remote_fetches"]))
+    mr.unmount(rc, rm, lc)
 
 
 def shared(ng, root):

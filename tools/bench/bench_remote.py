@@ -18,10 +18,12 @@ BENCH_REMOTE_MBPS (200 MB/s). For each workload, alternated pass by pass
   link      the archive fetched by parallel `curl` range requests of
             8 MiB (16 at a time) through the proxy: the link's limit
   local     the same archive mounted from local disk (in the page
-            cache), its second epoch (Python readinto 1 MiB)
+            cache), its second epoch (Python readinto 1 MiB), then its
+            third through batchfs.Batches()
   batchfs   `batchfs mount http://...` with an emptied --cache-dir: a
             cold shuffled epoch 0 timed from the mount to its last byte,
-            then epoch 1 (the second epoch, from the cache)
+            then epoch 1 (the second epoch, from the cache), read the
+            same way, and epoch 2 through Batches()
 
 then once (BENCH_REMOTE_STEPS picks among link, batchfs, sweep, cache,
 peers; default all):
@@ -215,8 +217,9 @@ def read_epoch(h, mnt, epoch, nb, buf, n, row):
 
 
 def batchfs_epochs(h, work, url, batch, n, row, env=None, opts=(),
-                   epochs=2, after=None):
-    """An emptied cache, `batchfs mount url`, then 'epochs' epochs read;
+                   epochs=2, after=None, py=False):
+    """An emptied cache, `batchfs mount url`, then 'epochs' epochs read
+    (and with 'py', one more through Batches());
     returns ([seconds of epoch 0 from the mount on, of epoch 1, ...],
     stats after the mount (with "first batch s": the seconds from the
     mount on to the end of batch 0, read first), stats at the end (with
@@ -244,6 +247,8 @@ def batchfs_epochs(h, work, url, batch, n, row, env=None, opts=(),
             times.append(time.perf_counter() - t0 if e == 0 else s)
             if e == 0:
                 st1 = stats(mnt)
+        if py:
+            times.append(batches_secs(h, mnt, epochs, nb))
         if epochs > 1:
             st1 = dict(stats(mnt), epoch0=st1)
         st0["first batch s"] = first
@@ -252,16 +257,27 @@ def batchfs_epochs(h, work, url, batch, n, row, env=None, opts=(),
         work.unmount(mnt)
 
 
+def batches_secs(h, mnt, epoch, nb):
+    """Seconds of 'epoch' read through batchfs.Batches(); Failed when it
+    gives another count of batches."""
+    s, k = h.batches_epoch(mnt, epoch)
+    if k != nb:
+        raise h.Failed("%s: Batches() gave %d batches, want %d"
+                       % (mnt, k, nb))
+    return s
+
+
 def local_second_epoch(h, work, arch, batch, n, row):
     """Seconds of the second epoch of a local mount of arch (in the page
-    cache)."""
+    cache), and of its third through Batches()."""
     nb = -(-n // batch)
     mnt = work.mountpoint("local")
     buf = h.batch_buffer(batch, row)
     mount(h, work, arch, batch, mnt)
     try:
         read_epoch(h, mnt, 0, nb, buf, n, row)
-        return read_epoch(h, mnt, 1, nb, buf, n, row)
+        return (read_epoch(h, mnt, 1, nb, buf, n, row),
+                batches_secs(h, mnt, 2, nb))
     finally:
         work.unmount(mnt)
 
@@ -532,7 +548,7 @@ def measure(h, work, srv, wl, names, results):
     r = {"n": n, "archive bytes": size, "payload bytes": n * row,
          "latency ms": LATENCY * 1e3, "cap MB/s": MBPS}
     got = {"link": [], "local": [], "cold": [], "warm": [], "load": [],
-           "first batch": []}
+           "first batch": [], "local py": [], "warm py": []}
     for rep in range(h.REPS):
         got["load"].append(round(os.getloadavg()[0], 2))
         order = ["link", "local", "batchfs"]
@@ -542,13 +558,15 @@ def measure(h, work, srv, wl, names, results):
             if what == "link" and "link" in steps:
                 got["link"].append(curl_link(h, work, url, size))
             elif what == "local" and "batchfs" in steps:
-                got["local"].append(local_second_epoch(h, work, arch, batch,
-                                                       n, row))
+                s, spy = local_second_epoch(h, work, arch, batch, n, row)
+                got["local"].append(s)
+                got["local py"].append(spy)
             elif what == "batchfs" and "batchfs" in steps:
                 times, st0, st1, _ = batchfs_epochs(h, work, url, batch, n,
-                                                    row)
+                                                    row, py=True)
                 got["cold"].append(times[0])
                 got["warm"].append(times[1])
+                got["warm py"].append(times[2])
                 got["first batch"].append(st0["first batch s"])
                 r["stats"] = {k: v for k, v in st1["epoch0"].items()
                               if k.startswith("remote_")}
@@ -598,6 +616,9 @@ def derive(r, n):
         r["warm GB/s"] = payload / r["warm s"] / 1e9
     if r.get("local s"):
         r["local GB/s"] = payload / r["local s"] / 1e9
+    for k in ("warm py", "local py"):
+        if r.get(k + " s"):
+            r[k + " GB/s"] = payload / r[k + " s"] / 1e9
     if r.get("link s") and r.get("warm s"):
         # the small rows' target: download at the link limit + a warm epoch
         r["download+warm s"] = r["link s"] + r["warm s"]
@@ -641,6 +662,16 @@ def report(h, name, r, n, row):
             r["local GB/s"], r["warm GB/s"] / r["local GB/s"],
             target("second epoch >= 0.9x", r["warm GB/s"] >=
                    0.9 * r["local GB/s"])))
+        if r.get("warm py s") and r.get("local py s"):
+            L("  %-56s %7.2f s %8.3f GB/s" % (
+                "batchfs: third epoch (from the cache), Batches()",
+                r["warm py s"], r["warm py GB/s"]))
+            L("  %-56s %7.2f s %8.3f GB/s  %.2fx%s" % (
+                "local disk (page cache): third epoch, Batches()",
+                r["local py s"], r["local py GB/s"],
+                r["warm py GB/s"] / r["local py GB/s"],
+                target("Batches() >= 0.9x", r["warm py GB/s"] >=
+                       0.9 * r["local py GB/s"])))
         if r.get("download+warm s"):
             L("  %-56s %7.2f s  cold epoch %.2fx of it%s" % (
                 "download at the link limit + the warm epoch",
