@@ -85,8 +85,8 @@ int bfs_dataset_open_select(struct bfs_dataset **out, const char *const *paths,
  * https://), opened in 'objects' (fs/remote/object; NULL: refused): only the
  * structure of each is fetched, and kept (fs/source). A remote file's
  * rows are there only while fs/fetch holds them: bfs_dataset_row
- * refuses them (-ENOTSUP), and the gathers' size and mtime checks
- * leave them to the version pinned by fs/remote. */
+ * refuses them (-EAGAIN) until the object is sealed, and the gathers'
+ * size and mtime checks leave them to the version pinned by fs/remote. */
 int bfs_dataset_open_in(struct bfs_dataset **out, const char *const *paths,
 			size_t n_paths, const char *fields,
 			struct bfs_objects *objects, struct bfs_error *err);
@@ -151,9 +151,10 @@ int bfs_dataset_gather_spans(const struct bfs_dataset *ds, size_t f,
  * conversion). Returns 0 and sets *ptr (row_bytes bytes; any pointer when
  * row_bytes is 0), -ENOTSUP when the row needs bfs_dataset_gather (strided
  * view, big-endian data with multi-byte elements) or the field is ragged,
- * -ERANGE when i >= samples, -EINVAL for a bad f; -ENOTSUP for a row of
- * a remote source too (its bytes are there only while fs/fetch holds
- * them). Cost: O(log shards).
+ * -ERANGE when i >= samples, -EINVAL for a bad f; -EAGAIN for a row of
+ * a remote source not sealed yet (its bytes are there only while fs/fetch
+ * holds them; once its object is sealed, 0 as for a local file). Cost:
+ * O(log shards).
  * The bytes are the live mapping: touching them raises SIGBUS if the
  * archive was truncated under us. Call bfs_dataset_check first and only
  * let the kernel read them (a writev: a fault there is EFAULT). */

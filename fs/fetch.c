@@ -211,7 +211,8 @@ bool bfs_fetch_plans(const struct bfs_fetch *f)
 
 bool bfs_fetch_reads_after_read_in(const struct bfs_fetch *f)
 {
-	return f && f->held;
+	return f && f->held &&
+	       !atomic_load_explicit(&f->none_held, memory_order_relaxed);
 }
 
 uint64_t bfs_fetch_window_cap(const struct bfs_fetch *f, uint64_t epoch)

@@ -207,7 +207,9 @@ bool bfs_fetch_plans(const struct bfs_fetch *f);
 
 /* Whether the read-ahead should go on reading once the read-in of data
  * that fits (fs/memory) has ended: where some file is held, as
- * fs/memory never reads those in. Accepts NULL (false). */
+ * fs/memory never reads those in; no longer once a hold found that none
+ * needs holding any more (every object sealed: all there, kept). Accepts
+ * NULL (false). */
 bool bfs_fetch_reads_after_read_in(const struct bfs_fetch *f);
 
 /* The most batches worth reading ahead of a lane's readers, where an

@@ -48,8 +48,10 @@
  * Remote files and bytes in memory are not checked so: a remote file is
  * its object's cache file, written as fetched (its mtime moves), its
  * version pinned by fs/remote. Its rows are in the mapping only while a
- * gather holds them (fs/fetch), so bfs_dataset_row refuses them: nothing
- * serves a remote row from the mapping itself.
+ * gather holds them (fs/fetch), so bfs_dataset_row refuses them (EAGAIN):
+ * nothing serves a remote row from the mapping itself, until its object
+ * is sealed (all of it in the cache, kept there until unmounted: then as
+ * a local file's, bfs_source_file_sealed).
  * Every -EIO of a gather or check leaves, for the calling thread, the
  * file, sample and offset that could not be read (bfs_dataset_fault), for
  * the caller's log line.
@@ -852,10 +854,11 @@ int bfs_dataset_row(const struct bfs_dataset *ds, size_t f, uint64_t i,
 	if (ds->fields[f].ragged)
 		return -ENOTSUP;
 	row = row_at(ds, f, i, &sh);
-	if (!sh->binds[f].contiguous || sh->binds[f].swap ||
-	    bfs_source_file_remote(file_of(sh, f)))
-		return -ENOTSUP; /* remote: there only while a gather holds it
-				  */
+	if (!sh->binds[f].contiguous || sh->binds[f].swap)
+		return -ENOTSUP;
+	if (bfs_source_file_remote(file_of(sh, f)) &&
+	    !bfs_source_file_sealed(file_of(sh, f)))
+		return -EAGAIN; /* there only while a gather holds it */
 	*ptr = row;
 	return 0;
 }

@@ -5,9 +5,9 @@
  *           and written with one pwrite;
  *   slices  it is written with pwritev straight from the archive mapping,
  *           one slice per row (adjacent slices merge, IOV_MAX per call),
- *           when every row is stored as served (in no remote file:
- *           bfs_dataset_row) and no field is ragged: no copy in this
- *           process.
+ *           when every row is stored as served (in no remote file but
+ *           a sealed one: bfs_dataset_row) and no field is ragged: no
+ *           copy in this process.
  * mmap of a fresh memfd + memcpy is no option: every page is a shmem
  * fault. The default takes slices when rows average >= 4 KiB. */
 #include "fs/layout_fd.h"
@@ -140,6 +140,8 @@ int bfs_layout_pwrite(const struct bfs_layout *l, const struct bfs_dataset *ds,
 			rc = bfs_dataset_row(ds, l->fields[i].ds_index, idx[r],
 					     &p);
 	}
+	if (rc == -EAGAIN) /* a remote object's, not sealed yet */
+		rc = -ENOTSUP;
 	if (rc)
 		goto out;
 	w->fd = fd;

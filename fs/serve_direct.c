@@ -9,7 +9,9 @@
  * zero-copy reply is its 'done'.
  *
  * Zero copy. When every row of every field is stored as served
- * (C-contiguous, little-endian, in no remote file: bfs_dataset_row), a
+ * (C-contiguous, little-endian, in no remote file but a sealed one:
+ * bfs_dataset_row; a batch with rows of an object not sealed yet is
+ * gathered), a
  * READ of [off, off+n) of a batch is a list of slices: the file's
  * rendered header and the rows in the archive's read-only mapping. The
  * kernel's copy into the reader's
@@ -67,7 +69,9 @@ struct bfs_zc {
 	char head[];	     /* data_off header bytes, then idx and row */
 };
 
-/* Whether zero copy can serve this dataset at all. */
+/* Whether zero copy can serve this dataset at all: every field stored as
+ * served (a remote file's rows may be, once its object is sealed: until
+ * then its batches are gathered, zc_open). */
 static bool zc_eligible(const struct bfs_serve_base *s)
 {
 	const struct bfs_dataset *ds = s->ds;
@@ -82,7 +86,9 @@ static bool zc_eligible(const struct bfs_serve_base *s)
 		     f++) {
 			const void *p;
 
-			if (bfs_dataset_row(ds, f, si.first_sample, &p) < 0)
+			int rc = bfs_dataset_row(ds, f, si.first_sample, &p);
+
+			if (rc < 0 && rc != -EAGAIN)
 				return false;
 		}
 	}
@@ -157,7 +163,7 @@ static int zc_open(struct bfs_serve_base *s, struct bfs_file *f)
 			    (const void **)&z->row[i * rows + r]);
 	if (rc < 0) {
 		free(z);
-		return rc == -ENOTSUP ? 0 : rc;
+		return rc == -ENOTSUP || rc == -EAGAIN ? 0 : rc;
 	}
 	bfs_layout_header(l, f->at.id, rows, z->head);
 	f->zc = z;

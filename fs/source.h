@@ -89,11 +89,17 @@ static inline bool bfs_source_file_local(const struct bfs_source_file *f)
 }
 
 /* Whether file f is a remote object's cache file ('remote'): its rows
- * are read only while fs/fetch holds them. */
+ * are read only while fs/fetch holds them, until it is sealed. */
 static inline bool bfs_source_file_remote(const struct bfs_source_file *f)
 {
 	return f->remote != NULL;
 }
+
+/* Whether file f is a remote object's cache file whose object is sealed
+ * (fs/remote/object: every byte in the cache, kept there until
+ * unmounted): from then on its rows are in the mapping for good, as a
+ * local file's are, and need no hold. Once true, true until closed. */
+bool bfs_source_file_sealed(const struct bfs_source_file *f);
 
 struct bfs_source_tensor {
 	char *name;

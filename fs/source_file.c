@@ -385,6 +385,11 @@ int bfs_source_file_open(struct bfs_source *s,
 	return rc ? rc : f;
 }
 
+bool bfs_source_file_sealed(const struct bfs_source_file *f)
+{
+	return f->remote && bfs_object_sealed(f->remote);
+}
+
 int bfs_source_ensure_many(struct bfs_source *s, size_t file,
 			   const struct bfs_zip_range *r, size_t n,
 			   struct bfs_error *err)

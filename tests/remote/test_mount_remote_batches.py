@@ -13,7 +13,9 @@ more than a few chunks of it, and no row: the bytes it sent at mount are a
 small part of each file, and nothing more is fetched until a batch is
 read. 0-dim tensors of a remote torch archive and .npz are metadata, their
 values read at mount. In direct, push and cache modes too (no zero copy
-from a remote mapping: its rows are gathered while held). mount.fuse3's
+from the mapping of an object not sealed: its rows are gathered while
+held; a bound under twice its size keeps it from being sealed here,
+test_mount_remote_cache checks zero copy once it is). mount.fuse3's
 form (`batchfs URL MNT -o ...`, as an fstab line runs it) takes the
 remote options as -o keys."""
 import os
@@ -101,21 +103,27 @@ def main():
                 case(ng, "%s %s" % (kind, shape), urls, files, sizes,
                      *opts)
         # direct mode: rows of 8 KiB would be replied from the mapping
-        # (zero copy) were they local; remote ones are gathered, held
+        # (zero copy) were they local; remote ones are gathered, held,
+        # while their object is not sealed (a bound under twice its size)
         big = os.path.join(root, "big.pt")
         mr.write("torch", big, mr.arrays(300, 8192, 4))
+        gb = "%.6f" % (os.path.getsize(big) * 1.5 / 1e9)
         for mode in ("direct", "push", "cache"):
-            _, rm = mr.mount(ng.url("big.pt"), *opts, "--serve", mode)
+            _, rm = mr.mount(ng.url("big.pt"), *opts, "--serve", mode,
+                             "--cache-gb", gb)
             _, lm = mr.mount(big, *opts, "--serve", mode)
             bad = mr.same_batches(rm, lm, 2)
             if mode == "direct":
                 check(ml.stats(lm)["batches_zero_copy"] > 0,
                       "--serve direct: the local mount replies rows from "
                       "its mapping (zero copy)")
-            check(not bad and ml.stats(rm)["batches_zero_copy"] == 0,
+            s = ml.stats(rm)
+            check(not bad and s["batches_zero_copy"] == 0 and
+                  s["remote_sealed"] == 0,
                   "--serve %s: batches exact, none replied from the "
-                  "remote mapping (%d differ, %d zero copy)"
-                  % (mode, len(bad), ml.stats(rm)["batches_zero_copy"]))
+                  "remote mapping (%d differ, %d zero copy, %d sealed)"
+                  % (mode, len(bad), s["batches_zero_copy"],
+                     s["remote_sealed"]))
             mr.unmount(rm, lm)
         # mount.fuse3's form (fstab): every option in -o, a remote shard
         # as source=, the cache's options as keys

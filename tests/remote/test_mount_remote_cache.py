@@ -5,15 +5,17 @@ against nginx's access log.
 - A first mount reads every batch of 2 epochs (equal to a local mount's);
   then every byte of the object is in the cache and it is sealed (kept
   there, stats remote_sealed): a third epoch is exact and its gathers
-  hold no row (remote_row_bytes does not move). A second mount of the same object with the same --cache-dir reads them
-  all again and nginx sends it no byte but the first one of the object
-  (the version check at open): no row is fetched again.
+  hold no row (remote_row_bytes does not move). A second mount of the
+  same object with the same --cache-dir reads them all again and nginx
+  sends it no byte but the first one of the object (the version check
+  at open): no row is fetched again.
 - The object replaced on the server (another ETag): a third mount fetches
   it again (rows sent) and serves the new bytes.
 - A dataset four times --cache-gb: 3 epochs are served exact, chunks are
   evicted (stats), the cache never holds more than its bound, and the
-  object is never sealed (it cannot be all there). Sealed by one mount,
-  an object is kept while a second mount of the same cache directory,
+  object is never sealed (it cannot be all there). Sealed by one mount
+  (--serve direct: then its batches are replied zero copy), an object is
+  kept while a second mount of the same cache directory,
   with it and a second object under a bound they overflow, evicts: the
   first mount's epochs stay exact and fetch nothing again. A
   bound smaller than one batch's chunks is warned about at mount, and
@@ -175,19 +177,31 @@ def bounded(ng, root):
 
 
 def sealed_kept(ng, root, lm, opts):
-    """b.pt sealed by a mount of its own; a second mount of the same cache
-    directory serves b.pt and c.pt as one dataset under a bound of 3x
-    b.pt, which c.pt's rows overflow: it evicts, but none of b.pt's
-    chunks (the first mount's seal pins them), so the first mount's
-    epochs fetch nothing again; all exact."""
+    """b.pt sealed by a mount of its own (--serve direct: its 16-KiB rows
+    are replied straight from the cache file's mapping once sealed, zero
+    copy, gathered before); a second mount of the same cache directory
+    serves b.pt and c.pt as one dataset under a bound of 3x b.pt, which
+    c.pt's rows overflow: it evicts, but none of b.pt's chunks (the first
+    mount's seal pins them), so the first mount's epochs fetch nothing
+    again; all exact."""
     size = os.path.getsize(os.path.join(root, "b.pt"))
     cache = os.path.join(mr.TMP, "sealed-cache")
-    _, rm = mr.mount(ng.url("b.pt"), *opts, cache=cache)
+    _, rm = mr.mount(ng.url("b.pt"), *opts, "--serve", "direct",
+                     cache=cache)
     bad = mr.same_batches(rm, lm, 1)
     s = ml.stats(rm)
     check(not bad and s["remote_sealed"] == 1,
           "an object all in the cache: exact (%d differ), sealed "
           "(remote_sealed %d)" % (len(bad), s["remote_sealed"]))
+    paths = mr.batch_paths(lm, 2)[len(mr.batch_paths(lm, 1)):]
+    got, want = mr.read_all(rm, paths), mr.read_all(lm, paths)
+    s2 = ml.stats(rm)
+    check(got == want and s2["batches_zero_copy"] -
+          s["batches_zero_copy"] >= len(paths),
+          "sealed, --serve direct: epoch 1 exact (%d differ), every batch "
+          "replied zero copy (%d of %d)"
+          % (sum(got[p] != want[p] for p in paths),
+             s2["batches_zero_copy"] - s["batches_zero_copy"], len(paths)))
     other = os.path.join(root, "c.pt")
     mr.write("torch", other, mr.arrays(1000, 16 << 10, 6))
     keep = os.path.join(mr.TMP, "c.pt")

@@ -256,6 +256,7 @@ static int fake_reset(void **state)
 
 struct set_opts {
 	uint64_t request_max, merge_gap, flight_max;
+	uint64_t cache_bytes; /* the bound; 0: none */
 };
 
 /* A set over cache directory 'name' (under base). */
@@ -266,7 +267,8 @@ static struct bfs_objects *set_new(const char *name, struct set_opts so)
 				     .chunk = CHUNK,
 				     .request_max = so.request_max,
 				     .merge_gap = so.merge_gap,
-				     .flight_max = so.flight_max};
+				     .flight_max = so.flight_max,
+				     .cache_bytes = so.cache_bytes};
 	struct bfs_objects *os = NULL;
 	struct bfs_error err = {{0}};
 
@@ -827,6 +829,66 @@ static void kept_structure_is_fetched_in_order_and_never_evicted(void **state)
 	set_end(os);
 }
 
+/* ---- sealing ---------------------------------------------------------- */
+
+/* Sealed only once every byte is there; then every chunk stays pinned (an
+ * eviction of the whole object takes nothing) until the object is
+ * closed, and a second seal takes no second pin. */
+static void an_object_all_in_the_cache_is_sealed_until_closed(void **state)
+{
+	struct bfs_objects *os = set_new("seal", (struct set_opts){0});
+	const uint64_t size = 4 * CHUNK + 100;
+	struct bfs_object *o = obj_open(os, URL, size, "\"v1\"");
+	const struct bfs_cache_range head = {0, 2 * CHUNK},
+				     tail = {2 * CHUNK, 2 * CHUNK + 100};
+	struct bfs_cache_entry *e = o->e;
+
+	assert_false(bfs_object_seal(o)); /* nothing there */
+	fetch_all(o, &head, 1);
+	assert_false(bfs_object_seal(o)); /* half */
+	assert_false(bfs_object_sealed(o));
+	assert_false(bfs_cache_pinned(e, 0, size));
+	fetch_all(o, &tail, 1);
+	assert_true(bfs_object_seal(o));
+	assert_true(bfs_object_sealed(o));
+	assert_true(bfs_object_seal(o)); /* already: nothing more pinned */
+	assert_int_equal(bfs_cache_evict(e, 0, size), 0);
+	assert_true(bfs_cache_present(e, 0, size));
+	assert_reads_right(o, (struct bfs_cache_range){0, size});
+	/* a second set over the same directory: the entry still pinned by
+	 * the first; once that is gone, its chunks may go */
+	{
+		struct bfs_objects *os2 = set_new("seal", (struct set_opts){0});
+		struct bfs_object *o2 = obj_open(os2, URL, size, "\"v1\"");
+
+		assert_true(bfs_cache_pinned(o2->e, 0, size));
+		set_end(os);
+		assert_false(bfs_cache_pinned(o2->e, 0, size));
+		assert_int_equal(bfs_cache_evict(o2->e, 0, size),
+				 (int64_t)size);
+		set_end(os2);
+	}
+}
+
+/* An object bigger than half the bound is never sealed, all there or
+ * not: its chunks stay evictable. */
+static void an_object_over_half_the_bound_is_never_sealed(void **state)
+{
+	const uint64_t size = 6 * CHUNK;
+	struct bfs_objects *os = set_new(
+	    "seal-bound", (struct set_opts){.cache_bytes = 2 * size - CHUNK});
+	struct bfs_object *o = obj_open(os, URL, size, "\"v1\"");
+	const struct bfs_cache_range all = {0, size};
+
+	fetch_all(o, &all, 1);
+	assert_true(bfs_cache_present(o->e, 0, size));
+	assert_false(bfs_object_seal(o));
+	assert_false(bfs_object_sealed(o));
+	assert_false(bfs_cache_pinned(o->e, 0, size));
+	assert_int_equal(bfs_cache_evict(o->e, 0, size), (int64_t)size);
+	set_end(os);
+}
+
 /* ---- failures -------------------------------------------------------- */
 
 static void
@@ -977,6 +1039,10 @@ int main(void)
 	    cmocka_unit_test_setup(
 		kept_structure_is_fetched_in_order_and_never_evicted,
 		fake_reset),
+	    cmocka_unit_test_setup(
+		an_object_all_in_the_cache_is_sealed_until_closed, fake_reset),
+	    cmocka_unit_test_setup(
+		an_object_over_half_the_bound_is_never_sealed, fake_reset),
 	    cmocka_unit_test_setup(
 		a_failed_request_is_fetched_once_more_then_fails_its_waiters,
 		fake_reset),
