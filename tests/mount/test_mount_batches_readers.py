@@ -30,7 +30,8 @@ the batch files' bytes. On real mounts, in every serve mode:
   unchanged while the reader reads on into buffers it reuses, small
   ones and huge-page mappings (which large batch files get: a buffer of
   2 MiB or more starts on a 2 MiB boundary of a mapping advised
-  MADV_HUGEPAGE, unmapped with its last view);
+  MADV_HUGEPAGE, unmapped with its last view); a reader's buffers serve
+  the next reader of the process once it is let go, held ones never;
 - a mount that refuses O_DIRECT (BATCHFS_DEBUG_NO_DIRECT_OPEN: the open
   fails with EINVAL, as on a file system without it) still gives every
   reader the same bytes: they fall back to plain opens (direct_opens and
@@ -384,6 +385,35 @@ def huge_page_buffers():
         failures.append("huge-page buffers: %r" % (ex,))
 
 
+def spares_serve_the_next_reader():
+    """A Buffers let go (a Batches() over an epoch ends) leaves its buffers
+    to the process's spares: the next one's first buffer is memory the
+    first used and nobody holds; one still viewed is never handed out,
+    and keeps its bytes."""
+    try:
+        _batchfile._spares[:] = []
+        first = _batchfile.Buffers(2)
+        free, held = first(70000), first(80000)
+        was_free, was_held = free.ctypes.data, held.ctypes.data
+        held[:] = 7
+        del free, first
+        second = _batchfile.Buffers(2)
+        a = second(60000)
+        assert a.ctypes.data == was_free and len(a) == 60000, \
+            (a.ctypes.data, was_free, was_held)
+        b = second(60000)
+        assert b.ctypes.data not in (was_free, was_held), \
+            "a held buffer was handed out again"
+        b[:] = 9
+        assert (held == 7).all(), "a held buffer was written"
+        del a, b, second
+        _batchfile._spares[:] = []
+        print("ok: a reader's buffers serve the next reader (held ones "
+              "never)")
+    except AssertionError as ex:
+        failures.append("spare buffers: %r" % (ex,))
+
+
 def reader_threads():
     return [t.name for t in threading.enumerate()
             if t.name.startswith(THREAD_PREFIX)]
@@ -575,6 +605,7 @@ def main():
     held_batches_stay_unchanged()
     held_batches_stay_unchanged(huge=_batchfile.PAGE)
     huge_page_buffers()
+    spares_serve_the_next_reader()
     readers_stop_and_resume()
     copies_on_disk_are_opened_plainly()
     return ml.finish(failures)

@@ -82,6 +82,36 @@ def aligned(size):
     return raw[off:off + size]
 
 
+# Buffers let go (Buffers.__del__: a Batches() over one epoch ends, the
+# next one's begins) are kept for the next Buffers of this process, up to
+# SPARE_BYTES in all: without them every epoch's reader faults its memory
+# in afresh (tools/bench/RESULTS.md).
+SPARE_BYTES = 256 << 20
+_spares = []
+_spares_lock = threading.Lock()
+
+
+def _spare(size):
+    """A spare of 'size' bytes or more that nobody holds, taken off the
+    spares; None when there is none."""
+    with _spares_lock:
+        for i, b in enumerate(_spares):
+            if len(b) >= size and sys.getrefcount(b.base) == 2:
+                return _spares.pop(i)
+    return None
+
+
+def _let_go(kept):
+    """Buffers no longer kept by their Buffers, to the spares (those that
+    fit under SPARE_BYTES: the largest first, which serve any size)."""
+    with _spares_lock:
+        room = SPARE_BYTES - sum(len(b) for b in _spares)
+        for b in sorted(kept, key=len, reverse=True):
+            if len(b) <= room:
+                _spares.append(b)
+                room -= len(b)
+
+
 class Buffers:
     """Page-aligned buffers kept for reuse: a reader that reads batch
     after batch into fresh memory pays a page fault and a zeroed page per
@@ -100,7 +130,9 @@ class Buffers:
 
     It keeps 'keep' buffers (KEEP by default): Batches with N reader
     threads asks for KEEP + N, one per read in flight besides the
-    batches the caller holds."""
+    batches the caller holds. When it goes, they go to the process's
+    spares, where the next one finds them (SPARE_BYTES); a spare is
+    handed out only once nobody holds it, as a kept one."""
 
     KEEP = 4
 
@@ -118,14 +150,22 @@ class Buffers:
     def __setstate__(self, state):
         self.__init__(state.get("keep", self.KEEP))
 
+    def __del__(self):
+        try:
+            _let_go(self.__dict__.get("_kept", ()))
+        except Exception:  # the interpreter's end: the module is gone
+            pass
+
     def __call__(self, size):
         """A page-aligned uint8 array of 'size' bytes nobody else uses."""
         with self._lock:
             for b in self._kept:
                 if len(b) >= size and sys.getrefcount(b.base) == 2:
                     return b[:size]
-        b = aligned(size)
-        out = b[:]
+        b = _spare(size)
+        if b is None:
+            b = aligned(size)
+        out = b[:size]
         with self._lock:
             if len(self._kept) < self.keep:
                 self._kept.append(b)
