@@ -681,10 +681,10 @@ def report(h, name, r, n, row):
                 if not large else ""))
         st = r.get("stats") or {}
         L("    cold epoch: %d requests (%d at mount, %d bytes), %.3f bytes "
-          "fetched per row byte, %d retries; batch 0 after %.2f s" % (
+          "received per archive byte, %d retries; batch 0 after %.2f s" % (
               st.get("remote_requests", 0), r.get("mount requests") or 0,
               r.get("mount bytes") or 0,
-              st.get("remote_fetched_per_row", 0),
+              st.get("remote_bytes", 0) / r["archive bytes"],
               st.get("remote_retries", 0), r.get("first batch s") or 0))
     for k, v in (r.get("sweep") or {}).items():
         L("  %-56s %7s   %8.3f GB/s  %d requests, %.3fx archive fetched, "

@@ -163,8 +163,13 @@ def ratios(part, e):
         for baseline, den in (
                 ("random pread, 16 threads", e.get("pread 16 threads")),
                 ("random pread, 64 threads", e.get("pread 64 threads")),
+                ("best random read (pread threads, io_uring depth 1-256)",
+                 e.get("best random read")),
                 ("best DataLoader (pread)", best(*dls))):
             put(baseline, "batchfs", e.get("batchfs"), den)
+            if e.get("batchfs --serve direct"):
+                put(baseline, "batchfs --serve direct",
+                    e.get("batchfs --serve direct"), den)
     elif part == "remote":
         n = e.get("n")
         cold, warm = number(e.get("cold s")), number(e.get("warm s"))
@@ -179,6 +184,9 @@ def ratios(part, e):
                 "batchfs", n / cold, peer)
         put("second epoch over the archive on local disk", "batchfs",
             rate(warm), rate(e.get("local s")))
+        put("second epoch over the archive on local disk",
+            "batchfs, Batches()", rate(e.get("warm py s")),
+            rate(e.get("local py s")))
         c = e.get("cache") or {}
         put("cache of 1/4: hits over evicting by next use (simulated)",
             "batchfs", c.get("hits"), c.get("next use hits"))
