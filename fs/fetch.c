@@ -28,12 +28,18 @@
  * them (none_held), a hold is one atomic load.
  *
  * Rows read by the gathers (data that does not fit, a backend that reads
- * rows: be->rows): fields of rows of FETCH_MIN bytes or more, stored as
- * served in every shard. Each read covers the pages a row touches (so a
- * backend may read them with O_DIRECT), into page-aligned memory of the
- * thread's (struct bfs_fetch_rows, reused by its next batch), and the row
- * is found at its offset within them. None once bfs_fetch_serve_mapped
- * said batches are served from the mappings.
+ * rows: be->rows): fields of rows of FETCH_BUFFERED_MIN bytes or more,
+ * stored as served in every shard, into memory of the thread's (struct
+ * bfs_fetch_rows, reused by its next batch). Rows of FETCH_MIN bytes or
+ * more: each read covers the pages a row touches, read with O_DIRECT
+ * into page-aligned memory, and the row is found at its offset within
+ * them. Smaller ones: each row's bytes read through the page cache
+ * (buffered), where rows sharing a page find it; never mapped, so the
+ * kernel neither maps nor unmaps a page of them in this process (the
+ * mapping's faults, fault-around and reclaim's unmapping and TLB
+ * shootdowns cost more CPU than the reads: fs/README.md). Labels and
+ * other small fields stay mapped. None once bfs_fetch_serve_mapped said
+ * batches are served from the mappings.
  *
  * Thread-safety: rows, bytes, none_held and mapped are atomics; a struct
  * bfs_fetch_rows or bfs_fetch_hold is its thread's own; the backend's
@@ -51,7 +57,8 @@
 
 #include "fs/log.h"
 
-#define FETCH_MIN ((uint64_t)32 << 10) /* rows the gathers read */
+#define FETCH_MIN	   ((uint64_t)32 << 10) /* rows the gathers read: O_DIRECT */
+#define FETCH_BUFFERED_MIN ((uint64_t)512) /* ... buffered, below FETCH_MIN */
 
 struct bfs_fetch {
 	const struct bfs_dataset *ds;
@@ -79,12 +86,12 @@ struct bfs_fetch_rows {
 /* ---- the fields read by the gathers ------------------------------------ */
 
 /* Whether field f's rows are read by the gathers: fixed, rows of
- * FETCH_MIN bytes or more, stored as served in every shard. */
+ * FETCH_BUFFERED_MIN bytes or more, stored as served in every shard. */
 static bool fetchable(const struct bfs_dataset *ds, size_t f)
 {
 	const struct bfs_field *fl = bfs_dataset_field(ds, f);
 
-	if (fl->ragged || fl->row_bytes < FETCH_MIN)
+	if (fl->ragged || fl->row_bytes < FETCH_BUFFERED_MIN)
 		return false;
 	for (size_t i = 0; i < bfs_dataset_nshards(ds); i++) {
 		struct bfs_shard_info si;
@@ -273,10 +280,11 @@ void bfs_fetch_stats(struct bfs_fetch *f, struct bfs_fetch_stats *out)
 		append(out->why, "%s", f->be->why);
 	}
 	if (f->direct && !atomic_load(&f->mapped))
-		append(
-		    out->why,
-		    "; rows of >= %llu KiB read with O_DIRECT by the gathers",
-		    (unsigned long long)(FETCH_MIN >> 10));
+		append(out->why,
+		       "; rows of >= %llu KiB read with O_DIRECT by the "
+		       "gathers, of >= %llu bytes buffered",
+		       (unsigned long long)(FETCH_MIN >> 10),
+		       (unsigned long long)FETCH_BUFFERED_MIN);
 	if (f->be && f->be->no_ahead)
 		append(out->why, "; %s", f->be->no_ahead);
 	out->ahead_in_flight = s.in_flight;
@@ -392,8 +400,8 @@ static int field_ranges(struct bfs_fetch *f, struct bfs_fetch_hold *h,
 						      &h->spans[i], &x)
 			    : bfs_dataset_extent(f->ds, fi, idx[i], &x);
 		if (rc == 0 && x.len && bfs_fetch_held(f, x.file))
-			h->r[h->n++] = (struct bfs_fetch_range){x.file, x.off,
-								x.len, NULL};
+			h->r[h->n++] = (struct bfs_fetch_range){
+			    x.file, x.off, x.len, NULL, false};
 	}
 	return rc;
 }
@@ -474,7 +482,8 @@ static void ahead_field(struct bfs_fetch *f, struct bfs_fetch_hold *h,
 		    !x.len)
 			continue;
 		pages(&x, &a, &e);
-		h->r[h->n++] = (struct bfs_fetch_range){x.file, a, e - a, NULL};
+		h->r[h->n++] =
+		    (struct bfs_fetch_range){x.file, a, e - a, NULL, false};
 	}
 	if (f->be->ops->pick)
 		h->n = at + f->be->ops->pick(f->be, h->r + at, h->n - at,
@@ -576,6 +585,21 @@ static int fit(struct bfs_fetch_rows *w, size_t nf, size_t n, size_t bytes)
 	return w->rows_cap >= n && w->tab && w->cap >= bytes ? 0 : -ENOMEM;
 }
 
+/* What a gather reads of row x: [*a, *e), whole pages for O_DIRECT
+ * (a row of FETCH_MIN bytes or more), else the row's bytes; 'buffered'
+ * says which. */
+static void row_read(const struct bfs_extent *x, uint64_t *a, uint64_t *e,
+		     bool *buffered)
+{
+	*buffered = x->len < FETCH_MIN;
+	if (*buffered) {
+		*a = x->off;
+		*e = x->off + x->len;
+	} else {
+		pages(x, a, e);
+	}
+}
+
 int bfs_fetch_rows(struct bfs_fetch *f, struct bfs_fetch_rows *w,
 		   const uint64_t *idx, size_t n, bfs_layout_rows *have)
 {
@@ -587,10 +611,13 @@ int bfs_fetch_rows(struct bfs_fetch *f, struct bfs_fetch_rows *w,
 		for (size_t r = 0; f->direct[i] && r < n; r++) {
 			struct bfs_extent x;
 			uint64_t a, e;
+			bool buffered;
 
 			if (bfs_dataset_extent(f->ds, i, idx[r], &x) < 0)
 				return -ERANGE;
-			pages(&x, &a, &e);
+			row_read(&x, &a, &e, &buffered);
+			if (!buffered) /* O_DIRECT: page-aligned memory */
+				bytes = (bytes + 4095) & ~(size_t)4095;
 			bytes += e - a;
 		}
 	rc = fit(w, nf, n, bytes);
@@ -600,11 +627,14 @@ int bfs_fetch_rows(struct bfs_fetch *f, struct bfs_fetch_rows *w,
 		for (size_t r = 0; f->direct[i] && r < n; r++) {
 			struct bfs_extent x;
 			uint64_t a, e;
+			bool buffered;
 
 			bfs_dataset_extent(f->ds, i, idx[r], &x);
-			pages(&x, &a, &e);
+			row_read(&x, &a, &e, &buffered);
+			if (!buffered)
+				bytes = (bytes + 4095) & ~(size_t)4095;
 			w->reads[nr++] = (struct bfs_fetch_range){
-			    x.file, a, e - a, w->buf + bytes};
+			    x.file, a, e - a, w->buf + bytes, buffered};
 			w->rowp[i * n + r] = w->buf + bytes + (x.off - a);
 			bytes += e - a;
 		}

@@ -54,11 +54,14 @@
 /* ---- backends ------------------------------------------------------------ */
 
 /* One read: bytes [off, off + len) of file 'file' (bfs_dataset_file's
- * numbering) into buf. */
+ * numbering) into buf; read_all reads it through the page cache when
+ * 'buffered' (any offset and length), else past it (O_DIRECT: whole
+ * pages into page-aligned memory). */
 struct bfs_fetch_range {
 	size_t file;
 	uint64_t off, len;
 	void *buf;
+	bool buffered;
 };
 
 /* What advice and the read-ahead found of the rows they were handed. */
@@ -80,7 +83,8 @@ struct bfs_fetch_backend_stats {
 struct bfs_fetch_backend {
 	const struct bfs_fetch_ops *ops;
 	/* read_all reads rows past the page cache (data that does not fit:
-	 * O_DIRECT), so the gathers may read the rows of big fields. */
+	 * O_DIRECT) and through it (buffered), so the gathers may read the
+	 * rows of fields that are not small. */
 	bool rows;
 	/* ahead may be used (false: none, or it would be unsafe). */
 	bool ahead;

@@ -17,8 +17,9 @@
  * same file even when its path now names another), buffered and read
  * randomly (rfd: a file position and read-ahead state of their own,
  * apart from the mapping's) for the reads ahead, which one reader of the
- * backend's keeps in flight; and, for data that does not fit, with
- * O_DIRECT (dfd) for the gathers' reads of rows. Bytes in memory (fd < 0)
+ * backend's keeps in flight, and the gathers' buffered reads of rows;
+ * and, for data that does not fit, with O_DIRECT (dfd) for the gathers'
+ * reads of big rows. Bytes in memory (fd < 0)
  * get none. Where a file refuses O_DIRECT the gathers read no rows
  * (be.rows false); where a source lies on a FUSE or network file system
  * (bfs_source_fs_remote) nothing is read ahead (be.ahead false, said in
@@ -109,8 +110,8 @@ static void gatherer_put(struct backend *b, struct gatherer *g)
 	pthread_mutex_unlock(&b->lock);
 }
 
-/* r[0..n) as reads of b's O_DIRECT descriptors, into g->rd. 0 or
- * -ENOMEM. */
+/* r[0..n) as reads of b's O_DIRECT descriptors (rfd's, buffered, for a
+ * buffered range), into g->rd. 0 or -ENOMEM. */
 static int by_fd(const struct backend *b, struct gatherer *g,
 		 const struct bfs_fetch_range *r, size_t n)
 {
@@ -122,10 +123,13 @@ static int by_fd(const struct backend *b, struct gatherer *g,
 		g->rd = rd;
 		g->cap = n;
 	}
-	for (size_t i = 0; i < n; i++)
+	for (size_t i = 0; i < n; i++) {
+		int *fd = r[i].buffered ? b->rfd : b->dfd;
+
 		g->rd[i] = (struct bfs_read){
-		    r[i].file < b->nfiles ? b->dfd[r[i].file] : -1, r[i].off,
+		    r[i].file < b->nfiles ? fd[r[i].file] : -1, r[i].off,
 		    r[i].len, r[i].buf};
+	}
 	return 0;
 }
 

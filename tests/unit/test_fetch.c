@@ -45,6 +45,7 @@
 
 #define N	   40
 #define ROW	   ((48u << 10) + 100) /* rows not page-aligned */
+#define ZROW	   1000u	       /* rows the gathers read buffered */
 #define LIVENESS_S 30		       /* a bound on waits, not a measure */
 
 /* The same files twice: a test cuts short_fx's x.npy short. */
@@ -62,24 +63,37 @@ static void fill_x(void *x, size_t n)
 		((uint8_t *)x)[k] = xbyte(k / ROW, k % ROW);
 }
 
+/* Byte j of row i of z. */
+static uint8_t zbyte(size_t i, size_t j)
+{
+	return (uint8_t)(i * 29 + j * 3 + 1);
+}
+
+static void fill_z(void *z, size_t n)
+{
+	for (size_t k = 0; k < n; k++)
+		((uint8_t *)z)[k] = zbyte(k / ZROW, k % ZROW);
+}
+
 static void fill_y(void *y, size_t n)
 {
 	for (size_t i = 0; i < n; i++)
 		((int64_t *)y)[i] = 1000 + (int64_t)i;
 }
 
-/* A directory of x.npy (uint8 [N, ROW]) and y.npy (int64 [N]), twice;
- * each test opens its own datasets of them. */
+/* A directory of x.npy (uint8 [N, ROW]), y.npy (int64 [N]) and z.npy
+ * (uint8 [N, ZROW]), twice; each test opens its own datasets of them. */
 static int setup(void **state)
 {
 	const struct tf_field fields[] = {
 	    {"x", BFS_DT_UINT8, 2, {N, ROW}, .fill = fill_x},
 	    {"y", BFS_DT_INT64, 1, {N}, .fill = fill_y},
+	    {"z", BFS_DT_UINT8, 2, {N, ZROW}, .fill = fill_z},
 	};
 	const struct tf_spec spec = {.format = TF_NPY,
 				     .name = "fetch",
 				     .fields = fields,
-				     .nfields = 2,
+				     .nfields = 3,
 				     .write_only = true};
 
 	return tf_setup(&data_fx, &spec) ? -1 : tf_setup(&short_fx, &spec);
@@ -145,13 +159,14 @@ static void rows_read_direct_equal_the_bytes(enum bfs_reader_kind kind)
 	const size_t n = sizeof(idx) / sizeof(idx[0]);
 	struct bfs_dataset *ds = open_dir(data_fx.path);
 	struct bfs_fetch *f = fetch_of(ds, kind, true);
-	size_t fx = field(ds, "x"), fy = field(ds, "y");
+	size_t fx = field(ds, "x"), fy = field(ds, "y"), fz = field(ds, "z");
 	struct bfs_fetch_rows *w = bfs_fetch_rows_open(f);
 	struct bfs_fetch_stats st;
 	bfs_layout_rows have;
 
 	assert_true(bfs_fetch_field(f, fx));
-	assert_false(bfs_fetch_field(f, fy));
+	assert_false(bfs_fetch_field(f, fy)); /* labels stay mapped */
+	assert_true(bfs_fetch_field(f, fz));  /* read buffered */
 	assert_non_null(w);
 	for (int round = 0; round < 2; round++) { /* its memory reused */
 		assert_int_equal(bfs_fetch_rows(f, w, idx, n, &have), 0);
@@ -160,18 +175,27 @@ static void rows_read_direct_equal_the_bytes(enum bfs_reader_kind kind)
 		for (size_t r = 0; r < n; r++) {
 			const uint8_t *row = have[fx][r];
 
+			const uint8_t *zrow = have[fz][r];
+
 			for (size_t j = 0; j < ROW; j++)
 				if (row[j] != xbyte(idx[r], j))
 					fail_msg("row %llu byte %zu",
+						 (unsigned long long)idx[r], j);
+			for (size_t j = 0; j < ZROW; j++)
+				if (zrow[j] != zbyte(idx[r], j))
+					fail_msg("z row %llu byte %zu",
 						 (unsigned long long)idx[r], j);
 		}
 	}
 	bfs_fetch_stats(f, &st);
 	assert_string_equal(st.backend, bfs_reader_kind_name(kind));
-	assert_int_equal(st.rows, 2 * n);
-	assert_true(st.bytes >= 2 * n * ROW);
+	assert_int_equal(st.rows, 2 * 2 * n); /* x and z, twice */
+	/* x's pages, z's rows exactly */
+	assert_true(st.bytes >= 2 * n * (ROW + ZROW) &&
+		    st.bytes < 2 * n * (ROW + 8192 + ZROW));
 	assert_non_null(strstr(st.why, "; rows of >= 32 KiB read with "
-				       "O_DIRECT by the gathers"));
+				       "O_DIRECT by the gathers, of >= 512 "
+				       "bytes buffered"));
 	bfs_fetch_rows_close(w);
 	bfs_fetch_destroy(f);
 	bfs_dataset_close(ds);
@@ -291,7 +315,8 @@ static void a_failing_backend_gives_eio(void **state)
 	bfs_fetch_stats(f, &st);
 	assert_string_equal(st.backend, "fake");
 	assert_string_equal(st.why, "a fake; rows of >= 32 KiB read with "
-				    "O_DIRECT by the gathers");
+				    "O_DIRECT by the gathers, of >= 512 "
+				    "bytes buffered");
 	assert_int_equal(st.rows, 0);
 	assert_int_equal(st.ahead_in_flight, 3);
 	assert_int_equal(st.ahead_bytes, 7);
@@ -445,7 +470,7 @@ static void picky_ahead(struct bfs_fetch_backend *be, size_t file, uint64_t off,
 
 	if (pk->n < 16)
 		pk->got[pk->n++] =
-		    (struct bfs_fetch_range){file, off, len, NULL};
+		    (struct bfs_fetch_range){file, off, len, NULL, false};
 	pk->calls++;
 	pk->when = when;
 }
@@ -533,7 +558,7 @@ static struct bfs_fetch_range x_pages(const struct bfs_dataset *ds, uint64_t i,
 	assert_int_equal(bfs_dataset_extent(ds, field(ds, "x"), j, &b), 0);
 	lo = a.off & ~(uint64_t)4095;
 	hi = (b.off + b.len + 4095) & ~(uint64_t)4095;
-	return (struct bfs_fetch_range){a.file, lo, hi - lo, NULL};
+	return (struct bfs_fetch_range){a.file, lo, hi - lo, NULL, false};
 }
 
 static void a_batch_ahead_is_the_picked_pages_sorted_and_merged(void **state)
@@ -551,7 +576,7 @@ static void a_batch_ahead_is_the_picked_pages_sorted_and_merged(void **state)
 	assert_int_equal(bfs_fetch_window_cap(f, 7), UINT64_MAX);
 	assert_false(bfs_fetch_plans(f));
 	assert_int_equal(bfs_fetch_ahead_rows(f, idx, 4, 9, &stop, &t), 2);
-	assert_int_equal(t.resident, 4); /* y's rows, left out */
+	assert_int_equal(t.resident, 8); /* y's and z's rows, left out */
 	assert_int_equal(pk->calls, 2);	 /* range by range */
 	assert_int_equal(pk->got[0].file, one.file);
 	assert_int_equal(pk->got[0].off, one.off);
