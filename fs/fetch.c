@@ -410,12 +410,12 @@ static int field_ranges(struct bfs_fetch *f, struct bfs_fetch_hold *h,
  * file by file until it is so, then remembered. */
 static bool none_held(struct bfs_fetch *f)
 {
-	if (atomic_load_explicit(&f->none_held, memory_order_relaxed))
-		return true;
+	if (atomic_load_explicit(&f->none_held, memory_order_acquire))
+		return true; /* and the seals before it seen */
 	for (size_t i = 0; i < bfs_dataset_nfiles(f->ds); i++)
 		if (bfs_fetch_held(f, i))
 			return false;
-	atomic_store_explicit(&f->none_held, true, memory_order_relaxed);
+	atomic_store_explicit(&f->none_held, true, memory_order_release);
 	return true;
 }
 
