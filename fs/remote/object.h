@@ -190,6 +190,10 @@ void bfs_object_unpin(struct bfs_object *o, const struct bfs_cache_range *r,
  * of the bytes present, or of a flag once o is found too big (the bound
  * is never raised while the cache is open). */
 bool bfs_object_seal(struct bfs_object *o);
+/* Whether o could be sealed: the cache's bound (as it is now) is at
+ * least twice its size, or there is none. When not, its chunks come and
+ * go as the batches need them. */
+bool bfs_object_sealable(struct bfs_object *o);
 /* Whether o is sealed (an atomic load: once true, true until closed). */
 bool bfs_object_sealed(struct bfs_object *o);
 

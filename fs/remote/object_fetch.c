@@ -632,10 +632,16 @@ bool bfs_object_sealed(struct bfs_object *o)
 	return atomic_load_explicit(&o->sealed, memory_order_acquire);
 }
 
+bool bfs_object_sealable(struct bfs_object *o)
+{
+	uint64_t limit = bfs_cache_limit(o->os->cache);
+
+	return !limit || o->size <= limit / 2;
+}
+
 bool bfs_object_seal(struct bfs_object *o)
 {
 	const struct bfs_cache_range whole = {0, o->size};
-	uint64_t limit;
 	int rc;
 
 	if (bfs_object_sealed(o) ||
@@ -643,8 +649,7 @@ bool bfs_object_seal(struct bfs_object *o)
 		return bfs_object_sealed(o);
 	if (!o->size || bfs_cache_present_bytes(o->e) < o->size)
 		return false; /* a hint: the pin below decides */
-	limit = bfs_cache_limit(o->os->cache);
-	if (limit && o->size > limit / 2) {
+	if (!bfs_object_sealable(o)) {
 		atomic_store(&o->unsealable, true);
 		return false;
 	}

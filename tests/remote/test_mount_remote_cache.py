@@ -13,7 +13,8 @@ against nginx's access log.
   it again (rows sent) and serves the new bytes.
 - A dataset four times --cache-gb: 3 epochs are served exact, chunks are
   evicted (stats), the cache never holds more than its bound, and the
-  object is never sealed (it cannot be all there). Sealed by one mount
+  object is never sealed (it cannot be all there): its cache file is
+  mapped MADV_RANDOM (without a bound, it is not). Sealed by one mount
   (--serve direct: then its batches are replied zero copy), an object is
   kept while a second mount of the same cache directory,
   with it and a second object under a bound they overflow, evicts: the
@@ -51,6 +52,24 @@ def cache_bytes(d):
                for f in os.listdir(d) if f.endswith(".data"))
 
 
+def random_read(mnt, cache):
+    """Whether the daemon of mnt maps its cache data file (in directory
+    'cache') advised MADV_RANDOM (VmFlags "rr" in /proc/PID/smaps);
+    None when no such mapping is found."""
+    found = None
+    with open("/proc/%d/smaps" % ml.daemon_pid(mnt)) as f:
+        path = None
+        for line in f:
+            w = line.split()
+            if len(w) >= 6 and "-" in w[0] and ":" in w[3]:
+                path = w[5]
+            elif (w and w[0] == "VmFlags:" and path and
+                  path.startswith(os.path.realpath(cache)) and
+                  path.endswith(".data")):
+                found = bool(found) or "rr" in w[1:]
+    return found
+
+
 def reuse(ng, root):
     path = os.path.join(root, "a.pt")
     mr.write("torch", path, mr.arrays(1200, 3000, 1))
@@ -62,6 +81,9 @@ def reuse(ng, root):
     _, rm = mr.mount(ng.url("a.pt"), *opts, cache=cache)
     bad = mr.same_batches(rm, lm, 2)
     check(not bad, "first mount: every batch exact (%d differ)" % len(bad))
+    rr = random_read(rm, cache)
+    check(rr is False, "no bound: the cache file mapped with the kernel's "
+          "readahead (MADV_RANDOM: %s)" % rr)
     s = ml.stats(rm)
     check(s["remote_sealed"] == 1 and
           s["remote_cache_bytes"] >= os.path.getsize(path),
@@ -147,6 +169,10 @@ def bounded(ng, root):
           % (peak[0], limit))
     check(s["remote_sealed"] == 0, "an object bigger than the bound is "
           "never sealed (remote_sealed %d)" % s["remote_sealed"])
+    rr = random_read(rm, cache)
+    check(rr is True, "an object the cache cannot keep: its cache file "
+          "mapped MADV_RANDOM, a gather's fault reads its row's pages "
+          "only (%s)" % rr)
     mr.unmount(rm)
     sealed_kept(ng, root, lm, opts)
     mr.unmount(lm)
