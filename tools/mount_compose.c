@@ -230,14 +230,18 @@ static uint64_t env_bytes(const char *name)
  * requests bounded by --timeout. The fetcher's sizes are fs/remote/object's
  * defaults unless the benchmark's sweep sets them:
  * BATCHFS_DEBUG_MERGE_GAP, BATCHFS_DEBUG_REQUEST_MAX and
- * BATCHFS_DEBUG_FLIGHT_MAX (bytes, or with K, M, G). 0 or -errno with
- * err. */
+ * BATCHFS_DEBUG_FLIGHT_MAX (bytes, or with K, M, G), and
+ * BATCHFS_DEBUG_IN_FLIGHT (requests on the wire at once). 0 or -errno
+ * with err. */
 static int open_objects(const struct mount_opts *m, struct model *mt,
 			struct bfs_error *err)
 {
+	uint64_t in_flight = env_bytes("BATCHFS_DEBUG_IN_FLIGHT");
 	struct bfs_objects_opts o = {
 	    .remote = {.s3_endpoint = m->s3_endpoint,
-		       .timeout_s = m->timeout_s},
+		       .timeout_s = m->timeout_s,
+		       .max_in_flight =
+			   in_flight < 4096 ? (unsigned)in_flight : 4096},
 	    .cache_dir = m->cache_dir,
 	    .cache_bytes = m->cache_bytes,
 	    .cache_from_free = true, /* without --cache-gb */

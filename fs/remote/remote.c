@@ -32,7 +32,7 @@ extern char **environ;
 
 #define DEFAULT_TIMEOUT_S 60.0
 #define DEFAULT_STALL_S	  10.0
-#define DEFAULT_IN_FLIGHT 32
+#define DEFAULT_IN_FLIGHT 64 /* why: fs/README.md: remote objects */
 #define BACKOFF_FIRST_S	  0.05
 #define BACKOFF_MAX_S	  2.0
 /* An open (a mount's first request to its server) still unanswered after

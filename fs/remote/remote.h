@@ -149,7 +149,7 @@ struct bfs_remote_opts {
 	double stall_s;		 /* a try that receives no byte for this
 				  * long is retried; <= 0: 10, at most
 				  * timeout_s */
-	unsigned max_in_flight;	 /* transfers on the wire; 0: 32 */
+	unsigned max_in_flight;	 /* transfers on the wire; 0: 64 */
 	const char *ca_file;	 /* PEM bundle to trust; NULL: system's */
 };
 
