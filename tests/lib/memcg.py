@@ -65,6 +65,18 @@ def remove(cg):
     print("cannot remove %s: %s" % (cg, err))
 
 
+def peak(cg):
+    """The most memory cgroup 'cg' held at once, in bytes (v1
+    memory.max_usage_in_bytes, v2 memory.peak); None when neither."""
+    for name in ("memory.max_usage_in_bytes", "memory.peak"):
+        try:
+            with open(os.path.join(cg, name)) as f:
+                return int(f.read().split()[0])
+        except (OSError, ValueError):
+            pass
+    return None
+
+
 def oom_kills(cg):
     """Processes of memory cgroup 'cg' the kernel OOM-killed (v1
     memory.oom_control, v2 memory.events: "oom_kill N")."""

@@ -707,13 +707,21 @@ def archive_rows(arch, n, row):
 # one can write for data that does not fit: no torch.load, no mapping;
 # also the remote part's peers, over their mounts). argv: the archive, n,
 # row, the images' and labels' offsets, batch, workers, a bound in seconds
-# and, optionally, 0 to leave out fadvise(RANDOM) (default 1).
+# and, optionally, 0 to leave out fadvise(RANDOM) (default 1) and a count
+# of epochs (default 1; each bounded, "epoch=E n=SAMPLES t=SECONDS done=D"
+# printed for each, then the totals). An epoch whose next batch has not
+# come a second past the bound (reads slower than that) ends the run:
+# its samples are those its workers read by then.
 DL_PREAD = r"""
-import os, sys, time, numpy as np, torch
-from torch.utils.data import DataLoader, Dataset
+import os, sys, threading, time, numpy as np, torch
+import multiprocessing as mp
+from torch.utils.data import DataLoader, Dataset, get_worker_info
 arch, n, row, img, lab, batch, workers, secs = sys.argv[1:9]
 n, row, img, lab, batch, workers = map(int, (n, row, img, lab, batch, workers))
+secs = float(secs)
 advise = sys.argv[9:10] != ["0"]
+epochs = int(sys.argv[10]) if len(sys.argv) > 10 else 1
+read = mp.Array("q", workers + 1, lock=False)  # samples read, per process
 class Rows(Dataset):
     fd = None
     def __len__(self):
@@ -725,19 +733,49 @@ class Rows(Dataset):
                 os.posix_fadvise(self.fd, 0, 0, os.POSIX_FADV_RANDOM)
         x = np.frombuffer(os.pread(self.fd, row - 8, img + i * (row - 8)), np.uint8)
         y = int.from_bytes(os.pread(self.fd, 8, lab + 8 * i), "little")
+        w = get_worker_info()
+        read[w.id + 1 if w else 0] += 1
         return torch.from_numpy(x.copy()), y
 dl = DataLoader(Rows(), batch_size=batch, shuffle=True, num_workers=workers,
                 generator=torch.Generator().manual_seed(7))
-seen, done, t0 = 0, 1, time.perf_counter()
-for x, _ in dl:
-    seen += x.shape[0]
-    if time.perf_counter() - t0 > float(secs):
-        done = 0
-        break
-t = time.perf_counter() - t0
-print("samples=%d seconds=%.3f done=%d samples/s=%.1f"
-      % (seen, t, done, seen / t), flush=True)
-os._exit(0)  # workers blocked in a slow read must not hold the exit
+lock = threading.Lock()
+at = {"e": 0, "t0": time.perf_counter(), "read": 0, "seen": 0, "t": 0.0,
+      "done": 1}
+def end(e, k, te, d):
+    if epochs > 1:
+        print("epoch=%d n=%d t=%.3f done=%d" % (e, k, te, d), flush=True)
+    at["seen"] += k
+    at["t"] += te
+    at["done"] &= d
+def totals():
+    print("samples=%d seconds=%.3f done=%d samples/s=%.1f"
+          % (at["seen"], at["t"], at["done"], at["seen"] / at["t"]),
+          flush=True)
+    os._exit(0)  # workers blocked in a slow read must not hold the exit
+def watchdog():
+    while True:
+        time.sleep(0.25)
+        with lock:
+            te = time.perf_counter() - at["t0"]
+            if te > secs + 1:
+                end(at["e"], sum(read) - at["read"], te, 0)
+                totals()
+threading.Thread(target=watchdog, daemon=True).start()
+for e in range(epochs):
+    with lock:
+        at.update(e=e, t0=time.perf_counter(), read=sum(read))
+    k, te, t0 = 0, 0.0, at["t0"]
+    for x, _ in dl:
+        k += x.shape[0]
+        te = time.perf_counter() - t0
+        if te > secs:
+            with lock:  # the workers' shutdown after it is not timed
+                at["t0"] = float("inf")
+            break
+    with lock:
+        end(e, k, te, int(k == n))
+        at["t0"] = float("inf")  # no epoch running
+totals()
 """
 
 

@@ -21,12 +21,14 @@ BENCH_REMOTE_MBPS (200 MB/s). For each workload, alternated pass by pass
             cache), its second epoch (Python readinto 1 MiB), then its
             third through batchfs.Batches()
   batchfs   `batchfs mount http://...` with an emptied --cache-dir: a
-            cold shuffled epoch 0 timed from the mount to its last byte,
+            cold shuffled epoch 0 timed from the mount to its last byte
+            (read by a process of its own: the proxy's threads are the
+            bench's, and a reader there shared their interpreter lock),
             then epoch 1 (the second epoch, from the cache), read the
             same way, and epoch 2 through Batches()
 
 then once (BENCH_REMOTE_STEPS picks among link, batchfs, sweep, cache,
-peers; default all):
+peers, bounded; default all):
 
   sweep     cold epochs with the fetcher's merge gap and request size set
             (BATCHFS_DEBUG_MERGE_GAP, BATCHFS_DEBUG_REQUEST_MAX), one at a
@@ -57,6 +59,19 @@ peers; default all):
             (60): its samples/s over what it read, "did not finish in N s"
             when the epoch did not end. The s3 link's limit (curl
             --aws-sigv4, 8 MiB ranges) beside it.
+  bounded   bigger than the cache and memory at once: a cache of a
+            quarter of the archive (batchfs --cache-gb; rclone
+            --vfs-cache-max-size, checked every 5 s; s3fs use_cache on an
+            ext4 of its own whose ensure_diskfree leaves it a quarter) and
+            a memory cgroup of a quarter holding the filesystem and its
+            reader (root only), the page cache dropped before each; 3
+            shuffled epochs of BENCH_REMOTE_BOUNDED_SECONDS (60) at most
+            each: batchfs read file by file (open, readinto 1 MiB), each
+            peer by the DataLoader above with BENCH_REMOTE_BOUNDED_WORKERS
+            (4) workers; samples/s per epoch (over what it read, where it
+            did not end) and over all three, batchfs / the best peer. A
+            peer whose next batch has not come a second past the bound
+            ends there: its rate is what its workers read by then.
 
 Everything it starts is stopped on exit, also on failure.
 """
@@ -64,14 +79,17 @@ import json
 import os
 import re
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)),
                                 "tests", "lib"))
+import memcg  # noqa: E402  (memory cgroups, shared with the tests)
 import servers  # noqa: E402  (nginx, moto: shared with the tests)
 from faultproxy import FaultProxy  # noqa: E402
 
@@ -83,7 +101,11 @@ PEER_WORKERS = [int(w) for w in os.environ.get(
 CACHE_EPOCHS = int(os.environ.get("BENCH_REMOTE_CACHE_EPOCHS", "3"))
 CACHE_SECONDS = float(os.environ.get("BENCH_REMOTE_CACHE_SECONDS", "90"))
 STEPS = [s for s in os.environ.get(
-    "BENCH_REMOTE_STEPS", "link,batchfs,sweep,cache,peers").split(",") if s]
+    "BENCH_REMOTE_STEPS", "link,batchfs,sweep,cache,peers,bounded").split(",")
+    if s]
+BOUNDED_EPOCHS = 3
+BOUNDED_SECONDS = float(os.environ.get("BENCH_REMOTE_BOUNDED_SECONDS", "60"))
+BOUNDED_WORKERS = int(os.environ.get("BENCH_REMOTE_BOUNDED_WORKERS", "4"))
 # merge gap / request max, one varied at a time around the defaults
 # (256K / 8M); a gap of 1 byte merges only adjacent chunks
 SWEEP = [s.split("/") for s in os.environ.get(
@@ -243,8 +265,11 @@ def batchfs_epochs(h, work, url, batch, n, row, env=None, opts=(),
         first = time.perf_counter() - t0
         times = []
         for e in range(epochs):
-            s = read_epoch(h, mnt, e, nb, buf, n, row)
-            times.append(time.perf_counter() - t0 if e == 0 else s)
+            if e == 0:
+                read_cold(h, mnt, nb, n, row)
+                times.append(time.perf_counter() - t0)
+            else:
+                times.append(read_epoch(h, mnt, e, nb, buf, n, row))
             if e == 0:
                 st1 = stats(mnt)
         if py:
@@ -435,9 +460,10 @@ def wait_mounted(mnt, proc, what, timeout=60):
     raise RuntimeError("%s did not mount in %d s" % (what, timeout))
 
 
-def peer_mount(h, work, kind, srv, mnt):
+def peer_mount(h, work, kind, srv, mnt, opts=(), preexec_fn=None):
     """Start the peer 'kind' ("rclone" or "s3fs") mounting the archives
-    at mnt, in the foreground as our child; returns the process."""
+    at mnt, in the foreground as our child, with the options opts more,
+    started with preexec_fn; returns the process."""
     os.makedirs(mnt, exist_ok=True)
     log = open(work.path(kind + ".log"), "w")
     if kind == "rclone":
@@ -446,7 +472,7 @@ def peer_mount(h, work, kind, srv, mnt):
         cmd = ["rclone", "mount", ":http:", mnt, "--http-url",
                srv.proxy.base_url + "/", "--vfs-cache-mode", "full",
                "--cache-dir", cache, "--read-only",
-               "--config", work.path("rclone.conf")]
+               "--config", work.path("rclone.conf")] + list(opts)
     else:
         pw = work.path("s3fs.passwd")
         with open(pw, "w") as f:
@@ -454,9 +480,9 @@ def peer_mount(h, work, kind, srv, mnt):
         os.chmod(pw, 0o600)
         cmd = ["s3fs", BUCKET, mnt, "-f", "-o", "url=" + srv.s3proxy.base_url,
                "-o", "use_path_request_style", "-o", "passwd_file=" + pw,
-               "-o", "ro", "-o", "endpoint=us-east-1"]
+               "-o", "ro", "-o", "endpoint=us-east-1"] + list(opts)
     proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log,
-                            stderr=subprocess.STDOUT)
+                            stderr=subprocess.STDOUT, preexec_fn=preexec_fn)
     work.procs.append(proc)
     work.mounts.append(mnt)
     wait_mounted(mnt, proc, kind)
@@ -470,24 +496,50 @@ def peer_stop(work, proc, mnt):
     work.unmount(mnt)
 
 
-def peer_epoch(h, path, n, row, img, lab, batch, workers):
+def peer_epoch(h, path, n, row, img, lab, batch, workers, epochs=1,
+               secs=PEER_SECONDS, preexec_fn=None, each=False):
     """(samples, seconds, done) of a DataLoader whose Dataset preads each
     sample's image and label at their offsets in path (bench.py's
     DL_PREAD, no fadvise: what one writes for a file torch 1.13's
-    torch.load cannot map)."""
-    try:
-        out = subprocess.run(
+    torch.load cannot map), over 'epochs' epochs of 'secs' seconds at
+    most each, started with preexec_fn; with 'each', a fourth: the
+    epochs' [(samples, seconds, done)]."""
+    limit = epochs * secs + 300
+    # Its output to files, its own session: a worker blocked in a read
+    # of the peer's mount holds no pipe open, and is killed after.
+    with open(os.devnull, "rb") as null, \
+            tempfile.TemporaryFile("w+") as so, \
+            tempfile.TemporaryFile("w+") as se:
+        p = subprocess.Popen(
             [sys.executable, "-c", h.DL_PREAD, path, str(n), str(row),
-             str(img), str(lab), str(batch), str(workers),
-             str(PEER_SECONDS), "0"], capture_output=True, text=True,
-            timeout=PEER_SECONDS + 300)
-    except subprocess.TimeoutExpired:
-        return 0, PEER_SECONDS + 300, False
-    m = re.search(r"samples=(\d+) seconds=([\d.]+) done=(\d)", out.stdout)
+             str(img), str(lab), str(batch), str(workers), str(secs), "0",
+             str(epochs)], stdin=null, stdout=so, stderr=se,
+            preexec_fn=preexec_fn, start_new_session=True)
+        try:
+            rc = p.wait(limit)
+        except subprocess.TimeoutExpired:
+            rc = None
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        p.wait()
+        so.seek(0)
+        se.seek(0)
+        stdout, stderr = so.read(), se.read()
+    if rc is None:
+        return (0, limit, False) + (([],) if each else ())
+    m = re.search(r"samples=(\d+) seconds=([\d.]+) done=(\d)", stdout)
     if not m:
         raise h.Failed("DataLoader over %s: exit %d: %s"
-                       % (path, out.returncode, out.stderr.strip()[-300:]))
-    return int(m.group(1)), float(m.group(2)), m.group(3) == "1"
+                       % (path, rc, stderr.strip()[-300:]))
+    got = (int(m.group(1)), float(m.group(2)), m.group(3) == "1")
+    if not each:
+        return got
+    if epochs == 1:
+        return got + ([got],)
+    return got + ([(int(k), float(t), d == "1") for k, t, d in re.findall(
+        r"epoch=\d+ n=(\d+) t=([\d.]+) done=(\d)", stdout)],)
 
 
 def peers(h, work, srv, names, name, batch, n, row, img, lab):
@@ -530,6 +582,243 @@ def peers(h, work, srv, names, name, batch, n, row, img, lab):
                 best = got
         if best:
             out[kind] = best
+    return out
+
+
+# Epochs of a mount read batch file by batch file (open, readinto 1 MiB),
+# each bounded: argv mnt, batches per epoch, epochs, seconds; prints
+# "epoch=E batches=K t=SECONDS done=D bytes=B" for each.
+READ_EPOCHS = r"""
+import mmap, os, sys, time
+mnt, nb, epochs, secs = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), \
+    float(sys.argv[4])
+buf = memoryview(mmap.mmap(-1, 1 << 20))
+for e in range(epochs):
+    k, b, t0 = 0, 0, time.perf_counter()
+    while k < nb and time.perf_counter() - t0 <= secs:
+        with open("%s/epoch/%d/batch_%d" % (mnt, e, k), "rb",
+                  buffering=0) as f:
+            while True:
+                got = f.readinto(buf)
+                if not got:
+                    break
+                b += got
+        k += 1
+    print("epoch=%d batches=%d t=%.3f done=%d bytes=%d"
+          % (e, k, time.perf_counter() - t0, k == nb, b), flush=True)
+"""
+
+
+def read_cold(h, mnt, nb, n, row):
+    """Epoch 0 of mnt read by READ_EPOCHS in a process of its own (the
+    proxy's threads are this process's: a reader here would share their
+    interpreter lock); Failed when it is short."""
+    out = subprocess.run([sys.executable, "-c", READ_EPOCHS, mnt, str(nb),
+                          "1", "1e9"], capture_output=True, text=True,
+                         timeout=1800)
+    m = re.search(r"batches=(\d+) t=[\d.]+ done=1 bytes=(\d+)", out.stdout)
+    if out.returncode or not m or int(m.group(2)) < n * row:
+        raise h.Failed("%s: epoch 0: %s%s" % (mnt, out.stdout.strip(),
+                                              out.stderr.strip()[-300:]))
+
+
+def bounded_batchfs(h, work, url, limit, workers, batch, n, join):
+    """bounded()'s batchfs: `batchfs mount url --cache-gb limit` and
+    BOUNDED_EPOCHS epochs read by READ_EPOCHS, all in the cgroup."""
+    nb = -(-n // batch)
+    mnt = work.mountpoint("bounded")
+    cache = work.path("bcache")
+    empty(cache)
+    h.drop_caches()
+    work.mounts.append(mnt)
+    p = subprocess.run(
+        [h.BATCHFS, "mount", "--batch-size", str(batch), "--shuffle",
+         "--seed", str(h.SEED)] + h.MOUNT_OPTS +
+        ["--cache-dir", cache, "--cache-gb", "%.9f" % (limit / 1e9),
+         "--workers", str(workers), url, mnt], capture_output=True,
+        text=True, preexec_fn=join, timeout=300)
+    if p.returncode:
+        raise h.Failed("batchfs mount (bounded): %s" % p.stderr[-300:])
+    try:
+        out = subprocess.run(
+            [sys.executable, "-c", READ_EPOCHS, mnt, str(nb),
+             str(BOUNDED_EPOCHS), str(BOUNDED_SECONDS)],
+            capture_output=True, text=True, preexec_fn=join,
+            timeout=BOUNDED_EPOCHS * BOUNDED_SECONDS + 300)
+        got = [(min(int(k) * batch, n), float(t), d == "1")
+               for k, t, d in re.findall(
+                   r"epoch=\d+ batches=(\d+) t=([\d.]+) done=(\d)",
+                   out.stdout)]
+        if out.returncode or len(got) != BOUNDED_EPOCHS:
+            raise h.Failed("reading the bounded mount: exit %d: %s"
+                           % (out.returncode, out.stderr[-300:]))
+        st = stats(mnt)
+    finally:
+        work.unmount(mnt)
+    return {"workers": workers, "epochs": got,
+            "received": st.get("remote_bytes", 0),
+            "requests": st.get("remote_requests", 0),
+            "evictions": st.get("remote_cache_evictions", 0)}
+
+
+def loop_fs(h, work, name, size):
+    """An ext4 of 'size' bytes on a loop device (direct I/O: its file's
+    pages are not cached beside it), mounted at work/name: (its device,
+    mountpoint)."""
+    img = work.path(name + ".img")
+    with open(img, "wb") as f:
+        f.truncate(size)
+    dev = h.run(["losetup", "--direct-io=on", "-f", "--show", img]).strip()
+    try:
+        h.run(["mkfs.ext4", "-q", "-m", "0", dev])
+        mnt = work.mountpoint(name)
+        h.run(["mount", dev, mnt])
+    except h.Failed:
+        subprocess.run(["losetup", "-d", dev], capture_output=True)
+        raise
+    return dev, mnt
+
+
+def loop_fs_drop(dev, mnt):
+    subprocess.run(["umount", "-l", mnt], capture_output=True, timeout=60)
+    subprocess.run(["losetup", "-d", dev], capture_output=True, timeout=60)
+
+
+def bounded_peer(h, work, srv, names, kind, base, limit, batch, n, row,
+                 img, lab, join):
+    """bounded()'s peer 'kind' with a cache of 'limit' bytes, read by a
+    DataLoader of BOUNDED_WORKERS workers, both in the cgroup. rclone:
+    --vfs-cache-max-size (checked every 5 s; rclone keeps an open file's
+    cache past it, so its size at the end is reported); s3fs: use_cache
+    on an ext4 of its own with ensure_diskfree leaving it 'limit'."""
+    if not shutil.which(kind):
+        return {"error": "not installed (tools/scripts/deps.sh bench)"}
+    fs = None
+    if kind == "rclone":
+        opts = ["--vfs-cache-max-size", "%dM" % (limit >> 20),
+                "--vfs-cache-poll-interval", "5s"]
+        cache = work.path("rclone-cache")
+    else:
+        _, why = srv.s3_start(names)
+        if why:
+            return {"error": why}
+        reserve = 64 << 20
+        try:
+            fs = loop_fs(h, work, "s3fs-cache", limit + 2 * reserve)
+        except h.Failed as e:
+            return {"error": "no bounded cache filesystem: %s" % e}
+        v = os.statvfs(fs[1])
+        free = v.f_bavail * v.f_frsize
+        opts = ["-o", "use_cache=" + fs[1], "-o", "ensure_diskfree=%d"
+                % max(1, (free - limit) >> 20)]
+        cache = fs[1]
+    mnt = work.path("peer-" + kind)
+    try:
+        h.drop_caches()
+        proc = peer_mount(h, work, kind, srv, mnt, opts, join)
+        try:
+            k, s, done, got = peer_epoch(
+                h, os.path.join(mnt, base), n, row, img, lab, batch,
+                BOUNDED_WORKERS, BOUNDED_EPOCHS, BOUNDED_SECONDS, join,
+                each=True)
+        finally:
+            peer_stop(work, proc, mnt)
+        held = int(h.run(["du", "-s", "--block-size=1", cache]).split()[0])
+    except (h.Failed, RuntimeError, OSError) as e:
+        return {"error": str(e)[-300:]}
+    finally:
+        if fs:
+            loop_fs_drop(*fs)
+    if not got:
+        return {"error": "the DataLoader reported no epoch"}
+    return {"workers": BOUNDED_WORKERS, "epochs": got, "cache held": held}
+
+
+def footprint(h, cmd):
+    """The memory a reader holds of its own (interpreter, libraries,
+    workers, batches in flight): the peak of a memory cgroup without a
+    bound in which cmd runs, over data in memory (tmpfs pages are not
+    charged to their readers). Bytes."""
+    cg = h.memory_cgroup(64 << 10)
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True,
+                           timeout=600, preexec_fn=lambda: memcg.join(cg))
+        if p.returncode:
+            raise h.Failed("%s: exit %d: %s" % (cmd[0], p.returncode,
+                                                p.stderr[-300:]))
+        return memcg.peak(cg) or 0
+    finally:
+        memcg.remove(cg)
+
+
+def tmpfs_rows(work, n, row):
+    """A file of n rows of row - 8 bytes and n int64 labels after them,
+    in /dev/shm (else the work directory): its path."""
+    d = "/dev/shm" if os.path.isdir("/dev/shm") else work.dir
+    path = os.path.join(d, "bfs-bench-rows.%d" % os.getpid())
+    with open(path, "wb") as f:
+        f.truncate(n * row)
+    return path
+
+
+def bounded(h, work, srv, names, url, base, size, batch, n, row, img, lab):
+    """Bigger than the cache and memory at once: a cache of a quarter of
+    the archive; the filesystem and its reader in a memory cgroup of a
+    quarter and the reader's own footprint (footprint(): a DataLoader
+    with workers holds far more of its own than batchfs's reader, and
+    in a cgroup of a quarter alone it thrashed on its own pages);
+    batchfs (read()) and each peer (+ a DataLoader), BOUNDED_EPOCHS
+    shuffled epochs of BOUNDED_SECONDS at most each."""
+    limit = size // 4
+    workers = [w for w in (2, 1) if pinned(row, batch, w, size) <= limit]
+    if not workers:
+        return {"error": "a quarter of the archive cannot hold the chunks "
+                "one worker's batch pins: raise BENCH_SCALE"}
+    k = batch * 2 * max(1, BOUNDED_WORKERS)
+    rows = tmpfs_rows(work, k, row)
+    try:
+        own = {"batchfs": footprint(h, [
+            sys.executable, "-c", READ_EPOCHS, rows, "0", "1", "1"]),
+            "DataLoader": footprint(h, [
+                sys.executable, "-c", h.DL_PREAD, rows, str(k), str(row),
+                "0", str(k * (row - 8)), str(batch), str(BOUNDED_WORKERS),
+                "60", "0"])}
+    except h.Skipped as e:
+        return {"error": str(e)}
+    except h.Failed as e:
+        return {"error": "measuring the readers' own memory: %s" % e}
+    finally:
+        os.unlink(rows)
+    out = {"limit": limit, "reader MiB": {x: v >> 20 for x, v in
+                                          own.items()}}
+    h.log("  bigger than the cache and memory at once: --cache-gb %.3f, "
+          "memory cgroups of %d MiB + the reader's own (%s), %d epochs of "
+          "%d s at most (%s)" % (limit / 1e9, limit >> 20, ", ".join(
+              "%s %d MiB" % kv for kv in out["reader MiB"].items()),
+              BOUNDED_EPOCHS, BOUNDED_SECONDS, h.loadavg()))
+    for k in ("batchfs", "rclone", "s3fs"):
+        mine = own["batchfs" if k == "batchfs" else "DataLoader"]
+        cg = h.memory_cgroup((limit + mine) >> 20)
+        join = lambda: memcg.join(cg)  # noqa: E731
+        try:
+            if k == "batchfs":
+                try:
+                    out[k] = bounded_batchfs(h, work, url, limit,
+                                             workers[0], batch, n, join)
+                except h.Failed as e:
+                    out[k] = {"error": str(e)}
+            else:
+                out[k] = bounded_peer(h, work, srv, names, k, base, limit,
+                                      batch, n, row, img, lab, join)
+            out[k]["cgroup MiB"] = (limit + mine) >> 20
+            out[k]["oom kills"] = memcg.oom_kills(cg)
+        finally:
+            memcg.remove(cg)
+        e = out[k].get("epochs")
+        if e:
+            out[k]["samples/s"] = (sum(x[0] for x in e) /
+                                   sum(x[1] for x in e))
+        h.log("    %s: %s (%s)" % (k, out[k], h.loadavg()))
     return out
 
 
@@ -598,6 +887,9 @@ def measure(h, work, srv, wl, names, results):
             except h.Failed as e:
                 h.log("  s3 link: %s" % e)
         r["s3 link s"] = srv_link
+    if "bounded" in steps:
+        r["bounded"] = bounded(h, work, srv, names, url, base, size, batch,
+                               n, row, img, lab)
     derive(r, n)
     report(h, name, r, n, row)
     results[name + " remote"] = h.finished("remote", r, since, n=n, row=row,
@@ -737,6 +1029,51 @@ def report(h, name, r, n, row):
         ratio = r["cold samples/s"] / r["best peer samples/s"]
         L("  %-56s %7.1fx%s" % ("batchfs cold epoch / best peer",
                                 ratio, target("target >= 10x", ratio >= 10)))
+    b = r.get("bounded")
+    if b and "error" in b:
+        L("  bigger than the cache and memory: %s" % b["error"])
+    elif b:
+        L("  bigger than the cache and memory at once: --cache-gb %.3f (a "
+          "quarter of the archive); the filesystem and its reader in a "
+          "memory cgroup of a quarter (%d MiB) + the reader's own (%s); "
+          "%d shuffled epochs of %d s at most; samples/s per epoch, then "
+          "over all" % (b["limit"] / 1e9, b["limit"] >> 20, ", ".join(
+              "%s %d MiB" % kv for kv in b["reader MiB"].items()),
+              BOUNDED_EPOCHS, BOUNDED_SECONDS))
+        for k in ("batchfs", "rclone", "s3fs"):
+            p = b[k]
+            what = ("batchfs (%d workers), read()" % p["workers"]
+                    if k == "batchfs" and "workers" in p else
+                    "%s + DataLoader (%d workers)" % (k, p["workers"])
+                    if "workers" in p else k)
+            if "error" in p:
+                L("  %-56s %s" % (what, p["error"]))
+                continue
+            L("  %-56s %s  %8.1f samples/s%s" % (what, " ".join(
+                "%7.1f%s" % (x[0] / x[1] if x[1] else 0,
+                             "" if x[2] else "*") for x in p["epochs"]),
+                p["samples/s"], "" if len(p["epochs"]) == BOUNDED_EPOCHS
+                else "  (ended in epoch %d: its batches stopped coming)"
+                % (len(p["epochs"]) - 1)))
+            if k == "batchfs":
+                L("    %.2f bytes received per archive byte per epoch, "
+                  "%d requests, %d evictions" % (
+                      p["received"] / r["archive bytes"] / BOUNDED_EPOCHS,
+                      p["requests"], p["evictions"]))
+            else:
+                L("    its cache held %.3f GB at the end" %
+                  (p["cache held"] / 1e9))
+            L("    memory cgroup %d MiB, %d OOM kills"
+              % (p["cgroup MiB"], p["oom kills"]))
+        rates = [b[k]["samples/s"] for k in ("rclone", "s3fs")
+                 if b[k].get("samples/s")]
+        if rates and b["batchfs"].get("samples/s"):
+            ratio = b["batchfs"]["samples/s"] / max(rates)
+            L("  %-56s %7.1fx%s" % ("batchfs / best peer, bigger than "
+                                    "cache and memory", ratio,
+                                    target("target >= 5x", ratio >= 5)))
+        L("    (* an epoch not finished in %d s: its rate over what it "
+          "read)" % BOUNDED_SECONDS)
 
 
 def run(h, work, results):

@@ -81,7 +81,8 @@ FIGURES = [
      "limit (parallel curl, 8 MiB ranges), the peers' DataLoaders through "
      "rclone and s3fs mounts, local disk; and its cache bounded to a "
      "quarter of the archive: chunk hits against evicting by next use and "
-     "LRU, simulated"),
+     "LRU, simulated; and with memory a quarter too, 3 epochs against the "
+     "peers with the same bounds"),
 ]
 
 INSTALL = ("figures: matplotlib is missing, no figures drawn (Debian: "
@@ -192,6 +193,13 @@ def ratios(part, e):
             "batchfs", c.get("hits"), c.get("next use hits"))
         put("cache of 1/4: hits over LRU (simulated)", "batchfs",
             c.get("hits"), c.get("lru hits"))
+        b = e.get("bounded") or {}
+        peers = [number((b.get(k) or {}).get("samples/s"))
+                 for k in ("rclone", "s3fs")]
+        peers = [x for x in peers if x]
+        put("cache and memory of 1/4: over the best peer + DataLoader",
+            "batchfs", number((b.get("batchfs") or {}).get("samples/s")),
+            max(peers) if peers else None)
     elif part == "ragged rows":
         dl = best(e.get("dl0"), e.get("dl2"))
         put("best DataLoader + pad_sequence", "--pad (default)", e.get("pad"),
