@@ -25,7 +25,9 @@ BENCH_REMOTE_MBPS (200 MB/s). For each workload, alternated pass by pass
             (read by a process of its own: the proxy's threads are the
             bench's, and a reader there shared their interpreter lock),
             then epoch 1 (the second epoch, from the cache), read the
-            same way, and epoch 2 through Batches()
+            same way, and epoch 2 through Batches(); then another cold
+            epoch 0 (the cache emptied again) read by Batches(), in a
+            process of its own too
 
 then once (BENCH_REMOTE_STEPS picks among link, batchfs, sweep, cache,
 peers, bounded; default all):
@@ -239,9 +241,10 @@ def read_epoch(h, mnt, epoch, nb, buf, n, row):
 
 
 def batchfs_epochs(h, work, url, batch, n, row, env=None, opts=(),
-                   epochs=2, after=None, py=False):
+                   epochs=2, after=None, py=False, cold_py=False):
     """An emptied cache, `batchfs mount url`, then 'epochs' epochs read
-    (and with 'py', one more through Batches());
+    (epoch 0 through Batches() with 'cold_py'; with 'py', one more through
+    Batches());
     returns ([seconds of epoch 0 from the mount on, of epoch 1, ...],
     stats after the mount (with "first batch s": the seconds from the
     mount on to the end of batch 0, read first), stats at the end (with
@@ -266,7 +269,7 @@ def batchfs_epochs(h, work, url, batch, n, row, env=None, opts=(),
         times = []
         for e in range(epochs):
             if e == 0:
-                read_cold(h, mnt, nb, n, row)
+                read_cold(h, mnt, nb, n, row, cold_py)
                 times.append(time.perf_counter() - t0)
             else:
                 times.append(read_epoch(h, mnt, e, nb, buf, n, row))
@@ -609,13 +612,33 @@ for e in range(epochs):
 """
 
 
-def read_cold(h, mnt, nb, n, row):
-    """Epoch 0 of mnt read by READ_EPOCHS in a process of its own (the
-    proxy's threads are this process's: a reader here would share their
-    interpreter lock); Failed when it is short."""
-    out = subprocess.run([sys.executable, "-c", READ_EPOCHS, mnt, str(nb),
-                          "1", "1e9"], capture_output=True, text=True,
-                         timeout=1800)
+# Epoch 0 of a mount through batchfs.Batches() (torch tensors on the
+# CPU), said as READ_EPOCHS says it. argv: the mount, the batch count.
+READ_BATCHES = r"""
+import sys, time
+import batchfs
+mnt, nb = sys.argv[1], int(sys.argv[2])
+k, b, t0 = 0, 0, time.perf_counter()
+for x in batchfs.Batches(mnt, epoch=0, device="cpu"):
+    k += 1
+    b += sum(v.numel() * v.element_size() for v in x.values()
+             if hasattr(v, "element_size"))
+print("epoch=0 batches=%d t=%.3f done=%d bytes=%d"
+      % (k, time.perf_counter() - t0, k == nb, b), flush=True)
+"""
+
+
+def read_cold(h, mnt, nb, n, row, py=False):
+    """Epoch 0 of mnt read by READ_EPOCHS (with 'py', by READ_BATCHES:
+    Batches()) in a process of its own (the proxy's threads are this
+    process's: a reader here would share their interpreter lock); Failed
+    when it is short."""
+    env = dict(os.environ, PYTHONPATH=os.path.join(h.ROOT, "loader",
+                                                   "python"))
+    argv = ([READ_BATCHES, mnt, str(nb)] if py else
+            [READ_EPOCHS, mnt, str(nb), "1", "1e9"])
+    out = subprocess.run([sys.executable, "-c"] + argv, capture_output=True,
+                         text=True, timeout=1800, env=env)
     m = re.search(r"batches=(\d+) t=[\d.]+ done=1 bytes=(\d+)", out.stdout)
     if out.returncode or not m or int(m.group(2)) < n * row:
         raise h.Failed("%s: epoch 0: %s%s" % (mnt, out.stdout.strip(),
@@ -837,10 +860,10 @@ def measure(h, work, srv, wl, names, results):
     r = {"n": n, "archive bytes": size, "payload bytes": n * row,
          "latency ms": LATENCY * 1e3, "cap MB/s": MBPS}
     got = {"link": [], "local": [], "cold": [], "warm": [], "load": [],
-           "first batch": [], "local py": [], "warm py": []}
+           "first batch": [], "local py": [], "warm py": [], "cold py": []}
     for rep in range(h.REPS):
         got["load"].append(round(os.getloadavg()[0], 2))
-        order = ["link", "local", "batchfs"]
+        order = ["link", "local", "batchfs", "batchfs py"]
         if rep % 2:
             order.reverse()
         for what in order:
@@ -861,6 +884,10 @@ def measure(h, work, srv, wl, names, results):
                               if k.startswith("remote_")}
                 r["mount bytes"] = st0.get("remote_bytes")
                 r["mount requests"] = st0.get("remote_requests")
+            elif what == "batchfs py" and "batchfs" in steps:
+                times, _, _, _ = batchfs_epochs(h, work, url, batch, n, row,
+                                                epochs=1, cold_py=True)
+                got["cold py"].append(times[0])
     for k, v in got.items():
         if v and k != "load":
             r[k + " s"] = statistics.median(v)
@@ -904,6 +931,8 @@ def derive(r, n):
     if r.get("cold s"):
         r["cold GB/s"] = size / r["cold s"] / 1e9
         r["cold samples/s"] = n / r["cold s"]
+    if r.get("cold py s"):
+        r["cold py GB/s"] = size / r["cold py s"] / 1e9
     if r.get("warm s"):
         r["warm GB/s"] = payload / r["warm s"] / 1e9
     if r.get("local s"):
@@ -940,12 +969,15 @@ def report(h, name, r, n, row):
             r["link s"], r["link GB/s"]))
     if r.get("cold s"):
         large = not name.startswith("small")
-        L("  %-56s %7.2f s %8.3f GB/s  %.2fx link%s" % (
-            "batchfs: mount + cold shuffled epoch 0", r["cold s"],
-            r["cold GB/s"], r["cold GB/s"] / r["link GB/s"]
-            if r.get("link GB/s") else float("nan"),
-            target("target >= 0.8x", r["cold GB/s"] >= 0.8 * r["link GB/s"])
-            if large and r.get("link GB/s") else ""))
+        for k, how in (("cold", "read()"), ("cold py", "Batches()")):
+            if r.get(k + " s"):
+                L("  %-56s %7.2f s %8.3f GB/s  %.2fx link%s" % (
+                    "batchfs: mount + cold shuffled epoch 0, " + how,
+                    r[k + " s"], r[k + " GB/s"], r[k + " GB/s"] /
+                    r["link GB/s"] if r.get("link GB/s") else float("nan"),
+                    target("target >= 0.85x", r[k + " GB/s"] >=
+                           0.85 * r["link GB/s"])
+                    if r.get("link GB/s") else ""))
         L("  %-56s %7.2f s %8.3f GB/s" % (
             "batchfs: second epoch (from the cache)", r["warm s"],
             r["warm GB/s"]))

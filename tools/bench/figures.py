@@ -177,6 +177,9 @@ def ratios(part, e):
         rate = (lambda s: 1 / s if s else None)
         put("cold epoch over the link's limit (curl, 8 MiB ranges)",
             "batchfs", rate(cold), rate(e.get("link s")))
+        put("cold epoch over the link's limit (curl, 8 MiB ranges)",
+            "batchfs, Batches()", rate(number(e.get("cold py s"))),
+            rate(e.get("link s")))
         put("cold epoch over download at the link + a warm epoch",
             "batchfs", rate(cold), rate(e.get("download+warm s")))
         peer = number(e.get("best peer samples/s"))
