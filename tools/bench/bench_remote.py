@@ -255,9 +255,11 @@ def batchfs_epochs(h, work, url, batch, n, row, env=None, opts=(),
     cache = work.path("rcache")
     empty(cache)
     buf = h.batch_buffer(batch, row)
+    cold = cold_reader(h, mnt, nb, cold_py)  # imported before the clock
     t0 = time.perf_counter()
-    mount(h, work, url, batch, mnt, ["--cache-dir", cache] + list(opts), env)
     try:
+        mount(h, work, url, batch, mnt, ["--cache-dir", cache] + list(opts),
+              env)
         st0 = stats(mnt)
         fd = os.open(mnt + "/epoch/0/batch_0", os.O_RDONLY)
         try:
@@ -269,7 +271,7 @@ def batchfs_epochs(h, work, url, batch, n, row, env=None, opts=(),
         times = []
         for e in range(epochs):
             if e == 0:
-                read_cold(h, mnt, nb, n, row, cold_py)
+                read_cold(h, mnt, nb, n, row, cold)
                 times.append(time.perf_counter() - t0)
             else:
                 times.append(read_epoch(h, mnt, e, nb, buf, n, row))
@@ -282,6 +284,9 @@ def batchfs_epochs(h, work, url, batch, n, row, env=None, opts=(),
         st0["first batch s"] = first
         return times, st0, st1, after(mnt) if after else None
     finally:
+        if cold and cold.poll() is None:
+            cold.kill()
+            cold.communicate()
         work.unmount(mnt)
 
 
@@ -613,36 +618,58 @@ for e in range(epochs):
 
 
 # Epoch 0 of a mount through batchfs.Batches() (torch tensors on the
-# CPU), said as READ_EPOCHS says it. argv: the mount, the batch count.
+# CPU), said as READ_EPOCHS says it. argv: the mount, the batch count. It
+# says "ready" once imported (torch takes a second) and starts at the line
+# its parent sends.
 READ_BATCHES = r"""
 import sys, time
 import batchfs
 mnt, nb = sys.argv[1], int(sys.argv[2])
+print("ready", flush=True)
+sys.stdin.readline()
 k, b, t0 = 0, 0, time.perf_counter()
 for x in batchfs.Batches(mnt, epoch=0, device="cpu"):
     k += 1
-    b += sum(v.numel() * v.element_size() for v in x.values()
-             if hasattr(v, "element_size"))
+    b += sum(v.numel() * v.element_size() for v in x.values())
 print("epoch=0 batches=%d t=%.3f done=%d bytes=%d"
       % (k, time.perf_counter() - t0, k == nb, b), flush=True)
 """
 
 
-def read_cold(h, mnt, nb, n, row, py=False):
-    """Epoch 0 of mnt read by READ_EPOCHS (with 'py', by READ_BATCHES:
-    Batches()) in a process of its own (the proxy's threads are this
-    process's: a reader here would share their interpreter lock); Failed
-    when it is short."""
+def cold_reader(h, mnt, nb, py):
+    """With 'py', the process that will read epoch 0 of mnt through
+    Batches() (READ_BATCHES), started and imported now, before the mount
+    and its clock, reading once read_cold says so; else None (READ_EPOCHS
+    starts in read_cold, in a moment)."""
+    if not py:
+        return None
     env = dict(os.environ, PYTHONPATH=os.path.join(h.ROOT, "loader",
                                                    "python"))
-    argv = ([READ_BATCHES, mnt, str(nb)] if py else
-            [READ_EPOCHS, mnt, str(nb), "1", "1e9"])
-    out = subprocess.run([sys.executable, "-c"] + argv, capture_output=True,
-                         text=True, timeout=1800, env=env)
-    m = re.search(r"batches=(\d+) t=[\d.]+ done=1 bytes=(\d+)", out.stdout)
-    if out.returncode or not m or int(m.group(2)) < n * row:
-        raise h.Failed("%s: epoch 0: %s%s" % (mnt, out.stdout.strip(),
-                                              out.stderr.strip()[-300:]))
+    p = subprocess.Popen([sys.executable, "-c", READ_BATCHES, mnt, str(nb)],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, env=env)
+    if p.stdout.readline().strip() != "ready":
+        p.kill()
+        raise h.Failed("Batches() reader: %s" % p.communicate()[1][-300:])
+    return p
+
+
+def read_cold(h, mnt, nb, n, row, p=None):
+    """Epoch 0 of mnt read in a process of its own (the proxy's threads
+    are this process's: a reader here would share their interpreter
+    lock): p (cold_reader's), or READ_EPOCHS; Failed when it is short."""
+    if p:
+        out, err = p.communicate("go\n", timeout=1800)
+        rc = p.returncode
+    else:
+        q = subprocess.run([sys.executable, "-c", READ_EPOCHS, mnt, str(nb),
+                            "1", "1e9"], capture_output=True, text=True,
+                           timeout=1800)
+        out, err, rc = q.stdout, q.stderr, q.returncode
+    m = re.search(r"batches=(\d+) t=[\d.]+ done=1 bytes=(\d+)", out)
+    if rc or not m or int(m.group(2)) < n * row:
+        raise h.Failed("%s: epoch 0: %s%s" % (mnt, out.strip(),
+                                              err.strip()[-300:]))
 
 
 def bounded_batchfs(h, work, url, limit, workers, batch, n, join):
