@@ -620,9 +620,9 @@ for e in range(epochs):
 # Epoch 0 of a mount through batchfs.Batches() (torch tensors on the
 # CPU), said as READ_EPOCHS says it. argv: the mount, the batch count. It
 # says "ready" once imported and starts at the line its parent sends.
-# torch is imported here: batchfs imports it only at its first tensor,
-# which on a cold mount is once the download is nearly done, and the
-# import (1-1.5 s on 2 cores) was timed inside the cold epoch.
+# torch is imported here too: batchfs imports it only at its first
+# tensor, which on a cold mount comes once the download is nearly done,
+# and its import (1-1.5 s on 2 cores) is not the epoch's time.
 READ_BATCHES = r"""
 import sys, time
 import batchfs
