@@ -78,8 +78,12 @@ one rank alone, warm and cold remote (nginx behind the remote part's link:
 bench_ranks says how); "notfit" (root and a memory cgroup controller, else skipped), the
 daemon and every reader in a BENCH_NOTFIT_MB memory cgroup, the page cache
 dropped before each pass: a shuffled epoch through batchfs against random
-preads of the same rows (`batchfs bench --rows`, 16 and 64 threads) and
-a DataLoader whose Dataset reads rows with pread (0, 2, 4 workers).
+reads of the same rows (`batchfs bench --rows`: pread from 16 and 64
+threads, io_uring at depths 1 to 256) and a DataLoader whose Dataset
+reads rows with pread (0, 2, 4 workers), each with what the disk and the
+CPUs did meanwhile (the disk's busy share and queue, the CPUs' idle share).
+Every load average printed comes with the share of CPU time the
+hypervisor took (steal) since the previous one.
 
 Besides GB/s, each mode reports the daemon's CPU seconds per GB served
 (utime + stime of the daemon over the Python 1 MiB passes), mmap reads
@@ -559,8 +563,70 @@ def bench_batchfs(work, arch, batch, n, row, tensors, mode):
     return res
 
 
+def cpu_jiffies():
+    """The machine's CPU time so far (/proc/stat's first line): user, nice,
+    system, idle, iowait, irq, softirq, steal, in clock ticks."""
+    with open("/proc/stat") as f:
+        return [int(x) for x in f.readline().split()[1:9]]
+
+
+_LAST_CPU = [cpu_jiffies()]
+
+
 def loadavg():
-    return "load average %.2f %.2f %.2f" % os.getloadavg()
+    """The load average, and the share of the CPU time the hypervisor
+    took from this machine (steal) since the previous loadavg(): on a
+    shared VM the passes that ran slow are those it stole from."""
+    now = cpu_jiffies()
+    d = [b - a for a, b in zip(_LAST_CPU[0], now)]
+    _LAST_CPU[0] = now
+    return "load average %.2f %.2f %.2f, steal %.0f %%" % (
+        os.getloadavg() + (100.0 * d[7] / max(1, sum(d)),))
+
+
+def block_device(path):
+    """/sys's stat file of the whole disk holding 'path', or None (a
+    file system on no block device: tmpfs, overlay)."""
+    st = os.stat(path)
+    sysdir = "/sys/dev/block/%d:%d" % (os.major(st.st_dev),
+                                      os.minor(st.st_dev))
+    if not os.path.exists(sysdir + "/stat"):
+        return None
+    if os.path.exists(sysdir + "/partition"):
+        sysdir += "/.."
+    return os.path.realpath(sysdir + "/stat")
+
+
+class DeviceMeter:
+    """What the disk holding a file and the CPUs did over a span: the
+    disk's busy share (time with a read in flight), its average queue
+    (reads in flight, averaged over the span) and the CPUs' idle share
+    (idle + iowait). A busy disk with idle CPUs: the disk bounds it."""
+
+    def __init__(self, path):
+        self.stat = block_device(path)
+
+    def sample(self):
+        disk = None
+        if self.stat:
+            with open(self.stat) as f:
+                w = [int(x) for x in f.read().split()]
+            disk = (w[9], w[10])  # io_ticks, time_in_queue (ms)
+        return time.monotonic(), cpu_jiffies(), disk
+
+    def since(self, s0):
+        """{"busy %", "queue", "cpu idle %"} from sample s0 to now (the
+        disk's two are None without a block device)."""
+        t1, c1, d1 = self.sample()
+        t0, c0, d0 = s0
+        ms = max(1e-6, (t1 - t0) * 1e3)
+        dc = [b - a for a, b in zip(c0, c1)]
+        out = {"cpu idle %": 100.0 * (dc[3] + dc[4]) / max(1, sum(dc)),
+               "busy %": None, "queue": None}
+        if d0 and d1:
+            out["busy %"] = 100.0 * (d1[0] - d0[0]) / ms
+            out["queue"] = (d1[1] - d0[1]) / ms
+        return out
 
 
 def stats_value(mnt, name):
@@ -797,13 +863,18 @@ def dl_pread(arch, n, row, img, lab, batch, workers, preexec_fn=None,
 
 
 NOTFIT_DEPTHS = (1, 4, 16, 64, 256)  # the sweep's io_uring depths
-NOTFIT_EACH = (64, 256)  # ... and those measured in every pass
+# ... and those measured in every pass: the deepest the best for small
+# rows, 16 for 147-KiB rows on this machine's disk (deeper queues of
+# large reads ran 5-25 % slower there)
+NOTFIT_EACH = (16, 64, 256)
 
 
-def rows_rate(arch, opts, join):
+def rows_rate(arch, opts, join, meter=None, dev=None, label=None):
     """Samples/s of `batchfs bench --rows` with opts, in the cgroup, the
-    page cache dropped first."""
+    page cache dropped first; with a DeviceMeter, what the disk and the
+    CPUs did meanwhile is appended to dev[label]."""
     drop_caches()
+    s0 = meter.sample() if meter else None
     out = subprocess.run([BATCHFS, "bench"] + opts + ["--rows", arch],
                          capture_output=True, text=True, preexec_fn=join,
                          timeout=900)
@@ -811,6 +882,8 @@ def rows_rate(arch, opts, join):
     if not m:
         raise Failed("bench --rows %s: %s%s" % (" ".join(opts), out.stdout,
                                                 out.stderr))
+    if meter:
+        dev.setdefault(label, []).append(meter.since(s0))
     return float(m.group(1))
 
 
@@ -822,9 +895,12 @@ def bench_notfit(work, arch, batch, n, row):
     bench --rows`: pread from 16 and 64 threads, fadvise RANDOM; one
     io_uring keeping NOTFIT_EACH reads in flight) and a DataLoader whose
     Dataset preads rows (0, 2, 4 workers, capped at BENCH_DL_SECONDS).
-    Samples/s, medians of REPS, interleaved; then once, the device's
-    curve: io_uring at every depth of NOTFIT_DEPTHS (full epochs). The
-    best of the random reads is what batchfs is held against."""
+    Samples/s, medians of REPS, interleaved; then once, the rest of the
+    device's curve: io_uring at every depth of NOTFIT_DEPTHS (full
+    epochs). The best of the random reads is what batchfs is held
+    against. Beside each, medians of what the disk and the CPUs did
+    meanwhile (DeviceMeter: the disk's busy share and average queue, the
+    CPUs' idle share), the evidence of what bounds it."""
     if os.path.getsize(arch) < 2 * (NOTFIT_MB << 20):
         raise Skipped("the archive fits in a %d MiB cgroup (BENCH_SCALE)"
                       % NOTFIT_MB)
@@ -832,17 +908,21 @@ def bench_notfit(work, arch, batch, n, row):
     join = lambda: memcg.join(cg)
     img, lab = archive_rows(arch, n, row)
     mnt = work.mountpoint("notfit")
-    got = {}
+    got, dev = {}, {}
+    meter = DeviceMeter(arch)
     log("\n  notfit: in a %d MiB memory cgroup, page cache dropped before "
         "each (median of %d; %s)" % (NOTFIT_MB, REPS, loadavg()))
     try:
         for _ in range(REPS):
             for t in (16, 64):
-                got.setdefault("pread %d threads" % t, []).append(
-                    rows_rate(arch, ["--threads", str(t)], join))
+                k = "pread %d threads" % t
+                got.setdefault(k, []).append(
+                    rows_rate(arch, ["--threads", str(t)], join, meter, dev,
+                              k))
             for d in NOTFIT_EACH:
-                got.setdefault("io_uring depth %d" % d, []).append(
-                    rows_rate(arch, ["--depth", str(d)], join))
+                k = "io_uring depth %d" % d
+                got.setdefault(k, []).append(
+                    rows_rate(arch, ["--depth", str(d)], join, meter, dev, k))
             for label, opts in (("batchfs", []),
                                 ("batchfs --serve direct",
                                  ["--serve", "direct"])):
@@ -854,12 +934,14 @@ def bench_notfit(work, arch, batch, n, row):
                                timeout=120)
                 work.mounts.append(mnt)
                 try:
+                    s0 = meter.sample()
                     p = subprocess.Popen([BATCHFS, "bench", "--read",
                                           mnt + "/epoch/0"],
                                          stdout=subprocess.PIPE,
                                          stderr=subprocess.PIPE, text=True,
                                          preexec_fn=join)
                     b, secs = c_read(p)
+                    dev.setdefault(label, []).append(meter.since(s0))
                     if b < n * row:
                         raise Failed("notfit: read %d bytes, want >= %d"
                                      % (b, n * row))
@@ -883,10 +965,20 @@ def bench_notfit(work, arch, batch, n, row):
     readers = {k: got.pop(k + " reader")[-1]
                for k in ("batchfs", "batchfs --serve direct")}
     res = {k: statistics.median(v) for k, v in got.items()}
+    res["device"] = {
+        k: {m: (None if None in [x[m] for x in v] else
+                statistics.median(x[m] for x in v))
+            for m in ("busy %", "queue", "cpu idle %")}
+        for k, v in dev.items()}
     for k, v in got.items():
-        log("  %-40s %10.0f samples/s  [%s]"
+        d = res["device"].get(k)
+        log("  %-40s %10.0f samples/s  [%s]%s"
             % ("%s (reader %s)" % (k, readers[k]) if k in readers else k,
-               res[k], " ".join("%.0f" % x for x in v)))
+               res[k], " ".join("%.0f" % x for x in v),
+               "" if not d else "  disk busy %s, queue %s, CPUs idle %.0f %%"
+               % ("-" if d["busy %"] is None else "%.0f %%" % d["busy %"],
+                  "-" if d["queue"] is None else "%.1f" % d["queue"],
+                  d["cpu idle %"])))
     dls = [v for k, v in res.items() if k.startswith("DataLoader") and v == v]
     if not dls:
         raise Failed("notfit: no DataLoader pass succeeded")
