@@ -599,8 +599,8 @@ def block_device(path):
 
 class DeviceMeter:
     """What the disk holding a file and the CPUs did over a span: the
-    disk's busy share (time with a read in flight), its average queue
-    (reads in flight, averaged over the span) and the CPUs' idle share
+    disk's busy share (time with an I/O in flight), its average queue
+    (I/Os in flight, averaged over the span) and the CPUs' idle share
     (idle + iowait). A busy disk with idle CPUs: the disk bounds it."""
 
     def __init__(self, path):
@@ -863,9 +863,9 @@ def dl_pread(arch, n, row, img, lab, batch, workers, preexec_fn=None,
 
 
 NOTFIT_DEPTHS = (1, 4, 16, 64, 256)  # the sweep's io_uring depths
-# ... and those measured in every pass: the deepest the best for small
-# rows, 16 for 147-KiB rows on this machine's disk (deeper queues of
-# large reads ran 5-25 % slower there)
+# ... and those measured in every pass: 256 was the best for small rows,
+# and 16 once the best for 147-KiB rows (a single sweep's figure, held
+# against medians, until it was measured every pass too)
 NOTFIT_EACH = (16, 64, 256)
 
 
