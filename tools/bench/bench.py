@@ -570,6 +570,13 @@ def cpu_jiffies():
         return [int(x) for x in f.readline().split()[1:9]]
 
 
+def cpu_share(c0, c1, *fields):
+    """Percent of the CPU time between cpu_jiffies() samples c0 and c1
+    spent in the given fields (indices: 3 idle, 4 iowait, 7 steal)."""
+    d = [b - a for a, b in zip(c0, c1)]
+    return 100.0 * sum(d[i] for i in fields) / max(1, sum(d))
+
+
 _LAST_CPU = [cpu_jiffies()]
 
 
@@ -578,10 +585,10 @@ def loadavg():
     took from this machine (steal) since the previous loadavg(): on a
     shared VM the passes that ran slow are those it stole from."""
     now = cpu_jiffies()
-    d = [b - a for a, b in zip(_LAST_CPU[0], now)]
+    steal = cpu_share(_LAST_CPU[0], now, 7)
     _LAST_CPU[0] = now
     return "load average %.2f %.2f %.2f, steal %.0f %%" % (
-        os.getloadavg() + (100.0 * d[7] / max(1, sum(d)),))
+        os.getloadavg() + (steal,))
 
 
 def block_device(path):
@@ -620,8 +627,7 @@ class DeviceMeter:
         t1, c1, d1 = self.sample()
         t0, c0, d0 = s0
         ms = max(1e-6, (t1 - t0) * 1e3)
-        dc = [b - a for a, b in zip(c0, c1)]
-        out = {"cpu idle %": 100.0 * (dc[3] + dc[4]) / max(1, sum(dc)),
+        out = {"cpu idle %": cpu_share(c0, c1, 3, 4),
                "busy %": None, "queue": None}
         if d0 and d1:
             out["busy %"] = 100.0 * (d1[0] - d0[0]) / ms
